@@ -1,0 +1,61 @@
+"""The ``satbench`` console script: one subcommand per part, each implemented in that part's ``cli`` module.
+
+Every part module exposes ``configure(parser)`` and ``main(args) -> int``; this module only dispatches, and
+imports a part lazily (only the chosen subcommand's heavy dependencies are loaded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from satbench import __version__
+
+__all__ = ["SUBCOMMANDS", "build_parser", "main"]
+
+# subcommand -> (module with configure/main, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("satbench.session_cli", "a whole benchmark session: start what is missing, walk the ladder, answer"),
+    "sim": ("simulator.cli", "the embedded llama.cpp-compatible runtime simulator"),
+    "loadgen": ("loadgen.cli", "only the ladder walk, against running endpoints"),
+    "exporter": ("exporter.cli", "the runtime exporter for one node (runtime_* and gpu_* metrics)"),
+    "recommender": ("recommender.cli", "the recommendations service (GET /recommendations)"),
+    "report": ("satbench.report_cli", "rebuild report.html and README.md from a run folder's raw files"),
+    "models": ("satbench.models_cli", "write the tiny dense and MoE GGUF models"),
+    "capabilities": ("recommender.capabilities", "print the per-lane capability fragment from a recommender"),
+}
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="satbench", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--version", action="version", version=f"satbench {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        sp = sub.add_parser(name, help=help_text, description=help_text)
+        sp.set_defaults(_module=module_name)
+        if only is None or only == name:
+            module = importlib.import_module(module_name)
+            module.configure(sp)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    chosen = next((a for a in argv if a in SUBCOMMANDS), None)
+    parser = build_parser(only=chosen or "")
+    args = parser.parse_args(argv)
+    if not getattr(args, "_module", None):
+        parser.print_help()
+        return 2
+    module = importlib.import_module(args._module)
+    try:
+        return int(module.main(args) or 0)
+    except KeyboardInterrupt:
+        print("satbench: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

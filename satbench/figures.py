@@ -1,0 +1,116 @@
+"""Per-step figures: the numbers one rung of the ladder produced, as the recommendations document lists them.
+
+``StepFigures`` is the shape shared by the load generator's ``steps.json``, the recommender's two sources
+(Prometheus and records) and the report. Its JSON form is the ``steps[]`` entry of the recommendations
+document (schema ``satbench.recommendations/v1``). Fields a source cannot know are ``None``: the records
+source knows nothing of server-side occupancy or memory, for instance.
+
+The functions that compute figures live with their sources: ``satbench.step_figures`` (exact, from
+records) and ``recommender.prometheus_source`` (from PromQL over the step window).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["MemoryFigures", "Quantiles", "StepFigures"]
+
+
+@dataclass(frozen=True, slots=True)
+class Quantiles:
+    p50: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+
+    def to_dict(self) -> dict[str, float | None]:
+        return {"p50": self.p50, "p95": self.p95, "p99": self.p99}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Quantiles:
+        data = data or {}
+        return cls(p50=data.get("p50"), p95=data.get("p95"), p99=data.get("p99"))
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryFigures:
+    gpu_max: float | None = None
+    gpu_total: float | None = None
+    host_rss_max: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StepFigures:
+    """Figures of one step window. Throughput counts output tokens *arriving* inside the window."""
+
+    lane: str
+    concurrency: int
+    window_s: float
+    requests: int
+    errors: int
+    throughput_tok_s: float
+    requests_per_s: float
+    latency_s: Quantiles = field(default_factory=Quantiles)
+    ttft_s: Quantiles = field(default_factory=Quantiles)
+    itl_s: Quantiles = field(default_factory=Quantiles)
+    tpot_s: Quantiles = field(default_factory=Quantiles)
+    queue_s: Quantiles = field(default_factory=Quantiles)
+    occupancy_ratio: float | None = None
+    queue_depth_avg: float | None = None
+    memory_bytes: MemoryFigures = field(default_factory=MemoryFigures)
+    jain: float | None = None
+    max_min_share: float | None = None
+    decode_stall_max_ratio: float | None = None
+    decode_stall_max_s: float | None = None
+    prefill_wait_max_s: float | None = None
+    errors_by_outcome: dict[str, int] = field(default_factory=dict)
+    throughput_ci_tok_s: tuple[float, float] | None = None
+    valid: bool = True
+    reason: str | None = None
+
+    @property
+    def error_ratio(self) -> float:
+        total = self.requests + self.errors
+        return self.errors / total if total else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        for name in ("latency_s", "ttft_s", "itl_s", "tpot_s", "queue_s"):
+            data[name] = getattr(self, name).to_dict()
+        data["throughput_ci_tok_s"] = (
+            None if self.throughput_ci_tok_s is None else list(self.throughput_ci_tok_s)
+        )
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StepFigures:
+        mem = data.get("memory_bytes") or {}
+        ci = data.get("throughput_ci_tok_s")
+        return cls(
+            lane=str(data.get("lane", "")),
+            concurrency=int(data["concurrency"]),
+            window_s=float(data["window_s"]),
+            requests=int(data["requests"]),
+            errors=int(data.get("errors", 0)),
+            throughput_tok_s=float(data["throughput_tok_s"]),
+            requests_per_s=float(data.get("requests_per_s", 0.0)),
+            latency_s=Quantiles.from_dict(data.get("latency_s")),
+            ttft_s=Quantiles.from_dict(data.get("ttft_s")),
+            itl_s=Quantiles.from_dict(data.get("itl_s")),
+            tpot_s=Quantiles.from_dict(data.get("tpot_s")),
+            queue_s=Quantiles.from_dict(data.get("queue_s")),
+            occupancy_ratio=data.get("occupancy_ratio"),
+            queue_depth_avg=data.get("queue_depth_avg"),
+            memory_bytes=MemoryFigures(
+                gpu_max=mem.get("gpu_max"), gpu_total=mem.get("gpu_total"), host_rss_max=mem.get("host_rss_max")
+            ),
+            jain=data.get("jain"),
+            max_min_share=data.get("max_min_share"),
+            decode_stall_max_ratio=data.get("decode_stall_max_ratio"),
+            decode_stall_max_s=data.get("decode_stall_max_s"),
+            prefill_wait_max_s=data.get("prefill_wait_max_s"),
+            errors_by_outcome=dict(data.get("errors_by_outcome") or {}),
+            throughput_ci_tok_s=None if ci is None else (float(ci[0]), float(ci[1])),
+            valid=bool(data.get("valid", True)),
+            reason=data.get("reason"),
+        )

@@ -1,0 +1,32 @@
+"""Loopback helpers for wire tests: free ports and waiting for a server to answer."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import httpx
+
+__all__ = ["free_port", "wait_http"]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_http(url: str, timeout_s: float = 15.0, ok_statuses: tuple[int, ...] = (200,)) -> None:
+    """Polls ``url`` until it answers one of ``ok_statuses`` or ``timeout_s`` passes (then raises)."""
+    deadline = time.monotonic() + timeout_s
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            resp = httpx.get(url, timeout=1.0)
+            if resp.status_code in ok_statuses:
+                return
+            last = resp.status_code
+        except httpx.HTTPError as exc:
+            last = exc
+        time.sleep(0.05)
+    raise TimeoutError(f"{url} did not answer in {timeout_s}s (last: {last!r})")
