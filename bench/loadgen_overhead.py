@@ -1,0 +1,160 @@
+"""Load generator cost: CPU per streamed token, saturation throughput, start-up CPU, beside a plain client.
+
+Goals (issue 3): CPU per token <= 30 us at c=8 under realistic pacing and <= 10 us at saturation; one
+process drives >= 90,000 tokens/s at c=64 against a zero-delay stream server; start-up < 1 s CPU.
+
+The stream server (``python -m loadgen.stream_server``) runs in its own process; in zero-delay mode it
+writes each whole response in one write, so it is not the bottleneck. The load generator runs in this
+process; its CPU is ``time.process_time()`` over the whole run, and "steady" is the step's own CPU
+share (users started to window end) over the tokens that arrived in that span. The "plain" client is
+the minimal aiohttp loop (post, ``readany``, count content markers), in the same run, same server.
+
+    .venv/bin/python bench/loadgen_overhead.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import resource
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from loadgen.config import LoadgenConfig  # noqa: E402
+from loadgen.runner import LadderRunner  # noqa: E402
+from satbench.records import read_records  # noqa: E402
+from satbench.step_figures import token_arrivals  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def stream_server(*args: str) -> Iterator[str]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "loadgen.stream_server", "--port", str(port), *args],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().decode()
+        if not line.startswith("ready"):
+            raise RuntimeError("stream server did not start")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+async def loadgen_run(url: str, c: int, out_tokens: int, window_s: float, out: Path) -> dict[str, Any]:
+    cfg = LoadgenConfig.model_validate({
+        "lanes": [{"name": "bench", "url": url, "api": "openai-chat"}],
+        "ladder": {"concurrency": [c]}, "warmup_s": 1.0, "min_window_s": window_s, "max_window_s": window_s,
+        "min_requests": 1, "drain_timeout_s": 5.0, "progress": False, "metrics_port": 0,
+        "workload": {"output_tokens": {"value": out_tokens}, "prompt_tokens": {"value": 16}},
+    })
+    runner = LadderRunner(cfg, out)
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    try:
+        manifest = await runner.run()
+    finally:
+        runner.close()
+    cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    records = list(read_records(out / "records.jsonl"))
+    tokens = sum(r.output_tokens for r in records)
+    step = json.loads((out / "steps.json").read_text())[0]
+    window = manifest.steps[0]
+    # steady state: the step's own CPU share (users started .. window end) over the tokens in that span
+    share = next(float(n.split("=")[1]) for n in window.notes if n.startswith("client cpu_share="))
+    lo = window.warmup_start or window.start
+    span_tokens = sum(n for r in records for t, n in token_arrivals(r) if lo <= t <= window.end)
+    return {"tokens": tokens, "cpu_s": cpu, "wall_s": wall, "us_per_token": cpu / tokens * 1e6,
+            "steady_us_per_token": share * (window.end - lo) / max(span_tokens, 1) * 1e6,
+            "window_tok_s": step["throughput_tok_s"], "errors": step["errors"],
+            "valid": window.valid, "reason": window.reason or ""}
+
+
+async def plain_run(url: str, c: int, out_tokens: int, duration_s: float) -> dict[str, Any]:
+    body = json.dumps({"messages": [{"role": "user", "content": "hello " * 16}], "max_tokens": out_tokens,
+                       "stream": True}).encode()
+    marker = b'"content":"'
+    tokens = 0
+    stop = time.perf_counter() + duration_s
+
+    async def user(session: aiohttp.ClientSession) -> None:
+        nonlocal tokens
+        while time.perf_counter() < stop:
+            async with session.post(url + "/v1/chat/completions", data=body,
+                                    headers={"Content-Type": "application/json"}) as resp:
+                while chunk := await resp.content.readany():
+                    tokens += chunk.count(marker)
+
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=c + 4)) as session:
+        await asyncio.gather(*(user(session) for _ in range(c)))
+    cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    us = cpu / max(tokens, 1) * 1e6
+    return {"tokens": tokens, "cpu_s": cpu, "wall_s": wall, "us_per_token": us, "steady_us_per_token": us,
+            "window_tok_s": tokens / wall, "errors": 0, "reason": ""}
+
+
+def startup_cpu() -> float:
+    code = ("import resource, sys; sys.argv=['satbench']; import loadgen.cli, loadgen.runner, loadgen.config;"
+            "loadgen.config.LoadgenConfig(); r = resource.getrusage(resource.RUSAGE_SELF);"
+            "print(r.ru_utime + r.ru_stime)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    return float(out.stdout.strip())
+
+
+HEADER = (f"{'case':<28} {'tok/s':>9} {'us/tok':>7} {'steady':>7} {'cpu_s':>6} {'wall_s':>6} "
+          f"{'tokens':>8} {'err':>4}  note")
+
+
+def row(name: str, r: dict[str, Any]) -> str:
+    return (f"{name:<28} {r['window_tok_s']:>9,.0f} {r['us_per_token']:>7.2f} "
+            f"{r['steady_us_per_token']:>7.2f} {r['cpu_s']:>6.2f} {r['wall_s']:>6.2f} "
+            f"{int(r['tokens']):>8} {int(r['errors']):>4}  {r['reason']}")
+
+
+async def main(quick: bool) -> None:
+    window = 3.0 if quick else 6.0
+    print(f"host: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+    print(f"start-up CPU (import + config): {startup_cpu():.3f} s   (goal < 1 s)")
+    print(HEADER)
+    with tempfile.TemporaryDirectory() as tmp:
+        with stream_server() as url:
+            sat = await loadgen_run(url, 64, 256, window, Path(tmp) / "sat")
+            print(row("loadgen c=64 zero-delay", sat))
+            print(row("plain aiohttp c=64", await plain_run(url, 64, 256, window + 1.0)))
+        with stream_server("--itl-ms", "10", "--ttft-ms", "20") as url:
+            paced = await loadgen_run(url, 8, 64, window, Path(tmp) / "paced")
+            print(row("loadgen c=8 itl=10ms", paced))
+            print(row("plain aiohttp c=8 itl=10ms", await plain_run(url, 8, 64, window + 1.0)))
+    print(f"goals: saturation >= 90,000 tok/s: {sat['window_tok_s'] >= 90_000}; "
+          f"<= 10 us/token at saturation (steady): {sat['steady_us_per_token'] <= 10}; "
+          f"<= 30 us/token at c=8 paced (steady): {paced['steady_us_per_token'] <= 30}")
+    print("us/tok: whole run (start-up, evidence, drain, figures included); "
+          "steady: users started to window end")
+    print(f"max RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true")
+    asyncio.run(main(parser.parse_args().quick))

@@ -1,0 +1,88 @@
+"""The seam between the collector and a runtime, and the concurrent, deadline-bound HTTP fetch they share.
+
+A :class:`RuntimeAdapter` turns one runtime node into a :class:`~exporter.snapshot.RuntimeSnapshot` within a
+time budget. The collector knows nothing else about the runtime, so a vLLM or SGLang adapter is one new
+module plus one entry in :data:`exporter.cli.ADAPTERS`; the collector does not change.
+
+:class:`EndpointFetcher` gets several endpoints at once on a small thread pool and gives up on whatever has
+not answered when the budget runs out (the abandoned request still ends by itself at its own HTTP timeout),
+so a hung runtime costs a scrape at most its budget, never the scraper's timeout.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import Protocol
+
+import httpx
+
+from exporter.snapshot import EndpointReply, RuntimeSnapshot
+
+__all__ = ["Clock", "EndpointFetcher", "RuntimeAdapter"]
+
+Clock = Callable[[], float]
+
+
+class RuntimeAdapter(Protocol):
+    """One runtime flavour. ``fetch`` must return within about ``budget_s`` and must not raise."""
+
+    flavour: str
+
+    def fetch(self, budget_s: float) -> RuntimeSnapshot: ...
+
+    def close(self) -> None: ...
+
+
+class EndpointFetcher:
+    """GETs ``base_url + path`` for several endpoints concurrently, each bounded by one shared deadline."""
+
+    def __init__(
+        self,
+        base_url: str,
+        client: httpx.Client | None = None,
+        clock: Clock = time.monotonic,
+        max_workers: int = 16,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._own_client = client is None
+        self._client = client if client is not None else httpx.Client()
+        self._clock = clock
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="exporter-fetch")
+
+    def get(self, name: str, path: str, timeout_s: float) -> EndpointReply:
+        start = self._clock()
+        try:
+            resp = self._client.get(self.base_url + path, timeout=httpx.Timeout(timeout_s))
+            body = resp.text
+        except httpx.TimeoutException:
+            return EndpointReply(name, None, "", self._clock() - start, f"timed out after {timeout_s:g}s")
+        except httpx.HTTPError as exc:
+            return EndpointReply(name, None, "", self._clock() - start, f"{type(exc).__name__}: {exc}"[:200])
+        except Exception as exc:  # a transport may raise anything; a scrape must not
+            return EndpointReply(name, None, "", self._clock() - start, f"{type(exc).__name__}: {exc}"[:200])
+        return EndpointReply(name, resp.status_code, body, self._clock() - start)
+
+    def fetch_many(self, paths: Mapping[str, str], budget_s: float) -> dict[str, EndpointReply]:
+        """``name -> reply`` for every ``name -> path``; unanswered by the deadline -> a timed-out reply."""
+        start = self._clock()
+        futures: dict[str, Future[EndpointReply]] = {
+            name: self._pool.submit(self.get, name, path, budget_s) for name, path in paths.items()
+        }
+        wait(list(futures.values()), timeout=budget_s)
+        replies: dict[str, EndpointReply] = {}
+        for name, future in futures.items():
+            if future.done():
+                replies[name] = future.result()
+            else:
+                future.cancel()
+                elapsed = self._clock() - start
+                replies[name] = EndpointReply(name, None, "", elapsed, f"no answer within {budget_s:g}s")
+        return replies
+
+    def close(self) -> None:
+        """Waits for requests in flight (each ends within its own timeout), then closes the client."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._own_client:
+            self._client.close()

@@ -1,0 +1,113 @@
+"""``satbench exporter``: the runtime exporter for one node, serving ``runtime_*`` and ``gpu_*`` on /metrics.
+
+Run one beside each runtime node; the node's lane is a target label in ``prometheus.yml``, not a flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from types import FrameType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from exporter.relay_metrics import RelayMetrics
+
+__all__ = ["configure", "main"]
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runtime-url", required=True, help="runtime base URL (llama-server, simulator)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=9101, help="port to listen on (default 9101; 0 = any)")
+    parser.add_argument("--runtime-pid", type=int, default=None,
+                        help="runtime PID for host RSS (default: found by the URL's local port)")
+    parser.add_argument("--flavour", default="auto", choices=["llamacpp", "auto"], help="runtime API flavour")
+    parser.add_argument("--gpu", default="auto", choices=["auto", "nvml", "none"],
+                        help="real GPUs via NVML (auto: try, gpu_up 0 if absent, skipped for a simulator)")
+    parser.add_argument("--budget-s", type=float, default=0.5,
+                        help="time budget of one scrape; slower sources count as down (default 0.5)")
+    parser.add_argument("--relay", metavar="HOST:PORT", default=None,
+                        help="also run a timing reverse proxy to the runtime here (runtime_ttft_seconds...)")
+    parser.add_argument("--props-ttl-s", type=float, default=30.0, help="/props cache life (default 30)")
+
+
+def main(args: argparse.Namespace) -> int:
+    from exporter.server import ExporterConfig, build_collector, serve
+
+    try:
+        config = ExporterConfig(
+            runtime_url=args.runtime_url, host=args.host, port=args.port, runtime_pid=args.runtime_pid,
+            flavour=args.flavour, gpu=args.gpu, budget_s=args.budget_s, props_ttl_s=args.props_ttl_s,
+        )
+    except ValueError as exc:
+        print(f"satbench exporter: {exc}", file=sys.stderr)
+        return 2
+    relay_at = None
+    if args.relay is not None:
+        from exporter.relay import parse_listen_address
+
+        try:
+            relay_at = parse_listen_address(args.relay)
+        except ValueError as exc:
+            print(f"satbench exporter: {exc}", file=sys.stderr)
+            return 2
+    collector = build_collector(config)
+    relay_metrics = None
+    if relay_at is not None:
+        from exporter.relay_metrics import RelayMetrics
+
+        relay_metrics = RelayMetrics()
+    try:
+        server = serve(collector, config.host, config.port, also=[relay_metrics] if relay_metrics else [])
+    except OSError as exc:
+        print(f"satbench exporter: cannot listen on {config.host}:{config.port}: {exc}", file=sys.stderr)
+        collector.close()
+        return 1
+    print(f"satbench exporter: {server.url}/metrics for {config.runtime_url}", flush=True)
+    try:
+        if relay_at is not None and relay_metrics is not None:
+            return _run_relay(config.runtime_url, relay_metrics, *relay_at)
+        stop = threading.Event()
+
+        def _stop(signum: int, frame: FrameType | None) -> None:
+            stop.set()
+
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+        stop.wait()
+        return 0
+    finally:
+        server.close()
+        collector.close()
+
+
+def _run_relay(runtime_url: str, metrics: RelayMetrics, host: str, port: int) -> int:
+    import asyncio
+    import contextlib
+
+    from exporter.relay import run_relay
+
+    async def relay() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, stop.set)
+        ready = asyncio.Event()
+        task = asyncio.create_task(run_relay(runtime_url, metrics, host, port, stop, ready))
+        waiter = asyncio.create_task(ready.wait())
+        await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        if ready.is_set():
+            print(f"satbench exporter: relay on http://{host}:{port} -> {runtime_url}", flush=True)
+        await task
+        return 0
+
+    try:
+        return asyncio.run(relay())
+    except OSError as exc:
+        print(f"satbench exporter: cannot relay on {host}:{port}: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,239 @@
+"""Pure parsing of llama-server's ``/metrics``, ``/slots``, ``/props`` and ``/health`` into a RuntimeSnapshot.
+
+llama-server's own numbers have quirks that this module corrects (see tests/fixtures/llamacpp/):
+
+- ``llamacpp:prompt_tokens_seconds`` and ``predicted_tokens_seconds`` are averages over a bucket that the
+  server resets at every ``/metrics`` call, so two scrapers see different values. They are ignored; rates
+  come from the ``*_total`` counters (``prompt_tokens_total``, ``tokens_predicted_total``) with ``rate()``.
+- ``llamacpp:n_busy_slots_per_decode`` is a lifetime average (busy slots summed over every
+  ``llama_decode()`` call / ``n_decode_total``). Multiplying it back by ``n_decode_total`` recovers the
+  cumulative busy-slot-decode count, a counter whose increase over any window, divided by the increase of
+  ``n_decode_total`` and the slot count, is the decode-weighted batch occupancy of that window. The gauge is
+  printed with 6 significant digits, so the recovered counter carries a relative error of about 5e-6.
+- ``llamacpp:requests_deferred`` is the number of requests waiting for a slot: the queue depth.
+- ``/slots`` gives each slot's ``is_processing`` and ``next_token[].n_decoded``: a processing slot that has
+  decoded nothing yet is in prefill, otherwise in decode. (``n_prompt_tokens`` counts prompt *and* generated
+  tokens of the slot's context, and ``n_prompt_tokens_processed`` only the uncached prompt, so neither tells
+  the phase on its own.) Older builds send ``state`` (0 idle) and a single ``next_token`` object.
+- ``/metrics`` answers 501 without ``--metrics``; ``/slots`` answers 501 with ``--no-slots``; ``/health``
+  answers 503 while the model loads. Each failure only removes what that endpoint would have told.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
+
+from exporter.snapshot import EndpointReply, RuntimeSnapshot, SlotCounts, SourceResult
+
+__all__ = [
+    "FLAVOUR",
+    "PropsInfo",
+    "classify_slot",
+    "llamacpp_snapshot",
+    "parse_exposition",
+    "parse_props",
+    "parse_slots",
+    "reply_error",
+]
+
+FLAVOUR = "llamacpp"
+_PREFIX = "llamacpp:"
+
+
+@dataclass(frozen=True)
+class PropsInfo:
+    """The slow-changing facts of ``/props``."""
+
+    total_slots: int | None
+    model: str
+    build_info: str
+    endpoint_slots: bool | None
+    endpoint_metrics: bool | None
+
+
+def parse_exposition(text: str) -> dict[str, float]:
+    """Unlabelled samples of a Prometheus text exposition, ``name -> value`` (labelled samples are skipped).
+
+    Raises ValueError when no sample line can be read at all (the body is not an exposition).
+    """
+    samples: dict[str, float] = {}
+    seen_line = False
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        seen_line = True
+        if "{" in line:
+            continue
+        parts = line.split()
+        if len(parts) < 2:
+            continue
+        try:
+            value = float(parts[1])
+        except ValueError:
+            continue
+        samples[parts[0]] = value
+    if seen_line and not samples:
+        raise ValueError("no readable sample in the metrics exposition")
+    if not seen_line:
+        raise ValueError("empty metrics exposition")
+    return samples
+
+
+def _n_decoded(slot: Mapping[str, Any]) -> int:
+    nxt = slot.get("next_token")
+    if isinstance(nxt, list):
+        return sum(int(t.get("n_decoded", 0) or 0) for t in nxt if isinstance(t, Mapping))
+    if isinstance(nxt, Mapping):
+        return int(nxt.get("n_decoded", 0) or 0)
+    return int(slot.get("n_decoded", 0) or 0)
+
+
+def classify_slot(slot: Mapping[str, Any]) -> str:
+    """``idle``, ``prefill`` or ``decode`` for one element of ``/slots``."""
+    if "is_processing" in slot:
+        processing = bool(slot["is_processing"])
+    elif "state" in slot:
+        processing = int(slot["state"]) != 0
+    else:
+        raise ValueError("slot has neither is_processing nor state")
+    if not processing:
+        return "idle"
+    return "decode" if _n_decoded(slot) > 0 else "prefill"
+
+
+def parse_slots(body: str) -> SlotCounts:
+    """Slot states from a ``/slots`` body (a JSON list). Raises ValueError on anything else."""
+    data = json.loads(body)
+    if not isinstance(data, list):
+        raise ValueError("/slots did not return a JSON list")
+    counts = {"idle": 0, "prefill": 0, "decode": 0}
+    for slot in data:
+        if not isinstance(slot, Mapping):
+            raise ValueError("/slots element is not an object")
+        counts[classify_slot(slot)] += 1
+    return SlotCounts(idle=counts["idle"], prefill=counts["prefill"], decode=counts["decode"])
+
+
+def parse_props(body: str) -> PropsInfo:
+    data = json.loads(body)
+    if not isinstance(data, Mapping):
+        raise ValueError("/props did not return a JSON object")
+    total = data.get("total_slots")
+    model = str(data.get("model_alias") or data.get("model_path") or "")
+    if "/" in model:
+        model = PurePosixPath(model).name
+
+    def flag(name: str) -> bool | None:
+        value = data.get(name)
+        return bool(value) if isinstance(value, bool) else None
+
+    return PropsInfo(
+        total_slots=int(total) if isinstance(total, int | float) and total > 0 else None,
+        model=model,
+        build_info=str(data.get("build_info") or ""),
+        endpoint_slots=flag("endpoint_slots"),
+        endpoint_metrics=flag("endpoint_metrics"),
+    )
+
+
+def reply_error(reply: EndpointReply) -> str | None:
+    """A short reason why a reply is unusable (the server's own error message when it sent one)."""
+    if reply.error is not None:
+        return reply.error
+    if reply.status == 200:
+        return None
+    message = ""
+    try:
+        data = json.loads(reply.body)
+        if isinstance(data, Mapping) and isinstance(data.get("error"), Mapping):
+            message = str(data["error"].get("message", ""))
+    except ValueError:
+        message = reply.body[:120]
+    return f"HTTP {reply.status}" + (f": {message}" if message else "")
+
+
+def _result(reply: EndpointReply, parse_error: str | None = None) -> SourceResult:
+    error = reply_error(reply) or parse_error
+    return SourceResult(
+        name=reply.name,
+        up=error is None,
+        http_status=reply.status,
+        duration_s=reply.duration_s,
+        error=error,
+        cached=reply.cached,
+    )
+
+
+def _finite(samples: Mapping[str, float], name: str) -> float | None:
+    value = samples.get(_PREFIX + name)
+    return value if value is not None and math.isfinite(value) and value >= 0 else None
+
+
+def llamacpp_snapshot(
+    health: EndpointReply,
+    metrics: EndpointReply,
+    slots: EndpointReply,
+    props: EndpointReply,
+) -> RuntimeSnapshot:
+    """Combines the four replies of one scrape; each unusable reply only removes its own fields."""
+    sources: list[SourceResult] = [_result(health)]
+    fields: dict[str, Any] = {}
+    info: dict[str, str] = {"flavour": FLAVOUR}
+
+    props_info: PropsInfo | None = None
+    props_error = None
+    if props.ok:
+        try:
+            props_info = parse_props(props.body)
+        except ValueError as exc:
+            props_error = f"unreadable /props: {exc}"
+    sources.append(_result(props, props_error))
+    if props_info is not None:
+        fields["slots_configured"] = props_info.total_slots
+        info["model"] = props_info.model
+        info["build_info"] = props_info.build_info
+
+    metrics_error = None
+    if metrics.ok:
+        try:
+            samples = parse_exposition(metrics.body)
+        except ValueError as exc:
+            metrics_error = f"unreadable /metrics: {exc}"
+        else:
+            fields["queue_depth"] = _finite(samples, "requests_deferred")
+            fields["requests_processing"] = _finite(samples, "requests_processing")
+            fields["prompt_tokens_total"] = _finite(samples, "prompt_tokens_total")
+            fields["output_tokens_total"] = _finite(samples, "tokens_predicted_total")
+            decodes = _finite(samples, "n_decode_total")
+            per_decode = _finite(samples, "n_busy_slots_per_decode")
+            fields["decode_steps_total"] = decodes
+            if decodes is not None and per_decode is not None:
+                fields["busy_slot_decodes_total"] = per_decode * decodes
+    sources.append(_result(metrics, metrics_error))
+
+    slots_error = None
+    if slots.ok:
+        try:
+            counts = parse_slots(slots.body)
+        except (ValueError, TypeError) as exc:
+            slots_error = f"unreadable /slots: {exc}"
+        else:
+            fields["slots"] = counts
+            if counts.total:
+                fields["slots_configured"] = counts.total
+    sources.append(_result(slots, slots_error))
+
+    health_up = sources[0].up
+    return RuntimeSnapshot(
+        flavour=FLAVOUR,
+        up=health_up,
+        sources=tuple(sources),
+        info=tuple(sorted(info.items())),
+        **fields,
+    )

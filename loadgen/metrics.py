@@ -1,0 +1,159 @@
+"""Live ``loadgen_*`` metrics (DESIGN.md names and labels) on a private registry, served on /metrics.
+
+Why a custom collector instead of ``prometheus_client.Histogram``: at saturation the client observes one
+inter-token gap per streamed token (~100,000/s), and the stock histogram takes a lock and walks its buckets
+per observation. Here an observation is a ``bisect`` into a plain list of counts on the event-loop thread;
+``collect()`` (the scrape, on the HTTP server's thread) copies the lists and yields fresh families. A scrape
+may see a histogram a few observations behind its count, never a torn or decreasing one.
+
+Counters and gauges are updated per request (not per token), so their cost does not matter.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from loadgen.buckets import LATENCY_BUCKETS_S
+
+__all__ = ["FastHistogram", "LoadgenMetrics", "MetricsServer"]
+
+HISTOGRAMS = {
+    "ttft": "loadgen_ttft_seconds",
+    "itl": "loadgen_itl_seconds",
+    "e2e": "loadgen_e2e_seconds",
+    "queue": "loadgen_queue_seconds",
+    "stall": "loadgen_decode_stall_seconds",
+}
+_HELP = {
+    "ttft": "Time to first content token, from request sent.",
+    "itl": "Gaps between successive content tokens of one request.",
+    "e2e": "Request sent to last byte.",
+    "queue": "Time a request waited for a slot (server timings: TTFT - prompt_ms, clamped at 0).",
+    "stall": "Longest inter-token gap of a request while another request of the lane was in prefill.",
+}
+
+
+class FastHistogram:
+    """Cumulative-at-scrape histogram: ``observe`` is one bisect and two adds."""
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: Sequence[float] = LATENCY_BUCKETS_S) -> None:
+        self.bounds = list(bounds)
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
+
+    def observe_many(self, values: Iterable[float]) -> None:
+        counts, bounds, find = self.counts, self.bounds, bisect.bisect_left
+        total = 0.0
+        for v in values:
+            counts[find(bounds, v)] += 1
+            total += v
+        self.total += total
+
+    def buckets(self) -> tuple[list[tuple[str, float]], float]:
+        counts = list(self.counts)
+        out: list[tuple[str, float]] = []
+        acc = 0
+        for bound, n in zip(self.bounds, counts, strict=False):
+            acc += n
+            out.append((repr(bound), float(acc)))
+        acc += counts[-1]
+        out.append(("+Inf", float(acc)))
+        return out, self.total
+
+
+class LoadgenMetrics(Collector):
+    """All ``loadgen_*`` families of one process; register on a private ``CollectorRegistry``."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.requests: dict[tuple[str, str], int] = {}
+        self.tokens: dict[tuple[str, str], int] = {}
+        self.in_flight: dict[str, int] = {}
+        self.step_concurrency: dict[tuple[str, str], int] = {}
+        self.hist: dict[tuple[str, str], FastHistogram] = {}
+        self._lock = threading.Lock()
+        if registry is not None:
+            registry.register(self)
+
+    def histogram(self, kind: str, lane: str) -> FastHistogram:
+        key = (kind, lane)
+        h = self.hist.get(key)
+        if h is None:
+            with self._lock:
+                h = self.hist.setdefault(key, FastHistogram())
+        return h
+
+    def request_done(self, lane: str, outcome: str, user: int, tokens: int) -> None:
+        key = (lane, outcome)
+        self.requests[key] = self.requests.get(key, 0) + 1
+        if tokens:
+            ukey = (lane, str(user))
+            self.tokens[ukey] = self.tokens.get(ukey, 0) + tokens
+
+    def add_in_flight(self, lane: str, delta: int) -> None:
+        self.in_flight[lane] = self.in_flight.get(lane, 0) + delta
+
+    def set_step(self, lane: str, run_id: str, concurrency: int) -> None:
+        self.step_concurrency[(lane, run_id)] = concurrency
+
+    def collect(self) -> Iterator[Metric]:
+        req = CounterMetricFamily("loadgen_requests", "Requests ended, by outcome.",
+                                  labels=["lane", "outcome"])
+        for (lane, outcome), n in list(self.requests.items()):
+            req.add_metric([lane, outcome], n)
+        yield req
+        tok = CounterMetricFamily("loadgen_output_tokens", "Output tokens received (server count), by user.",
+                                  labels=["lane", "user"])
+        for (lane, user), n in list(self.tokens.items()):
+            tok.add_metric([lane, user], n)
+        yield tok
+        for kind, name in HISTOGRAMS.items():
+            fam = HistogramMetricFamily(name, _HELP[kind], labels=["lane"])
+            for (k, lane), h in list(self.hist.items()):
+                if k == kind:
+                    buckets, total = h.buckets()
+                    fam.add_metric([lane], buckets, total)
+            yield fam
+        infl = GaugeMetricFamily("loadgen_in_flight", "Requests in flight.", labels=["lane"])
+        for lane, n in list(self.in_flight.items()):
+            infl.add_metric([lane], n)
+        yield infl
+        step = GaugeMetricFamily("loadgen_step_concurrency",
+                                 "Concurrency of the step whose measured window is open; 0 outside a window.",
+                                 labels=["lane", "run_id"])
+        for (lane, run_id), c in list(self.step_concurrency.items()):
+            step.add_metric([lane, run_id], c)
+        yield step
+
+
+class MetricsServer:
+    """Serves a registry on ``host:port`` (port 0 picks a free one; ``port`` then holds the chosen one)."""
+
+    def __init__(self, registry: CollectorRegistry, port: int = 0, host: str = "127.0.0.1") -> None:
+        from prometheus_client import start_http_server
+
+        server, thread = start_http_server(port, addr=host, registry=registry)
+        self._server = server
+        self._thread = thread
+        self.host = host
+        self.port = int(server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/metrics"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=2.0)

@@ -1,0 +1,179 @@
+"""The ladder walk for the orchestrator and the CLI: every lane, one after another, rung by rung.
+
+For each lane: open one aiohttp session, fetch ``/props`` and a loopback round trip for the manifest, then
+ask ``next_step`` for rungs until it says stop. After each rung the exact figures are computed from that
+rung's records (``compute_step_figures``), and ``steps.json`` and ``manifest.json`` are rewritten
+atomically, so a crash keeps every finished rung. ``records.jsonl`` gets one line per request as it ends
+and an fsync at each rung's end. At the end the manifest is POSTed to ``recommender_url + "/runs"`` when
+configured; a failure there is a warning, not a crash.
+
+Metrics go to a private registry (or the one passed in); with ``metrics_port`` set (0 = any free port)
+it is served on 127.0.0.1 and the chosen port is in ``LadderRunner.metrics_port`` and the manifest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from prometheus_client import CollectorRegistry
+
+from loadgen.client import LaneClient
+from loadgen.config import ConfigError, LaneConfig, LoadgenConfig
+from loadgen.ladder import next_step
+from loadgen.metrics import LoadgenMetrics, MetricsServer
+from loadgen.progress import Progress, progress_wanted
+from loadgen.step import Clock, StepRun
+from loadgen.workload import PromptText, max_prompt_tokens
+from satbench import __version__
+from satbench.figures import StepFigures
+from satbench.manifest import RunManifest, new_run_id, write_json_atomic
+from satbench.records import RecordsWriter
+from satbench.step_figures import compute_step_figures
+
+__all__ = ["LadderRunner", "run_ladder"]
+
+log = logging.getLogger("satbench.loadgen")
+
+
+class LadderRunner:
+    """Owns the metrics and the output files of one run; ``await run()`` walks every lane."""
+
+    def __init__(self, config: LoadgenConfig, out_dir: Path, *, run_id: str | None = None,
+                 manifest: RunManifest | None = None, progress: bool | None = None,
+                 registry: CollectorRegistry | None = None) -> None:
+        if not config.lanes:
+            raise ConfigError("invalid loadgen config:\n  lanes: at least one lane is needed to run")
+        self.config = config
+        self.out_dir = Path(out_dir)
+        self.run_id = run_id or (manifest.run_id if manifest is not None else new_run_id())
+        self.manifest = manifest or RunManifest(run_id=self.run_id, created_at=time.time(),
+                                                command=list(sys.argv))
+        self.manifest.run_id = self.run_id
+        if not self.manifest.config:
+            self.manifest.config = {"loadgen": config.model_dump(mode="json")}
+        self.manifest.versions.setdefault("satbench", __version__)
+        self._own_registry = registry is None
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self.metrics = LoadgenMetrics(self.registry)
+        self.progress = Progress(progress_wanted(progress if progress is not None else config.progress))
+        self.figures: list[StepFigures] = []
+        self._server: MetricsServer | None = None
+
+    @property
+    def metrics_port(self) -> int | None:
+        return None if self._server is None else self._server.port
+
+    def start_metrics(self) -> int | None:
+        """Serves /metrics now (idempotent); returns the port, or None when ``metrics_port`` is unset."""
+        if self._server is None and self.config.metrics_port is not None:
+            self._server = MetricsServer(self.registry, self.config.metrics_port)
+            self.manifest.extra["loadgen_metrics_url"] = self._server.url
+        return self.metrics_port
+
+    def close(self) -> None:
+        """Stops /metrics; a registry passed in loses its ``loadgen_*`` collector (so runs may repeat)."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        if not self._own_registry:
+            with contextlib.suppress(KeyError):
+                self.registry.unregister(self.metrics)
+            self._own_registry = True
+
+    async def run(self) -> RunManifest:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.start_metrics()
+        clock = Clock.now()
+        text = PromptText(max_prompt_tokens(self.config.workload) + 8, self.config.workload.seed)
+        with RecordsWriter(self.out_dir / "records.jsonl") as writer:
+            for lane in self.config.lanes:
+                await self._run_lane(lane, writer, clock, text)
+        self.manifest.finished_at = time.time()
+        self._write()
+        await self._post_manifest()
+        return self.manifest
+
+    async def _run_lane(self, lane: LaneConfig, writer: RecordsWriter, clock: Clock,
+                        text: PromptText) -> None:
+        client = LaneClient(lane, self.config)
+        await client.open(max(self.config.ladder.concurrency))
+        try:
+            self.manifest.lanes[lane.name] = {"url": lane.url, "api": lane.api, "model": lane.model,
+                                              **await _lane_evidence(lane)}
+            lane_figures: list[StepFigures] = []
+            while (c := next_step(lane_figures, self.config)) is not None:
+                step = StepRun(config=self.config, lane=lane, concurrency=c, run_id=self.run_id,
+                               client=client,
+                               writer=writer, clock=clock, metrics=self.metrics, text=text,
+                               progress=self.progress)
+                window = await step.run()
+                figures = compute_step_figures(step.state.records, window, batch_s=self.config.batch_s)
+                lane_figures.append(figures)
+                self.figures.append(figures)
+                self.manifest.steps.append(window)
+                self.progress.done(f"{lane.name} c={c}: {figures.throughput_tok_s:.1f} tok/s, "
+                                   f"{figures.requests} requests, {figures.errors} errors"
+                                   + ("" if window.valid else f" (invalid: {window.reason})"))
+                self._write()
+        finally:
+            await client.close()
+
+    def _write(self) -> None:
+        write_json_atomic(self.out_dir / "steps.json", [f.to_dict() for f in self.figures])
+        self.manifest.write(self.out_dir / "manifest.json")
+
+    async def _post_manifest(self) -> None:
+        url = self.config.recommender_url
+        if not url:
+            return
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10.0)) as session, \
+                    session.post(url + "/runs", data=json.dumps(self.manifest.to_dict(), default=str),
+                                 headers={"Content-Type": "application/json"}) as resp:
+                if resp.status >= 300:
+                    log.warning("recommender refused the run manifest: HTTP %s", resp.status)
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            log.warning("could not POST the run manifest to %s/runs: %s", url, exc)
+
+
+async def _lane_evidence(lane: LaneConfig) -> dict[str, Any]:
+    """``/props`` (runtime build, slots) and the median of 5 ``/health`` round trips; absent on failure."""
+    out: dict[str, Any] = {}
+    timeout = aiohttp.ClientTimeout(total=3.0)
+    try:
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            async with session.get(lane.url + "/props") as resp:
+                if resp.status == 200:
+                    props = await resp.json(content_type=None)
+                    if isinstance(props, dict):
+                        out["props"] = {k: props[k] for k in ("build_info", "total_slots", "model_path")
+                                        if k in props}
+            rtts = []
+            for _ in range(5):
+                t0 = time.perf_counter()
+                async with session.get(lane.url + "/health") as resp:
+                    await resp.read()
+                rtts.append(time.perf_counter() - t0)
+            out["rtt_s"] = sorted(rtts)[len(rtts) // 2]
+    except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
+        out.setdefault("evidence_error", str(exc)[:200])
+    return out
+
+
+async def run_ladder(config: LoadgenConfig, out_dir: Path, *, run_id: str | None = None,
+                     manifest: RunManifest | None = None, progress: bool | None = None,
+                     registry: CollectorRegistry | None = None) -> RunManifest:
+    """Walks every lane's ladder; writes records.jsonl, steps.json, manifest.json into ``out_dir``."""
+    runner = LadderRunner(config, out_dir, run_id=run_id, manifest=manifest, progress=progress,
+                          registry=registry)
+    try:
+        return await runner.run()
+    finally:
+        runner.close()

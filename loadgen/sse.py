@@ -1,0 +1,273 @@
+"""A tight server-sent-events parser for streamed completions, on raw bytes.
+
+Why not a general SSE library: at saturation the client reads ~100,000 events a second, so the per-event
+cost is the budget. The complete lines of a chunk are cut before the first "special" line (one that
+carries ``timings``, ``usage``, ``error``, ``[DONE]`` or an end marker). When that head holds only
+well-formed, non-empty token events (every ``data:`` line is ``{...}`` with the token marker) it is
+counted with a handful of ``bytes.count`` calls, at C speed, whatever the number of events in it; all its
+tokens arrived at the same instant anyway. The rest, and any head that fails the check, goes line by
+line: split on ``b"\\n"``, skip comments (``:ping``) and other fields, and decide "is this a content
+token" with one or two byte searches per event, per API flavour:
+
+- ``openai-chat``: ``"content":"`` followed by a non-empty string (the role-only first delta has
+  ``"content":null``; the usage chunk has no delta);
+- ``openai-completions``: ``"text":"`` followed by a non-empty string;
+- ``llamacpp`` (``/completion``): ``"stop":false`` and no ``prompt_progress`` (progress events carry
+  ``tokens_predicted: 0``), or a final ``"stop":true`` event that still carries content.
+
+Markers are matched compact first (llama-server, OpenAI); a ``": "`` spacing is accepted on a slower
+path. JSON is decoded only for the last event that carries ``timings`` or ``usage`` (the server's own
+counts, read once at the end) and for an ``error`` event. Every event must look like a JSON object
+(``{...}``) or be ``[DONE]``; anything else, an event with none of the flavour's fields (``stop`` for
+``llamacpp``, ``choices`` for the OpenAI flavours, or ``error``), negative server counts, or a line longer
+than ``max_event_bytes`` without a newline makes the stream ``malformed`` and stops it: the buffer never
+grows past that bound.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from loadgen.config import ApiFlavour
+
+__all__ = ["StreamParser", "StreamSummary", "parse_stream"]
+
+_DATA = b"data:"
+_DONE = b"[DONE]"
+_COMMON = (b'"timings"', b'"error"', b"[DONE]")
+_SPECIAL: dict[str, tuple[bytes, ...]] = {
+    "openai-chat": (*_COMMON, b'"usage"'),
+    "openai-completions": (*_COMMON, b'"usage"'),
+    "llamacpp": (*_COMMON, b'"stop":true', b'"stop": ', b'"prompt_progress"'),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSummary:
+    """What the server said about a finished stream (its own counts, when it sent them)."""
+
+    prompt_tokens: int | None
+    output_tokens: int | None
+    prompt_ms: float | None
+    queue_ms: float | None
+    error: str | None
+    problem: str | None = None
+
+
+class StreamParser:
+    """Feeds chunks as they arrive; keeps one arrival time (ns) per content event."""
+
+    __slots__ = ("_marker", "_meta", "_mlen", "_rest", "api", "done", "error_text", "events", "malformed",
+                 "max_event_bytes", "saw_bytes", "token_ns")
+
+    def __init__(self, api: ApiFlavour, max_event_bytes: int = 1 << 20) -> None:
+        self.api = api
+        self.max_event_bytes = max_event_bytes
+        self.token_ns: list[int] = []
+        self.done = False
+        self.malformed: str | None = None
+        self.error_text: str | None = None
+        self.events = 0
+        self.saw_bytes = False
+        self._rest = b""
+        self._meta: bytes | None = None
+        self._marker = b'"text":"' if api == "openai-completions" else b'"content":"'
+        self._mlen = len(self._marker)
+
+    def reset(self) -> None:
+        """Forgets everything (a retried request starts a new stream)."""
+        self.__init__(self.api, self.max_event_bytes)  # type: ignore[misc]
+
+    def feed(self, chunk: bytes, t_ns: int) -> bool:
+        """Parses a chunk received at ``t_ns``. Returns False once the stream is finished or malformed."""
+        if self.done or self.malformed:
+            return False
+        data = self._rest + chunk if self._rest else chunk
+        self.saw_bytes = True
+        last = data.rfind(b"\n")
+        self._rest = b""
+        if last >= 0 and not self._body(data[:last + 1] if last + 1 < len(data) else data, t_ns):
+            return False
+        rest = data[last + 1:]
+        if len(rest) > self.max_event_bytes:
+            self.malformed = f"line over {self.max_event_bytes} bytes"
+            return False
+        self._rest = rest
+        return True
+
+    def _body(self, body: bytes, t_ns: int) -> bool:
+        """Complete lines: the head before the first special line by counting, the rest line by line."""
+        end = len(body)
+        for special in _SPECIAL[self.api]:
+            i = body.find(special, 0, end)
+            if i >= 0:
+                end = i
+        head_end = end if end == len(body) else body.rfind(b"\n", 0, end) + 1
+        if head_end > 0:
+            head = body if head_end == len(body) else body[:head_end]
+            fast = head_end <= self.max_event_bytes and self._plain_tokens(head, t_ns)
+            if not fast and not self._lines(head, t_ns):
+                return False
+        if head_end < len(body):
+            return self._lines(body[head_end:], t_ns)
+        return True
+
+    def _plain_tokens(self, body: bytes, t_ns: int) -> bool:
+        """Counts lines that are all non-empty token events (no special line: ``_body`` cut them off).
+
+        Every ``data:`` line must be ``{...}`` and carry the flavour's non-empty token marker; a role-only
+        delta, an empty token or a spaced-JSON server fails the count check and goes line by line.
+        """
+        count = body.count
+        n_data = count(b"data:")
+        if not n_data or n_data != count(b"data: {") or n_data != count(b"}\n") + count(b"}\r\n"):
+            return False
+        if self.api == "llamacpp":
+            n = count(b'"stop":false')
+        else:
+            n = count(self._marker) - count(self._marker + b'"')
+        if n != n_data:
+            return False
+        self.token_ns.extend([t_ns] * n)
+        self.events += n
+        return True
+
+    def _lines(self, body: bytes, t_ns: int) -> bool:
+        start = 0
+        find = body.find
+        while True:
+            i = find(b"\n", start)
+            if i < 0:
+                return True
+            line = body[start:i]
+            start = i + 1
+            if not line.startswith(_DATA):
+                continue
+            if len(line) > self.max_event_bytes:
+                self.malformed = f"line over {self.max_event_bytes} bytes"
+                return False
+            if not self._event(line, t_ns):
+                return False
+
+    def _event(self, line: bytes, t_ns: int) -> bool:
+        payload = line[5:].strip()
+        if not payload.startswith(b"{") or not payload.endswith(b"}"):
+            if payload == _DONE:
+                self.done = True
+                return False
+            if not payload:
+                return True
+            self.malformed = f"non-JSON event: {payload[:60]!r}"
+            return False
+        self.events += 1
+        if self.api == "llamacpp":
+            if b'"stop":false' in payload or b'"stop": false' in payload:
+                if b'"prompt_progress"' not in payload:
+                    self.token_ns.append(t_ns)
+                if b'"timings"' in payload:
+                    self._meta = payload
+                return True
+            if b'"stop":true' in payload or b'"stop": true' in payload:
+                if self._has_content(payload):
+                    self.token_ns.append(t_ns)
+                self._meta = payload
+                self.done = True
+                return False
+            known = False
+        else:
+            m = payload.find(self._marker)
+            if m >= 0:
+                if payload[m + self._mlen] != 0x22:
+                    self.token_ns.append(t_ns)
+            elif self._has_content(payload):
+                self.token_ns.append(t_ns)
+            if b'"timings"' in payload or b'"usage"' in payload:
+                self._meta = payload
+            known = b'"choices"' in payload
+        if b'"error"' in payload and _is_error_event(payload):
+            self.error_text = _error_text(payload)
+            return False
+        if not known:
+            self.malformed = f"event without a known field: {payload[:60]!r}"
+            return False
+        return True
+
+    def _has_content(self, payload: bytes) -> bool:
+        """Slow path: the content marker compact or with a space after the colon, non-empty."""
+        for marker in (self._marker, self._marker.replace(b":", b": ", 1)):
+            m = payload.find(marker)
+            if m >= 0:
+                return payload[m + len(marker)] != 0x22
+        return False
+
+    def summary(self) -> StreamSummary:
+        """The server's own counts from the last ``timings``/``usage`` event (decoded once, here)."""
+        meta: dict[str, Any] = {}
+        if self._meta is not None:
+            try:
+                loaded = json.loads(self._meta)
+                meta = loaded if isinstance(loaded, dict) else {}
+            except ValueError:
+                meta = {}
+        timings = meta.get("timings") if isinstance(meta.get("timings"), dict) else {}
+        usage = meta.get("usage") if isinstance(meta.get("usage"), dict) else {}
+        assert isinstance(timings, dict) and isinstance(usage, dict)
+        prompt = _int(usage.get("prompt_tokens"))
+        if prompt is None and timings.get("prompt_n") is not None:
+            prompt = (_int(timings.get("prompt_n")) or 0) + (_int(timings.get("cache_n")) or 0)
+        output = _int(usage.get("completion_tokens"))
+        if output is None:
+            output = _int(timings.get("predicted_n"))
+        if output is None:
+            output = _int(meta.get("tokens_predicted"))
+        numbers = {k: v for k, v in {**timings, **usage}.items() if isinstance(v, int | float)}
+        negative = sorted(k for k, v in numbers.items() if v < 0)
+        return StreamSummary(
+            prompt_tokens=prompt,
+            output_tokens=output,
+            prompt_ms=_float(timings.get("prompt_ms")),
+            queue_ms=_float(timings.get("queue_ms")),
+            error=self.error_text,
+            problem=f"negative server counts: {', '.join(negative)}" if negative else None,
+        )
+
+
+def _is_error_event(payload: bytes) -> bool:
+    try:
+        data = json.loads(payload)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and "error" in data and not data.get("choices")
+
+
+def _error_text(payload: bytes) -> str:
+    try:
+        err = json.loads(payload).get("error")
+    except ValueError:
+        return "error event"
+    if isinstance(err, dict):
+        return str(err.get("message") or err)[:200]
+    return str(err)[:200]
+
+
+def _int(value: object) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return int(value)
+
+
+def _float(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def parse_stream(api: ApiFlavour, data: bytes, chunk: int = 4096) -> tuple[StreamParser, StreamSummary]:
+    """Parses a whole recorded stream (tests, offline checks): feeds it in ``chunk``-byte pieces."""
+    parser = StreamParser(api)
+    for i in range(0, len(data), chunk):
+        if not parser.feed(data[i:i + chunk], i):
+            break
+    return parser, parser.summary()

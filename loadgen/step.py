@@ -1,0 +1,327 @@
+"""One rung of the ladder: c closed-loop users through warm-up, a measured window, and drain.
+
+Each user sends its next request as soon as the previous one ended (after a short back-off only when a
+request failed without a single token, so a dead server is not hammered in a busy loop). A controller
+wakes four times a second (no busy polling) and ends the window when the minimum duration and the
+minimum request count are met and throughput is stable: the batch-means 95% interval, over tokens that
+are certainly all known (those before the oldest in-flight request was sent), is within ``ci_rel_bound``
+of its mean; or at ``max_window_s``. Drain then lets in-flight requests end (``wait``, up to
+``drain_timeout_s``) or cancels them (``cancel``); a request cut off is recorded as ``dropped``.
+
+With ``gc_pause`` the cyclic garbage collector is off for the whole step (after one collection and a
+freeze of what exists), so a full collection never lands inside a window; it runs again between steps.
+
+A record is written as each request ends. Its phase: ``warmup`` if sent before the window opened,
+``drain`` if it ended after the window closed, else ``window``. The step's window, validity and client
+health are returned as a ``StepWindow``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import gc
+import itertools
+import time
+from dataclasses import dataclass, field
+
+from loadgen.client import LaneClient, RawResult
+from loadgen.config import LaneConfig, LoadgenConfig
+from loadgen.metrics import LoadgenMetrics
+from loadgen.progress import Progress
+from loadgen.selfcheck import LoopLagProbe, health_from, verdict
+from loadgen.sse import StreamParser
+from loadgen.workload import PromptText, RequestSpec, UserWorkload, build_body
+from satbench.manifest import StepWindow
+from satbench.records import Phase, RecordsWriter, RequestRecord
+from satbench.step_figures import longest_stalled_gap, quantile, t975, token_arrivals
+
+__all__ = ["Clock", "StepRun"]
+
+
+@dataclass(frozen=True, slots=True)
+class Clock:
+    """Monotonic ns mapped once to wall time: ``wall(ns) = wall0 + (ns - mono0) / 1e9``."""
+
+    wall0: float
+    mono0: int
+
+    @classmethod
+    def now(cls) -> Clock:
+        return cls(time.time(), time.perf_counter_ns())
+
+    def wall(self, ns: int) -> float:
+        return self.wall0 + (ns - self.mono0) / 1e9
+
+
+@dataclass(slots=True)
+class _Active:
+    decided_ns: int
+    parser: StreamParser
+
+
+@dataclass(slots=True)
+class StepState:
+    records: list[RequestRecord] = field(default_factory=list)
+    dispatch_s: list[float] = field(default_factory=list)
+    tokens_done: int = 0
+
+
+class StepRun:
+    """Runs one (lane, concurrency) rung; ``await run()`` returns its ``StepWindow``."""
+
+    def __init__(self, *, config: LoadgenConfig, lane: LaneConfig, concurrency: int, run_id: str,
+                 client: LaneClient, writer: RecordsWriter, clock: Clock, metrics: LoadgenMetrics,
+                 text: PromptText, progress: Progress) -> None:
+        self.config, self.lane, self.c, self.run_id = config, lane, concurrency, run_id
+        self.client, self.writer, self.clock, self.metrics = client, writer, clock, metrics
+        self.text, self.progress = text, progress
+        self.state = StepState()
+        self.active: dict[int, _Active] = {}
+        self.recent_prefill: collections.deque[tuple[int, int]] = collections.deque(
+            maxlen=4 * concurrency + 8)
+        self.window_start_ns: int | None = None
+        self.window_end_ns: int | None = None
+        self.stopping = False
+        self._bins: dict[int, int] = {}
+        self._binned = 0
+        self._stall_hist = metrics.histogram("stall", lane.name)
+        self._itl_hist = metrics.histogram("itl", lane.name)
+        self._ttft_hist = metrics.histogram("ttft", lane.name)
+        self._e2e_hist = metrics.histogram("e2e", lane.name)
+        self._queue_hist = metrics.histogram("queue", lane.name)
+
+    async def run(self) -> StepWindow:
+        if self.config.gc_pause:
+            gc.collect()
+            gc.freeze()
+            gc.disable()
+        try:
+            return await self._run()
+        finally:
+            if self.config.gc_pause:
+                gc.enable()
+                gc.unfreeze()
+
+    async def _run(self) -> StepWindow:
+        await self.client.preopen(self.c)
+        probe = LoopLagProbe()
+        probe.start()
+        cpu0 = time.process_time()
+        warm_ns = time.perf_counter_ns()
+        users = [asyncio.create_task(self._user(u), name=f"user-{u}") for u in range(self.c)]
+        try:
+            await self._control(warm_ns)
+            probe_lags = probe.take()
+            cpu_window = time.process_time() - cpu0
+            await self._drain(users)
+        finally:
+            self.metrics.set_step(self.lane.name, self.run_id, 0)
+            for task in users:
+                task.cancel()
+            await asyncio.gather(*users, return_exceptions=True)
+            await probe.stop()
+            self.writer.sync()
+        return self._window(warm_ns, probe_lags, cpu_window)
+
+    async def _control(self, warm_ns: int) -> None:
+        cfg = self.config
+        await self._tick_until(warm_ns + int(cfg.warmup_s * 1e9), "warmup", warm_ns)
+        self.window_start_ns = time.perf_counter_ns()
+        self.metrics.set_step(self.lane.name, self.run_id, self.c)
+        start = self.window_start_ns
+        max_end = start + int(cfg.max_window_s * 1e9)
+        min_end = start + int(cfg.min_window_s * 1e9)
+        batch = cfg.batch_s or cfg.min_window_s / 10.0
+        while True:
+            now = time.perf_counter_ns()
+            if now >= max_end:
+                break
+            enough = now >= min_end and self._window_ok(start, now) >= cfg.min_requests
+            if enough and self._stable(start, batch):
+                break
+            self._show("window", start, now)
+            await asyncio.sleep(min(0.25, max(0.01, (max_end - now) / 1e9)))
+        self.window_end_ns = time.perf_counter_ns()
+        self.metrics.set_step(self.lane.name, self.run_id, 0)
+
+    async def _tick_until(self, deadline_ns: int, phase: str, since_ns: int) -> None:
+        while True:
+            now = time.perf_counter_ns()
+            if now >= deadline_ns:
+                return
+            self._show(phase, since_ns, now)
+            await asyncio.sleep(min(0.25, (deadline_ns - now) / 1e9))
+
+    def _window_ok(self, start_ns: int, now_ns: int) -> int:
+        lo, hi = self.clock.wall(start_ns), self.clock.wall(now_ns)
+        return sum(1 for r in self.state.records
+                   if r.ok and r.ended_at is not None and lo <= r.ended_at <= hi)
+
+    def _stable(self, start_ns: int, batch_s: float) -> bool:
+        """Batch-means check over bins that are complete (before the oldest in-flight request was sent)."""
+        now = time.perf_counter_ns()
+        horizon = min([a.decided_ns for a in self.active.values()] + [now])
+        width = int(batch_s * 1e9)
+        k = (horizon - start_ns) // width
+        if k < 2:
+            return False
+        bins = self._bins
+        records = self.state.records
+        origin = self.clock.wall(start_ns)
+        for rec in records[self._binned:]:
+            for t, n in token_arrivals(rec):
+                i = int((t - origin) * 1e9) // width
+                if i >= 0:
+                    bins[i] = bins.get(i, 0) + n
+        self._binned = len(records)
+        rates = [bins.get(i, 0) / batch_s for i in range(k)]
+        mean = sum(rates) / k
+        if mean <= 0:
+            return False
+        var = sum((r - mean) ** 2 for r in rates) / (k - 1)
+        half = t975(k - 1) * (var / k) ** 0.5
+        return half <= self.config.ci_rel_bound * mean
+
+    def _show(self, phase: str, since_ns: int, now_ns: int) -> None:
+        if not self.progress.enabled:
+            return
+        elapsed = (now_ns - since_ns) / 1e9
+        recent = [r.ttft_s for r in self.state.records[-200:] if r.ttft_s is not None]
+        p95 = quantile(sorted(recent), 0.95)
+        self.progress.show(self.lane.name, self.c, phase, elapsed, len(self.state.records),
+                           self.state.tokens_done / max(elapsed, 1e-3), p95)
+
+    async def _drain(self, users: list[asyncio.Task[None]]) -> None:
+        self.stopping = True
+        if self.config.drain == "wait" and self.config.drain_timeout_s > 0:
+            await asyncio.wait(users, timeout=self.config.drain_timeout_s)
+
+    async def _user(self, user: int) -> None:
+        workload = UserWorkload(self.config.workload, self.lane.name, self.c, user)
+        backoff = 0.0
+        prev_end = time.perf_counter_ns()
+        tag = f"u{user}"
+        while not self.stopping:
+            spec = workload.next_spec()
+            body = build_body(self.lane.api, self.lane.model, spec, self.text, self.config.workload, tag)
+            rid = f"{self.run_id}-{self.lane.name}-c{self.c}-u{user}-{spec.index}"
+            parser = StreamParser(self.lane.api, self.config.max_event_bytes)
+            decided = time.perf_counter_ns()
+            self.active[user] = _Active(decided, parser)
+            self.metrics.add_in_flight(self.lane.name, 1)
+            try:
+                result = await self.client.send(body, rid, parser)
+            except asyncio.CancelledError:
+                end = time.perf_counter_ns()
+                self._finish(user, spec, rid, RawResult(decided, end, parser.token_ns, "dropped",
+                                                        error="cancelled at drain"), prev_end)
+                raise
+            finally:
+                self.metrics.add_in_flight(self.lane.name, -1)
+                self.active.pop(user, None)
+            self._finish(user, spec, rid, result, prev_end)
+            prev_end = result.end_ns
+            if result.outcome != "ok" and not result.token_ns:
+                backoff = min(1.0, backoff * 2 or 0.05)
+                await asyncio.sleep(backoff)
+                prev_end = time.perf_counter_ns()
+            else:
+                backoff = 0.0
+
+    def _finish(self, user: int, spec: RequestSpec, rid: str, res: RawResult, prev_end_ns: int) -> None:
+        lane = self.lane.name
+        tok = res.token_ns
+        send = res.send_ns
+        ttft = (tok[0] - send) / 1e9 if tok else None
+        gaps = tuple((b - a) / 1e9 for a, b in itertools.pairwise(tok))
+        summary = res.summary
+        queue = None
+        if summary is not None and ttft is not None:
+            if summary.queue_ms is not None:
+                queue = max(0.0, summary.queue_ms / 1e3)
+            elif summary.prompt_ms is not None:
+                queue = max(0.0, ttft - summary.prompt_ms / 1e3)
+        output = len(tok)
+        if res.outcome == "ok" and summary is not None and summary.output_tokens is not None:
+            output = summary.output_tokens
+        extra: dict[str, object] = dict(res.extra)
+        if spec.probe:
+            extra["probe"] = True
+        if res.outcome == "ok" and output != spec.max_tokens:
+            extra["asked_output_tokens"] = spec.max_tokens
+        closed = self.window_end_ns is not None and res.end_ns > self.window_end_ns
+        phase: Phase = "warmup"
+        if closed:
+            phase = "drain"
+        elif self.window_start_ns is not None and send >= self.window_start_ns:
+            phase = "window"
+        record = RequestRecord(
+            run_id=self.run_id, lane=lane, concurrency=self.c, user=user, request_id=rid,
+            phase=phase, sent_at=self.clock.wall(send), ttft_s=ttft, e2e_s=(res.end_ns - send) / 1e9,
+            queue_s=queue, itl_s=gaps,
+            prompt_tokens=summary.prompt_tokens if summary is not None else None,
+            output_tokens=output, outcome=res.outcome,  # type: ignore[arg-type]
+            status=res.status, error=res.error, retried=res.retried, extra=extra,
+        )
+        self.writer.write(record)
+        self.state.records.append(record)
+        self.state.tokens_done += output
+        self.state.dispatch_s.append(max(0.0, (send - prev_end_ns) / 1e9))
+        self.metrics.request_done(lane, res.outcome, user, output)
+        self.recent_prefill.append((send, tok[0] if tok else res.end_ns))
+        if res.outcome == "ok":
+            self._e2e_hist.observe(record.e2e_s or 0.0)
+        if ttft is not None:
+            self._ttft_hist.observe(ttft)
+        if queue is not None:
+            self._queue_hist.observe(queue)
+        if gaps:
+            self._itl_hist.observe_many(gaps)
+            stall = self._stall(user, tok)
+            if stall is not None:
+                self._stall_hist.observe(stall)
+
+    def _stall(self, user: int, tok: list[int]) -> float | None:
+        """Longest gap of this request while another request of the lane was in prefill."""
+        first, last = tok[0], tok[-1]
+        intervals = [iv for iv in self.recent_prefill if iv[1] > first and iv[0] < last]
+        now = time.perf_counter_ns()
+        for u, active in self.active.items():
+            if u != user:
+                seen = active.parser.token_ns[0] if active.parser.token_ns else now
+                if seen > first:
+                    intervals.append((active.decided_ns, seen))
+        if not intervals:
+            return None
+        stall = longest_stalled_gap(itertools.pairwise(tok), intervals)  # type: ignore[arg-type]
+        return None if stall is None else stall / 1e9
+
+    def _window(self, warm_ns: int, lags: list[float], cpu_s: float) -> StepWindow:
+        assert self.window_start_ns is not None and self.window_end_ns is not None
+        start, end = self.clock.wall(self.window_start_ns), self.clock.wall(self.window_end_ns)
+        wall = (self.window_end_ns - warm_ns) / 1e9
+        dispatch = [d for r, d in zip(self.state.records, self.state.dispatch_s, strict=False)
+                    if r.phase == "window"]
+        health = health_from(lags, dispatch, cpu_s, wall)
+        in_window = [r for r in self.state.records if start <= (r.ended_at or r.sent_at) <= end]
+        ok = sum(1 for r in in_window if r.ok)
+        errors = collections.Counter(r.outcome for r in in_window if not r.ok)
+        retried = sum(1 for r in self.state.records if r.retried)
+        notes = [f"client {k}={v:.4g}" for k, v in health.to_dict().items() if v is not None]
+        if errors:
+            notes.append("errors: " + ", ".join(f"{k}={v}" for k, v in sorted(errors.items())))
+        if retried:
+            notes.append(f"retried on a fresh connection: {retried}")
+        reason = verdict(health, self.config.max_loop_lag_s)
+        unreachable = sum(1 for r in in_window if r.outcome == "refused" and r.status is None)
+        if reason is None and unreachable:
+            reason = f"runtime unreachable during the window ({unreachable} connections refused)"
+        if reason is None and errors and sum(errors.values()) > ok:
+            reason = f"most requests failed ({sum(errors.values())} errors, {ok} ok)"
+        if reason is None and ok < self.config.min_requests:
+            reason = f"too few requests in window ({ok} < {self.config.min_requests})"
+        drain_end = max((r.ended_at or r.sent_at for r in self.state.records), default=end)
+        return StepWindow(lane=self.lane.name, concurrency=self.c, start=start, end=end,
+                          warmup_start=self.clock.wall(warm_ns), drain_end=drain_end,
+                          valid=reason is None, reason=reason, notes=tuple(notes))

@@ -1,0 +1,57 @@
+"""``satbench recommender``: serve the recommendations (FastAPI on uvicorn), bound to loopback by default.
+
+Settings come from the environment (``SATBENCH_RECOMMENDER_*``), then the flags; the policy from
+``--policy FILE`` (JSON or TOML). ``--prometheus-url none`` serves from run folders' records only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["build_settings", "configure", "main"]
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--prometheus-url", help="Prometheus base URL ('none': records only)")
+    parser.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port to bind (default 9108)")
+    parser.add_argument("--runs-dir", type=Path, help="folder of run folders (<run_id>/manifest.json)")
+    parser.add_argument("--refresh-interval", type=float, dest="refresh_interval_s",
+                        help="seconds between re-analyses (default 60)")
+    parser.add_argument("--policy", type=Path, help="policy file (JSON or TOML)")
+
+
+def build_settings(args: argparse.Namespace) -> Any:
+    from recommender.settings import RecommenderSettings, load_policy_file
+
+    overrides: dict[str, Any] = {}
+    for name in ("host", "port", "runs_dir", "refresh_interval_s"):
+        value = getattr(args, name, None)
+        if value is not None:
+            overrides[name] = value
+    url = getattr(args, "prometheus_url", None)
+    if url is not None:
+        overrides["prometheus_url"] = None if url.lower() == "none" else url
+    if getattr(args, "policy", None) is not None:
+        overrides["policy"] = load_policy_file(args.policy)
+    return RecommenderSettings(**overrides)
+
+
+def main(args: argparse.Namespace) -> int:
+    import uvicorn
+    from pydantic import ValidationError
+
+    from recommender.app import create_app
+    from recommender.errors import BadInput
+
+    try:
+        settings = build_settings(args)
+    except (BadInput, ValidationError) as exc:
+        print(f"satbench recommender: {exc}", file=sys.stderr)
+        return 2
+    app = create_app(settings)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)
+    return 0

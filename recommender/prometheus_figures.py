@@ -1,0 +1,136 @@
+"""Prometheus answers for one step window -> ``StepFigures`` (pure: no I/O, no clock).
+
+The I/O side (``prometheus_source``) issues the queries of ``satbench.promql`` at the window's end and hands
+the raw numbers over in a ``PromStepResults``. Here they become figures:
+
+* requests and errors: ``increase`` of ``loadgen_requests_total`` by outcome, rounded to whole requests
+  (``increase`` extrapolates to the window edges, so it is fractional);
+* throughput: output-token increase over the window length; the interval comes from batch means;
+* quantiles: ``histogram_quantile`` over bucket increases, so they carry the bucket resolution;
+* maxima (longest decode stall, longest wait for a first token): ``histogram_quantile(1, ...)``, the upper
+  bound of the highest non-empty bucket, an over-estimate by at most one bucket width;
+* fairness: Jain's index and max/min share over per-user output-token increases of users ``0..c-1``;
+* occupancy, queue depth: window means of the exporter's gauges; memory: window maxima.
+
+A NaN (no observations in the window) becomes ``None``, never a number. A window the load generator was
+scraped too rarely in (fewer than ``min_scrape_coverage`` of the expected samples of
+``loadgen_requests_total``) is marked invalid with the reason: ``increase`` over a gap extrapolates from
+whatever samples remain and can be off by half.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from recommender.confidence import batch_means_ci
+from recommender.verdicts import jain_index, max_min_share
+from satbench.figures import MemoryFigures, Quantiles, StepFigures
+from satbench.manifest import StepWindow
+
+__all__ = ["PromStepResults", "figures_from_prometheus", "finite"]
+
+
+def finite(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class PromStepResults:
+    output_tokens: float | None = None
+    user_tokens: Mapping[str, float] = field(default_factory=dict)
+    outcomes: Mapping[str, float] = field(default_factory=dict)
+    ttft: Quantiles = field(default_factory=Quantiles)
+    itl: Quantiles = field(default_factory=Quantiles)
+    e2e: Quantiles = field(default_factory=Quantiles)
+    queue: Quantiles = field(default_factory=Quantiles)
+    decode_stall_max_s: float | None = None
+    ttft_max_s: float | None = None
+    occupancy_ratio: float | None = None
+    queue_depth_avg: float | None = None
+    gpu_used_max: float | None = None
+    gpu_total: float | None = None
+    host_rss_max: float | None = None
+    batch_tokens: tuple[float, ...] = ()
+    batch_s: float | None = None
+    samples: float | None = None
+
+
+def _clean(q: Quantiles) -> Quantiles:
+    return Quantiles(p50=finite(q.p50), p95=finite(q.p95), p99=finite(q.p99))
+
+
+def _ci(batch_tokens: Sequence[float], batch_s: float | None,
+        confidence: float) -> tuple[float, float] | None:
+    if batch_s is None or batch_s <= 0 or len(batch_tokens) < 2:
+        return None
+    return batch_means_ci([t / batch_s for t in batch_tokens], confidence)
+
+
+def _user_shares(user_tokens: Mapping[str, float], concurrency: int) -> list[float]:
+    """Tokens of users ``0..c-1`` (as the records source counts them): a user without a series got 0."""
+    shares = [0.0] * concurrency
+    for user, tokens in user_tokens.items():
+        try:
+            index = int(user)
+        except ValueError:
+            continue
+        if 0 <= index < concurrency and math.isfinite(tokens):
+            shares[index] += max(0.0, tokens)
+    return shares
+
+
+def _coverage_problem(window: StepWindow, samples: float | None, scrape_interval_s: float,
+                      min_coverage: float) -> str | None:
+    if samples is None or scrape_interval_s <= 0:
+        return None
+    expected = window.duration_s / scrape_interval_s
+    if samples >= min_coverage * expected:
+        return None
+    return (f"Prometheus holds {samples:.0f} load-generator samples in this {window.duration_s:.1f} s "
+            f"window, about {expected:.0f} expected at a {scrape_interval_s:g} s scrape: missed scrapes make "
+            f"increase() unreliable")
+
+
+def figures_from_prometheus(window: StepWindow, r: PromStepResults, *, confidence: float,
+                            scrape_interval_s: float = 1.0, min_scrape_coverage: float = 0.0) -> StepFigures:
+    w = window.duration_s
+    coverage = _coverage_problem(window, finite(r.samples), scrape_interval_s, min_scrape_coverage)
+    valid, reason = window.valid, window.reason
+    if valid and coverage is not None:
+        valid, reason = False, coverage
+    ok = round(r.outcomes.get("ok", 0.0))
+    by_outcome = {k: round(v) for k, v in sorted(r.outcomes.items()) if k != "ok" and round(v) > 0}
+    tokens = finite(r.output_tokens) or 0.0
+    itl = _clean(r.itl)
+    stall = finite(r.decode_stall_max_s)
+    ratio = None if stall is None or not itl.p50 else stall / itl.p50
+    users = _user_shares(r.user_tokens, window.concurrency)
+    return StepFigures(
+        lane=window.lane,
+        concurrency=window.concurrency,
+        window_s=w,
+        requests=ok,
+        errors=sum(by_outcome.values()),
+        throughput_tok_s=tokens / w if w > 0 else 0.0,
+        requests_per_s=ok / w if w > 0 else 0.0,
+        latency_s=_clean(r.e2e),
+        ttft_s=_clean(r.ttft),
+        itl_s=itl,
+        queue_s=_clean(r.queue),
+        occupancy_ratio=finite(r.occupancy_ratio),
+        queue_depth_avg=finite(r.queue_depth_avg),
+        memory_bytes=MemoryFigures(
+            gpu_max=finite(r.gpu_used_max), gpu_total=finite(r.gpu_total), host_rss_max=finite(r.host_rss_max)
+        ),
+        jain=jain_index(users),
+        max_min_share=max_min_share(users),
+        decode_stall_max_ratio=ratio,
+        decode_stall_max_s=stall,
+        prefill_wait_max_s=finite(r.ttft_max_s),
+        errors_by_outcome=by_outcome,
+        throughput_ci_tok_s=_ci(r.batch_tokens, r.batch_s, confidence),
+        valid=valid,
+        reason=reason,
+    )

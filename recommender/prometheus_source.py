@@ -1,0 +1,216 @@
+"""Step figures from a live Prometheus: the PromQL of ``satbench.promql`` over exactly each step window.
+
+Each window costs two round trips: one instant query, evaluated at the window's end, that unites every
+figure's PromQL (``step_queries``) with ``satbench.promql.named_union`` (each result series names its part
+in a ``satbench_query`` label), then, when the window is long enough against its requests (see
+``PrometheusSourceConfig``), one range query whose step is the batch length, for the batch-means interval.
+Every window's queries are in flight together (bounded by ``max_in_flight``) through a ``PromQLClient``:
+``HttpxPromClient`` talks to a real Prometheus over its HTTP API (POST, so long queries never hit URL
+limits); tests may pass any object with the same two coroutines. Connection failures and 5xx answers
+raise ``PrometheusUnavailable`` (the service then serves its last good answer); a refused query raises
+``PrometheusQueryError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import httpx
+
+from recommender.errors import PrometheusQueryError, PrometheusUnavailable
+from recommender.prometheus_figures import PromStepResults, figures_from_prometheus, finite
+from satbench import promql
+from satbench.figures import Quantiles, StepFigures
+from satbench.manifest import RunManifest, StepWindow
+
+__all__ = [
+    "HttpxPromClient",
+    "PromQLClient",
+    "PrometheusSourceConfig",
+    "VectorSample",
+    "fetch_run_figures",
+    "fetch_step_figures",
+]
+
+QUANTILES = (0.5, 0.95, 0.99)
+
+
+@dataclass(frozen=True, slots=True)
+class VectorSample:
+    labels: Mapping[str, str]
+    value: float
+
+
+class PromQLClient(Protocol):
+    async def query(self, expr: str, at: float) -> list[VectorSample]: ...
+
+    async def query_range(self, expr: str, start: float, end: float, step_s: float) -> list[list[float]]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PrometheusSourceConfig:
+    """How to query: batches for the throughput interval, how many queries may be in flight, and how well
+    the load generator must have been scraped for a window to count (``min_scrape_coverage`` of the
+    ``window / scrape_interval_s`` samples a healthy scrape leaves).
+
+    The load generator credits a request's tokens when it *ends*, so one batch's count is granular by whole
+    requests: with ``c`` users and mean latency ``e2e``, a batch of ``B`` seconds is off by about
+    ``e2e / (B * sqrt(c))`` of its value from request phase alone. A batch shorter than
+    ``ci_min_e2e_multiple`` mean latencies (or ``min_batch_s``, two scrapes) would measure that granularity,
+    not the server; then there is no interval (``None``) rather than a misleading one."""
+
+    ci_batches: int = 10
+    min_batch_s: float = 2.0
+    ci_min_e2e_multiple: float = 10.0
+    max_in_flight: int = 32
+    confidence: float = 0.95
+    scrape_interval_s: float = 1.0
+    min_scrape_coverage: float = 0.8
+
+
+class HttpxPromClient:
+    """A ``PromQLClient`` over Prometheus' HTTP API. Use as an async context manager."""
+
+    def __init__(self, base_url: str, *, timeout_s: float = 10.0,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._client = httpx.AsyncClient(base_url=self.base_url, timeout=timeout_s, transport=transport)
+
+    async def __aenter__(self) -> HttpxPromClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def _post(self, path: str, data: dict[str, str]) -> Any:
+        try:
+            resp = await self._client.post(path, data=data)
+        except httpx.HTTPError as exc:
+            raise PrometheusUnavailable(f"Prometheus at {self.base_url} unreachable: {exc!r}") from exc
+        if resp.status_code >= 500:
+            raise PrometheusUnavailable(f"Prometheus at {self.base_url} answered {resp.status_code}")
+        try:
+            body = resp.json()
+        except ValueError as exc:
+            raise PrometheusUnavailable(f"Prometheus at {self.base_url} sent no JSON") from exc
+        if resp.status_code >= 400 or body.get("status") != "success":
+            why = body.get("error", resp.text)
+            raise PrometheusQueryError(f"Prometheus refused {data.get('query')!r}: {why}")
+        return body["data"]
+
+    async def query(self, expr: str, at: float) -> list[VectorSample]:
+        data = await self._post("/api/v1/query", {"query": expr, "time": f"{at:.3f}"})
+        if data.get("resultType") == "scalar":
+            return [VectorSample({}, float(data["result"][1]))]
+        items = data.get("result", [])
+        return [VectorSample(dict(item["metric"]), float(item["value"][1])) for item in items]
+
+    async def query_range(self, expr: str, start: float, end: float, step_s: float) -> list[list[float]]:
+        data = await self._post("/api/v1/query_range", {
+            "query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step_s:.3f}"})
+        return [[float(v) for _, v in item["values"]] for item in data.get("result", [])]
+
+
+def _single(samples: Sequence[VectorSample]) -> float | None:
+    return samples[0].value if samples else None
+
+
+def _quantiles(samples: Sequence[VectorSample]) -> Quantiles:
+    by_q = {float(s.labels.get("quantile", "nan")): s.value for s in samples}
+    return Quantiles(p50=by_q.get(0.5), p95=by_q.get(0.95), p99=by_q.get(0.99))
+
+
+def step_queries(lane: str, w: float) -> dict[str, str]:
+    """Every instant query of one step window, by name (sent as one ``named_union``)."""
+    return {
+        "tokens": promql.window_output_tokens(lane, w),
+        "users": promql.window_user_tokens(lane, w),
+        "outcomes": promql.window_requests_by_outcome(lane, w),
+        "ttft": promql.window_quantiles("loadgen_ttft_seconds", QUANTILES, lane, w),
+        "itl": promql.window_quantiles("loadgen_itl_seconds", QUANTILES, lane, w),
+        "e2e": promql.window_quantiles("loadgen_e2e_seconds", QUANTILES, lane, w),
+        "queue": promql.window_quantiles("loadgen_queue_seconds", QUANTILES, lane, w),
+        "stall_max": promql.window_quantile("loadgen_decode_stall_seconds", 1.0, lane, w),
+        "ttft_max": promql.window_quantile("loadgen_ttft_seconds", 1.0, lane, w),
+        "occupancy": promql.window_gauge_avg("runtime_batch_occupancy_ratio", lane, w),
+        "queue_depth": promql.window_gauge_avg("runtime_queue_depth", lane, w),
+        "gpu_used": promql.window_gauge_max("gpu_memory_used_bytes", lane, w),
+        "gpu_total": promql.window_gauge_max("gpu_memory_total_bytes", lane, w),
+        "rss": promql.window_gauge_max("runtime_process_resident_memory_bytes", lane, w),
+        "samples": promql.window_sample_count("loadgen_requests_total", lane, w),
+        "e2e_mean": promql.window_mean("loadgen_e2e_seconds", lane, w),
+    }
+
+
+async def fetch_step_figures(client: PromQLClient, window: StepWindow, config: PrometheusSourceConfig,
+                             limit: asyncio.Semaphore | None = None) -> StepFigures:
+    """The figures of one step window, from Prometheus."""
+    gate = limit or asyncio.Semaphore(config.max_in_flight)
+    lane, w, at = window.lane, window.duration_s, window.end
+
+    async def batches(e2e_mean: float | None) -> tuple[tuple[float, ...], float | None]:
+        shortest = max(config.min_batch_s, config.ci_min_e2e_multiple * (e2e_mean or math.inf))
+        usable = math.isfinite(shortest) and shortest > 0
+        n = min(config.ci_batches, math.floor(w / shortest)) if usable else 0
+        if n < 2:
+            return (), None
+        batch_s = w / n
+        async with gate:
+            series = await client.query_range(promql.batch_output_tokens(lane, batch_s),
+                                              window.start + batch_s, window.end + batch_s / 1000, batch_s)
+        values = tuple(series[0][:n]) if series else ()
+        return values, batch_s
+
+    async def instant() -> dict[str, list[VectorSample]]:
+        async with gate:
+            samples = await client.query(promql.named_union(step_queries(lane, w)), at)
+        parts: dict[str, list[VectorSample]] = {}
+        for s in samples:
+            labels = dict(s.labels)
+            name = labels.pop(promql.QUERY_LABEL, "")
+            parts.setdefault(name, []).append(VectorSample(labels, s.value))
+        return parts
+
+    got = await instant()
+    batch_tokens, batch_s = await batches(finite(_single(got.get("e2e_mean", []))))
+    results = PromStepResults(
+        output_tokens=_single(got.get("tokens", [])),
+        user_tokens={s.labels.get("user", ""): s.value for s in got.get("users", [])},
+        outcomes={s.labels.get("outcome", ""): s.value for s in got.get("outcomes", [])},
+        ttft=_quantiles(got.get("ttft", [])),
+        itl=_quantiles(got.get("itl", [])),
+        e2e=_quantiles(got.get("e2e", [])),
+        queue=_quantiles(got.get("queue", [])),
+        decode_stall_max_s=_single(got.get("stall_max", [])),
+        ttft_max_s=_single(got.get("ttft_max", [])),
+        occupancy_ratio=_single(got.get("occupancy", [])),
+        queue_depth_avg=_single(got.get("queue_depth", [])),
+        gpu_used_max=_single(got.get("gpu_used", [])),
+        gpu_total=_single(got.get("gpu_total", [])),
+        host_rss_max=_single(got.get("rss", [])),
+        batch_tokens=batch_tokens,
+        batch_s=batch_s,
+        samples=_single(got.get("samples", [])),
+    )
+    return figures_from_prometheus(window, results, confidence=config.confidence,
+                                   scrape_interval_s=config.scrape_interval_s,
+                                   min_scrape_coverage=config.min_scrape_coverage)
+
+
+async def fetch_run_figures(client: PromQLClient, manifest: RunManifest,
+                            config: PrometheusSourceConfig) -> dict[str, list[StepFigures]]:
+    """Figures of every step window of the run, per lane, all queries in flight together."""
+    gate = asyncio.Semaphore(config.max_in_flight)
+    windows = [w for w in manifest.steps if w.end > w.start]
+    figures = await asyncio.gather(*(fetch_step_figures(client, w, config, gate) for w in windows))
+    out: dict[str, list[StepFigures]] = {lane: [] for lane in manifest.lane_names()}
+    for fig in figures:
+        out.setdefault(fig.lane, []).append(fig)
+    return out

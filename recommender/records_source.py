@@ -1,0 +1,52 @@
+"""Step figures from a run folder's raw records: the offline source, exact where Prometheus is binned.
+
+Reads ``records.jsonl`` once, groups the records by (lane, concurrency) and hands each step window to
+``satbench.step_figures.compute_step_figures``, the very function the load generator uses for
+``steps.json``: quantiles are exact order statistics, not bucket interpolations. Server-side figures
+(occupancy, queue depth, memory) are not in the records and stay ``None``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from recommender.errors import RecordsUnavailable
+from satbench.figures import StepFigures
+from satbench.manifest import RunManifest, StepWindow
+from satbench.records import RequestRecord, read_records
+from satbench.step_figures import compute_step_figures
+
+__all__ = ["RECORDS_FILE", "figures_from_records", "load_records", "unusable_window_figures"]
+
+RECORDS_FILE = "records.jsonl"
+
+
+def unusable_window_figures(window: StepWindow, reason: str) -> StepFigures:
+    return StepFigures(lane=window.lane, concurrency=window.concurrency, window_s=max(0.0, window.duration_s),
+                       requests=0, errors=0, throughput_tok_s=0.0, requests_per_s=0.0, valid=False,
+                       reason=reason)
+
+
+def load_records(run_dir: Path) -> list[RequestRecord]:
+    path = run_dir / RECORDS_FILE
+    try:
+        return list(read_records(path))
+    except OSError as exc:
+        raise RecordsUnavailable(f"cannot read {path.name} in the run folder: {exc.strerror or exc}") from exc
+
+
+def figures_from_records(manifest: RunManifest, records: list[RequestRecord]) -> dict[str, list[StepFigures]]:
+    """Exact figures of every step window of the manifest, per lane."""
+    groups: dict[tuple[str, int], list[RequestRecord]] = defaultdict(list)
+    for rec in records:
+        if rec.run_id in ("", manifest.run_id):
+            groups[(rec.lane, rec.concurrency)].append(rec)
+    out: dict[str, list[StepFigures]] = {lane: [] for lane in manifest.lane_names()}
+    for window in manifest.steps:
+        if window.end <= window.start:
+            fig = unusable_window_figures(window, "empty step window (end <= start)")
+        else:
+            fig = compute_step_figures(groups.get((window.lane, window.concurrency), []), window)
+        out.setdefault(window.lane, []).append(fig)
+    return out

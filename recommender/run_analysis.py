@@ -1,0 +1,149 @@
+"""One finished run -> its recommendations document, without the HTTP service.
+
+``analyze_run`` is what the session orchestrator calls at the end of a run, and what the service calls
+when a run is registered. It prefers Prometheus (the live stack, the same numbers Grafana shows) and falls
+back to the run folder's records when Prometheus is unreachable or holds no load-generator samples for the
+run's windows; the document's ``source`` and ``notes`` then say so. When Prometheus answers but some
+windows are unusable there (missed scrapes) while the manifest holds them valid, those steps alone are
+taken from the records, and a note names each one. With neither source usable it raises
+``SourceUnavailable``; with neither source given, ``BadInput``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from recommender.analysis import analyze_lane
+from recommender.document import build_document, lane_fragment
+from recommender.errors import BadInput, PrometheusQueryError, SourceUnavailable
+from recommender.policy import Policy
+from recommender.prometheus_source import (
+    HttpxPromClient,
+    PrometheusSourceConfig,
+    PromQLClient,
+    fetch_run_figures,
+)
+from recommender.records_source import figures_from_records, load_records, unusable_window_figures
+from satbench.figures import StepFigures
+from satbench.manifest import RunManifest
+
+__all__ = ["analyze_run", "analyze_run_async", "document_from_figures"]
+
+
+def document_from_figures(manifest: RunManifest, figures: dict[str, list[StepFigures]], *, policy: Policy,
+                          source: dict[str, Any], generated_at: float, notes: list[str] | None = None
+                          ) -> dict[str, Any]:
+    lanes: dict[str, dict[str, Any]] = {}
+    for lane in manifest.lane_names():
+        ends = [w.end for w in manifest.windows(lane)]
+        analysis = analyze_lane(lane, figures.get(lane, []), policy)
+        lanes[lane] = lane_fragment(analysis, run_id=manifest.run_id, measured_at=max(ends) if ends else None)
+    return build_document(run_id=manifest.run_id, generated_at=generated_at, source=source, policy=policy,
+                          lanes=lanes, notes=notes)
+
+
+def _has_samples(figures: dict[str, list[StepFigures]]) -> bool:
+    return any(f.requests or f.errors for figs in figures.values() for f in figs)
+
+
+async def _from_prometheus(manifest: RunManifest, client: PromQLClient,
+                           config: PrometheusSourceConfig) -> dict[str, list[StepFigures]]:
+    usable = RunManifest(run_id=manifest.run_id, created_at=manifest.created_at, lanes=manifest.lanes,
+                         steps=[w for w in manifest.steps if w.end > w.start])
+    figures = await fetch_run_figures(client, usable, config)
+    for window in manifest.steps:
+        if window.end <= window.start:
+            figures.setdefault(window.lane, []).append(
+                unusable_window_figures(window, "empty step window (end <= start)"))
+    return figures
+
+
+async def _patch_from_records(manifest: RunManifest, figures: dict[str, list[StepFigures]], run_dir: Path,
+                              notes: list[str]) -> dict[str, list[StepFigures]]:
+    """Steps Prometheus could not support, replaced by the records' exact figures where those are valid."""
+    valid_windows = {(w.lane, w.concurrency) for w in manifest.steps if w.valid and w.end > w.start}
+    bad = {(f.lane, f.concurrency): f for figs in figures.values() for f in figs
+           if not f.valid and (f.lane, f.concurrency) in valid_windows}
+    if not bad:
+        return figures
+    try:
+        records = await asyncio.to_thread(load_records, run_dir)
+    except SourceUnavailable:
+        return figures
+    from_records = figures_from_records(manifest, records)
+    exact = {(f.lane, f.concurrency): f for figs in from_records.values() for f in figs}
+    patched: dict[str, list[StepFigures]] = {}
+    for lane, figs in figures.items():
+        patched[lane] = []
+        for fig in figs:
+            key = (fig.lane, fig.concurrency)
+            replacement = exact.get(key)
+            if key in bad and replacement is not None and replacement.valid:
+                notes.append(f"{fig.lane} c={fig.concurrency}: figures from the run's records ({fig.reason})")
+                fig = replacement
+            patched[lane].append(fig)
+    return patched
+
+
+async def analyze_run_async(
+    manifest: RunManifest,
+    *,
+    prometheus_url: str | None,
+    run_dir: Path | None,
+    policy: Policy,
+    source_config: PrometheusSourceConfig | None = None,
+    prom_client: PromQLClient | None = None,
+    prometheus_timeout_s: float = 10.0,
+    clock: Callable[[], float] = time.time,
+) -> dict[str, Any]:
+    """The recommendations document of ``manifest`` (see the module docstring for the source order)."""
+    config = source_config or PrometheusSourceConfig(confidence=policy.confidence)
+    notes: list[str] = []
+    if prometheus_url is None and prom_client is None and run_dir is None:
+        raise BadInput("no source: give a Prometheus URL or a run folder with records.jsonl")
+    if prometheus_url is not None or prom_client is not None:
+        url = prometheus_url or "(injected client)"
+        try:
+            if prom_client is not None:
+                figures = await _from_prometheus(manifest, prom_client, config)
+            else:
+                async with HttpxPromClient(url, timeout_s=prometheus_timeout_s) as client:
+                    figures = await _from_prometheus(manifest, client, config)
+            if _has_samples(figures) or run_dir is None:
+                if run_dir is not None:
+                    figures = await _patch_from_records(manifest, figures, run_dir, notes)
+                return document_from_figures(manifest, figures, policy=policy, generated_at=clock(),
+                                             source={"kind": "prometheus", "url": url}, notes=notes)
+            notes.append(f"Prometheus at {url} holds no load-generator samples for this run's windows")
+        except (SourceUnavailable, PrometheusQueryError) as exc:
+            if run_dir is None:
+                raise
+            notes.append(f"Prometheus unusable ({exc})")
+    assert run_dir is not None
+    records = await asyncio.to_thread(load_records, run_dir)
+    figures = figures_from_records(manifest, records)
+    if notes:
+        notes[-1] += "; figures computed from the run's records instead"
+    return document_from_figures(manifest, figures, policy=policy, generated_at=clock(),
+                                 source={"kind": "records", "run_dir": run_dir.name}, notes=notes)
+
+
+def analyze_run(manifest: RunManifest, *, prometheus_url: str | None, run_dir: Path | None,
+                policy: Policy) -> dict[str, Any]:
+    """Blocking form of ``analyze_run_async``; safe to call from inside a running event loop too."""
+
+    def run() -> dict[str, Any]:
+        return asyncio.run(analyze_run_async(manifest, prometheus_url=prometheus_url, run_dir=run_dir,
+                                             policy=policy))
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return run()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(run).result()

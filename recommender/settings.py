@@ -1,0 +1,63 @@
+"""Settings of the recommender service, validated once at the entry point.
+
+Environment variables prefixed ``SATBENCH_RECOMMENDER_`` (nested with ``__``, e.g.
+``SATBENCH_RECOMMENDER_POLICY__JAIN_MIN=0.8``) and a policy file (JSON or TOML, the ``policy`` table of a
+session config works too) feed one ``RecommenderSettings``; ``recommender.cli`` builds it and passes it to
+``create_app(settings)``. Nothing reads settings from module state.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from recommender.errors import BadInput
+from recommender.policy import PolicyModel
+from recommender.prometheus_source import PrometheusSourceConfig
+
+__all__ = ["RecommenderSettings", "load_policy_file"]
+
+
+class RecommenderSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SATBENCH_RECOMMENDER_", env_nested_delimiter="__",
+                                      extra="forbid")
+
+    prometheus_url: str | None = Field(default="http://127.0.0.1:9090", description="null: records only")
+    host: str = "127.0.0.1"
+    port: int = Field(default=9108, ge=0, le=65535)
+    runs_dir: Path | None = None
+    refresh_interval_s: float = Field(default=60.0, gt=0)
+    prometheus_timeout_s: float = Field(default=10.0, gt=0)
+    ci_batches: int = Field(default=10, ge=2)
+    ci_min_e2e_multiple: float = Field(default=10.0, gt=0, description="shortest batch in mean latencies")
+    min_batch_s: float = Field(default=2.0, gt=0, description="shortest interval batch (>= 2 scrapes)")
+    scrape_interval_s: float = Field(default=1.0, gt=0, description="Prometheus scrape interval of loadgen")
+    min_scrape_coverage: float = Field(default=0.8, ge=0, le=1, description="share of scrapes a window needs")
+    policy: PolicyModel = Field(default_factory=PolicyModel)
+
+    def source_config(self) -> PrometheusSourceConfig:
+        return PrometheusSourceConfig(ci_batches=self.ci_batches, min_batch_s=self.min_batch_s,
+                                      ci_min_e2e_multiple=self.ci_min_e2e_multiple,
+                                      confidence=self.policy.confidence,
+                                      scrape_interval_s=self.scrape_interval_s,
+                                      min_scrape_coverage=self.min_scrape_coverage)
+
+
+def load_policy_file(path: Path) -> PolicyModel:
+    """A policy from a JSON or TOML file: either the policy itself or a document with a ``policy`` table."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        data: Any = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"cannot read policy file {path}: {exc}") from exc
+    if isinstance(data, dict) and isinstance(data.get("policy"), dict):
+        data = data["policy"]
+    try:
+        return PolicyModel.model_validate(data)
+    except ValueError as exc:
+        raise BadInput(f"invalid policy in {path}: {exc}") from exc

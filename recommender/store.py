@@ -1,0 +1,195 @@
+"""The service's memory: registered runs, their analyses, and the document served right now.
+
+Analysis is expensive (hundreds of PromQL queries); serving is not allowed to be (p99 < 5 ms). So the
+store analyses a run when it is registered and again on each refresh tick, and keeps the current document
+twice: as a dict and pre-serialised as bytes, so ``GET /recommendations`` is a memory copy.
+
+The current document merges, lane by lane, the newest analysed run that measured the lane (a run of
+``moe`` alone does not hide yesterday's ``dense`` answer); each lane names its own ``run_id``. When a source
+fails (``SourceUnavailable``) the last good document stays and is served marked ``stale`` with its age;
+with no good document yet there is nothing to serve (``NothingToServe``, a 503 at the edge).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from recommender.document import mark_stale
+from recommender.errors import NothingToServe, SourceUnavailable, UnknownLane, UnknownRun
+from satbench.manifest import RunManifest, read_manifest
+
+__all__ = ["Analyzer", "RecommendationStore", "RunEntry"]
+
+
+class Analyzer(Protocol):
+    async def __call__(self, manifest: RunManifest, run_dir: Path | None) -> dict[str, Any]: ...
+
+
+@dataclass(slots=True)
+class RunEntry:
+    manifest: RunManifest
+    registered_at: float
+    document: dict[str, Any] | None = None
+    reason: str | None = None
+
+    @property
+    def sort_key(self) -> tuple[float, str]:
+        return (self.manifest.created_at, self.manifest.run_id)
+
+
+class RecommendationStore:
+    def __init__(self, analyzer: Analyzer, *, runs_dir: Path | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self._analyzer = analyzer
+        self._runs_dir = runs_dir
+        self._clock = clock
+        self._runs: dict[str, RunEntry] = {}
+        self._current: dict[str, Any] | None = None
+        self._current_bytes: bytes | None = None
+        self._good_at: float | None = None
+        self._stale_reason: str | None = None
+        self._lock = asyncio.Lock()
+
+    # -- runs --------------------------------------------------------------------------------------
+    def run_dir(self, run_id: str) -> Path | None:
+        if self._runs_dir is None:
+            return None
+        path = self._runs_dir / run_id
+        return path if path.is_dir() else None
+
+    def load_runs_dir(self) -> int:
+        """Registers (without analysing) every ``<runs_dir>/<run_id>/manifest.json``; returns how many."""
+        if self._runs_dir is None or not self._runs_dir.is_dir():
+            return 0
+        found = 0
+        for path in sorted(self._runs_dir.glob("*/manifest.json")):
+            try:
+                manifest = read_manifest(path)
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            self._runs.setdefault(manifest.run_id, RunEntry(manifest, self._clock()))
+            found += 1
+        return found
+
+    def run(self, run_id: str) -> RunEntry:
+        entry = self._runs.get(run_id)
+        if entry is None:
+            raise UnknownRun(f"no run {run_id!r} is registered")
+        return entry
+
+    @property
+    def run_count(self) -> int:
+        return len(self._runs)
+
+    async def register(self, manifest: RunManifest) -> RunEntry:
+        """Registers (or replaces) a run and analyses it now; a source failure leaves it pending."""
+        entry = RunEntry(manifest, self._clock())
+        self._runs[manifest.run_id] = entry
+        self._persist(manifest)
+        await self._analyze([entry])
+        return entry
+
+    async def ensure_analyzed(self, run_id: str) -> RunEntry:
+        entry = self.run(run_id)
+        if entry.document is None:
+            await self._analyze([entry])
+        return entry
+
+    def _persist(self, manifest: RunManifest) -> None:
+        if self._runs_dir is None:
+            return
+        path = self._runs_dir / manifest.run_id / "manifest.json"
+        if not path.exists():
+            manifest.write(path)
+
+    # -- analysis ----------------------------------------------------------------------------------
+    def _current_entries(self) -> list[RunEntry]:
+        """Per lane, the newest run that measured it."""
+        chosen: dict[str, RunEntry] = {}
+        for entry in sorted(self._runs.values(), key=lambda e: e.sort_key):
+            for lane in entry.manifest.lane_names():
+                chosen[lane] = entry
+        unique = {id(e): e for e in chosen.values()}
+        return sorted(unique.values(), key=lambda e: e.sort_key)
+
+    async def refresh(self) -> None:
+        """Re-analyses the runs behind the current document (the refresh tick)."""
+        await self._analyze(self._current_entries())
+
+    async def _analyze(self, entries: list[RunEntry]) -> None:
+        async with self._lock:
+            results = await asyncio.gather(
+                *(self._analyzer(e.manifest, self.run_dir(e.manifest.run_id)) for e in entries),
+                return_exceptions=True,
+            )
+            failure: str | None = None
+            for entry, result in zip(entries, results, strict=True):
+                if isinstance(result, SourceUnavailable):
+                    entry.reason = str(result)
+                    failure = str(result)
+                elif isinstance(result, BaseException):
+                    entry.reason = f"analysis failed: {result!r}"
+                    failure = entry.reason
+                else:
+                    entry.document, entry.reason = result, None
+            self._rebuild(failure)
+
+    def _rebuild(self, failure: str | None) -> None:
+        entries = [e for e in self._current_entries() if e.document is not None]
+        if failure is not None:
+            self._stale_reason = failure
+            if self._current is not None:
+                return
+        else:
+            self._stale_reason = None
+        if not entries:
+            return
+        newest = entries[-1].document
+        assert newest is not None
+        merged = dict(newest)
+        lanes: dict[str, Any] = {}
+        for entry in entries:
+            assert entry.document is not None
+            lanes.update(entry.document["lanes"])
+        merged["lanes"] = {lane: lanes[lane] for lane in sorted(lanes)}
+        self._current = merged
+        self._current_bytes = json.dumps(merged, separators=(",", ":")).encode()
+        self._good_at = self._clock()
+
+    # -- serving -----------------------------------------------------------------------------------
+    @property
+    def state(self) -> str:
+        if self._current is None:
+            return "none"
+        return "stale" if self._stale_reason else "fresh"
+
+    def _nothing(self) -> NothingToServe:
+        why = self._stale_reason or "no run has been registered yet (POST /runs, or --runs-dir)"
+        return NothingToServe(f"no recommendations to serve yet: {why}")
+
+    def document(self) -> dict[str, Any]:
+        if self._current is None:
+            raise self._nothing()
+        if self._stale_reason is None:
+            return self._current
+        generated = self._good_at if self._good_at is not None else self._clock()
+        return mark_stale(self._current, age_s=self._clock() - generated, reason=self._stale_reason)
+
+    def document_bytes(self) -> bytes:
+        """The serialised document: cached bytes when fresh, rendered with its age when stale."""
+        if self._current_bytes is not None and self._stale_reason is None:
+            return self._current_bytes
+        return json.dumps(self.document(), separators=(",", ":")).encode()
+
+    def lane(self, lane: str) -> dict[str, Any]:
+        lanes = self.document()["lanes"]
+        if lane not in lanes:
+            known = ", ".join(sorted(lanes)) or "none"
+            raise UnknownLane(f"no lane {lane!r} in the current recommendations (lanes: {known})")
+        return dict(lanes[lane])

@@ -1,0 +1,254 @@
+"""Evidence for the run manifest: versions, hardware, network round-trips, runtime build and model files.
+
+A reader of ``runs/<run_id>/manifest.json`` must be able to tell what produced the numbers without asking
+anyone: which satbench (version and git commit), on which machine (CPU model, cores, RAM; GPU name, driver and
+VRAM from NVML, or ``null`` with the reason it is absent), against which endpoints (URL and the median
+round-trip of a few ``GET /health``), which runtime build (``/props``) and which model files (path, size and
+sha256 of every split of a GGUF model).
+
+Every source is injectable (``GpuReader``, an ``httpx.Client``, a clock) so tests run on fixtures;
+collecting a piece never raises: a failure becomes ``{"error": "..."}`` in that piece, because missing
+evidence must not stop a benchmark. API keys and other secrets are redacted from the config before
+it is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+import psutil
+
+from satbench import __version__
+
+__all__ = [
+    "REDACTED",
+    "GpuReader",
+    "NvmlGpuReader",
+    "collect_hardware",
+    "collect_versions",
+    "cpu_model",
+    "describe_model_dir",
+    "git_commit",
+    "measure_round_trip",
+    "redact_secrets",
+    "refuse_home_path",
+    "runtime_props",
+]
+
+REDACTED = "***"
+_SECRET_WORDS = ("api_key", "apikey", "token", "password", "secret", "authorization")
+_MODEL_SUFFIXES = (".gguf",)
+
+
+def redact_secrets(value: Any) -> Any:
+    """A deep copy of ``value`` where every key that names a secret (api_key, token...) holds ``***``."""
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            secret = any(word in str(key).lower().replace("-", "_") for word in _SECRET_WORDS)
+            out[str(key)] = REDACTED if secret and item not in (None, "") else redact_secrets(item)
+        return out
+    if isinstance(value, list | tuple):
+        return [redact_secrets(v) for v in value]
+    return value
+
+
+def git_commit(repo_dir: Path | None = None) -> str | None:
+    """The commit of the checkout satbench runs from (``+dirty`` when the tree has changes), or None."""
+    where = repo_dir or Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(where), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(where), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{head}+dirty" if dirty else head or None
+
+
+def collect_versions() -> dict[str, Any]:
+    return {
+        "satbench": __version__,
+        "git_commit": git_commit(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+    }
+
+
+def cpu_model(cpuinfo: str | None = None) -> str | None:
+    """The CPU's model name from ``/proc/cpuinfo`` text (``model name`` on x86, ``Model`` on some ARM)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return platform.processor() or None
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, _, val = line.partition(":")
+        fields.setdefault(key.strip().lower(), val.strip())
+    for key in ("model name", "hardware", "cpu model", "processor"):
+        if fields.get(key) and not fields[key].isdigit():
+            return fields[key]
+    return platform.processor() or None
+
+
+class GpuReader(Protocol):
+    def gpus(self) -> list[dict[str, Any]]:
+        """One dict per GPU: name, driver, memory_total_bytes; raises when no GPU can be read."""
+        ...
+
+
+class NvmlGpuReader:
+    """Reads GPUs through NVML (``pynvml``); raises when the library or the driver is absent."""
+
+    def gpus(self) -> list[dict[str, Any]]:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            driver = pynvml.nvmlSystemGetDriverVersion()
+            out = []
+            for index in range(pynvml.nvmlDeviceGetCount()):
+                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+                name = pynvml.nvmlDeviceGetName(handle)
+                out.append(
+                    {
+                        "index": index,
+                        "name": name.decode() if isinstance(name, bytes) else str(name),
+                        "driver": driver.decode() if isinstance(driver, bytes) else str(driver),
+                        "memory_total_bytes": int(mem.total),
+                    }
+                )
+            return out
+        finally:
+            pynvml.nvmlShutdown()
+
+
+def collect_hardware(gpu_reader: GpuReader | None = None, cpuinfo: str | None = None) -> dict[str, Any]:
+    """CPU model, logical/physical cores, RAM; ``gpu`` is a list, or None with ``gpu_reason``."""
+    hardware: dict[str, Any] = {
+        "cpu_model": cpu_model(cpuinfo),
+        "cpu_cores_logical": psutil.cpu_count(logical=True),
+        "cpu_cores_physical": psutil.cpu_count(logical=False),
+        "ram_bytes": int(psutil.virtual_memory().total),
+        "machine": platform.machine(),
+    }
+    reader = gpu_reader or NvmlGpuReader()
+    try:
+        gpus = reader.gpus()
+    except Exception as exc:  # NVML raises its own error tree, ImportError, OSError...
+        hardware["gpu"] = None
+        hardware["gpu_reason"] = f"NVML unavailable: {type(exc).__name__}: {exc}".strip()
+    else:
+        hardware["gpu"] = gpus or None
+        if not gpus:
+            hardware["gpu_reason"] = "NVML reports no GPU"
+    return hardware
+
+
+def measure_round_trip(
+    client: httpx.Client,
+    url: str,
+    *,
+    path: str = "/health",
+    samples: int = 5,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[str, Any]:
+    """Median round-trip of ``samples`` GETs of ``url + path``; non-2xx answers still count as a trip."""
+    target = url.rstrip("/") + path
+    trips: list[float] = []
+    error: str | None = None
+    for _ in range(max(1, samples)):
+        started = clock()
+        try:
+            client.get(target)
+        except httpx.HTTPError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            continue
+        trips.append(clock() - started)
+    result: dict[str, Any] = {
+        "url": url,
+        "probe": target,
+        "samples": len(trips),
+        "rtt_median_s": statistics.median(trips) if trips else None,
+        "rtt_min_s": min(trips) if trips else None,
+        "rtt_max_s": max(trips) if trips else None,
+    }
+    if error is not None:
+        result["error"] = error
+    return result
+
+
+def runtime_props(client: httpx.Client, url: str) -> dict[str, Any]:
+    """The runtime's build evidence from ``GET /props`` (llama.cpp): build info, model path, slot count."""
+    try:
+        resp = client.get(url.rstrip("/") + "/props")
+        resp.raise_for_status()
+        props = resp.json()
+    except (httpx.HTTPError, ValueError) as exc:
+        return {"error": f"GET /props failed: {type(exc).__name__}: {exc}"}
+    if not isinstance(props, dict):
+        return {"error": "GET /props did not return a JSON object"}
+    keep = ("build_info", "model_path", "total_slots", "chat_template", "modalities")
+    out = {k: props[k] for k in keep if k in props and k != "chat_template"}
+    settings = props.get("default_generation_settings")
+    if isinstance(settings, dict):
+        out["n_ctx"] = settings.get("n_ctx")
+    if "chat_template" in props:
+        out["chat_template_sha256"] = hashlib.sha256(str(props["chat_template"]).encode()).hexdigest()
+    return out
+
+
+def refuse_home_path(path: Path) -> Path:
+    """Resolves ``path`` and refuses any location under ``/home`` (models live in a configured model dir)."""
+    resolved = path.expanduser().resolve()
+    if resolved == Path("/home") or Path("/home") in resolved.parents:
+        raise ValueError(f"model directory {resolved} is under /home; configure a model_dir elsewhere")
+    return resolved
+
+
+def _sha256(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def describe_model_dir(model_dir: Path, names: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """Path, size, sha256 of every GGUF file (every split) in ``model_dir``; ``names`` filter by prefix."""
+    root = refuse_home_path(model_dir)
+    if not root.is_dir():
+        raise ValueError(f"model directory {root} does not exist")
+    wanted = tuple(names or ())
+    files = sorted(
+        p
+        for p in root.rglob("*")
+        if p.is_file() and p.name.endswith(_MODEL_SUFFIXES) and (not wanted or p.name.startswith(wanted))
+    )
+    return [
+        {"path": str(p), "name": p.name, "size_bytes": p.stat().st_size, "sha256": _sha256(p)}
+        for p in files
+        if os.access(p, os.R_OK)
+    ]

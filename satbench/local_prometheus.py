@@ -1,0 +1,121 @@
+"""A Prometheus for one session: generated config and storage in the run folder, loopback only.
+
+The session starts the Debian ``prometheus`` binary (found on PATH, or as configured) with a config that
+lists exactly this run's targets: one exporter per lane (the lane is a target label, as DESIGN.md asks), the
+load generator and the recommender, scraped every ``scrape_interval_s``, plus the recording and alerting
+rules of the repository's ``prometheus/rules/``. The text comes from the exporter's
+``render_prometheus_config``, so the per-run config and the committed one agree. ``wait_targets_up`` blocks
+until every target has been scraped once, so the first step window already has samples.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from exporter.promconfig import ScrapeTarget, render_prometheus_config
+from satbench.processes import ProcessSet, StartError, wait_until_ready
+
+__all__ = [
+    "INSTALL_HINT",
+    "PROMETHEUS_DIR",
+    "ScrapeTarget",
+    "find_prometheus",
+    "render_prometheus_config",
+    "rule_files",
+    "start_prometheus",
+    "wait_targets_up",
+]
+
+INSTALL_HINT = "apt-get install prometheus"
+PROMETHEUS_DIR = Path(__file__).resolve().parent.parent / "prometheus"
+
+
+def find_prometheus(binary: str) -> str:
+    found = shutil.which(binary)
+    if found is None:
+        raise StartError(f"Prometheus not found ({binary!r} is not on PATH); install it: {INSTALL_HINT}")
+    return found
+
+
+def rule_files(root: Path = PROMETHEUS_DIR) -> list[Path]:
+    """The rule files of ``prometheus/rules/`` (``*.yml``, ``*.yaml``), sorted."""
+    folder = root / "rules"
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.suffix in (".yml", ".yaml") and p.is_file())
+
+
+@dataclass(frozen=True, slots=True)
+class StartedPrometheus:
+    url: str
+    config_path: Path
+    storage_path: Path
+    pid: int
+
+
+def start_prometheus(
+    processes: ProcessSet, binary: str, folder: Path, config_text: str, *, port: int, timeout_s: float
+) -> StartedPrometheus:
+    folder.mkdir(parents=True, exist_ok=True)
+    config_path = folder / "prometheus.yml"
+    config_path.write_text(config_text, encoding="utf-8")
+    storage = folder / "data"
+    argv = [
+        find_prometheus(binary),
+        f"--config.file={config_path}",
+        f"--storage.tsdb.path={storage}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--storage.tsdb.retention.time=30d",
+        "--log.level=warn",
+    ]
+    child = processes.start("prometheus", argv)
+    url = f"http://127.0.0.1:{port}"
+    wait_until_ready(child, f"{url}/-/ready", timeout_s=timeout_s)
+    return StartedPrometheus(url=url, config_path=config_path, storage_path=storage, pid=child.pid)
+
+
+def wait_targets_up(
+    url: str,
+    expected: int,
+    *,
+    timeout_s: float,
+    client: httpx.Client | None = None,
+    ignore_jobs: Sequence[str] = (),
+) -> None:
+    """Waits until ``expected`` active targets (jobs in ``ignore_jobs`` aside) report health ``up``.
+
+    Raises StartError naming the targets still down at the deadline.
+    """
+    http = client or httpx.Client(timeout=2.0)
+    deadline = time.monotonic() + timeout_s
+    down: list[str] = ["(no answer)"]
+    try:
+        while time.monotonic() < deadline:
+            try:
+                data = http.get(f"{url}/api/v1/targets", params={"state": "active"}).json()
+                active = [
+                    t
+                    for t in data["data"]["activeTargets"]
+                    if (t.get("labels") or {}).get("job") not in ignore_jobs
+                ]
+            except (httpx.HTTPError, ValueError, KeyError, TypeError):
+                time.sleep(0.2)
+                continue
+            down = [
+                f"{t.get('scrapeUrl')}: {t.get('lastError') or t.get('health')}"
+                for t in active
+                if t.get("health") != "up"
+            ]
+            if len(active) >= expected and not down:
+                return
+            time.sleep(0.2)
+    finally:
+        if client is None:
+            http.close()
+    raise StartError(f"Prometheus targets not up after {timeout_s:.0f} s: {'; '.join(down)}")

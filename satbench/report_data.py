@@ -1,0 +1,208 @@
+"""Reads a run folder's raw files into one frozen ``RunReport`` that the HTML and Markdown writers render.
+
+Sources, in order of trust: ``steps.json`` (exact client-side figures the load generator computed from the
+records), then ``recommendations.json`` (the recommender's figures per step, which add what only the server
+side knows: occupancy, queue depth, memory), then ``records.jsonl`` (used to compute figures with
+``satbench.step_figures`` when ``steps.json`` is missing). For each (lane, concurrency) the client figures
+win and missing fields are filled from the recommender's step; nothing is invented, an unknown stays None.
+
+``steps.json`` may be a list of step objects, ``{"steps": [...]}`` or ``{"lanes": {lane: [...]}}``; each
+step carries a ``lane`` (or takes it from the ``lanes`` key). Reading is pure apart from opening the files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from satbench.figures import StepFigures
+from satbench.manifest import RunManifest, StepWindow
+
+__all__ = ["LaneReport", "RunReport", "load_run", "merge_steps", "parse_steps_document", "starvation_verdict"]
+
+DEFAULT_STALL_MAX_RATIO = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class LaneReport:
+    lane: str
+    steps: tuple[StepFigures, ...]
+    status: str = "unknown"
+    recommended: int | None = None
+    saturation: int | None = None
+    binding_constraint: str | None = None
+    reason: str | None = None
+    throughput_at_recommended: float | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class RunReport:
+    run_id: str
+    manifest: RunManifest
+    lanes: tuple[LaneReport, ...]
+    policy: dict[str, Any]
+    recommendations: dict[str, Any] | None
+    records_count: int | None
+    problems: tuple[str, ...] = ()
+
+    @property
+    def stall_max_ratio(self) -> float:
+        value = self.policy.get("decode_stall_max_ratio")
+        return float(value) if isinstance(value, int | float) else DEFAULT_STALL_MAX_RATIO
+
+
+def starvation_verdict(step: StepFigures, stall_max_ratio: float) -> str:
+    """``ok``, ``decode starved`` (longest stall past the policy's ratio to ITL p50) or ``unknown``."""
+    if step.decode_stall_max_ratio is None:
+        return "unknown"
+    return "decode starved" if step.decode_stall_max_ratio > stall_max_ratio else "ok"
+
+
+def parse_steps_document(doc: Any) -> list[StepFigures]:
+    """Step figures from any of the accepted ``steps.json`` shapes (see the module docstring)."""
+    items: list[dict[str, Any]] = []
+    if isinstance(doc, dict) and isinstance(doc.get("lanes"), dict):
+        for lane, steps in doc["lanes"].items():
+            if isinstance(steps, dict):
+                steps = steps.get("steps") or []
+            items.extend({"lane": lane, **s} for s in steps if isinstance(s, dict))
+    elif isinstance(doc, dict) and isinstance(doc.get("steps"), list):
+        items = [s for s in doc["steps"] if isinstance(s, dict)]
+    elif isinstance(doc, list):
+        items = [s for s in doc if isinstance(s, dict)]
+    else:
+        raise ValueError("steps.json must be a list of steps, {'steps': [...]} or {'lanes': {...}}")
+    out = []
+    for item in items:
+        nested = item.get("figures")
+        figures: dict[str, Any] = nested if isinstance(nested, dict) else item
+        merged = {"lane": item.get("lane", ""), **figures}
+        out.append(StepFigures.from_dict(merged))
+    return out
+
+
+def merge_steps(primary: StepFigures | None, secondary: StepFigures | None) -> StepFigures:
+    """``primary``'s figures, with every None field (and empty quantiles) filled from ``secondary``."""
+    if primary is None or secondary is None:
+        chosen = primary or secondary
+        if chosen is None:
+            raise ValueError("merge_steps needs at least one step")
+        return chosen
+    updates: dict[str, Any] = {}
+    for f in dataclasses.fields(StepFigures):
+        mine, theirs = getattr(primary, f.name), getattr(secondary, f.name)
+        if mine is None and theirs is not None:
+            updates[f.name] = theirs
+        elif dataclasses.is_dataclass(mine) and dataclasses.is_dataclass(theirs):
+            sub = {
+                g.name: getattr(theirs, g.name)
+                for g in dataclasses.fields(mine)
+                if getattr(mine, g.name) is None and getattr(theirs, g.name) is not None
+            }
+            if sub:
+                updates[f.name] = dataclasses.replace(mine, **sub)  # type: ignore[type-var]
+    return dataclasses.replace(primary, **updates) if updates else primary
+
+
+def _apply_window(step: StepFigures, window: StepWindow | None) -> StepFigures:
+    """A step whose manifest window is invalid is invalid too, with the window's reason."""
+    if window is None or window.valid or not step.valid:
+        return step
+    return dataclasses.replace(step, valid=False, reason=step.reason or window.reason)
+
+
+def _read_json(path: Path, problems: list[str]) -> Any:
+    if not path.exists():
+        problems.append(f"{path.name} is missing")
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        problems.append(f"{path.name} is unreadable: {exc}")
+        return None
+
+
+def _steps_from_records(run_dir: Path, manifest: RunManifest, problems: list[str]) -> list[StepFigures]:
+    try:
+        from satbench.records import read_records
+        from satbench.step_figures import compute_step_figures
+    except ImportError:
+        problems.append("steps.json is missing and satbench.step_figures is not available to recompute it")
+        return []
+    records = list(read_records(run_dir / "records.jsonl"))
+    problems.append("steps.json is missing: figures recomputed from records.jsonl")
+    return [compute_step_figures(records, window) for window in manifest.steps]
+
+
+def _count_lines(path: Path) -> int | None:
+    if not path.exists():
+        return None
+    with path.open(encoding="utf-8") as fh:
+        return sum(1 for line in fh if line.strip())
+
+
+def load_run(run_dir: Path) -> RunReport:
+    """Reads ``run_dir``; raises ValueError only when ``manifest.json`` itself is missing or invalid."""
+    problems: list[str] = []
+    manifest_doc = _read_json(run_dir / "manifest.json", problems)
+    if manifest_doc is None:
+        raise ValueError(f"{run_dir} is not a run folder: {'; '.join(problems)}")
+    manifest = RunManifest.from_dict(manifest_doc)
+    client_steps: list[StepFigures] = []
+    steps_doc = _read_json(run_dir / "steps.json", problems)
+    if steps_doc is not None:
+        try:
+            client_steps = parse_steps_document(steps_doc)
+        except (ValueError, KeyError, TypeError) as exc:
+            problems.append(f"steps.json has an unexpected shape: {exc}")
+    elif (run_dir / "records.jsonl").exists():
+        client_steps = _steps_from_records(run_dir, manifest, problems)
+    recs = _read_json(run_dir / "recommendations.json", problems)
+    recs = recs if isinstance(recs, dict) else None
+    rec_lanes: dict[str, Any] = dict(recs.get("lanes") or {}) if recs else {}
+    lane_names = manifest.lane_names()
+    for name in [*(s.lane for s in client_steps), *rec_lanes]:
+        if name and name not in lane_names:
+            lane_names.append(name)
+    lanes = []
+    for name in lane_names:
+        answer = rec_lanes.get(name) or {}
+        server_steps: dict[int, StepFigures] = {}
+        for raw in answer.get("steps") or []:
+            try:
+                fig = StepFigures.from_dict({"lane": name, **raw})
+            except (KeyError, TypeError, ValueError):
+                continue
+            server_steps[fig.concurrency] = fig
+        mine = {s.concurrency: s for s in client_steps if s.lane == name}
+        windows = {w.concurrency: w for w in manifest.windows(name)}
+        merged = tuple(
+            _apply_window(merge_steps(mine.get(c), server_steps.get(c)), windows.get(c))
+            for c in sorted(set(mine) | set(server_steps))
+        )
+        lanes.append(
+            LaneReport(
+                lane=name,
+                steps=merged,
+                status=str(answer.get("status", "unknown" if recs is None else "missing")),
+                recommended=answer.get("recommended_concurrency"),
+                saturation=answer.get("saturation_concurrency"),
+                binding_constraint=answer.get("binding_constraint"),
+                reason=answer.get("reason"),
+                throughput_at_recommended=answer.get("throughput_at_recommended_tok_s"),
+                details={k: answer[k] for k in ("fairness", "starvation") if k in answer},
+            )
+        )
+    return RunReport(
+        run_id=manifest.run_id,
+        manifest=manifest,
+        lanes=tuple(lanes),
+        policy=dict((recs or {}).get("policy") or {}),
+        recommendations=recs,
+        records_count=_count_lines(run_dir / "records.jsonl"),
+        problems=tuple(problems),
+    )

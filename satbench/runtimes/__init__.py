@@ -1,0 +1,35 @@
+"""Runtimes that satbench starts itself: a real ``llama-server`` (:mod:`satbench.runtimes.llamacpp`) or the
+embedded simulator. Both hand the session the same small view, :class:`RunningRuntime`, so the session and
+the run manifest never care which one is behind a lane.
+
+This module stays import-light (no httpx, no subprocess): the launchers live in submodules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["RunningRuntime"]
+
+
+@runtime_checkable
+class RunningRuntime(Protocol):
+    """A runtime process that is up and answering: where it listens, which process, how it was started.
+
+    ``url`` is the base URL (``http://127.0.0.1:PORT``, no trailing slash); ``pid`` the process id (``None``
+    for an in-process runtime); ``command`` the exact argv it was started with; ``props`` the runtime's
+    build information (llama.cpp's ``GET /props`` body, or the simulator's equivalent), for the manifest.
+    """
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def pid(self) -> int | None: ...
+
+    @property
+    def command(self) -> Sequence[str]: ...
+
+    @property
+    def props(self) -> Mapping[str, Any]: ...

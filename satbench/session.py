@@ -1,0 +1,393 @@
+"""One benchmark session: start what the config does not point at, walk the ladder, answer, clean up.
+
+Order of a session (``run_session``):
+
+1. Refuse early: a Prometheus binary must exist when one is to be started (the reason names the install
+   command); the run folder ``<out>/<run_id>/`` is created.
+2. Start, each as its own process group (``satbench.processes``): one runtime per lane (simulator, or a real
+   ``llama-server``; ``external`` lanes are only checked to answer ``/health``), one exporter per lane, the
+   recommender, then Prometheus with a config listing exactly those targets plus the load generator's
+   /metrics port (picked before it starts). Wait until Prometheus has scraped every target once.
+3. Evidence for the manifest (``satbench.evidence``): command, redacted config, versions and git commit,
+   hardware, network round trips, runtime ``/props``, model files.
+4. Walk the ladder in-process (loadgen's ``run_ladder``), which writes records.jsonl, steps.json and the
+   manifest's step windows.
+5. Wait two scrape intervals (the last window's samples reach Prometheus), register the manifest with the
+   recommender (``POST /runs``) and fetch its answer (``GET /runs/{run_id}``); if the service fails, the
+   same analysis runs in-process and the document notes it. Write recommendations.json, report.html and
+   README.md, print a table per lane and the recommendations.
+6. Always (``finally``, atexit, SIGTERM/SIGHUP handlers, Ctrl-C): stop every child process group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shlex
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from exporter.promconfig import EXPORTER_JOB, LOADGEN_JOB, RECOMMENDER_JOB, ScrapeTarget
+from satbench import evidence
+from satbench.local_prometheus import (
+    find_prometheus,
+    render_prometheus_config,
+    rule_files,
+    start_prometheus,
+    wait_targets_up,
+)
+from satbench.manifest import RunManifest, new_run_id, write_json_atomic
+from satbench.processes import ProcessSet, StartError, install_signal_handlers, wait_until_ready
+from satbench.session_config import LaneRuntime, SessionConfig
+
+__all__ = ["LaneEndpoint", "SessionResult", "free_loopback_port", "run_session"]
+
+Say = Callable[[str], None]
+
+
+def free_loopback_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class LaneEndpoint:
+    lane: LaneRuntime
+    url: str
+    pid: int | None = None
+    exporter_url: str | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SessionResult:
+    run_dir: Path
+    manifest: RunManifest | None
+    recommendations: dict[str, Any] | None
+    exit_code: int
+    pids: list[int] = field(default_factory=list)
+
+
+def _python_cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "satbench.cli", *args]
+
+
+def _start_runtime(
+    lane: LaneRuntime, config: SessionConfig, processes: ProcessSet, stack: contextlib.ExitStack, say: Say
+) -> LaneEndpoint:
+    if lane.runtime == "simulator":
+        from satbench.runtimes.simulator import start_simulator
+
+        sim = start_simulator(
+            processes, lane.name, lane.profile, port=free_loopback_port(), timeout_s=config.start_timeout_s
+        )
+        say(f"  lane {lane.name}: simulator ({lane.profile}) at {sim.url}")
+        return LaneEndpoint(
+            lane,
+            sim.url,
+            sim.pid,
+            info={"runtime": "simulator", "profile": lane.profile, "command": list(sim.command)},
+        )
+    if lane.runtime == "external":
+        assert lane.url is not None
+        url = lane.url.rstrip("/")
+        try:
+            resp = httpx.get(f"{url}/health", timeout=5.0)
+        except httpx.HTTPError as exc:
+            raise StartError(
+                f"lane {lane.name}: runtime at {url} is not answering ({type(exc).__name__})"
+            ) from exc
+        if resp.status_code != 200:
+            raise StartError(f"lane {lane.name}: runtime at {url}/health answered HTTP {resp.status_code}")
+        say(f"  lane {lane.name}: external runtime at {url}")
+        return LaneEndpoint(lane, url, None, info={"runtime": "external"})
+    try:
+        from satbench.runtimes.llamacpp import LlamaServer, LlamaServerError, LlamaServerSpec
+    except ImportError as exc:
+        raise StartError(f"lane {lane.name}: llama.cpp runtime support is unavailable: {exc}") from exc
+    assert config.model_dir is not None and lane.model_file is not None
+    model_path = config.model_dir / lane.model_file
+    spec = LlamaServerSpec(model=model_path, parallel=lane.parallel, ctx_size=lane.ctx_size)
+    try:
+        server = stack.enter_context(
+            LlamaServer(spec, processes.log_dir / f"llamacpp-{lane.name}.log", ready_timeout_s=120.0)
+        )
+    except (LlamaServerError, OSError, ValueError) as exc:
+        raise StartError(f"lane {lane.name}: llama-server did not start: {exc}") from exc
+    say(f"  lane {lane.name}: llama-server ({lane.model_file}) at {server.url}")
+    return LaneEndpoint(
+        lane,
+        server.url,
+        server.pid,
+        info={"runtime": "llamacpp", "model_file": str(model_path), "command": list(server.command)},
+    )
+
+
+def _start_exporter(endpoint: LaneEndpoint, processes: ProcessSet, timeout_s: float) -> None:
+    port = free_loopback_port()
+    argv = _python_cli("exporter", "--runtime-url", endpoint.url, "--host", "127.0.0.1", "--port", str(port))
+    if endpoint.pid is not None:
+        argv += ["--runtime-pid", str(endpoint.pid)]
+    child = processes.start(f"exporter-{endpoint.lane.name}", argv)
+    endpoint.exporter_url = f"http://127.0.0.1:{port}"
+    wait_until_ready(child, f"{endpoint.exporter_url}/metrics", timeout_s=timeout_s)
+
+
+def _start_recommender(
+    config: SessionConfig, prom_url: str, run_dir: Path, processes: ProcessSet, port: int
+) -> tuple[str, Any]:
+    argv = _python_cli("recommender", "--prometheus-url", prom_url, "--port", str(port))
+    if config.policy:
+        policy_path = run_dir / "policy.json"
+        write_json_atomic(policy_path, config.policy)
+        argv += ["--policy", str(policy_path)]
+    child = processes.start("recommender", argv)
+    return f"http://127.0.0.1:{port}", child
+
+
+def _model_files(endpoint: LaneEndpoint, config: SessionConfig) -> list[dict[str, Any]]:
+    if endpoint.lane.runtime != "llamacpp" or config.model_dir is None or not endpoint.lane.model_file:
+        return []
+    stem = Path(endpoint.lane.model_file).name.split("-00001-of-")[0].removesuffix(".gguf")
+    return evidence.describe_model_dir(config.model_dir, [stem])
+
+
+def _build_manifest(
+    run_id: str,
+    command: Sequence[str],
+    config: SessionConfig,
+    endpoints: list[LaneEndpoint],
+    prometheus: dict[str, Any],
+    gpu_reader: evidence.GpuReader | None,
+) -> RunManifest:
+    lanes: dict[str, dict[str, Any]] = {}
+    network: dict[str, Any] = {}
+    with httpx.Client(timeout=3.0) as client:
+        for ep in endpoints:
+            network[ep.lane.name] = evidence.measure_round_trip(client, ep.url)
+            try:
+                files = _model_files(ep, config)
+            except ValueError as exc:
+                files = [{"error": str(exc)}]
+            lanes[ep.lane.name] = {
+                **ep.info,
+                "url": ep.url,
+                "exporter_url": ep.exporter_url,
+                "api": ep.lane.api,
+                "model": ep.lane.model,
+                "runtime_props": evidence.runtime_props(client, ep.url),
+                "model_files": files,
+            }
+    return RunManifest(
+        run_id=run_id,
+        created_at=time.time(),
+        command=list(command),
+        config=evidence.redact_secrets(config.model_dump(mode="json")),
+        versions=evidence.collect_versions(),
+        lanes=lanes,
+        hardware=evidence.collect_hardware(gpu_reader),
+        network=network,
+        prometheus=prometheus,
+    )
+
+
+def _recommend(
+    manifest: RunManifest, rec_url: str, prom_url: str, run_dir: Path, config: SessionConfig, say: Say
+) -> dict[str, Any] | None:
+    """The recommender service's answer for the run; the same analysis in-process if the service fails."""
+    try:
+        with httpx.Client(timeout=60.0) as client:
+            resp = client.post(f"{rec_url}/runs", json=manifest.to_dict())
+            resp.raise_for_status()
+            info = client.get(f"{rec_url}/runs/{manifest.run_id}")
+            info.raise_for_status()
+            doc = info.json().get("recommendations")
+        if isinstance(doc, dict):
+            return doc
+        reason = info.json().get("reason") or "no document"
+    except (httpx.HTTPError, ValueError) as exc:
+        reason = f"{type(exc).__name__}: {exc}"
+    say(f"  recommender service gave no answer ({reason}); analysing in-process")
+    from recommender.errors import RecommenderError
+    from recommender.policy import PolicyModel
+    from recommender.run_analysis import analyze_run
+
+    try:
+        policy = PolicyModel.model_validate(config.policy).to_policy()
+        doc = analyze_run(manifest, prometheus_url=prom_url, run_dir=run_dir, policy=policy)
+    except (RecommenderError, ValueError) as exc:
+        say(f"  no recommendations: {exc}")
+        return None
+    doc.setdefault("notes", []).append(f"recommender service unavailable ({reason}); analysed in-process")
+    return doc
+
+
+def _merge_lane_evidence(manifest: RunManifest, mine: dict[str, dict[str, Any]]) -> None:
+    for name, info in mine.items():
+        manifest.lanes[name] = {**info, **manifest.lanes.get(name, {})}
+
+
+def _walk(
+    config: SessionConfig,
+    endpoints: list[LaneEndpoint],
+    run_dir: Path,
+    manifest: RunManifest,
+    metrics_port: int,
+) -> RunManifest:
+    from loadgen.config import LaneConfig
+    from loadgen.runner import run_ladder
+
+    lanes = [
+        LaneConfig(
+            name=ep.lane.name,
+            url=ep.url,
+            api=ep.lane.api,
+            model=ep.lane.model,
+            api_key_env=ep.lane.api_key_env,
+            slots=ep.lane.slots,
+        )
+        for ep in endpoints
+    ]
+    loadgen = config.loadgen.model_copy(
+        update={"lanes": lanes, "metrics_port": metrics_port, "recommender_url": None}
+    )
+    mine = {k: dict(v) for k, v in manifest.lanes.items()}
+    result = asyncio.run(run_ladder(loadgen, run_dir, run_id=manifest.run_id, manifest=manifest))
+    _merge_lane_evidence(result, mine)
+    result.write(run_dir / "manifest.json")
+    return result
+
+
+def _start_monitoring(
+    config: SessionConfig,
+    endpoints: list[LaneEndpoint],
+    run_dir: Path,
+    processes: ProcessSet,
+    prom_binary: str | None,
+    say: Say,
+) -> tuple[str, str, dict[str, Any], int]:
+    """Recommender and Prometheus (unless configured as URLs); returns their URLs, evidence, loadgen port."""
+    metrics_port = free_loopback_port()
+    prom_port = free_loopback_port()
+    prom_url = (config.prometheus.url or f"http://127.0.0.1:{prom_port}").rstrip("/")
+    rec_child = None
+    if config.recommender.url is None:
+        rec_url, rec_child = _start_recommender(config, prom_url, run_dir, processes, free_loopback_port())
+    else:
+        rec_url = config.recommender.url.rstrip("/")
+    targets = [
+        ScrapeTarget(EXPORTER_JOB, ep.exporter_url.removeprefix("http://"), {"lane": ep.lane.name})
+        for ep in endpoints
+        if ep.exporter_url
+    ]
+    targets.append(ScrapeTarget(LOADGEN_JOB, f"127.0.0.1:{metrics_port}"))
+    if rec_child is not None:
+        targets.append(ScrapeTarget(RECOMMENDER_JOB, rec_url.removeprefix("http://")))
+    prom_info: dict[str, Any] = {"url": prom_url, "started": prom_binary is not None}
+    if prom_binary is not None:
+        rules = rule_files()
+        text = render_prometheus_config(targets, rules, config.prometheus.scrape_interval_s)
+        started = start_prometheus(
+            processes,
+            prom_binary,
+            run_dir / "prometheus",
+            text,
+            port=prom_port,
+            timeout_s=config.prometheus.start_timeout_s,
+        )
+        prom_info.update(
+            config_path=str(started.config_path),
+            storage_path=str(started.storage_path),
+            rule_files=[str(p) for p in rules],
+        )
+        say(f"  prometheus: {prom_url} (config {started.config_path})")
+    else:
+        say(f"  prometheus: {prom_url} (not started here; it must scrape the exporters and loadgen)")
+    if rec_child is not None:
+        wait_until_ready(rec_child, f"{rec_url}/healthz", timeout_s=config.recommender.start_timeout_s)
+    say(f"  recommender: {rec_url}")
+    if prom_binary is not None:
+        # the load generator's target only answers once the walk starts: wait for the others
+        wait_targets_up(
+            prom_url, len(targets) - 1, timeout_s=config.start_timeout_s, ignore_jobs=(LOADGEN_JOB,)
+        )
+    return prom_url, rec_url, prom_info, metrics_port
+
+
+def run_session(
+    config: SessionConfig,
+    *,
+    command: Sequence[str],
+    out_dir: Path | None = None,
+    say: Say = print,
+    gpu_reader: evidence.GpuReader | None = None,
+) -> SessionResult:
+    """Runs a whole session (see the module docstring); raises StartError with a one-line reason."""
+    prom_binary = find_prometheus(config.prometheus.binary) if config.prometheus.url is None else None
+    run_id = new_run_id()
+    run_dir = (out_dir or config.out_dir) / run_id
+    run_dir.mkdir(parents=True, exist_ok=False)
+    say(f"satbench run {run_id}: evidence in {run_dir}")
+    say(f"  command: {shlex.join(command)}")
+    processes = ProcessSet(run_dir / "logs")
+    restore = install_signal_handlers()
+    pids: list[int] = []
+    try:
+        with contextlib.ExitStack() as stack:
+            endpoints = [_start_runtime(lane, config, processes, stack, say) for lane in config.lanes]
+            for ep in endpoints:
+                _start_exporter(ep, processes, config.start_timeout_s)
+            say("  exporters: " + ", ".join(f"{ep.lane.name} {ep.exporter_url}" for ep in endpoints))
+            prom_url, rec_url, prom_info, metrics_port = _start_monitoring(
+                config, endpoints, run_dir, processes, prom_binary, say
+            )
+            pids = processes.pids()
+            manifest = _build_manifest(run_id, command, config, endpoints, prom_info, gpu_reader)
+            manifest.extra["recommender_url"] = rec_url
+            manifest.write(run_dir / "manifest.json")
+            say(
+                "walking the ladder "
+                + "/".join(str(c) for c in config.loadgen.ladder.concurrency)
+                + " on "
+                + ", ".join(ep.lane.name for ep in endpoints)
+            )
+            manifest = _walk(config, endpoints, run_dir, manifest, metrics_port)
+            time.sleep(2 * config.prometheus.scrape_interval_s + 0.5)
+            say("asking the recommender")
+            doc = _recommend(manifest, rec_url, prom_url, run_dir, config, say)
+            if doc is not None:
+                write_json_atomic(run_dir / "recommendations.json", doc)
+            time.sleep(2 * config.prometheus.scrape_interval_s + 0.5)  # Prometheus scrapes the answer too
+    finally:
+        processes.stop_all()
+        restore()
+    from satbench.report import write_report
+
+    write_report(run_dir)
+    _print_summary(run_dir, say)
+    return SessionResult(
+        run_dir=run_dir, manifest=manifest, recommendations=doc, exit_code=0 if doc else 1, pids=pids
+    )
+
+
+def _print_summary(run_dir: Path, say: Say) -> None:
+    from satbench.report import format_recommendation, lane_table, text_table
+    from satbench.report_data import load_run
+
+    report = load_run(run_dir)
+    for lane in report.lanes:
+        headers, rows = lane_table(lane, report.stall_max_ratio)
+        say(f"\nlane {lane.lane}\n{text_table(headers, rows)}")
+    say("\nrecommendations:")
+    for lane in report.lanes:
+        say(f"  {format_recommendation(lane)}")
+    say(f"\nevidence: {run_dir} (report.html, README.md)")

@@ -1,0 +1,234 @@
+"""Exact per-step figures from raw request records: the offline source of truth for one step window.
+
+``compute_step_figures(records, window)`` is pure: the load generator calls it to write ``steps.json``, and
+the recommender's records source calls the same function, so both agree to the last digit.
+
+What counts (DESIGN.md "Metric definitions"):
+
+- throughput: output tokens whose *arrival time* lies inside ``[start, end]``, over the window length. Each
+  content event is one arrival; when the server's own count is larger than the events seen (several tokens
+  merged into one event), the remainder is credited to the request's last arrival.
+- requests/s: successful requests that *ended* inside the window. Errors: failed requests that ended (or,
+  without an end, were sent) inside the window, per outcome.
+- latency quantiles (e2e, TTFT, TPOT, queue): successful requests *sent* inside the window. ITL: every gap
+  whose later token arrived inside the window. Quantiles are exact (linear interpolation between order
+  statistics, numpy's default).
+- fairness: Jain's index ``(sum x)^2 / (n sum x^2)`` over per-user output tokens in the window, users
+  ``0..c-1`` (a user that got nothing counts as 0); ``max_min_share`` is max/min of those counts (``None``
+  when some user got nothing: Jain then shows the starvation).
+- decode stall: the longest gap between two tokens of one request during which *another* request was in
+  prefill (sent, first token not yet arrived; a request that never got one is in prefill until it ended),
+  in seconds and as a ratio to the step's ITL p50. Found by scanning gaps longest-first against the prefill
+  intervals sorted by start with a running maximum of their ends (overlap: ``start < b and end > a``).
+- prefill wait max: the longest TTFT of a request sent in the window (a request with no first token counts
+  with the time it waited, its e2e).
+- throughput confidence interval: batch means. The window is cut into ``k = floor(W / batch_s)`` batches
+  (default ``batch_s = W / 10``); the interval is ``mean +- t(0.975, k-1) * sd / sqrt(k)``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterable, Sequence
+
+from satbench.figures import Quantiles, StepFigures
+from satbench.manifest import StepWindow
+from satbench.records import RequestRecord
+
+__all__ = [
+    "batch_means_ci",
+    "compute_step_figures",
+    "jain_index",
+    "longest_stalled_gap",
+    "quantile",
+    "quantiles",
+    "t975",
+    "token_arrivals",
+]
+
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+         2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+         2.052, 2.048, 2.045, 2.042)
+
+
+def quantile(sorted_values: Sequence[float], q: float) -> float | None:
+    """Exact quantile of already sorted values (linear interpolation, numpy's default)."""
+    n = len(sorted_values)
+    if n == 0:
+        return None
+    pos = (n - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, n - 1)
+    frac = pos - lo
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac
+
+
+def quantiles(values: Sequence[float]) -> Quantiles:
+    data = sorted(values)
+    return Quantiles(p50=quantile(data, 0.50), p95=quantile(data, 0.95), p99=quantile(data, 0.99))
+
+
+def jain_index(values: Sequence[float]) -> float | None:
+    total = sum(values)
+    squares = sum(v * v for v in values)
+    if not values or squares == 0:
+        return None
+    return total * total / (len(values) * squares)
+
+
+def token_arrivals(record: RequestRecord) -> list[tuple[float, int]]:
+    """(arrival time, tokens) per content event; the last event carries any tokens the server merged."""
+    times = record.token_times()
+    if not times:
+        return []
+    out = [(t, 1) for t in times]
+    extra = record.output_tokens - len(times)
+    if extra > 0:
+        out[-1] = (times[-1], 1 + extra)
+    return out
+
+
+def t975(dof: int) -> float:
+    """Two-sided 95% Student t quantile for ``dof`` degrees of freedom (normal beyond 30)."""
+    return _T975[dof - 1] if dof <= len(_T975) else 1.96
+
+
+def batch_means_ci(arrivals: Sequence[tuple[float, int]], start: float, end: float,
+                   batch_s: float | None = None) -> tuple[float, float] | None:
+    """95% batch-means interval of tokens/s over ``[start, end]``; ``None`` with fewer than 2 batches."""
+    length = end - start
+    if length <= 0:
+        return None
+    size = batch_s if batch_s and batch_s > 0 else length / 10.0
+    k = int(length // size + 1e-9)
+    if k < 2:
+        return None
+    counts = [0] * k
+    for t, n in arrivals:
+        if start <= t < start + k * size:
+            counts[min(int((t - start) // size), k - 1)] += n
+    rates = [c / size for c in counts]
+    mean = sum(rates) / k
+    var = sum((r - mean) ** 2 for r in rates) / (k - 1)
+    half = t975(k - 1) * math.sqrt(var / k)
+    return (mean - half, mean + half)
+
+
+def longest_stalled_gap(gaps: Iterable[tuple[float, float]],
+                        prefills: list[tuple[float, float]]) -> float | None:
+    """Length of the longest gap (a, b) that overlaps some prefill interval (s, e): s < b and e > a.
+
+    Only a gap longer than the best so far is tested (a bisect into the intervals sorted by start, against
+    the running maximum of their ends), so the usual case costs one comparison per gap.
+    """
+    if not prefills:
+        return None
+    prefills.sort()
+    starts = [s for s, _ in prefills]
+    run_max: list[float] = []
+    top = -math.inf
+    for _, e in prefills:
+        top = max(top, e)
+        run_max.append(top)
+    find = bisect.bisect_left
+    best = 0.0
+    for a, b in gaps:
+        if b - a > best:
+            i = find(starts, b)
+            if i > 0 and run_max[i - 1] > a:
+                best = b - a
+    return best if best > 0 else None
+
+
+def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *,
+                         batch_s: float | None = None) -> StepFigures:
+    """Exact figures of one step window from the records of its lane and concurrency (others are ignored)."""
+    start, end = window.start, window.end
+    length = max(end - start, 1e-9)
+    mine = [r for r in records if r.lane == window.lane and r.concurrency == window.concurrency]
+
+    arrivals: list[tuple[float, int]] = []
+    per_user: dict[int, int] = {u: 0 for u in range(window.concurrency)}
+    itl: list[float] = []
+    gaps: list[tuple[float, float]] = []
+    prefills: list[tuple[float, float]] = []
+    e2e: list[float] = []
+    ttft: list[float] = []
+    tpot: list[float] = []
+    queue: list[float] = []
+    waits: list[float] = []
+    ok_count = 0
+    errors_by_outcome: dict[str, int] = {}
+
+    for rec in mine:
+        first = rec.first_token_at
+        ended = rec.ended_at
+        prefills.append((rec.sent_at, first if first is not None else (ended if ended is not None else end)))
+        times = rec.token_times()
+        for t, n in token_arrivals(rec):
+            if start <= t <= end:
+                arrivals.append((t, n))
+                per_user[rec.user] = per_user.get(rec.user, 0) + n
+        for i in range(1, len(times)):
+            if start <= times[i] <= end:
+                itl.append(times[i] - times[i - 1])
+                gaps.append((times[i - 1], times[i]))
+        sent_in = start <= rec.sent_at <= end
+        if rec.ok:
+            if ended is not None and start <= ended <= end:
+                ok_count += 1
+            if sent_in:
+                if rec.e2e_s is not None:
+                    e2e.append(rec.e2e_s)
+                if rec.ttft_s is not None:
+                    ttft.append(rec.ttft_s)
+                if rec.tpot_s is not None:
+                    tpot.append(rec.tpot_s)
+                if rec.queue_s is not None:
+                    queue.append(rec.queue_s)
+        else:
+            when = ended if ended is not None else rec.sent_at
+            if start <= when <= end:
+                errors_by_outcome[rec.outcome] = errors_by_outcome.get(rec.outcome, 0) + 1
+        if sent_in:
+            wait = rec.ttft_s if rec.ttft_s is not None else rec.e2e_s
+            if wait is not None:
+                waits.append(wait)
+
+    tokens = sum(n for _, n in arrivals)
+    itl_q = quantiles(itl)
+    stall = longest_stalled_gap(gaps, prefills)
+    ratio = None
+    if stall is not None and itl_q.p50:
+        ratio = stall / itl_q.p50
+    counts = list(per_user.values())
+    max_min = None
+    if counts and min(counts) > 0:
+        max_min = max(counts) / min(counts)
+    valid, reason = window.valid, window.reason
+    if ok_count == 0 and valid:
+        valid, reason = False, "no successful request ended inside the window"
+    return StepFigures(
+        lane=window.lane,
+        concurrency=window.concurrency,
+        window_s=end - start,
+        requests=ok_count,
+        errors=sum(errors_by_outcome.values()),
+        throughput_tok_s=tokens / length,
+        requests_per_s=ok_count / length,
+        latency_s=quantiles(e2e),
+        ttft_s=quantiles(ttft),
+        itl_s=itl_q,
+        tpot_s=quantiles(tpot),
+        queue_s=quantiles(queue),
+        jain=jain_index(counts),
+        max_min_share=max_min,
+        decode_stall_max_ratio=ratio,
+        decode_stall_max_s=stall,
+        prefill_wait_max_s=max(waits) if waits else None,
+        errors_by_outcome=dict(sorted(errors_by_outcome.items())),
+        throughput_ci_tok_s=batch_means_ci(arrivals, start, end, batch_s),
+        valid=valid,
+        reason=reason,
+    )

@@ -1,0 +1,356 @@
+"""The continuous-batching engine: slots, a wait queue, chunked prompt processing and decode steps.
+
+Pure and clock-free: every call takes the current model time ``now`` (seconds on any monotonic scale), so
+the same object runs in virtual time (tests, the capacity check) and under the real-time driver.
+
+One step mirrors one iteration of llama-server's ``update_slots``:
+
+1. admission: while a slot is free, pick a waiting request (``fifo``: oldest first; ``unfair``: lowest user
+   number first, newest first within a user, so high-numbered users can starve) and give it the lowest free
+   slot, provided the KV cache can hold its prompt plus its ``n_predict`` (otherwise it keeps waiting);
+2. the batch: one token per slot that is generating, then prompt tokens of slots in prefill (slot order)
+   until ``batch`` tokens; a prompt longer than what is left continues in the next step, so a long prompt
+   with a large ``batch`` stalls every generating slot for its whole prefill, and a small ``batch`` splits it
+   (chunked prefill);
+3. the step lasts ``stepcost.step_seconds``; when it ends every generating slot has one more token, a slot
+   whose prompt finished has its first token, and slots that reached their length are released.
+
+``begin_step(now)`` plans a step and returns its end time; ``finish_step()`` applies it. Requests that arrive
+or are cancelled in between take effect at the next step, as on the real server.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from simulator.profile import Profile
+from simulator.stepcost import step_seconds
+
+__all__ = [
+    "ContextLimitError",
+    "Emission",
+    "Engine",
+    "EngineCounters",
+    "Request",
+    "RequestSpec",
+    "StepPlan",
+    "StepResult",
+    "TruthRecord",
+]
+
+_USER_NUMBER = re.compile(r"(\d+)\s*$")
+
+
+class ContextLimitError(ValueError):
+    """The prompt does not fit in one slot's context (llama-server answers 400 exceed_context_size_error)."""
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    request_id: str
+    prompt_tokens: int
+    max_tokens: int = -1
+    ignore_eos: bool = False
+    user: str | None = None
+
+
+@dataclass(frozen=True)
+class TruthRecord:
+    """What the engine did with one request; times are model time (the server maps them to Unix seconds)."""
+
+    request_id: str
+    user: str | None
+    slot: int | None
+    prompt_tokens: int
+    output_tokens: int
+    arrival: float
+    admitted: float | None
+    first_token: float | None
+    last_token: float | None
+    finish_reason: str
+
+
+@dataclass(eq=False)
+class Request:
+    seq: int
+    spec: RequestSpec
+    n_predict: int
+    target: int
+    arrival: float
+    state: str = "waiting"  # waiting | prefill | decode | done | cancelled
+    slot: int | None = None
+    admitted: float | None = None
+    prompt_done: int = 0
+    prompt_start: float | None = None
+    prompt_end: float | None = None
+    first_token: float | None = None
+    last_token: float | None = None
+    output: int = 0
+    finish_reason: str = ""
+
+    @property
+    def prompt_ms(self) -> float:
+        if self.prompt_start is None or self.prompt_end is None:
+            return 0.0
+        return (self.prompt_end - self.prompt_start) * 1000.0
+
+    @property
+    def predicted_ms(self) -> float:
+        if self.first_token is None or self.last_token is None:
+            return 0.0
+        return (self.last_token - self.first_token) * 1000.0
+
+    @property
+    def kv_tokens(self) -> int:
+        return self.prompt_done + self.output
+
+
+@dataclass(frozen=True)
+class Emission:
+    request: Request
+    n_out: int
+    finished: bool
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    start: float
+    end: float
+    n_decode: int
+    n_prompt: int
+    decoding: tuple[Request, ...]
+    prompting: tuple[tuple[Request, int], ...]
+
+
+@dataclass(frozen=True)
+class StepResult:
+    start: float
+    end: float
+    n_decode: int
+    n_prompt: int
+    emissions: tuple[Emission, ...]
+
+
+@dataclass
+class EngineCounters:
+    """The counters behind llama-server's ``/metrics`` (``bucket_*`` are reset at every scrape)."""
+
+    prompt_tokens_total: int = 0
+    prompt_seconds_total: float = 0.0
+    tokens_predicted_total: int = 0
+    tokens_predicted_seconds_total: float = 0.0
+    n_decode_total: int = 0
+    n_busy_slots_total: int = 0
+    n_tokens_max: int = 0
+    bucket_prompt_tokens: int = 0
+    bucket_prompt_ms: float = 0.0
+    bucket_predicted_tokens: int = 0
+    bucket_predicted_ms: float = 0.0
+    requests_total: int = 0
+    steps_prompt_tokens: int = 0
+    steps_decode_tokens: int = 0
+
+
+@dataclass
+class Engine:
+    profile: Profile
+    counters: EngineCounters = field(default_factory=EngineCounters)
+
+    def __post_init__(self) -> None:
+        s = self.profile.server
+        self.slots: list[Request | None] = [None] * s.slots
+        self.waiting: list[Request] = []
+        self.truth: deque[TruthRecord] = deque(maxlen=s.truth_history)
+        self._rng = random.Random(s.seed)
+        self._seq = 0
+        self._reserved = 0
+        self._plan: StepPlan | None = None
+
+    # -- requests -----------------------------------------------------------------------------------------
+
+    def submit(self, spec: RequestSpec, now: float) -> Request:
+        n_ctx = self.profile.server.n_ctx_slot
+        if spec.prompt_tokens <= 0:
+            raise ContextLimitError("the prompt must have at least one token")
+        if spec.prompt_tokens >= n_ctx:
+            raise ContextLimitError(
+                f"the request exceeds the available context size ({spec.prompt_tokens} >= {n_ctx} tokens)"
+            )
+        room = n_ctx - spec.prompt_tokens
+        n_predict = room if spec.max_tokens < 0 else min(spec.max_tokens, room)
+        target = n_predict
+        if not spec.ignore_eos:
+            lo, hi = self.profile.eos_tokens
+            target = min(n_predict, self._rng.randint(lo, hi))
+        self._seq += 1
+        req = Request(self._seq, spec, n_predict, target, now)
+        self.waiting.append(req)
+        self.counters.requests_total += 1
+        return req
+
+    def cancel(self, req: Request, now: float) -> None:
+        """The client went away: a waiting request leaves the queue, a running one frees its slot."""
+        if req.state == "waiting":
+            self.waiting.remove(req)
+            self._finish(req, "cancelled", now)
+        elif req.state in ("prefill", "decode"):
+            self._release(req, "cancelled", now)
+
+    # -- stepping -----------------------------------------------------------------------------------------
+
+    def has_work(self) -> bool:
+        return bool(self.waiting) or any(r is not None for r in self.slots)
+
+    def begin_step(self, now: float) -> StepPlan | None:
+        """Admits waiting requests, forms the batch and returns the planned step (None when idle)."""
+        if self._plan is not None:
+            raise RuntimeError("begin_step called twice without finish_step")
+        self._admit(now)
+        s = self.profile.server
+        decoding = tuple(r for r in self.slots if r is not None and r.state == "decode")
+        budget = max(s.batch - len(decoding), 0)
+        prompting: list[tuple[Request, int]] = []
+        for r in self.slots:
+            if budget <= 0:
+                break
+            if r is not None and r.state == "prefill":
+                take = min(r.spec.prompt_tokens - r.prompt_done, budget)
+                prompting.append((r, take))
+                budget -= take
+        n_prompt = sum(n for _, n in prompting)
+        if not decoding and not n_prompt:
+            return None
+        dt = step_seconds(self.profile.cost, len(decoding), n_prompt, s.ubatch, s.time_scale)
+        self._plan = StepPlan(now, now + dt, len(decoding), n_prompt, decoding, tuple(prompting))
+        return self._plan
+
+    def finish_step(self) -> StepResult:
+        plan = self._plan
+        if plan is None:
+            raise RuntimeError("finish_step without begin_step")
+        self._plan = None
+        end, c = plan.end, self.counters
+        c.n_decode_total += 1
+        c.n_busy_slots_total += len(plan.decoding) + sum(
+            1 for r in self.slots if r is not None and r.state == "prefill"
+        )
+        c.steps_prompt_tokens += plan.n_prompt
+        c.steps_decode_tokens += plan.n_decode
+        emissions: list[Emission] = []
+        for r in plan.decoding:
+            if r.state != "decode":
+                continue
+            r.output += 1
+            r.last_token = end
+            done = r.output >= r.target
+            emissions.append(Emission(r, r.output, done))
+            if done:
+                self._release(r, "length" if r.output >= r.n_predict else "stop", end)
+        for r, n in plan.prompting:
+            if r.state != "prefill":
+                continue
+            if r.prompt_start is None:
+                r.prompt_start = plan.start
+            r.prompt_done += n
+            if r.prompt_done < r.spec.prompt_tokens:
+                continue
+            r.prompt_end = end
+            c.prompt_tokens_total += r.prompt_done
+            c.prompt_seconds_total += r.prompt_ms / 1000.0
+            c.bucket_prompt_tokens += r.prompt_done
+            c.bucket_prompt_ms += r.prompt_ms
+            if r.target <= 0:
+                emissions.append(Emission(r, 0, True))
+                self._release(r, "length", end)
+                continue
+            r.state, r.output, r.first_token, r.last_token = "decode", 1, end, end
+            done = r.target <= 1
+            emissions.append(Emission(r, 1, done))
+            if done:
+                self._release(r, "length" if r.output >= r.n_predict else "stop", end)
+        return StepResult(plan.start, end, plan.n_decode, plan.n_prompt, tuple(emissions))
+
+    # -- views --------------------------------------------------------------------------------------------
+
+    @property
+    def busy_slots(self) -> int:
+        return sum(1 for r in self.slots if r is not None)
+
+    @property
+    def kv_used_tokens(self) -> int:
+        return sum(r.kv_tokens for r in self.slots if r is not None)
+
+    @property
+    def kv_reserved_tokens(self) -> int:
+        return self._reserved
+
+    def truth_since(self, t: float) -> Iterator[TruthRecord]:
+        """Finished requests whose last event is at or after model time ``t``, oldest first."""
+        for rec in self.truth:
+            last = rec.last_token if rec.last_token is not None else rec.admitted or rec.arrival
+            if last >= t:
+                yield rec
+
+    # -- internals ----------------------------------------------------------------------------------------
+
+    def _pick(self, now: float) -> int | None:
+        """Index of the waiting request to admit next, among those that arrived by ``now``."""
+        if self.profile.server.admission == "fifo":
+            return 0 if self.waiting[0].arrival <= now else None
+
+        def key(i: int) -> tuple[int, int]:
+            r = self.waiting[i]
+            m = _USER_NUMBER.search(r.spec.user or "")
+            return (int(m.group(1)) if m else 1 << 62, -r.seq)
+
+        ready = [i for i, r in enumerate(self.waiting) if r.arrival <= now]
+        return min(ready, key=key) if ready else None
+
+    def _admit(self, now: float) -> None:
+        capacity = self.profile.server.ctx_tokens
+        while self.waiting and None in self.slots:
+            i = self._pick(now)
+            if i is None:
+                return
+            r = self.waiting[i]
+            need = r.spec.prompt_tokens + r.n_predict
+            if self._reserved + need > capacity:
+                return
+            del self.waiting[i]
+            slot = self.slots.index(None)
+            self.slots[slot] = r
+            self._reserved += need
+            r.slot, r.admitted, r.state = slot, now, "prefill"
+
+    def _release(self, r: Request, reason: str, now: float) -> None:
+        if r.slot is not None and self.slots[r.slot] is r:
+            self.slots[r.slot] = None
+            self._reserved -= r.spec.prompt_tokens + r.n_predict
+        c = self.counters
+        c.tokens_predicted_total += r.output
+        c.tokens_predicted_seconds_total += r.predicted_ms / 1000.0
+        c.bucket_predicted_tokens += r.output
+        c.bucket_predicted_ms += r.predicted_ms
+        c.n_tokens_max = max(c.n_tokens_max, r.kv_tokens)
+        self._finish(r, reason, now)
+
+    def _finish(self, r: Request, reason: str, now: float) -> None:
+        r.state, r.finish_reason = ("cancelled" if reason == "cancelled" else "done"), reason
+        self.truth.append(
+            TruthRecord(
+                request_id=r.spec.request_id,
+                user=r.spec.user,
+                slot=r.slot,
+                prompt_tokens=r.spec.prompt_tokens,
+                output_tokens=r.output,
+                arrival=r.arrival,
+                admitted=r.admitted,
+                first_token=r.first_token,
+                last_token=r.last_token,
+                finish_reason=reason,
+            )
+        )

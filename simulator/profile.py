@@ -1,0 +1,266 @@
+"""Simulator profiles: the frozen numbers that define one simulated model deployment.
+
+A profile is a TOML file (see ``simulator/profiles/dense.toml`` for every key with its source). It is read
+once at the entry point into frozen dataclasses; the engine, the capacity model and the server only see
+those. Unknown keys are an error (a typo must not silently fall back to a default), and every number is
+range-checked so a bad profile fails with a message that names the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "BUILTIN_PROFILES",
+    "CostModel",
+    "FaultSpec",
+    "MemoryModel",
+    "ModelInfo",
+    "Profile",
+    "ProfileError",
+    "ServerModel",
+    "load_profile",
+    "profile_from_mapping",
+]
+
+PROFILE_DIR = Path(__file__).parent / "profiles"
+BUILTIN_PROFILES = ("dense", "moe")
+ADMISSION_POLICIES = ("fifo", "unfair")
+FAULT_KINDS = (
+    "http_5xx",
+    "drop_stream",
+    "stall",
+    "malformed_sse",
+    "slow_metrics",
+    "slots_disabled",
+    "metrics_disabled",
+)
+
+
+class ProfileError(ValueError):
+    """A profile file or mapping that cannot be used; the message names the offending key."""
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str = "sim-model.gguf"
+    description: str = ""
+    n_params: int = 8_030_261_248
+    n_ctx_train: int = 131072
+    n_embd: int = 4096
+    n_vocab: int = 128256
+    ftype: str = "Q8_0"
+
+
+@dataclass(frozen=True)
+class ServerModel:
+    slots: int = 4
+    ctx_tokens: int = 65536
+    slot_ctx_tokens: int = 0  # 0: same as ctx_tokens (unified KV cache shared by all slots)
+    batch: int = 2048
+    ubatch: int = 512
+    admission: str = "fifo"
+    time_scale: float = 1.0
+    seed: int = 0
+    truth_history: int = 100_000
+
+    @property
+    def n_ctx_slot(self) -> int:
+        return self.slot_ctx_tokens or self.ctx_tokens
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Per-step cost in milliseconds; see ``simulator.stepcost`` for the formula."""
+
+    step_overhead_ms: float = 1.2
+    weights_ms: float = 3.0
+    decode_ms_per_token: float = 0.16
+    prefill_ms_per_token: float = 0.1
+    experts: int = 0
+    experts_per_token: int = 0
+    expert_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class MemoryModel:
+    gpu_name: str = "Simulated H200-class GPU"
+    gpu_count: int = 1
+    gpu_total_bytes: int = 150_754_820_096
+    weights_bytes: int = 8_540_000_000
+    kv_bytes_per_token: int = 131072
+    compute_buffer_bytes: int = 600_000_000
+    host_rss_bytes: int = 1_200_000_000
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    """One fault active in ``[start_s, start_s + duration_s)`` of server time (seconds since start).
+
+    ``rate`` is the fraction of eligible requests hit; ``delay_s`` is the stall or slowdown length;
+    ``after_tokens`` is where a stream is dropped, stalled or corrupted; ``status`` is the 5xx code.
+    """
+
+    kind: str
+    start_s: float = 0.0
+    duration_s: float = float("inf")
+    rate: float = 1.0
+    delay_s: float = 5.0
+    after_tokens: int = 4
+    status: int = 500
+
+    def active(self, t_s: float) -> bool:
+        return self.start_s <= t_s < self.start_s + self.duration_s
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    model: ModelInfo = field(default_factory=ModelInfo)
+    server: ServerModel = field(default_factory=ServerModel)
+    cost: CostModel = field(default_factory=CostModel)
+    memory: MemoryModel = field(default_factory=MemoryModel)
+    eos_tokens: tuple[int, int] = (16, 256)
+    faults: tuple[FaultSpec, ...] = ()
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def is_moe(self) -> bool:
+        return self.cost.experts > 0
+
+    def with_overrides(self, **overrides: Any) -> Profile:
+        """A copy with ``[server]`` keys replaced (``slots=8``, ``admission="unfair"``); None keeps a key."""
+        values = {k: v for k, v in overrides.items() if v is not None}
+        if not values:
+            return self
+        server = _build(ServerModel, {**dataclasses.asdict(self.server), **values}, "server")
+        _check_server(server)
+        return dataclasses.replace(self, server=server)
+
+
+def _build(cls: type[Any], raw: Mapping[str, Any], section: str) -> Any:
+    names = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - set(names))
+    if unknown:
+        raise ProfileError(f"[{section}]: unknown key(s) {', '.join(unknown)}; known: {', '.join(names)}")
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        f = names[key]
+        default = f.default if f.default is not dataclasses.MISSING else ""
+        if isinstance(default, bool) or isinstance(value, bool):
+            ok = isinstance(value, bool) and isinstance(default, bool)
+        elif isinstance(default, int):
+            ok = isinstance(value, int)
+        elif isinstance(default, float):
+            ok = isinstance(value, int | float)
+            value = float(value)
+        else:
+            ok = isinstance(value, type(default))
+        if not ok:
+            raise ProfileError(f"[{section}] {key}: expected {type(default).__name__}, got {value!r}")
+        out[key] = value
+    return cls(**out)
+
+
+def _positive(section: str, key: str, value: float, allow_zero: bool = False) -> None:
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ProfileError(f"[{section}] {key} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
+
+
+def _check_server(s: ServerModel) -> None:
+    for key in ("slots", "ctx_tokens", "batch", "ubatch", "time_scale", "truth_history"):
+        _positive("server", key, getattr(s, key))
+    _positive("server", "slot_ctx_tokens", s.slot_ctx_tokens, allow_zero=True)
+    if s.slot_ctx_tokens > s.ctx_tokens:
+        raise ProfileError("[server] slot_ctx_tokens cannot exceed ctx_tokens")
+    if s.admission not in ADMISSION_POLICIES:
+        raise ProfileError(f"[server] admission must be one of {ADMISSION_POLICIES}, got {s.admission!r}")
+
+
+def _check_cost(c: CostModel) -> None:
+    for key in ("step_overhead_ms", "weights_ms", "decode_ms_per_token", "prefill_ms_per_token", "expert_ms"):
+        _positive("cost", key, getattr(c, key), allow_zero=True)
+    if c.step_overhead_ms + c.weights_ms + c.decode_ms_per_token <= 0:
+        raise ProfileError("[cost] a decode step must cost some time")
+    if c.experts < 0 or c.experts_per_token < 0 or c.experts_per_token > c.experts:
+        raise ProfileError("[cost] need 0 <= experts_per_token <= experts")
+    if c.experts and not c.experts_per_token:
+        raise ProfileError("[cost] experts_per_token must be > 0 when experts is set")
+
+
+def fault_from_mapping(raw: Mapping[str, Any]) -> FaultSpec:
+    if "kind" not in raw:
+        raise ProfileError("fault: missing 'kind'")
+    kind = raw["kind"]
+    if kind not in FAULT_KINDS:
+        raise ProfileError(f"fault: kind must be one of {FAULT_KINDS}, got {kind!r}")
+    rest = {k: v for k, v in raw.items() if k != "kind"}
+    spec: FaultSpec = _build(FaultSpec, {"kind": kind, **rest}, "faults")
+    if not 0.0 <= spec.rate <= 1.0:
+        raise ProfileError("fault: rate must lie in [0, 1]")
+    if spec.duration_s <= 0 or spec.delay_s < 0 or spec.after_tokens < 0:
+        raise ProfileError("fault: duration_s must be > 0, delay_s and after_tokens >= 0")
+    if kind == "http_5xx" and not 500 <= spec.status <= 599:
+        raise ProfileError("fault: status must be a 5xx code")
+    return spec
+
+
+def profile_from_mapping(raw: Mapping[str, Any], name: str = "custom") -> Profile:
+    """Builds and validates a profile from parsed TOML (``[sources]`` says where numbers come from)."""
+    known = {"name", "model", "server", "cost", "memory", "generation", "faults", "sources"}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        listed = ", ".join(sorted(known))
+        raise ProfileError(f"unknown top-level key(s) {', '.join(unknown)}; known: {listed}")
+    generation = dict(raw.get("generation", {}))
+    eos = generation.pop("eos_tokens", [16, 256])
+    if generation:
+        raise ProfileError(f"[generation]: unknown key(s) {', '.join(sorted(generation))}")
+    if not (isinstance(eos, list) and len(eos) == 2 and all(isinstance(x, int) and x > 0 for x in eos)):
+        raise ProfileError("[generation] eos_tokens must be [min, max] positive integers")
+    if eos[0] > eos[1]:
+        raise ProfileError("[generation] eos_tokens: min > max")
+    server = _build(ServerModel, raw.get("server", {}), "server")
+    cost = _build(CostModel, raw.get("cost", {}), "cost")
+    memory = _build(MemoryModel, raw.get("memory", {}), "memory")
+    _check_server(server)
+    _check_cost(cost)
+    for key in ("gpu_count", "gpu_total_bytes", "weights_bytes", "kv_bytes_per_token"):
+        _positive("memory", key, getattr(memory, key))
+    faults = raw.get("faults", [])
+    if not isinstance(faults, list):
+        raise ProfileError("faults must be an array of tables ([[faults]])")
+    sources = raw.get("sources", {})
+    if not isinstance(sources, Mapping) or not all(isinstance(v, str) for v in sources.values()):
+        raise ProfileError("[sources] must map keys to strings")
+    return Profile(
+        name=str(raw.get("name", name)),
+        model=_build(ModelInfo, raw.get("model", {}), "model"),
+        server=server,
+        cost=cost,
+        memory=memory,
+        eos_tokens=(eos[0], eos[1]),
+        faults=tuple(fault_from_mapping(f) for f in faults),
+        sources=dict(sources),
+    )
+
+
+def load_profile(name_or_path: str) -> Profile:
+    """Loads a bundled profile by name (``dense``, ``moe``, ``starving``) or a TOML file by path."""
+    bundled = PROFILE_DIR / f"{name_or_path}.toml"
+    is_name = name_or_path.isidentifier() and bundled.is_file()
+    path = bundled if is_name else Path(name_or_path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ProfileError(f"cannot read profile {name_or_path!r}: {exc}") from exc
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(f"profile {path}: invalid TOML: {exc}") from exc
+    return profile_from_mapping(raw, name=path.stem)

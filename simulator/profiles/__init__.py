@@ -1,0 +1,1 @@
+"""Bundled simulator profiles (TOML): ``dense``, ``moe`` and ``starving``; see ``simulator.profile``."""

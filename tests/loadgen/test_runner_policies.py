@@ -1,0 +1,130 @@
+"""Runner policies on the wire: client self-check, drain, stability stop, CLI, progress display."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loadgen import cli
+from loadgen.progress import Progress, progress_wanted
+from loadgen.runner import run_ladder
+from loadgen.selfcheck import ClientHealth, verdict
+from loadgen.stream_server import StreamServer, StreamServerConfig
+from satbench.records import read_records
+from tests.loadgen.test_wire import config, with_server
+
+
+def test_client_that_cannot_keep_up_marks_the_step_invalid(tmp_path: Path) -> None:
+    async def body(server: StreamServer, url: str) -> Any:
+        cfg = config(url, "llamacpp", [1], max_loop_lag_s=1e-9, metrics_port=None)
+        return await run_ladder(cfg, tmp_path)
+
+    manifest = asyncio.run(with_server(StreamServerConfig(itl_s=0.002), body))
+    step = manifest.steps[0]
+    assert not step.valid and step.reason is not None and step.reason.startswith("client ")
+    assert json.loads((tmp_path / "steps.json").read_text())[0]["valid"] is False
+
+
+@pytest.mark.parametrize(("health", "expected"), [
+    (ClientHealth(0.001, 0.002, 0.0005, 0.3), None),
+    (ClientHealth(0.05, 0.2, 0.0005, 0.3), "event loop lagged"),
+    (ClientHealth(0.001, 0.002, 0.03, 0.3), "dispatch delay"),
+    (ClientHealth(0.001, 0.002, 0.0005, 0.99), "CPU saturated"),
+    (ClientHealth(None, None, None, None), None),
+])
+def test_verdict_table(health: ClientHealth, expected: str | None) -> None:
+    reason = verdict(health, max_lag_s=0.01)
+    assert (reason is None) if expected is None else (reason is not None and expected in reason)
+
+
+def test_drain_cancel_cuts_in_flight_requests_and_records_them(tmp_path: Path) -> None:
+    async def body(server: StreamServer, url: str) -> Any:
+        cfg = config(url, "llamacpp", [2], drain="cancel", metrics_port=None,
+                     workload={"output_tokens": {"value": 400}, "prompt_tokens": {"value": 8}})
+        return await run_ladder(cfg, tmp_path)
+
+    manifest = asyncio.run(with_server(StreamServerConfig(itl_s=0.005), body))
+    records = list(read_records(tmp_path / "records.jsonl"))
+    cut = [r for r in records if r.error == "cancelled at drain"]
+    assert len(cut) == 2 and all(r.phase == "drain" and r.outcome == "dropped" for r in cut)
+    assert manifest.steps[0].drain_end is not None
+
+
+def test_window_runs_to_max_when_throughput_is_not_stable_enough(tmp_path: Path) -> None:
+    async def body(server: StreamServer, url: str) -> Any:
+        cfg = config(url, "llamacpp", [1], min_window_s=0.5, max_window_s=1.5, ci_rel_bound=1e-9,
+                     metrics_port=None)
+        return await run_ladder(cfg, tmp_path)
+
+    manifest = asyncio.run(with_server(StreamServerConfig(itl_s=0.003), body))
+    assert manifest.steps[0].duration_s >= 1.45
+
+
+def test_cli_runs_a_config_file_and_refuses_a_bad_one(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    async def body(server: StreamServer, url: str) -> int:
+        path = tmp_path / "loadgen.toml"
+        path.write_text(f"""
+warmup_s = 0.2
+min_window_s = 0.5
+max_window_s = 1.0
+min_requests = 1
+metrics_port = 0
+progress = false
+[ladder]
+concurrency = [1]
+[[lanes]]
+name = "dense"
+url = "{url}"
+api = "openai-completions"
+""", encoding="utf-8")
+        parser = argparse.ArgumentParser()
+        cli.configure(parser)
+        args = parser.parse_args(["--config", str(path), "--out", str(tmp_path / "out"),
+                                  "--set", "workload.output_tokens.value=5",
+                                  "--run-id", "20261129T000000Z-cli0"])
+        return await asyncio.to_thread(cli.main, args)
+
+    assert asyncio.run(with_server(StreamServerConfig(), body)) == 0
+    records = list(read_records(tmp_path / "out" / "records.jsonl"))
+    assert records and all(r.output_tokens == 5 and r.run_id == "20261129T000000Z-cli0" for r in records)
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[ladder]\nconcurrency = [0]\n[[lanes]]\nname = "a"\nurl = "nope"\n', encoding="utf-8")
+    parser = argparse.ArgumentParser()
+    cli.configure(parser)
+    assert cli.main(parser.parse_args(["--config", str(bad)])) == 2
+    err = capsys.readouterr().err
+    assert "ladder.concurrency" in err and "lanes.0.url" in err
+
+
+class FakeTty(io.StringIO):
+    def __init__(self, tty: bool) -> None:
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+def test_progress_only_on_a_terminal_outside_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("SATBENCH_NO_PROGRESS", raising=False)
+    assert progress_wanted(None, FakeTty(True)) and not progress_wanted(None, FakeTty(False))
+    assert not progress_wanted(False, FakeTty(True)) and progress_wanted(True, FakeTty(False))
+    monkeypatch.setenv("CI", "true")
+    assert not progress_wanted(None, FakeTty(True))
+    out = FakeTty(True)
+    shown = Progress(True, out)
+    shown.show("dense", 4, "window", 3.2, 17, 812.5, 0.042)
+    shown.done("dense c=4: done")
+    text = out.getvalue()
+    assert "dense c=4 window" in text and "812.5 tok/s" in text and "42 ms" in text and text.endswith("\n")
+    quiet = FakeTty(False)
+    Progress(False, quiet).show("dense", 4, "window", 3.2, 17, 812.5, None)
+    assert quiet.getvalue() == ""

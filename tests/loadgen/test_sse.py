@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from loadgen.sse import StreamParser, parse_stream
+
+CASES = [
+    ("openai-chat", "dense_np4/chat_stream.sse", 16, 31),
+    ("llamacpp", "dense_np4/completion_stream.sse", 16, 6),
+    ("openai-completions", "dense_np4/v1_completions_stream.sse", 8, 6),
+    ("openai-chat", "extras/chat_stream_no_include_usage.sse", 4, 29),
+    ("openai-chat", "extras/chat_stream_progress_timings_per_token.sse", 8, 984),
+    ("llamacpp", "extras/completion_stream_progress_timings_per_token.sse", 8, 957),
+]
+
+
+@pytest.mark.parametrize(("api", "name", "tokens", "prompt"), CASES)
+@pytest.mark.parametrize("chunk", [1, 7, 100, 1 << 20])
+def test_recorded_streams(llamacpp_fixtures: Path, api: str, name: str, tokens: int, prompt: int,
+                          chunk: int) -> None:
+    parser, summary = parse_stream(api, (llamacpp_fixtures / name).read_bytes(), chunk)  # type: ignore[arg-type]
+    assert parser.done and parser.malformed is None
+    assert len(parser.token_ns) == tokens
+    assert summary.output_tokens == tokens and summary.prompt_tokens == prompt
+    assert summary.prompt_ms is not None and summary.prompt_ms > 0
+
+
+def test_meta_files_match_counts(llamacpp_fixtures: Path) -> None:
+    meta = json.loads((llamacpp_fixtures / "dense_np4/completion_stream.sse.meta.json").read_text())
+    assert meta["request"]["n_predict"] == 16
+
+
+def test_comments_pings_and_crlf_are_skipped() -> None:
+    data = (b": ping\r\n\r\nevent: message\r\nid: 1\r\n"
+            b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\r\n\r\n"
+            b":keepalive\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"\"}}]}\n\n"
+            b"data: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\n\ndata: [DONE]\n\n")
+    parser, _ = parse_stream("openai-chat", data, 3)
+    assert parser.done and len(parser.token_ns) == 2
+
+
+def test_huge_line_is_malformed_with_bounded_buffer() -> None:
+    parser = StreamParser("openai-chat", max_event_bytes=4096)
+    assert parser.feed(b"data: {\"x\":\"" + b"a" * 3000, 1)
+    assert not parser.feed(b"a" * 3000, 2)
+    assert parser.malformed and "4096" in parser.malformed
+    assert not parser.feed(b"more", 3)
+
+
+def test_non_json_event_is_malformed() -> None:
+    parser, _ = parse_stream("llamacpp", b"data: {\"content\":\"a\",\"stop\":false}\n\ndata: oops\n\n")
+    assert parser.malformed is not None and len(parser.token_ns) == 1 and not parser.done
+
+
+def test_error_event_and_truncated_stream() -> None:
+    err = b'data: {"error":{"message":"context full","code":400}}\n\n'
+    parser, summary = parse_stream("openai-chat", err)
+    assert summary.error == "context full"
+    parser, summary = parse_stream("openai-chat", b'data: {"choices":[{"delta":{"content":"error"}}]}\n\n')
+    assert summary.error is None and len(parser.token_ns) == 1 and not parser.done
+
+
+def test_spaced_json_is_understood() -> None:
+    data = (b'data: {"index": 0, "content": "a", "stop": false}\n\n'
+            b'data: {"index": 0, "content": "", "stop": true, '
+            b'"timings": {"predicted_n": 1, "prompt_n": 3}}\n\n')
+    parser, summary = parse_stream("llamacpp", data)
+    assert parser.done and len(parser.token_ns) == 1
+    assert summary.output_tokens == 1 and summary.prompt_tokens == 3
+    chat = b'data: {"choices": [{"delta": {"content": "x"}}]}\n\ndata: [DONE]\n\n'
+    parser, _ = parse_stream("openai-chat", chat)
+    assert parser.done and len(parser.token_ns) == 1
+
+
+def _synthetic(api: str, n: int) -> bytes:
+    if api == "llamacpp":
+        events = [b'data: {"content":"t","stop":false,"tokens_predicted":%d}\n\n' % i for i in range(n)]
+        return b"".join(events) + b'data: {"content":"","stop":true,"timings":{"predicted_n":%d}}\n\n' % n
+    key = b"text" if api == "openai-completions" else b"content"
+    events = [b'data: {"choices":[{"delta":{"%s":"t%d"}}]}\n\n' % (key, i) for i in range(n)]
+    return b"".join(events) + b'data: {"choices":[],"usage":{"completion_tokens":%d}}\n\ndata: [DONE]\n\n' % n
+
+
+@pytest.mark.parametrize("api", ["openai-chat", "openai-completions", "llamacpp"])
+@pytest.mark.parametrize("chunk", [13, 256, 4096, 1 << 20])
+def test_batched_chunks_count_every_token(api: str, chunk: int) -> None:
+    parser, summary = parse_stream(api, _synthetic(api, 500), chunk)  # type: ignore[arg-type]
+    assert parser.done and len(parser.token_ns) == 500 and summary.output_tokens == 500
+
+
+def test_broken_event_inside_a_batch_is_malformed() -> None:
+    good = b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'
+    broken = b'data: {"choices":[{"delta":{"content":"a"\n\n'
+    parser, _ = parse_stream("openai-chat", good * 10 + broken + good)
+    assert parser.malformed is not None and len(parser.token_ns) == 10
+
+
+@pytest.mark.parametrize(("api", "event"), [
+    ("llamacpp", b'data: {"foo":1}\n\n'),
+    ("openai-chat", b'data: {"bar":[]}\n\n'),
+    ("openai-completions", b"data: {}\n\n"),
+])
+def test_events_without_known_fields_are_malformed(api: str, event: bytes) -> None:
+    parser, _ = parse_stream(api, event)  # type: ignore[arg-type]
+    assert parser.malformed is not None and "known field" in parser.malformed
+
+
+def test_negative_server_counts_are_a_problem() -> None:
+    data = (b'data: {"content":"a","stop":false}\n\n'
+            b'data: {"content":"","stop":true,"timings":{"prompt_n":5,"prompt_ms":-40.0,"predicted_n":1}}\n\n')
+    parser, summary = parse_stream("llamacpp", data)
+    assert parser.done and summary.problem is not None and "prompt_ms" in summary.problem

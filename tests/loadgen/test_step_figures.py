@@ -1,0 +1,104 @@
+"""Hand-computed cases for compute_step_figures (window [100, 110], see each case's comment)."""
+
+from __future__ import annotations
+
+import pytest
+
+from satbench.manifest import StepWindow
+from satbench.records import RequestRecord
+from satbench.step_figures import (
+    batch_means_ci,
+    compute_step_figures,
+    jain_index,
+    longest_stalled_gap,
+    quantile,
+)
+
+
+def rec(user: int, sent: float, ttft: float | None, itl: tuple[float, ...], e2e: float, out: int,
+        outcome: str = "ok", lane: str = "a", queue: float | None = None, c: int = 2) -> RequestRecord:
+    return RequestRecord(run_id="r", lane=lane, concurrency=c, user=user, request_id=f"{user}-{sent}",
+                         phase="window", sent_at=sent, ttft_s=ttft, e2e_s=e2e, queue_s=queue, itl_s=itl,
+                         prompt_tokens=10, output_tokens=out, outcome=outcome)  # type: ignore[arg-type]
+
+
+# A: tokens 101..104, ends 104.5 (sent before the window).  B: tokens 104.5, 106.5 (server counted 5: the
+# last event carries 4), ends 107.  C: dropped before any token, 104.5..105.5.  D: tokens 109, 111 (out).
+RECORDS = [
+    rec(0, 99.0, 2.0, (1.0, 1.0, 1.0), 5.5, 4),
+    rec(1, 100.5, 4.0, (2.0,), 6.5, 5, queue=0.5),
+    rec(0, 104.5, None, (), 1.0, 0, outcome="dropped"),
+    rec(1, 108.0, 1.0, (2.0,), 3.5, 2),
+    rec(0, 100.0, 0.1, (0.1,) * 50, 6.0, 51, lane="other"),
+]
+WINDOW = StepWindow(lane="a", concurrency=2, start=100.0, end=110.0)
+
+
+def test_hand_computed_step() -> None:
+    f = compute_step_figures(RECORDS, WINDOW, batch_s=5.0)
+    assert f.window_s == 10.0
+    assert f.throughput_tok_s == pytest.approx(1.0)  # 4 (A) + 5 (B) + 1 (D) tokens in window
+    assert f.requests == 2 and f.requests_per_s == pytest.approx(0.2)  # A and B ended inside
+    assert f.errors == 1 and f.errors_by_outcome == {"dropped": 1}
+    assert f.latency_s.p50 == pytest.approx(5.0)  # B 6.5, D 3.5 (A was sent before the window)
+    assert f.ttft_s.p50 == pytest.approx(2.5)
+    assert f.tpot_s.p50 == pytest.approx((0.625 + 2.5) / 2)
+    assert f.queue_s.p50 == pytest.approx(0.5)
+    assert f.itl_s.p50 == pytest.approx(1.0)  # gaps 1, 1, 1 (A) and 2 (B)
+    assert f.jain == pytest.approx(100 / 104)  # users 4 and 6 tokens
+    assert f.max_min_share == pytest.approx(1.5)
+    assert f.decode_stall_max_s == pytest.approx(2.0)  # B's gap while C was "in prefill"
+    assert f.decode_stall_max_ratio == pytest.approx(2.0)
+    assert f.prefill_wait_max_s == pytest.approx(4.0)
+    assert f.throughput_ci_tok_s == pytest.approx((1.0, 1.0))
+    assert f.valid
+
+
+def test_starved_user_and_no_stall_without_prefill() -> None:
+    window = StepWindow(lane="a", concurrency=3, start=100.0, end=110.0)
+    records = [rec(0, 100.0, 1.0, (1.0,) * 4, 5.0, 5, c=3), rec(1, 100.0, 1.0, (1.0,) * 4, 5.0, 5, c=3)]
+    f = compute_step_figures(records, window)
+    assert f.jain == pytest.approx(100 / (3 * 50))
+    assert f.max_min_share is None
+    assert f.decode_stall_max_s is None and f.decode_stall_max_ratio is None
+
+
+def test_stall_counts_only_other_requests_prefill() -> None:
+    # One request alone: its own prefill [100, 101] never overlaps its own gaps.
+    window = StepWindow(lane="a", concurrency=1, start=100.0, end=110.0)
+    f = compute_step_figures([rec(0, 100.0, 1.0, (3.0, 1.0), 5.0, 3, c=1)], window)
+    assert f.decode_stall_max_s is None
+
+
+def test_no_success_marks_step_invalid_and_keeps_window_reason() -> None:
+    f = compute_step_figures([rec(0, 101.0, None, (), 1.0, 0, outcome="refused")], WINDOW)
+    assert not f.valid and f.errors_by_outcome == {"refused": 1} and f.throughput_tok_s == 0
+    bad = StepWindow(lane="a", concurrency=2, start=100.0, end=110.0, valid=False, reason="client lagged")
+    assert compute_step_figures(RECORDS, bad).reason == "client lagged"
+
+
+def test_quantile_jain_and_batch_means() -> None:
+    assert quantile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
+    assert quantile([1.0, 2.0, 3.0, 4.0], 0.95) == pytest.approx(3.85)
+    assert quantile([], 0.5) is None
+    assert jain_index([1, 1, 1, 1]) == 1.0 and jain_index([4, 0, 0, 0]) == 0.25 and jain_index([0, 0]) is None
+    arrivals = [(100.0 + i * 0.5, 1) for i in range(20)]  # 2 tok/s, evenly
+    assert batch_means_ci(arrivals, 100.0, 110.0, 2.0) == pytest.approx((2.0, 2.0))
+    assert batch_means_ci(arrivals, 100.0, 110.0, 6.0) is None
+    ci = batch_means_ci([(100.1, 10), (102.1, 30)], 100.0, 104.0, 2.0)  # rates 5 and 15
+    assert ci is not None
+    lo, hi = ci
+    assert (lo + hi) / 2 == pytest.approx(10.0) and hi - lo == pytest.approx(2 * 12.706 * 5.0)
+
+
+@pytest.mark.parametrize(("gaps", "prefills", "expected"), [
+    ([(0.0, 1.0), (1.0, 4.0)], [(2.0, 3.0)], 3.0),  # the long gap contains a whole prefill
+    ([(0.0, 1.0), (1.0, 4.0)], [(4.0, 5.0)], None),  # touching is not overlapping
+    ([(0.0, 2.0), (2.0, 2.5)], [(-5.0, 0.5), (2.1, 2.2)], 2.0),
+    ([(1.0, 1.0), (1.0, 1.0)], [(0.0, 5.0)], None),  # zero-length gaps are no stall
+    ([(10.0, 11.0), (11.0, 13.0)], [(0.0, 1.0), (1.0, 10.5)], 1.0),  # only an early, long interval reaches
+    ([(0.0, 3.0)], [], None),
+])
+def test_longest_stalled_gap(gaps: list[tuple[float, float]], prefills: list[tuple[float, float]],
+                             expected: float | None) -> None:
+    assert longest_stalled_gap(gaps, prefills) == expected

@@ -1,0 +1,87 @@
+"""Decode starvation on a real llama-server: a long prompt arriving while other requests decode.
+
+With the default logical batch (``-b 2048``) the whole ~1500-token prompt is prefilled in one step and
+every decoding request waits for it; with ``-b 256 -ub 256`` the prefill is cut into 256-token chunks
+interleaved with decode steps, so the longest decode gap shrinks. The test measures, for each setting, the
+longest gap between tokens of the decoding requests while the long prompt is being prefilled, and checks the
+direction (chunked prefill stalls decode less), with a wide margin for a shared machine. The figures are
+printed; tight goals belong in bench scripts.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from satbench.runtimes.llamacpp import LlamaServer, LlamaServerSpec
+
+pytestmark = [pytest.mark.real, pytest.mark.timeout(300)]
+
+LONG_PROMPT_TOKENS = 1500
+DECODERS = 3
+
+
+def _long_prompt(url: str, target: int) -> tuple[str, int]:
+    words = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "wizards", "judge")
+    text, n = "", 0
+    for i in range(8 * target):
+        text += f" {words[i % len(words)]}{i % 97}"
+        if i % 50 == 49:
+            n = len(httpx.post(f"{url}/tokenize", json={"content": text}, timeout=30).json()["tokens"])
+            if n >= target:
+                break
+    return text, n
+
+
+def _decode(url: str, arrivals: list[float], n_predict: int) -> None:
+    body = {"prompt": "Once upon a time", "n_predict": n_predict, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", f"{url}/completion", json=body, timeout=120) as resp:
+        for line in resp.iter_lines():
+            if line.startswith("data:") and '"stop":false' in line:
+                arrivals.append(time.monotonic())
+
+
+def _stall(url: str, prompt: str) -> dict[str, float]:
+    arrivals: list[list[float]] = [[] for _ in range(DECODERS)]
+    threads = [threading.Thread(target=_decode, args=(url, arrivals[i], 600)) for i in range(DECODERS)]
+    for thread in threads:
+        thread.start()
+    while min(len(a) for a in arrivals) < 20:
+        time.sleep(0.01)
+    sent = time.monotonic()
+    body = {"prompt": prompt, "n_predict": 1, "cache_prompt": False}
+    resp = httpx.post(f"{url}/completion", json=body, timeout=120)
+    done = time.monotonic()
+    for thread in threads:
+        thread.join()
+    prefill_ms = float(resp.json()["timings"]["prompt_ms"])
+    gaps_in, gaps_all = [], []
+    for times in arrivals:
+        for a, b in itertools.pairwise(times):
+            gaps_all.append(b - a)
+            if b > sent and a < done:
+                gaps_in.append(b - a)
+    return {"stall_ms": 1000 * max(gaps_in), "itl_p50_ms": 1000 * statistics.median(gaps_all),
+            "prefill_ms": prefill_ms}
+
+
+def test_chunked_prefill_bounds_the_decode_stall(llama_server_binary: Path, tiny_models: dict[str, Path],
+                                                 tmp_path: Path) -> None:
+    figures: dict[str, dict[str, float]] = {}
+    for label, batch in (("b2048", 2048), ("b256", 256)):
+        spec = LlamaServerSpec(model=tiny_models["dense"], parallel=4, ctx_size=16384, batch=batch,
+                               ubatch=min(batch, 512))
+        with LlamaServer(spec, tmp_path / f"{label}.log", binary=llama_server_binary) as server:
+            prompt, n = _long_prompt(server.url, LONG_PROMPT_TOKENS)
+            assert n >= LONG_PROMPT_TOKENS
+            runs = [_stall(server.url, f"{rep}{prompt}") for rep in range(3)]
+        figures[label] = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+    print(f"\ndecode stall during a {LONG_PROMPT_TOKENS}-token prefill: {figures}")
+    assert figures["b2048"]["stall_ms"] > 1.5 * figures["b256"]["stall_ms"]
+    assert figures["b2048"]["stall_ms"] > 5 * figures["b2048"]["itl_p50_ms"]

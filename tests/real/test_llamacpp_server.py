@@ -1,0 +1,126 @@
+"""A real llama-server on the tiny models: the endpoints satbench reads, and how the server really behaves.
+
+Each model gets one server with ``--parallel 4``. The checks are about shape and behaviour, not speed:
+/health, /props (slots, per-slot context), a streamed /completion token by token, /metrics and /slots, and
+two transport habits the load generator must live with (the connection closes after a streamed response;
+SSE comment lines may appear). Where the other parts' parsers are installed they are run on the real bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from satbench.runtimes import RunningRuntime
+from satbench.runtimes.llamacpp import LlamaServer
+
+pytestmark = pytest.mark.real
+
+N_PREDICT = 24
+
+
+def _stream_completion(url: str, n_predict: int = N_PREDICT, prompt: str = "Hello, my name is") -> bytes:
+    body = {"prompt": prompt, "n_predict": n_predict, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", f"{url}/completion", json=body, timeout=60.0) as resp:
+        assert resp.status_code == 200
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        return b"".join(resp.iter_bytes())
+
+
+def _events(raw: bytes) -> tuple[list[dict[str, object]], list[bytes]]:
+    events, others = [], []
+    for line in raw.split(b"\n"):
+        if line.startswith(b"data:"):
+            events.append(json.loads(line[5:]))
+        elif line.strip():
+            others.append(line)
+    return events, others
+
+
+def test_health_props_and_runtime_view(server: LlamaServer) -> None:
+    assert isinstance(server, RunningRuntime)
+    assert httpx.get(f"{server.url}/health").json() == {"status": "ok"}
+    props = server.props
+    assert props["total_slots"] == 4
+    assert props["default_generation_settings"]["n_ctx"] == 16384 // 4
+    assert str(props["model_path"]).endswith(server.spec.model.name)
+    assert props["endpoint_metrics"] is True and props["endpoint_slots"] is True
+    assert props["build_info"]
+    evidence = server.evidence()
+    assert evidence["n_ctx_slot"] == 4096 and evidence["command"][0] == str(server.binary)
+
+
+def test_streamed_completion_token_by_token(server: LlamaServer) -> None:
+    events, others = _events(_stream_completion(server.url))
+    assert all(line.startswith(b":") for line in others), others
+    content = [e for e in events if not e.get("stop")]
+    final = events[-1]
+    assert len(content) == N_PREDICT
+    assert final["stop"] is True and final["stop_type"] == "limit"
+    timings = final["timings"]
+    assert isinstance(timings, dict) and timings["predicted_n"] == N_PREDICT
+    assert timings["prompt_n"] >= 1 and timings["prompt_ms"] >= 0
+
+
+def test_loadgen_parser_counts_the_real_stream(server: LlamaServer) -> None:
+    sse = pytest.importorskip("loadgen.sse")
+    raw = _stream_completion(server.url)
+    parser, summary = sse.parse_stream("llamacpp", raw, chunk=37)
+    assert not parser.malformed
+    assert len(parser.token_ns) == N_PREDICT
+    assert summary.output_tokens == N_PREDICT and summary.error is None
+
+
+def test_connection_is_closed_after_a_streamed_response(server: LlamaServer) -> None:
+    """Keep-alive is offered in the headers, yet the server closes the socket once the stream ends."""
+    parts = urlsplit(server.url)
+    body = json.dumps({"prompt": "Hi", "n_predict": 4, "ignore_eos": True, "stream": True}).encode()
+    request = (f"POST /completion HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n"
+               f"Connection: keep-alive\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+    with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
+        sock.sendall(request)
+        received = b""
+        while not received.endswith(b"\r\n0\r\n\r\n"):
+            chunk = sock.recv(65536)
+            assert chunk, f"closed before the terminating chunk: {received[-200:]!r}"
+            received += chunk
+        sock.settimeout(2.0)  # well under the advertised keep-alive timeout of 5 s
+        try:
+            after = sock.recv(1)
+        except TimeoutError:
+            after = None
+    head = received.split(b"\r\n\r\n", 1)[0].lower()
+    assert b"transfer-encoding: chunked" in head and b"keep-alive: timeout=" in head
+    assert after == b"", "the server kept the connection open after the stream"
+
+
+def test_metrics_and_slots_during_load(server: LlamaServer) -> None:
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        futures = [pool.submit(_stream_completion, server.url, 256) for _ in range(6)]
+        busy, deferred_seen = 0, 0.0
+        for _ in range(100):
+            slots = httpx.get(f"{server.url}/slots", timeout=10).json()
+            busy = max(busy, sum(1 for s in slots if s["is_processing"]))
+            metrics = httpx.get(f"{server.url}/metrics", timeout=10).text
+            deferred = [ln for ln in metrics.splitlines() if ln.startswith("llamacpp:requests_deferred")]
+            deferred_seen = max(deferred_seen, float(deferred[0].split()[-1]))
+            if (busy == 4 and deferred_seen >= 1) or all(f.done() for f in futures):
+                break
+        results = [f.result() for f in futures]
+    assert len(slots) == 4 and {s["id"] for s in slots} == {0, 1, 2, 3}
+    assert busy >= 2
+    assert all(len(_events(r)[0]) == 257 for r in results)
+    after = httpx.get(f"{server.url}/metrics", timeout=10).text
+    for name in ("llamacpp:prompt_tokens_total", "llamacpp:tokens_predicted_total",
+                 "llamacpp:requests_processing", "llamacpp:requests_deferred", "llamacpp:n_decode_total"):
+        assert any(line.startswith(name + " ") for line in after.splitlines()), name
+    parse = pytest.importorskip("exporter.llamacpp_parse")
+    samples = parse.parse_exposition(after)
+    assert samples["llamacpp:tokens_predicted_total"] >= 6 * 256
+    counts = parse.parse_slots(json.dumps(httpx.get(f"{server.url}/slots", timeout=10).json()))
+    assert counts is not None

@@ -1,0 +1,57 @@
+"""A whole ``satbench run`` over two real llama-server lanes (dense and MoE tiny models).
+
+It exercises every part at once: the session starts one llama-server per lane, an exporter per lane,
+Prometheus and the recommender, walks a short ladder, and writes the evidence folder. The checks are the
+contract: exit status 0, both lanes answered, the manifest names the exact model bytes (sha256) and the
+runtime build (``/props``), and every request is in records.jsonl.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from satbench.tiny_models import describe_model_files
+
+pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.timeout(900)]
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "examples" / "real-llamacpp.toml"
+
+
+def test_real_session_two_lanes(llama_server_binary: Path, tiny_models: dict[str, Path],
+                                tmp_path: Path) -> None:
+    if shutil.which("prometheus") is None:
+        pytest.skip("the prometheus binary is not installed")
+    model_dir = tiny_models["dense"].parent
+    argv = [sys.executable, "-m", "satbench.cli", "run", "--config", str(CONFIG), "--out", str(tmp_path),
+            "--set", f'model_dir="{model_dir}"', "--set", "loadgen.ladder.concurrency=[1, 2, 4]"]
+    env = {**os.environ, "SATBENCH_LLAMA_SERVER": str(llama_server_binary)}
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=850)
+    assert done.returncode == 0, f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+
+    manifest_text = (run_dir / "manifest.json").read_text()
+    manifest = json.loads(manifest_text)
+    assert set(manifest["lanes"]) == {"dense", "moe"}
+    for entry in describe_model_files(tiny_models.values()):
+        assert entry["sha256"] in manifest_text, entry["name"]
+    assert "build_info" in manifest_text and "--parallel" in manifest_text
+
+    recommendations = json.loads((run_dir / "recommendations.json").read_text())
+    for lane in ("dense", "moe"):
+        answer = recommendations["lanes"][lane]
+        assert answer["status"] in {"ok", "insufficient_data", "degraded"}, answer
+        assert [s["concurrency"] for s in answer["steps"]] == [1, 2, 4]
+
+    records = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
+    lanes_seen = {r["lane"] for r in records if r["outcome"] == "ok"}
+    assert lanes_seen == {"dense", "moe"}
+    errors = [r for r in records if r["outcome"] != "ok"]
+    assert len(errors) <= 0.01 * len(records), errors[:5]

@@ -1,0 +1,28 @@
+"""Synthetic per-step figures for the recommender's unit tests: a healthy step, then what a case changes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from satbench.figures import MemoryFigures, Quantiles, StepFigures
+
+__all__ = ["ladder", "step"]
+
+
+def step(c: int, throughput: float, **changes: Any) -> StepFigures:
+    """A healthy, valid step at concurrency ``c`` with ``throughput`` tok/s; ``changes`` override fields."""
+    base = StepFigures(
+        lane="dense", concurrency=c, window_s=30.0, requests=100, errors=0,
+        throughput_tok_s=throughput, requests_per_s=throughput / 64,
+        latency_s=Quantiles(0.8, 1.0, 1.1), ttft_s=Quantiles(0.05, 0.08, 0.09),
+        itl_s=Quantiles(0.010, 0.012, 0.013), queue_s=Quantiles(0.0, 0.0, 0.0),
+        memory_bytes=MemoryFigures(gpu_max=4e9, gpu_total=8e9, host_rss_max=1e9),
+        jain=0.99, max_min_share=1.1, decode_stall_max_ratio=1.5, prefill_wait_max_s=0.1,
+    )
+    return replace(base, **changes)
+
+
+def ladder(curve: dict[int, float], **per_rung: dict[str, Any]) -> list[StepFigures]:
+    """Steps of a curve {c: tok/s}; ``per_rung={"c8": {...}}`` changes one rung."""
+    return [step(c, t, **per_rung.get(f"c{c}", {})) for c, t in curve.items()]

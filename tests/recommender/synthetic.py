@@ -1,0 +1,99 @@
+"""A synthetic closed-loop lane, written as the load generator would: records, step windows, manifest.
+
+The lane is a fluid model of a slot-batched server: ``slots`` requests decode together; a batch of ``b``
+makes each inter-token gap ``itl_s * (1 + itl_growth * (b - 1))``; a request waits in queue while every
+slot is busy (``(c / slots - 1)`` service times at concurrency ``c`` above ``slots``). Throughput therefore
+grows with ``c`` up to ``slots`` and stays flat after: the analytic answer is known in advance
+(``expected_throughput``, without the two faults below). Seeded lognormal jitter makes quantiles
+non-trivial. ``starve_decode`` makes one gap per request as long as a prefill (a batcher that pauses
+decodes during prefills); ``unfair_user0`` serves user 0 first, every other user's tokens three times
+slower (an unfair admission order).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from satbench.manifest import RunManifest, StepWindow
+from satbench.records import Phase, RequestRecord
+
+__all__ = ["SyntheticLane", "simulate_run"]
+
+
+@dataclass(frozen=True, slots=True)
+class SyntheticLane:
+    name: str
+    slots: int
+    prefill_s: float = 0.05
+    itl_s: float = 0.01
+    itl_growth: float = 0.05
+    output_tokens: int = 24
+    prompt_tokens: int = 64
+    jitter: float = 0.08
+    starve_decode: bool = False
+    unfair_user0: bool = False
+
+    def gap(self, c: int) -> float:
+        b = min(c, self.slots)
+        return self.itl_s * (1 + self.itl_growth * (b - 1))
+
+    def service_s(self, c: int) -> float:
+        return self.prefill_s + (self.output_tokens - 1) * self.gap(c)
+
+    def queue_s(self, c: int) -> float:
+        return max(0.0, c / self.slots - 1.0) * self.service_s(c)
+
+    def expected_throughput(self, c: int) -> float:
+        return c * self.output_tokens / (self.queue_s(c) + self.service_s(c))
+
+
+def _request(lane: SyntheticLane, c: int, user: int, sent_at: float, rng: random.Random, run_id: str,
+             rid: int, window: tuple[float, float]) -> RequestRecord:
+    def j() -> float:
+        return math.exp(rng.gauss(0.0, lane.jitter))
+
+    queue = lane.queue_s(c) * j()
+    ttft = queue + lane.prefill_s * j()
+    slowdown = 3.0 if lane.unfair_user0 and c > 1 and user != 0 else 1.0
+    gaps = [lane.gap(c) * slowdown * j() for _ in range(lane.output_tokens - 1)]
+    if lane.starve_decode and c > 1 and gaps:
+        gaps[len(gaps) // 2] = lane.prefill_s * j()
+    e2e = ttft + sum(gaps)
+    phase: Phase = "warmup" if sent_at < window[0] else ("window" if sent_at <= window[1] else "drain")
+    return RequestRecord(run_id=run_id, lane=lane.name, concurrency=c, user=user, request_id=f"r{rid}",
+                         phase=phase, sent_at=sent_at, ttft_s=ttft, e2e_s=e2e, queue_s=queue,
+                         itl_s=tuple(gaps), prompt_tokens=lane.prompt_tokens,
+                         output_tokens=lane.output_tokens, outcome="ok", status=200)
+
+
+def simulate_run(lanes: Sequence[SyntheticLane], ladder: Sequence[int], *, t0: float, window_s: float,
+                 warmup_s: float = 2.0, gap_s: float = 2.0, seed: int = 7,
+                 run_id: str = "20261129T000000Z-beef") -> tuple[RunManifest, list[RequestRecord]]:
+    """Lanes one after the other, each walking ``ladder``; returns the manifest and every record."""
+    rng = random.Random(seed)
+    records: list[RequestRecord] = []
+    steps: list[StepWindow] = []
+    t = t0
+    rid = 0
+    for lane in lanes:
+        for c in ladder:
+            start = t + warmup_s
+            end = start + window_s
+            drain_end = t
+            for user in range(c):
+                sent = t + user * lane.service_s(c) / c
+                while sent <= end:
+                    rec = _request(lane, c, user, sent, rng, run_id, rid, (start, end))
+                    rid += 1
+                    records.append(rec)
+                    sent = rec.ended_at or sent
+                    drain_end = max(drain_end, sent)
+            steps.append(StepWindow(lane=lane.name, concurrency=c, start=start, end=end, warmup_start=t,
+                                    drain_end=drain_end))
+            t = drain_end + gap_s
+    manifest = RunManifest(run_id=run_id, created_at=t0, steps=steps, finished_at=t,
+                           lanes={lane.name: {"slots": lane.slots} for lane in lanes})
+    return manifest, records

@@ -1,0 +1,61 @@
+"""The real service (real analyzer) against the backfilled Prometheus, then ``satbench capabilities``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import httpx
+import pytest
+
+from recommender import capabilities
+from recommender.app import create_app
+from recommender.settings import RecommenderSettings
+from tests.recommender.conftest import SyntheticRun
+from tests.recommender.server import serve
+from tests.support.net import free_port
+
+
+def test_registered_run_is_analysed_from_prometheus_and_reported(synthetic_run: SyntheticRun,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    settings = RecommenderSettings(prometheus_url=synthetic_run.prometheus_url, refresh_interval_s=3600)
+    with serve(create_app(settings)) as url:
+        resp = httpx.post(f"{url}/runs", json=synthetic_run.manifest.to_dict(), timeout=60)
+        assert resp.status_code == 201, resp.text
+        assert resp.json()["lanes"]["dense"] == 4 and resp.json()["lanes"]["moe"] == 8
+        doc = httpx.get(f"{url}/recommendations").json()
+        assert doc["source"] == {"kind": "prometheus", "url": synthetic_run.prometheus_url}
+        assert capabilities.main(argparse.Namespace(url=url, timeout=5.0)) == 0
+    fragment = json.loads(capsys.readouterr().out)
+    dense = fragment["lanes"]["dense"]
+    assert dense["max_useful_concurrency"] == 4
+    assert dense["run_id"] == synthetic_run.manifest.run_id
+    measured = doc["lanes"]["dense"]["throughput_at_recommended_tok_s"]
+    assert dense["throughput_tok_s"] == pytest.approx(measured)
+    assert dense["measured_at"].endswith("Z")
+
+
+def test_unreachable_prometheus_without_records_is_a_503(synthetic_run: SyntheticRun) -> None:
+    settings = RecommenderSettings(prometheus_url=f"http://127.0.0.1:{free_port()}", refresh_interval_s=3600,
+                                   prometheus_timeout_s=2.0)
+    with serve(create_app(settings)) as url:
+        resp = httpx.post(f"{url}/runs", json=synthetic_run.manifest.to_dict(), timeout=30)
+        assert resp.status_code == 202
+        resp = httpx.get(f"{url}/recommendations")
+        assert resp.status_code == 503
+        assert "unreachable" in resp.json()["detail"]
+
+
+def test_capabilities_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    assert capabilities.main(argparse.Namespace(url=url, timeout=1.0)) == 2
+    assert "cannot reach" in capsys.readouterr().err
+
+
+def test_capability_fragment_without_an_answer() -> None:
+    doc = {"schema": "satbench.recommendations/v1", "run_id": "r", "lanes": {
+        "moe": {"status": "insufficient_data", "reason": "1 step window(s)",
+                "recommended_concurrency": None}}}
+    lane = capabilities.capability_fragment(doc)["lanes"]["moe"]
+    assert lane["max_useful_concurrency"] is None and lane["status"] == "insufficient_data"
+    assert lane["reason"] and lane["run_id"] == "r"

@@ -1,0 +1,114 @@
+"""A short real session (two simulator lanes, ladder 1/2, 3 s windows) shared by the session tests."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SHORT = [
+    "--set",
+    "loadgen.ladder.concurrency=[1, 2]",
+    "--set",
+    "loadgen.warmup_s=0.5",
+    "--set",
+    "loadgen.min_window_s=3",
+    "--set",
+    "loadgen.max_window_s=3",
+    "--set",
+    "loadgen.drain_timeout_s=1",
+    "--set",
+    "loadgen.min_requests=2",
+    "--set",
+    "policy.min_requests_per_step=2",
+    "--set",
+    "policy.max_throughput_ci_ratio=1.0",
+    "--set",
+    "loadgen.max_loop_lag_s=0.5",  # plumbing, not accuracy: a loaded test machine must not void the steps
+]
+
+
+@dataclass
+class SessionRun:
+    returncode: int
+    stdout: str
+    stderr: str
+    descendants: set[int]
+    out_dir: Path
+    wall_s: float
+    run_dirs: list[Path] = field(default_factory=list)
+
+
+class DescendantWatcher:
+    """Records every descendant PID of a process while it runs (polled), to check none survives it."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.seen: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(psutil.Error):
+                self.seen.update(p.pid for p in psutil.Process(self.pid).children(recursive=True))
+            time.sleep(0.1)
+
+    def stop(self) -> set[int]:
+        self._stop.set()
+        self._thread.join()
+        return self.seen
+
+
+def start_session(out_dir: Path, *extra: str) -> tuple[subprocess.Popen[str], DescendantWatcher]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "satbench.cli", "run", "--out", str(out_dir), *SHORT, *extra],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return proc, DescendantWatcher(proc.pid)
+
+
+def survivors(pids: set[int]) -> list[str]:
+    out = []
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+            if p.status() != psutil.STATUS_ZOMBIE:
+                out.append(f"{pid} {' '.join(p.cmdline())[:120]}")
+        except psutil.NoSuchProcess:
+            continue
+    return out
+
+
+@pytest.fixture(scope="module")
+def short_session(tmp_path_factory: pytest.TempPathFactory) -> SessionRun:
+    out_dir = tmp_path_factory.mktemp("runs")
+    started = time.monotonic()
+    proc, watcher = start_session(out_dir)
+    try:
+        stdout, stderr = proc.communicate(timeout=110)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    pids = watcher.stop()
+    return SessionRun(
+        proc.returncode,
+        stdout,
+        stderr,
+        pids,
+        out_dir,
+        time.monotonic() - started,
+        sorted(p for p in out_dir.iterdir() if p.is_dir()),
+    )

@@ -1,0 +1,111 @@
+"""End to end: ``satbench run`` with real subprocesses and a real Prometheus leaves complete evidence,
+answers per lane, and leaves no child behind, also on Ctrl-C and on failure."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from satbench.records import read_records
+from tests.session.conftest import SessionRun, start_session, survivors
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("prometheus") is None, reason="Prometheus is not installed (apt-get install prometheus)"
+)
+
+EVIDENCE = (
+    "manifest.json",
+    "records.jsonl",
+    "steps.json",
+    "recommendations.json",
+    "report.html",
+    "README.md",
+)
+
+
+def test_session_succeeds_and_prints_an_answer_per_lane(short_session: SessionRun) -> None:
+    assert short_session.returncode == 0, short_session.stderr[-2000:]
+    out = short_session.stdout
+    assert "walking the ladder 1/2 on dense, moe" in out
+    for lane in ("dense", "moe"):
+        assert f"\nlane {lane}\n" in out
+        assert any(
+            line.strip().startswith(f"{lane}:") for line in out.split("recommendations:")[-1].splitlines()
+        )
+    assert "starvation" in out and "Jain" in out
+
+
+def test_evidence_folder_is_complete(short_session: SessionRun) -> None:
+    (run_dir,) = short_session.run_dirs
+    for name in EVIDENCE:
+        assert (run_dir / name).stat().st_size > 0, name
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["run_id"] == run_dir.name
+    assert manifest["command"][-1] == "loadgen.max_loop_lag_s=0.5" and "run" in manifest["command"]
+    assert manifest["versions"]["satbench"] and "git_commit" in manifest["versions"]
+    hw = manifest["hardware"]
+    assert hw["cpu_cores_logical"] >= 1 and hw["ram_bytes"] > 0 and hw["cpu_model"]
+    assert hw["gpu"] is not None or hw["gpu_reason"]
+    for lane in ("dense", "moe"):
+        info = manifest["lanes"][lane]
+        assert info["runtime"] == "simulator" and info["runtime_props"]["build_info"]
+        assert manifest["network"][lane]["rtt_median_s"] > 0
+    assert manifest["prometheus"]["started"] and Path(manifest["prometheus"]["config_path"]).exists()
+    windows = [(s["lane"], s["concurrency"]) for s in manifest["steps"]]
+    assert windows == [("dense", 1), ("dense", 2), ("moe", 1), ("moe", 2)]
+    records = list(read_records(run_dir / "records.jsonl"))
+    assert {r.lane for r in records} == {"dense", "moe"} and all(r.run_id == run_dir.name for r in records)
+    recs = json.loads((run_dir / "recommendations.json").read_text())
+    assert recs["schema"] == "satbench.recommendations/v1" and set(recs["lanes"]) == {"dense", "moe"}
+    assert recs["source"]["kind"] == "prometheus"
+    assert "## Recommendations" in (run_dir / "README.md").read_text()
+
+
+def test_no_child_survives_the_session(short_session: SessionRun) -> None:
+    assert len(short_session.descendants) >= 6  # 2 simulators, 2 exporters, recommender, Prometheus
+    assert survivors(short_session.descendants) == []
+
+
+def test_ctrl_c_stops_every_child(tmp_path: Path) -> None:
+    proc, watcher = start_session(tmp_path)
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 60
+    for line in proc.stdout:
+        if "walking the ladder" in line or time.monotonic() > deadline:
+            break
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=30)
+    pids = watcher.stop()
+    assert proc.returncode == 130
+    assert len(pids) >= 6
+    assert survivors(pids) == []
+
+
+def test_missing_prometheus_is_a_one_line_reason(tmp_path: Path) -> None:
+    proc, watcher = start_session(tmp_path, "--set", "prometheus.binary='no-such-prometheus'")
+    _, err = proc.communicate(timeout=60)
+    watcher.stop()
+    assert proc.returncode == 1
+    assert "apt-get install prometheus" in err and len(err.strip().splitlines()) == 1
+
+
+def test_runtime_not_answering_stops_what_was_started(tmp_path: Path) -> None:
+    from tests.support.net import free_port
+
+    config = tmp_path / "session.toml"
+    config.write_text(
+        '[[lanes]]\nname = "dense"\nruntime = "simulator"\nprofile = "dense"\n\n'
+        f'[[lanes]]\nname = "gone"\nruntime = "external"\nurl = "http://127.0.0.1:{free_port()}"\n'
+    )
+    proc, watcher = start_session(tmp_path, "--config", str(config))
+    _, err = proc.communicate(timeout=60)
+    pids = watcher.stop()
+    assert proc.returncode == 1
+    assert "lane gone" in err and "not answering" in err
+    assert pids and survivors(pids) == []

@@ -1,0 +1,74 @@
+"""The session config: defaults are the README's session, bad configs are refused before anything starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from satbench.session_cli import _overrides
+from satbench.session_config import DEFAULT_LOADGEN, SessionConfigError, load_session_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_defaults_are_two_simulator_lanes_on_the_short_ladder() -> None:
+    config = load_session_config(None)
+    assert [(lane.name, lane.runtime, lane.profile) for lane in config.lanes] == [
+        ("dense", "simulator", "dense"),
+        ("moe", "simulator", "moe"),
+    ]
+    assert config.loadgen.ladder.concurrency == [1, 2, 4, 8]
+    assert config.loadgen.max_window_s == DEFAULT_LOADGEN["max_window_s"]
+    assert config.prometheus.url is None and config.recommender.url is None
+
+
+def test_example_file_is_valid_and_matches_the_defaults() -> None:
+    example = load_session_config(ROOT / "examples" / "session.toml")
+    default = load_session_config(None)
+    assert example.lanes == default.lanes
+    assert example.loadgen.model_dump(exclude={"workload"}) == default.loadgen.model_dump(
+        exclude={"workload"}
+    )
+
+
+def test_file_sections_merge_over_the_session_defaults(tmp_path: Path) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text("[loadgen]\nwarmup_s = 0.5\n[loadgen.ladder]\nconcurrency = [1, 3]\n")
+    config = load_session_config(path, {"prometheus.url": "http://127.0.0.1:9090"})
+    assert config.loadgen.warmup_s == 0.5 and config.loadgen.ladder.concurrency == [1, 3]
+    assert config.loadgen.min_window_s == DEFAULT_LOADGEN["min_window_s"]
+    assert config.prometheus.url == "http://127.0.0.1:9090"
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ('model_dir = "/home/someone/models"', "under /home"),
+        ('[[lanes]]\nname = "x"\nruntime = "external"', "needs a url"),
+        ('[[lanes]]\nname = "x"\nurl = "http://127.0.0.1:1"', "only for runtime = 'external'"),
+        ('[[lanes]]\nname = "x"\nruntime = "llamacpp"', "needs model_file"),
+        ('[[lanes]]\nname = "a"\n[[lanes]]\nname = "a"', "duplicate lane names: a"),
+        ('[[loadgen.lanes]]\nname = "a"\nurl = "http://127.0.0.1:1"', "not in [loadgen]"),
+        ("[loadgen]\nwarmup_s = -1", "loadgen.warmup_s"),
+        ("bogus = 1", "bogus"),
+        ("lanes = [", "not valid TOML"),
+    ],
+)
+def test_bad_configs_are_refused_with_the_field(tmp_path: Path, text: str, needle: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text + "\n")
+    with pytest.raises(SessionConfigError, match=None) as info:
+        load_session_config(path)
+    assert needle in str(info.value)
+
+
+def test_set_overrides_parse_toml_values() -> None:
+    assert _overrides(["a.b=[1, 2]", "c=0.5", "d=word", "e='q'"]) == {
+        "a.b": [1, 2],
+        "c": 0.5,
+        "d": "word",
+        "e": "q",
+    }
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        _overrides(["novalue"])

@@ -1,0 +1,174 @@
+"""A real, throw-away Prometheus for tests: ``with PrometheusProcess(config) as prom: prom.query(q)``.
+
+Writes the config (and copies of the rule files, referenced by their copied paths) into a temporary
+directory, starts the ``prometheus`` binary on a free loopback port with its own TSDB directory, waits for
+``/-/ready`` and kills the process on exit, even when the test fails. It never touches a system Prometheus
+that may already listen on :9090.
+
+``rule_files`` given here are appended to the config's ``rule_files`` (a config that already lists rule
+files keeps them). ``query`` returns the ``data.result`` list of an instant query, ``query_range`` that of a
+range query; both raise :class:`PrometheusQueryError` on an error answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+import httpx
+
+from tests.support.net import free_port, wait_http
+
+__all__ = ["PrometheusProcess", "PrometheusQueryError", "prometheus_binary", "promtool_binary"]
+
+
+class PrometheusQueryError(RuntimeError):
+    pass
+
+
+def prometheus_binary() -> str | None:
+    return shutil.which("prometheus")
+
+
+def promtool_binary() -> str | None:
+    return shutil.which("promtool")
+
+
+class PrometheusProcess:
+    """A real Prometheus on ``127.0.0.1:<free port>``; ``.url`` is its base URL once entered."""
+
+    def __init__(
+        self,
+        config_text: str,
+        rule_files: Sequence[Path] = (),
+        startup_timeout_s: float = 30.0,
+        extra_args: Iterable[str] = (),
+    ) -> None:
+        self.config_text = config_text
+        self.rule_files = tuple(Path(p) for p in rule_files)
+        self.startup_timeout_s = startup_timeout_s
+        self.extra_args = tuple(extra_args)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.dir: Path | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._log: IO[bytes] | None = None
+
+    def _write_config(self, root: Path) -> Path:
+        text = self.config_text
+        if self.rule_files:
+            copies = []
+            for i, src in enumerate(self.rule_files):
+                dst = root / "rules" / f"{i:02d}-{src.name}"
+                dst.parent.mkdir(exist_ok=True)
+                shutil.copyfile(src, dst)
+                copies.append(dst)
+            listed = "".join(f'  - "{p}"\n' for p in copies)
+            text = text.replace("rule_files: []\n", "rule_files:\n")
+            if "\nrule_files:\n" in "\n" + text:
+                text = text.replace("rule_files:\n", "rule_files:\n" + listed, 1)
+            else:
+                text = text.rstrip("\n") + "\nrule_files:\n" + listed
+        path = root / "prometheus.yml"
+        path.write_text(text)
+        return path
+
+    def __enter__(self) -> PrometheusProcess:
+        binary = prometheus_binary()
+        if binary is None:
+            raise RuntimeError("the prometheus binary is not installed (Debian: apt-get install prometheus)")
+        self._tmp = tempfile.TemporaryDirectory(prefix="satbench-prom-")
+        root = self.dir = Path(self._tmp.name)
+        config = self._write_config(root)
+        self._log = (root / "prometheus.log").open("wb")
+        argv = [
+            binary,
+            f"--config.file={config}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            f"--storage.tsdb.path={root / 'data'}",
+            "--web.enable-lifecycle",
+            "--log.level=warn",
+            *self.extra_args,
+        ]
+        self.proc = subprocess.Popen(argv, cwd=root, stdout=self._log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL)
+        try:
+            wait_http(self.url + "/-/ready", timeout_s=self.startup_timeout_s)
+        except BaseException:
+            log = self._stop()
+            raise RuntimeError(f"prometheus did not become ready: {' '.join(argv)}\n{log}") from None
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._stop()
+
+    def _stop(self) -> str:
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+        text = ""
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+            if self.dir is not None:
+                text = (self.dir / "prometheus.log").read_text(errors="replace")[-3000:]
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+        return text
+
+    def log(self) -> str:
+        if self.dir is None:
+            return ""
+        return (self.dir / "prometheus.log").read_text(errors="replace")[-3000:]
+
+    def _get(self, path: str, params: dict[str, Any]) -> Any:
+        resp = httpx.get(self.url + path, params=params, timeout=10.0)
+        body = resp.json()
+        if resp.status_code != 200 or body.get("status") != "success":
+            raise PrometheusQueryError(f"{path} {params}: HTTP {resp.status_code}: {body.get('error', body)}")
+        return body["data"]
+
+    def query(self, promql: str, time: float | None = None) -> list[dict[str, Any]]:
+        """Instant query; each result has ``metric`` (labels) and ``value`` ``[ts, "str"]``."""
+        params: dict[str, Any] = {"query": promql}
+        if time is not None:
+            params["time"] = f"{time:.3f}"
+        return list(self._get("/api/v1/query", params)["result"])
+
+    def query_value(self, promql: str, time: float | None = None) -> float | None:
+        """The single value of an instant query, or None when it returns nothing (raises on several)."""
+        result = self.query(promql, time)
+        if not result:
+            return None
+        if len(result) > 1:
+            raise PrometheusQueryError(f"{promql!r} returned {len(result)} series")
+        return float(result[0]["value"][1])
+
+    def query_range(self, promql: str, start: float, end: float, step_s: float) -> list[dict[str, Any]]:
+        params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step_s}"}
+        return list(self._get("/api/v1/query_range", params)["result"])
+
+    def targets(self) -> list[dict[str, Any]]:
+        return list(self._get("/api/v1/targets", {})["activeTargets"])
+
+    def wait_for_scrapes(self, promql: str, timeout_s: float = 15.0) -> None:
+        """Waits until ``promql`` returns at least one series (e.g. ``up{job="x"} == 1``)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.query(promql):
+                return
+            time.sleep(0.1)
+        raise TimeoutError(f"{promql!r} returned nothing within {timeout_s}s\n{self.log()}")
