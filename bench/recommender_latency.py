@@ -8,8 +8,9 @@ Goals (printed as ratios against them, not asserted):
 The run is synthetic (``tests.recommender.synthetic``), backfilled into a real Prometheus with
 ``promtool``; the service runs as its own process (``satbench recommender``), so the load generator here
 does not share its interpreter. The clients are 100 persistent HTTP/1.1 connections on raw asyncio
-streams (the lightest client Python has), each polling at ``--rate`` requests per second with a random
-phase; ``--rate 0`` makes them closed-loop (as fast as the server answers: latency is then queueing).
+streams (the lightest client Python has), each warmed by one unmeasured request, then polling at
+``--rate`` requests per second with a random phase; ``--rate 0`` makes them closed-loop (as fast as the
+server answers: latency is then queueing, not service time).
 
     .venv/bin/python bench/recommender_latency.py [--rate 5] [--seconds 10] [--clients 100]
 """
@@ -47,36 +48,48 @@ def pct(values: list[float], q: float) -> float:
     return data[min(len(data) - 1, max(0, round(q * (len(data) - 1))))]
 
 
-async def client(host: str, port: int, path: str, rate: float, until: float, out: list[float]) -> None:
+async def get(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes) -> float:
+    t = time.perf_counter()
+    writer.write(request)
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    await reader.readexactly(length)
+    if not head.startswith(b"HTTP/1.1 200"):
+        raise RuntimeError(head[:100].decode(errors="replace"))
+    return time.perf_counter() - t
+
+
+async def client(host: str, port: int, path: str, rate: float, start: asyncio.Event, until: list[float],
+                 out: list[float]) -> None:
+    """One persistent connection: one unmeasured request (connection set-up), then the measured ones."""
     reader, writer = await asyncio.open_connection(host, port)
     request = f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: keep-alive\r\n\r\n".encode()
     period = 1.0 / rate if rate > 0 else 0.0
-    next_at = time.perf_counter() + random.random() * period
     try:
-        while time.perf_counter() < until:
+        await get(reader, writer, request)
+        await start.wait()
+        next_at = time.perf_counter() + random.random() * period
+        while time.perf_counter() < until[0]:
             if period:
                 await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
                 next_at += period
-            t = time.perf_counter()
-            writer.write(request)
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = 0
-            for line in head.split(b"\r\n"):
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":")[1])
-            await reader.readexactly(length)
-            if not head.startswith(b"HTTP/1.1 200"):
-                raise RuntimeError(head[:100].decode(errors="replace"))
-            out.append(time.perf_counter() - t)
+            out.append(await get(reader, writer, request))
     finally:
         writer.close()
 
 
 async def load(port: int, clients: int, rate: float, seconds: float) -> list[float]:
     latencies: list[float] = []
-    until = time.perf_counter() + seconds
-    await asyncio.gather(*(client("127.0.0.1", port, "/recommendations", rate, until, latencies)
-                           for _ in range(clients)))
+    start, until = asyncio.Event(), [0.0]
+    tasks = [asyncio.create_task(client("127.0.0.1", port, "/recommendations", rate, start, until, latencies))
+             for _ in range(clients)]
+    await asyncio.sleep(1.0)
+    until[0] = time.perf_counter() + seconds
+    start.set()
+    await asyncio.gather(*tasks)
     return latencies
 
 
@@ -114,8 +127,9 @@ def main() -> int:
             httpx.post(f"{url}/runs", json=manifest.to_dict(), timeout=60).raise_for_status()
             size = len(httpx.get(f"{url}/recommendations").content)
             single = asyncio.run(load(port, 1, 0.0, 2.0))
-            print(f"GET /recommendations ({size} bytes), 1 client closed-loop: p50 {pct(single, .5) * 1e3:.2f} ms,"
-                  f" p99 {pct(single, .99) * 1e3:.2f} ms, {len(single) / 2.0:.0f} req/s")
+            print(f"GET /recommendations ({size} bytes), 1 client closed-loop: "
+                  f"p50 {pct(single, .5) * 1e3:.2f} ms, p99 {pct(single, .99) * 1e3:.2f} ms, "
+                  f"{len(single) / 2.0:.0f} req/s")
             lat = asyncio.run(load(port, args.clients, args.rate, args.seconds))
             p50, p99 = pct(lat, 0.5), pct(lat, 0.99)
             mode = f"{args.rate:g} req/s each" if args.rate > 0 else "closed loop"

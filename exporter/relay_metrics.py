@@ -1,5 +1,12 @@
 """``runtime_ttft_seconds``, ``runtime_itl_seconds``, ``runtime_e2e_seconds``, ``runtime_queue_seconds``
-(histograms, label ``route``) and ``runtime_relay_requests_total{route, code}`` of the relay mode.
+(histograms, label ``route``), ``runtime_relay_requests_total{route, code, outcome}``,
+``runtime_relay_prompt_tokens_total{route}``, ``runtime_relay_output_tokens_total{route}`` and
+``runtime_relay_in_flight{route}`` of the relay mode.
+
+Latency histograms take only requests whose outcome is ``ok`` (an error answer's e2e says nothing about
+the node's speed); token counters take every answer that carried counts. The token counters are separate
+from the scrape-time ``runtime_*_tokens_total`` (the runtime's own lifetime counters, unlabelled): these
+count only what passed through the relay, per route.
 
 Buckets are loadgen's (:data:`loadgen.buckets.LATENCY_BUCKETS_S`), so relay and client histograms of the
 same window can be compared bucket by bucket and ``histogram_quantile`` stays within 5% of the exact value.
@@ -31,7 +38,8 @@ RELAY_HISTOGRAMS = {
 class RelayMetrics(Collector):
     def __init__(self) -> None:
         self._hist: dict[tuple[str, str], FastHistogram] = {}
-        self._requests: dict[tuple[str, str], int] = {}
+        self._requests: dict[tuple[str, str, str], int] = {}
+        self._tokens: dict[tuple[str, str], int] = {}
         self._in_flight: dict[str, int] = {}
         self._lock = threading.Lock()
 
@@ -47,13 +55,20 @@ class RelayMetrics(Collector):
         with self._lock:
             self._in_flight[route] = self._in_flight.get(route, 0) + 1
 
-    def finished(self, route: str, code: int) -> None:
+    def finished(self, route: str, code: int, outcome: str = "ok") -> None:
         with self._lock:
             self._in_flight[route] = self._in_flight.get(route, 1) - 1
-            key = (route, str(code))
+            key = (route, str(code), outcome)
             self._requests[key] = self._requests.get(key, 0) + 1
 
     def observe(self, route: str, timing: RelayTiming) -> None:
+        """Token counts always (when known); latencies only for an ``ok`` outcome."""
+        for kind, n in (("prompt", timing.prompt_tokens), ("output", timing.output_tokens)):
+            if n:
+                with self._lock:
+                    self._tokens[(kind, route)] = self._tokens.get((kind, route), 0) + n
+        if timing.outcome != "ok":
+            return
         self._histogram("e2e", route).observe(timing.e2e_s)
         if timing.ttft_s is not None:
             self._histogram("ttft", route).observe(timing.ttft_s)
@@ -61,6 +76,11 @@ class RelayMetrics(Collector):
             self._histogram("itl", route).observe_many(timing.itl_s)
         if timing.queue_s is not None:
             self._histogram("queue", route).observe(timing.queue_s)
+
+    def in_flight_total(self) -> int:
+        """Requests the relay has not finished accounting for (0 once every answer was counted)."""
+        with self._lock:
+            return sum(self._in_flight.values())
 
     def describe(self) -> list[Metric]:
         return []
@@ -70,6 +90,7 @@ class RelayMetrics(Collector):
             hists = sorted(self._hist.items())
             requests = sorted(self._requests.items())
             in_flight = sorted(self._in_flight.items())
+            tokens = sorted(self._tokens.items())
         for kind, (name, doc) in RELAY_HISTOGRAMS.items():
             family = HistogramMetricFamily(name, doc, labels=["route"])
             for (k, route), hist in hists:
@@ -77,11 +98,22 @@ class RelayMetrics(Collector):
                     buckets, total = hist.buckets()
                     family.add_metric([route], buckets, total)
             yield family
-        counter = CounterMetricFamily("runtime_relay_requests", "Requests through the relay, by HTTP status.",
-                                      labels=["route", "code"])
-        for (route, code), n in requests:
-            counter.add_metric([route, code], float(n))
+        counter = CounterMetricFamily(
+            "runtime_relay_requests", "Requests through the relay, by HTTP status to the client and outcome.",
+            labels=["route", "code", "outcome"],
+        )
+        for (route, code, outcome), n in requests:
+            counter.add_metric([route, code, outcome], float(n))
         yield counter
+        for kind in ("prompt", "output"):
+            tokens_family = CounterMetricFamily(
+                f"runtime_relay_{kind}_tokens", f"{kind.capitalize()} tokens of answers through the relay "
+                "(the server's own counts).", labels=["route"],
+            )
+            for (k, route), n in tokens:
+                if k == kind:
+                    tokens_family.add_metric([route], float(n))
+            yield tokens_family
         gauge = GaugeMetricFamily("runtime_relay_in_flight", "Requests in flight through the relay.",
                                   labels=["route"])
         for route, n in in_flight:

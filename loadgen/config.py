@@ -34,6 +34,7 @@ __all__ = [
     "LoadgenConfig",
     "WorkloadConfig",
     "apply_overrides",
+    "check_http_url",
     "load_config",
 ]
 
@@ -44,7 +45,7 @@ class ConfigError(ValueError):
     """A configuration was refused; the message names every bad field."""
 
 
-def _check_http_url(value: str) -> str:
+def check_http_url(value: str) -> str:
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"must be an http(s) URL with a host, got {value!r}")
@@ -74,7 +75,7 @@ class LaneConfig(_Model):
     @field_validator("url")
     @classmethod
     def _check_url(cls, value: str) -> str:
-        return _check_http_url(value)
+        return check_http_url(value)
 
     def api_key(self) -> str | None:
         """The API key from the named environment variable (read now, never stored)."""
@@ -180,7 +181,7 @@ class LoadgenConfig(_Model):
     def _check_recommender(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        return _check_http_url(value)
+        return check_http_url(value)
 
     def lane(self, name: str) -> LaneConfig:
         for lane in self.lanes:

@@ -114,7 +114,7 @@ class LadderRunner:
                                writer=writer, clock=clock, metrics=self.metrics, text=text,
                                progress=self.progress)
                 window = await step.run()
-                figures = compute_step_figures(step.state.records, window, batch_s=self.config.batch_s)
+                figures = compute_step_figures(list(step.records()), window, batch_s=self.config.batch_s)
                 lane_figures.append(figures)
                 self.figures.append(figures)
                 self.manifest.steps.append(window)

@@ -14,6 +14,10 @@ freeze of what exists), so a full collection never lands inside a window; it run
 A record is written as each request ends. Its phase: ``warmup`` if sent before the window opened,
 ``drain`` if it ended after the window closed, else ``window``. The step's window, validity and client
 health are returned as a ``StepWindow``.
+
+Memory stays flat however long a step runs: a finished request leaves only counters, its token bins
+and one dispatch delay here; the records themselves are on disk, and the step's figures are computed from
+``records.jsonl`` once the step has ended (``StepRun.records()``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ import collections
 import gc
 import itertools
 import time
+from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from loadgen.client import LaneClient, RawResult
@@ -33,7 +39,7 @@ from loadgen.selfcheck import LoopLagProbe, health_from, verdict
 from loadgen.sse import StreamParser
 from loadgen.workload import PromptText, RequestSpec, UserWorkload, build_body
 from satbench.manifest import StepWindow
-from satbench.records import Phase, RecordsWriter, RequestRecord
+from satbench.records import Phase, RecordsWriter, RequestRecord, read_records
 from satbench.step_figures import longest_stalled_gap, quantile, t975, token_arrivals
 
 __all__ = ["Clock", "StepRun"]
@@ -62,9 +68,17 @@ class _Active:
 
 @dataclass(slots=True)
 class StepState:
-    records: list[RequestRecord] = field(default_factory=list)
-    dispatch_s: list[float] = field(default_factory=list)
+    """What a step keeps of its finished requests: counters, never the records themselves."""
+
+    requests: int = 0
     tokens_done: int = 0
+    window_ok: int = 0
+    window_errors: collections.Counter[str] = field(default_factory=collections.Counter)
+    window_unreachable: int = 0
+    retried: int = 0
+    last_end: float | None = None
+    window_dispatch_s: array[float] = field(default_factory=lambda: array("d"))
+    recent_ttft: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=200))
 
 
 class StepRun:
@@ -84,7 +98,6 @@ class StepRun:
         self.window_end_ns: int | None = None
         self.stopping = False
         self._bins: dict[int, int] = {}
-        self._binned = 0
         self._stall_hist = metrics.histogram("stall", lane.name)
         self._itl_hist = metrics.histogram("itl", lane.name)
         self._ttft_hist = metrics.histogram("ttft", lane.name)
@@ -137,7 +150,7 @@ class StepRun:
             now = time.perf_counter_ns()
             if now >= max_end:
                 break
-            enough = now >= min_end and self._window_ok(start, now) >= cfg.min_requests
+            enough = now >= min_end and self.state.window_ok >= cfg.min_requests
             if enough and self._stable(start, batch):
                 break
             self._show("window", start, now)
@@ -153,10 +166,11 @@ class StepRun:
             self._show(phase, since_ns, now)
             await asyncio.sleep(min(0.25, (deadline_ns - now) / 1e9))
 
-    def _window_ok(self, start_ns: int, now_ns: int) -> int:
-        lo, hi = self.clock.wall(start_ns), self.clock.wall(now_ns)
-        return sum(1 for r in self.state.records
-                   if r.ok and r.ended_at is not None and lo <= r.ended_at <= hi)
+    def records(self) -> Iterator[RequestRecord]:
+        """This step's records, read back from the records file (flushed as each request ended)."""
+        for rec in read_records(self.writer.path):
+            if rec.run_id == self.run_id and rec.lane == self.lane.name and rec.concurrency == self.c:
+                yield rec
 
     def _stable(self, start_ns: int, batch_s: float) -> bool:
         """Batch-means check over bins that are complete (before the oldest in-flight request was sent)."""
@@ -166,16 +180,7 @@ class StepRun:
         k = (horizon - start_ns) // width
         if k < 2:
             return False
-        bins = self._bins
-        records = self.state.records
-        origin = self.clock.wall(start_ns)
-        for rec in records[self._binned:]:
-            for t, n in token_arrivals(rec):
-                i = int((t - origin) * 1e9) // width
-                if i >= 0:
-                    bins[i] = bins.get(i, 0) + n
-        self._binned = len(records)
-        rates = [bins.get(i, 0) / batch_s for i in range(k)]
+        rates = [self._bins.get(i, 0) / batch_s for i in range(k)]
         mean = sum(rates) / k
         if mean <= 0:
             return False
@@ -187,9 +192,8 @@ class StepRun:
         if not self.progress.enabled:
             return
         elapsed = (now_ns - since_ns) / 1e9
-        recent = [r.ttft_s for r in self.state.records[-200:] if r.ttft_s is not None]
-        p95 = quantile(sorted(recent), 0.95)
-        self.progress.show(self.lane.name, self.c, phase, elapsed, len(self.state.records),
+        p95 = quantile(sorted(self.state.recent_ttft), 0.95)
+        self.progress.show(self.lane.name, self.c, phase, elapsed, self.state.requests,
                            self.state.tokens_done / max(elapsed, 1e-3), p95)
 
     async def _drain(self, users: list[asyncio.Task[None]]) -> None:
@@ -265,9 +269,7 @@ class StepRun:
             status=res.status, error=res.error, retried=res.retried, extra=extra,
         )
         self.writer.write(record)
-        self.state.records.append(record)
-        self.state.tokens_done += output
-        self.state.dispatch_s.append(max(0.0, (send - prev_end_ns) / 1e9))
+        self._count(record, max(0.0, (send - prev_end_ns) / 1e9))
         self.metrics.request_done(lane, res.outcome, user, output)
         self.recent_prefill.append((send, tok[0] if tok else res.end_ns))
         if res.outcome == "ok":
@@ -281,6 +283,32 @@ class StepRun:
             stall = self._stall(user, tok)
             if stall is not None:
                 self._stall_hist.observe(stall)
+
+    def _count(self, record: RequestRecord, dispatch_s: float) -> None:
+        """Folds a finished request into the step's counters and throughput bins."""
+        state = self.state
+        state.requests += 1
+        state.tokens_done += record.output_tokens
+        state.retried += record.retried
+        if record.ttft_s is not None:
+            state.recent_ttft.append(record.ttft_s)
+        ended = record.ended_at if record.ended_at is not None else record.sent_at
+        state.last_end = ended if state.last_end is None else max(state.last_end, ended)
+        if record.phase == "window":
+            state.window_dispatch_s.append(dispatch_s)
+        if self.window_start_ns is not None and record.phase != "drain" \
+                and ended >= self.clock.wall(self.window_start_ns):
+            if record.ok:
+                state.window_ok += 1
+            else:
+                state.window_errors[record.outcome] += 1
+                state.window_unreachable += record.outcome == "refused" and record.status is None
+            origin = self.clock.wall(self.window_start_ns)
+            width = (self.config.batch_s or self.config.min_window_s / 10.0)
+            for t, n in token_arrivals(record):
+                i = int((t - origin) / width)
+                if t >= origin:
+                    self._bins[i] = self._bins.get(i, 0) + n
 
     def _stall(self, user: int, tok: list[int]) -> float | None:
         """Longest gap of this request while another request of the lane was in prefill."""
@@ -301,27 +329,23 @@ class StepRun:
         assert self.window_start_ns is not None and self.window_end_ns is not None
         start, end = self.clock.wall(self.window_start_ns), self.clock.wall(self.window_end_ns)
         wall = (self.window_end_ns - warm_ns) / 1e9
-        dispatch = [d for r, d in zip(self.state.records, self.state.dispatch_s, strict=False)
-                    if r.phase == "window"]
-        health = health_from(lags, dispatch, cpu_s, wall)
-        in_window = [r for r in self.state.records if start <= (r.ended_at or r.sent_at) <= end]
-        ok = sum(1 for r in in_window if r.ok)
-        errors = collections.Counter(r.outcome for r in in_window if not r.ok)
-        retried = sum(1 for r in self.state.records if r.retried)
+        state = self.state
+        health = health_from(lags, list(state.window_dispatch_s), cpu_s, wall)
+        ok, errors, retried = state.window_ok, state.window_errors, state.retried
         notes = [f"client {k}={v:.4g}" for k, v in health.to_dict().items() if v is not None]
         if errors:
             notes.append("errors: " + ", ".join(f"{k}={v}" for k, v in sorted(errors.items())))
         if retried:
             notes.append(f"retried on a fresh connection: {retried}")
         reason = verdict(health, self.config.max_loop_lag_s)
-        unreachable = sum(1 for r in in_window if r.outcome == "refused" and r.status is None)
+        unreachable = state.window_unreachable
         if reason is None and unreachable:
             reason = f"runtime unreachable during the window ({unreachable} connections refused)"
         if reason is None and errors and sum(errors.values()) > ok:
             reason = f"most requests failed ({sum(errors.values())} errors, {ok} ok)"
         if reason is None and ok < self.config.min_requests:
             reason = f"too few requests in window ({ok} < {self.config.min_requests})"
-        drain_end = max((r.ended_at or r.sent_at for r in self.state.records), default=end)
+        drain_end = end if state.last_end is None else max(state.last_end, end)
         return StepWindow(lane=self.lane.name, concurrency=self.c, start=start, end=end,
                           warmup_start=self.clock.wall(warm_ns), drain_end=drain_end,
                           valid=reason is None, reason=reason, notes=tuple(notes))

@@ -3,8 +3,9 @@
 The walk: rungs are taken in increasing concurrency. The lowest rung must be usable and break no limit;
 it is the first candidate. Each next rung is accepted while
 
-1. it is usable (valid window, enough requests, stable throughput), else the answer stops below it and the
-   lane is ``degraded`` with the reason;
+1. it is usable (valid window, enough requests, stable throughput), else the answer stops below it: bound
+   by the first limit the rung breaks if it breaks one (a stall that happened needs no stable throughput
+   to count), else the lane is ``degraded`` with the reason;
 2. its throughput gain per doubling over the last accepted rung reaches ``min_gain_per_doubling``, else
    ``throughput_plateau`` binds;
 3. where both rungs have confidence intervals, their difference is significant
@@ -56,6 +57,10 @@ class LaneAnalysis:
             return pairs
         return [(s, v) for s, v in pairs if s.concurrency <= self.recommended_concurrency]
 
+    def flagged_at(self, constraint: str) -> list[int]:
+        """Every measured rung (accepted or not) that broke ``constraint``."""
+        return [v.concurrency for v in self.verdicts if constraint in v.constraint_names()]
+
     def fairness_summary(self) -> dict[str, Any]:
         pairs = self._accepted()
         jains = [s.jain for s, _ in pairs if s.jain is not None]
@@ -64,6 +69,7 @@ class LaneAnalysis:
             "ok": not any("fairness" in v.constraint_names() for _, v in pairs),
             "jain_min": min(jains) if jains else None,
             "max_min_share_max": max(shares) if shares else None,
+            "flagged_at": self.flagged_at("fairness"),
         }
 
     def starvation_summary(self) -> dict[str, Any]:
@@ -77,6 +83,8 @@ class LaneAnalysis:
             "prefill_ok": "prefill_starvation" not in names,
             "decode_stall_max_ratio": max(stalls) if stalls else None,
             "prefill_wait_max_s": max(waits) if waits else None,
+            "decode_flagged_at": self.flagged_at("decode_starvation"),
+            "prefill_flagged_at": self.flagged_at("prefill_starvation"),
         }
 
     def steps_as_dicts(self) -> list[dict[str, Any]]:
@@ -143,23 +151,25 @@ def analyze_lane(lane: str, steps: Sequence[StepFigures], policy: Policy) -> Lan
         reason = f"{len(ordered)} step window(s) for this lane: a ladder needs at least 2 rungs"
         return result("insufficient_data", reason, None, None)
     first, first_verdict = ordered[0], verdicts[0]
-    if not first_verdict.usable:
-        reason = f"lowest rung c={first.concurrency} cannot be used: {first_verdict.unusable_reason}"
-        return result("insufficient_data", reason, None, None)
     if first_verdict.violations:
         worst = first_verdict.violations[0]
         reason = f"even the lowest rung c={first.concurrency} breaks a limit: {worst.detail}"
         return result("degraded", reason, None, worst.constraint)
+    if not first_verdict.usable:
+        reason = f"lowest rung c={first.concurrency} cannot be used: {first_verdict.unusable_reason}"
+        return result("insufficient_data", reason, None, None)
     accepted = first
     for i in range(1, len(ordered)):
         step, verdict = ordered[i], verdicts[i]
+        broken = tuple(verdict.constraint_names())
+        if not verdict.usable and broken:
+            return result("ok", None, accepted, broken[0], next_rung_constraints=broken)
         if not verdict.usable:
             return result("degraded",
                           f"rung c={step.concurrency} cannot be used ({verdict.unusable_reason}); "
                           f"the answer stops below it", accepted, None)
         gain = gain_per_doubling(accepted.concurrency, accepted.throughput_tok_s,
                                  step.concurrency, step.throughput_tok_s)
-        broken = tuple(verdict.constraint_names())
         if gain < policy.min_gain_per_doubling:
             return result("ok", None, accepted, "throughput_plateau", next_rung_constraints=broken)
         ci_a, ci_b = accepted.throughput_ci_tok_s, step.throughput_ci_tok_s

@@ -88,17 +88,24 @@ class StepModel(BaseModel):
 
 
 class FairnessModel(BaseModel):
+    """Over the accepted rungs (``ok``, extremes) and every measured rung (``flagged_at``)."""
+
     ok: bool
     jain_min: float | None
     max_min_share_max: float | None = None
+    flagged_at: list[int] = Field(default_factory=list, description="rungs that broke a fairness limit")
 
 
 class StarvationModel(BaseModel):
+    """Over the accepted rungs (``ok``, extremes) and every measured rung (``*_flagged_at``)."""
+
     ok: bool
     decode_ok: bool = True
     prefill_ok: bool = True
     decode_stall_max_ratio: float | None
     prefill_wait_max_s: float | None
+    decode_flagged_at: list[int] = Field(default_factory=list, description="rungs that starved decodes")
+    prefill_flagged_at: list[int] = Field(default_factory=list, description="rungs that starved prefills")
 
 
 class KneeModel(BaseModel):

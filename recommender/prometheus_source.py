@@ -61,9 +61,11 @@ class PrometheusSourceConfig:
     requests: with ``c`` users and mean latency ``e2e``, a batch of ``B`` seconds is off by about
     ``e2e / (B * sqrt(c))`` of its value from request phase alone. A batch shorter than
     ``ci_min_e2e_multiple`` mean latencies (or ``min_batch_s``, two scrapes) would measure that granularity,
-    not the server; then there is no interval (``None``) rather than a misleading one."""
+    not the server; then there is no interval (``None``) rather than a misleading one. Fewer than
+    ``ci_min_batches`` batches give none either (Student's t with one degree of freedom is 12.7)."""
 
     ci_batches: int = 10
+    ci_min_batches: int = 5
     min_batch_s: float = 2.0
     ci_min_e2e_multiple: float = 10.0
     max_in_flight: int = 32
@@ -159,7 +161,7 @@ async def fetch_step_figures(client: PromQLClient, window: StepWindow, config: P
         shortest = max(config.min_batch_s, config.ci_min_e2e_multiple * (e2e_mean or math.inf))
         usable = math.isfinite(shortest) and shortest > 0
         n = min(config.ci_batches, math.floor(w / shortest)) if usable else 0
-        if n < 2:
+        if n < config.ci_min_batches:
             return (), None
         batch_s = w / n
         async with gate:

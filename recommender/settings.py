@@ -34,6 +34,7 @@ class RecommenderSettings(BaseSettings):
     refresh_interval_s: float = Field(default=60.0, gt=0)
     prometheus_timeout_s: float = Field(default=10.0, gt=0)
     ci_batches: int = Field(default=10, ge=2)
+    ci_min_batches: int = Field(default=5, ge=2, description="fewest batches for a throughput interval")
     ci_min_e2e_multiple: float = Field(default=10.0, gt=0, description="shortest batch in mean latencies")
     min_batch_s: float = Field(default=2.0, gt=0, description="shortest interval batch (>= 2 scrapes)")
     scrape_interval_s: float = Field(default=1.0, gt=0, description="Prometheus scrape interval of loadgen")
@@ -43,6 +44,7 @@ class RecommenderSettings(BaseSettings):
     def source_config(self) -> PrometheusSourceConfig:
         return PrometheusSourceConfig(ci_batches=self.ci_batches, min_batch_s=self.min_batch_s,
                                       ci_min_e2e_multiple=self.ci_min_e2e_multiple,
+                                      ci_min_batches=self.ci_min_batches,
                                       confidence=self.policy.confidence,
                                       scrape_interval_s=self.scrape_interval_s,
                                       min_scrape_coverage=self.min_scrape_coverage)

@@ -2,8 +2,10 @@
 
 A step is *usable* when its window is marked valid, it holds at least ``min_requests_per_step`` finished
 requests, and, where a batch-means interval exists, its throughput is stable (interval half-width over mean
-at most ``max_throughput_ci_ratio``). A usable step is then checked against every limit of the policy; each
-broken limit is a ``Violation`` named after the ``binding_constraint`` it would become. A figure the source
+at most ``max_throughput_ci_ratio``). Every step whose window is valid is checked against every limit of
+the policy, usable or not: a stall or an unfair share that happened is evidence even when the throughput
+is too noisy to compare (a starving batcher makes it so). Each broken limit is a ``Violation`` named after
+the ``binding_constraint`` it would become. A figure the source
 could not measure (``None``) is not checked: the absence of evidence is reported, not guessed.
 
 Fairness helpers: Jain's index ``(sum x)^2 / (n * sum x^2)`` over per-user output tokens is 1 when every
@@ -131,7 +133,7 @@ def _above(constraint: str, measured: float | None, limit: float | None, what: s
 def check_step(step: StepFigures, policy: Policy) -> StepVerdict:
     """The verdict on one step: usable or not (and why), and every limit it breaks, in binding order."""
     reason = _unusable_reason(step, policy)
-    if reason is not None:
+    if not step.valid:
         return StepVerdict(step.concurrency, False, reason, ())
     found: dict[str, Violation] = {}
 
@@ -157,4 +159,4 @@ def check_step(step: StepFigures, policy: Policy) -> StepVerdict:
     add(_above("fairness", step.max_min_share, policy.max_min_share_max, "max/min user share"))
     add(_above("fairness", step.queue_s.p99, policy.queue_p99_max_s, "queue wait p99 (s)"))
     ordered = tuple(found[name] for name in VIOLATION_ORDER if name in found)
-    return StepVerdict(step.concurrency, True, None, ordered)
+    return StepVerdict(step.concurrency, reason is None, reason, ordered)

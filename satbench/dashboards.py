@@ -244,6 +244,71 @@ def recommendation_panel() -> dict[str, Any]:
     )
 
 
+def _node_vs_client(metric: str) -> list[Target]:
+    """Node-side quantiles (exporter relay mode) and the client's p95 of the same latency, same buckets."""
+    client = f"lane_quantile:loadgen_{metric}_seconds:histogram_quantile10s{{{LANE},quantile=\"0.95\"}}"
+    return [
+        Target(f"lane_quantile:runtime_{metric}_seconds:histogram_quantile10s{{{LANE}}}",
+               "{{lane}} node p{{quantile}}"),
+        Target(client, "{{lane}} client p0.95"),
+    ]
+
+
+def node_ttft_panel() -> dict[str, Any]:
+    return _timeseries(
+        "TTFT at the node vs the client",
+        _node_vs_client("ttft"),
+        "s",
+        "Time to first token measured at the node by the exporter's relay (--relay), beside the load "
+        "generator's p95: the gap is the network and client between them. Node series need relay mode.",
+    )
+
+
+def node_itl_panel() -> dict[str, Any]:
+    return _timeseries(
+        "Inter-token latency at the node vs the client",
+        _node_vs_client("itl"),
+        "s",
+        "Token gaps as the relay forwarded them, beside the load generator's p95.",
+    )
+
+
+def node_e2e_panel() -> dict[str, Any]:
+    return _timeseries(
+        "End-to-end latency at the node vs the client",
+        _node_vs_client("e2e"),
+        "s",
+        "Request received to last byte forwarded at the relay, beside the load generator's p95.",
+    )
+
+
+def node_queue_panel() -> dict[str, Any]:
+    return _timeseries(
+        "Queue time at the node vs the client",
+        _node_vs_client("queue"),
+        "s",
+        "Time waiting for a slot (server timings) for every request through the relay, beside the load "
+        "generator's p95 for its own requests.",
+    )
+
+
+def node_requests_panel() -> dict[str, Any]:
+    return _timeseries(
+        "Requests/s at the node vs the client",
+        [
+            Target(
+                f"sum by (lane, outcome) (rate(runtime_relay_requests_total{{{LANE},route!=\"other\"}}[{RATE}]))",
+                "{{lane}} node {{outcome}}",
+            ),
+            Target(f"lane:runtime_relay_request_errors:ratio_rate10s{{{LANE}}}", "{{lane}} node error ratio"),
+            Target(f"lane:loadgen_requests:rate10s{{{LANE}}}", "{{lane}} client finished"),
+        ],
+        "reqps",
+        "Generation requests through the relay by outcome (cancelled: the client left first), beside the "
+        "requests the load generator finished; more at the node means other clients share it.",
+    )
+
+
 def runtime_up_panel() -> dict[str, Any]:
     return _timeseries(
         "Runtime up",
@@ -270,6 +335,11 @@ OVERVIEW_PANELS = (
     rung_panel,
     recommendation_panel,
     runtime_up_panel,
+    node_ttft_panel,
+    node_itl_panel,
+    node_e2e_panel,
+    node_queue_panel,
+    node_requests_panel,
 )
 
 

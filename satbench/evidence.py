@@ -15,8 +15,8 @@ it is written.
 from __future__ import annotations
 
 import hashlib
-import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -37,17 +37,17 @@ __all__ = [
     "collect_hardware",
     "collect_versions",
     "cpu_model",
-    "describe_model_dir",
+    "describe_model_files",
     "git_commit",
     "measure_round_trip",
     "redact_secrets",
     "refuse_home_path",
     "runtime_props",
+    "sha256_file",
 ]
 
 REDACTED = "***"
 _SECRET_WORDS = ("api_key", "apikey", "token", "password", "secret", "authorization")
-_MODEL_SUFFIXES = (".gguf",)
 
 
 def redact_secrets(value: Any) -> Any:
@@ -228,7 +228,10 @@ def refuse_home_path(path: Path) -> Path:
     return resolved
 
 
-def _sha256(path: Path, chunk: int = 1 << 20) -> str:
+_SPLIT_RE = re.compile(r"^(?P<stem>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$")
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as fh:
         while block := fh.read(chunk):
@@ -236,19 +239,35 @@ def _sha256(path: Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-def describe_model_dir(model_dir: Path, names: Iterable[str] | None = None) -> list[dict[str, Any]]:
-    """Path, size, sha256 of every GGUF file (every split) in ``model_dir``; ``names`` filter by prefix."""
-    root = refuse_home_path(model_dir)
-    if not root.is_dir():
-        raise ValueError(f"model directory {root} does not exist")
-    wanted = tuple(names or ())
-    files = sorted(
-        p
-        for p in root.rglob("*")
-        if p.is_file() and p.name.endswith(_MODEL_SUFFIXES) and (not wanted or p.name.startswith(wanted))
-    )
-    return [
-        {"path": str(p), "name": p.name, "size_bytes": p.stat().st_size, "sha256": _sha256(p)}
-        for p in files
-        if os.access(p, os.R_OK)
-    ]
+def _splits(path: Path) -> list[Path]:
+    match = _SPLIT_RE.match(path.name)
+    if match is None:
+        return [path]
+    count = int(match["count"])
+    return [path.with_name(f"{match['stem']}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
+
+
+def describe_model_files(paths: Iterable[Path | str]) -> list[dict[str, Any]]:
+    """Path, size and sha256 of every model file; a split model lists all its ``-NNNNN-of-MMMMM`` parts.
+
+    Never raises for a bad path: a missing or unreadable file is listed with an ``error`` instead, so a
+    manifest is written even when a model went away.
+    """
+    described: list[dict[str, Any]] = []
+    seen: set[Path] = set()
+    for given in paths:
+        for part in _splits(Path(given).expanduser().absolute()):
+            if part in seen:
+                continue
+            seen.add(part)
+            entry: dict[str, Any] = {"path": str(part), "name": part.name}
+            match = _SPLIT_RE.match(part.name)
+            entry["split"] = f"{int(match['index'])}/{int(match['count'])}" if match else None
+            try:
+                entry["size_bytes"] = part.stat().st_size
+                entry["sha256"] = sha256_file(part)
+            except OSError as exc:
+                error = f"{type(exc).__name__}: {exc.strerror or exc}"
+                entry.update(size_bytes=None, sha256=None, error=error)
+            described.append(entry)
+    return described

@@ -116,7 +116,8 @@ def _start_runtime(
         raise StartError(f"lane {lane.name}: llama.cpp runtime support is unavailable: {exc}") from exc
     assert config.model_dir is not None and lane.model_file is not None
     model_path = config.model_dir / lane.model_file
-    spec = LlamaServerSpec(model=model_path, parallel=lane.parallel, ctx_size=lane.ctx_size)
+    spec = LlamaServerSpec(model=model_path, parallel=lane.parallel, ctx_size=lane.ctx_size, batch=lane.batch,
+                           ubatch=lane.ubatch, threads=lane.threads, extra_args=tuple(lane.server_args))
     try:
         server = stack.enter_context(
             LlamaServer(spec, processes.log_dir / f"llamacpp-{lane.name}.log", ready_timeout_s=120.0)
@@ -128,7 +129,7 @@ def _start_runtime(
         lane,
         server.url,
         server.pid,
-        info={"runtime": "llamacpp", "model_file": str(model_path), "command": list(server.command)},
+        info={"runtime": "llamacpp", "model_file": str(model_path), **server.evidence()},
     )
 
 
@@ -157,8 +158,10 @@ def _start_recommender(
 def _model_files(endpoint: LaneEndpoint, config: SessionConfig) -> list[dict[str, Any]]:
     if endpoint.lane.runtime != "llamacpp" or config.model_dir is None or not endpoint.lane.model_file:
         return []
-    stem = Path(endpoint.lane.model_file).name.split("-00001-of-")[0].removesuffix(".gguf")
-    return evidence.describe_model_dir(config.model_dir, [stem])
+    from satbench.tiny_models import describe_model_files
+
+    evidence.refuse_home_path(config.model_dir)
+    return describe_model_files([config.model_dir / endpoint.lane.model_file])
 
 
 def _build_manifest(

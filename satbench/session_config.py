@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from loadgen.config import ApiFlavour, LoadgenConfig, apply_overrides
+from loadgen.config import ApiFlavour, LoadgenConfig, apply_overrides, check_http_url
 
 __all__ = [
     "DEFAULT_LOADGEN",
@@ -67,11 +67,22 @@ class LaneRuntime(_Model):
     model_file: str | None = None
     parallel: int = Field(default=4, gt=0, le=256)
     ctx_size: int = Field(default=4096, gt=0)
+    batch: int = Field(default=2048, gt=0)
+    ubatch: int = Field(default=512, gt=0)
+    threads: int | None = Field(default=None, gt=0)
+    server_args: list[str] = Field(default_factory=list)
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     slots: int | None = Field(default=None, gt=0)
 
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str | None) -> str | None:
+        return None if value is None else check_http_url(value)
+
     @model_validator(mode="after")
     def _check_runtime(self) -> LaneRuntime:
+        if self.runtime == "simulator":
+            _check_profile(self.profile)
         if self.runtime == "external" and not self.url:
             raise ValueError(f"lane {self.name}: an external runtime needs a url")
         if self.runtime != "external" and self.url:
@@ -91,12 +102,31 @@ class PrometheusSection(_Model):
     scrape_interval_s: float = Field(default=1.0, gt=0.0, le=60.0)
     start_timeout_s: float = Field(default=30.0, gt=0.0)
 
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str | None) -> str | None:
+        return None if value is None else check_http_url(value)
+
 
 class RecommenderSection(_Model):
     """``url`` set: use that recommender service. Otherwise one is started on a free loopback port."""
 
     url: str | None = None
     start_timeout_s: float = Field(default=30.0, gt=0.0)
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str | None) -> str | None:
+        return None if value is None else check_http_url(value)
+
+
+def _check_profile(profile: str) -> None:
+    from simulator.profile import ProfileError, load_profile
+
+    try:
+        load_profile(profile)
+    except ProfileError as exc:
+        raise ValueError(f"profile: {exc}") from exc
 
 
 def _default_lanes() -> list[LaneRuntime]:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import tarfile
 import tempfile
 import zlib
@@ -35,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from satbench.evidence import describe_model_files, sha256_file
 
 __all__ = [
     "CHATML_TEMPLATE",
@@ -65,7 +66,6 @@ CHATML_TEMPLATE = (
     "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
-_SPLIT_RE = re.compile(r"^(?P<stem>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$")
 _TOKEN_NORMAL, _TOKEN_UNKNOWN, _TOKEN_CONTROL, _TOKEN_BYTE = 1, 2, 3, 6
 
 
@@ -195,7 +195,7 @@ def load_vocab(path: Path | str) -> Vocab:
     if not path.is_file():
         raise VocabNotFoundError(f"vocab source {path} does not exist")
     if path.suffix == ".gguf":
-        return _load_vocab_gguf(path, f"{path.name} (sha256 {_sha256(path)[:16]})")
+        return _load_vocab_gguf(path, f"{path.name} (sha256 {sha256_file(path)[:16]})")
     if not tarfile.is_tarfile(path):
         raise ValueError(f"{path} is neither a .gguf vocab file nor an sdist tarball")
     with tarfile.open(path) as tar:
@@ -345,46 +345,3 @@ def write_tiny_models(out_dir: Path | str, vocab: Vocab,
     """Writes every spec into the (checked) model directory; returns the file paths in spec order."""
     directory = check_model_dir(out_dir, refused_roots)
     return [write_tiny_model(spec, vocab, directory / spec.file_name) for spec in specs]
-
-
-def _sha256(path: Path, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _splits(path: Path) -> list[Path]:
-    match = _SPLIT_RE.match(path.name)
-    if match is None:
-        return [path]
-    count = int(match["count"])
-    return [path.with_name(f"{match['stem']}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
-
-
-def describe_model_files(paths: Iterable[Path | str]) -> list[dict[str, Any]]:
-    """Path, size and sha256 of every model file; a split model lists all its ``-NNNNN-of-MMMMM`` parts.
-
-    Never raises for a bad path: a missing or unreadable file is listed with an ``error`` instead, so a
-    manifest is written even when a model went away.
-    """
-    described: list[dict[str, Any]] = []
-    seen: set[Path] = set()
-    for given in paths:
-        for part in _splits(Path(given).expanduser().absolute()):
-            if part in seen:
-                continue
-            seen.add(part)
-            entry: dict[str, Any] = {"path": str(part), "name": part.name}
-            match = _SPLIT_RE.match(part.name)
-            entry["split"] = f"{int(match['index'])}/{int(match['count'])}" if match else None
-            try:
-                entry["size_bytes"] = part.stat().st_size
-                entry["sha256"] = _sha256(part)
-            except OSError as exc:
-                error = f"{type(exc).__name__}: {exc.strerror or exc}"
-                entry.update(size_bytes=None, sha256=None, error=error)
-            described.append(entry)
-    return described
-

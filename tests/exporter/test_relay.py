@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from exporter.relay import parse_listen_address, run_relay
+from exporter.relay import parse_listen_address
 from exporter.relay_metrics import RelayMetrics
 from exporter.relay_observe import OTHER_ROUTE, route_of, timing_from_body, timing_from_stream
 from loadgen.buckets import LATENCY_BUCKETS_S
 from loadgen.sse import StreamParser
+from tests.exporter.relay_support import RelayThread
 from tests.support.net import free_port
 from tests.support.sim import SimulatorProcess
 
@@ -85,7 +91,7 @@ def test_stream_timing_from_real_streams(llamacpp_fixtures: Path, name: str, api
     assert len(timing.itl_s) == n - 1 and all(g == pytest.approx(0.001) for g in timing.itl_s)
     assert timing.e2e_s == pytest.approx((t + MS) / 1e9)
     if api == "llamacpp":  # the final event carries timings: queue = TTFT - prompt_ms (1.947 ms)
-        assert timing.queue_s == pytest.approx(timing.ttft_s - 0.001947)
+        assert timing.ttft_s is not None and timing.queue_s == pytest.approx(timing.ttft_s - 0.001947)
 
 
 def test_body_timing_from_real_answer(llamacpp_fixtures: Path) -> None:
@@ -110,7 +116,8 @@ def test_metrics_use_loadgen_buckets() -> None:
     value = registry.get_sample_value
     assert value("runtime_itl_seconds_count", {"route": "/completion"}) == 2
     assert value("runtime_ttft_seconds_sum", {"route": "/completion"}) == 0.05
-    assert value("runtime_relay_requests_total", {"route": "/completion", "code": "200"}) == 1
+    ok = {"route": "/completion", "code": "200", "outcome": "ok"}
+    assert value("runtime_relay_requests_total", ok) == 1
     assert value("runtime_relay_in_flight", {"route": "/completion"}) == 0
     bounds = [
         s.labels["le"]
@@ -120,47 +127,6 @@ def test_metrics_use_loadgen_buckets() -> None:
         if s.name.endswith("_bucket")
     ]
     assert bounds == [repr(b) for b in LATENCY_BUCKETS_S] + ["+Inf"]
-
-
-class RelayThread:
-    """The relay on a free loopback port, served by an event loop in a daemon thread."""
-
-    def __init__(self, runtime_url: str) -> None:
-        self.metrics = RelayMetrics()
-        self.registry = CollectorRegistry()
-        self.registry.register(self.metrics)
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._loop = asyncio.new_event_loop()
-        self._stop: asyncio.Event | None = None
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(runtime_url,), daemon=True)
-
-    def _run(self, runtime_url: str) -> None:
-        asyncio.set_event_loop(self._loop)
-
-        async def main() -> None:
-            self._stop = asyncio.Event()
-            ready = asyncio.Event()
-            task = asyncio.create_task(
-                run_relay(runtime_url, self.metrics, "127.0.0.1", self.port, self._stop, ready)
-            )
-            await ready.wait()
-            self._ready.set()
-            await task
-
-        self._loop.run_until_complete(main())
-        self._loop.close()
-
-    def __enter__(self) -> RelayThread:
-        self._thread.start()
-        assert self._ready.wait(10), "relay did not start"
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(timeout=10)
 
 
 @pytest.fixture(scope="module")
@@ -182,19 +148,23 @@ def test_relay_streams_and_times_requests(sim: SimulatorProcess) -> None:
         assert answer.status_code == 200 and answer.json()["choices"][0]["message"]["content"]
         assert client.get(relay.url + "/health").json() == {"status": "ok"}
         assert client.get(relay.url + "/no-such-path").status_code == 404
-        value = relay.registry.get_sample_value
+        value = relay.value
+    requests = partial(value, "runtime_relay_requests_total")
     assert value("runtime_ttft_seconds_count", {"route": "/completion"}) == 1
     assert value("runtime_itl_seconds_count", {"route": "/completion"}) == 11
     assert value("runtime_e2e_seconds_count", {"route": "/completion"}) == 1
     assert value("runtime_queue_seconds_count", {"route": "/completion"}) == 1
     ttft = value("runtime_ttft_seconds_sum", {"route": "/completion"})
     e2e = value("runtime_e2e_seconds_sum", {"route": "/completion"})
-    assert 0 < ttft < e2e < 5
+    assert ttft is not None and e2e is not None and 0 < ttft < e2e < 5
     assert value("runtime_e2e_seconds_count", {"route": "/v1/chat/completions"}) == 1
     assert value("runtime_ttft_seconds_count", {"route": "/v1/chat/completions"}) is None  # not streamed
-    assert value("runtime_relay_requests_total", {"route": "/completion", "code": "200"}) == 1
-    assert value("runtime_relay_requests_total", {"route": "other", "code": "200"}) == 1
-    assert value("runtime_relay_requests_total", {"route": "other", "code": "404"}) == 1
+    assert requests({"route": "/completion", "code": "200", "outcome": "ok"}) == 1
+    assert requests({"route": "other", "code": "200", "outcome": "ok"}) == 1
+    assert requests({"route": "other", "code": "404", "outcome": "http_error"}) == 1
+    assert value("runtime_relay_output_tokens_total", {"route": "/completion"}) == 12
+    assert value("runtime_relay_output_tokens_total", {"route": "/v1/chat/completions"}) == 5
+    assert (value("runtime_relay_prompt_tokens_total", {"route": "/completion"}) or 0) >= 1
     assert value("runtime_e2e_seconds_count", {"route": "other"}) is None
 
 
@@ -202,49 +172,51 @@ def test_relay_to_a_dead_runtime_answers_502() -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     with RelayThread(dead) as relay:
         resp = httpx.post(relay.url + "/completion", json={"prompt": "x"}, timeout=10)
-        value = relay.registry.get_sample_value
+        value = relay.value
+    requests = partial(value, "runtime_relay_requests_total")
     assert resp.status_code == 502 and "runtime unreachable" in resp.json()["error"]["message"]
-    assert value("runtime_relay_requests_total", {"route": "/completion", "code": "502"}) == 1
+    assert requests({"route": "/completion", "code": "502", "outcome": "refused"}) == 1
     assert value("runtime_e2e_seconds_count", {"route": "/completion"}) is None
 
 
-def test_cli_relay_mode_serves_both(sim: SimulatorProcess) -> None:
-    import signal
-    import subprocess
-    import sys
+def read_line_with(proc: subprocess.Popen[bytes], marker: bytes, timeout_s: float = 20.0) -> bytes:
+    """The first stdout line of ``proc`` that holds ``marker`` (fails when none came in time)."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.2)
+        if ready:
+            line = proc.stdout.readline()
+            if marker in line:
+                return line
+            if not line and proc.poll() is not None:
+                break
+    raise AssertionError(f"no line with {marker!r} from the exporter")
 
+
+def test_cli_relay_mode_serves_both_on_the_real_ports(sim: SimulatorProcess) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
-    from tests.support.net import wait_http
-
-    metrics_port, relay_port = free_port(), free_port()
-    argv = [
-        sys.executable,
-        "-m",
-        "satbench.cli",
-        "exporter",
-        "--runtime-url",
-        sim.url,
-        "--port",
-        str(metrics_port),
-        "--relay",
-        f"127.0.0.1:{relay_port}",
-        "--gpu",
-        "none",
-    ]
+    argv = [sys.executable, "-m", "satbench.cli", "exporter", "--runtime-url", sim.url, "--port", "0",
+            "--relay", "127.0.0.1:0", "--gpu", "none"]
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.Popen(argv, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        wait_http(f"http://127.0.0.1:{relay_port}/health", timeout_s=20)
+        metrics_line = read_line_with(proc, b"/metrics for ")
+        relay_line = read_line_with(proc, b"relay on ")
+        metrics_url = re.search(rb"(http://127\.0\.0\.1:\d+)/metrics", metrics_line)
+        relay_url = re.search(rb"relay on (http://127\.0\.0\.1:(\d+)) -> ", relay_line)
+        assert metrics_url and relay_url and int(relay_url.group(2)) > 0, relay_line
+        relay = relay_url.group(1).decode()
         body = {"prompt": "hello", "n_predict": 6, "ignore_eos": True, "stream": True}
-        with httpx.stream("POST", f"http://127.0.0.1:{relay_port}/completion", json=body, timeout=30) as resp:
+        with httpx.stream("POST", relay + "/completion", json=body, timeout=30) as resp:
             assert resp.status_code == 200 and sum(1 for _ in resp.iter_lines()) > 6
-        text = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text
+        time.sleep(0.2)  # the relay counts just after the client's last byte
+        text = httpx.get(metrics_url.group(1).decode() + "/metrics", timeout=10).text
     finally:
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=20)
+        _, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err.decode()[-2000:]
-    assert b"relay on http://127.0.0.1:" in out
     samples = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for f in text_string_to_metric_families(text)
@@ -252,4 +224,5 @@ def test_cli_relay_mode_serves_both(sim: SimulatorProcess) -> None:
     }
     assert samples["runtime_ttft_seconds_count", (("route", "/completion"),)] == 1
     assert samples["runtime_itl_seconds_count", (("route", "/completion"),)] == 5
+    assert samples["runtime_relay_output_tokens_total", (("route", "/completion"),)] == 6
     assert samples["runtime_up", ()] == 1

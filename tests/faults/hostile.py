@@ -54,7 +54,8 @@ CASES: dict[str, Handler] = {
     "json_body": lambda r, s: _sse(r, [b'{"content":"abc","stop":true}'], "application/json"),
     "huge_line": lambda r, s: _huge(r, s, None),
     "binary": lambda r, s: _sse(r, [TOKEN, b"data: " + bytes(range(11, 256)) * 4 + b"\n\n"]),
-    "missing_fields": lambda r, s: _sse(r, [b'data: {"foo":1}\n\n', b'data: {"bar":[]}\n\n', b"data: {}\n\n"]),
+    "missing_fields": lambda r, s: _sse(r, [b'data: {"foo":1}\n\n', b'data: {"bar":[]}\n\n',
+                                            b"data: {}\n\n"]),
     "negative_timings": lambda r, s: _sse(r, [TOKEN, TOKEN, TOKEN, (
         b'data: {"content":"","stop":true,"tokens_predicted":3,"timings":{"prompt_n":5,"prompt_ms":-40.0,'
         b'"predicted_n":3,"predicted_ms":-3.0}}\n\n')]),
@@ -93,8 +94,7 @@ async def hostile_server() -> AsyncIterator[HostileServer]:
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
-    server.url = f"http://127.0.0.1:{sockets[0].getsockname()[1]}"
+    server.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
     try:
         yield server
     finally:

@@ -100,7 +100,8 @@ def test_an_api_key_is_sent_but_written_nowhere(tmp_path: Path) -> None:
             cfg.write_text(
                 "warmup_s = 0.2\nmin_window_s = 1.0\nmax_window_s = 1.5\nmin_requests = 1\nmetrics_port = 0\n"
                 "max_loop_lag_s = 5.0\n[ladder]\nconcurrency = [1, 2]\n"
-                f'[[lanes]]\nname = "secret"\nurl = "{server.url}/c/ok"\napi_key_env = "SATBENCH_FAULTS_KEY"\n')
+                f'[[lanes]]\nname = "secret"\nurl = "{server.url}/c/ok"\n'
+                'api_key_env = "SATBENCH_FAULTS_KEY"\n')
             env = {**os.environ, "SATBENCH_FAULTS_KEY": key}
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "satbench.cli", "loadgen", "--config", str(cfg), "--out", str(out),

@@ -110,6 +110,6 @@ def test_events_without_known_fields_are_malformed(api: str, event: bytes) -> No
 
 def test_negative_server_counts_are_a_problem() -> None:
     data = (b'data: {"content":"a","stop":false}\n\n'
-            b'data: {"content":"","stop":true,"timings":{"prompt_n":5,"prompt_ms":-40.0,"predicted_n":1}}\n\n')
+            b'data: {"content":"","stop":true,"timings":{"prompt_n":5,"prompt_ms":-40.0}}\n\n')
     parser, summary = parse_stream("llamacpp", data)
     assert parser.done and summary.problem is not None and "prompt_ms" in summary.problem

@@ -50,6 +50,16 @@ def test_analyze_lane(curve: dict[int, float], per_rung: dict[str, dict[str, Any
     assert (result.reason is None) == (status == "ok")
 
 
+def test_a_limit_broken_on_a_noisy_rung_still_binds() -> None:
+    steps = ladder(GROWING, c4={"throughput_ci_tok_s": (100.0, 700.0), "decode_stall_max_ratio": 60.0})
+    result = analyze_lane("dense", steps, POLICY)
+    assert (result.status, result.recommended_concurrency, result.binding_constraint) == (
+        "ok", 2, "decode_starvation")
+    noisy_first = ladder(GROWING, c1={"requests": 3, "jain": 0.5})
+    result = analyze_lane("dense", noisy_first, POLICY)
+    assert (result.status, result.binding_constraint) == ("degraded", "fairness")
+
+
 def test_saturation_and_knee_ignore_latency() -> None:
     result = analyze_lane("dense", ladder(CURVE, c2={"ttft_s": Quantiles(1, 2, 3)}), POLICY)
     assert result.recommended_concurrency == 1
@@ -82,7 +92,9 @@ def test_decode_starvation_is_flagged_and_a_fair_batcher_is_not() -> None:
     assert "decode_starvation" in bad.steps_as_dicts()[2]["violations"][0]["constraint"]
     assert good.binding_constraint == "ladder_top"
     assert good.starvation_summary() == {"ok": True, "decode_ok": True, "prefill_ok": True,
-                                         "decode_stall_max_ratio": 2.0, "prefill_wait_max_s": 0.1}
+                                         "decode_stall_max_ratio": 2.0, "prefill_wait_max_s": 0.1,
+                                         "decode_flagged_at": [], "prefill_flagged_at": []}
+    assert bad.starvation_summary()["decode_flagged_at"] == [4, 8]
 
 
 def test_unfair_admission_is_flagged_fairness() -> None:
@@ -92,6 +104,7 @@ def test_unfair_admission_is_flagged_fairness() -> None:
     assert result.recommended_concurrency == 2
     assert result.fairness_summary()["ok"] is True
     assert result.fairness_summary()["jain_min"] == pytest.approx(0.99)
+    assert result.fairness_summary()["flagged_at"] == [4]
 
 
 def test_duplicate_rungs_keep_the_later_window_and_say_so() -> None:

@@ -77,5 +77,12 @@ def test_unusable_steps_say_why(changes: dict[str, Any], why: str) -> None:
     assert verdict.unusable_reason is not None and why in verdict.unusable_reason
 
 
+def test_unusable_but_valid_steps_are_still_judged() -> None:
+    verdict = check_step(step(4, 400, requests=2, decode_stall_max_ratio=99.0), POLICY)
+    assert not verdict.usable and verdict.constraint_names() == ["decode_starvation"]
+    invalid = check_step(step(4, 400, valid=False, decode_stall_max_ratio=99.0), POLICY)
+    assert invalid.violations == ()
+
+
 def test_stable_interval_keeps_a_step_usable() -> None:
     assert check_step(step(4, 400, throughput_ci_tok_s=(390.0, 410.0)), POLICY).ok

@@ -92,7 +92,7 @@ def test_model_files_hash_every_split(tmp_path: Path) -> None:
     for i, part in enumerate(parts):
         part.write_bytes(bytes([i]) * 1000)
     (tmp_path / "other.gguf").write_bytes(b"x")
-    files = evidence.describe_model_dir(tmp_path, ["m"])
+    files = evidence.describe_model_files([parts[0]])
     assert [f["name"] for f in files] == [p.name for p in parts]
     assert files[1]["sha256"] == hashlib.sha256(b"\x01" * 1000).hexdigest() and files[1]["size_bytes"] == 1000
 

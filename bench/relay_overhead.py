@@ -1,0 +1,261 @@
+"""Relay cost: added latency per request and per token, relay CPU per token, and relay-vs-client agreement.
+
+Goals (issue 9): at 64 concurrent streams on loopback, the relay adds under 0.5 ms per request at p99 and
+costs under 20 us of CPU per token; its TTFT and e2e agree with the client's (loadgen's ``LaneClient``) for
+the same request, joined by X-Request-ID, within 1 ms at p95.
+
+Set-up, all on loopback: a paced stream server (``python -m loadgen.stream_server``: fixed TTFT and
+inter-token gap, its own truth per X-Request-ID) in one process; the relay (``exporter.relay.RelayServer``
+on uvloop, as the CLI runs it) in a second process that records every observation and writes them out on
+SIGTERM; the client (loadgen's ``LaneClient``, 64 closed-loop users) in this one. Phases alternate
+direct, relayed, direct, relayed, so both see the same machine load.
+
+Figures:
+
+- transport overhead of a request = (server arrival - client send) + (client first token - server first
+  token), server and client times mapped once to wall time; it removes the server's own pacing jitter.
+  Added latency per request = relayed minus direct, at p50/p95/p99 of each distribution. The same for the
+  last token (per-token added latency) and plain TTFT quantiles are printed too;
+- relay CPU per token = the relay process's user+system CPU over the relayed phases / tokens relayed;
+- agreement = client TTFT - relay TTFT and client e2e - relay e2e per relayed request.
+
+The machine may be shared and loaded: the load average is printed before and after; read figures with it.
+
+    .venv/bin/python bench/relay_overhead.py [--quick] [--users 64] [--itl-ms 20] [--tokens 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from loadgen.client import LaneClient  # noqa: E402
+from loadgen.config import LaneConfig, LoadgenConfig  # noqa: E402
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+@contextlib.contextmanager
+def child(argv: list[str], ready: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().decode()
+        if not line.startswith(ready):
+            err = proc.stderr.read().decode()[-500:] if proc.stderr is not None else ""
+            raise RuntimeError(f"{argv} did not start: {line!r} {err}")
+        yield proc, line.split()[1]
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+        if proc.poll() is None:
+            proc.kill()
+
+
+def relay_child(runtime_url: str, out_path: str) -> int:
+    """Runs the relay (uvloop when installed) until SIGTERM; then writes its observations as JSON."""
+    from exporter.cli import _fast_loop
+    from exporter.relay import RelayServer
+    from exporter.relay_metrics import RelayMetrics
+    from exporter.relay_observe import RelayTiming
+
+    seen: list[dict[str, Any]] = []
+
+    def observe(route: str, request_id: str, timing: RelayTiming) -> None:
+        seen.append({"id": request_id, "ttft": timing.ttft_s, "e2e": timing.e2e_s,
+                     "tokens": timing.output_tokens, "outcome": timing.outcome})
+
+    async def serve() -> None:
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        server = RelayServer(runtime_url, RelayMetrics(), "127.0.0.1", 0, observer=observe)
+        print(f"ready {await server.start()}", flush=True)
+        await stop.wait()
+        await server.close()
+
+    with asyncio.Runner(loop_factory=_fast_loop()) as runner:
+        runner.run(serve())
+    Path(out_path).write_text(json.dumps(seen))
+    return 0
+
+
+@dataclass
+class Sent:
+    request_id: str
+    relayed: bool
+    send_ns: int
+    first_ns: int | None
+    last_ns: int | None
+    end_ns: int
+    tokens: int
+    ok: bool
+
+
+async def phase(client: LaneClient, relayed: bool, args: argparse.Namespace, tag: str,
+                out: list[Sent]) -> None:
+    """Closed-loop users for ``phase_s``, starts staggered over one request's length (no opening burst)."""
+    deadline = time.perf_counter() + args.phase_s
+    body = json.dumps({"prompt": "hello there", "n_predict": args.tokens, "stream": True}).encode()
+    stagger = (args.ttft_ms + args.tokens * args.itl_ms) / 1e3 / args.users
+
+    async def user(u: int) -> None:
+        await asyncio.sleep(u * stagger)
+        i = 0
+        while time.perf_counter() < deadline:
+            rid = f"{tag}-u{u}-r{i}"
+            i += 1
+            raw = await client.send(body, rid)
+            out.append(Sent(rid, relayed, raw.send_ns, raw.token_ns[0] if raw.token_ns else None,
+                            raw.token_ns[-1] if raw.token_ns else None, raw.end_ns, len(raw.token_ns),
+                            raw.outcome == "ok"))
+
+    await asyncio.gather(*(user(u) for u in range(args.users)))
+
+
+async def drive(direct_url: str, relay_url: str, args: argparse.Namespace,
+                relay_proc: psutil.Process) -> tuple[list[Sent], float, int]:
+    config = LoadgenConfig(lanes=[LaneConfig(name="direct", url=direct_url),
+                                  LaneConfig(name="relayed", url=relay_url)])
+    direct, relayed = (LaneClient(lane, config) for lane in config.lanes)
+    for c in (direct, relayed):
+        await c.open(args.users)
+        await c.preopen(args.users)
+    out: list[Sent] = []
+    relay_cpu = 0.0
+    relay_tokens = 0
+    try:
+        for rnd in range(args.rounds):
+            await phase(direct, False, args, f"d{rnd}", out)
+            before = sum(relay_proc.cpu_times()[:2])
+            n0 = len(out)
+            await phase(relayed, True, args, f"r{rnd}", out)
+            relay_cpu += sum(relay_proc.cpu_times()[:2]) - before
+            relay_tokens += sum(s.tokens for s in out[n0:])
+    finally:
+        for c in (direct, relayed):
+            await c.close()
+    return out, relay_cpu, relay_tokens
+
+
+def fetch_truth(url: str) -> dict[str, dict[str, Any]]:
+    import httpx
+
+    rows = httpx.get(url + "/sim/truth", timeout=30).json()["requests"]
+    return {row["request_id"]: row for row in rows}
+
+
+def report(sent: list[Sent], truth: dict[str, dict[str, Any]], relay_seen: list[dict[str, Any]],
+           wall0: float, mono0: int, relay_cpu: float, relay_tokens: int, users: int) -> None:
+    def wall(ns: int) -> float:
+        return wall0 + (ns - mono0) / 1e9
+
+    ok = [s for s in sent if s.ok and s.first_ns is not None and s.request_id in truth]
+    over: dict[bool, list[float]] = {False: [], True: []}
+    over_last: dict[bool, list[float]] = {False: [], True: []}
+    ttft: dict[bool, list[float]] = {False: [], True: []}
+    for s in ok:
+        truth_row = truth[s.request_id]
+        assert s.first_ns is not None and s.last_ns is not None
+        inbound = truth_row["arrival"] - wall(s.send_ns)
+        over[s.relayed].append(inbound + wall(s.first_ns) - truth_row["first_token"])
+        over_last[s.relayed].append(inbound + wall(s.last_ns) - truth_row["last_token"])
+        ttft[s.relayed].append((s.first_ns - s.send_ns) / 1e9)
+    print(f"requests ok: direct {len(over[False])}, relayed {len(over[True])} "
+          f"(failed: {sum(not s.ok for s in sent)}), {users} concurrent streams")
+    print(f"{'figure (ms)':46s} {'p50':>8s} {'p95':>8s} {'p99':>8s}")
+    for label, table in (("TTFT", ttft), ("transport overhead, first token", over),
+                         ("transport overhead, last token", over_last)):
+        for relayed in (False, True):
+            qs = [quantile(table[relayed], q) * 1e3 for q in (0.5, 0.95, 0.99)]
+            name = f"{label} {'relayed' if relayed else 'direct'}"
+            print(f"{name:46s} {qs[0]:8.3f} {qs[1]:8.3f} {qs[2]:8.3f}")
+    qs3 = (0.5, 0.95, 0.99)
+    added = [(quantile(over[True], q) - quantile(over[False], q)) * 1e3 for q in qs3]
+    added_tok = [(quantile(over_last[True], q) - quantile(over_last[False], q)) * 1e3 for q in qs3]
+    for label, figs in (("ADDED per request (first token), relayed-direct", added),
+                        ("ADDED per token (last token), relayed-direct", added_tok)):
+        print(f"{label:46s} {figs[0]:8.3f} {figs[1]:8.3f} {figs[2]:8.3f}")
+    per_token_us = relay_cpu / max(relay_tokens, 1) * 1e6
+    print(f"relay CPU: {relay_cpu:.2f} s for {relay_tokens} tokens = {per_token_us:.1f} us/token")
+    print(f"goal: added p99 < 0.5 ms: {'MET' if added[2] < 0.5 else 'NOT MET'} ({added[2]:.3f} ms); "
+          f"CPU < 20 us/token: {'MET' if per_token_us < 20 else 'NOT MET'} ({per_token_us:.1f} us)")
+    by_id = {row["id"]: row for row in relay_seen}
+    gaps_ttft, gaps_e2e = [], []
+    for s in ok:
+        row = by_id.get(s.request_id)
+        if s.relayed and row is not None and row["ttft"] is not None and s.first_ns is not None:
+            gaps_ttft.append(((s.first_ns - s.send_ns) / 1e9 - row["ttft"]) * 1e3)
+            gaps_e2e.append(((s.end_ns - s.send_ns) / 1e9 - row["e2e"]) * 1e3)
+    for name, gaps in (("TTFT", gaps_ttft), ("e2e", gaps_e2e)):
+        qs = [quantile(gaps, q) for q in (0.5, 0.95, 0.99)]
+        print(f"agreement client-relay {name} (ms, {len(gaps)} joined): p50 {qs[0]:.3f} p95 {qs[1]:.3f} "
+              f"p99 {qs[2]:.3f} -> {'MET' if qs[1] < 1.0 else 'NOT MET'} (< 1 ms at p95)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--users", type=int, default=64)
+    parser.add_argument("--tokens", type=int, default=64, help="output tokens per request (default 64)")
+    parser.add_argument("--itl-ms", type=float, default=50.0, help="server inter-token gap (default 50)")
+    parser.add_argument("--ttft-ms", type=float, default=20.0, help="server time to first token (default 20)")
+    parser.add_argument("--phase-s", type=float, default=10.0, help="length of each phase (default 10)")
+    parser.add_argument("--rounds", type=int, default=2, help="direct+relayed pairs (default 2)")
+    parser.add_argument("--quick", action="store_true", help="one round of 5 s phases")
+    parser.add_argument("--relay-child", nargs=2, metavar=("RUNTIME_URL", "OUT"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.relay_child:
+        return relay_child(*args.relay_child)
+    if args.quick:
+        args.rounds, args.phase_s = 1, 5.0
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    server_argv = [sys.executable, "-m", "loadgen.stream_server", "--port", "0", "--ttft-ms",
+                   str(args.ttft_ms), "--itl-ms", str(args.itl_ms)]
+    out_path = Path(f"/tmp/relay-overhead-{os.getpid()}.json")
+    with child(server_argv, "ready") as (_, server_url):
+        relay_argv = [sys.executable, str(Path(__file__).resolve()), "--relay-child", server_url,
+                      str(out_path)]
+        with child(relay_argv, "ready") as (relay, relay_url):
+            wall0, mono0 = time.time(), time.perf_counter_ns()
+            with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+                sent, relay_cpu, relay_tokens = runner.run(
+                    drive(server_url, relay_url, args, psutil.Process(relay.pid))
+                )
+            truth = fetch_truth(server_url)
+        relay_seen = json.loads(out_path.read_text()) if out_path.exists() else []
+        out_path.unlink(missing_ok=True)
+    report(sent, truth, relay_seen, wall0, mono0, relay_cpu, relay_tokens, args.users)
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return 0
+
+
+def _loop_factory() -> Any:
+    from exporter.cli import _fast_loop
+
+    return _fast_loop()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
