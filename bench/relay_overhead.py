@@ -16,7 +16,9 @@ Figures:
   token), server and client times mapped once to wall time; it removes the server's own pacing jitter.
   Added latency per request = relayed minus direct, at p50/p95/p99 of each distribution. The same for the
   last token (per-token added latency) and plain TTFT quantiles are printed too;
-- relay CPU per token = the relay process's user+system CPU over the relayed phases / tokens relayed;
+- relay CPU per token = the relay process's user+system CPU over the relayed phases / tokens relayed
+  (all-in), and, from two more relayed phases at 16 and 256 tokens per answer, CPU = a x requests +
+  b x tokens solved for the per-request cost a and the marginal per-token cost b;
 - agreement = client TTFT - relay TTFT and client e2e - relay e2e per relayed request.
 
 The machine may be shared and loaded: the load average is printed before and after; read figures with it.
@@ -136,7 +138,7 @@ async def phase(client: LaneClient, relayed: bool, args: argparse.Namespace, tag
 
 
 async def drive(direct_url: str, relay_url: str, args: argparse.Namespace,
-                relay_proc: psutil.Process) -> tuple[list[Sent], float, int]:
+                relay_proc: psutil.Process) -> tuple[list[Sent], float, int, list[tuple[int, int, int, float]]]:
     config = LoadgenConfig(lanes=[LaneConfig(name="direct", url=direct_url),
                                   LaneConfig(name="relayed", url=relay_url)])
     direct, relayed = (LaneClient(lane, config) for lane in config.lanes)
@@ -154,10 +156,38 @@ async def drive(direct_url: str, relay_url: str, args: argparse.Namespace,
             await phase(relayed, True, args, f"r{rnd}", out)
             relay_cpu += sum(relay_proc.cpu_times()[:2]) - before
             relay_tokens += sum(s.tokens for s in out[n0:])
+        fit = await cpu_fit(relayed, args, relay_proc)
     finally:
         for c in (direct, relayed):
             await c.close()
-    return out, relay_cpu, relay_tokens
+    return out, relay_cpu, relay_tokens, fit
+
+
+async def cpu_fit(client: LaneClient, args: argparse.Namespace,
+                  relay_proc: psutil.Process) -> list[tuple[int, int, int, float]]:
+    """Relayed-only phases at short and long answers: (tokens/request, requests, tokens, relay CPU s)."""
+    rows = []
+    for tokens in (args.fit_tokens[0], args.fit_tokens[1]):
+        fit_args = argparse.Namespace(**{**vars(args), "tokens": tokens, "phase_s": args.fit_s})
+        out: list[Sent] = []
+        before = sum(relay_proc.cpu_times()[:2])
+        await phase(client, True, fit_args, f"fit{tokens}", out)
+        rows.append((tokens, len(out), sum(s.tokens for s in out), sum(relay_proc.cpu_times()[:2]) - before))
+    return rows
+
+
+def report_fit(rows: list[tuple[int, int, int, float]]) -> None:
+    """CPU = a x requests + b x tokens, solved from the two phases: b is the marginal cost of a token."""
+    (_, r1, t1, c1), (_, r2, t2, c2) = rows
+    for tokens, requests, n, cpu in rows:
+        print(f"relay CPU, {tokens} tokens/request: {cpu:.2f} s / {n} tokens ({requests} requests) = "
+              f"{cpu / max(n, 1) * 1e6:.1f} us/token all-in")
+    det = r1 * t2 - r2 * t1
+    if det:
+        per_request = (c1 * t2 - c2 * t1) / det
+        per_token = (r1 * c2 - r2 * c1) / det
+        print(f"relay CPU fit: {per_request * 1e6:.0f} us per request + {per_token * 1e6:.1f} us per token "
+              f"(marginal) -> goal < 20 us/token: {'MET' if per_token * 1e6 < 20 else 'NOT MET'}")
 
 
 def fetch_truth(url: str) -> dict[str, dict[str, Any]]:
@@ -223,13 +253,16 @@ def main() -> int:
     parser.add_argument("--ttft-ms", type=float, default=20.0, help="server time to first token (default 20)")
     parser.add_argument("--phase-s", type=float, default=10.0, help="length of each phase (default 10)")
     parser.add_argument("--rounds", type=int, default=2, help="direct+relayed pairs (default 2)")
-    parser.add_argument("--quick", action="store_true", help="one round of 5 s phases")
+    parser.add_argument("--fit-tokens", type=int, nargs=2, default=[16, 256],
+                        help="answer lengths of the two CPU-fit phases (default 16 256)")
+    parser.add_argument("--fit-s", type=float, default=6.0, help="length of each CPU-fit phase (default 6)")
+    parser.add_argument("--quick", action="store_true", help="one round of 5 s phases, 3 s fit phases")
     parser.add_argument("--relay-child", nargs=2, metavar=("RUNTIME_URL", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.relay_child:
         return relay_child(*args.relay_child)
     if args.quick:
-        args.rounds, args.phase_s = 1, 5.0
+        args.rounds, args.phase_s, args.fit_s = 1, 5.0, 3.0
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
     server_argv = [sys.executable, "-m", "loadgen.stream_server", "--port", "0", "--ttft-ms",
                    str(args.ttft_ms), "--itl-ms", str(args.itl_ms)]
@@ -240,13 +273,14 @@ def main() -> int:
         with child(relay_argv, "ready") as (relay, relay_url):
             wall0, mono0 = time.time(), time.perf_counter_ns()
             with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-                sent, relay_cpu, relay_tokens = runner.run(
+                sent, relay_cpu, relay_tokens, fit = runner.run(
                     drive(server_url, relay_url, args, psutil.Process(relay.pid))
                 )
             truth = fetch_truth(server_url)
         relay_seen = json.loads(out_path.read_text()) if out_path.exists() else []
         out_path.unlink(missing_ok=True)
     report(sent, truth, relay_seen, wall0, mono0, relay_cpu, relay_tokens, args.users)
+    report_fit(fit)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 

@@ -109,6 +109,25 @@ def test_silent_runtime_gets_504_after_the_read_timeout() -> None:
         assert relay.value("runtime_relay_requests_total", labels) == 1
 
 
+def test_runtime_silent_mid_stream_is_cut_after_the_read_timeout() -> None:
+    events = [b'data: {"index":0,"content":"x","stop":false}\n\n'] * 4
+    with ReplayUpstream() as upstream, RelayThread(upstream.url, read_timeout_s=0.3) as relay:
+        upstream.replies[("POST", "/completion")] = Reply(
+            headers=[("Content-Type", "text/event-stream")], chunks=events, gate_last=True  # gate never opens
+        )
+        got = bytearray()
+        started = time.monotonic()
+        with pytest.raises(httpx.RemoteProtocolError), httpx.Client(timeout=10) as client, client.stream(
+            "POST", relay.url + "/completion", json={"prompt": "x", "stream": True}
+        ) as resp:
+            for chunk in resp.iter_raw():
+                got += chunk
+        assert time.monotonic() - started < 5
+        assert bytes(got) == b"".join(events[:3])
+        labels = {"route": "/completion", "code": "200", "outcome": "timeout"}
+        assert relay.value("runtime_relay_requests_total", labels) == 1
+
+
 def test_runtime_down_gives_502_with_a_clear_body() -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     with RelayThread(dead) as relay:
