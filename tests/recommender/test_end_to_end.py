@@ -8,9 +8,12 @@ and the two lanes must get different answers. Workload: 64 prompt and 16 output 
 Analytic throughput (tok/s) of that workload at real speed: dense 210, 377, 625, 625 (4 slots: saturated
 at 4); moe 56, 83, 116, 149 (gains +48 %, +40 %, +28 % per doubling: still paying at 8). Under the default
 policy (10 % per doubling) the answers are dense 4 (``throughput_plateau``) and moe 8 (``ladder_top``).
-Both simulators run 4x slower (``time_scale``; the analytic figures scale alike, the answers do not
-change) so that a busy test machine's scheduling delays, which add to every simulated step, stay small
-against the steps: at real speed a dense step is 4.4 ms and a loaded machine measured 55 % of it.
+Known limits, both measured: (1) on a heavily loaded machine the simulator's steps and the client's SSE
+handling slow down, so measured throughput falls below the analytic one (moe c=2 measured 66 tok/s by
+the exact records against 83 analytic at load average ~4 on 2 cores; the answer still held); (2) the load
+generator credits a request's tokens to ``loadgen_output_tokens_total`` when the request ends, so the
+Prometheus throughput of a window is granular by up to ``c`` requests (about ``e2e / window``): slowing
+the simulator down (``time_scale``) to escape (1) makes (2) worse, so it runs at real speed.
 
 The policy is the default except ``decode_stall_max_ratio``: on a shared, loaded test machine the client's
 own scheduling hiccups reach 20x the ITL, which is not the server starving decodes (the simulator's
@@ -48,7 +51,6 @@ REPO = Path(__file__).resolve().parents[2]
 LADDER = [1, 2, 4, 8]
 PROMPT_TOKENS, OUTPUT_TOKENS = 64, 16
 POLICY = Policy(decode_stall_max_ratio=100.0)
-TIME_SCALE = 4.0
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -99,7 +101,7 @@ def analytic_answer(sim_url: str, policy: Policy) -> tuple[int | None, str | Non
 def test_recommendations_match_the_simulators_analytic_capacity(tmp_path: Path) -> None:
     loadgen_port = free_port()
     with contextlib.ExitStack() as stack:
-        sims = {lane: stack.enter_context(SimulatorProcess(lane, time_scale=TIME_SCALE)) for lane in ("dense", "moe")}
+        sims = {lane: stack.enter_context(SimulatorProcess(lane)) for lane in ("dense", "moe")}
         exporters = {lane: stack.enter_context(exporter(sim.url)) for lane, sim in sims.items()}
         prom = stack.enter_context(PrometheusProcess(prometheus_config(loadgen_port, exporters)))
         runs_dir = tmp_path / "runs"
