@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -82,6 +82,8 @@ class LoadgenMetrics(Collector):
         self.in_flight: dict[str, int] = {}
         self.step_concurrency: dict[tuple[str, str], int] = {}
         self.hist: dict[tuple[str, str], FastHistogram] = {}
+        self.live_tokens: Callable[[], Iterable[tuple[str, str, int]]] | None = None
+        self._reported_tokens: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
         if registry is not None:
             registry.register(self)
@@ -107,15 +109,35 @@ class LoadgenMetrics(Collector):
     def set_step(self, lane: str, run_id: str, concurrency: int) -> None:
         self.step_concurrency[(lane, run_id)] = concurrency
 
+    def _token_totals(self) -> dict[tuple[str, str], int]:
+        """Finished requests' tokens plus those of requests still streaming (``live_tokens``), so a rate over
+        a few seconds is not lumpy by whole requests. Never lower than last reported: a counter must not
+        fall while a request moves from in-flight to finished."""
+        totals = dict(self.tokens)
+        source = self.live_tokens
+        if source is not None:
+            try:
+                for lane, user, n in source():
+                    totals[(lane, user)] = totals.get((lane, user), 0) + n
+            except RuntimeError:
+                pass
+        with self._lock:
+            reported = self._reported_tokens
+            for key, n in totals.items():
+                totals[key] = reported[key] = max(n, reported.get(key, 0))
+        return totals
+
     def collect(self) -> Iterator[Metric]:
         req = CounterMetricFamily("loadgen_requests", "Requests ended, by outcome.",
                                   labels=["lane", "outcome"])
         for (lane, outcome), n in list(self.requests.items()):
             req.add_metric([lane, outcome], n)
         yield req
-        tok = CounterMetricFamily("loadgen_output_tokens", "Output tokens received (server count), by user.",
-                                  labels=["lane", "user"])
-        for (lane, user), n in list(self.tokens.items()):
+        tok = CounterMetricFamily(
+            "loadgen_output_tokens",
+            "Output tokens received, by user: counted as they arrive, settled to the server's count at the end.",
+            labels=["lane", "user"])
+        for (lane, user), n in self._token_totals().items():
             tok.add_metric([lane, user], n)
         yield tok
         for kind, name in HISTOGRAMS.items():

@@ -104,7 +104,12 @@ class StepRun:
         self._e2e_hist = metrics.histogram("e2e", lane.name)
         self._queue_hist = metrics.histogram("queue", lane.name)
 
+    def _live_tokens(self) -> list[tuple[str, str, int]]:
+        lane = self.lane.name
+        return [(lane, str(u), len(a.parser.token_ns)) for u, a in list(self.active.items())]
+
     async def run(self) -> StepWindow:
+        self.metrics.live_tokens = self._live_tokens
         if self.config.gc_pause:
             gc.collect()
             gc.freeze()
@@ -112,6 +117,7 @@ class StepRun:
         try:
             return await self._run()
         finally:
+            self.metrics.live_tokens = None
             if self.config.gc_pause:
                 gc.enable()
                 gc.unfreeze()
@@ -270,8 +276,9 @@ class StepRun:
         )
         self.writer.write(record)
         self._count(record, max(0.0, (send - prev_end_ns) / 1e9))
-        self.metrics.request_done(lane, res.outcome, user, output)
-        self.recent_prefill.append((send, tok[0] if tok else res.end_ns))
+        self.metrics.request_done(lane, res.outcome, user, max(output, len(tok)))
+        admitted = send + int((queue or 0.0) * 1e9)
+        self.recent_prefill.append((admitted, tok[0] if tok else res.end_ns))
         if res.outcome == "ok":
             self._e2e_hist.observe(record.e2e_s or 0.0)
         if ttft is not None:

@@ -12,7 +12,10 @@ minutes on a small machine (``DEFAULT_LOADGEN``). The client's event-loop lag li
 there because the default session runs the runtimes, exporters and Prometheus on the same few cores as the
 load generator. ``min_requests`` (12) stays above the recommender policy's ``min_requests_per_step``
 (10), so a slow rung's window is stretched (up to 16 s) until it counts. Against real endpoints, set
-``loadgen.max_loop_lag_s`` back to loadgen's strict default. API keys are never part of the config: a lane
+``loadgen.max_loop_lag_s`` back to loadgen's strict default. Output lengths are drawn from 48..80 tokens
+(mean 64) so that closed-loop users do not run in lockstep, which no real traffic does: with fixed lengths
+every user finishes and re-enters prefill at the same instant, and the decode-stall verdict would measure
+that artefact. API keys are never part of the config: a lane
 names the environment variable that holds its key.
 """
 
@@ -44,6 +47,7 @@ DEFAULT_LOADGEN: dict[str, Any] = {
     "min_requests": 12,
     "drain_timeout_s": 3.0,
     "max_loop_lag_s": 0.05,
+    "workload": {"output_tokens": {"kind": "uniform", "low": 48, "high": 80}},
 }
 
 

@@ -17,7 +17,9 @@ What counts (DESIGN.md "Metric definitions"):
   ``0..c-1`` (a user that got nothing counts as 0); ``max_min_share`` is max/min of those counts (``None``
   when some user got nothing: Jain then shows the starvation).
 - decode stall: the longest gap between two tokens of one request during which *another* request was in
-  prefill (sent, first token not yet arrived; a request that never got one is in prefill until it ended),
+  prefill: from its admission (sent + the server-reported queue time, when known; else sent) to its first
+  token. Time a request spent queued for a slot is not prefill, and a gap then is not a stall. A request
+  that never got a token is in prefill until it ended,
   in seconds and as a ratio to the step's ITL p50. Found by scanning gaps longest-first against the prefill
   intervals sorted by start with a running maximum of their ends (overlap: ``start < b and end > a``).
 - prefill wait max: the longest TTFT of a request sent in the window (a request with no first token counts
@@ -164,7 +166,8 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
     for rec in mine:
         first = rec.first_token_at
         ended = rec.ended_at
-        prefills.append((rec.sent_at, first if first is not None else (ended if ended is not None else end)))
+        admitted = rec.sent_at + (rec.queue_s or 0.0)
+        prefills.append((admitted, first if first is not None else (ended if ended is not None else end)))
         times = rec.token_times()
         for t, n in token_arrivals(rec):
             if start <= t <= end:
