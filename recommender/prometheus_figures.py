@@ -83,8 +83,10 @@ def _user_shares(user_tokens: Mapping[str, float], concurrency: int) -> list[flo
 
 def _coverage_problem(window: StepWindow, samples: float | None, scrape_interval_s: float,
                       min_coverage: float) -> str | None:
-    if samples is None or scrape_interval_s <= 0:
+    if scrape_interval_s <= 0 or min_coverage <= 0:
         return None
+    if samples is None:
+        samples = 0.0
     expected = window.duration_s / scrape_interval_s
     if samples >= min_coverage * expected:
         return None

@@ -14,7 +14,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-__all__ = ["GENERATORS", "REPO_ROOT", "artefacts", "dashboard_artefacts", "drift", "main", "write_all"]
+__all__ = ["GENERATORS", "REPO_ROOT", "artefacts", "dashboard_artefacts", "drift", "main", "schema_artefacts",
+           "write_all"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,7 +26,13 @@ def dashboard_artefacts() -> dict[str, str]:
     return {f"grafana/dashboards/{name}": dashboard_json(build()) for name, build in DASHBOARDS.items()}
 
 
-GENERATORS: list[Callable[[], dict[str, str]]] = [dashboard_artefacts]
+def schema_artefacts() -> dict[str, str]:
+    from recommender.schema import SCHEMA_PATH, render_schema
+
+    return {SCHEMA_PATH.relative_to(REPO_ROOT).as_posix(): render_schema()}
+
+
+GENERATORS: list[Callable[[], dict[str, str]]] = [dashboard_artefacts, schema_artefacts]
 
 
 def artefacts() -> dict[str, str]:

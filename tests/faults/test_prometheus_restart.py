@@ -146,9 +146,6 @@ def test_the_missed_window_is_named_as_missed_scrapes(outcome: Outcome) -> None:
     assert "scrape" in (_step(outcome.doc, 2)["unusable_reason"] or "")
 
 
-@pytest.mark.xfail(strict=True, reason="a window with no Prometheus sample at all stays valid and is then "
-                   "reported as '0 requests in the window', not as missed scrapes: "
-                   "recommender/prometheus_figures.py:_coverage_problem returns None when samples is None")
 def test_a_window_wholly_inside_the_gap_is_named_as_missed_scrapes() -> None:
     window = StepWindow(lane="dense", concurrency=2, start=1000.0, end=1010.0)
     figures = figures_from_prometheus(window, PromStepResults(), confidence=0.95, scrape_interval_s=SCRAPE_S,
