@@ -21,7 +21,10 @@ from collections.abc import Callable
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
-__all__ = ["HOP_BY_HOP", "REQUEST_ID", "downstream_response_headers", "upstream_request_headers"]
+__all__ = [
+    "HOP_BY_HOP", "REQUEST_ID", "RawHeaders", "downstream_response_headers", "request_head", "response_head",
+    "upstream_request_headers",
+]
 
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
@@ -73,3 +76,69 @@ def downstream_response_headers(upstream: Headers, request_id: str) -> tuple[CIM
     ).lower():
         length = int(declared.strip())
     return out, length
+
+
+# The relay's wire path works on the raw header lists of the HTTP parser (bytes, in order, repeats kept);
+# the two functions below apply the same policy as the two above, without building a multidict.
+
+RawHeaders = list[tuple[bytes, bytes]]
+_HOP_BYTES = frozenset(h.encode() for h in HOP_BY_HOP)
+_REQUEST_DROP = _HOP_BYTES | {b"host", b"content-length", b"expect"}
+_RESPONSE_FRAMING = frozenset({b"transfer-encoding", b"content-length"})
+_ID_BYTES = REQUEST_ID.lower().encode()
+
+
+def _named_by_connection(raw: RawHeaders) -> set[bytes]:
+    return {t.strip().lower() for n, v in raw if n.lower() == b"connection" for t in v.split(b",") if t.strip()}
+
+
+def request_head(
+    method: bytes, target: bytes, raw: RawHeaders, host: bytes, body_length: int | None,
+    new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+) -> tuple[bytes, str]:
+    """(the request head to send the runtime, the request's X-Request-ID); ``body_length`` None: no body.
+
+    The body was read whole (de-chunked), so it always goes with a Content-Length of its own; ``Host``
+    names the runtime; ``Expect`` is dropped (the relay already answered ``100 Continue`` itself).
+    """
+    dropped = _REQUEST_DROP | _named_by_connection(raw)
+    lines = [method + b" " + target + b" HTTP/1.1", b"Host: " + host]
+    request_id = ""
+    for name, value in raw:
+        low = name.lower()
+        if low in dropped:
+            continue
+        if low == _ID_BYTES:
+            if not value or request_id:
+                continue
+            request_id = value.decode("latin-1")
+        lines.append(name + b": " + value)
+    if not request_id:
+        request_id = new_id()
+        lines.append(REQUEST_ID.encode() + b": " + request_id.encode("latin-1"))
+    if body_length is not None:
+        lines.append(b"Content-Length: %d" % body_length)
+    return b"\r\n".join(lines) + b"\r\n\r\n", request_id
+
+
+def response_head(status: int, reason: bytes, raw: RawHeaders, request_id: str, close: bool) -> bytes:
+    """The answer's head for the client: the runtime's end-to-end headers, its framing, the request ID.
+
+    The body is forwarded byte for byte as the runtime framed it, so ``Transfer-Encoding`` and
+    ``Content-Length`` are kept as sent (they describe those bytes); ``close`` adds ``Connection: close``
+    (a body delimited by the runtime closing, or a client that asked for it).
+    """
+    dropped = (_HOP_BYTES - _RESPONSE_FRAMING) | (_named_by_connection(raw) - _RESPONSE_FRAMING)
+    lines = [b"HTTP/1.1 %d " % status + reason]
+    has_id = False
+    for name, value in raw:
+        low = name.lower()
+        if low in dropped:
+            continue
+        has_id = has_id or low == _ID_BYTES
+        lines.append(name + b": " + value)
+    if not has_id:
+        lines.append(REQUEST_ID.encode() + b": " + request_id.encode("latin-1"))
+    if close:
+        lines.append(b"Connection: close")
+    return b"\r\n".join(lines) + b"\r\n\r\n"

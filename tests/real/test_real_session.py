@@ -55,3 +55,24 @@ def test_real_session_two_lanes(llama_server_binary: Path, tiny_models: dict[str
     assert lanes_seen == {"dense", "moe"}
     errors = [r for r in records if r["outcome"] != "ok"]
     assert len(errors) <= 0.01 * len(records), errors[:5]
+
+    steps = json.loads((run_dir / "steps.json").read_text())
+    assert {(s["lane"], s["concurrency"]) for s in steps} == {(lane, c) for lane in ("dense", "moe")
+                                                               for c in (1, 2, 4)}
+    for s in steps:
+        where = f"{s['lane']} c={s['concurrency']}"
+        assert s["requests"] > 0 and s["throughput_tok_s"] > 0 and s["requests_per_s"] > 0, where
+        for name in ("ttft_s", "itl_s", "latency_s", "tpot_s", "queue_s"):
+            q = s[name]
+            assert q["p50"] is not None and 0 <= q["p50"] <= q["p95"] <= q["p99"], (where, name, q)
+        assert s["ttft_s"]["p50"] < s["latency_s"]["p50"], where
+        assert s["itl_s"]["p50"] < s["ttft_s"]["p95"] + s["latency_s"]["p50"], where
+        assert 0 < s["jain"] <= 1.0 + 1e-9, where
+        assert s["prefill_wait_max_s"] is not None and s["prefill_wait_max_s"] >= s["ttft_s"]["p50"], where
+        if s["concurrency"] > 1:
+            assert s["decode_stall_max_ratio"] is None or s["decode_stall_max_ratio"] >= 1.0, where
+    for lane in ("dense", "moe"):
+        for step in recommendations["lanes"][lane]["steps"]:
+            occupancy = step.get("occupancy_ratio")
+            assert occupancy is not None and 0 < occupancy <= 1.0 + 1e-9, (lane, step)
+            assert step["memory_bytes"]["host_rss_max"] and step["memory_bytes"]["host_rss_max"] > 10e6, (lane, step)

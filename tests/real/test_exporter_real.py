@@ -1,0 +1,89 @@
+"""The exporter in front of a real llama-server agrees with the server's own /slots and requests_deferred.
+
+Two slots and six long streaming requests (3000 tokens each) hold the server in a steady state for
+seconds: two slots busy, four requests deferred. Each sample reads the exporter's ``/metrics`` and,
+right after, the server's raw ``/slots`` and ``/metrics``; in that steady state both must say the same
+(busy slots, queue depth, occupancy); once idle, the token counters match exactly.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.server import ExporterConfig, build_collector, serve
+from satbench.runtimes.llamacpp import LlamaServer, LlamaServerSpec
+
+pytestmark = [pytest.mark.real, pytest.mark.timeout(300)]
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+@pytest.fixture()
+def two_slot_server(llama_server_binary: Path, tiny_models: dict[str, Path],
+                    tmp_path: Path) -> Iterator[LlamaServer]:
+    spec = LlamaServerSpec(model=tiny_models["dense"], parallel=2, ctx_size=16384, alias="dense")
+    with LlamaServer(spec, tmp_path / "server.log", binary=llama_server_binary, ready_timeout_s=120) as server:
+        yield server
+
+
+def test_exporter_agrees_with_slots_and_deferred(two_slot_server: LlamaServer) -> None:
+    url = two_slot_server.url
+    collector = build_collector(ExporterConfig(runtime_url=url, port=0, gpu="none"))
+    exporter = serve(collector, port=0)
+    body = {"prompt": "hello " * 16, "n_predict": 3000, "ignore_eos": True, "stream": True}
+
+    def stream() -> None:
+        with httpx.Client(timeout=120) as client, client.stream("POST", f"{url}/completion", json=body) as r:
+            for _ in r.iter_bytes():
+                pass
+
+    users = [threading.Thread(target=stream, daemon=True) for _ in range(6)]
+    for user in users:
+        user.start()
+    agreed = 0
+    seen: list[tuple[int, float, float]] = []
+    try:
+        with httpx.Client(timeout=10) as client:
+            deadline = time.monotonic() + 60
+            while agreed < 3 and time.monotonic() < deadline:
+                time.sleep(0.3)
+                ours = _samples(client.get(f"{exporter.url}").text)
+                slots = client.get(f"{url}/slots").json()
+                raw = _samples(client.get(f"{url}/metrics").text)
+                busy_raw = sum(1 for s in slots if s.get("is_processing"))
+                deferred_raw = raw[("llamacpp:requests_deferred", ())]
+                busy_ours = sum(v for (name, labels), v in ours.items()
+                                if name == "runtime_slots" and dict(labels)["state"] in ("prefill", "decode"))
+                seen.append((busy_raw, deferred_raw, busy_ours))
+                if busy_raw != 2 or deferred_raw != 4:
+                    continue
+                assert busy_ours == busy_raw
+                assert ours[("runtime_queue_depth", ())] == deferred_raw
+                assert ours[("runtime_batch_occupancy_ratio", ())] == pytest.approx(1.0)
+                assert ours[("runtime_up", ())] == 1 and ours[("runtime_slots_up", ())] == 1
+                agreed += 1
+            assert agreed == 3, f"the server never held the steady state (2 busy, 4 deferred): {seen}"
+            for user in users:
+                user.join(timeout=120)
+            ours = _samples(client.get(f"{exporter.url}").text)
+            raw = _samples(client.get(f"{url}/metrics").text)
+            assert ours[("runtime_output_tokens_total", ())] == raw[("llamacpp:tokens_predicted_total", ())] > 0
+            assert ours[("runtime_queue_depth", ())] == 0 and ours[("runtime_batch_occupancy_ratio", ())] == 0
+    finally:
+        for user in users:
+            user.join(timeout=120)
+        exporter.close()
+        collector.close()
