@@ -92,8 +92,8 @@ class StepRun:
         self.text, self.progress = text, progress
         self.state = StepState()
         self.active: dict[int, _Active] = {}
-        self.recent_prefill: collections.deque[tuple[int, int]] = collections.deque(
-            maxlen=4 * concurrency + 8)
+        self.prefills: list[tuple[int, int]] = []
+        self.pending_stalls: list[list[int]] = []
         self.window_start_ns: int | None = None
         self.window_end_ns: int | None = None
         self.stopping = False
@@ -139,6 +139,7 @@ class StepRun:
             for task in users:
                 task.cancel()
             await asyncio.gather(*users, return_exceptions=True)
+            self._flush_stalls(force=True)
             await probe.stop()
             self.writer.sync()
         return self._window(warm_ns, probe_lags, cpu_window)
@@ -278,7 +279,7 @@ class StepRun:
         self._count(record, max(0.0, (send - prev_end_ns) / 1e9))
         self.metrics.request_done(lane, res.outcome, user, max(output, len(tok)))
         admitted = send + int((queue or 0.0) * 1e9)
-        self.recent_prefill.append((admitted, tok[0] if tok else res.end_ns))
+        self.prefills.append((admitted, tok[0] if tok else res.end_ns))
         if res.outcome == "ok":
             self._e2e_hist.observe(record.e2e_s or 0.0)
         if ttft is not None:
@@ -287,9 +288,8 @@ class StepRun:
             self._queue_hist.observe(queue)
         if gaps:
             self._itl_hist.observe_many(gaps)
-            stall = self._stall(user, tok)
-            if stall is not None:
-                self._stall_hist.observe(stall)
+            self.pending_stalls.append(tok)
+        self._flush_stalls()
 
     def _count(self, record: RequestRecord, dispatch_s: float) -> None:
         """Folds a finished request into the step's counters and throughput bins."""
@@ -317,20 +317,26 @@ class StepRun:
                 if t >= origin:
                     self._bins[i] = self._bins.get(i, 0) + n
 
-    def _stall(self, user: int, tok: list[int]) -> float | None:
-        """Longest gap of this request while another request of the lane was in prefill."""
-        first, last = tok[0], tok[-1]
-        intervals = [iv for iv in self.recent_prefill if iv[1] > first and iv[0] < last]
-        now = time.perf_counter_ns()
-        for u, active in self.active.items():
-            if u != user:
-                seen = active.parser.token_ns[0] if active.parser.token_ns else now
-                if seen > first:
-                    intervals.append((active.decided_ns, seen))
-        if not intervals:
-            return None
-        stall = longest_stalled_gap(itertools.pairwise(tok), intervals)  # type: ignore[arg-type]
-        return None if stall is None else stall / 1e9
+    def _flush_stalls(self, force: bool = False) -> None:
+        """Observes the decode stall of each finished request once every request that could have been in
+        prefill during its decode has finished too (all still in flight were sent after its last token), so
+        each prefill interval is known exactly: admission (sent + server-reported queue time) to first token,
+        the definition the records use. ``force`` (step end) observes the rest with what is known."""
+        active = [a.decided_ns for a in self.active.values()]
+        horizon = None if force or not active else min(active)
+        keep: list[list[int]] = []
+        for tok in self.pending_stalls:
+            if horizon is not None and tok[-1] > horizon:
+                keep.append(tok)
+                continue
+            first, last = tok[0], tok[-1]
+            overlapping = [iv for iv in self.prefills if iv[1] > first and iv[0] < last]
+            stall = longest_stalled_gap(itertools.pairwise(tok), overlapping) if overlapping else None  # type: ignore[arg-type]
+            if stall is not None:
+                self._stall_hist.observe(stall / 1e9)
+        self.pending_stalls = keep
+        bound = min([tok[0] for tok in keep] + active + [time.perf_counter_ns()])
+        self.prefills = [iv for iv in self.prefills if iv[1] > bound]
 
     def _window(self, warm_ns: int, lags: list[float], cpu_s: float) -> StepWindow:
         assert self.window_start_ns is not None and self.window_end_ns is not None
