@@ -36,6 +36,7 @@ __all__ = [
     "apply_overrides",
     "check_http_url",
     "load_config",
+    "read_toml_config",
 ]
 
 ApiFlavour = Literal["openai-chat", "openai-completions", "llamacpp"]
@@ -210,25 +211,31 @@ def _deep_copy(data: dict[str, Any]) -> dict[str, Any]:
     return {k: _deep_copy(v) if isinstance(v, dict) else v for k, v in data.items()}
 
 
-def format_validation_error(exc: ValidationError) -> str:
+def format_validation_error(exc: ValidationError, what: str = "loadgen") -> str:
+    """One line per bad field, named by its dotted path: ``invalid <what> config:\n  ladder.concurrency: ...``."""
     lines = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"]) or "(config)"
         lines.append(f"  {loc}: {err['msg']}")
-    return "invalid loadgen config:\n" + "\n".join(lines)
+    return f"invalid {what} config:\n" + "\n".join(lines)
+
+
+def read_toml_config(path: Path, what: str, error: type[ValueError]) -> dict[str, Any]:
+    """The TOML table of a config file; ``error`` names the file and the cause when it cannot be read."""
+    try:
+        with Path(path).open("rb") as fh:
+            return tomllib.load(fh)
+    except OSError as exc:
+        raise error(f"cannot read {what} config {path}: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise error(f"{what} config {path} is not valid TOML: {exc}") from exc
 
 
 def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> LoadgenConfig:
     """Reads a TOML file (or nothing), applies dotted overrides, validates. Raises ``ConfigError``."""
     data: dict[str, Any] = {}
     if path is not None:
-        try:
-            with Path(path).open("rb") as fh:
-                data = tomllib.load(fh)
-        except OSError as exc:
-            raise ConfigError(f"cannot read loadgen config {path}: {exc}") from exc
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"loadgen config {path} is not valid TOML: {exc}") from exc
+        data = read_toml_config(path, "loadgen", ConfigError)
         if isinstance(data.get("loadgen"), dict) and "lanes" not in data:
             data = data["loadgen"]
     data = apply_overrides(data, overrides or {})

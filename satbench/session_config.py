@@ -21,13 +21,19 @@ names the environment variable that holds its key.
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from loadgen.config import ApiFlavour, LoadgenConfig, apply_overrides, check_http_url
+from loadgen.config import (
+    ApiFlavour,
+    LoadgenConfig,
+    apply_overrides,
+    check_http_url,
+    format_validation_error,
+    read_toml_config,
+)
 
 __all__ = [
     "DEFAULT_LOADGEN",
@@ -178,22 +184,11 @@ class SessionConfig(_Model):
         raise KeyError(name)
 
 
-def _format(exc: ValidationError) -> str:
-    lines = [f"  {'.'.join(str(p) for p in err['loc']) or '(config)'}: {err['msg']}" for err in exc.errors()]
-    return "invalid session config:\n" + "\n".join(lines)
-
-
 def load_session_config(path: Path | None, overrides: dict[str, Any] | None = None) -> SessionConfig:
     """Reads TOML (or nothing: the default session), applies dotted overrides, validates."""
     data: dict[str, Any] = {}
     if path is not None:
-        try:
-            with Path(path).open("rb") as fh:
-                data = tomllib.load(fh)
-        except OSError as exc:
-            raise SessionConfigError(f"cannot read session config {path}: {exc}") from exc
-        except tomllib.TOMLDecodeError as exc:
-            raise SessionConfigError(f"session config {path} is not valid TOML: {exc}") from exc
+        data = read_toml_config(path, "session", SessionConfigError)
     section = data.get("loadgen") or {}
     if not isinstance(section, dict):
         raise SessionConfigError("[loadgen] must be a table")
@@ -202,7 +197,7 @@ def load_session_config(path: Path | None, overrides: dict[str, Any] | None = No
     try:
         return SessionConfig.model_validate(data)
     except ValidationError as exc:
-        raise SessionConfigError(_format(exc)) from exc
+        raise SessionConfigError(format_validation_error(exc, "session")) from exc
 
 
 def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
