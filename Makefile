@@ -4,9 +4,23 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run test lint typecheck check generate test-real clean
+.PHONY: venv system-deps run test lint typecheck check generate test-real clean
 
 venv: $(STAMP)
+
+## Debian packages: prometheus (prometheus, promtool) for sessions and tests, chromium for the report test.
+## Installed with apt-get when missing and run as root; otherwise the command to run is printed.
+SYSTEM_PACKAGES := prometheus:prometheus chromium:chromium
+system-deps:
+	@missing=""; for pair in $(SYSTEM_PACKAGES); do \
+		command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair##*:}"; done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing$$missing"; \
+			DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+			(systemctl stop prometheus || pkill -x prometheus) >/dev/null 2>&1 || true; \
+		else echo "missing Debian packages:$$missing (sudo apt-get install$$missing)"; fi; fi
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -15,11 +29,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 ## A full benchmark session on the embedded simulator (two lanes, ladder 1/2/4/8).
-run: venv
+run: venv system-deps
 	$(BIN)/satbench run $(ARGS)
 
 ## The default test suite: unit, wire (loopback) and promtool tests. No GPU, no model download.
-test: venv
+test: venv system-deps
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint: venv
