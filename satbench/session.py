@@ -146,7 +146,8 @@ def _start_exporter(endpoint: LaneEndpoint, processes: ProcessSet, timeout_s: fl
 def _start_recommender(
     config: SessionConfig, prom_url: str, run_dir: Path, processes: ProcessSet, port: int
 ) -> tuple[str, Any]:
-    argv = _python_cli("recommender", "--prometheus-url", prom_url, "--port", str(port))
+    argv = _python_cli("recommender", "--prometheus-url", prom_url, "--port", str(port),
+                       "--runs-dir", str(run_dir.parent.resolve()))
     if config.policy:
         policy_path = run_dir / "policy.json"
         write_json_atomic(policy_path, config.policy)
