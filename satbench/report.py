@@ -123,7 +123,8 @@ def limitations(report: RunReport) -> list[str]:
     if "simulator" in runtimes:
         out.append(
             "Simulator lanes model a llama.cpp batcher; their figures describe the simulator's profile, "
-            "not a real GPU."
+            "not a real GPU. Their GPU memory column is the simulator's model (weights, compute buffers and "
+            "KV cache in use), never a reading of a device."
         )
     if not report.manifest.hardware.get("gpu"):
         reason = report.manifest.hardware.get("gpu_reason") or "no GPU evidence"
