@@ -25,7 +25,7 @@ from typing import Any, cast
 import httptools
 
 from exporter.relay_headers import RawHeaders
-from exporter.relay_upstream import Job, error_answer
+from exporter.relay_upstream import CLIENT_GONE, Job, error_answer
 
 __all__ = ["MAX_BODY", "ClientSide", "Request"]
 
@@ -52,17 +52,29 @@ class ClientSide(asyncio.Protocol):
         self._size = 0
         self._begin_ns = 0
         self._too_big = False
+        self._whole = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
 
     def data_received(self, data: bytes) -> None:
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            self._refuse(400, "protocol upgrades are not relayed")
-        except httptools.HttpParserError as exc:
-            self._refuse(400, f"malformed request: {exc}")
+        while True:
+            try:
+                self.parser.feed_data(data)
+                return
+            except httptools.HttpParserUpgrade as exc:
+                # An ``Upgrade`` (h2c, websocket) is not relayed: the request is answered as plain HTTP/1.1
+                # (no 101), and the connection goes on as HTTP/1.1 with a fresh parser after it.
+                if not self._whole:
+                    self._refuse(400, "protocol upgrades are not relayed")
+                    return
+                self.parser = httptools.HttpRequestParser(self)
+                data = data[int(exc.args[0]):]
+                if not data:
+                    return
+            except httptools.HttpParserError as exc:
+                self._refuse(400, f"malformed request: {exc}")
+                return
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.gone = True
@@ -75,8 +87,6 @@ class ClientSide(asyncio.Protocol):
                 job.upstream.client_gone()
             else:  # still connecting: the connect task sees ``job.ended`` and drops its connection
                 job.ended = True
-                from exporter.relay_upstream import CLIENT_GONE
-
                 job.conclude(job, CLIENT_GONE, "cancelled", None)
 
     def pause_writing(self) -> None:
@@ -93,6 +103,7 @@ class ClientSide(asyncio.Protocol):
 
     def on_message_begin(self) -> None:
         self._begin_ns = time.perf_counter_ns()
+        self._whole = False
         self._target, self._raw, self._body, self._size, self._too_big = b"", [], [], 0, False
 
     def on_url(self, url: bytes) -> None:
@@ -115,6 +126,7 @@ class ClientSide(asyncio.Protocol):
             self._body.append(body)
 
     def on_message_complete(self) -> None:
+        self._whole = True
         parser = self.parser
         method = parser.get_method()
         body: bytes | None = b"".join(self._body)

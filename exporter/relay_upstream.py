@@ -45,7 +45,9 @@ __all__ = ["CLIENT_GONE", "Job", "Upstream", "error_answer"]
 
 CLIENT_GONE = 499
 _BODY_KEEP = 1 << 22
+_HEAD_MAX = 1 << 20
 _NO_BODY = (204, 304)
+_clock = time.perf_counter_ns
 
 
 def error_answer(status: int, message: str, request_id: str, close: bool = False) -> bytes:
@@ -129,7 +131,7 @@ class Upstream(asyncio.Protocol):
         transport.write(job.wire)
 
     def data_received(self, data: bytes) -> None:
-        self.last_ns = time.perf_counter_ns()
+        self.last_ns = _clock()
         if self.head_sent:  # the hot path: forward, then observe
             out = self.out
             if out is not None:
@@ -146,6 +148,9 @@ class Upstream(asyncio.Protocol):
             self._close()
             return
         self.held += data
+        if len(self.held) > _HEAD_MAX and not self.headers_done:
+            self._fail(502, f"runtime sent an answer head over {_HEAD_MAX} bytes")
+            return
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:

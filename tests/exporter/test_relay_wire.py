@@ -181,3 +181,13 @@ def test_head_request_gets_the_head_only(ok_upstream: RawUpstream) -> None:
                    lambda b: b.count(b"HTTP/1.1 200") == 2 and b.endswith(b"{}"))
     first, _, rest = got.partition(b"\r\n\r\n")
     assert b"Content-Length: 2" in first and rest.startswith(b"HTTP/1.1 200 OK")
+
+
+def test_upgrade_request_is_answered_as_plain_http(ok_upstream: RawUpstream) -> None:
+    with RelayThread(ok_upstream.url) as relay:
+        h2c = b"GET /a HTTP/1.1\r\nHost: r\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
+        h2c += b"HTTP2-Settings: AAA\r\n\r\nGET /b HTTP/1.1\r\nHost: r\r\n\r\n"
+        got = talk(relay.url, h2c, lambda b: b.count(b"{}") == 2)
+    assert got.count(b"HTTP/1.1 200 OK") == 2
+    first = ok_upstream.requests[-2].lower()
+    assert b"upgrade" not in first and b"http2-settings" not in first
