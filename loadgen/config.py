@@ -158,6 +158,7 @@ class LoadgenConfig(_Model):
     max_loop_lag_s: float = Field(default=0.010, gt=0.0)
     gc_pause: bool = True
     metrics_port: int | None = Field(default=0, ge=0, le=65535)
+    metrics_host: str = Field(default="127.0.0.1", min_length=1)
     recommender_url: str | None = None
     progress: bool | None = None
 

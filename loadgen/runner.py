@@ -8,7 +8,8 @@ and an fsync at each rung's end. At the end the manifest is POSTed to ``recommen
 configured; a failure there is a warning, not a crash.
 
 Metrics go to a private registry (or the one passed in); with ``metrics_port`` set (0 = any free port)
-it is served on 127.0.0.1 and the chosen port is in ``LadderRunner.metrics_port`` and the manifest.
+it is served on ``metrics_host`` (127.0.0.1 unless configured otherwise) and the chosen port is in
+``LadderRunner.metrics_port`` and the manifest.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ class LadderRunner:
     def start_metrics(self) -> int | None:
         """Serves /metrics now (idempotent); returns the port, or None when ``metrics_port`` is unset."""
         if self._server is None and self.config.metrics_port is not None:
-            self._server = MetricsServer(self.registry, self.config.metrics_port)
+            self._server = MetricsServer(self.registry, self.config.metrics_port, self.config.metrics_host)
             self.manifest.extra["loadgen_metrics_url"] = self._server.url
         return self.metrics_port
 
