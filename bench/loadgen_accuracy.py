@@ -50,7 +50,7 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def target(sim: bool) -> Iterator[str]:
+def target(sim: bool, pin: bool = False) -> Iterator[str]:
     port = free_port()
     if sim:
         argv = [sys.executable, "-m", "satbench.cli", "sim", "--profile", "dense", "--port", str(port)]
@@ -58,6 +58,9 @@ def target(sim: bool) -> Iterator[str]:
         argv = [sys.executable, "-m", "loadgen.stream_server", "--port", str(port), "--ttft-ms", "20",
                 "--itl-ms", "5", "--record-tokens"]
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if pin:
+        os.sched_setaffinity(proc.pid, {1})
+        os.sched_setaffinity(0, {0})
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
@@ -177,7 +180,7 @@ async def main(args: argparse.Namespace) -> None:
     api = "llamacpp"
     print(f"host: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; target: "
           f"{'simulator dense' if args.sim else 'stream server (ttft 20 ms, itl 5 ms)'}; errors in ms")
-    with target(args.sim) as url, tempfile.TemporaryDirectory() as tmp:
+    with target(args.sim, args.pin) as url, tempfile.TemporaryDirectory() as tmp:
         for c in [int(x) for x in args.concurrency.split(",")]:
             lg = await loadgen_case(url, api, c, window, Path(tmp) / f"c{c}")
             plain = await plain_case(url, api, c, window + 1.0)
@@ -197,4 +200,6 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--sim", action="store_true", help="measure against the simulator's truth")
     parser.add_argument("--concurrency", default="1,8,64")
+    parser.add_argument("--pin", action="store_true",
+                        help="server on CPU 1, load generator on CPU 0, so neither waits for the other's core")
     asyncio.run(main(parser.parse_args()))

@@ -35,6 +35,11 @@ OUTCOMES: tuple[Outcome, ...] = ("ok", "http_error", "timeout", "dropped", "malf
 PHASES: tuple[Phase, ...] = ("warmup", "window", "drain")
 
 
+_GAPS_SLOT = "\x00gaps\x00"
+_GAPS_SLOT_JSON = json.dumps(_GAPS_SLOT)
+_GAP_FORMAT = "{:.7f}".format
+
+
 @dataclass(frozen=True, slots=True)
 class RequestRecord:
     """One request as the client saw it. ``None`` means not measured (e.g. no first token arrived)."""
@@ -89,12 +94,15 @@ class RequestRecord:
         return (self.e2e_s - self.ttft_s) / (self.output_tokens - 1)
 
     def to_json(self) -> str:
-        # Same output as ``asdict`` but without its per-element deep copy (the writer's hot path).
+        """One JSON line. The writer's hot path: no ``asdict`` deep copy, and the gaps are formatted with
+        ``{:.7f}`` (0.1 us resolution) and spliced in, three times cheaper than ``json.dumps`` of rounded
+        floats."""
         data = {name: getattr(self, name) for name in _FIELD_NAMES}
-        data["itl_s"] = [round(g, 7) for g in self.itl_s]
+        data["itl_s"] = _GAPS_SLOT
         if not self.extra:
             data.pop("extra")
-        return json.dumps(data, separators=(",", ":"))
+        gaps = "[" + ",".join(map(_GAP_FORMAT, self.itl_s)) + "]"
+        return json.dumps(data, separators=(",", ":")).replace(_GAPS_SLOT_JSON, gaps, 1)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
