@@ -104,6 +104,11 @@ class StepRun:
         self._e2e_hist = metrics.histogram("e2e", lane.name)
         self._queue_hist = metrics.histogram("queue", lane.name)
 
+    @property
+    def _batch_s(self) -> float:
+        """Batch length of the throughput-stability check: ``batch_s``, else a tenth of the minimum window."""
+        return self.config.batch_s or self.config.min_window_s / 10.0
+
     def _live_tokens(self) -> list[tuple[str, str, int]]:
         lane = self.lane.name
         return [(lane, str(u), len(a.parser.token_ns)) for u, a in list(self.active.items())]
@@ -152,7 +157,7 @@ class StepRun:
         start = self.window_start_ns
         max_end = start + int(cfg.max_window_s * 1e9)
         min_end = start + int(cfg.min_window_s * 1e9)
-        batch = cfg.batch_s or cfg.min_window_s / 10.0
+        batch = self._batch_s
         while True:
             now = time.perf_counter_ns()
             if now >= max_end:
@@ -311,7 +316,7 @@ class StepRun:
                 state.window_errors[record.outcome] += 1
                 state.window_unreachable += record.outcome == "refused" and record.status is None
             origin = self.clock.wall(self.window_start_ns)
-            width = (self.config.batch_s or self.config.min_window_s / 10.0)
+            width = self._batch_s
             for t, n in token_arrivals(record):
                 i = int((t - origin) / width)
                 if t >= origin:
@@ -331,7 +336,7 @@ class StepRun:
                 continue
             first, last = tok[0], tok[-1]
             overlapping = [iv for iv in self.prefills if iv[1] > first and iv[0] < last]
-            stall = longest_stalled_gap(itertools.pairwise(tok), overlapping) if overlapping else None  # type: ignore[arg-type]
+            stall = longest_stalled_gap(itertools.pairwise(tok), overlapping) if overlapping else None
             if stall is not None:
                 self._stall_hist.observe(stall / 1e9)
         self.pending_stalls = keep

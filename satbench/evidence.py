@@ -21,7 +21,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -32,7 +32,9 @@ from satbench import __version__
 
 __all__ = [
     "REDACTED",
+    "REFUSED_MODEL_ROOTS",
     "GpuReader",
+    "ModelDirError",
     "NvmlGpuReader",
     "collect_hardware",
     "collect_versions",
@@ -220,11 +222,24 @@ def runtime_props(client: httpx.Client, url: str) -> dict[str, Any]:
     return out
 
 
-def refuse_home_path(path: Path) -> Path:
-    """Resolves ``path`` and refuses any location under ``/home`` (models live in a configured model dir)."""
-    resolved = path.expanduser().resolve()
-    if resolved == Path("/home") or Path("/home") in resolved.parents:
-        raise ValueError(f"model directory {resolved} is under /home; configure a model_dir elsewhere")
+REFUSED_MODEL_ROOTS: tuple[str, ...] = ("/home",)
+
+
+class ModelDirError(ValueError):
+    """The model directory is not acceptable (under a refused root such as /home)."""
+
+
+def refuse_home_path(path: Path | str, refused_roots: Sequence[str] = REFUSED_MODEL_ROOTS) -> Path:
+    """The resolved model directory; raises :class:`ModelDirError` for one under a refused root (``/home``):
+    model files live in a configured model directory on mounted storage, never in a user's home."""
+    resolved = Path(path).expanduser().resolve()
+    for root in refused_roots:
+        root_path = Path(root)
+        if resolved == root_path or root_path in resolved.parents:
+            raise ModelDirError(
+                f"model directory {resolved} is under {root}: model files must live in a configured model "
+                f"directory on mounted storage, not under {root}"
+            )
     return resolved
 
 

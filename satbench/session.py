@@ -161,7 +161,6 @@ def _model_files(endpoint: LaneEndpoint, config: SessionConfig) -> list[dict[str
         return []
     from satbench.tiny_models import describe_model_files
 
-    evidence.refuse_home_path(config.model_dir)
     return describe_model_files([config.model_dir / endpoint.lane.model_file])
 
 

@@ -34,6 +34,7 @@ from loadgen.config import (
     format_validation_error,
     read_toml_config,
 )
+from satbench.evidence import refuse_home_path
 
 __all__ = [
     "DEFAULT_LOADGEN",
@@ -156,12 +157,7 @@ class SessionConfig(_Model):
     @field_validator("model_dir")
     @classmethod
     def _refuse_home(cls, value: Path | None) -> Path | None:
-        if value is None:
-            return None
-        resolved = value.expanduser().resolve()
-        if resolved == Path("/home") or Path("/home") in resolved.parents:
-            raise ValueError(f"{resolved} is under /home; put models in a dedicated model directory")
-        return resolved
+        return None if value is None else refuse_home_path(value)
 
     @model_validator(mode="after")
     def _check(self) -> SessionConfig:

@@ -118,7 +118,7 @@ def batch_means_ci(arrivals: Sequence[tuple[float, int]], start: float, end: flo
 
 
 def longest_stalled_gap(gaps: Iterable[tuple[float, float]],
-                        prefills: list[tuple[float, float]]) -> float | None:
+                        prefills: Sequence[tuple[float, float]]) -> float | None:
     """Length of the longest gap (a, b) that overlaps some prefill interval (s, e): s < b and e > a.
 
     Only a gap longer than the best so far is tested (a bisect into the intervals sorted by start, against
@@ -126,7 +126,7 @@ def longest_stalled_gap(gaps: Iterable[tuple[float, float]],
     """
     if not prefills:
         return None
-    prefills.sort()
+    prefills = sorted(prefills)
     starts = [s for s, _ in prefills]
     run_max: list[float] = []
     top = -math.inf

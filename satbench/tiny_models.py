@@ -35,7 +35,13 @@ from typing import Any
 
 import numpy as np
 
-from satbench.evidence import describe_model_files, sha256_file
+from satbench.evidence import (
+    REFUSED_MODEL_ROOTS,
+    ModelDirError,
+    describe_model_files,
+    refuse_home_path,
+    sha256_file,
+)
 
 __all__ = [
     "CHATML_TEMPLATE",
@@ -61,16 +67,11 @@ __all__ = [
 
 VOCAB_FILE_NAME = "ggml-vocab-llama-spm.gguf"
 VOCAB_ENV = "SATBENCH_VOCAB_GGUF"
-REFUSED_MODEL_ROOTS: tuple[str, ...] = ("/home",)
 CHATML_TEMPLATE = (
     "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 _TOKEN_NORMAL, _TOKEN_UNKNOWN, _TOKEN_CONTROL, _TOKEN_BYTE = 1, 2, 3, 6
-
-
-class ModelDirError(ValueError):
-    """The model directory is not acceptable (under a refused root such as /home)."""
 
 
 class VocabNotFoundError(FileNotFoundError):
@@ -247,16 +248,8 @@ def resolve_vocab(explicit: str | Path | None = None, *, allow_synthetic: bool =
 
 
 def check_model_dir(path: Path | str, refused_roots: Sequence[str] = REFUSED_MODEL_ROOTS) -> Path:
-    """The resolved model directory; raises :class:`ModelDirError` for one under a refused root."""
-    resolved = Path(path).expanduser().resolve()
-    for root in refused_roots:
-        root_path = Path(root)
-        if resolved == root_path or root_path in resolved.parents:
-            raise ModelDirError(
-                f"model directory {resolved} is under {root}: model files must live in a configured model "
-                f"directory on mounted storage, not under {root}; choose another --out"
-            )
-    return resolved
+    """The resolved model directory (:func:`satbench.evidence.refuse_home_path`, the project's one rule)."""
+    return refuse_home_path(path, refused_roots)
 
 
 def _weights(spec: TinyModelSpec, name: str, shape: tuple[int, ...], dtype: type[np.floating[Any]]) -> Any:

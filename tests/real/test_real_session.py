@@ -66,7 +66,7 @@ def test_real_session_two_lanes(llama_server_binary: Path, tiny_models: dict[str
             q = s[name]
             assert q["p50"] is not None and 0 <= q["p50"] <= q["p95"] <= q["p99"], (where, name, q)
         assert s["ttft_s"]["p50"] < s["latency_s"]["p50"], where
-        assert s["itl_s"]["p50"] < s["ttft_s"]["p95"] + s["latency_s"]["p50"], where
+        assert s["itl_s"]["p50"] * 2 < s["latency_s"]["p50"] - s["ttft_s"]["p50"], where
         assert 0 < s["jain"] <= 1.0 + 1e-9, where
         assert s["prefill_wait_max_s"] is not None and s["prefill_wait_max_s"] >= s["ttft_s"]["p50"], where
         if s["concurrency"] > 1:
