@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from loadgen.config import LoadgenConfig  # noqa: E402
 from loadgen.runner import run_ladder  # noqa: E402
+from satbench.loops import fast_loop_factory  # noqa: E402
 from satbench.records import read_records  # noqa: E402
 from satbench.step_figures import quantile  # noqa: E402
 
@@ -202,4 +203,5 @@ if __name__ == "__main__":
     parser.add_argument("--concurrency", default="1,8,64")
     parser.add_argument("--pin", action="store_true",
                         help="server on CPU 1, load generator on CPU 0, so neither waits for the other's core")
-    asyncio.run(main(parser.parse_args()))
+    with asyncio.Runner(loop_factory=fast_loop_factory()) as runner:  # as `satbench loadgen` runs
+        runner.run(main(parser.parse_args()))

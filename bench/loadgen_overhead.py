@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from loadgen.config import LoadgenConfig  # noqa: E402
 from loadgen.runner import LadderRunner  # noqa: E402
+from satbench.loops import fast_loop_factory  # noqa: E402
 from satbench.records import read_records  # noqa: E402
 from satbench.step_figures import token_arrivals  # noqa: E402
 
@@ -157,4 +158,5 @@ async def main(quick: bool) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true")
-    asyncio.run(main(parser.parse_args().quick))
+    with asyncio.Runner(loop_factory=fast_loop_factory()) as runner:  # as `satbench loadgen` runs
+        runner.run(main(parser.parse_args().quick))

@@ -79,10 +79,10 @@ def child(argv: list[str], ready: str) -> Iterator[tuple[subprocess.Popen[bytes]
 
 def relay_child(runtime_url: str, out_path: str) -> int:
     """Runs the relay (uvloop when installed) until SIGTERM; then writes its observations as JSON."""
-    from exporter.cli import _fast_loop
     from exporter.relay import RelayServer
     from exporter.relay_metrics import RelayMetrics
     from exporter.relay_observe import RelayTiming
+    from satbench.loops import fast_loop_factory
 
     seen: list[dict[str, Any]] = []
 
@@ -98,7 +98,7 @@ def relay_child(runtime_url: str, out_path: str) -> int:
         await stop.wait()
         await server.close()
 
-    with asyncio.Runner(loop_factory=_fast_loop()) as runner:
+    with asyncio.Runner(loop_factory=fast_loop_factory()) as runner:
         runner.run(serve())
     Path(out_path).write_text(json.dumps(seen))
     return 0
@@ -286,9 +286,9 @@ def main() -> int:
 
 
 def _loop_factory() -> Any:
-    from exporter.cli import _fast_loop
+    from satbench.loops import fast_loop_factory
 
-    return _fast_loop()
+    return fast_loop_factory()
 
 
 if __name__ == "__main__":

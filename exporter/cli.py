@@ -13,9 +13,6 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from asyncio import AbstractEventLoop
-    from collections.abc import Callable
-
     from exporter.relay_metrics import RelayMetrics
 
 __all__ = ["configure", "main"]
@@ -96,6 +93,7 @@ def _run_relay(runtime_url: str, metrics: RelayMetrics, host: str, port: int, ti
     import contextlib
 
     from exporter.relay import RelayServer
+    from satbench.loops import fast_loop_factory
 
     async def relay() -> int:
         stop = asyncio.Event()
@@ -113,17 +111,8 @@ def _run_relay(runtime_url: str, metrics: RelayMetrics, host: str, port: int, ti
         return 0
 
     try:
-        with asyncio.Runner(loop_factory=_fast_loop()) as runner:
+        with asyncio.Runner(loop_factory=fast_loop_factory()) as runner:
             return runner.run(relay())
     except OSError as exc:
         print(f"satbench exporter: cannot relay on {host}:{port}: {exc}", file=sys.stderr)
         return 1
-
-
-def _fast_loop() -> Callable[[], AbstractEventLoop] | None:
-    """uvloop's event loop when installed (cheaper socket reads and writes per token), else asyncio's."""
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop

@@ -56,9 +56,12 @@ def main(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"satbench loadgen: {exc}", file=sys.stderr)
         return 2
+    from satbench.loops import fast_loop_factory
+
     run_id = args.run_id or new_run_id()
     out = args.out or Path("runs") / run_id
-    manifest = asyncio.run(run_ladder(config, out, run_id=run_id))
+    with asyncio.Runner(loop_factory=fast_loop_factory()) as runner:
+        manifest = runner.run(run_ladder(config, out, run_id=run_id))
     invalid = [s for s in manifest.steps if not s.valid]
     print(f"satbench loadgen: {len(manifest.steps)} steps, {len(invalid)} invalid; results in {out}")
     return 0

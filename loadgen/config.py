@@ -6,9 +6,15 @@ field in one message. A session orchestrator embeds ``LoadgenConfig`` in its own
 no I/O and defaults that make a short session: two lanes of four rungs each finish in about 2-3 minutes
 (warm-up 2 s, window 8-20 s, drain at most 5 s per rung).
 
-``max_loop_lag_s`` is the client self-check: a step whose event-loop lag (or dispatch delay) p99 passes it
-is marked invalid. ``gc_pause`` keeps Python's cyclic garbage collector off while a step runs (a full
-collection can stall the loop for tens of milliseconds) and collects between steps.
+``http_client``: ``auto`` sends plain-HTTP lanes through the kernel-timestamped socket client
+(:mod:`loadgen.rawclient`) and HTTPS lanes through aiohttp; ``aiohttp`` forces aiohttp everywhere (for a
+proxy setup the socket client does not speak, or to compare the two).
+
+``max_loop_lag_s`` and ``max_idle_share`` are the client self-check (:mod:`loadgen.selfcheck`): a step timed
+by client reads whose event-loop lag (or dispatch delay) p99 passes ``max_loop_lag_s``, or a kernel-timed
+step whose users sat idle more than ``max_idle_share`` of their time, is marked invalid. ``gc_pause`` keeps
+Python's cyclic garbage collector off while a step runs (a full collection can stall the loop for tens of
+milliseconds) and collects between steps.
 
 Overrides are a flat dict of dotted paths (``{"ladder.concurrency": [1, 2], "warmup_s": 1}``) applied on top
 of the file before validation. API keys are never stored: a lane names an environment variable
@@ -155,7 +161,9 @@ class LoadgenConfig(_Model):
     request_timeout_s: float = Field(default=120.0, gt=0.0)
     connect_timeout_s: float = Field(default=5.0, gt=0.0)
     max_event_bytes: int = Field(default=1 << 20, ge=1024)
+    http_client: Literal["auto", "aiohttp"] = "auto"
     max_loop_lag_s: float = Field(default=0.010, gt=0.0)
+    max_idle_share: float = Field(default=0.05, gt=0.0, le=1.0)
     gc_pause: bool = True
     metrics_port: int | None = Field(default=0, ge=0, le=65535)
     metrics_host: str = Field(default="127.0.0.1", min_length=1)

@@ -78,6 +78,7 @@ class StepState:
     retried: int = 0
     last_end: float | None = None
     window_dispatch_s: array[float] = field(default_factory=lambda: array("d"))
+    window_busy_s: float = 0.0
     recent_ttft: collections.deque[float] = field(default_factory=lambda: collections.deque(maxlen=200))
 
 
@@ -98,6 +99,7 @@ class StepRun:
         self.window_end_ns: int | None = None
         self.stopping = False
         self._bins: dict[int, int] = {}
+        self._read_lags: list[float] = []
         self._stall_hist = metrics.histogram("stall", lane.name)
         self._itl_hist = metrics.histogram("itl", lane.name)
         self._ttft_hist = metrics.histogram("ttft", lane.name)
@@ -137,6 +139,7 @@ class StepRun:
         try:
             await self._control(warm_ns)
             probe_lags = probe.take()
+            self._read_lags = [ns / 1e9 for ns in self.client.take_read_lags()]
             cpu_window = time.process_time() - cpu0
             await self._drain(users)
         finally:
@@ -152,6 +155,7 @@ class StepRun:
     async def _control(self, warm_ns: int) -> None:
         cfg = self.config
         await self._tick_until(warm_ns + int(cfg.warmup_s * 1e9), "warmup", warm_ns)
+        self.client.take_read_lags()  # the warm-up's
         self.window_start_ns = time.perf_counter_ns()
         self.metrics.set_step(self.lane.name, self.run_id, self.c)
         start = self.window_start_ns
@@ -308,6 +312,7 @@ class StepRun:
         state.last_end = ended if state.last_end is None else max(state.last_end, ended)
         if record.phase == "window":
             state.window_dispatch_s.append(dispatch_s)
+            state.window_busy_s += record.e2e_s or 0.0
         if self.window_start_ns is not None and record.phase != "drain" \
                 and ended >= self.clock.wall(self.window_start_ns):
             if record.ok:
@@ -348,14 +353,16 @@ class StepRun:
         start, end = self.clock.wall(self.window_start_ns), self.clock.wall(self.window_end_ns)
         wall = (self.window_end_ns - warm_ns) / 1e9
         state = self.state
-        health = health_from(lags, list(state.window_dispatch_s), cpu_s, wall)
+        health = health_from(lags, list(state.window_dispatch_s), cpu_s, wall, busy_s=state.window_busy_s,
+                             read_lags=self._read_lags, kernel_timed=self.client.kernel_timed)
         ok, errors, retried = state.window_ok, state.window_errors, state.retried
         notes = [f"client {k}={v:.4g}" for k, v in health.to_dict().items() if v is not None]
+        notes.append("timed by " + ("kernel receive stamps" if health.kernel_timed else "client reads"))
         if errors:
             notes.append("errors: " + ", ".join(f"{k}={v}" for k, v in sorted(errors.items())))
         if retried:
             notes.append(f"retried on a fresh connection: {retried}")
-        reason = verdict(health, self.config.max_loop_lag_s)
+        reason = verdict(health, self.config.max_loop_lag_s, max_idle_share=self.config.max_idle_share)
         unreachable = state.window_unreachable
         if reason is None and unreachable:
             reason = f"runtime unreachable during the window ({unreachable} connections refused)"

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from satbench.loops import fast_loop_factory
+
 __all__ = ["StreamServer", "StreamServerConfig", "main"]
 
 
@@ -199,8 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ready {url}", flush=True)
         await asyncio.Event().wait()
 
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve())
+    with contextlib.suppress(KeyboardInterrupt), asyncio.Runner(loop_factory=fast_loop_factory()) as runner:
+        runner.run(serve())
     return 0
 
 

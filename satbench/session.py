@@ -42,6 +42,7 @@ from satbench.local_prometheus import (
     start_prometheus,
     wait_targets_up,
 )
+from satbench.loops import fast_loop_factory
 from satbench.manifest import RunManifest, new_run_id, write_json_atomic
 from satbench.processes import ProcessSet, StartError, install_signal_handlers, wait_until_ready
 from satbench.session_config import LaneRuntime, SessionConfig
@@ -264,7 +265,11 @@ def _walk(
         update={"lanes": lanes, "metrics_port": metrics_port, "recommender_url": None}
     )
     mine = {k: dict(v) for k, v in manifest.lanes.items()}
-    result = asyncio.run(run_ladder(loadgen, run_dir, run_id=manifest.run_id, manifest=manifest))
+    with asyncio.Runner(loop_factory=fast_loop_factory()) as runner:
+        try:
+            result = runner.run(run_ladder(loadgen, run_dir, run_id=manifest.run_id, manifest=manifest))
+        except asyncio.CancelledError as exc:  # the ladder cancelled from outside is an interrupted session
+            raise KeyboardInterrupt from exc
     _merge_lane_evidence(result, mine)
     result.write(run_dir / "manifest.json")
     return result

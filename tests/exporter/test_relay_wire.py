@@ -19,6 +19,7 @@ import pytest
 
 from exporter.relay_headers import request_head, response_head
 from tests.exporter.relay_support import RelayThread
+from tests.support.net import read_http_request
 
 
 def test_request_head_drops_hop_by_hop_and_adds_the_request_id() -> None:
@@ -63,20 +64,10 @@ class RawUpstream:
                 number = outer.connections
                 buffer = b""
                 while True:
-                    while b"\r\n\r\n" not in buffer:
-                        data = self.request.recv(65536)
-                        if not data:
-                            return
-                        buffer += data
-                    head, _, buffer = buffer.partition(b"\r\n\r\n")
-                    length = 0
-                    for line in head.split(b"\r\n")[1:]:
-                        name, _, value = line.partition(b":")
-                        if name.strip().lower() == b"content-length":
-                            length = int(value)
-                    while len(buffer) < length:
-                        buffer += self.request.recv(65536)
-                    request, buffer = head + b"\r\n\r\n" + buffer[:length], buffer[length:]
+                    got = read_http_request(self.request, buffer)
+                    if got is None:
+                        return
+                    request, buffer = got
                     outer.requests.append(request)
                     answer = script(number, request)
                     if answer is None:

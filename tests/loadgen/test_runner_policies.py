@@ -20,9 +20,13 @@ from satbench.records import read_records
 from tests.loadgen.test_wire import config, with_server
 
 
-def test_client_that_cannot_keep_up_marks_the_step_invalid(tmp_path: Path) -> None:
+@pytest.mark.parametrize("limits", [
+    {"max_idle_share": 1e-9},  # kernel-timed (plain HTTP): any idle time is too much
+    {"http_client": "aiohttp", "max_loop_lag_s": 1e-9},  # timed by reads: any loop lag is too much
+])
+def test_client_that_cannot_keep_up_marks_the_step_invalid(tmp_path: Path, limits: dict[str, Any]) -> None:
     async def body(server: StreamServer, url: str) -> Any:
-        cfg = config(url, "llamacpp", [1], max_loop_lag_s=1e-9, metrics_port=None)
+        cfg = config(url, "llamacpp", [1], metrics_port=None, **limits)
         return await run_ladder(cfg, tmp_path)
 
     manifest = asyncio.run(with_server(StreamServerConfig(itl_s=0.002), body))
@@ -37,6 +41,10 @@ def test_client_that_cannot_keep_up_marks_the_step_invalid(tmp_path: Path) -> No
     (ClientHealth(0.001, 0.002, 0.03, 0.3), "dispatch delay"),
     (ClientHealth(0.001, 0.002, 0.0005, 0.99), "CPU saturated"),
     (ClientHealth(None, None, None, None), None),
+    # kernel-timed: lags move no latency, only the offered load counts
+    (ClientHealth(0.05, 0.2, 0.03, 0.3, read_lag_p99_s=0.02, idle_share=0.01, kernel_timed=True), None),
+    (ClientHealth(0.001, 0.002, 0.03, 0.3, idle_share=0.2, kernel_timed=True), "idle 20.0%"),
+    (ClientHealth(0.001, 0.002, 0.0005, 0.99, idle_share=0.0, kernel_timed=True), "CPU saturated"),
 ])
 def test_verdict_table(health: ClientHealth, expected: str | None) -> None:
     reason = verdict(health, max_lag_s=0.01)

@@ -80,9 +80,9 @@ def test_ctrl_c_stops_every_child(tmp_path: Path) -> None:
             break
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
-    proc.communicate(timeout=30)
+    _, err = proc.communicate(timeout=30)
     pids = watcher.stop()
-    assert proc.returncode == 130
+    assert proc.returncode == 130, err[-3000:]
     assert len(pids) >= 6
     assert survivors(pids) == []
 

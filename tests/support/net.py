@@ -7,13 +7,35 @@ import time
 
 import httpx
 
-__all__ = ["free_port", "wait_http"]
+__all__ = ["free_port", "read_http_request", "wait_http"]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def read_http_request(sock: socket.socket, buffer: bytes = b"") -> tuple[bytes, bytes] | None:
+    """Reads one HTTP/1.1 request (head and Content-Length body) from ``sock`` after the bytes already in
+    ``buffer``; returns (request, bytes past it), or None when the peer closed first."""
+    while b"\r\n\r\n" not in buffer:
+        data = sock.recv(65536)
+        if not data:
+            return None
+        buffer += data
+    head, _, buffer = buffer.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    while len(buffer) < length:
+        data = sock.recv(65536)
+        if not data:
+            return None
+        buffer += data
+    return head + b"\r\n\r\n" + buffer[:length], buffer[length:]
 
 
 def wait_http(url: str, timeout_s: float = 15.0, ok_statuses: tuple[int, ...] = (200,)) -> None:
