@@ -51,6 +51,8 @@ _READ = 1 << 16
 # How long a finished stream may take to close its HTTP message (the last chunk) before the connection is
 # closed instead of kept for reuse.
 _TAIL_S = 1.0
+_perf_ns = time.perf_counter_ns
+_wall_ns = time.time_ns
 
 
 class StaleConnection(ConnectionError):
@@ -108,28 +110,9 @@ class RawConnection:
 class _Exchange:
     """One request/answer on one connection; the httptools callbacks and the socket reader."""
 
-    __slots__ = (
-        "body_over",
-        "chunked",
-        "conn",
-        "done",
-        "end_ns",
-        "error_body",
-        "feed",
-        "got_bytes",
-        "head_bytes",
-        "http",
-        "keep",
-        "lag_ns",
-        "length",
-        "loop",
-        "message_done",
-        "send_ns",
-        "status",
-        "stream",
-        "t_ns",
-        "tail",
-    )
+    __slots__ = ("body_over", "chunked", "conn", "done", "end_ns", "error_body", "feed", "feed_data",
+                 "got_bytes", "head_bytes", "http", "keep", "lag_ns", "length", "loop", "message_done", "recvmsg",
+                 "send_ns", "status", "stream", "t_ns", "tail")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, conn: RawConnection, stream: StreamParser,
                  send_ns: int) -> None:
@@ -137,6 +120,8 @@ class _Exchange:
         self.done: asyncio.Future[Answer] = loop.create_future()
         self.http = httptools.HttpResponseParser(self)
         self.feed = stream.feed
+        self.feed_data = self.http.feed_data
+        self.recvmsg = conn.sock.recvmsg
         self.t_ns = send_ns
         self.end_ns: int | None = None
         self.status: int | None = None
@@ -187,18 +172,18 @@ class _Exchange:
 
     def readable(self) -> None:
         try:
-            data, anc, _flags, _addr = self.conn.sock.recvmsg(_READ, _ANC_SPACE)
+            data, anc, _flags, _addr = self.recvmsg(_READ, _ANC_SPACE)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
             self._lost(f"{type(exc).__name__}: {exc}")
             return
-        now = time.perf_counter_ns()
+        now = _perf_ns()
         t = now
         if anc:
             sec, nsec = _TIMESPEC.unpack_from(anc[0][2])
             # CLOCK_REALTIME stamp onto the perf_counter clock, never later than now nor before the send.
-            t = sec * 1_000_000_000 + nsec - (time.time_ns() - now)
+            t = sec * 1_000_000_000 + nsec - (_wall_ns() - now)
             if t > now:
                 t = now
             elif t < self.send_ns:
@@ -211,7 +196,7 @@ class _Exchange:
         self.t_ns = t
         self.got_bytes = True
         try:
-            self.http.feed_data(data)
+            self.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._end(parse_error="unexpected protocol upgrade")
             return
