@@ -23,6 +23,7 @@ and one dispatch delay here; the records themselves are on disk, and the step's 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import gc
 import itertools
@@ -40,7 +41,7 @@ from loadgen.sse import StreamParser
 from loadgen.workload import PromptText, RequestSpec, UserWorkload, build_body
 from satbench.manifest import StepWindow
 from satbench.records import Phase, RecordsWriter, RequestRecord, read_records
-from satbench.step_figures import longest_stalled_gap, quantile, t975, token_arrivals
+from satbench.step_figures import longest_stalled_gap, quantile, t975
 
 __all__ = ["Clock", "StepRun"]
 
@@ -131,7 +132,8 @@ class StepRun:
 
     async def _run(self) -> StepWindow:
         await self.client.preopen(self.c)
-        probe = LoopLagProbe()
+        # Kernel-timed steps keep loop lag as a note only: a slower probe (fewer wake-ups) will do.
+        probe = LoopLagProbe(0.1 if self.client.kernel_timed else 0.02)
         probe.start()
         cpu0 = time.process_time()
         warm_ns = time.perf_counter_ns()
@@ -285,7 +287,7 @@ class StepRun:
             status=res.status, error=res.error, retried=res.retried, extra=extra,
         )
         self.writer.write(record)
-        self._count(record, max(0.0, (send - prev_end_ns) / 1e9))
+        self._count(record, tok, max(0.0, (send - prev_end_ns) / 1e9))
         self.metrics.request_done(lane, res.outcome, user, max(output, len(tok)))
         admitted = send + int((queue or 0.0) * 1e9)
         self.prefills.append((admitted, tok[0] if tok else res.end_ns))
@@ -300,8 +302,9 @@ class StepRun:
             self.pending_stalls.append(tok)
         self._flush_stalls()
 
-    def _count(self, record: RequestRecord, dispatch_s: float) -> None:
-        """Folds a finished request into the step's counters and throughput bins."""
+    def _count(self, record: RequestRecord, tok: list[int], dispatch_s: float) -> None:
+        """Folds a finished request into the step's counters and throughput bins (``tok``: its token arrival
+        times in ns, sorted; tokens the server counted beyond them arrived with the last)."""
         state = self.state
         state.requests += 1
         state.tokens_done += record.output_tokens
@@ -320,12 +323,25 @@ class StepRun:
             else:
                 state.window_errors[record.outcome] += 1
                 state.window_unreachable += record.outcome == "refused" and record.status is None
-            origin = self.clock.wall(self.window_start_ns)
-            width = self._batch_s
-            for t, n in token_arrivals(record):
-                i = int((t - origin) / width)
-                if t >= origin:
-                    self._bins[i] = self._bins.get(i, 0) + n
+            self._bin_tokens(tok, record.output_tokens)
+
+    def _bin_tokens(self, tok: list[int], output_tokens: int) -> None:
+        """Adds the tokens at or after the window start to their batch bins: one bisection per bin touched,
+        not a step per token."""
+        start = self.window_start_ns
+        assert start is not None
+        width = int(self._batch_s * 1e9)
+        bins = self._bins
+        pos, n = bisect.bisect_left(tok, start), len(tok)
+        while pos < n:
+            i = (tok[pos] - start) // width
+            nxt = bisect.bisect_left(tok, start + (i + 1) * width, pos)
+            bins[i] = bins.get(i, 0) + nxt - pos
+            pos = nxt
+        extra = output_tokens - n
+        if extra > 0 and n and tok[-1] >= start:
+            i = (tok[-1] - start) // width
+            bins[i] = bins.get(i, 0) + extra
 
     def _flush_stalls(self, force: bool = False) -> None:
         """Observes the decode stall of each finished request once every request that could have been in

@@ -8,9 +8,10 @@ are filled in by the session once each runtime's URL is known), so a ladder or a
 
 With no file at all the session is the README's ``make run``: two simulator lanes (``dense``, ``moe``),
 ladder 1/2/4/8, a local Prometheus and recommender; timings shortened so that it finishes in about two
-minutes on a small machine (``DEFAULT_LOADGEN``). The client's event-loop lag limit is relaxed to 50 ms
-there because the default session runs the runtimes, exporters and Prometheus on the same few cores as the
-load generator. ``min_requests`` (12) stays above the recommender policy's ``min_requests_per_step``
+minutes on a small machine (``DEFAULT_LOADGEN``). The event-loop lag limit of lanes timed by the client's
+reads (HTTPS) is relaxed to 50 ms there because the default session runs the runtimes, exporters and
+Prometheus on the same few cores as the load generator; plain-HTTP lanes are timed by kernel receive stamps
+and judged by their users' idle share instead (:mod:`loadgen.selfcheck`). ``min_requests`` (12) stays above the recommender policy's ``min_requests_per_step``
 (10), so a slow rung's window is stretched (up to 16 s) until it counts. Against real endpoints, set
 ``loadgen.max_loop_lag_s`` back to loadgen's strict default. Output lengths are drawn from 48..80 tokens
 (mean 64) so that closed-loop users do not run in lockstep, which no real traffic does: with fixed lengths

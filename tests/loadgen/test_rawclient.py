@@ -258,3 +258,23 @@ def test_unreachable_port_is_refused_with_the_reason() -> None:
         port = s.getsockname()[1]  # bound, never listening: connect is refused
         (res,) = send_all(f"http://127.0.0.1:{port}")
     assert res.outcome == "refused" and res.status is None and "connect failed" in (res.error or "")
+
+
+def test_a_request_larger_than_the_socket_buffer_is_sent_whole() -> None:
+    """A long prompt (a prefill probe of many thousand tokens) does not fit one ``send``."""
+    body = b'{"prompt":"' + b"word " * 400_000 + b'"}'
+    server = ThreadServer(sse_chunked)
+    lane = LaneConfig(name="x", url="http://127.0.0.1:0", api="openai-chat")
+
+    async def go(url: str) -> RawResult:
+        client = LaneClient(lane.model_copy(update={"url": url}), LoadgenConfig(lanes=[lane]))
+        await client.open(1)
+        try:
+            return await client.send(body, "rid-big")
+        finally:
+            await client.close()
+
+    with server.running() as url:
+        res = asyncio.run(go(url))
+    assert res.outcome == "ok" and len(res.token_ns) == 2
+    assert server.requests[0].endswith(body) and b"Content-Length: %d" % len(body) in server.requests[0]
