@@ -257,6 +257,9 @@ def main() -> int:
                         help="answer lengths of the two CPU-fit phases (default 16 256)")
     parser.add_argument("--fit-s", type=float, default=6.0, help="length of each CPU-fit phase (default 6)")
     parser.add_argument("--quick", action="store_true", help="one round of 5 s phases, 3 s fit phases")
+    parser.add_argument("--lockstep", action="store_true",
+                        help="the server gives every stream its token on one shared grid (a batched decode "
+                             "step, as llama-server does) instead of each stream on its own clock")
     parser.add_argument("--relay-child", nargs=2, metavar=("RUNTIME_URL", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.relay_child:
@@ -265,7 +268,7 @@ def main() -> int:
         args.rounds, args.phase_s, args.fit_s = 1, 5.0, 3.0
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
     server_argv = [sys.executable, "-m", "loadgen.stream_server", "--port", "0", "--ttft-ms",
-                   str(args.ttft_ms), "--itl-ms", str(args.itl_ms)]
+                   str(args.ttft_ms), "--itl-ms", str(args.itl_ms), *(["--lockstep"] if args.lockstep else [])]
     out_path = Path(f"/tmp/relay-overhead-{os.getpid()}.json")
     with child(server_argv, "ready") as (_, server_url):
         relay_argv = [sys.executable, str(Path(__file__).resolve()), "--relay-child", server_url,

@@ -7,6 +7,10 @@ benchmark). It records its own truth per ``X-Request-ID`` (arrival, first token,
 seconds from one monotonic-to-wall mapping) and serves it as ``GET /sim/truth`` in the simulator's shape
 (``requests``: a list of ``{request_id, arrival, admitted, first_token, last_token, output_tokens}``).
 
+With ``lockstep`` the inter-token gaps of all streams fall on one shared grid (multiples of ``itl_s``), as a
+continuous batcher gives every busy slot its token in the same decode step; without it each stream keeps its
+own clock (the worst case for a client or relay: one wake-up per token).
+
 Faults for tests: every n-th request dropped mid-stream (``drop_every``), every n-th answered with a
 non-JSON event (``malformed_every``), every n-th connection closed before any byte is answered
 (``close_every``: what a client sees when real llama-server closed a kept-alive connection after a
@@ -40,6 +44,7 @@ class StreamServerConfig:
     close_every: int = 0
     ping: bool = True
     record_tokens: bool = False
+    lockstep: bool = False
 
 
 def _chat_event(text: str) -> bytes:
@@ -76,6 +81,13 @@ class StreamServer:
         app.router.add_get("/props", self._props)
         app.router.add_get("/sim/truth", self._truth)
         self.app = app
+
+    def _gap(self, cfg: StreamServerConfig) -> float:
+        """Seconds to the next token: ``itl_s``, or to the next multiple of it on the shared grid."""
+        if not cfg.lockstep:
+            return cfg.itl_s
+        elapsed = (time.perf_counter_ns() - self._mono0) / 1e9
+        return cfg.itl_s - elapsed % cfg.itl_s
 
     def _now(self) -> float:
         return self._wall0 + (time.perf_counter_ns() - self._mono0) / 1e9
@@ -165,7 +177,7 @@ class StreamServer:
                 if i == drop_at:
                     break
                 if i:
-                    await asyncio.sleep(cfg.itl_s)
+                    await asyncio.sleep(self._gap(cfg))
                 t = self._now()
                 await resp.write(event)
                 if times is not None:
@@ -191,10 +203,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drop-every", type=int, default=0)
     parser.add_argument("--close-every", type=int, default=0)
     parser.add_argument("--record-tokens", action="store_true", help="keep every token's send time")
+    parser.add_argument("--lockstep", action="store_true",
+                        help="every stream's tokens on one shared grid of --itl-ms (a batched decode step)")
     args = parser.parse_args(argv)
     server = StreamServer(StreamServerConfig(ttft_s=args.ttft_ms / 1e3, itl_s=args.itl_ms / 1e3,
                                              drop_every=args.drop_every, close_every=args.close_every,
-                                             record_tokens=args.record_tokens))
+                                             record_tokens=args.record_tokens, lockstep=args.lockstep))
 
     async def serve() -> None:
         url = await server.start(args.port)

@@ -11,9 +11,10 @@ ladder 1/2/4/8, a local Prometheus and recommender; timings shortened so that it
 minutes on a small machine (``DEFAULT_LOADGEN``). The event-loop lag limit of lanes timed by the client's
 reads (HTTPS) is relaxed to 50 ms there because the default session runs the runtimes, exporters and
 Prometheus on the same few cores as the load generator; plain-HTTP lanes are timed by kernel receive stamps
-and judged by their users' idle share instead (:mod:`loadgen.selfcheck`). ``min_requests`` (12) stays above the recommender policy's ``min_requests_per_step``
-(10), so a slow rung's window is stretched (up to 16 s) until it counts. Against real endpoints, set
-``loadgen.max_loop_lag_s`` back to loadgen's strict default. Output lengths are drawn from 48..80 tokens
+and judged by their users' idle share instead (:mod:`loadgen.selfcheck`). ``min_requests`` (12) stays
+above the recommender policy's ``min_requests_per_step`` (10), so a slow rung's window is stretched (up to
+16 s) until it counts. Against real HTTPS endpoints, set ``loadgen.max_loop_lag_s`` back to loadgen's strict
+default. Output lengths are drawn from 48..80 tokens
 (mean 64) so that closed-loop users do not run in lockstep, which no real traffic does: with fixed lengths
 every user finishes and re-enters prefill at the same instant, and the decode-stall verdict would measure
 that artefact. API keys are never part of the config: a lane
