@@ -295,9 +295,6 @@ class RawHttp:
             self.discard(conn)
         return None
 
-    def give_back(self, conn: RawConnection) -> None:
-        self.idle.append(conn)
-
     def discard(self, conn: RawConnection) -> None:
         self.open_conns.discard(conn)
         conn.close()
