@@ -10,7 +10,8 @@ The stream server (``python -m loadgen.stream_server``) runs in its own process;
 writes each whole response in one write, so it is not the bottleneck. The load generator runs in this
 process; its CPU is ``time.process_time()`` over the whole run, and "steady" is the step's own CPU
 share (users started to window end) over the tokens that arrived in that span. The "plain" client is
-the minimal aiohttp loop (post, ``readany``, count content markers), in the same run, same server.
+the minimal aiohttp loop (post, ``readany``, count content markers), in the same run, same server; in the
+paced case the load generator's socket client is also run alone, without the step around it.
 
     .venv/bin/python bench/loadgen_overhead.py [--quick]
 """
@@ -31,6 +32,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -38,7 +40,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from loadgen.config import LoadgenConfig  # noqa: E402
+from loadgen.rawclient import RawHttp  # noqa: E402
 from loadgen.runner import LadderRunner  # noqa: E402
+from loadgen.sse import StreamParser  # noqa: E402
 from satbench.loops import fast_loop_factory  # noqa: E402
 from satbench.records import read_records  # noqa: E402
 from satbench.step_figures import token_arrivals  # noqa: E402
@@ -147,6 +151,39 @@ async def plain_run(url: str, c: int, out_tokens: int, duration_s: float) -> dic
             "window_tok_s": tokens / wall, "errors": 0, "reason": ""}
 
 
+async def socket_client_run(url: str, c: int, out_tokens: int, duration_s: float) -> dict[str, Any]:
+    """loadgen's socket client alone (``RawHttp`` + ``StreamParser``, kernel stamps and all): the same
+    per-token path as the load generator without the step around it (records, metrics, figures), so the
+    difference between the two rows is the load generator's own per-request cost."""
+    parts = urlsplit(url)
+    raw = RawHttp(parts.hostname or "127.0.0.1", parts.port or 80, connect_timeout_s=5.0, request_timeout_s=60.0)
+    body = json.dumps({"messages": [{"role": "user", "content": "hello " * 16}], "max_tokens": out_tokens,
+                       "stream": True}).encode()
+    request = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+               b"Content-Length: %d\r\n\r\n" % (parts.netloc.encode(), len(body))) + body
+    tokens = 0
+    stop = time.perf_counter() + duration_s
+
+    async def user() -> None:
+        nonlocal tokens
+        while time.perf_counter() < stop:
+            conn = raw.take() or await raw.connect()
+            parser = StreamParser("openai-chat")
+            await raw.exchange(conn, request, parser)
+            tokens += len(parser.token_ns)
+
+    await raw.preopen(c)
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    try:
+        await asyncio.gather(*(user() for _ in range(c)))
+    finally:
+        raw.close()
+    cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    us = cpu / max(tokens, 1) * 1e6
+    return {"tokens": tokens, "cpu_s": cpu, "wall_s": wall, "us_per_token": us, "steady_us_per_token": us,
+            "window_tok_s": tokens / wall, "errors": 0, "reason": ""}
+
+
 def startup_cpu() -> float:
     code = ("import resource, sys; sys.argv=['satbench']; import loadgen.cli, loadgen.runner, loadgen.config;"
             "loadgen.config.LoadgenConfig(); r = resource.getrusage(resource.RUSAGE_SELF);"
@@ -179,6 +216,7 @@ async def main(quick: bool) -> None:
             paced = await loadgen_run(url, 8, 64, window, Path(tmp) / "paced")
             print(row("loadgen c=8 itl=10ms", paced))
             print(row("plain aiohttp c=8 itl=10ms", await plain_run(url, 8, 64, window + 1.0)))
+            print(row("socket client alone c=8", await socket_client_run(url, 8, 64, window + 1.0)))
         with simulator("dense") as url:
             batched = await loadgen_run(url, 8, 64, window, Path(tmp) / "batched")
             print(row("loadgen c=8 simulator dense", batched))
