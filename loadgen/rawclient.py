@@ -361,6 +361,9 @@ class RawHttp:
             if ex.tail is not None:
                 ex.tail.cancel()
             loop.remove_reader(fd)
+            # The parser holds the exchange (its callbacks) and the exchange the parser: break the cycle, so
+            # the exchange is freed now and not left to the cyclic collector (off while a step runs).
+            del ex.http, ex.feed_data
             if ok:
                 self.idle.append(conn)
             else:

@@ -10,6 +10,7 @@ covered.
 from __future__ import annotations
 
 import asyncio
+import gc
 import socket
 import threading
 import time
@@ -278,3 +279,19 @@ def test_a_request_larger_than_the_socket_buffer_is_sent_whole() -> None:
         res = asyncio.run(go(url))
     assert res.outcome == "ok" and len(res.token_ns) == 2
     assert server.requests[0].endswith(body) and b"Content-Length: %d" % len(body) in server.requests[0]
+
+
+def test_an_exchange_leaves_no_reference_cycle() -> None:
+    """Steps run with the cyclic collector off, so each request must be freed by reference counting alone."""
+    server = ThreadServer(sse_chunked)
+    with server.running() as url:
+        send_all(url, n=3)  # warm: imports, pools, first-use caches
+        gc.collect()
+        gc.disable()
+        try:
+            results = send_all(url, n=40)
+            found = gc.collect()
+        finally:
+            gc.enable()
+    assert all(r.outcome == "ok" for r in results)
+    assert found < 40, f"{found} objects in reference cycles after 40 requests"
