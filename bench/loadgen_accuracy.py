@@ -24,12 +24,9 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +35,8 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from _serve import serving  # noqa: E402
 
 from loadgen.config import LoadgenConfig  # noqa: E402
 from loadgen.runner import run_ladder  # noqa: E402
@@ -48,40 +47,10 @@ from satbench.step_figures import quantile  # noqa: E402
 OUT_TOKENS = 32
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def target(sim: bool, pin: bool = False) -> Iterator[str]:
-    port = free_port()
+def target(sim: bool, pin: bool = False) -> contextlib.AbstractContextManager[str]:
     if sim:
-        argv = [sys.executable, "-m", "satbench.cli", "sim", "--profile", "dense", "--port", str(port)]
-    else:
-        argv = [sys.executable, "-m", "loadgen.stream_server", "--port", str(port), "--ttft-ms", "20",
-                "--itl-ms", "5", "--record-tokens"]
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    if pin:
-        os.sched_setaffinity(proc.pid, {1})
-        os.sched_setaffinity(0, {0})
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("target did not start")
-            time.sleep(0.1)
-        yield url
-    finally:
-        proc.kill()
-        proc.wait(timeout=10)
+        return serving("satbench.cli", "sim", "--profile", "dense", pin=pin)
+    return serving("loadgen.stream_server", "--ttft-ms", "20", "--itl-ms", "5", "--record-tokens", pin=pin)
 
 
 def truth_rows(url: str) -> dict[str, dict[str, Any]]:

@@ -11,7 +11,7 @@ writes each whole response in one write, so it is not the bottleneck. The load g
 process; its CPU is ``time.process_time()`` over the whole run, and "steady" is the step's own CPU
 share (users started to window end) over the tokens that arrived in that span. The "plain" client is
 the minimal aiohttp loop (post, ``readany``, count content markers), in the same run, same server; in the
-paced case the load generator's socket client is also run alone, without the step around it.
+paced case the load generator's LaneClient is also run alone, without the step around it.
 
     .venv/bin/python bench/loadgen_overhead.py [--quick]
 """
@@ -20,83 +20,29 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import resource
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from loadgen.config import LoadgenConfig  # noqa: E402
-from loadgen.rawclient import RawHttp  # noqa: E402
+from _serve import serving  # noqa: E402
+
+from loadgen.client import LaneClient  # noqa: E402
+from loadgen.config import LaneConfig, LoadgenConfig  # noqa: E402
 from loadgen.runner import LadderRunner  # noqa: E402
-from loadgen.sse import StreamParser  # noqa: E402
 from satbench.loops import fast_loop_factory  # noqa: E402
 from satbench.records import read_records  # noqa: E402
 from satbench.step_figures import token_arrivals  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def stream_server(*args: str) -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "loadgen.stream_server", "--port", str(port), *args],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline().decode()
-        if not line.startswith("ready"):
-            raise RuntimeError("stream server did not start")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.kill()
-        proc.wait(timeout=10)
-
-
-@contextlib.contextmanager
-def simulator(profile: str) -> Iterator[str]:
-    """The embedded simulator: a continuous batcher, so a decode step gives every busy slot its token at
-    once, as llama-server does (the paced stream server above spaces each stream on its own clock)."""
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "satbench.cli", "sim", "--profile", profile, "--port",
-                             str(port)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while not _answers(url + "/health"):
-            if time.monotonic() > deadline:
-                raise RuntimeError("simulator did not start")
-            time.sleep(0.1)
-        yield url
-    finally:
-        proc.kill()
-        proc.wait(timeout=10)
-
-
-def _answers(url: str) -> bool:
-    import urllib.request
-    try:
-        with urllib.request.urlopen(url, timeout=1) as resp:
-            return bool(resp.status == 200)
-    except OSError:
-        return False
 
 
 async def loadgen_run(url: str, c: int, out_tokens: int, window_s: float, out: Path) -> dict[str, Any]:
@@ -152,32 +98,31 @@ async def plain_run(url: str, c: int, out_tokens: int, duration_s: float) -> dic
 
 
 async def socket_client_run(url: str, c: int, out_tokens: int, duration_s: float) -> dict[str, Any]:
-    """loadgen's socket client alone (``RawHttp`` + ``StreamParser``, kernel stamps and all): the same
-    per-token path as the load generator without the step around it (records, metrics, figures), so the
-    difference between the two rows is the load generator's own per-request cost."""
-    parts = urlsplit(url)
-    raw = RawHttp(parts.hostname or "127.0.0.1", parts.port or 80, connect_timeout_s=5.0, request_timeout_s=60.0)
+    """loadgen's ``LaneClient`` alone (kernel stamps, SSE parser, outcome): the same per-token path as the
+    load generator without the step around it (records, metrics, figures), so the difference between the
+    two rows is the step's own cost."""
+    lane = LaneConfig(name="bench", url=url, api="openai-chat")
+    client = LaneClient(lane, LoadgenConfig(lanes=[lane]))
     body = json.dumps({"messages": [{"role": "user", "content": "hello " * 16}], "max_tokens": out_tokens,
                        "stream": True}).encode()
-    request = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
-               b"Content-Length: %d\r\n\r\n" % (parts.netloc.encode(), len(body))) + body
     tokens = 0
     stop = time.perf_counter() + duration_s
 
-    async def user() -> None:
+    async def user(u: int) -> None:
         nonlocal tokens
+        i = 0
         while time.perf_counter() < stop:
-            conn = raw.take() or await raw.connect()
-            parser = StreamParser("openai-chat")
-            await raw.exchange(conn, request, parser)
-            tokens += len(parser.token_ns)
+            result = await client.send(body, f"alone-u{u}-{i}")
+            tokens += len(result.token_ns)  # not `tokens += await ...`: that reads `tokens` before the await
+            i += 1
 
-    await raw.preopen(c)
+    await client.open(c)
+    await client.preopen(c)
     cpu0, wall0 = time.process_time(), time.perf_counter()
     try:
-        await asyncio.gather(*(user() for _ in range(c)))
+        await asyncio.gather(*(user(u) for u in range(c)))
     finally:
-        raw.close()
+        await client.close()
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
     us = cpu / max(tokens, 1) * 1e6
     return {"tokens": tokens, "cpu_s": cpu, "wall_s": wall, "us_per_token": us, "steady_us_per_token": us,
@@ -208,16 +153,18 @@ async def main(quick: bool) -> None:
     print(f"start-up CPU (import + config): {startup_cpu():.3f} s   (goal < 1 s)")
     print(HEADER)
     with tempfile.TemporaryDirectory() as tmp:
-        with stream_server() as url:
+        with serving("loadgen.stream_server") as url:
             sat = await loadgen_run(url, 64, 256, window, Path(tmp) / "sat")
             print(row("loadgen c=64 zero-delay", sat))
             print(row("plain aiohttp c=64", await plain_run(url, 64, 256, window + 1.0)))
-        with stream_server("--itl-ms", "10", "--ttft-ms", "20") as url:
+        with serving("loadgen.stream_server", "--itl-ms", "10", "--ttft-ms", "20") as url:
             paced = await loadgen_run(url, 8, 64, window, Path(tmp) / "paced")
             print(row("loadgen c=8 itl=10ms", paced))
             print(row("plain aiohttp c=8 itl=10ms", await plain_run(url, 8, 64, window + 1.0)))
-            print(row("socket client alone c=8", await socket_client_run(url, 8, 64, window + 1.0)))
-        with simulator("dense") as url:
+            print(row("LaneClient alone c=8", await socket_client_run(url, 8, 64, window + 1.0)))
+        # the simulator's continuous batcher gives every busy slot its token in the same decode step, as
+        # llama-server does (the paced stream server above spaces each stream on its own clock)
+        with serving("satbench.cli", "sim", "--profile", "dense") as url:
             batched = await loadgen_run(url, 8, 64, window, Path(tmp) / "batched")
             print(row("loadgen c=8 simulator dense", batched))
             print(row("plain aiohttp c=8 simulator", await plain_run(url, 8, 64, window + 1.0)))

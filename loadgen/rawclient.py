@@ -374,4 +374,3 @@ class RawHttp:
         out = self.read_lag_ns.tolist()
         self.read_lag_ns = array("q")
         return out
-

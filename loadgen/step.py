@@ -100,7 +100,6 @@ class StepRun:
         self.window_end_ns: int | None = None
         self.stopping = False
         self._bins: dict[int, int] = {}
-        self._read_lags: list[float] = []
         self._stall_hist = metrics.histogram("stall", lane.name)
         self._itl_hist = metrics.histogram("itl", lane.name)
         self._ttft_hist = metrics.histogram("ttft", lane.name)
@@ -141,7 +140,7 @@ class StepRun:
         try:
             await self._control(warm_ns)
             probe_lags = probe.take()
-            self._read_lags = [ns / 1e9 for ns in self.client.take_read_lags()]
+            read_lags = [ns / 1e9 for ns in self.client.take_read_lags()]
             cpu_window = time.process_time() - cpu0
             await self._drain(users)
         finally:
@@ -152,7 +151,7 @@ class StepRun:
             self._flush_stalls(force=True)
             await probe.stop()
             self.writer.sync()
-        return self._window(warm_ns, probe_lags, cpu_window)
+        return self._window(warm_ns, probe_lags, read_lags, cpu_window)
 
     async def _control(self, warm_ns: int) -> None:
         cfg = self.config
@@ -364,13 +363,13 @@ class StepRun:
         bound = min([tok[0] for tok in keep] + active + [time.perf_counter_ns()])
         self.prefills = [iv for iv in self.prefills if iv[1] > bound]
 
-    def _window(self, warm_ns: int, lags: list[float], cpu_s: float) -> StepWindow:
+    def _window(self, warm_ns: int, lags: list[float], read_lags: list[float], cpu_s: float) -> StepWindow:
         assert self.window_start_ns is not None and self.window_end_ns is not None
         start, end = self.clock.wall(self.window_start_ns), self.clock.wall(self.window_end_ns)
         wall = (self.window_end_ns - warm_ns) / 1e9
         state = self.state
         health = health_from(lags, list(state.window_dispatch_s), cpu_s, wall, busy_s=state.window_busy_s,
-                             read_lags=self._read_lags, kernel_timed=self.client.kernel_timed)
+                             read_lags=read_lags, kernel_timed=self.client.kernel_timed)
         ok, errors, retried = state.window_ok, state.window_errors, state.retried
         notes = [f"client {k}={v:.4g}" for k, v in health.to_dict().items() if v is not None]
         notes.append("timed by " + ("kernel receive stamps" if health.kernel_timed else "client reads"))

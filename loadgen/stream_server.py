@@ -82,8 +82,9 @@ class StreamServer:
         app.router.add_get("/sim/truth", self._truth)
         self.app = app
 
-    def _gap(self, cfg: StreamServerConfig) -> float:
+    def _gap(self) -> float:
         """Seconds to the next token: ``itl_s``, or to the next multiple of it on the shared grid."""
+        cfg = self.config
         if not cfg.lockstep:
             return cfg.itl_s
         elapsed = (time.perf_counter_ns() - self._mono0) / 1e9
@@ -177,7 +178,7 @@ class StreamServer:
                 if i == drop_at:
                     break
                 if i:
-                    await asyncio.sleep(self._gap(cfg))
+                    await asyncio.sleep(self._gap())
                 t = self._now()
                 await resp.write(event)
                 if times is not None:

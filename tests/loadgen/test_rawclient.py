@@ -90,10 +90,10 @@ class ThreadServer:
             self.sock.close()
 
 
-def send_all(url: str, n: int = 1, *, during: Callable[[], Any] | None = None, pause_s: float = 0.0,
-             **cfg: Any) -> list[RawResult]:
+def send_all(url: str, n: int = 1, *, during: Callable[[], Any] | None = None,
+             server: ThreadServer | None = None, pause_s: float = 0.0, **cfg: Any) -> list[RawResult]:
     """Sends n requests one after the other (``pause_s`` apart); ``during`` runs, blocking the loop, once
-    each request is on the wire."""
+    each request has reached ``server``."""
     lane = LaneConfig(name="x", url=url, api="openai-chat")
     config = LoadgenConfig.model_validate({"lanes": [lane.model_dump()], **cfg})
 
@@ -106,7 +106,12 @@ def send_all(url: str, n: int = 1, *, during: Callable[[], Any] | None = None, p
             for i in range(n):
                 task = asyncio.create_task(client.send(b'{"x":1}', f"rid-{i}"))
                 if during is not None:
-                    await asyncio.sleep(0.01)  # let the request go out first
+                    assert server is not None, "during needs the server, to know the request is there"
+                    rid = f"X-Request-ID: rid-{i}".encode()
+                    for _ in range(1000):  # let the request reach the server first (bounded: 2 s)
+                        if any(rid in r for r in server.requests):
+                            break
+                        await asyncio.sleep(0.002)
                     during()
                 out.append(await task)
                 await asyncio.sleep(pause_s)
@@ -137,7 +142,7 @@ def test_token_times_are_kernel_arrivals_while_the_client_loop_is_blocked() -> N
     with server.running() as url:
         # The loop is blocked for 0.4 s right after the request went out: the whole answer lands meanwhile
         # (tokens at ~0.05 and ~0.10 s, the end at ~0.15 s) and is read in one go at ~0.4 s.
-        (res,) = send_all(url, during=lambda: time.sleep(0.4))
+        (res,) = send_all(url, during=lambda: time.sleep(0.4), server=server)
     assert res.outcome == "ok" and len(res.token_ns) == 2
     ttft = (res.token_ns[0] - res.send_ns) / 1e9
     e2e = (res.end_ns - res.send_ns) / 1e9
@@ -150,7 +155,7 @@ def test_token_times_are_kernel_arrivals_while_the_client_loop_is_blocked() -> N
 def test_aiohttp_transport_sees_the_blocked_loop_instead() -> None:
     server = ThreadServer(lambda c, r, n: sse_chunked(c, r, n, gap_s=0.05))
     with server.running() as url:
-        (res,) = send_all(url, during=lambda: time.sleep(0.4), http_client="aiohttp")
+        (res,) = send_all(url, during=lambda: time.sleep(0.4), server=server, http_client="aiohttp")
     assert res.outcome == "ok"
     assert (res.token_ns[0] - res.send_ns) / 1e9 > 0.35  # the contrast that motivates kernel stamps
 
