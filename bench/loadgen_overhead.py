@@ -11,7 +11,9 @@ writes each whole response in one write, so it is not the bottleneck. The load g
 process; its CPU is ``time.process_time()`` over the whole run, and "steady" is the step's own CPU
 share (users started to window end) over the tokens that arrived in that span. The "plain" client is
 the minimal aiohttp loop (post, ``readany``, count content markers), in the same run, same server; in the
-paced case the load generator's LaneClient is also run alone, without the step around it.
+paced case the load generator's LaneClient is also run alone, without the step around it, and so is the
+floor of any Python client on this host: bare uvloop protocols that count content markers and nothing else
+(no HTTP parser, no clock).
 
     .venv/bin/python bench/loadgen_overhead.py [--quick]
 """
@@ -28,7 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 
@@ -129,6 +131,59 @@ async def socket_client_run(url: str, c: int, out_tokens: int, duration_s: float
             "window_tok_s": tokens / wall, "errors": 0, "reason": ""}
 
 
+class _BareUser(asyncio.Protocol):
+    """One closed-loop user on one kept-alive connection: writes the request, counts content markers in
+    what arrives, sends the next request when the chunked answer's last chunk arrives. No HTTP parser, no
+    clock, no SSE parser: what any Python client pays at the least on this host for each token it reads."""
+
+    def __init__(self, request: bytes, stop: float, done: asyncio.Future[None]) -> None:
+        self.request, self.stop, self.done = request, stop, done
+        self.transport: asyncio.Transport | None = None
+        self.tokens = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self.transport.write(self.request)
+
+    def data_received(self, data: bytes) -> None:
+        self.tokens += data.count(b'"content":"')
+        if data.endswith(b"\r\n0\r\n\r\n") or data == b"0\r\n\r\n":
+            if time.perf_counter() < self.stop and self.transport is not None:
+                self.transport.write(self.request)
+            elif not self.done.done():
+                self.done.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+
+
+async def bare_run(url: str, c: int, out_tokens: int, duration_s: float) -> dict[str, Any]:
+    """The floor: ``c`` bare uvloop protocols reading the same streams (see ``_BareUser``)."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    body = json.dumps({"messages": [{"role": "user", "content": "hello " * 16}], "max_tokens": out_tokens,
+                       "stream": True}).encode()
+    request = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json"
+               f"\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+    loop = asyncio.get_running_loop()
+    stop = time.perf_counter() + duration_s
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    users: list[_BareUser] = []
+    for _ in range(c):
+        user = _BareUser(request, stop, loop.create_future())
+        await loop.create_connection(lambda u=user: u, host, int(port))  # type: ignore[misc]
+        users.append(user)
+    await asyncio.gather(*(u.done for u in users))
+    for u in users:
+        if u.transport is not None:
+            u.transport.close()
+    cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    tokens = sum(u.tokens for u in users)
+    us = cpu / max(tokens, 1) * 1e6
+    return {"tokens": tokens, "cpu_s": cpu, "wall_s": wall, "us_per_token": us, "steady_us_per_token": us,
+            "window_tok_s": tokens / wall, "errors": 0, "reason": ""}
+
+
 def startup_cpu() -> float:
     code = ("import resource, sys; sys.argv=['satbench']; import loadgen.cli, loadgen.runner, loadgen.config;"
             "loadgen.config.LoadgenConfig(); r = resource.getrusage(resource.RUSAGE_SELF);"
@@ -162,6 +217,8 @@ async def main(quick: bool) -> None:
             print(row("loadgen c=8 itl=10ms", paced))
             print(row("plain aiohttp c=8 itl=10ms", await plain_run(url, 8, 64, window + 1.0)))
             print(row("LaneClient alone c=8", await socket_client_run(url, 8, 64, window + 1.0)))
+            bare = await bare_run(url, 8, 64, window + 1.0)
+            print(row("bare protocol c=8 (floor)", bare))
         # the simulator's continuous batcher gives every busy slot its token in the same decode step, as
         # llama-server does (the paced stream server above spaces each stream on its own clock)
         with serving("satbench.cli", "sim", "--profile", "dense") as url:
@@ -171,7 +228,8 @@ async def main(quick: bool) -> None:
     print(f"goals: saturation >= 90,000 tok/s: {sat['window_tok_s'] >= 90_000}; "
           f"<= 10 us/token at saturation (steady): {sat['steady_us_per_token'] <= 10}; "
           f"<= 30 us/token at c=8 paced (steady): {paced['steady_us_per_token'] <= 30}, "
-          f"batched by the simulator: {batched['steady_us_per_token'] <= 30}")
+          f"batched by the simulator: {batched['steady_us_per_token'] <= 30}; the floor here (bare protocol, "
+          f"c=8 paced): {bare['steady_us_per_token']:.1f} us/token")
     print("us/tok: whole run (start-up, evidence, drain, figures included); "
           "steady: users started to window end")
     print(f"max RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")

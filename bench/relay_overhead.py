@@ -7,18 +7,24 @@ the same request, joined by X-Request-ID, within 1 ms at p95.
 Set-up, all on loopback: a paced stream server (``python -m loadgen.stream_server``: fixed TTFT and
 inter-token gap, its own truth per X-Request-ID) in one process; the relay (``exporter.relay.RelayServer``
 on uvloop, as the CLI runs it) in a second process that records every observation and writes them out on
-SIGTERM; the client (loadgen's ``LaneClient``, 64 closed-loop users) in this one. Phases alternate
-direct, relayed, direct, relayed, so both see the same machine load.
+SIGTERM; a bare byte pipe (uvloop protocols, one runtime connection per client connection, no parsing,
+no clock: what any user-space relay on this host costs at the least) in a third; the client (loadgen's
+``LaneClient``, 64 closed-loop users) in this one. Phases take turns, direct, relayed, piped, for each
+round, so all three see the same machine load.
 
 Figures:
 
 - transport overhead of a request = (server arrival - client send) + (client first token - server first
   token), server and client times mapped once to wall time; it removes the server's own pacing jitter.
-  Added latency per request = relayed minus direct, at p50/p95/p99 of each distribution. The same for the
-  last token (per-token added latency) and plain TTFT quantiles are printed too;
+  Added latency per request = relayed minus direct, at p50/p95/p99 of each distribution; the same for
+  the bare pipe (the floor: two more loopback hops and a process wake-up each way) and relayed minus
+  piped (what the relay's own work adds). The same for the last token (per-token added latency) and
+  plain TTFT quantiles are printed too;
 - relay CPU per token = the relay process's user+system CPU over the relayed phases / tokens relayed
-  (all-in), and, from two more relayed phases at 16 and 256 tokens per answer, CPU = a x requests +
-  b x tokens solved for the per-request cost a and the marginal per-token cost b;
+  (all-in), beside the bare pipe's over the piped phases; and, from two more relayed phases at 16 and
+  256 tokens per answer, CPU = a x requests + b x tokens solved for the per-request cost a and the
+  marginal per-token cost b;
+- inbound = server arrival - client send, per path: the request's way alone;
 - agreement = client TTFT - relay TTFT and client e2e - relay e2e per relayed request.
 
 The machine may be shared and loaded: the load average is printed before and after; read figures with it.
@@ -104,10 +110,75 @@ def relay_child(runtime_url: str, out_path: str) -> int:
     return 0
 
 
+class _PipeSide(asyncio.Protocol):
+    """One side of the bare pipe: every byte read goes to the peer's transport (held until it connects)."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.peer: _PipeSide | None = None
+        self.held: list[bytes] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        peer = self.peer
+        if peer is not None and peer.transport is not None:
+            peer.transport.write(data)
+        else:
+            self.held.append(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.close()
+
+
+def pipe_child(runtime_url: str) -> int:
+    """The floor any relay pays on this host: a byte pipe (uvloop protocols, one runtime connection per client
+    connection, no parsing, no clock, no observation) until SIGTERM."""
+    from urllib.parse import urlsplit
+
+    from satbench.loops import fast_loop_factory
+
+    target = urlsplit(runtime_url)
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
+        tasks: set[asyncio.Task[None]] = set()
+
+        async def attach(client: _PipeSide) -> None:
+            _, upstream = await loop.create_connection(_PipeSide, target.hostname or "127.0.0.1",
+                                                       target.port or 80)
+            upstream.peer, client.peer = client, upstream
+            assert upstream.transport is not None
+            for data in client.held:
+                upstream.transport.write(data)
+            client.held.clear()
+
+        def accept() -> _PipeSide:
+            client = _PipeSide()
+            task = loop.create_task(attach(client))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+            return client
+
+        server = await loop.create_server(accept, "127.0.0.1", 0, backlog=1024)
+        print(f"ready http://127.0.0.1:{server.sockets[0].getsockname()[1]}", flush=True)
+        await stop.wait()
+        server.close()
+
+    with asyncio.Runner(loop_factory=fast_loop_factory()) as runner:
+        runner.run(serve())
+    return 0
+
+
 @dataclass
 class Sent:
     request_id: str
-    relayed: bool
+    via: str
     send_ns: int
     first_ns: int | None
     last_ns: int | None
@@ -116,7 +187,7 @@ class Sent:
     ok: bool
 
 
-async def phase(client: LaneClient, relayed: bool, args: argparse.Namespace, tag: str,
+async def phase(client: LaneClient, via: str, args: argparse.Namespace, tag: str,
                 out: list[Sent]) -> None:
     """Closed-loop users for ``phase_s``, starts staggered over one request's length (no opening burst)."""
     deadline = time.perf_counter() + args.phase_s
@@ -130,37 +201,50 @@ async def phase(client: LaneClient, relayed: bool, args: argparse.Namespace, tag
             rid = f"{tag}-u{u}-r{i}"
             i += 1
             raw = await client.send(body, rid)
-            out.append(Sent(rid, relayed, raw.send_ns, raw.token_ns[0] if raw.token_ns else None,
+            out.append(Sent(rid, via, raw.send_ns, raw.token_ns[0] if raw.token_ns else None,
                             raw.token_ns[-1] if raw.token_ns else None, raw.end_ns, len(raw.token_ns),
                             raw.outcome == "ok"))
 
     await asyncio.gather(*(user(u) for u in range(args.users)))
 
 
-async def drive(direct_url: str, relay_url: str, args: argparse.Namespace,
-                relay_proc: psutil.Process) -> tuple[list[Sent], float, int, list[tuple[int, int, int, float]]]:
-    config = LoadgenConfig(lanes=[LaneConfig(name="direct", url=direct_url),
-                                  LaneConfig(name="relayed", url=relay_url)])
-    direct, relayed = (LaneClient(lane, config) for lane in config.lanes)
-    for c in (direct, relayed):
+@dataclass
+class Cost:
+    """CPU (user + system) of a forwarding process over its phases, and the tokens it forwarded."""
+
+    cpu_s: float = 0.0
+    tokens: int = 0
+
+    @property
+    def us_per_token(self) -> float:
+        return self.cpu_s / max(self.tokens, 1) * 1e6
+
+
+async def drive(urls: dict[str, str], args: argparse.Namespace, procs: dict[str, psutil.Process],
+                ) -> tuple[list[Sent], dict[str, Cost], list[tuple[int, int, int, float]]]:
+    """Phases in turn (direct, relayed, piped) for ``rounds`` rounds; then the relay's CPU-fit phases."""
+    config = LoadgenConfig(lanes=[LaneConfig(name=via, url=url) for via, url in urls.items()])
+    clients = {lane.name: LaneClient(lane, config) for lane in config.lanes}
+    for c in clients.values():
         await c.open(args.users)
         await c.preopen(args.users)
     out: list[Sent] = []
-    relay_cpu = 0.0
-    relay_tokens = 0
+    costs = {via: Cost() for via in procs}
     try:
         for rnd in range(args.rounds):
-            await phase(direct, False, args, f"d{rnd}", out)
-            before = sum(relay_proc.cpu_times()[:2])
-            n0 = len(out)
-            await phase(relayed, True, args, f"r{rnd}", out)
-            relay_cpu += sum(relay_proc.cpu_times()[:2]) - before
-            relay_tokens += sum(s.tokens for s in out[n0:])
-        fit = await cpu_fit(relayed, args, relay_proc)
+            for via, client in clients.items():
+                proc = procs.get(via)
+                before = sum(proc.cpu_times()[:2]) if proc is not None else 0.0
+                n0 = len(out)
+                await phase(client, via, args, f"{via[0]}{rnd}", out)
+                if proc is not None:
+                    costs[via].cpu_s += sum(proc.cpu_times()[:2]) - before
+                    costs[via].tokens += sum(s.tokens for s in out[n0:])
+        fit = await cpu_fit(clients["relayed"], args, procs["relayed"])
     finally:
-        for c in (direct, relayed):
+        for c in clients.values():
             await c.close()
-    return out, relay_cpu, relay_tokens, fit
+    return out, costs, fit
 
 
 async def cpu_fit(client: LaneClient, args: argparse.Namespace,
@@ -171,7 +255,7 @@ async def cpu_fit(client: LaneClient, args: argparse.Namespace,
         fit_args = argparse.Namespace(**{**vars(args), "tokens": tokens, "phase_s": args.fit_s})
         out: list[Sent] = []
         before = sum(relay_proc.cpu_times()[:2])
-        await phase(client, True, fit_args, f"fit{tokens}", out)
+        await phase(client, "relayed", fit_args, f"fit{tokens}", out)
         rows.append((tokens, len(out), sum(s.tokens for s in out), sum(relay_proc.cpu_times()[:2]) - before))
     return rows
 
@@ -197,46 +281,65 @@ def fetch_truth(url: str) -> dict[str, dict[str, Any]]:
     return {row["request_id"]: row for row in rows}
 
 
+VIAS = ("direct", "relayed", "piped")
+
+
 def report(sent: list[Sent], truth: dict[str, dict[str, Any]], relay_seen: list[dict[str, Any]],
-           wall0: float, mono0: int, relay_cpu: float, relay_tokens: int, users: int) -> None:
+           wall0: float, mono0: int, costs: dict[str, Cost], users: int) -> None:
     def wall(ns: int) -> float:
         return wall0 + (ns - mono0) / 1e9
 
     ok = [s for s in sent if s.ok and s.first_ns is not None and s.request_id in truth]
-    over: dict[bool, list[float]] = {False: [], True: []}
-    over_last: dict[bool, list[float]] = {False: [], True: []}
-    ttft: dict[bool, list[float]] = {False: [], True: []}
+    over: dict[str, list[float]] = {via: [] for via in VIAS}
+    over_last: dict[str, list[float]] = {via: [] for via in VIAS}
+    ttft: dict[str, list[float]] = {via: [] for via in VIAS}
+    inbound_ms: dict[str, list[float]] = {via: [] for via in VIAS}
     for s in ok:
         truth_row = truth[s.request_id]
         assert s.first_ns is not None and s.last_ns is not None
         inbound = truth_row["arrival"] - wall(s.send_ns)
-        over[s.relayed].append(inbound + wall(s.first_ns) - truth_row["first_token"])
-        over_last[s.relayed].append(inbound + wall(s.last_ns) - truth_row["last_token"])
-        ttft[s.relayed].append((s.first_ns - s.send_ns) / 1e9)
-    print(f"requests ok: direct {len(over[False])}, relayed {len(over[True])} "
+        over[s.via].append(inbound + wall(s.first_ns) - truth_row["first_token"])
+        over_last[s.via].append(inbound + wall(s.last_ns) - truth_row["last_token"])
+        ttft[s.via].append((s.first_ns - s.send_ns) / 1e9)
+        inbound_ms[s.via].append(inbound)
+    print(f"requests ok: {', '.join(f'{via} {len(over[via])}' for via in VIAS)} "
           f"(failed: {sum(not s.ok for s in sent)}), {users} concurrent streams")
-    print(f"{'figure (ms)':46s} {'p50':>8s} {'p95':>8s} {'p99':>8s}")
-    for label, table in (("TTFT", ttft), ("transport overhead, first token", over),
+    print(f"{'figure (ms)':52s} {'p50':>8s} {'p95':>8s} {'p99':>8s}")
+    for label, table in (("TTFT", ttft), ("inbound (client send to server arrival)", inbound_ms),
+                         ("transport overhead, first token", over),
                          ("transport overhead, last token", over_last)):
-        for relayed in (False, True):
-            qs = [quantile(table[relayed], q) * 1e3 for q in (0.5, 0.95, 0.99)]
-            name = f"{label} {'relayed' if relayed else 'direct'}"
-            print(f"{name:46s} {qs[0]:8.3f} {qs[1]:8.3f} {qs[2]:8.3f}")
+        for via in VIAS:
+            qs = [quantile(table[via], q) * 1e3 for q in (0.5, 0.95, 0.99)]
+            print(f"{label + ' ' + via:52s} {qs[0]:8.3f} {qs[1]:8.3f} {qs[2]:8.3f}")
     qs3 = (0.5, 0.95, 0.99)
-    added = [(quantile(over[True], q) - quantile(over[False], q)) * 1e3 for q in qs3]
-    added_tok = [(quantile(over_last[True], q) - quantile(over_last[False], q)) * 1e3 for q in qs3]
-    for label, figs in (("ADDED per request (first token), relayed-direct", added),
-                        ("ADDED per token (last token), relayed-direct", added_tok)):
-        print(f"{label:46s} {figs[0]:8.3f} {figs[1]:8.3f} {figs[2]:8.3f}")
-    per_token_us = relay_cpu / max(relay_tokens, 1) * 1e6
-    print(f"relay CPU: {relay_cpu:.2f} s for {relay_tokens} tokens = {per_token_us:.1f} us/token")
-    print(f"goal: added p99 < 0.5 ms: {'MET' if added[2] < 0.5 else 'NOT MET'} ({added[2]:.3f} ms); "
-          f"CPU < 20 us/token: {'MET' if per_token_us < 20 else 'NOT MET'} ({per_token_us:.1f} us)")
+
+    def added(table: dict[str, list[float]], via: str, base: str) -> list[float]:
+        return [(quantile(table[via], q) - quantile(table[base], q)) * 1e3 for q in qs3]
+
+    rows = {
+        "ADDED per request (first token), relayed-direct": added(over, "relayed", "direct"),
+        "ADDED per request (first token), piped-direct": added(over, "piped", "direct"),
+        "ADDED per request (first token), relayed-piped": added(over, "relayed", "piped"),
+        "ADDED per token (last token), relayed-direct": added(over_last, "relayed", "direct"),
+        "ADDED per token (last token), piped-direct": added(over_last, "piped", "direct"),
+    }
+    for label, figs in rows.items():
+        print(f"{label:52s} {figs[0]:8.3f} {figs[1]:8.3f} {figs[2]:8.3f}")
+    relay, pipe = costs["relayed"], costs["piped"]
+    print(f"relay CPU: {relay.cpu_s:.2f} s for {relay.tokens} tokens = {relay.us_per_token:.1f} us/token; "
+          f"bare pipe (the floor of any relay here): {pipe.cpu_s:.2f} s for {pipe.tokens} tokens = "
+          f"{pipe.us_per_token:.1f} us/token; relay over the pipe: "
+          f"{relay.us_per_token - pipe.us_per_token:+.1f} us/token")
+    p99 = rows["ADDED per request (first token), relayed-direct"][2]
+    floor_p99 = rows["ADDED per request (first token), piped-direct"][2]
+    print(f"goal: added p99 < 0.5 ms: {'MET' if p99 < 0.5 else 'NOT MET'} ({p99:.3f} ms; bare pipe "
+          f"{floor_p99:.3f}); CPU < 20 us/token: {'MET' if relay.us_per_token < 20 else 'NOT MET'} "
+          f"({relay.us_per_token:.1f} us; bare pipe {pipe.us_per_token:.1f})")
     by_id = {row["id"]: row for row in relay_seen}
     gaps_ttft, gaps_e2e = [], []
     for s in ok:
         row = by_id.get(s.request_id)
-        if s.relayed and row is not None and row["ttft"] is not None and s.first_ns is not None:
+        if s.via == "relayed" and row is not None and row["ttft"] is not None and s.first_ns is not None:
             gaps_ttft.append(((s.first_ns - s.send_ns) / 1e9 - row["ttft"]) * 1e3)
             gaps_e2e.append(((s.end_ns - s.send_ns) / 1e9 - row["e2e"]) * 1e3)
     for name, gaps in (("TTFT", gaps_ttft), ("e2e", gaps_e2e)):
@@ -252,7 +355,7 @@ def main() -> int:
     parser.add_argument("--itl-ms", type=float, default=50.0, help="server inter-token gap (default 50)")
     parser.add_argument("--ttft-ms", type=float, default=20.0, help="server time to first token (default 20)")
     parser.add_argument("--phase-s", type=float, default=10.0, help="length of each phase (default 10)")
-    parser.add_argument("--rounds", type=int, default=2, help="direct+relayed pairs (default 2)")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of direct, relayed and piped phases (default 2)")
     parser.add_argument("--fit-tokens", type=int, nargs=2, default=[16, 256],
                         help="answer lengths of the two CPU-fit phases (default 16 256)")
     parser.add_argument("--fit-s", type=float, default=6.0, help="length of each CPU-fit phase (default 6)")
@@ -261,28 +364,32 @@ def main() -> int:
                         help="the server gives every stream its token on one shared grid (a batched decode "
                              "step, as llama-server does) instead of each stream on its own clock")
     parser.add_argument("--relay-child", nargs=2, metavar=("RUNTIME_URL", "OUT"), help=argparse.SUPPRESS)
+    parser.add_argument("--pipe-child", metavar="RUNTIME_URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.relay_child:
         return relay_child(*args.relay_child)
+    if args.pipe_child:
+        return pipe_child(args.pipe_child)
     if args.quick:
         args.rounds, args.phase_s, args.fit_s = 1, 5.0, 3.0
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
     server_argv = [sys.executable, "-m", "loadgen.stream_server", "--port", "0", "--ttft-ms",
                    str(args.ttft_ms), "--itl-ms", str(args.itl_ms), *(["--lockstep"] if args.lockstep else [])]
     out_path = Path(f"/tmp/relay-overhead-{os.getpid()}.json")
+    me = str(Path(__file__).resolve())
     with child(server_argv, "ready") as (_, server_url):
-        relay_argv = [sys.executable, str(Path(__file__).resolve()), "--relay-child", server_url,
-                      str(out_path)]
-        with child(relay_argv, "ready") as (relay, relay_url):
+        relay_argv = [sys.executable, me, "--relay-child", server_url, str(out_path)]
+        with child(relay_argv, "ready") as (relay, relay_url), \
+                child([sys.executable, me, "--pipe-child", server_url], "ready") as (pipe, pipe_url):
             wall0, mono0 = time.time(), time.perf_counter_ns()
+            urls = {"direct": server_url, "relayed": relay_url, "piped": pipe_url}
+            procs = {"relayed": psutil.Process(relay.pid), "piped": psutil.Process(pipe.pid)}
             with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-                sent, relay_cpu, relay_tokens, fit = runner.run(
-                    drive(server_url, relay_url, args, psutil.Process(relay.pid))
-                )
+                sent, costs, fit = runner.run(drive(urls, args, procs))
             truth = fetch_truth(server_url)
         relay_seen = json.loads(out_path.read_text()) if out_path.exists() else []
         out_path.unlink(missing_ok=True)
-    report(sent, truth, relay_seen, wall0, mono0, relay_cpu, relay_tokens, args.users)
+    report(sent, truth, relay_seen, wall0, mono0, costs, args.users)
     report_fit(fit)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
