@@ -10,7 +10,9 @@ on uvloop, as the CLI runs it) in a second process that records every observatio
 SIGTERM; a bare byte pipe (uvloop protocols, one runtime connection per client connection, no parsing,
 no clock: what any user-space relay on this host costs at the least) in a third; the client (loadgen's
 ``LaneClient``, 64 closed-loop users) in this one. Phases take turns, direct, relayed, piped, for each
-round, so all three see the same machine load.
+round, so all three see the same machine load. With ``--target URL`` the runtime is one that is already
+running (a llama-server node): the relay and the pipe forward to it, and since it keeps no truth the figures
+are the client's own TTFT and e2e per path and their differences, beside the same CPU figures.
 
 Figures:
 
@@ -30,6 +32,7 @@ Figures:
 The machine may be shared and loaded: the load average is printed before and after; read figures with it.
 
     .venv/bin/python bench/relay_overhead.py [--quick] [--users 64] [--itl-ms 20] [--tokens 32]
+    .venv/bin/python bench/relay_overhead.py --target http://127.0.0.1:8080 --users 8   # a real node
 """
 
 from __future__ import annotations
@@ -191,7 +194,8 @@ async def phase(client: LaneClient, via: str, args: argparse.Namespace, tag: str
                 out: list[Sent]) -> None:
     """Closed-loop users for ``phase_s``, starts staggered over one request's length (no opening burst)."""
     deadline = time.perf_counter() + args.phase_s
-    body = json.dumps({"prompt": "hello there", "n_predict": args.tokens, "stream": True}).encode()
+    body = json.dumps({"prompt": "hello there", "n_predict": args.tokens, "stream": True,
+                       "ignore_eos": True}).encode()
     stagger = (args.ttft_ms + args.tokens * args.itl_ms) / 1e3 / args.users
 
     async def user(u: int) -> None:
@@ -289,6 +293,9 @@ def report(sent: list[Sent], truth: dict[str, dict[str, Any]], relay_seen: list[
     def wall(ns: int) -> float:
         return wall0 + (ns - mono0) / 1e9
 
+    if not truth:
+        report_client_side(sent, relay_seen, costs, users)
+        return
     ok = [s for s in sent if s.ok and s.first_ns is not None and s.request_id in truth]
     over: dict[str, list[float]] = {via: [] for via in VIAS}
     over_last: dict[str, list[float]] = {via: [] for via in VIAS}
@@ -325,16 +332,24 @@ def report(sent: list[Sent], truth: dict[str, dict[str, Any]], relay_seen: list[
     }
     for label, figs in rows.items():
         print(f"{label:52s} {figs[0]:8.3f} {figs[1]:8.3f} {figs[2]:8.3f}")
+    report_cpu(costs)
+    p99 = rows["ADDED per request (first token), relayed-direct"][2]
+    floor_p99 = rows["ADDED per request (first token), piped-direct"][2]
+    print(f"goal: added p99 < 0.5 ms: {'MET' if p99 < 0.5 else 'NOT MET'} ({p99:.3f} ms; bare pipe "
+          f"{floor_p99:.3f}); CPU < 20 us/token: {'MET' if costs['relayed'].us_per_token < 20 else 'NOT MET'} "
+          f"({costs['relayed'].us_per_token:.1f} us; bare pipe {costs['piped'].us_per_token:.1f})")
+    report_agreement(ok, relay_seen)
+
+
+def report_cpu(costs: dict[str, Cost]) -> None:
     relay, pipe = costs["relayed"], costs["piped"]
     print(f"relay CPU: {relay.cpu_s:.2f} s for {relay.tokens} tokens = {relay.us_per_token:.1f} us/token; "
           f"bare pipe (the floor of any relay here): {pipe.cpu_s:.2f} s for {pipe.tokens} tokens = "
           f"{pipe.us_per_token:.1f} us/token; relay over the pipe: "
           f"{relay.us_per_token - pipe.us_per_token:+.1f} us/token")
-    p99 = rows["ADDED per request (first token), relayed-direct"][2]
-    floor_p99 = rows["ADDED per request (first token), piped-direct"][2]
-    print(f"goal: added p99 < 0.5 ms: {'MET' if p99 < 0.5 else 'NOT MET'} ({p99:.3f} ms; bare pipe "
-          f"{floor_p99:.3f}); CPU < 20 us/token: {'MET' if relay.us_per_token < 20 else 'NOT MET'} "
-          f"({relay.us_per_token:.1f} us; bare pipe {pipe.us_per_token:.1f})")
+
+
+def report_agreement(ok: list[Sent], relay_seen: list[dict[str, Any]]) -> None:
     by_id = {row["id"]: row for row in relay_seen}
     gaps_ttft, gaps_e2e = [], []
     for s in ok:
@@ -346,6 +361,29 @@ def report(sent: list[Sent], truth: dict[str, dict[str, Any]], relay_seen: list[
         qs = [quantile(gaps, q) for q in (0.5, 0.95, 0.99)]
         print(f"agreement client-relay {name} (ms, {len(gaps)} joined): p50 {qs[0]:.3f} p95 {qs[1]:.3f} "
               f"p99 {qs[2]:.3f} -> {'MET' if qs[1] < 1.0 else 'NOT MET'} (< 1 ms at p95)")
+
+
+def report_client_side(sent: list[Sent], relay_seen: list[dict[str, Any]], costs: dict[str, Cost],
+                       users: int) -> None:
+    """A real runtime (``--target``) has no truth: the client's own TTFT and e2e per path, and their
+    differences (the runtime's own jitter included, so read the p50 row first)."""
+    ok = [s for s in sent if s.ok and s.first_ns is not None]
+    ttft = {via: [(s.first_ns - s.send_ns) / 1e9 for s in ok if s.via == via and s.first_ns is not None]
+            for via in VIAS}
+    e2e = {via: [(s.end_ns - s.send_ns) / 1e9 for s in ok if s.via == via] for via in VIAS}
+    print(f"requests ok: {', '.join(f'{via} {len(ttft[via])}' for via in VIAS)} "
+          f"(failed: {sum(not s.ok for s in sent)}), {users} concurrent users")
+    print(f"{'figure (ms)':52s} {'p50':>8s} {'p95':>8s} {'p99':>8s}")
+    qs3 = (0.5, 0.95, 0.99)
+    for label, table in (("TTFT", ttft), ("e2e", e2e)):
+        for via in VIAS:
+            qs = [quantile(table[via], q) * 1e3 for q in qs3]
+            print(f"{label + ' ' + via:52s} {qs[0]:8.3f} {qs[1]:8.3f} {qs[2]:8.3f}")
+        for via in ("relayed", "piped"):
+            figs = [(quantile(table[via], q) - quantile(table["direct"], q)) * 1e3 for q in qs3]
+            print(f"{'ADDED ' + label + ', ' + via + '-direct':52s} {figs[0]:8.3f} {figs[1]:8.3f} {figs[2]:8.3f}")
+    report_cpu(costs)
+    report_agreement(ok, relay_seen)
 
 
 def main() -> int:
@@ -363,6 +401,9 @@ def main() -> int:
     parser.add_argument("--lockstep", action="store_true",
                         help="the server gives every stream its token on one shared grid (a batched decode "
                              "step, as llama-server does) instead of each stream on its own clock")
+    parser.add_argument("--target", metavar="URL",
+                        help="relay to this running runtime (e.g. a llama-server node) instead of the paced stream "
+                             "server: no truth there, so the figures are the client's TTFT and e2e per path")
     parser.add_argument("--relay-child", nargs=2, metavar=("RUNTIME_URL", "OUT"), help=argparse.SUPPRESS)
     parser.add_argument("--pipe-child", metavar="RUNTIME_URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -377,7 +418,11 @@ def main() -> int:
                    str(args.ttft_ms), "--itl-ms", str(args.itl_ms), *(["--lockstep"] if args.lockstep else [])]
     out_path = Path(f"/tmp/relay-overhead-{os.getpid()}.json")
     me = str(Path(__file__).resolve())
-    with child(server_argv, "ready") as (_, server_url):
+    with contextlib.ExitStack() as stack:
+        if args.target:
+            server_url = args.target.rstrip("/")
+        else:
+            _, server_url = stack.enter_context(child(server_argv, "ready"))
         relay_argv = [sys.executable, me, "--relay-child", server_url, str(out_path)]
         with child(relay_argv, "ready") as (relay, relay_url), \
                 child([sys.executable, me, "--pipe-child", server_url], "ready") as (pipe, pipe_url):
@@ -386,7 +431,7 @@ def main() -> int:
             procs = {"relayed": psutil.Process(relay.pid), "piped": psutil.Process(pipe.pid)}
             with asyncio.Runner(loop_factory=_loop_factory()) as runner:
                 sent, costs, fit = runner.run(drive(urls, args, procs))
-            truth = fetch_truth(server_url)
+            truth = {} if args.target else fetch_truth(server_url)
         relay_seen = json.loads(out_path.read_text()) if out_path.exists() else []
         out_path.unlink(missing_ok=True)
     report(sent, truth, relay_seen, wall0, mono0, costs, args.users)

@@ -9,8 +9,9 @@ Each record gives a request's ``arrival``, ``admitted`` (slot taken), ``first_to
   ``(first_token, last_token]`` (decode steps are nearly uniform within one request).
 
 A gauge sampled by Prometheus carries sampling noise that the continuous figure does not; :func:`state_at`
-gives the true busy slots and queue depth at the very instants Prometheus sampled, so a sampled mean can be
-checked against the truth of the same instants.
+gives the true busy slots and queue depth at one instant, and :func:`state_range` their least and greatest
+values over an interval: a sample stamped at the scrape's start was read from the runtime at some instant
+before the scrape ended, so each sample is checked against the truth of its own scrape.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["WindowTruth", "state_at", "window_truth"]
+__all__ = ["WindowTruth", "state_at", "state_range", "window_truth"]
 
 
 @dataclass(frozen=True)
@@ -67,3 +68,17 @@ def state_at(records: Sequence[Mapping[str, Any]], t: float) -> tuple[int, int]:
         elif admitted is not None and admitted <= t and (last is None or t < last):
             busy += 1
     return busy, queued
+
+
+def state_range(records: Sequence[Mapping[str, Any]], lo: float, hi: float) -> tuple[tuple[int, int], tuple[int, int]]:
+    """((least, greatest) busy slots, (least, greatest) queued requests) over ``[lo, hi]``."""
+    instants = [lo]
+    for rec in records:
+        for key in ("arrival", "admitted", "last_token"):
+            t = rec.get(key)
+            if t is not None and lo < t <= hi:
+                instants.append(t)
+    states = [state_at(records, t) for t in instants]
+    busy = [b for b, _ in states]
+    queued = [q for _, q in states]
+    return (min(busy), max(busy)), (min(queued), max(queued))

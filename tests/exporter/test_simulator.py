@@ -4,9 +4,12 @@ The integration test drives a closed loop of 6 users on the 4-slot dense lane fo
 6 s, while a real Prometheus scrapes the exporter every 100 ms. Over a 10 s window spanning both phases
 (true occupancy ~0.875, mean queue ~1), the occupancy, queue depth and token rate that PromQL computes from
 the exporter's series must agree within 5% with what ``/sim/truth`` says happened in the same window:
-counters against the continuous truth, sampled gauges against the truth at the instants they were sampled
-(the queue flips between 1 and 2 every few tens of ms, so 100 samples of it carry several % of sampling
-noise that is no fault of the exporter; the continuous truth is checked at 10%).
+counters against the continuous truth, sampled gauges against the truth of their own scrapes (the queue
+flips between 1 and 2 every few tens of ms, so 100 samples of it carry several % of sampling noise that is
+no fault of the exporter; the continuous truth is checked at 10%). A sample is stamped with its scrape's
+start, but the exporter reads the runtime a few ms later, when the scrape reaches it: each sample must lie
+within the true range over its scrape (start to start + ``scrape_duration_seconds``), 95% of them at
+least, and the sampled means are compared with the truth clamped to those ranges.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from prometheus_client import CollectorRegistry
 
 from exporter.promconfig import EXPORTER_JOB, ScrapeTarget, render_prometheus_config
 from exporter.server import ExporterConfig, build_collector, serve
-from tests.exporter.sim_truth import state_at, window_truth
+from tests.exporter.sim_truth import state_range, window_truth
 from tests.support.prom import PrometheusProcess
 from tests.support.sim import SimulatorProcess
 
@@ -52,6 +55,15 @@ def test_exporter_reads_the_simulator() -> None:
             assert value("runtime_process_resident_memory_bytes") > 1e6
         finally:
             collector.close()
+
+
+def raw_samples(prom: PrometheusProcess, selector: str, t1: float) -> dict[float, float]:
+    """The raw samples of ``selector`` over the 10 s before ``t1``, summed across series, by timestamp."""
+    out: dict[float, float] = {}
+    for series in prom.query(f"{selector}[10s]", t1):
+        for ts, value in series["values"]:
+            out[float(ts)] = out.get(float(ts), 0.0) + float(value)
+    return out
 
 
 class ClosedLoop:
@@ -127,10 +139,9 @@ def test_promql_figures_match_simulator_truth() -> None:
                 queue = at_t1('avg_over_time(runtime_queue_depth{lane="dense"}[10s])')
                 token_rate = at_t1('rate(runtime_output_tokens_total{lane="dense"}[10s])')
                 busy_slots = at_t1('sum(avg_over_time(runtime_slots{lane="dense",state!="idle"}[10s]))')
-                sampled_at = [
-                    float(ts)
-                    for ts, _ in prom.query('runtime_queue_depth{lane="dense"}[10s]', t1)[0]["values"]
-                ]
+                queue_samples = raw_samples(prom, 'runtime_queue_depth{lane="dense"}', t1)
+                busy_samples = raw_samples(prom, 'runtime_slots{lane="dense",state!="idle"}', t1)
+                scrape_s = raw_samples(prom, f'scrape_duration_seconds{{job="{EXPORTER_JOB}"}}', t1)
             truth_doc = httpx.get(sim.url + "/sim/truth", params={"capacity": "0"}, timeout=10).json()
         finally:
             server.close()
@@ -138,9 +149,17 @@ def test_promql_figures_match_simulator_truth() -> None:
     assert not load.errors, load.errors[:3]
     records = truth_doc["requests"]
     truth = window_truth(records, t0, t1, slots)
-    at_samples = [state_at(records, ts) for ts in sampled_at]
-    sampled_busy = sum(b for b, _ in at_samples) / len(at_samples)
-    sampled_queue = sum(q for _, q in at_samples) / len(at_samples)
+    # Each sample against the truth of its own scrape: the exporter read the runtime somewhere between the
+    # sample's stamp (the scrape's start) and the scrape's end.
+    matched_busy, matched_queue, inside = [], [], 0
+    for ts, queue_value in sorted(queue_samples.items()):
+        (b_lo, b_hi), (q_lo, q_hi) = state_range(records, ts, ts + scrape_s.get(ts, 0.0))
+        busy_value = busy_samples.get(ts, 0.0)
+        matched_busy.append(min(max(busy_value, b_lo), b_hi))
+        matched_queue.append(min(max(queue_value, q_lo), q_hi))
+        inside += b_lo <= busy_value <= b_hi and q_lo <= queue_value <= q_hi
+    sampled_busy = sum(matched_busy) / len(matched_busy)
+    sampled_queue = sum(matched_queue) / len(matched_queue)
     figures = {
         "occupancy": (occupancy, sampled_busy / slots, 0.05),
         "busy slots": (busy_slots, sampled_busy, 0.05),
@@ -151,7 +170,8 @@ def test_promql_figures_match_simulator_truth() -> None:
         "queue depth (continuous)": (queue, truth.queue_depth, 0.10),
     }
     report = ", ".join(f"{k}: {got:.4g} vs truth {want:.4g}" for k, (got, want, _) in figures.items())
-    assert truth.requests > 50 and len(sampled_at) > 50, report
+    assert truth.requests > 50 and len(queue_samples) > 50, report
+    assert inside >= 0.95 * len(queue_samples), f"{inside} of {len(queue_samples)} samples match their scrape's truth"
     assert 0.7 < truth.occupancy_ratio < 0.97 and 0.5 < truth.queue_depth < 1.5, f"load shape off: {report}"
     for name, (got, want, rel) in figures.items():
         assert got == pytest.approx(want, rel=rel), f"{name}: {report}"
