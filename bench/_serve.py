@@ -1,4 +1,4 @@
-"""What the load generator benches share: a free loopback port and a target server in a child process.
+"""What the benches share: a free loopback port, a target server in a child process, and its truth.
 
 Imported by the scripts in this folder (their own folder is on ``sys.path`` when they run).
 """
@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -49,3 +50,10 @@ def serving(*args: str, pin: bool = False, timeout_s: float = 30.0) -> Iterator[
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+def truth_by_id(url: str) -> dict[str, dict[str, Any]]:
+    """The target's own record of every request (``GET /sim/truth``: the simulator or the stream server), by
+    ``X-Request-ID``; the simulator's capacity figures are not asked for."""
+    data = httpx.get(url + "/sim/truth", params={"capacity": "0"}, timeout=30).json()
+    return {row["request_id"]: row for row in data["requests"]}

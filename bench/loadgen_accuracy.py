@@ -31,12 +31,11 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from _serve import serving  # noqa: E402
+from _serve import serving, truth_by_id  # noqa: E402
 
 from loadgen.config import LoadgenConfig  # noqa: E402
 from loadgen.runner import run_ladder  # noqa: E402
@@ -51,11 +50,6 @@ def target(sim: bool, pin: bool = False) -> contextlib.AbstractContextManager[st
     if sim:
         return serving("satbench.cli", "sim", "--profile", "dense", pin=pin)
     return serving("loadgen.stream_server", "--ttft-ms", "20", "--itl-ms", "5", "--record-tokens", pin=pin)
-
-
-def truth_rows(url: str) -> dict[str, dict[str, Any]]:
-    data = httpx.get(url + "/sim/truth", params={"capacity": "0"}, timeout=30).json()
-    return {row["request_id"]: row for row in data["requests"]}
 
 
 def token_times(row: dict[str, Any]) -> list[float]:
@@ -89,7 +83,7 @@ async def loadgen_case(url: str, api: str, c: int, window_s: float, out: Path) -
         "workload": {"output_tokens": {"value": OUT_TOKENS}, "prompt_tokens": {"value": 32}},
     })
     manifest = await run_ladder(cfg, out)
-    truth = truth_rows(url)
+    truth = truth_by_id(url)
     records = [r for r in read_records(out / "records.jsonl") if r.ok and r.request_id in truth]
     ttft = [(r.ttft_s, truth[r.request_id]["first_token"] - truth[r.request_id]["arrival"]) for r in records
             if r.ttft_s is not None and truth[r.request_id]["first_token"] is not None]
@@ -134,7 +128,7 @@ async def plain_case(url: str, api: str, c: int, duration_s: float) -> dict[str,
 
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=c + 4)) as session:
         await asyncio.gather(*(user(session, u) for u in range(c)))
-    truth = truth_rows(url)
+    truth = truth_by_id(url)
     ttft = [(f, truth[r]["first_token"] - truth[r]["arrival"]) for r, f, _ in results
             if f is not None and r in truth and truth[r]["first_token"] is not None]
     e2e = [(e, truth[r]["last_token"] - truth[r]["arrival"]) for r, _, e in results

@@ -140,6 +140,7 @@ class _BareUser(asyncio.Protocol):
         self.request, self.stop, self.done = request, stop, done
         self.transport: asyncio.Transport | None = None
         self.tokens = 0
+        self.tail = b""  # the last bytes seen, so a terminator split over two reads is still found
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -147,7 +148,8 @@ class _BareUser(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.tokens += data.count(b'"content":"')
-        if data.endswith(b"\r\n0\r\n\r\n") or data == b"0\r\n\r\n":
+        seen, self.tail = self.tail + data, (self.tail + data)[-7:]
+        if seen.endswith(b"\r\n0\r\n\r\n"):  # the chunked answer's last chunk
             if time.perf_counter() < self.stop and self.transport is not None:
                 self.transport.write(self.request)
             elif not self.done.done():
@@ -170,8 +172,8 @@ async def bare_run(url: str, c: int, out_tokens: int, duration_s: float) -> dict
     cpu0, wall0 = time.process_time(), time.perf_counter()
     users: list[_BareUser] = []
     for _ in range(c):
-        user = _BareUser(request, stop, loop.create_future())
-        await loop.create_connection(lambda u=user: u, host, int(port))  # type: ignore[misc]
+        _, user = await loop.create_connection(lambda: _BareUser(request, stop, loop.create_future()), host,
+                                               int(port))
         users.append(user)
     await asyncio.gather(*(u.done for u in users))
     for u in users:

@@ -49,22 +49,24 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from _serve import serving, truth_by_id  # noqa: E402
+
 from loadgen.client import LaneClient  # noqa: E402
 from loadgen.config import LaneConfig, LoadgenConfig  # noqa: E402
+from satbench.step_figures import quantile as exact_quantile  # noqa: E402
 
 
 def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    """The project's quantile (linear interpolation) of unsorted values; NaN for none, so a table prints."""
+    value = exact_quantile(sorted(values), q)
+    return float("nan") if value is None else value
 
 
 @contextlib.contextmanager
@@ -122,7 +124,7 @@ class _PipeSide(asyncio.Protocol):
         self.held: list[bytes] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         peer = self.peer
@@ -153,8 +155,13 @@ def pipe_child(runtime_url: str) -> int:
         tasks: set[asyncio.Task[None]] = set()
 
         async def attach(client: _PipeSide) -> None:
-            _, upstream = await loop.create_connection(_PipeSide, target.hostname or "127.0.0.1",
-                                                       target.port or 80)
+            try:
+                _, upstream = await loop.create_connection(_PipeSide, target.hostname or "127.0.0.1",
+                                                           target.port or 80)
+            except OSError:
+                if client.transport is not None:
+                    client.transport.close()  # the client sees the runtime's absence, not a hang
+                return
             upstream.peer, client.peer = client, upstream
             assert upstream.transport is not None
             for data in client.held:
@@ -192,11 +199,12 @@ class Sent:
 
 async def phase(client: LaneClient, via: str, args: argparse.Namespace, tag: str,
                 out: list[Sent]) -> None:
-    """Closed-loop users for ``phase_s``, starts staggered over one request's length (no opening burst)."""
+    """Closed-loop users for ``phase_s``, starts staggered over one request's length (no opening burst), or
+    over the phase when that is shorter, so every user runs before the phase ends."""
     deadline = time.perf_counter() + args.phase_s
     body = json.dumps({"prompt": "hello there", "n_predict": args.tokens, "stream": True,
                        "ignore_eos": True}).encode()
-    stagger = (args.ttft_ms + args.tokens * args.itl_ms) / 1e3 / args.users
+    stagger = min((args.ttft_ms + args.tokens * args.itl_ms) / 1e3, args.phase_s) / args.users
 
     async def user(u: int) -> None:
         await asyncio.sleep(u * stagger)
@@ -278,13 +286,6 @@ def report_fit(rows: list[tuple[int, int, int, float]]) -> None:
               f"(marginal) -> goal < 20 us/token: {'MET' if per_token * 1e6 < 20 else 'NOT MET'}")
 
 
-def fetch_truth(url: str) -> dict[str, dict[str, Any]]:
-    import httpx
-
-    rows = httpx.get(url + "/sim/truth", timeout=30).json()["requests"]
-    return {row["request_id"]: row for row in rows}
-
-
 VIAS = ("direct", "relayed", "piped")
 
 
@@ -293,26 +294,23 @@ def report(sent: list[Sent], truth: dict[str, dict[str, Any]], relay_seen: list[
     def wall(ns: int) -> float:
         return wall0 + (ns - mono0) / 1e9
 
-    if not truth:
-        report_client_side(sent, relay_seen, costs, users)
-        return
     ok = [s for s in sent if s.ok and s.first_ns is not None and s.request_id in truth]
     over: dict[str, list[float]] = {via: [] for via in VIAS}
     over_last: dict[str, list[float]] = {via: [] for via in VIAS}
     ttft: dict[str, list[float]] = {via: [] for via in VIAS}
-    inbound_ms: dict[str, list[float]] = {via: [] for via in VIAS}
+    inbound: dict[str, list[float]] = {via: [] for via in VIAS}
     for s in ok:
         truth_row = truth[s.request_id]
         assert s.first_ns is not None and s.last_ns is not None
-        inbound = truth_row["arrival"] - wall(s.send_ns)
-        over[s.via].append(inbound + wall(s.first_ns) - truth_row["first_token"])
-        over_last[s.via].append(inbound + wall(s.last_ns) - truth_row["last_token"])
+        way_in = truth_row["arrival"] - wall(s.send_ns)
+        over[s.via].append(way_in + wall(s.first_ns) - truth_row["first_token"])
+        over_last[s.via].append(way_in + wall(s.last_ns) - truth_row["last_token"])
         ttft[s.via].append((s.first_ns - s.send_ns) / 1e9)
-        inbound_ms[s.via].append(inbound)
+        inbound[s.via].append(way_in)
     print(f"requests ok: {', '.join(f'{via} {len(over[via])}' for via in VIAS)} "
           f"(failed: {sum(not s.ok for s in sent)}), {users} concurrent streams")
     print(f"{'figure (ms)':52s} {'p50':>8s} {'p95':>8s} {'p99':>8s}")
-    for label, table in (("TTFT", ttft), ("inbound (client send to server arrival)", inbound_ms),
+    for label, table in (("TTFT", ttft), ("inbound (client send to server arrival)", inbound),
                          ("transport overhead, first token", over),
                          ("transport overhead, last token", over_last)):
         for via in VIAS:
@@ -414,15 +412,12 @@ def main() -> int:
     if args.quick:
         args.rounds, args.phase_s, args.fit_s = 1, 5.0, 3.0
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
-    server_argv = [sys.executable, "-m", "loadgen.stream_server", "--port", "0", "--ttft-ms",
-                   str(args.ttft_ms), "--itl-ms", str(args.itl_ms), *(["--lockstep"] if args.lockstep else [])]
+    server_args = ["loadgen.stream_server", "--ttft-ms", str(args.ttft_ms), "--itl-ms", str(args.itl_ms),
+                   *(["--lockstep"] if args.lockstep else [])]
     out_path = Path(f"/tmp/relay-overhead-{os.getpid()}.json")
     me = str(Path(__file__).resolve())
     with contextlib.ExitStack() as stack:
-        if args.target:
-            server_url = args.target.rstrip("/")
-        else:
-            _, server_url = stack.enter_context(child(server_argv, "ready"))
+        server_url = args.target.rstrip("/") if args.target else stack.enter_context(serving(*server_args))
         relay_argv = [sys.executable, me, "--relay-child", server_url, str(out_path)]
         with child(relay_argv, "ready") as (relay, relay_url), \
                 child([sys.executable, me, "--pipe-child", server_url], "ready") as (pipe, pipe_url):
@@ -431,10 +426,13 @@ def main() -> int:
             procs = {"relayed": psutil.Process(relay.pid), "piped": psutil.Process(pipe.pid)}
             with asyncio.Runner(loop_factory=_loop_factory()) as runner:
                 sent, costs, fit = runner.run(drive(urls, args, procs))
-            truth = {} if args.target else fetch_truth(server_url)
+            truth = None if args.target else truth_by_id(server_url)
         relay_seen = json.loads(out_path.read_text()) if out_path.exists() else []
         out_path.unlink(missing_ok=True)
-    report(sent, truth, relay_seen, wall0, mono0, costs, args.users)
+    if truth is None:  # a real runtime keeps no truth: the client's own view per path
+        report_client_side(sent, relay_seen, costs, args.users)
+    else:
+        report(sent, truth, relay_seen, wall0, mono0, costs, args.users)
     report_fit(fit)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0

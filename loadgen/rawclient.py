@@ -95,13 +95,12 @@ class RawConnection:
     def alive(self) -> bool:
         """False when the peer closed (or sent something unasked) while the connection sat idle."""
         try:
-            peek = self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
         except (BlockingIOError, InterruptedError):
-            return True
+            return True  # nothing to read: still open and quiet
         except OSError:
             return False
-        del peek  # an end of stream (b"") or bytes nobody asked for: either way not reusable
-        return False
+        return False  # an end of stream (b"") or bytes nobody asked for: either way not reusable
 
     def close(self) -> None:
         self.sock.close()

@@ -101,7 +101,6 @@ class LoopLagProbe:
                     raise  # the caller is being cancelled too (Ctrl-C): never swallow that
 
 
-
 def health_from(lags: list[float], dispatch: list[float], cpu_s: float, wall_s: float, *,
                 busy_s: float = 0.0, read_lags: list[float] | None = None,
                 kernel_timed: bool = False) -> ClientHealth:

@@ -40,20 +40,23 @@ def main(args: argparse.Namespace) -> int:
         print("satbench models: the gguf package is missing; install it with pip install -e '.[llamacpp]'",
               file=sys.stderr)
         return 2
+    from satbench.evidence import ModelDirError, refuse_home_path
     from satbench.tiny_models import (
         TINY_MODELS,
-        ModelDirError,
         VocabNotFoundError,
-        check_model_dir,
         describe_model_files,
         resolve_vocab,
         write_tiny_models,
     )
 
     try:
-        out_dir = check_model_dir(args.out)
+        out_dir = refuse_home_path(args.out)
+    except ModelDirError as exc:
+        print(f"satbench models: {exc}; choose another --out", file=sys.stderr)
+        return 2
+    try:
         vocab = resolve_vocab(args.vocab, allow_synthetic=args.synthetic_vocab)
-    except (ModelDirError, VocabNotFoundError, ValueError) as exc:
+    except (VocabNotFoundError, ValueError) as exc:
         print(f"satbench models: {exc}", file=sys.stderr)
         return 2
     specs = [TINY_MODELS[key] for key in (args.only or list(TINY_MODELS))]

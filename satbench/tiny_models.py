@@ -35,27 +35,18 @@ from typing import Any
 
 import numpy as np
 
-from satbench.evidence import (
-    REFUSED_MODEL_ROOTS,
-    ModelDirError,
-    describe_model_files,
-    refuse_home_path,
-    sha256_file,
-)
+from satbench.evidence import REFUSED_MODEL_ROOTS, describe_model_files, refuse_home_path, sha256_file
 
 __all__ = [
     "CHATML_TEMPLATE",
     "DENSE",
     "MOE",
-    "REFUSED_MODEL_ROOTS",
     "TINY_MODELS",
     "VOCAB_ENV",
     "VOCAB_FILE_NAME",
-    "ModelDirError",
     "TinyModelSpec",
     "Vocab",
     "VocabNotFoundError",
-    "check_model_dir",
     "describe_model_files",
     "find_vocab",
     "load_vocab",
@@ -247,11 +238,6 @@ def resolve_vocab(explicit: str | Path | None = None, *, allow_synthetic: bool =
     )
 
 
-def check_model_dir(path: Path | str, refused_roots: Sequence[str] = REFUSED_MODEL_ROOTS) -> Path:
-    """The resolved model directory (:func:`satbench.evidence.refuse_home_path`, the project's one rule)."""
-    return refuse_home_path(path, refused_roots)
-
-
 def _weights(spec: TinyModelSpec, name: str, shape: tuple[int, ...], dtype: type[np.floating[Any]]) -> Any:
     rng = np.random.default_rng([spec.seed, zlib.crc32(name.encode())])
     values = rng.standard_normal(shape, dtype=np.float32) * np.float32(spec.weight_std)
@@ -336,5 +322,5 @@ def write_tiny_models(out_dir: Path | str, vocab: Vocab,
                       specs: Sequence[TinyModelSpec] = (DENSE, MOE),
                       refused_roots: Sequence[str] = REFUSED_MODEL_ROOTS) -> list[Path]:
     """Writes every spec into the (checked) model directory; returns the file paths in spec order."""
-    directory = check_model_dir(out_dir, refused_roots)
+    directory = refuse_home_path(out_dir, refused_roots)
     return [write_tiny_model(spec, vocab, directory / spec.file_name) for spec in specs]

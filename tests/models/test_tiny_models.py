@@ -19,15 +19,14 @@ import pytest
 gguf = pytest.importorskip("gguf")
 
 from satbench import cli  # noqa: E402
+from satbench.evidence import ModelDirError, refuse_home_path  # noqa: E402
 from satbench.tiny_models import (  # noqa: E402
     CHATML_TEMPLATE,
     DENSE,
     MOE,
     VOCAB_ENV,
     VOCAB_FILE_NAME,
-    ModelDirError,
     VocabNotFoundError,
-    check_model_dir,
     describe_model_files,
     load_vocab,
     resolve_vocab,
@@ -176,11 +175,11 @@ def test_synthetic_vocab_bounds() -> None:
 @pytest.mark.parametrize("bad", ["/home", "/home/someone/models", "/home/../home/x"])
 def test_model_dir_under_home_is_refused(bad: str) -> None:
     with pytest.raises(ModelDirError, match="/home"):
-        check_model_dir(bad)
+        refuse_home_path(bad)
 
 
 def test_model_dir_roots_are_configurable(tmp_path: Path) -> None:
-    assert check_model_dir(tmp_path / "m") == (tmp_path / "m").resolve()
+    assert refuse_home_path(tmp_path / "m") == (tmp_path / "m").resolve()
     with pytest.raises(ModelDirError):
         write_tiny_models(tmp_path / "m", VOCAB, refused_roots=(str(tmp_path),))
 
