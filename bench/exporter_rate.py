@@ -31,8 +31,8 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.support.net import free_port, wait_http  # noqa: E402
-from tests.support.sim import SimulatorProcess  # noqa: E402
+from testkit.net import free_port, wait_http  # noqa: E402
+from testkit.sim import SimulatorProcess  # noqa: E402
 
 PHASES: list[tuple[str, dict[str, object] | None, str | None]] = [
     ("healthy", None, None),

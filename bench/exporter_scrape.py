@@ -26,9 +26,9 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.exporter.fixture_runtime import FixtureRuntime, LoopbackRuntime  # noqa: E402
-from tests.support.net import free_port, wait_http  # noqa: E402
-from tests.support.sim import SimulatorProcess  # noqa: E402
+from testkit.fixture_runtime import FixtureRuntime, LoopbackRuntime  # noqa: E402
+from testkit.net import free_port, wait_http  # noqa: E402
+from testkit.sim import SimulatorProcess  # noqa: E402
 
 
 def percentile(values: list[float], q: float) -> float:

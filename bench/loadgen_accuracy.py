@@ -4,7 +4,7 @@ Goals (issue 3): per-request TTFT and e2e absolute error p95 <= 1 ms at c=1 and 
 opening burst included), p50 bias <= 0.5 ms, throughput within 1% of truth.
 
 Truth is the server's own record per ``X-Request-ID`` (``GET /sim/truth``): arrival, first token and last
-token send times. The default target is ``loadgen.stream_server`` with ``--record-tokens`` (every token's
+token send times. The default target is ``testkit.stream_server`` with ``--record-tokens`` (every token's
 send time, so throughput-in-window truth is exact); ``--sim`` uses the embedded simulator instead (token
 times between first and last are then interpolated evenly). Errors are client minus server:
 ``ttft_s - (first_token - arrival)`` and ``e2e_s - (last_token - arrival)``; both sides are differences on
@@ -37,11 +37,11 @@ sys.path.insert(0, str(ROOT))
 
 from _serve import serving, truth_by_id  # noqa: E402
 
+from core.loops import fast_loop_factory  # noqa: E402
+from core.records import read_records  # noqa: E402
+from core.statistics import quantile  # noqa: E402
 from loadgen.config import LoadgenConfig  # noqa: E402
 from loadgen.runner import run_ladder  # noqa: E402
-from satbench.loops import fast_loop_factory  # noqa: E402
-from satbench.records import read_records  # noqa: E402
-from satbench.step_figures import quantile  # noqa: E402
 
 OUT_TOKENS = 32
 
@@ -49,7 +49,7 @@ OUT_TOKENS = 32
 def target(sim: bool, pin: bool = False) -> contextlib.AbstractContextManager[str]:
     if sim:
         return serving("satbench.cli", "sim", "--profile", "dense", pin=pin)
-    return serving("loadgen.stream_server", "--ttft-ms", "20", "--itl-ms", "5", "--record-tokens", pin=pin)
+    return serving("testkit.stream_server", "--ttft-ms", "20", "--itl-ms", "5", "--record-tokens", pin=pin)
 
 
 def token_times(row: dict[str, Any]) -> list[float]:

@@ -6,7 +6,7 @@ whose continuous batcher gives every busy slot its token in the same decode step
 and <= 10 us at saturation; one process drives >= 90,000 tokens/s at c=64 against a zero-delay stream
 server; start-up < 1 s CPU.
 
-The stream server (``python -m loadgen.stream_server``) runs in its own process; in zero-delay mode it
+The stream server (``python -m testkit.stream_server``) runs in its own process; in zero-delay mode it
 writes each whole response in one write, so it is not the bottleneck. The load generator runs in this
 process; its CPU is ``time.process_time()`` over the whole run, and "steady" is the step's own CPU
 share (users started to window end) over the tokens that arrived in that span. The "plain" client is
@@ -39,12 +39,12 @@ sys.path.insert(0, str(ROOT))
 
 from _serve import serving  # noqa: E402
 
+from core.loops import fast_loop_factory  # noqa: E402
+from core.records import read_records  # noqa: E402
+from core.step_figures import token_arrivals  # noqa: E402
 from loadgen.client import LaneClient  # noqa: E402
 from loadgen.config import LaneConfig, LoadgenConfig  # noqa: E402
 from loadgen.runner import LadderRunner  # noqa: E402
-from satbench.loops import fast_loop_factory  # noqa: E402
-from satbench.records import read_records  # noqa: E402
-from satbench.step_figures import token_arrivals  # noqa: E402
 
 
 async def loadgen_run(url: str, c: int, out_tokens: int, window_s: float, out: Path) -> dict[str, Any]:
@@ -210,11 +210,11 @@ async def main(quick: bool) -> None:
     print(f"start-up CPU (import + config): {startup_cpu():.3f} s   (goal < 1 s)")
     print(HEADER)
     with tempfile.TemporaryDirectory() as tmp:
-        with serving("loadgen.stream_server") as url:
+        with serving("testkit.stream_server") as url:
             sat = await loadgen_run(url, 64, 256, window, Path(tmp) / "sat")
             print(row("loadgen c=64 zero-delay", sat))
             print(row("plain aiohttp c=64", await plain_run(url, 64, 256, window + 1.0)))
-        with serving("loadgen.stream_server", "--itl-ms", "10", "--ttft-ms", "20") as url:
+        with serving("testkit.stream_server", "--itl-ms", "10", "--ttft-ms", "20") as url:
             paced = await loadgen_run(url, 8, 64, window, Path(tmp) / "paced")
             print(row("loadgen c=8 itl=10ms", paced))
             print(row("plain aiohttp c=8 itl=10ms", await plain_run(url, 8, 64, window + 1.0)))

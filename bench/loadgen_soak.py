@@ -28,7 +28,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.support.sim import SimulatorProcess  # noqa: E402
+from testkit.sim import SimulatorProcess  # noqa: E402
 
 MIB = 1 << 20
 

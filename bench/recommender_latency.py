@@ -5,7 +5,7 @@ Goals (printed as ratios against them, not asserted):
 * ``analyze_run`` of a 2-lane x 8-rung run from Prometheus in under 1 s;
 * ``GET /recommendations`` (cached) p99 under 5 ms with 100 concurrent clients.
 
-The run is synthetic (``tests.recommender.synthetic``), backfilled into a real Prometheus with
+The run is synthetic (``testkit.synthetic``), backfilled into a real Prometheus with
 ``promtool``; the service runs as its own process (``satbench recommender``), so the load generator here
 does not share its interpreter. The clients are 100 persistent HTTP/1.1 connections on raw asyncio
 streams (the lightest client Python has), each warmed by one unmeasured request, then polling at
@@ -34,10 +34,10 @@ sys.path.insert(0, str(ROOT))
 
 from recommender.policy import Policy  # noqa: E402
 from recommender.run_analysis import analyze_run  # noqa: E402
-from tests.recommender.backfill import BackfilledPrometheus  # noqa: E402
-from tests.recommender.openmetrics import openmetrics_text  # noqa: E402
-from tests.recommender.synthetic import SyntheticLane, simulate_run  # noqa: E402
-from tests.support.net import free_port, wait_http  # noqa: E402
+from testkit.backfill import BackfilledPrometheus  # noqa: E402
+from testkit.net import free_port, wait_http  # noqa: E402
+from testkit.openmetrics import openmetrics_text  # noqa: E402
+from testkit.synthetic import SyntheticLane, simulate_run  # noqa: E402
 
 LADDER = (1, 2, 4, 8, 12, 16, 24, 32)
 LANES = (SyntheticLane("dense", slots=4), SyntheticLane("moe", slots=8, prefill_s=0.03, itl_s=0.006))

@@ -30,9 +30,9 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from satbench.records import write_records  # noqa: E402
-from tests.recommender.synthetic import SyntheticLane, simulate_run  # noqa: E402
-from tests.support.net import free_port, wait_http  # noqa: E402
+from core.records import write_records  # noqa: E402
+from testkit.net import free_port, wait_http  # noqa: E402
+from testkit.synthetic import SyntheticLane, simulate_run  # noqa: E402
 
 
 @dataclass

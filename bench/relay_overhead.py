@@ -4,7 +4,7 @@ Goals (issue 9): at 64 concurrent streams on loopback, the relay adds under 0.5 
 costs under 20 us of CPU per token; its TTFT and e2e agree with the client's (loadgen's ``LaneClient``) for
 the same request, joined by X-Request-ID, within 1 ms at p95.
 
-Set-up, all on loopback: a paced stream server (``python -m loadgen.stream_server``: fixed TTFT and
+Set-up, all on loopback: a paced stream server (``python -m testkit.stream_server``: fixed TTFT and
 inter-token gap, its own truth per X-Request-ID) in one process; the relay (``exporter.relay.RelayServer``
 on uvloop, as the CLI runs it) in a second process that records every observation and writes them out on
 SIGTERM; a bare byte pipe (uvloop protocols, one runtime connection per client connection, no parsing,
@@ -58,9 +58,9 @@ sys.path.insert(0, str(ROOT))
 
 from _serve import serving, truth_by_id  # noqa: E402
 
+from core.statistics import quantile as exact_quantile  # noqa: E402
 from loadgen.client import LaneClient  # noqa: E402
 from loadgen.config import LaneConfig, LoadgenConfig  # noqa: E402
-from satbench.step_figures import quantile as exact_quantile  # noqa: E402
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -90,10 +90,10 @@ def child(argv: list[str], ready: str) -> Iterator[tuple[subprocess.Popen[bytes]
 
 def relay_child(runtime_url: str, out_path: str) -> int:
     """Runs the relay (uvloop when installed) until SIGTERM; then writes its observations as JSON."""
+    from core.loops import fast_loop_factory
     from exporter.relay import RelayServer
     from exporter.relay_metrics import RelayMetrics
     from exporter.relay_observe import RelayTiming
-    from satbench.loops import fast_loop_factory
 
     seen: list[dict[str, Any]] = []
 
@@ -144,7 +144,7 @@ def pipe_child(runtime_url: str) -> int:
     connection, no parsing, no clock, no observation) until SIGTERM."""
     from urllib.parse import urlsplit
 
-    from satbench.loops import fast_loop_factory
+    from core.loops import fast_loop_factory
 
     target = urlsplit(runtime_url)
 
@@ -412,7 +412,7 @@ def main() -> int:
     if args.quick:
         args.rounds, args.phase_s, args.fit_s = 1, 5.0, 3.0
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
-    server_args = ["loadgen.stream_server", "--ttft-ms", str(args.ttft_ms), "--itl-ms", str(args.itl_ms),
+    server_args = ["testkit.stream_server", "--ttft-ms", str(args.ttft_ms), "--itl-ms", str(args.itl_ms),
                    *(["--lockstep"] if args.lockstep else [])]
     out_path = Path(f"/tmp/relay-overhead-{os.getpid()}.json")
     me = str(Path(__file__).resolve())
@@ -439,7 +439,7 @@ def main() -> int:
 
 
 def _loop_factory() -> Any:
-    from satbench.loops import fast_loop_factory
+    from core.loops import fast_loop_factory
 
     return fast_loop_factory()
 

@@ -34,7 +34,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.support.net import free_port, wait_http  # noqa: E402
+from testkit.net import free_port, wait_http  # noqa: E402
 
 PATTERN = b'"stop":false'
 

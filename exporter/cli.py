@@ -92,8 +92,8 @@ def _run_relay(runtime_url: str, metrics: RelayMetrics, host: str, port: int, ti
     import asyncio
     import contextlib
 
+    from core.loops import fast_loop_factory
     from exporter.relay import RelayServer
-    from satbench.loops import fast_loop_factory
 
     async def relay() -> int:
         stop = asyncio.Event()

@@ -8,7 +8,7 @@ the node's speed); token counters take every answer that carried counts. The tok
 from the scrape-time ``runtime_*_tokens_total`` (the runtime's own lifetime counters, unlabelled): these
 count only what passed through the relay, per route.
 
-Buckets are loadgen's (:data:`loadgen.buckets.LATENCY_BUCKETS_S`), so relay and client histograms of the
+Buckets are loadgen's (:data:`core.histograms.LATENCY_BUCKETS_S`), so relay and client histograms of the
 same window can be compared bucket by bucket and ``histogram_quantile`` stays within 5% of the exact value.
 Observations use loadgen's bisect histogram on the relay's event loop; ``collect()`` (the scrape thread)
 copies them, as in :mod:`loadgen.metrics`.
@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from core.histograms import FastHistogram
 from exporter.relay_observe import RelayTiming
-from loadgen.metrics import FastHistogram
 
 __all__ = ["RELAY_HISTOGRAMS", "RelayMetrics"]
 

@@ -16,7 +16,7 @@ loopback hop each way):
 - outcome: loadgen's vocabulary (``ok``, ``http_error``, ``refused``, ``dropped``, ``malformed``,
   ``timeout``) plus ``cancelled`` (the client left first).
 
-Content tokens are recognised by loadgen's SSE parser (:class:`loadgen.sse.StreamParser`), so relay and
+Content tokens are recognised by loadgen's SSE parser (:class:`core.sse.StreamParser`), so relay and
 load generator count the same events. Only the generation routes below are observed; every other path is
 forwarded and counted as ``route="other"`` (a bounded label set, whatever clients send).
 """
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
-from loadgen.config import ApiFlavour
-from loadgen.sse import StreamParser
+from core.api import ApiFlavour
+from core.sse import StreamParser
 
 __all__ = [
     "GENERATION_ROUTES",

@@ -4,7 +4,7 @@ Why a bare protocol: the answer's body bytes go from the runtime's socket to the
 ``data_received`` with one ``transport.write``, unchanged (chunk framing included), with no stream reader,
 no task wake-up and no copy. The same bytes are then fed to ``httptools``' response parser (C), which
 finds the head, de-chunks the body for the observer and says where the answer ends; the observer is
-loadgen's SSE parser (:class:`loadgen.sse.StreamParser`, mostly ``bytes.count`` per chunk) for a streamed
+loadgen's SSE parser (:class:`core.sse.StreamParser`, mostly ``bytes.count`` per chunk) for a streamed
 generation answer, or a copy of the body for a whole one (its JSON read once, at the end).
 
 Until the head is complete, bytes are held; then the client gets the rewritten head
@@ -29,19 +29,16 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 import httptools
 
+from core.api import ApiFlavour
+from core.sse import StreamParser
 from exporter.relay_headers import RawHeaders, response_head
 from exporter.relay_observe import RelayTiming, status_outcome, timing_from_body, timing_from_stream
-from loadgen.config import ApiFlavour
-from loadgen.sse import StreamParser
 
-if TYPE_CHECKING:
-    from exporter.relay_client import ClientSide
-
-__all__ = ["CLIENT_GONE", "Job", "Upstream", "error_answer"]
+__all__ = ["CLIENT_GONE", "ClientEnd", "Job", "Upstream", "error_answer"]
 
 CLIENT_GONE = 499
 _BODY_KEEP = 1 << 22
@@ -62,11 +59,29 @@ def error_answer(status: int, message: str, request_id: str, close: bool = False
     return b"\r\n".join(head) + b"\r\n\r\n" + body
 
 
+class ClientEnd(Protocol):
+    """What the upstream side needs of a client connection (``exporter.relay_client.ClientSide``).
+
+    A protocol rather than an import: the client side imports this module for ``Job``, so this module
+    names only what it uses and the two modules do not import each other.
+    """
+
+    transport: asyncio.Transport | None
+    paused: bool
+    gone: bool
+
+    def answered(self, job: Job, keep_alive: bool) -> None: ...
+
+    def abort(self) -> None: ...
+
+    def reply_error(self, job: Job, status: int, message: str) -> None: ...
+
+
 @dataclass(eq=False)
 class Job:
     """One request from a client: what to send, how to time it, and whether it has been accounted for."""
 
-    client: ClientSide
+    client: ClientEnd
     route: str
     api: ApiFlavour | None
     start_ns: int

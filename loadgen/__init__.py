@@ -12,7 +12,7 @@ Layout (pure core first, I/O edges last):
 - ``runner``: ``run_ladder`` / ``LadderRunner`` for the orchestrator and the CLI; ``metrics``: ``loadgen_*``.
 - ``stream_server``: a minimal paced stream server for wire tests and benchmarks.
 
-Exact step figures are computed by ``satbench.step_figures.compute_step_figures`` from the records.
+Exact step figures are computed by ``core.step_figures.compute_step_figures`` from the records.
 """
 
 from __future__ import annotations

@@ -32,10 +32,10 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from core.api import endpoint_path
+from core.sse import StreamParser, StreamSummary
 from loadgen.config import LaneConfig, LoadgenConfig
 from loadgen.rawclient import Answer, RawHttp, StaleConnection
-from loadgen.sse import StreamParser, StreamSummary
-from loadgen.workload import endpoint_path
 
 __all__ = ["LaneClient", "RawResult"]
 

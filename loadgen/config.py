@@ -31,8 +31,9 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from core.api import ApiFlavour
+
 __all__ = [
-    "ApiFlavour",
     "ConfigError",
     "LadderConfig",
     "LaneConfig",
@@ -44,9 +45,6 @@ __all__ = [
     "load_config",
     "read_toml_config",
 ]
-
-ApiFlavour = Literal["openai-chat", "openai-completions", "llamacpp"]
-
 
 class ConfigError(ValueError):
     """A configuration was refused; the message names every bad field."""

@@ -10,21 +10,13 @@ once throughput has plateaued: the gain per doubling of concurrency,
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
+from core.figures import StepFigures
+from core.statistics import gain_per_doubling
 from loadgen.config import LadderConfig, LoadgenConfig
-from satbench.figures import StepFigures
 
-__all__ = ["gain_per_doubling", "next_step", "plateau_pair"]
-
-
-def gain_per_doubling(a: StepFigures, b: StepFigures) -> float | None:
-    """Relative throughput gain per doubling of concurrency from rung a to rung b (a < b)."""
-    if b.concurrency <= a.concurrency or a.throughput_tok_s <= 0:
-        return None
-    doublings = math.log2(b.concurrency / a.concurrency)
-    return (b.throughput_tok_s / a.throughput_tok_s) ** (1.0 / doublings) - 1.0
+__all__ = ["next_step", "plateau_pair"]
 
 
 def _valid_sorted(previous: Sequence[StepFigures]) -> list[StepFigures]:
@@ -36,8 +28,11 @@ def plateau_pair(previous: Sequence[StepFigures], ladder: LadderConfig) -> tuple
     steps = _valid_sorted(previous)
     flat = 0
     for i in range(1, len(steps)):
-        gain = gain_per_doubling(steps[i - 1], steps[i])
-        if gain is not None and gain < ladder.plateau_min_gain:
+        a, b = steps[i - 1], steps[i]
+        if b.concurrency <= a.concurrency:
+            continue
+        gain = gain_per_doubling(a.concurrency, a.throughput_tok_s, b.concurrency, b.throughput_tok_s)
+        if gain < ladder.plateau_min_gain:
             flat += 1
             if flat >= ladder.plateau_patience:
                 knee = i - ladder.plateau_patience

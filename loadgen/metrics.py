@@ -11,17 +11,16 @@ Counters and gauges are updated per request (not per token), so their cost does 
 
 from __future__ import annotations
 
-import bisect
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from loadgen.buckets import LATENCY_BUCKETS_S
+from core.histograms import FastHistogram
 
-__all__ = ["FastHistogram", "LoadgenMetrics", "MetricsServer"]
+__all__ = ["LoadgenMetrics", "MetricsServer"]
 
 HISTOGRAMS = {
     "ttft": "loadgen_ttft_seconds",
@@ -37,40 +36,6 @@ _HELP = {
     "queue": "Time a request waited for a slot (server timings: TTFT - prompt_ms, clamped at 0).",
     "stall": "Longest inter-token gap of a request while another request of the lane was in prefill.",
 }
-
-
-class FastHistogram:
-    """Cumulative-at-scrape histogram: ``observe`` is one bisect and two adds."""
-
-    __slots__ = ("bounds", "counts", "total")
-
-    def __init__(self, bounds: Sequence[float] = LATENCY_BUCKETS_S) -> None:
-        self.bounds = list(bounds)
-        self.counts = [0] * (len(self.bounds) + 1)
-        self.total = 0.0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.bounds, value)] += 1
-        self.total += value
-
-    def observe_many(self, values: Iterable[float]) -> None:
-        counts, bounds, find = self.counts, self.bounds, bisect.bisect_left
-        total = 0.0
-        for v in values:
-            counts[find(bounds, v)] += 1
-            total += v
-        self.total += total
-
-    def buckets(self) -> tuple[list[tuple[str, float]], float]:
-        counts = list(self.counts)
-        out: list[tuple[str, float]] = []
-        acc = 0
-        for bound, n in zip(self.bounds, counts, strict=False):
-            acc += n
-            out.append((repr(bound), float(acc)))
-        acc += counts[-1]
-        out.append(("+Inf", float(acc)))
-        return out, self.total
 
 
 class LoadgenMetrics(Collector):

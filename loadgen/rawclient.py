@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import httptools
 
-from loadgen.sse import StreamParser
+from core.sse import StreamParser
 
 __all__ = ["Answer", "RawConnection", "RawHttp", "StaleConnection", "kernel_timestamps"]
 

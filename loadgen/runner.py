@@ -25,6 +25,11 @@ from typing import Any
 import aiohttp
 from prometheus_client import CollectorRegistry
 
+from core import __version__
+from core.figures import StepFigures
+from core.manifest import RunManifest, new_run_id, write_json_atomic
+from core.records import RecordsWriter
+from core.step_figures import compute_step_figures
 from loadgen.client import LaneClient
 from loadgen.config import ConfigError, LaneConfig, LoadgenConfig
 from loadgen.ladder import next_step
@@ -32,11 +37,6 @@ from loadgen.metrics import LoadgenMetrics, MetricsServer
 from loadgen.progress import Progress, progress_wanted
 from loadgen.step import Clock, StepRun
 from loadgen.workload import PromptText, max_prompt_tokens
-from satbench import __version__
-from satbench.figures import StepFigures
-from satbench.manifest import RunManifest, new_run_id, write_json_atomic
-from satbench.records import RecordsWriter
-from satbench.step_figures import compute_step_figures
 
 __all__ = ["LadderRunner", "run_ladder"]
 

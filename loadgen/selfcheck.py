@@ -27,7 +27,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from satbench.step_figures import quantile
+from core.statistics import quantile
 
 __all__ = ["ClientHealth", "LoopLagProbe", "verdict"]
 

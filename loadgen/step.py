@@ -32,16 +32,17 @@ from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from core.manifest import StepWindow
+from core.records import Phase, RecordsWriter, RequestRecord, read_records
+from core.sse import StreamParser
+from core.statistics import batch_means_ci, quantile, relative_half_width
+from core.step_figures import longest_stalled_gap
 from loadgen.client import LaneClient, RawResult
 from loadgen.config import LaneConfig, LoadgenConfig
 from loadgen.metrics import LoadgenMetrics
 from loadgen.progress import Progress
 from loadgen.selfcheck import LoopLagProbe, health_from, verdict
-from loadgen.sse import StreamParser
 from loadgen.workload import PromptText, RequestSpec, UserWorkload, build_body
-from satbench.manifest import StepWindow
-from satbench.records import Phase, RecordsWriter, RequestRecord, read_records
-from satbench.step_figures import longest_stalled_gap, quantile, t975
 
 __all__ = ["Clock", "StepRun"]
 
@@ -199,11 +200,8 @@ class StepRun:
             return False
         rates = [self._bins.get(i, 0) / batch_s for i in range(k)]
         mean = sum(rates) / k
-        if mean <= 0:
-            return False
-        var = sum((r - mean) ** 2 for r in rates) / (k - 1)
-        half = t975(k - 1) * (var / k) ** 0.5
-        return half <= self.config.ci_rel_bound * mean
+        ci = batch_means_ci(rates)
+        return ci is not None and relative_half_width(ci, mean) <= self.config.ci_rel_bound
 
     def _show(self, phase: str, since_ns: int, now_ns: int) -> None:
         if not self.progress.enabled:

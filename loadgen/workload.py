@@ -21,9 +21,10 @@ import math
 import random
 from dataclasses import dataclass
 
-from loadgen.config import ApiFlavour, LengthDist, WorkloadConfig
+from core.api import ApiFlavour
+from loadgen.config import LengthDist, WorkloadConfig
 
-__all__ = ["PromptText", "RequestSpec", "UserWorkload", "build_body", "draw_length", "endpoint_path"]
+__all__ = ["PromptText", "RequestSpec", "UserWorkload", "build_body", "draw_length"]
 
 _WORDS = (
     "the", "of", "and", "to", "in", "is", "for", "on", "with", "as", "at", "by", "from", "it", "an",
@@ -98,11 +99,6 @@ def max_prompt_tokens(config: WorkloadConfig) -> int:
     dist = config.prompt_tokens
     longest = dist.value if dist.kind == "fixed" else dist.high
     return max(longest, config.prefill_probe_tokens if config.prefill_probe_share > 0 else 1)
-
-
-def endpoint_path(api: ApiFlavour) -> str:
-    return {"openai-chat": "/v1/chat/completions", "openai-completions": "/v1/completions",
-            "llamacpp": "/completion"}[api]
 
 
 def build_body(api: ApiFlavour, model: str, spec: RequestSpec, text: PromptText, config: WorkloadConfig,

@@ -25,11 +25,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from recommender.confidence import indistinguishable
-from recommender.curve import CurvePoint, Knee, gain_per_doubling, kneedle, saturation_rung
+from core.figures import StepFigures
+from core.statistics import gain_per_doubling, indistinguishable
+from recommender.curve import CurvePoint, Knee, kneedle, saturation_rung
 from recommender.policy import Policy
 from recommender.verdicts import StepVerdict, check_step
-from satbench.figures import StepFigures
 
 __all__ = ["LaneAnalysis", "analyze_lane"]
 

@@ -26,6 +26,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from core.manifest import RunManifest
 from recommender.deps import SettingsDep, StoreDep
 from recommender.errors import (
     BadInput,
@@ -48,7 +49,6 @@ from recommender.models import (
 from recommender.run_analysis import analyze_run_async
 from recommender.settings import RecommenderSettings
 from recommender.store import Analyzer, RecommendationStore
-from satbench.manifest import RunManifest
 
 __all__ = ["CachedDocumentASGI", "SettingsAnalyzer", "create_app"]
 

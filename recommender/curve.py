@@ -2,10 +2,10 @@
 
 Two questions are asked of the curve (concurrency c -> output tokens per second T):
 
-* **Gain per doubling.** Between rungs c1 < c2, the relative gain normalised to one doubling of
-  concurrency is ``(T2/T1) ** (1 / log2(c2/c1)) - 1``, so ladders with uneven spacing (1, 2, 3, 4, 8)
-  are judged on the same scale. A rung "still gains enough" when this reaches the policy's
-  ``min_gain_per_doubling``.
+* **Gain per doubling** (``core.statistics.gain_per_doubling``). Between rungs c1 < c2, the relative gain
+  normalised to one doubling of concurrency is ``(T2/T1) ** (1 / log2(c2/c1)) - 1``, so ladders with
+  uneven spacing (1, 2, 3, 4, 8) are judged on the same scale. A rung "still gains enough" when this
+  reaches the policy's ``min_gain_per_doubling``.
 * **The knee.** Kneedle (Satopää et al., 2011) on ``x = log2(c)``: the measured throughputs are first made
   monotone non-decreasing by isotonic regression (``scipy.optimize.isotonic_regression``, pool adjacent
   violators), so one noisy dip cannot create a false knee; both axes are normalised to [0, 1]; the knee is
@@ -19,14 +19,15 @@ longer buys ``min_gain_per_doubling``; ``None`` when the ladder ended while thro
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import isotonic_regression
 
-__all__ = ["CurvePoint", "Knee", "gain_per_doubling", "kneedle", "monotone_fit", "saturation_rung"]
+from core.statistics import gain_per_doubling
+
+__all__ = ["CurvePoint", "Knee", "kneedle", "monotone_fit", "saturation_rung"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,20 +41,6 @@ class Knee:
     concurrency: int
     difference: float
     method: str = "kneedle_isotonic_log2"
-
-
-def gain_per_doubling(c1: int, t1: float, c2: int, t2: float) -> float:
-    """Relative throughput gain from (c1, t1) to (c2, t2), normalised to one doubling of concurrency.
-
-    ``t1 <= 0`` with ``t2 > 0`` is an infinite gain; both zero is no gain.
-    """
-    if c1 <= 0 or c2 <= c1:
-        raise ValueError(f"need 0 < c1 < c2, got c1={c1}, c2={c2}")
-    if t1 <= 0:
-        return math.inf if t2 > 0 else 0.0
-    if t2 <= 0:
-        return -1.0
-    return float((t2 / t1) ** (1.0 / math.log2(c2 / c1)) - 1.0)
 
 
 def monotone_fit(points: Sequence[CurvePoint]) -> list[float]:

@@ -180,7 +180,7 @@ class RunManifestIn(BaseModel):
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
-    schema_id: Literal["satbench.manifest/v1"] = Field("satbench.manifest/v1", alias="schema")
+    schema_id: Literal["core.manifest/v1"] = Field("core.manifest/v1", alias="schema")
     run_id: str = Field(pattern=RUN_ID_PATTERN)
     created_at: FiniteFloat = 0.0
     finished_at: FiniteFloat | None = None

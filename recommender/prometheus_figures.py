@@ -1,6 +1,6 @@
 """Prometheus answers for one step window -> ``StepFigures`` (pure: no I/O, no clock).
 
-The I/O side (``prometheus_source``) issues the queries of ``satbench.promql`` at the window's end and hands
+The I/O side (``prometheus_source``) issues the queries of ``core.promql`` at the window's end and hands
 the raw numbers over in a ``PromStepResults``. Here they become figures:
 
 * requests and errors: ``increase`` of ``loadgen_requests_total`` by outcome, rounded to whole requests
@@ -24,10 +24,9 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from recommender.confidence import batch_means_ci
-from recommender.verdicts import jain_index, max_min_share
-from satbench.figures import MemoryFigures, Quantiles, StepFigures
-from satbench.manifest import StepWindow
+from core.figures import MemoryFigures, Quantiles, StepFigures
+from core.manifest import StepWindow
+from core.statistics import batch_means_ci, jain_index, max_min_share
 
 __all__ = ["PromStepResults", "figures_from_prometheus", "finite"]
 

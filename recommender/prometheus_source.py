@@ -1,7 +1,7 @@
-"""Step figures from a live Prometheus: the PromQL of ``satbench.promql`` over exactly each step window.
+"""Step figures from a live Prometheus: the PromQL of ``core.promql`` over exactly each step window.
 
 Each window costs two round trips: one instant query, evaluated at the window's end, that unites every
-figure's PromQL (``step_queries``) with ``satbench.promql.named_union`` (each result series names its part
+figure's PromQL (``step_queries``) with ``core.promql.named_union`` (each result series names its part
 in a ``satbench_query`` label), then, when the window is long enough against its requests (see
 ``PrometheusSourceConfig``), one range query whose step is the batch length, for the batch-means interval.
 Every window's queries are in flight together (bounded by ``max_in_flight``) through a ``PromQLClient``:
@@ -21,11 +21,11 @@ from typing import Any, Protocol
 
 import httpx
 
+from core import promql
+from core.figures import Quantiles, StepFigures
+from core.manifest import RunManifest, StepWindow
 from recommender.errors import PrometheusQueryError, PrometheusUnavailable
 from recommender.prometheus_figures import PromStepResults, figures_from_prometheus, finite
-from satbench import promql
-from satbench.figures import Quantiles, StepFigures
-from satbench.manifest import RunManifest, StepWindow
 
 __all__ = [
     "HttpxPromClient",

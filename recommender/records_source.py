@@ -1,7 +1,7 @@
 """Step figures from a run folder's raw records: the offline source, exact where Prometheus is binned.
 
 Reads ``records.jsonl`` once, groups the records by (lane, concurrency) and hands each step window to
-``satbench.step_figures.compute_step_figures``, the very function the load generator uses for
+``core.step_figures.compute_step_figures``, the very function the load generator uses for
 ``steps.json``: quantiles are exact order statistics, not bucket interpolations. Server-side figures
 (occupancy, queue depth, memory) are not in the records and stay ``None``.
 """
@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
+from core.figures import StepFigures
+from core.manifest import RunManifest, StepWindow
+from core.records import RequestRecord, read_records
+from core.step_figures import compute_step_figures
 from recommender.errors import RecordsUnavailable
-from satbench.figures import StepFigures
-from satbench.manifest import RunManifest, StepWindow
-from satbench.records import RequestRecord, read_records
-from satbench.step_figures import compute_step_figures
 
 __all__ = ["RECORDS_FILE", "figures_from_records", "load_records", "unusable_window_figures"]
 

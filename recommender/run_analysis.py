@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from core.figures import StepFigures
+from core.manifest import RunManifest
 from recommender.analysis import analyze_lane
 from recommender.document import build_document, lane_fragment
 from recommender.errors import BadInput, PrometheusQueryError, SourceUnavailable
@@ -29,8 +31,6 @@ from recommender.prometheus_source import (
     fetch_run_figures,
 )
 from recommender.records_source import figures_from_records, load_records, unusable_window_figures
-from satbench.figures import StepFigures
-from satbench.manifest import RunManifest
 
 __all__ = ["analyze_run", "analyze_run_async", "document_from_figures"]
 

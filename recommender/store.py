@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from core.manifest import RunManifest, read_manifest
 from recommender.document import mark_stale
 from recommender.errors import NothingToServe, SourceUnavailable, UnknownLane, UnknownRun
-from satbench.manifest import RunManifest, read_manifest
 
 __all__ = ["Analyzer", "RecommendationStore", "RunEntry"]
 

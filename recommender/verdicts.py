@@ -14,13 +14,11 @@ user got the same and ``1/n`` when one user got everything; the max/min share is
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-from recommender.confidence import relative_half_width
+from core.figures import StepFigures
+from core.statistics import relative_half_width
 from recommender.policy import Policy
-from satbench.figures import StepFigures
 
 __all__ = [
     "CONSTRAINTS",
@@ -28,8 +26,6 @@ __all__ = [
     "StepVerdict",
     "Violation",
     "check_step",
-    "jain_index",
-    "max_min_share",
     "memory_headroom_ratio",
 ]
 
@@ -79,26 +75,6 @@ class StepVerdict:
 
     def constraint_names(self) -> list[str]:
         return [v.constraint for v in self.violations]
-
-
-def jain_index(values: Sequence[float]) -> float | None:
-    """Jain's fairness index of non-negative shares; ``None`` for no users or when nobody got anything."""
-    xs = [float(v) for v in values]
-    if not xs:
-        return None
-    if any(v < 0 or not math.isfinite(v) for v in xs):
-        raise ValueError("shares must be finite and non-negative")
-    total, squares = sum(xs), sum(v * v for v in xs)
-    return None if squares == 0 else total * total / (len(xs) * squares)
-
-
-def max_min_share(values: Sequence[float]) -> float | None:
-    """Best-served user's share over the worst-served user's; ``None`` if someone got nothing."""
-    xs = [float(v) for v in values]
-    if not xs:
-        return None
-    low, high = min(xs), max(xs)
-    return None if low <= 0 else high / low
 
 
 def memory_headroom_ratio(step: StepFigures) -> float | None:

@@ -1,7 +1,11 @@
-"""satbench: how much concurrency is useful per model lane of a llama.cpp-compatible runtime."""
+"""satbench's top floor: the session, the evidence folder, the report, dashboards and the console script.
+
+It imports the parts (``simulator``, ``loadgen``, ``exporter``, ``recommender``) and the ground (``core``);
+nothing below imports it. The version lives in ``core`` so every floor can stamp it.
+"""
 
 from __future__ import annotations
 
-__all__ = ["__version__"]
+from core import __version__
 
-__version__ = "0.1.0"
+__all__ = ["__version__"]

@@ -11,19 +11,19 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from satbench import __version__
+from core import __version__
 
 __all__ = ["SUBCOMMANDS", "build_parser", "main"]
 
 # subcommand -> (module with configure/main, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("satbench.session_cli", "a whole benchmark session: start what is missing, walk the ladder, answer"),
+    "run": ("satbench.session.cli", "a whole benchmark session: start what is missing, walk the ladder, answer"),
     "sim": ("simulator.cli", "the embedded llama.cpp-compatible runtime simulator"),
     "loadgen": ("loadgen.cli", "only the ladder walk, against running endpoints"),
     "exporter": ("exporter.cli", "the runtime exporter for one node (runtime_* and gpu_* metrics)"),
     "recommender": ("recommender.cli", "the recommendations service (GET /recommendations)"),
-    "report": ("satbench.report_cli", "rebuild report.html and README.md from a run folder's raw files"),
-    "models": ("satbench.models_cli", "write the tiny dense and MoE GGUF models"),
+    "report": ("satbench.report.cli", "rebuild report.html and README.md from a run folder's raw files"),
+    "models": ("satbench.models.cli", "write the tiny dense and MoE GGUF models"),
     "capabilities": ("recommender.capabilities", "print the per-lane capability fragment from a recommender"),
 }
 

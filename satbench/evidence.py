@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import httpx
 import psutil
 
-from satbench import __version__
+from core import __version__
 
 __all__ = [
     "REDACTED",

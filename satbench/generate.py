@@ -1,7 +1,7 @@
 """``python -m satbench.generate``: regenerates the committed artefacts; ``--check`` only reports drift.
 
 Each entry of ``GENERATORS`` returns ``{path relative to the repository root: file text}``. Dashboards come
-from ``satbench.dashboards``; the recommendations JSON Schema is meant to be added here by its owner as one
+from ``satbench.dashboards.overview``; the recommendations JSON Schema is meant to be added here by its owner as one
 more entry (a function returning ``{"recommender/schema/...json": text}``). Tests call ``drift()`` and fail
 when a committed file differs from what its generator writes today, so generated files are never edited by
 hand.
@@ -21,7 +21,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def dashboard_artefacts() -> dict[str, str]:
-    from satbench.dashboards import DASHBOARDS, dashboard_json
+    from satbench.dashboards.overview import DASHBOARDS, dashboard_json
 
     return {f"grafana/dashboards/{name}": dashboard_json(build()) for name, build in DASHBOARDS.items()}
 

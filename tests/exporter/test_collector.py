@@ -14,7 +14,7 @@ from exporter.gpu import FakeGpuReader, GpuDevice, GpuSourceAbsent, GpuUnavailab
 from exporter.llamacpp import LlamaCppAdapter
 from exporter.process import FakeProcessReader, ProcessReading
 from exporter.snapshot import RuntimeSnapshot
-from tests.exporter.fixture_runtime import FixtureRuntime
+from testkit.fixture_runtime import FixtureRuntime
 
 GIB = 1024.0**3
 

@@ -17,14 +17,14 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
+from core.histograms import LATENCY_BUCKETS_S
+from core.sse import StreamParser
 from exporter.relay import parse_listen_address
 from exporter.relay_metrics import RelayMetrics
 from exporter.relay_observe import OTHER_ROUTE, route_of, timing_from_body, timing_from_stream
-from loadgen.buckets import LATENCY_BUCKETS_S
-from loadgen.sse import StreamParser
+from testkit.net import free_port
+from testkit.sim import SimulatorProcess
 from tests.exporter.relay_support import RelayThread
-from tests.support.net import free_port
-from tests.support.sim import SimulatorProcess
 
 MS = 1_000_000
 

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from core.api import endpoint_path
+from core.records import read_records
 from loadgen.config import LoadgenConfig
 from loadgen.runner import run_ladder
-from loadgen.workload import endpoint_path
-from satbench.records import read_records
+from testkit.sim import SimulatorProcess
 from tests.exporter.relay_support import RelayThread
-from tests.support.sim import SimulatorProcess
 
 TOLERANCE_P50_S = 0.050
 TOLERANCE_P95_S = 0.250

@@ -16,9 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
+from testkit.net import free_port
+from testkit.sim import SimulatorProcess
 from tests.exporter.relay_support import RelayThread, ReplayUpstream, Reply
-from tests.support.net import free_port
-from tests.support.sim import SimulatorProcess
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from core.sse import StreamParser
 from exporter.relay_headers import request_head, response_head
 from exporter.relay_observe import status_outcome, timing_from_body, timing_from_stream
-from loadgen.sse import StreamParser
 
 MS = 1_000_000
 

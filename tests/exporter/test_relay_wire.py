@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from exporter.relay_headers import request_head, response_head
+from testkit.net import read_http_request
 from tests.exporter.relay_support import RelayThread
-from tests.support.net import read_http_request
 
 
 def test_request_head_drops_hop_by_hop_and_adds_the_request_id() -> None:

@@ -24,9 +24,9 @@ from prometheus_client import CollectorRegistry
 
 from exporter.promconfig import EXPORTER_JOB, ScrapeTarget, render_prometheus_config
 from exporter.server import ExporterConfig, build_collector, serve
+from testkit.prom import PrometheusProcess
+from testkit.sim import SimulatorProcess
 from tests.exporter.sim_truth import state_range, window_truth
-from tests.support.prom import PrometheusProcess
-from tests.support.sim import SimulatorProcess
 
 PROM_DIR = Path(__file__).resolve().parents[2] / "prometheus"
 

@@ -18,7 +18,7 @@ from exporter.gpu import FakeGpuReader, GpuUnavailable
 from exporter.llamacpp import LlamaCppAdapter
 from exporter.process import PsutilProcessReader, local_port_of
 from exporter.server import ExporterConfig, build_collector, serve
-from tests.exporter.fixture_runtime import FixtureRuntime, LoopbackRuntime
+from testkit.fixture_runtime import FixtureRuntime, LoopbackRuntime
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -14,11 +14,11 @@ from typing import Any
 import httpx
 import pytest
 
+from core.manifest import RunManifest
+from core.records import RequestRecord, read_records
 from loadgen.config import LoadgenConfig
 from loadgen.runner import run_ladder
-from satbench.manifest import RunManifest
-from satbench.records import RequestRecord, read_records
-from tests.support.sim import SimulatorProcess
+from testkit.sim import SimulatorProcess
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from loadgen.config import ConfigError, load_config
-from satbench.session_config import SessionConfigError, load_session_config
+from satbench.session.config import SessionConfigError, load_session_config
 
 REPO = Path(__file__).resolve().parents[2]
 LANE = {"name": "dense", "url": "http://127.0.0.1:8080", "api": "llamacpp"}

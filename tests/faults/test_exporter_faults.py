@@ -15,8 +15,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from exporter.server import ExporterConfig, build_collector
+from testkit.sim import SimulatorProcess
 from tests.faults.conftest import set_faults
-from tests.support.sim import SimulatorProcess
 
 BUDGET_S = 0.5
 SLACK_S = 2.0

@@ -24,9 +24,9 @@ from prometheus_client import CollectorRegistry
 
 from loadgen.metrics import MetricsServer
 from satbench.cli import build_parser
+from testkit.net import free_port, wait_http
+from testkit.sim import SimulatorProcess
 from tests.faults.hostile import hostile_server
-from tests.support.net import free_port, wait_http
-from tests.support.sim import SimulatorProcess
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from core.records import read_records
 from loadgen.client import LaneClient, RawResult
 from loadgen.config import LoadgenConfig
 from loadgen.runner import run_ladder
-from satbench.records import read_records
 from tests.faults.hostile import HUGE_BYTES, hostile_server
 
 MAX_EVENT = 64 << 10

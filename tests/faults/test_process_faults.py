@@ -20,10 +20,10 @@ from pathlib import Path
 
 import httpx
 
+from core.records import read_records
 from loadgen.runner import run_ladder
-from satbench.records import read_records
+from testkit.sim import SimulatorProcess
 from tests.faults.conftest import short_config
-from tests.support.sim import SimulatorProcess
 
 REPO = Path(__file__).resolve().parents[2]
 KILL_MARGIN_S = 0.05

@@ -19,16 +19,16 @@ from typing import Any
 import httpx
 import pytest
 
+from core.manifest import StepWindow
 from loadgen.runner import LadderRunner
 from recommender.policy import Policy
 from recommender.prometheus_figures import PromStepResults, figures_from_prometheus
 from recommender.prometheus_source import PrometheusSourceConfig
 from recommender.run_analysis import analyze_run_async
-from satbench.manifest import StepWindow
+from testkit.net import free_port, wait_http
+from testkit.prom import prometheus_binary
+from testkit.sim import SimulatorProcess
 from tests.faults.conftest import short_config
-from tests.support.net import free_port, wait_http
-from tests.support.prom import prometheus_binary
-from tests.support.sim import SimulatorProcess
 
 pytestmark = pytest.mark.skipif(prometheus_binary() is None, reason="the prometheus binary is not installed")
 SCRAPE_S = 0.5

@@ -2,7 +2,7 @@
 
 A private registry exposes one probe series per hostile lane name (value = its index) and one for
 ``dense`` (value 100); a real Prometheus scrapes it. For every hostile value, the selector and the window
-builders of ``satbench.promql`` must parse, and select exactly the series whose label equals that value:
+builders of ``core.promql`` must parse, and select exactly the series whose label equals that value:
 never ``dense``, never all of them, never an error.
 """
 
@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from satbench import promql
-from tests.support.prom import PrometheusProcess, prometheus_binary
+from core import promql
+from testkit.prom import PrometheusProcess, prometheus_binary
 
 HOSTILE = [
     'x"}) or vector(1) #', 'dense" or lane="moe', "a\\", 'b\\"', "new\nline", "tab\there",

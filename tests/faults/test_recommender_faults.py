@@ -21,16 +21,16 @@ from typing import Any
 import httpx
 import pytest
 
+from core.manifest import RunManifest
+from core.records import RequestRecord, write_records
 from recommender.app import create_app
 from recommender.errors import SourceUnavailable
 from recommender.policy import Policy
 from recommender.run_analysis import analyze_run_async
 from recommender.settings import RecommenderSettings
-from satbench.manifest import RunManifest
-from satbench.records import RequestRecord, write_records
+from testkit.net import free_port
+from testkit.synthetic import SyntheticLane, simulate_run
 from tests.recommender.server import serve
-from tests.recommender.synthetic import SyntheticLane, simulate_run
-from tests.support.net import free_port
 
 LANE = SyntheticLane("dense", slots=4)
 

@@ -18,10 +18,10 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
+from core.records import write_records
 from recommender.app import create_app
 from recommender.settings import RecommenderSettings
-from satbench.records import write_records
-from tests.recommender.synthetic import SyntheticLane, simulate_run
+from testkit.synthetic import SyntheticLane, simulate_run
 
 _RUNS = Path(tempfile.mkdtemp(prefix="satbench-fuzz-runs-"))
 _MANIFEST, _RECORDS = simulate_run((SyntheticLane("dense", slots=4),), (1, 2, 4), t0=time.time() - 600,

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from testkit.sim import SimulatorProcess
 from tests.faults.conftest import run_short, set_faults, short_config
-from tests.support.sim import SimulatorProcess
 
 WHOLE = {"start_s": 0.0, "duration_s": 120.0, "rate": 1.0}
 

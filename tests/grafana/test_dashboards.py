@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from satbench import generate
-from satbench.dashboards import DASHBOARDS, DATASOURCE, build_overview, dashboard_json, panel_queries
+from satbench.dashboards.overview import DASHBOARDS, DATASOURCE, build_overview, dashboard_json, panel_queries
 
 ROOT = Path(__file__).resolve().parents[2]
 DESIGN_METRICS = (

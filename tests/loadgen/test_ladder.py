@@ -4,9 +4,9 @@ from collections.abc import Mapping
 
 import pytest
 
+from core.figures import StepFigures
 from loadgen.config import LadderConfig
-from loadgen.ladder import gain_per_doubling, next_step
-from satbench.figures import StepFigures
+from loadgen.ladder import next_step
 
 
 def fig(c: int, tput: float, valid: bool = True) -> StepFigures:
@@ -45,10 +45,3 @@ def test_invalid_steps_never_make_a_plateau() -> None:
     ladder = LadderConfig(concurrency=[1, 2, 4], plateau_stop=True)
     assert next_step([fig(1, 100), fig(2, 100, valid=False)], ladder) == 4
     assert next_step([fig(1, 100), fig(2, 100)], ladder) is None
-
-
-def test_gain_per_doubling() -> None:
-    assert gain_per_doubling(fig(1, 100), fig(4, 400)) == pytest.approx(1.0)
-    assert gain_per_doubling(fig(2, 100), fig(8, 100)) == pytest.approx(0.0)
-    assert gain_per_doubling(fig(4, 100), fig(2, 200)) is None
-    assert gain_per_doubling(fig(1, 0), fig(2, 200)) is None

@@ -6,9 +6,9 @@ import random
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from loadgen.buckets import LATENCY_BUCKETS_S
-from loadgen.metrics import FastHistogram, LoadgenMetrics
-from satbench.step_figures import quantile
+from core.histograms import LATENCY_BUCKETS_S, FastHistogram
+from core.statistics import quantile
+from loadgen.metrics import LoadgenMetrics
 
 
 def histogram_quantile(q: float, buckets: list[tuple[str, float]]) -> float:

@@ -23,7 +23,7 @@ import pytest
 from loadgen.client import LaneClient, RawResult
 from loadgen.config import LaneConfig, LoadgenConfig
 from loadgen.rawclient import kernel_timestamps
-from tests.support.net import read_http_request
+from testkit.net import read_http_request
 
 TOKEN = b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'
 DONE = b'data: {"choices":[],"usage":{"completion_tokens":2,"prompt_tokens":5}}\n\ndata: [DONE]\n\n'

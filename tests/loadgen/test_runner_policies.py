@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
+from core.records import read_records
 from loadgen import cli
 from loadgen.progress import Progress, progress_wanted
 from loadgen.runner import run_ladder
 from loadgen.selfcheck import ClientHealth, verdict
-from loadgen.stream_server import StreamServer, StreamServerConfig
-from satbench.records import read_records
+from testkit.stream_server import StreamServer, StreamServerConfig
 from tests.loadgen.test_wire import config, with_server
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from core.records import read_records
 from loadgen.config import LoadgenConfig
 from loadgen.runner import run_ladder
-from satbench.records import read_records
-from tests.support.sim import SimulatorProcess
+from testkit.sim import SimulatorProcess
 
 
 @pytest.mark.parametrize("api", ["llamacpp", "openai-chat"])

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.sse import StreamParser, parse_stream
+from core.sse import StreamParser, parse_stream
 
 CASES = [
     ("openai-chat", "dense_np4/chat_stream.sse", 16, 31),

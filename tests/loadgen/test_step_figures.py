@@ -4,15 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from satbench.manifest import StepWindow
-from satbench.records import RequestRecord
-from satbench.step_figures import (
-    batch_means_ci,
-    compute_step_figures,
-    jain_index,
-    longest_stalled_gap,
-    quantile,
-)
+from core.manifest import StepWindow
+from core.records import RequestRecord
+from core.step_figures import compute_step_figures, longest_stalled_gap, throughput_ci
 
 
 def rec(user: int, sent: float, ttft: float | None, itl: tuple[float, ...], e2e: float, out: int,
@@ -77,18 +71,12 @@ def test_no_success_marks_step_invalid_and_keeps_window_reason() -> None:
     assert compute_step_figures(RECORDS, bad).reason == "client lagged"
 
 
-def test_quantile_jain_and_batch_means() -> None:
-    assert quantile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
-    assert quantile([1.0, 2.0, 3.0, 4.0], 0.95) == pytest.approx(3.85)
-    assert quantile([], 0.5) is None
-    assert jain_index([1, 1, 1, 1]) == 1.0 and jain_index([4, 0, 0, 0]) == 0.25 and jain_index([0, 0]) is None
+def test_throughput_interval_batches_a_tenth_of_the_window_by_default() -> None:
     arrivals = [(100.0 + i * 0.5, 1) for i in range(20)]  # 2 tok/s, evenly
-    assert batch_means_ci(arrivals, 100.0, 110.0, 2.0) == pytest.approx((2.0, 2.0))
-    assert batch_means_ci(arrivals, 100.0, 110.0, 6.0) is None
-    ci = batch_means_ci([(100.1, 10), (102.1, 30)], 100.0, 104.0, 2.0)  # rates 5 and 15
-    assert ci is not None
-    lo, hi = ci
-    assert (lo + hi) / 2 == pytest.approx(10.0) and hi - lo == pytest.approx(2 * 12.706 * 5.0)
+    assert throughput_ci(arrivals, 100.0, 110.0, 2.0) == pytest.approx((2.0, 2.0))
+    assert throughput_ci(arrivals, 100.0, 110.0, 6.0) is None  # one whole batch
+    assert throughput_ci(arrivals, 100.0, 110.0) == pytest.approx((2.0, 2.0))  # ten 1 s batches
+    assert throughput_ci(arrivals, 110.0, 100.0) is None
 
 
 @pytest.mark.parametrize(("gaps", "prefills", "expected"), [

@@ -6,7 +6,7 @@ import asyncio
 
 import aiohttp
 
-from loadgen.stream_server import StreamServer, StreamServerConfig
+from testkit.stream_server import StreamServer, StreamServerConfig
 
 
 async def _token_times(lockstep: bool) -> list[list[float]]:

@@ -13,12 +13,12 @@ import httpx
 import pytest
 from aiohttp import web
 
+from core.manifest import read_manifest
+from core.records import read_records
 from loadgen.config import LoadgenConfig
 from loadgen.runner import LadderRunner, run_ladder
-from loadgen.stream_server import StreamServer, StreamServerConfig
-from satbench.manifest import read_manifest
-from satbench.records import read_records
-from tests.support.net import free_port, wait_http
+from testkit.net import free_port, wait_http
+from testkit.stream_server import StreamServer, StreamServerConfig
 
 FAST = {"warmup_s": 0.3, "min_window_s": 1.0, "max_window_s": 2.0, "min_requests": 2, "drain_timeout_s": 1.0,
         "max_loop_lag_s": 1.0, "progress": False,
@@ -122,7 +122,7 @@ def test_keepalive_close_before_any_byte_is_retried_once(tmp_path: Path) -> None
 
 def test_server_killed_mid_step_run_continues_and_step_is_marked(tmp_path: Path) -> None:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "loadgen.stream_server", "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "testkit.stream_server", "--port", str(port),
                              "--itl-ms", "5"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_http(f"http://127.0.0.1:{port}/health")

@@ -20,7 +20,7 @@ gguf = pytest.importorskip("gguf")
 
 from satbench import cli  # noqa: E402
 from satbench.evidence import ModelDirError, refuse_home_path  # noqa: E402
-from satbench.tiny_models import (  # noqa: E402
+from satbench.models.tiny import (  # noqa: E402
     CHATML_TEMPLATE,
     DENSE,
     MOE,

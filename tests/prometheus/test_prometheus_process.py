@@ -1,4 +1,4 @@
-"""A real Prometheus (tests/support/prom.py) scraping the exporter in front of replayed llama-server payloads:
+"""A real Prometheus (testkit/prom.py) scraping the exporter in front of replayed llama-server payloads:
 target labels arrive, recording rules evaluate, and the process is gone afterwards."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 
 from exporter.promconfig import EXPORTER_JOB, ScrapeTarget, render_prometheus_config
 from exporter.server import ExporterConfig, build_collector, serve
-from tests.exporter.fixture_runtime import FixtureRuntime, LoopbackRuntime
-from tests.support.prom import PrometheusProcess
+from testkit.fixture_runtime import FixtureRuntime, LoopbackRuntime
+from testkit.prom import PrometheusProcess
 
 PROM_DIR = Path(__file__).resolve().parents[2] / "prometheus"
 
@@ -41,7 +41,7 @@ def test_prometheus_scrapes_exporter_with_target_labels(llamacpp_fixtures: Path)
 
 
 def test_bad_query_raises_clear_error() -> None:
-    from tests.support.prom import PrometheusQueryError
+    from testkit.prom import PrometheusQueryError
 
     with PrometheusProcess(render_prometheus_config([], [])) as prom:
         with pytest.raises(PrometheusQueryError, match="parse error"):

@@ -15,7 +15,7 @@ from exporter.promconfig import (
     ScrapeTarget,
     render_prometheus_config,
 )
-from tests.support.prom import promtool_binary
+from testkit.prom import promtool_binary
 
 PROM_DIR = Path(__file__).resolve().parents[2] / "prometheus"
 RULE_FILES = sorted((PROM_DIR / "rules").glob("*.yml"))

@@ -33,7 +33,7 @@ def llama_server_binary() -> Path:
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     pytest.importorskip("gguf")
-    from satbench.tiny_models import TINY_MODELS, resolve_vocab, write_tiny_models
+    from satbench.models.tiny import TINY_MODELS, resolve_vocab, write_tiny_models
 
     out = Path(os.environ.get("SATBENCH_MODEL_DIR") or tmp_path_factory.mktemp("models"))
     vocab = resolve_vocab(allow_synthetic=True)

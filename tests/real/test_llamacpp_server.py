@@ -73,7 +73,7 @@ def test_streamed_completion_token_by_token(server: LlamaServer) -> None:
 
 
 def test_loadgen_parser_counts_the_real_stream(server: LlamaServer) -> None:
-    sse = pytest.importorskip("loadgen.sse")
+    sse = pytest.importorskip("core.sse")
     raw = _stream_completion(server.url)
     parser, summary = sse.parse_stream("llamacpp", raw, chunk=37)
     assert not parser.malformed

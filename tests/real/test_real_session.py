@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from satbench.tiny_models import describe_model_files
+from satbench.models.tiny import describe_model_files
 
 pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.timeout(900)]
 

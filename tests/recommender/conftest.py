@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from satbench.manifest import RunManifest
-from satbench.records import RequestRecord, write_records
-from tests.recommender.backfill import BackfilledPrometheus, tools_available
-from tests.recommender.openmetrics import openmetrics_text
-from tests.recommender.synthetic import SyntheticLane, simulate_run
+from core.manifest import RunManifest
+from core.records import RequestRecord, write_records
+from testkit.backfill import BackfilledPrometheus, tools_available
+from testkit.openmetrics import openmetrics_text
+from testkit.synthetic import SyntheticLane, simulate_run
 
 HOSTILE = ['x"}) or vector(1) #', "a\\", 'b\\"', "new\nline", '{lane=~".*"}', "' or 1",
            'dense" or lane="moe']

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from satbench.figures import MemoryFigures, Quantiles, StepFigures
+from core.figures import MemoryFigures, Quantiles, StepFigures
 
 __all__ = ["ladder", "step"]
 

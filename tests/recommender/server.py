@@ -9,7 +9,7 @@ from typing import Any
 
 import uvicorn
 
-from tests.support.net import free_port, wait_http
+from testkit.net import free_port, wait_http
 
 __all__ = ["serve"]
 

@@ -1,37 +1,12 @@
 from __future__ import annotations
 
-import math
-
 import pytest
 
-from recommender.curve import CurvePoint, gain_per_doubling, kneedle, monotone_fit, saturation_rung
+from recommender.curve import CurvePoint, kneedle, monotone_fit, saturation_rung
 
 
 def pts(curve: dict[int, float]) -> list[CurvePoint]:
     return [CurvePoint(c, t) for c, t in curve.items()]
-
-
-@pytest.mark.parametrize(
-    ("c1", "t1", "c2", "t2", "expected"),
-    [
-        (1, 100, 2, 200, 1.0),  # throughput doubles with concurrency
-        (1, 100, 4, 400, 1.0),  # two doublings, same per-doubling gain
-        (4, 400, 8, 420, 0.05),
-        (2, 100, 8, 121, 0.1),  # 21 % over two doublings = 10 % per doubling
-        (1, 100, 3, 100, 0.0),
-        (4, 400, 8, 200, -0.5),
-        (1, 0, 2, 10, math.inf),
-        (1, 0, 2, 0, 0.0),
-    ],
-)
-def test_gain_per_doubling(c1: int, t1: float, c2: int, t2: float, expected: float) -> None:
-    assert gain_per_doubling(c1, t1, c2, t2) == pytest.approx(expected)
-
-
-@pytest.mark.parametrize(("c1", "c2"), [(2, 2), (4, 2), (0, 2)])
-def test_gain_per_doubling_rejects_bad_rungs(c1: int, c2: int) -> None:
-    with pytest.raises(ValueError):
-        gain_per_doubling(c1, 1.0, c2, 2.0)
 
 
 def test_monotone_fit_pools_a_dip() -> None:

@@ -34,18 +34,18 @@ from pathlib import Path
 import httpx
 import pytest
 
+from core.figures import Quantiles, StepFigures
+from core.manifest import new_run_id
 from loadgen.config import LoadgenConfig
 from loadgen.runner import run_ladder
 from recommender.analysis import analyze_lane
 from recommender.app import create_app
 from recommender.policy import Policy, PolicyModel
 from recommender.settings import RecommenderSettings
-from satbench.figures import Quantiles, StepFigures
-from satbench.manifest import new_run_id
+from testkit.net import free_port, wait_http
+from testkit.prom import PrometheusProcess, prometheus_binary
+from testkit.sim import SimulatorProcess
 from tests.recommender.server import serve
-from tests.support.net import free_port, wait_http
-from tests.support.prom import PrometheusProcess, prometheus_binary
-from tests.support.sim import SimulatorProcess
 
 REPO = Path(__file__).resolve().parents[2]
 LADDER = [1, 2, 4, 8]

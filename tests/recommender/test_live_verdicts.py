@@ -25,7 +25,7 @@ from loadgen.config import LoadgenConfig
 from loadgen.runner import run_ladder
 from recommender.policy import Policy
 from recommender.run_analysis import analyze_run
-from tests.support.sim import SimulatorProcess
+from testkit.sim import SimulatorProcess
 
 POLICY = Policy(decode_stall_max_ratio=50.0, jain_min=0.9, prefill_wait_max_s=None,
                 max_throughput_ci_ratio=10.0)

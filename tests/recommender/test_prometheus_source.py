@@ -9,6 +9,9 @@ from collections.abc import Mapping
 import httpx
 import pytest
 
+from core import promql
+from core.figures import MemoryFigures, Quantiles
+from core.manifest import RunManifest, StepWindow
 from recommender.errors import PrometheusQueryError, PrometheusUnavailable
 from recommender.prometheus_figures import PromStepResults, figures_from_prometheus
 from recommender.prometheus_source import (
@@ -18,9 +21,6 @@ from recommender.prometheus_source import (
     fetch_run_figures,
     step_queries,
 )
-from satbench import promql
-from satbench.figures import MemoryFigures, Quantiles
-from satbench.manifest import RunManifest, StepWindow
 
 WINDOW = StepWindow(lane="dense", concurrency=4, start=1000.0, end=1020.0)
 

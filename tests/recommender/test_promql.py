@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from satbench import promql
+from core import promql
 
 
 @pytest.mark.parametrize(

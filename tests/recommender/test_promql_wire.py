@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from satbench import promql
+from core import promql
 from tests.recommender.conftest import HOSTILE, SyntheticRun
 
 

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from core.manifest import RunManifest
+from core.records import write_records
 from recommender.errors import BadInput, RecordsUnavailable
 from recommender.policy import Policy
 from recommender.run_analysis import analyze_run
-from satbench.manifest import RunManifest
-from satbench.records import write_records
-from tests.recommender.synthetic import SyntheticLane, simulate_run
+from testkit.synthetic import SyntheticLane, simulate_run
 
 
 @pytest.fixture(scope="module")

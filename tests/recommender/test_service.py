@@ -13,14 +13,14 @@ import httpx
 import jsonschema
 import pytest
 
+from core.figures import StepFigures
+from core.manifest import RunManifest, StepWindow
 from recommender.app import create_app
 from recommender.errors import PrometheusUnavailable
 from recommender.policy import Policy
 from recommender.run_analysis import document_from_figures
 from recommender.schema import SCHEMA_PATH, render_schema
 from recommender.settings import RecommenderSettings
-from satbench.figures import StepFigures
-from satbench.manifest import RunManifest, StepWindow
 from tests.recommender.figures_factory import ladder
 from tests.recommender.server import serve
 
@@ -127,7 +127,7 @@ def test_unknown_lane_and_run_are_404s_that_say_what_exists(client: httpx.Client
         {"steps": [{"lane": "dense", "concurrency": 0, "start": 1, "end": 2}]},
         {"steps": [{"lane": "", "concurrency": 1, "start": 1, "end": 2}]},
         {"steps": [{"lane": "dense", "concurrency": 1, "start": "soon", "end": 2}]},
-        {"schema": "satbench.manifest/v9"},
+        {"schema": "core.manifest/v9"},
     ],
 )
 def test_bad_manifests_are_422s(client: httpx.Client, change: dict[str, Any]) -> None:

@@ -11,9 +11,9 @@ import pytest
 from recommender import capabilities
 from recommender.app import create_app
 from recommender.settings import RecommenderSettings
+from testkit.net import free_port
 from tests.recommender.conftest import SyntheticRun
 from tests.recommender.server import serve
-from tests.support.net import free_port
 
 
 def test_registered_run_is_analysed_from_prometheus_and_reported(synthetic_run: SyntheticRun,

@@ -19,8 +19,8 @@ import pytest
 from recommender.policy import Policy
 from recommender.run_analysis import analyze_run
 from recommender.schema import SCHEMA_PATH
+from testkit.synthetic import SyntheticLane
 from tests.recommender.conftest import LADDER, LANES, STARVING, UNFAIR, WINDOW_S, SyntheticRun
-from tests.recommender.synthetic import SyntheticLane
 
 POLICY = Policy()
 BUCKET_RESOLUTION = 0.05
@@ -125,7 +125,7 @@ def test_a_window_prometheus_missed_is_flagged_then_taken_from_records(synthetic
 
 
 def test_unreachable_prometheus_falls_back_to_records(synthetic_run: SyntheticRun) -> None:
-    from tests.support.net import free_port
+    from testkit.net import free_port
 
     doc = analyze_run(synthetic_run.manifest, prometheus_url=f"http://127.0.0.1:{free_port()}",
                       run_dir=synthetic_run.run_dir, policy=POLICY)

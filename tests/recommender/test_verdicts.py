@@ -4,33 +4,13 @@ from typing import Any
 
 import pytest
 
+from core.figures import MemoryFigures, Quantiles
 from recommender.policy import SLO, Policy
-from recommender.verdicts import check_step, jain_index, max_min_share, memory_headroom_ratio
-from satbench.figures import MemoryFigures, Quantiles
+from recommender.verdicts import check_step, memory_headroom_ratio
 from tests.recommender.figures_factory import step
 
 POLICY = Policy(slo=SLO(ttft_p95_s=1.0, itl_p95_s=0.05, e2e_p95_s=5.0), max_min_share_max=2.0,
                 queue_p99_max_s=3.0, prefill_wait_max_s=4.0)
-
-
-@pytest.mark.parametrize(
-    ("shares", "jain", "share"),
-    [
-        ([10, 10, 10, 10], 1.0, 1.0),
-        ([40, 0, 0, 0], 0.25, None),  # one user got everything: 1/n
-        ([10, 20], 0.9, 2.0),
-        ([0, 0], None, None),
-        ([], None, None),
-    ],
-)
-def test_jain_and_max_min_share(shares: list[float], jain: float | None, share: float | None) -> None:
-    assert jain_index(shares) == (None if jain is None else pytest.approx(jain))
-    assert max_min_share(shares) == (None if share is None else pytest.approx(share))
-
-
-def test_jain_rejects_negative_shares() -> None:
-    with pytest.raises(ValueError):
-        jain_index([1.0, -1.0])
 
 
 def test_memory_headroom_needs_both_figures() -> None:

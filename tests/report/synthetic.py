@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from satbench.figures import MemoryFigures, Quantiles, StepFigures
-from satbench.manifest import RunManifest, StepWindow
-from satbench.records import RequestRecord, write_records
+from core.figures import MemoryFigures, Quantiles, StepFigures
+from core.manifest import RunManifest, StepWindow
+from core.records import RequestRecord, write_records
 
 __all__ = ["LADDER", "make_run_dir"]
 

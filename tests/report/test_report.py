@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from satbench import report_cli
-from satbench.figures import StepFigures
-from satbench.report import format_recommendation, lane_table, render_html, text_table, write_report
-from satbench.report_data import LaneReport, load_run, merge_steps, parse_steps_document, starvation_verdict
+from core.figures import StepFigures
+from satbench.report import cli as report_cli
+from satbench.report.data import LaneReport, load_run, merge_steps, parse_steps_document, starvation_verdict
+from satbench.report.render import format_recommendation, lane_table, render_html, text_table, write_report
 from tests.report.screenshot import CHROMIUM, HEIGHT, WIDTH, non_white_fraction, screenshot
 from tests.report.synthetic import LADDER, make_run_dir
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from satbench.records import read_records
+from core.records import read_records
 from tests.session.conftest import SessionRun, start_session, survivors
 
 pytestmark = pytest.mark.skipif(
@@ -96,7 +96,7 @@ def test_missing_prometheus_is_a_one_line_reason(tmp_path: Path) -> None:
 
 
 def test_runtime_not_answering_stops_what_was_started(tmp_path: Path) -> None:
-    from tests.support.net import free_port
+    from testkit.net import free_port
 
     config = tmp_path / "session.toml"
     config.write_text(

@@ -10,12 +10,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from satbench.dashboards import DASHBOARDS, panel_queries
-from satbench.local_prometheus import find_prometheus, render_prometheus_config, start_prometheus
-from satbench.processes import ProcessSet
+from satbench.dashboards.overview import DASHBOARDS, panel_queries
+from satbench.session.processes import ProcessSet
+from satbench.session.prometheus import find_prometheus, render_prometheus_config, start_prometheus
+from testkit.net import free_port
 from tests.report.screenshot import HEIGHT, WIDTH, non_white_fraction, screenshot
 from tests.session.conftest import SessionRun
-from tests.support.net import free_port
 
 pytestmark = pytest.mark.skipif(
     shutil.which("prometheus") is None, reason="Prometheus is not installed (apt-get install prometheus)"

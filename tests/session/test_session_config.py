@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from satbench.session_cli import _overrides
-from satbench.session_config import DEFAULT_LOADGEN, SessionConfigError, load_session_config
+from satbench.session.cli import _overrides
+from satbench.session.config import DEFAULT_LOADGEN, SessionConfigError, load_session_config
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,7 +14,7 @@ import pytest
 
 from simulator.profile import load_profile
 from simulator.stepcost import step_seconds
-from tests.support.sim import InProcessSimulator, SimulatorProcess
+from testkit.sim import InProcessSimulator, SimulatorProcess
 
 
 @pytest.fixture

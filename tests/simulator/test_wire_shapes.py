@@ -11,7 +11,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.sim import InProcessSimulator
+from testkit.sim import InProcessSimulator
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,9 @@
 """The run report: ``report.html`` (self-contained, plots inline) and ``README.md`` for one run folder.
 
 Both are rebuilt from the raw files alone (manifest.json, steps.json, recommendations.json, records.jsonl)
-through ``satbench.report_data.load_run``, so ``satbench report RUN_DIR`` on a copied folder gives the same
+through ``satbench.report.data.load_run``, so ``satbench report RUN_DIR`` on a copied folder gives the same
 report as the session that wrote it. The HTML has no external reference at all (no CDN, no web font, no
-script): plots are inline SVG from ``satbench.report_plots``, styles are inline, so it opens offline.
+script): plots are inline SVG from ``satbench.report.plots``, styles are inline, so it opens offline.
 
 ``lane_table`` is the one results table (per rung: throughput, p50/p95 latency, TTFT, queue time, occupancy,
 memory, Jain's index, starvation verdict); the terminal output of ``satbench run``, the Markdown and the
@@ -17,9 +17,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from satbench.figures import StepFigures
-from satbench.report_data import LaneReport, RunReport, load_run, starvation_verdict
-from satbench.report_plots import lane_figure_svg
+from core.figures import StepFigures
+from satbench.report.data import LaneReport, RunReport, load_run, starvation_verdict
+from satbench.report.plots import lane_figure_svg
 
 __all__ = [
     "TABLE_HEADERS",

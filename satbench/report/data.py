@@ -3,7 +3,7 @@
 Sources, in order of trust: ``steps.json`` (exact client-side figures the load generator computed from the
 records), then ``recommendations.json`` (the recommender's figures per step, which add what only the server
 side knows: occupancy, queue depth, memory), then ``records.jsonl`` (used to compute figures with
-``satbench.step_figures`` when ``steps.json`` is missing). For each (lane, concurrency) the client figures
+``core.step_figures`` when ``steps.json`` is missing). For each (lane, concurrency) the client figures
 win and missing fields are filled from the recommender's step; nothing is invented, an unknown stays None.
 
 ``steps.json`` may be a list of step objects, ``{"steps": [...]}`` or ``{"lanes": {lane: [...]}}``; each
@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from satbench.figures import StepFigures
-from satbench.manifest import RunManifest, StepWindow
+from core.figures import StepFigures
+from core.manifest import RunManifest, StepWindow
 
 __all__ = ["LaneReport", "RunReport", "load_run", "merge_steps", "parse_steps_document", "starvation_verdict"]
 
@@ -128,10 +128,10 @@ def _read_json(path: Path, problems: list[str]) -> Any:
 
 def _steps_from_records(run_dir: Path, manifest: RunManifest, problems: list[str]) -> list[StepFigures]:
     try:
-        from satbench.records import read_records
-        from satbench.step_figures import compute_step_figures
+        from core.records import read_records
+        from core.step_figures import compute_step_figures
     except ImportError:
-        problems.append("steps.json is missing and satbench.step_figures is not available to recompute it")
+        problems.append("steps.json is missing and core.step_figures is not available to recompute it")
         return []
     records = list(read_records(run_dir / "records.jsonl"))
     problems.append("steps.json is missing: figures recomputed from records.jsonl")

@@ -1,4 +1,4 @@
-"""``satbench run [--config FILE] [--out DIR]``: a whole session (see ``satbench.session``).
+"""``satbench run [--config FILE] [--out DIR]``: a whole session (see ``satbench.session.run``).
 
 With no config: two simulator lanes (dense, moe), ladder 1/2/4/8, a local Prometheus and recommender. Exit
 status 0 with an answer printed; 2 for a bad config; 1 with a one-line reason when something cannot start
@@ -45,9 +45,9 @@ def _overrides(items: list[str]) -> dict[str, object]:
 
 
 def main(args: argparse.Namespace) -> int:
-    from satbench.processes import StartError
-    from satbench.session import run_session
-    from satbench.session_config import SessionConfigError, load_session_config
+    from satbench.session.config import SessionConfigError, load_session_config
+    from satbench.session.processes import StartError
+    from satbench.session.run import run_session
 
     try:
         config = load_session_config(args.config, _overrides(args.set))

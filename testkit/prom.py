@@ -24,7 +24,7 @@ from typing import IO, Any
 
 import httpx
 
-from tests.support.net import free_port, wait_http
+from testkit.net import free_port, wait_http
 
 __all__ = ["PrometheusProcess", "PrometheusQueryError", "prometheus_binary", "promtool_binary"]
 

@@ -17,8 +17,8 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from satbench.manifest import RunManifest, StepWindow
-from satbench.records import Phase, RequestRecord
+from core.manifest import RunManifest, StepWindow
+from core.records import Phase, RequestRecord
 
 __all__ = ["SyntheticLane", "simulate_run"]
 

@@ -41,7 +41,7 @@ def main(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     from satbench.evidence import ModelDirError, refuse_home_path
-    from satbench.tiny_models import (
+    from satbench.models.tiny import (
         TINY_MODELS,
         VocabNotFoundError,
         describe_model_files,

@@ -14,7 +14,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from satbench.report import write_report
+    from satbench.report.render import write_report
 
     run_dir: Path = args.run_dir
     if not run_dir.is_dir():

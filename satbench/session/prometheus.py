@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 
 from exporter.promconfig import ScrapeTarget, render_prometheus_config
-from satbench.processes import ProcessSet, StartError, wait_until_ready
+from satbench.session.processes import ProcessSet, StartError, wait_until_ready
 
 __all__ = [
     "INSTALL_HINT",
@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 INSTALL_HINT = "apt-get install prometheus"
-PROMETHEUS_DIR = Path(__file__).resolve().parent.parent / "prometheus"
+PROMETHEUS_DIR = Path(__file__).resolve().parents[2] / "prometheus"
 
 
 def find_prometheus(binary: str) -> str:

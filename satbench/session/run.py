@@ -4,7 +4,7 @@ Order of a session (``run_session``):
 
 1. Refuse early: a Prometheus binary must exist when one is to be started (the reason names the install
    command); the run folder ``<out>/<run_id>/`` is created.
-2. Start, each as its own process group (``satbench.processes``): one runtime per lane (simulator, or a real
+2. Start, each as its own process group (``satbench.session.processes``): one runtime per lane (simulator, or a real
    ``llama-server``; ``external`` lanes are only checked to answer ``/health``), one exporter per lane, the
    recommender, then Prometheus with a config listing exactly those targets plus the load generator's
    /metrics port (picked before it starts). Wait until Prometheus has scraped every target once.
@@ -33,19 +33,19 @@ from typing import Any
 
 import httpx
 
+from core.loops import fast_loop_factory
+from core.manifest import RunManifest, new_run_id, write_json_atomic
 from exporter.promconfig import EXPORTER_JOB, LOADGEN_JOB, RECOMMENDER_JOB, ScrapeTarget
 from satbench import evidence
-from satbench.local_prometheus import (
+from satbench.session.config import LaneRuntime, SessionConfig
+from satbench.session.processes import ProcessSet, StartError, install_signal_handlers, wait_until_ready
+from satbench.session.prometheus import (
     find_prometheus,
     render_prometheus_config,
     rule_files,
     start_prometheus,
     wait_targets_up,
 )
-from satbench.loops import fast_loop_factory
-from satbench.manifest import RunManifest, new_run_id, write_json_atomic
-from satbench.processes import ProcessSet, StartError, install_signal_handlers, wait_until_ready
-from satbench.session_config import LaneRuntime, SessionConfig
 
 __all__ = ["LaneEndpoint", "SessionResult", "free_loopback_port", "run_session"]
 
@@ -160,7 +160,7 @@ def _start_recommender(
 def _model_files(endpoint: LaneEndpoint, config: SessionConfig) -> list[dict[str, Any]]:
     if endpoint.lane.runtime != "llamacpp" or config.model_dir is None or not endpoint.lane.model_file:
         return []
-    from satbench.tiny_models import describe_model_files
+    from satbench.models.tiny import describe_model_files
 
     return describe_model_files([config.model_dir / endpoint.lane.model_file])
 
@@ -378,7 +378,7 @@ def run_session(
     finally:
         processes.stop_all()
         restore()
-    from satbench.report import write_report
+    from satbench.report.render import write_report
 
     write_report(run_dir)
     _print_summary(run_dir, say)
@@ -388,8 +388,8 @@ def run_session(
 
 
 def _print_summary(run_dir: Path, say: Say) -> None:
-    from satbench.report import format_recommendation, lane_table, text_table
-    from satbench.report_data import load_run
+    from satbench.report.data import load_run
+    from satbench.report.render import format_recommendation, lane_table, text_table
 
     report = load_run(run_dir)
     for lane in report.lanes:

@@ -3,7 +3,7 @@ OpenMetrics text with timestamps, for ``promtool tsdb create-blocks-from openmet
 
 Counters and histograms follow the load generator's convention: a request is counted, its tokens credited
 to its user and its latencies observed when it *ends*. Histogram buckets are the load generator's
-(``loadgen.buckets.LATENCY_BUCKETS_S``), trimmed to one empty bucket each side of what was observed, which
+(``core.histograms.LATENCY_BUCKETS_S``), trimmed to one empty bucket each side of what was observed, which
 leaves every ``histogram_quantile`` unchanged. ``extra_gauges`` adds arbitrary gauge samples (the escaping
 probe); ``missed_scrapes`` lists time ranges with no samples at all (a scrape target that did not answer).
 """
@@ -15,9 +15,9 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
-from loadgen.buckets import LATENCY_BUCKETS_S
-from satbench.manifest import RunManifest
-from satbench.records import RequestRecord
+from core.histograms import LATENCY_BUCKETS_S
+from core.manifest import RunManifest
+from core.records import RequestRecord
 
 __all__ = ["openmetrics_text"]
 

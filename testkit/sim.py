@@ -19,11 +19,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from tests.support.net import free_port, wait_http
+from testkit.net import free_port, wait_http
 
 __all__ = ["InProcessSimulator", "SimulatorProcess"]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 _FLAGS = {
     "slots": "--slots",
     "seed": "--seed",

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from tests.support.net import free_port, wait_http
+from testkit.net import free_port, wait_http
 
 __all__ = ["BackfilledPrometheus", "tools_available"]
 

@@ -16,7 +16,7 @@ non-JSON event (``malformed_every``), every n-th connection closed before any by
 (``close_every``: what a client sees when real llama-server closed a kept-alive connection after a
 stream), a ``: ping`` comment before each stream.
 
-Run alone: ``python -m loadgen.stream_server --port 8099 --itl-ms 10``.
+Run alone: ``python -m testkit.stream_server --port 8099 --itl-ms 10``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from satbench.loops import fast_loop_factory
+from core.loops import fast_loop_factory
 
 __all__ = ["StreamServer", "StreamServerConfig", "main"]
 

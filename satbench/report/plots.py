@@ -20,8 +20,8 @@ matplotlib.use("Agg")
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from satbench.figures import StepFigures
-from satbench.report_data import LaneReport
+from core.figures import StepFigures
+from satbench.report.data import LaneReport
 
 __all__ = ["lane_figure_svg"]
 

@@ -30,7 +30,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from loadgen.config import ApiFlavour
+from core.api import ApiFlavour
 
 __all__ = ["StreamParser", "StreamSummary", "parse_stream"]
 

@@ -25,7 +25,7 @@ __all__ = [
     "write_json_atomic",
 ]
 
-MANIFEST_SCHEMA = "satbench.manifest/v1"
+MANIFEST_SCHEMA = "core.manifest/v1"
 
 
 def new_run_id(now: float | None = None) -> str:

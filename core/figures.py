@@ -5,7 +5,7 @@
 document (schema ``satbench.recommendations/v1``). Fields a source cannot know are ``None``: the records
 source knows nothing of server-side occupancy or memory, for instance.
 
-The functions that compute figures live with their sources: ``satbench.step_figures`` (exact, from
+The functions that compute figures live with their sources: ``core.step_figures`` (exact, from
 records) and ``recommender.prometheus_source`` (from PromQL over the step window).
 """
 

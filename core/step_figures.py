@@ -24,8 +24,9 @@ What counts (DESIGN.md "Metric definitions"):
   intervals sorted by start with a running maximum of their ends (overlap: ``start < b and end > a``).
 - prefill wait max: the longest TTFT of a request sent in the window (a request with no first token counts
   with the time it waited, its e2e).
-- throughput confidence interval: batch means. The window is cut into ``k = floor(W / batch_s)`` batches
-  (default ``batch_s = W / 10``); the interval is ``mean +- t(0.975, k-1) * sd / sqrt(k)``.
+- throughput confidence interval: batch means (``core.statistics``). The window is cut into
+  ``k = floor(W / batch_s)`` batches (default ``batch_s = W / 10``); the interval is
+  ``mean +- t(0.975, k-1) * sd / sqrt(k)``.
 """
 
 from __future__ import annotations
@@ -34,50 +35,12 @@ import bisect
 import math
 from collections.abc import Iterable, Sequence
 
-from satbench.figures import Quantiles, StepFigures
-from satbench.manifest import StepWindow
-from satbench.records import RequestRecord
+from core.figures import StepFigures
+from core.manifest import StepWindow
+from core.records import RequestRecord
+from core.statistics import batch_means_ci, batch_rates, jain_index, max_min_share, quantiles
 
-__all__ = [
-    "batch_means_ci",
-    "compute_step_figures",
-    "jain_index",
-    "longest_stalled_gap",
-    "quantile",
-    "quantiles",
-    "t975",
-    "token_arrivals",
-]
-
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
-         2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
-         2.052, 2.048, 2.045, 2.042)
-
-
-def quantile(sorted_values: Sequence[float], q: float) -> float | None:
-    """Exact quantile of already sorted values (linear interpolation, numpy's default)."""
-    n = len(sorted_values)
-    if n == 0:
-        return None
-    pos = (n - 1) * q
-    lo = math.floor(pos)
-    hi = min(lo + 1, n - 1)
-    frac = pos - lo
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac
-
-
-def quantiles(values: Sequence[float]) -> Quantiles:
-    data = sorted(values)
-    return Quantiles(p50=quantile(data, 0.50), p95=quantile(data, 0.95), p99=quantile(data, 0.99))
-
-
-def jain_index(values: Sequence[float]) -> float | None:
-    total = sum(values)
-    squares = sum(v * v for v in values)
-    if not values or squares == 0:
-        return None
-    return total * total / (len(values) * squares)
-
+__all__ = ["compute_step_figures", "longest_stalled_gap", "throughput_ci", "token_arrivals"]
 
 def token_arrivals(record: RequestRecord) -> list[tuple[float, int]]:
     """(arrival time, tokens) per content event; the last event carries any tokens the server merged."""
@@ -91,30 +54,14 @@ def token_arrivals(record: RequestRecord) -> list[tuple[float, int]]:
     return out
 
 
-def t975(dof: int) -> float:
-    """Two-sided 95% Student t quantile for ``dof`` degrees of freedom (normal beyond 30)."""
-    return _T975[dof - 1] if dof <= len(_T975) else 1.96
-
-
-def batch_means_ci(arrivals: Sequence[tuple[float, int]], start: float, end: float,
-                   batch_s: float | None = None) -> tuple[float, float] | None:
-    """95% batch-means interval of tokens/s over ``[start, end]``; ``None`` with fewer than 2 batches."""
+def throughput_ci(arrivals: Sequence[tuple[float, int]], start: float, end: float,
+                  batch_s: float | None = None, confidence: float = 0.95) -> tuple[float, float] | None:
+    """Batch-means interval of tokens/s over ``[start, end]`` (batches of ``batch_s``, else a tenth of it)."""
     length = end - start
     if length <= 0:
         return None
     size = batch_s if batch_s and batch_s > 0 else length / 10.0
-    k = int(length // size + 1e-9)
-    if k < 2:
-        return None
-    counts = [0] * k
-    for t, n in arrivals:
-        if start <= t < start + k * size:
-            counts[min(int((t - start) // size), k - 1)] += n
-    rates = [c / size for c in counts]
-    mean = sum(rates) / k
-    var = sum((r - mean) ** 2 for r in rates) / (k - 1)
-    half = t975(k - 1) * math.sqrt(var / k)
-    return (mean - half, mean + half)
+    return batch_means_ci(batch_rates(arrivals, start, end, size), confidence)
 
 
 def longest_stalled_gap(gaps: Iterable[tuple[float, float]],
@@ -206,9 +153,6 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
     if stall is not None and itl_q.p50:
         ratio = stall / itl_q.p50
     counts = list(per_user.values())
-    max_min = None
-    if counts and min(counts) > 0:
-        max_min = max(counts) / min(counts)
     valid, reason = window.valid, window.reason
     if ok_count == 0 and valid:
         valid, reason = False, "no successful request ended inside the window"
@@ -226,12 +170,12 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
         tpot_s=quantiles(tpot),
         queue_s=quantiles(queue),
         jain=jain_index(counts),
-        max_min_share=max_min,
+        max_min_share=max_min_share(counts),
         decode_stall_max_ratio=ratio,
         decode_stall_max_s=stall,
         prefill_wait_max_s=max(waits) if waits else None,
         errors_by_outcome=dict(sorted(errors_by_outcome.items())),
-        throughput_ci_tok_s=batch_means_ci(arrivals, start, end, batch_s),
+        throughput_ci_tok_s=throughput_ci(arrivals, start, end, batch_s),
         valid=valid,
         reason=reason,
     )

@@ -1,0 +1,161 @@
+"""The statistics every floor uses, each written once with its edge cases decided once.
+
+- ``quantile``: exact, linear interpolation between order statistics (numpy's default, type 7 of Hyndman
+  and Fan). ``None`` for no data.
+- ``jain_index``: Jain, Chiu and Hawe (1984), ``(sum x)^2 / (n sum x^2)`` over non-negative shares: 1 when
+  every user got the same, ``1/n`` when one user got everything. ``None`` for no users or when nobody got
+  anything (nothing to share is not unfairness); a negative or non-finite share is a caller's bug and raises.
+- ``max_min_share``: the best-served user's share over the worst-served user's; ``None`` when someone got
+  nothing (Jain's index then shows the starvation; an infinite ratio would only break JSON).
+- batch means (Law and Kelton, *Simulation Modeling and Analysis*, ch. 9): ``batch_rates`` cuts a window
+  into ``k = floor(W / b)`` equal batches and counts what arrived in each; ``batch_means_ci`` is the
+  Student-t interval of their mean at the asked confidence. ``None`` with fewer than 2 batches. Two rungs
+  "cannot be told apart" (``indistinguishable``) when the interval of the *difference* of their means
+  contains zero: with half-widths ``h_a`` and ``h_b`` at one confidence, that interval's half-width is
+  ``sqrt(h_a**2 + h_b**2)`` (independent estimates: variances add; the two Student quantiles are taken as
+  equal, which errs on the wide side for the one with more batches). This is less conservative than asking
+  the intervals not to overlap (a gap of ``h_a + h_b``) and is the usual two-sample comparison.
+- ``gain_per_doubling``: the relative throughput gain from (c1, t1) to (c2, t2) normalised to one doubling
+  of concurrency, ``(t2/t1) ** (1 / log2(c2/c1)) - 1``, so uneven ladders (1, 2, 3, 4, 8) are judged on one
+  scale. From nothing to something is an infinite gain, nothing to nothing is no gain (0), something to
+  nothing is -1 (all lost). Rungs must satisfy ``0 < c1 < c2``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+
+from scipy import stats
+
+from core.figures import Quantiles
+
+__all__ = [
+    "batch_means_ci",
+    "batch_rates",
+    "gain_per_doubling",
+    "indistinguishable",
+    "intervals_overlap",
+    "jain_index",
+    "max_min_share",
+    "quantile",
+    "quantiles",
+    "relative_half_width",
+    "t_quantile",
+]
+
+
+def quantile(sorted_values: Sequence[float], q: float) -> float | None:
+    """Exact quantile of already sorted values (linear interpolation, numpy's default)."""
+    n = len(sorted_values)
+    if n == 0:
+        return None
+    pos = (n - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, n - 1)
+    frac = pos - lo
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac
+
+
+def quantiles(values: Iterable[float]) -> Quantiles:
+    """p50, p95 and p99 of ``values`` (any order)."""
+    data = sorted(values)
+    return Quantiles(p50=quantile(data, 0.50), p95=quantile(data, 0.95), p99=quantile(data, 0.99))
+
+
+def _shares(values: Iterable[float]) -> list[float]:
+    xs = [float(v) for v in values]
+    if any(v < 0 or not math.isfinite(v) for v in xs):
+        raise ValueError("shares must be finite and non-negative")
+    return xs
+
+
+def jain_index(values: Iterable[float]) -> float | None:
+    """Jain's fairness index of non-negative shares; ``None`` for no users or when nobody got anything."""
+    xs = _shares(values)
+    squares = sum(v * v for v in xs)
+    if not xs or squares == 0:
+        return None
+    total = sum(xs)
+    return total * total / (len(xs) * squares)
+
+
+def max_min_share(values: Iterable[float]) -> float | None:
+    """Best-served user's share over the worst-served user's; ``None`` for no users or if someone got nothing."""
+    xs = _shares(values)
+    if not xs or min(xs) <= 0:
+        return None
+    return max(xs) / min(xs)
+
+
+@lru_cache(maxsize=256)
+def t_quantile(confidence: float, dof: int) -> float:
+    """Two-sided Student-t quantile: ``mean +- t * se`` covers ``confidence`` with ``dof`` degrees of freedom."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+    if dof < 1:
+        raise ValueError(f"need at least one degree of freedom, got {dof}")
+    return float(stats.t.ppf(0.5 + confidence / 2, dof))
+
+
+def batch_rates(arrivals: Iterable[tuple[float, float]], start: float, end: float,
+                batch_s: float) -> list[float]:
+    """Per-batch rate of what arrived in ``[start, start + k * batch_s)``, ``k = floor((end - start) / batch_s)``.
+
+    ``arrivals`` are (time, amount) pairs; an arrival after the last whole batch is left out, so every
+    batch has the same length.
+    """
+    if batch_s <= 0 or end <= start:
+        return []
+    k = int((end - start) // batch_s + 1e-9)
+    if k <= 0:
+        return []
+    counts = [0.0] * k
+    stop = start + k * batch_s
+    for t, n in arrivals:
+        if start <= t < stop:
+            counts[min(int((t - start) // batch_s), k - 1)] += n
+    return [c / batch_s for c in counts]
+
+
+def batch_means_ci(batch_values: Sequence[float], confidence: float = 0.95) -> tuple[float, float] | None:
+    """Student-t interval of the mean of ``batch_values``; ``None`` with fewer than 2 finite batches."""
+    values = [float(v) for v in batch_values if math.isfinite(v)]
+    n = len(values)
+    if n < 2:
+        return None
+    half_t = t_quantile(confidence, n - 1)
+    mean = sum(values) / n
+    var = sum((v - mean) ** 2 for v in values) / (n - 1)
+    half = half_t * math.sqrt(var / n)
+    return (mean - half, mean + half)
+
+
+def relative_half_width(ci: tuple[float, float], mean: float) -> float:
+    """Half-width of ``ci`` over ``mean`` (infinite when the mean is not positive)."""
+    if mean <= 0:
+        return math.inf
+    return (ci[1] - ci[0]) / 2 / mean
+
+
+def intervals_overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    return a[0] <= b[1] and b[0] <= a[1]
+
+
+def indistinguishable(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """True when the interval of the difference of the two means (see module docstring) contains zero."""
+    mean_a, mean_b = (a[0] + a[1]) / 2, (b[0] + b[1]) / 2
+    half = math.hypot((a[1] - a[0]) / 2, (b[1] - b[0]) / 2)
+    return abs(mean_b - mean_a) <= half
+
+
+def gain_per_doubling(c1: int, t1: float, c2: int, t2: float) -> float:
+    """Relative throughput gain from (c1, t1) to (c2, t2), normalised to one doubling of concurrency."""
+    if c1 <= 0 or c2 <= c1:
+        raise ValueError(f"need 0 < c1 < c2, got c1={c1}, c2={c2}")
+    if t1 <= 0:
+        return math.inf if t2 > 0 else 0.0
+    if t2 <= 0:
+        return -1.0
+    return float((t2 / t1) ** (1.0 / math.log2(c2 / c1)) - 1.0)

@@ -1,0 +1,1 @@
+"""Grafana dashboards as code: one factory per panel, queries from ``core.promql``."""

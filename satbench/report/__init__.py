@@ -1,0 +1,1 @@
+"""The run report: a run folder read back (``data``), rendered as HTML and Markdown (``render``), with plots."""

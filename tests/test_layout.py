@@ -1,0 +1,133 @@
+"""The floors of the tree, read from every module's imports (``ast``), so the architecture stays visible.
+
+The rule (also in docs/DESIGN.md, "The tree"):
+
+- ground: ``core`` imports no other package of this repository;
+- parts: ``simulator``, ``loadgen``, ``exporter``, ``recommender`` import only ``core`` and themselves,
+  never each other;
+- top: ``satbench`` imports the parts and the ground;
+- ``testkit`` (test support shared by tests and benches) may import the product; the product never
+  imports ``testkit`` or ``tests``; ``bench`` imports the product and ``testkit``, never ``tests``.
+
+Imports under ``if TYPE_CHECKING:`` count too: a type-only arrow is still an arrow. Inside one package two
+modules must not import each other (directly or through a longer cycle).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+GROUND = {"core"}
+PARTS = {"simulator", "loadgen", "exporter", "recommender"}
+TOP = {"satbench"}
+PRODUCT = GROUND | PARTS | TOP
+OURS = PRODUCT | {"testkit", "tests", "bench"}
+
+
+def allowed(source: str) -> set[str]:
+    """The top-level packages of this repository that modules of package ``source`` may import."""
+    if source in GROUND:
+        return {source}
+    if source in PARTS:
+        return {source} | GROUND
+    if source in TOP:
+        return PRODUCT
+    if source == "testkit":
+        return PRODUCT | {"testkit"}
+    if source == "bench":
+        return PRODUCT | {"testkit", "bench"}
+    return OURS
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imported(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, absolute module name) of every import in the file, relative imports resolved."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = module_name(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            yield node.lineno, name
+            for alias in node.names:  # ``from core import promql`` imports the module core.promql
+                yield node.lineno, f"{name}.{alias.name}"
+
+
+def python_files() -> list[Path]:
+    return sorted(p for top in OURS for p in (ROOT / top).rglob("*.py"))
+
+
+def test_every_package_is_on_a_floor() -> None:
+    tops = {p.name for p in ROOT.iterdir() if (p / "__init__.py").exists()}
+    assert tops <= OURS, f"a package on no floor: {sorted(tops - OURS)}; add it to the rule"
+
+
+@pytest.mark.parametrize("path", python_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_imports_keep_to_the_floors(path: Path) -> None:
+    source = path.relative_to(ROOT).parts[0]
+    bad = [
+        f"{path.relative_to(ROOT)}:{line} imports {name}"
+        for line, name in imported(path)
+        if name.split(".")[0] in OURS and name.split(".")[0] not in allowed(source)
+    ]
+    assert not bad, "imports across the floors:\n" + "\n".join(bad)
+
+
+def _module_graph() -> dict[str, set[str]]:
+    modules = {module_name(p): p for p in python_files() if p.relative_to(ROOT).parts[0] in PRODUCT | {"testkit"}}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets = set()
+        for _, target in imported(path):
+            is_package = target in modules and modules[target].name == "__init__.py"
+            if target in modules and target != name and not is_package:
+                targets.add(target)
+        graph[name] = targets
+    return graph
+
+
+def test_no_import_cycles_between_modules() -> None:
+    graph = _module_graph()
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append([*stack[stack.index(nxt):], nxt])
+            elif nxt not in state:
+                visit(nxt, stack)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [])
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_rule_catches_an_arrow_up_and_a_sideways_one(tmp_path: Path) -> None:
+    assert "satbench" not in allowed("loadgen") and "loadgen" not in allowed("exporter")
+    assert "tests" not in allowed("bench") and "testkit" not in allowed("recommender")
+    assert allowed("satbench") >= PARTS | GROUND and allowed("core") == {"core"}

@@ -1,0 +1,153 @@
+"""Each statistic of ``core.statistics`` with its edge cases, decided once and tested once."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from core.statistics import (
+    batch_means_ci,
+    batch_rates,
+    gain_per_doubling,
+    indistinguishable,
+    intervals_overlap,
+    jain_index,
+    max_min_share,
+    quantile,
+    quantiles,
+    relative_half_width,
+    t_quantile,
+)
+
+
+def test_quantile_interpolates_between_order_statistics() -> None:
+    assert quantile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
+    assert quantile([1.0, 2.0, 3.0, 4.0], 0.95) == pytest.approx(3.85)
+    assert quantile([7.0], 0.99) == 7.0
+    assert quantile([], 0.5) is None
+    q = quantiles([4.0, 1.0, 3.0, 2.0])
+    assert (q.p50, q.p95) == (2.5, pytest.approx(3.85))
+    assert quantiles([]).p99 is None
+
+
+@pytest.mark.parametrize(
+    ("shares", "jain", "share"),
+    [
+        ([10, 10, 10, 10], 1.0, 1.0),
+        ([40, 0, 0, 0], 0.25, None),  # one user got everything: 1/n
+        ([10, 20], 0.9, 2.0),
+        ([0, 0], None, None),  # nothing to share is not unfairness
+        ([], None, None),
+    ],
+)
+def test_jain_and_max_min_share(shares: list[float], jain: float | None, share: float | None) -> None:
+    assert jain_index(shares) == (None if jain is None else pytest.approx(jain))
+    assert max_min_share(shares) == (None if share is None else pytest.approx(share))
+
+
+@pytest.mark.parametrize("bad", [[1.0, -1.0], [1.0, math.nan], [math.inf, 1.0]])
+def test_fairness_rejects_impossible_shares(bad: list[float]) -> None:
+    with pytest.raises(ValueError):
+        jain_index(bad)
+    with pytest.raises(ValueError):
+        max_min_share(bad)
+
+
+def test_t_quantile_matches_the_table() -> None:
+    assert t_quantile(0.95, 1) == pytest.approx(12.706, abs=1e-3)
+    assert t_quantile(0.95, 9) == pytest.approx(2.262, abs=1e-3)
+    assert t_quantile(0.95, 10_000) == pytest.approx(1.960, abs=1e-3)
+    with pytest.raises(ValueError):
+        t_quantile(0.95, 0)
+
+
+def test_batch_rates_cut_whole_batches_only() -> None:
+    arrivals = [(100.0 + i * 0.5, 1) for i in range(20)]  # 2 tok/s, evenly over [100, 110)
+    assert batch_rates(arrivals, 100.0, 110.0, 2.0) == pytest.approx([2.0] * 5)
+    assert batch_rates(arrivals, 100.0, 110.0, 6.0) == pytest.approx([2.0])  # [106, 110) is no whole batch
+    assert batch_rates([(100.1, 10), (102.1, 30)], 100.0, 104.0, 2.0) == pytest.approx([5.0, 15.0])
+    assert batch_rates(arrivals, 100.0, 100.0, 1.0) == [] and batch_rates(arrivals, 100.0, 110.0, 0.0) == []
+
+
+def test_batch_means_of_two_batches_use_the_wide_t() -> None:
+    ci = batch_means_ci([5.0, 15.0])
+    assert ci is not None
+    lo, hi = ci
+    assert (lo + hi) / 2 == pytest.approx(10.0) and hi - lo == pytest.approx(2 * 12.706 * 5.0, rel=1e-4)
+
+def test_batch_means_ci_known_values() -> None:
+    # mean 10, sd 1 over 4 batches: half-width t(0.975, 3) * 1 / 2 = 3.182 / 2
+    ci = batch_means_ci([9.0, 11.0, 9.0, 11.0], 0.95)
+    assert ci is not None
+    sd = (4 / 3) ** 0.5
+    assert ci == pytest.approx((10 - 3.1824 * sd / 2, 10 + 3.1824 * sd / 2), rel=1e-4)
+
+
+@pytest.mark.parametrize("values", [[], [5.0], [float("nan"), 5.0]])
+def test_batch_means_ci_needs_two_batches(values: list[float]) -> None:
+    assert batch_means_ci(values, 0.95) is None
+
+
+def test_batch_means_ci_rejects_bad_confidence() -> None:
+    with pytest.raises(ValueError):
+        batch_means_ci([1.0, 2.0], 1.0)
+
+
+def test_wider_confidence_gives_wider_interval() -> None:
+    narrow = batch_means_ci([9.0, 11.0, 10.0, 10.5], 0.80)
+    wide = batch_means_ci([9.0, 11.0, 10.0, 10.5], 0.99)
+    assert narrow is not None and wide is not None
+    assert wide[0] < narrow[0] and wide[1] > narrow[1]
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "overlap"),
+    [((1, 2), (1.5, 3), True), ((1, 2), (2.5, 3), False), ((3, 4), (1, 2), False), ((1, 4), (2, 3), True)],
+)
+def test_intervals_overlap(a: tuple[float, float], b: tuple[float, float], overlap: bool) -> None:
+    assert intervals_overlap(a, b) is overlap
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [
+        ((90, 110), (125, 145), False),  # 35 apart, sqrt(10^2 + 10^2) = 14.1
+        ((90, 110), (105, 125), False),  # overlapping intervals, yet 15 > 14.1: told apart
+        ((90, 110), (100, 120), True),  # 10 <= 14.1
+        ((100, 100), (100, 100), True),
+        ((100, 100), (101, 101), False),
+    ],
+)
+def test_indistinguishable(a: tuple[float, float], b: tuple[float, float], same: bool) -> None:
+    assert indistinguishable(a, b) is same
+    assert indistinguishable(b, a) is same
+
+
+def test_relative_half_width() -> None:
+    assert relative_half_width((90.0, 110.0), 100.0) == pytest.approx(0.1)
+    assert relative_half_width((0.0, 1.0), 0.0) == float("inf")
+
+
+@pytest.mark.parametrize(
+    ("c1", "t1", "c2", "t2", "expected"),
+    [
+        (1, 100, 2, 200, 1.0),  # throughput doubles with concurrency
+        (1, 100, 4, 400, 1.0),  # two doublings, same per-doubling gain
+        (4, 400, 8, 420, 0.05),
+        (2, 100, 8, 121, 0.1),  # 21 % over two doublings = 10 % per doubling
+        (1, 100, 3, 100, 0.0),
+        (4, 400, 8, 200, -0.5),
+        (1, 0, 2, 10, math.inf),  # from nothing to something
+        (1, 0, 2, 0, 0.0),  # nothing to nothing: no gain
+        (1, 100, 2, 0, -1.0),  # all lost
+    ],
+)
+def test_gain_per_doubling(c1: int, t1: float, c2: int, t2: float, expected: float) -> None:
+    assert gain_per_doubling(c1, t1, c2, t2) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("c1", "c2"), [(2, 2), (4, 2), (0, 2)])
+def test_gain_per_doubling_rejects_bad_rungs(c1: int, c2: int) -> None:
+    with pytest.raises(ValueError):
+        gain_per_doubling(c1, 1.0, c2, 2.0)
