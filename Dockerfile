@@ -3,6 +3,7 @@ FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 WORKDIR /opt/satbench
 COPY pyproject.toml README.md ./
+COPY core ./core
 COPY satbench ./satbench
 COPY simulator ./simulator
 COPY loadgen ./loadgen

@@ -3,7 +3,22 @@
 The step windows are the contract between the load generator (which measures them) and the recommender
 (which queries Prometheus over exactly those windows, or reads the records inside them). Everything else in
 the manifest is evidence for a reader: command line, config, versions, runtime build, model files, hardware,
-network. Unknown keys are kept, so a newer writer never loses data through an older reader.
+network. Unknown top-level keys are kept, so a newer writer never loses data through an older reader.
+
+The manifest is assembled from parts, each returned by the one producer that knows it; nobody edits
+another producer's part:
+
+- ``LadderPart`` (the load generator's): the step windows, what the client saw of each lane (``clients``:
+  url, API flavour, model, the runtime's ``/props`` and a round trip), the load generator's /metrics URL and
+  when the walk finished. ``loadgen.runner`` returns it and writes ``header.with_ladder(part)`` after every
+  rung, so a crash loses at most the rung in flight.
+- ``RunManifest`` (the session's header, a ``LadderPart`` with more): run id, command, redacted config,
+  versions, hardware, network, Prometheus, the recommender URL and ``lanes``: how each lane's runtime was
+  started (kind, command, build, model files), by the session.
+
+One shape for every edge: frozen pydantic models (``StepWindow`` a pydantic dataclass), so the
+recommender's ``POST /runs`` validates a body with the same class the writers use (bounds on run ids, lanes,
+concurrency, finite times).
 """
 
 from __future__ import annotations
@@ -12,12 +27,17 @@ import json
 import os
 import secrets
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, FiniteFloat
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 __all__ = [
     "MANIFEST_SCHEMA",
+    "RUN_ID_PATTERN",
+    "LadderPart",
     "RunManifest",
     "StepWindow",
     "new_run_id",
@@ -25,7 +45,12 @@ __all__ = [
     "write_json_atomic",
 ]
 
-MANIFEST_SCHEMA = "core.manifest/v1"
+MANIFEST_SCHEMA = "satbench.manifest/v1"
+RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+
+
+_READING_ORDER = ("schema", "run_id", "created_at", "finished_at", "command", "config", "versions", "lanes",
+                  "clients", "hardware", "network", "prometheus", "recommender_url", "loadgen_metrics_url")
 
 
 def new_run_id(now: float | None = None) -> str:
@@ -34,21 +59,22 @@ def new_run_id(now: float | None = None) -> str:
     return f"{stamp}-{secrets.token_hex(2)}"
 
 
-@dataclass(frozen=True, slots=True)
+@pydantic_dataclass(frozen=True, slots=True, config=ConfigDict(extra="forbid"))
 class StepWindow:
     """The measured part of one rung (lane, concurrency): ``[start, end]`` in Unix seconds.
 
     ``warmup_start`` is when the rung's users started, ``drain_end`` when its last request ended. ``valid``
     is false when the step must not be used for an answer; ``reason`` then says why (client could not keep
     up, runtime down, too few requests...). ``notes`` carry non-fatal observations (errors seen, retries).
+    A pydantic dataclass: positional like any dataclass, and validated on construction, at every edge.
     """
 
-    lane: str
-    concurrency: int
-    start: float
-    end: float
-    warmup_start: float | None = None
-    drain_end: float | None = None
+    lane: Annotated[str, Field(min_length=1, max_length=200)]
+    concurrency: Annotated[int, Field(ge=1, le=1_000_000)]
+    start: FiniteFloat
+    end: FiniteFloat
+    warmup_start: FiniteFloat | None = None
+    drain_end: FiniteFloat | None = None
     valid: bool = True
     reason: str | None = None
     notes: tuple[str, ...] = ()
@@ -67,87 +93,76 @@ class StepWindow:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StepWindow:
-        return cls(
-            lane=str(data["lane"]),
-            concurrency=int(data["concurrency"]),
-            start=float(data["start"]),
-            end=float(data["end"]),
-            warmup_start=None if data.get("warmup_start") is None else float(data["warmup_start"]),
-            drain_end=None if data.get("drain_end") is None else float(data["drain_end"]),
-            valid=bool(data.get("valid", True)),
-            reason=data.get("reason"),
-            notes=tuple(data.get("notes") or ()),
-        )
+        return cls(**data)
 
 
-@dataclass(slots=True)
-class RunManifest:
-    """The manifest of one run. ``lanes`` maps lane name to its evidence (url, api, model, runtime build...)."""
+class LadderPart(BaseModel):
+    """The load generator's part of the manifest (see the module docstring)."""
 
-    run_id: str
-    created_at: float
-    command: list[str] = field(default_factory=list)
-    config: dict[str, Any] = field(default_factory=dict)
-    versions: dict[str, Any] = field(default_factory=dict)
-    lanes: dict[str, dict[str, Any]] = field(default_factory=dict)
-    hardware: dict[str, Any] = field(default_factory=dict)
-    network: dict[str, Any] = field(default_factory=dict)
-    prometheus: dict[str, Any] = field(default_factory=dict)
-    steps: list[StepWindow] = field(default_factory=list)
-    finished_at: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    steps: tuple[StepWindow, ...] = ()
+    clients: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    loadgen_metrics_url: str | None = None
+    finished_at: FiniteFloat | None = None
+
+    def with_lane(self, name: str, evidence: dict[str, Any]) -> LadderPart:
+        return self.model_copy(update={"clients": {**self.clients, name: evidence}})
+
+    def with_step(self, window: StepWindow) -> LadderPart:
+        return self.model_copy(update={"steps": (*self.steps, window)})
+
+
+class RunManifest(LadderPart):
+    """The manifest of one run: the session's header and the load generator's ``LadderPart``."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
+
+    schema_id: Literal["satbench.manifest/v1"] = Field(default="satbench.manifest/v1", alias="schema")
+    run_id: str = Field(pattern=RUN_ID_PATTERN)
+    created_at: FiniteFloat = 0.0
+    command: tuple[str, ...] = ()
+    config: dict[str, Any] = Field(default_factory=dict)
+    versions: dict[str, Any] = Field(default_factory=dict)
+    lanes: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    hardware: dict[str, Any] = Field(default_factory=dict)
+    network: dict[str, Any] = Field(default_factory=dict)
+    prometheus: dict[str, Any] = Field(default_factory=dict)
+    recommender_url: str | None = None
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        """Top-level keys this version does not know, kept as they came."""
+        return dict(self.model_extra or {})
+
+    def with_ladder(self, part: LadderPart) -> RunManifest:
+        """This header with the load generator's part in place of whatever part it had."""
+        return self.model_copy(update={name: getattr(part, name) for name in LadderPart.model_fields})
 
     def windows(self, lane: str | None = None) -> list[StepWindow]:
         return [s for s in self.steps if lane is None or s.lane == lane]
 
     def lane_names(self) -> list[str]:
-        names = list(self.lanes)
+        names = [*self.lanes, *(n for n in self.clients if n not in self.lanes)]
         for step in self.steps:
             if step.lane not in names:
                 names.append(step.lane)
         return names
 
     def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "schema": MANIFEST_SCHEMA,
-            "run_id": self.run_id,
-            "created_at": self.created_at,
-            "finished_at": self.finished_at,
-            "command": list(self.command),
-            "config": self.config,
-            "versions": self.versions,
-            "lanes": self.lanes,
-            "hardware": self.hardware,
-            "network": self.network,
-            "prometheus": self.prometheus,
-            "steps": [s.to_dict() for s in self.steps],
-        }
-        data.update(self.extra)
-        return data
+        data = self.model_dump(mode="json", by_alias=True)
+        first = {k: data.pop(k) for k in _READING_ORDER if k in data}
+        return {**first, **data}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunManifest:
+    def from_dict(cls, data: Any) -> RunManifest:
+        """Validates a manifest document; ``ValueError`` (pydantic's is one) names what is wrong."""
         if not isinstance(data, dict) or "run_id" not in data:
             raise ValueError("manifest must be a JSON object with a run_id")
         schema = data.get("schema", MANIFEST_SCHEMA)
         if schema != MANIFEST_SCHEMA:
             raise ValueError(f"unsupported manifest schema {schema!r} (expected {MANIFEST_SCHEMA})")
-        known = {"schema", "run_id", "created_at", "finished_at", "command", "config", "versions", "lanes",
-                 "hardware", "network", "prometheus", "steps"}
-        return cls(
-            run_id=str(data["run_id"]),
-            created_at=float(data.get("created_at") or 0.0),
-            finished_at=None if data.get("finished_at") is None else float(data["finished_at"]),
-            command=list(data.get("command") or []),
-            config=dict(data.get("config") or {}),
-            versions=dict(data.get("versions") or {}),
-            lanes=dict(data.get("lanes") or {}),
-            hardware=dict(data.get("hardware") or {}),
-            network=dict(data.get("network") or {}),
-            prometheus=dict(data.get("prometheus") or {}),
-            steps=[StepWindow.from_dict(s) for s in data.get("steps") or []],
-            extra={k: v for k, v in data.items() if k not in known},
-        )
+        return cls.model_validate(data)
 
     def write(self, path: Path) -> None:
         write_json_atomic(path, self.to_dict())

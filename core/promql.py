@@ -1,10 +1,19 @@
 """Named PromQL builders: the one place queries are written, with every label value escaped.
 
-The recommender, the dashboards and the alerts build their queries here, so a metric rename or a label
-change happens once. Label values never reach a query unescaped: ``escape_label_value`` turns any string
-into the body of a double-quoted PromQL string literal (backslash, double quote and control characters are
-escaped, Go-style, as the PromQL lexer reads them), so a value can only ever be compared, never parsed as
-syntax. Metric and label *names* are validated against Prometheus' grammar instead (they cannot be quoted).
+The recommender's step-window queries (``window_*``, ``named_union``) and the Grafana dashboard's panel,
+annotation and template-variable queries (``selector`` with ``Matcher``s, ``rate``, ``aggregate``,
+``sum_rate_by``, ``max_by``, ``sum_by``, ``quantile_rule``, ``step_windows``, ``label_values``) are built
+here, so a metric rename or a label change happens once. Label values never reach a query unescaped:
+``escape_label_value`` turns any string into the body of a double-quoted PromQL string literal (backslash,
+double quote and control characters are escaped, Go-style, as the PromQL lexer reads them), so a value can
+only ever be compared, never parsed as syntax. Metric and label *names* are validated against Prometheus'
+grammar instead (they cannot be quoted).
+
+Grafana template variables (``$lane``, ``$__rate_interval``) are Grafana syntax, not PromQL: Grafana
+replaces them before a query reaches Prometheus. They are written only through ``GrafanaVar``, never as
+pasted text: a ``Matcher`` whose value is a ``GrafanaVar`` renders ``lane=~"$lane"`` (``grafana_matcher``
+is the short form), and a ``GrafanaVar`` passed as a range window renders ``[$__rate_interval]``
+(``RATE_INTERVAL``). Everything else in such a query is escaped or validated as above.
 
 Windows are floats (a step window lasts 30.217 s); Prometheus range selectors take integer durations, so
 ``duration`` renders a window in whole milliseconds (``[30217ms]``), rounded to the nearest millisecond.
@@ -15,14 +24,27 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 __all__ = [
     "QUERY_LABEL",
+    "RATE_INTERVAL",
+    "GrafanaVar",
+    "Matcher",
+    "aggregate",
     "batch_output_tokens",
     "duration",
     "escape_label_value",
+    "grafana_matcher",
+    "label_values",
+    "max_by",
     "named_union",
+    "quantile_rule",
+    "rate",
     "selector",
+    "step_windows",
+    "sum_by",
+    "sum_rate_by",
     "window_gauge_avg",
     "window_gauge_max",
     "window_mean",
@@ -59,14 +81,74 @@ def _check_metric(metric: str) -> str:
     return metric
 
 
-def selector(metric: str, **labels: str) -> str:
-    """``metric{label="value",...}`` with every value escaped; equality matchers only."""
+def _check_label(name: str) -> str:
+    if not _LABEL_NAME.match(name):
+        raise ValueError(f"not a Prometheus label name: {name!r}")
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class GrafanaVar:
+    """A Grafana template variable, rendered ``$name``: Grafana substitutes it before Prometheus sees it.
+
+    Only for dashboards: the variable is written verbatim (its name is validated like a label name, with
+    Grafana's ``__`` prefix for built-ins such as ``__rate_interval``), so it must stand where Grafana's
+    substituted text is valid PromQL: as a ``Matcher`` value (inside the quotes) or as a range window.
+    """
+
+    name: str
+
+    def __post_init__(self) -> None:
+        _check_label(self.name)
+
+    def __str__(self) -> str:
+        return f"${self.name}"
+
+
+RATE_INTERVAL = GrafanaVar("__rate_interval")
+"""Grafana's ``$__rate_interval``: a range window that always spans at least four scrapes."""
+
+_MATCH_OPS = frozenset({"=", "!=", "=~", "!~"})
+
+
+@dataclass(frozen=True, slots=True)
+class Matcher:
+    """One label matcher ``label<op>"value"``; ``op`` is one of ``=``, ``!=``, ``=~``, ``!~``.
+
+    A ``str`` value is escaped with ``escape_label_value`` (for the regex operators it is then a regex, but
+    still cannot leave its string literal); a ``GrafanaVar`` value is written as ``"$name"``.
+    """
+
+    label: str
+    op: str
+    value: str | GrafanaVar
+
+    def __post_init__(self) -> None:
+        _check_label(self.label)
+        if self.op not in _MATCH_OPS:
+            raise ValueError(f"not a PromQL matcher operator: {self.op!r}")
+
+    def __str__(self) -> str:
+        value = self.value if isinstance(self.value, GrafanaVar) else escape_label_value(self.value)
+        return f'{self.label}{self.op}"{value}"'
+
+
+def grafana_matcher(label: str, variable: str | None = None, op: str = "=~") -> Matcher:
+    """``label=~"$variable"`` (``variable`` defaults to ``label``): a panel filtered by a Grafana variable.
+
+    ``=~`` is the default because a multi-value or "All" variable expands to a regex (``allValue`` ``.*``).
+    """
+    return Matcher(label, op, GrafanaVar(variable if variable is not None else label))
+
+
+def selector(metric: str, /, *matchers: Matcher, **labels: str) -> str:
+    """``metric{matcher,...,label="value",...}``: ``matchers`` first, then equality on ``labels``.
+
+    Every value is escaped (or, for a ``GrafanaVar`` matcher, written as the variable).
+    """
     _check_metric(metric)
-    parts = []
-    for name, value in labels.items():
-        if not _LABEL_NAME.match(name):
-            raise ValueError(f"not a Prometheus label name: {name!r}")
-        parts.append(f'{name}="{escape_label_value(value)}"')
+    parts = [str(m) for m in matchers]
+    parts += [str(Matcher(name, "=", value)) for name, value in labels.items()]
     return f"{metric}{{{','.join(parts)}}}"
 
 
@@ -75,6 +157,64 @@ def duration(seconds: float) -> str:
     if not seconds > 0:
         raise ValueError(f"a window must be positive, got {seconds!r} s")
     return f"{max(1, round(seconds * 1000))}ms"
+
+
+def _window(window: float | GrafanaVar) -> str:
+    return str(window) if isinstance(window, GrafanaVar) else duration(window)
+
+
+_AGGREGATIONS = frozenset({"sum", "max", "min", "avg", "count"})
+
+
+def aggregate(op: str, by: Sequence[str], expr: str) -> str:
+    """``op by (label, ...) (expr)`` for ``op`` in sum, max, min, avg, count; ``expr`` is a built query."""
+    if op not in _AGGREGATIONS:
+        raise ValueError(f"not a supported PromQL aggregation: {op!r}")
+    if not by:
+        raise ValueError("an aggregation by no labels: use the builders without ``by``")
+    return f"{op} by ({', '.join(_check_label(name) for name in by)}) ({expr})"
+
+
+def rate(metric: str, *matchers: Matcher, window: float | GrafanaVar = RATE_INTERVAL, **labels: str) -> str:
+    """``rate(metric{...}[window])``; ``window`` in seconds, or a ``GrafanaVar`` (``$__rate_interval``)."""
+    return f"rate({selector(metric, *matchers, **labels)}[{_window(window)}])"
+
+
+def sum_rate_by(
+    metric: str, by: Sequence[str], *matchers: Matcher, window: float | GrafanaVar = RATE_INTERVAL,
+    **labels: str,
+) -> str:
+    """Per-second rate of counter ``metric``, summed by the labels ``by``."""
+    return aggregate("sum", by, rate(metric, *matchers, window=window, **labels))
+
+
+def sum_by(metric: str, by: Sequence[str], *matchers: Matcher, **labels: str) -> str:
+    """Gauge ``metric`` summed by the labels ``by``."""
+    return aggregate("sum", by, selector(metric, *matchers, **labels))
+
+
+def max_by(metric: str, by: Sequence[str], *matchers: Matcher, **labels: str) -> str:
+    """Largest series of gauge ``metric`` per value of the labels ``by``."""
+    return aggregate("max", by, selector(metric, *matchers, **labels))
+
+
+def quantile_rule(metric: str) -> str:
+    """Name of the recording rule holding histogram ``metric``'s quantiles over 10 s, one series per quantile.
+
+    ``lane_quantile:<metric>:histogram_quantile10s`` of ``prometheus/rules/satbench.rules.yml``; select it
+    with ``selector(quantile_rule(metric), ...)``.
+    """
+    return f"lane_quantile:{_check_metric(metric)}:histogram_quantile10s"
+
+
+def step_windows(*matchers: Matcher, **labels: str) -> str:
+    """Lanes with a step window in progress: ``loadgen_step_concurrency`` above zero, per lane."""
+    return f"{max_by('loadgen_step_concurrency', ('lane',), *matchers, **labels)} > 0"
+
+
+def label_values(metric: str, label: str) -> str:
+    """Grafana's templating query ``label_values(metric, label)`` (Prometheus data source), not PromQL."""
+    return f"label_values({_check_metric(metric)}, {_check_label(label)})"
 
 
 def _q(q: float) -> str:

@@ -23,15 +23,13 @@ of the file before validation. API keys are never stored: a lane names an enviro
 
 from __future__ import annotations
 
-import os
-import tomllib
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from core.api import ApiFlavour
+from core.config_files import HttpUrl, load_toml_model
+from core.lanes import Lane, duplicate_names, lane_named
 
 __all__ = [
     "ConfigError",
@@ -40,51 +38,21 @@ __all__ = [
     "LengthDist",
     "LoadgenConfig",
     "WorkloadConfig",
-    "apply_overrides",
-    "check_http_url",
     "load_config",
-    "read_toml_config",
 ]
 
 class ConfigError(ValueError):
     """A configuration was refused; the message names every bad field."""
 
 
-def check_http_url(value: str) -> str:
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"must be an http(s) URL with a host, got {value!r}")
-    try:
-        _ = parts.port
-    except ValueError as exc:
-        raise ValueError(f"bad port in {value!r}") from exc
-    if parts.query or parts.fragment:
-        raise ValueError("must not carry a query or fragment")
-    return value.rstrip("/")
-
-
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class LaneConfig(_Model):
-    """One model deployment to measure."""
+class LaneConfig(Lane):
+    """One model deployment to measure, at ``url`` (the fields it shares with every lane: ``core.lanes``)."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", min_length=1, max_length=64)
-    url: str
-    api: ApiFlavour = "llamacpp"
-    model: str = ""
-    api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    slots: int | None = Field(default=None, gt=0)
-
-    @field_validator("url")
-    @classmethod
-    def _check_url(cls, value: str) -> str:
-        return check_http_url(value)
-
-    def api_key(self) -> str | None:
-        """The API key from the named environment variable (read now, never stored)."""
-        return os.environ.get(self.api_key_env) if self.api_key_env else None
+    url: HttpUrl
 
 
 class LadderConfig(_Model):
@@ -165,7 +133,7 @@ class LoadgenConfig(_Model):
     gc_pause: bool = True
     metrics_port: int | None = Field(default=0, ge=0, le=65535)
     metrics_host: str = Field(default="127.0.0.1", min_length=1)
-    recommender_url: str | None = None
+    recommender_url: HttpUrl | None = None
     progress: bool | None = None
 
     @model_validator(mode="after")
@@ -176,77 +144,24 @@ class LoadgenConfig(_Model):
                             f"({self.min_window_s})")
         if self.max_window_s < self.warmup_s:
             problems.append(f"max_window_s ({self.max_window_s}) is shorter than warmup_s ({self.warmup_s})")
-        names = [lane.name for lane in self.lanes]
-        dupes = sorted({n for n in names if names.count(n) > 1})
+        dupes = duplicate_names(self.lanes)
         if dupes:
             problems.append(f"duplicate lane names: {', '.join(dupes)}")
         if problems:
             raise ValueError("; ".join(problems))
         return self
 
-    @field_validator("recommender_url")
-    @classmethod
-    def _check_recommender(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        return check_http_url(value)
-
     def lane(self, name: str) -> LaneConfig:
-        for lane in self.lanes:
-            if lane.name == name:
-                return lane
-        raise KeyError(name)
+        return lane_named(self.lanes, name)
 
 
-def apply_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """Returns a copy of ``data`` with each dotted-path override set (``"ladder.concurrency": [1, 2]``)."""
-    out: dict[str, Any] = _deep_copy(data)
-    for path, value in overrides.items():
-        keys = path.split(".")
-        node = out
-        for key in keys[:-1]:
-            child = node.get(key)
-            if not isinstance(child, dict):
-                child = {}
-                node[key] = child
-            node = child
-        node[keys[-1]] = value
-    return out
-
-
-def _deep_copy(data: dict[str, Any]) -> dict[str, Any]:
-    return {k: _deep_copy(v) if isinstance(v, dict) else v for k, v in data.items()}
-
-
-def format_validation_error(exc: ValidationError, what: str = "loadgen") -> str:
-    """One line per bad field, named by its dotted path: ``invalid <what> config:\n  ladder.concurrency: ...``."""
-    lines = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(config)"
-        lines.append(f"  {loc}: {err['msg']}")
-    return f"invalid {what} config:\n" + "\n".join(lines)
-
-
-def read_toml_config(path: Path, what: str, error: type[ValueError]) -> dict[str, Any]:
-    """The TOML table of a config file; ``error`` names the file and the cause when it cannot be read."""
-    try:
-        with Path(path).open("rb") as fh:
-            return tomllib.load(fh)
-    except OSError as exc:
-        raise error(f"cannot read {what} config {path}: {exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise error(f"{what} config {path} is not valid TOML: {exc}") from exc
+def _loadgen_table(data: dict[str, Any]) -> dict[str, Any]:
+    """A session file's ``[loadgen]`` table read as a load generator config, when it has no lanes of its own."""
+    section = data.get("loadgen")
+    return section if isinstance(section, dict) and "lanes" not in data else data
 
 
 def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> LoadgenConfig:
     """Reads a TOML file (or nothing), applies dotted overrides, validates. Raises ``ConfigError``."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        data = read_toml_config(path, "loadgen", ConfigError)
-        if isinstance(data.get("loadgen"), dict) and "lanes" not in data:
-            data = data["loadgen"]
-    data = apply_overrides(data, overrides or {})
-    try:
-        return LoadgenConfig.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc)) from exc
+    return load_toml_model(LoadgenConfig, path, overrides, what="loadgen", error=ConfigError,
+                           prepare=_loadgen_table)

@@ -7,6 +7,10 @@ atomically, so a crash keeps every finished rung. ``records.jsonl`` gets one lin
 and an fsync at each rung's end. At the end the manifest is POSTed to ``recommender_url + "/runs"`` when
 configured; a failure there is a warning, not a crash.
 
+The manifest is the header the caller passes (the session's, or one made here for the CLI) with this
+runner's own part (``core.manifest.LadderPart``: windows, per-lane client evidence, /metrics URL, end
+time). The runner never edits the header; ``LadderRunner.manifest`` and ``run_ladder`` return the two joined.
+
 Metrics go to a private registry (or the one passed in); with ``metrics_port`` set (0 = any free port)
 it is served on ``metrics_host`` (127.0.0.1 unless configured otherwise) and the chosen port is in
 ``LadderRunner.metrics_port`` and the manifest.
@@ -27,7 +31,7 @@ from prometheus_client import CollectorRegistry
 
 from core import __version__
 from core.figures import StepFigures
-from core.manifest import RunManifest, new_run_id, write_json_atomic
+from core.manifest import LadderPart, RunManifest, new_run_id, write_json_atomic
 from core.records import RecordsWriter
 from core.step_figures import compute_step_figures
 from loadgen.client import LaneClient
@@ -54,12 +58,12 @@ class LadderRunner:
         self.config = config
         self.out_dir = Path(out_dir)
         self.run_id = run_id or (manifest.run_id if manifest is not None else new_run_id())
-        self.manifest = manifest or RunManifest(run_id=self.run_id, created_at=time.time(),
-                                                command=list(sys.argv))
-        self.manifest.run_id = self.run_id
-        if not self.manifest.config:
-            self.manifest.config = {"loadgen": config.model_dump(mode="json")}
-        self.manifest.versions.setdefault("satbench", __version__)
+        if manifest is not None and manifest.run_id != self.run_id:
+            raise ValueError(f"run id {self.run_id} differs from the manifest's {manifest.run_id}")
+        self.header = manifest or RunManifest(run_id=self.run_id, created_at=time.time(), command=tuple(sys.argv),
+                                              config={"loadgen": config.model_dump(mode="json")},
+                                              versions={"satbench": __version__})
+        self.part = LadderPart()
         self._own_registry = registry is None
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self.metrics = LoadgenMetrics(self.registry)
@@ -75,7 +79,7 @@ class LadderRunner:
         """Serves /metrics now (idempotent); returns the port, or None when ``metrics_port`` is unset."""
         if self._server is None and self.config.metrics_port is not None:
             self._server = MetricsServer(self.registry, self.config.metrics_port, self.config.metrics_host)
-            self.manifest.extra["loadgen_metrics_url"] = self._server.url
+            self.part = self.part.model_copy(update={"loadgen_metrics_url": self._server.url})
         return self.metrics_port
 
     def close(self) -> None:
@@ -96,7 +100,7 @@ class LadderRunner:
         with RecordsWriter(self.out_dir / "records.jsonl") as writer:
             for lane in self.config.lanes:
                 await self._run_lane(lane, writer, clock, text)
-        self.manifest.finished_at = time.time()
+        self.part = self.part.model_copy(update={"finished_at": time.time()})
         self._write()
         await self._post_manifest()
         return self.manifest
@@ -106,8 +110,8 @@ class LadderRunner:
         client = LaneClient(lane, self.config)
         await client.open(max(self.config.ladder.concurrency))
         try:
-            self.manifest.lanes[lane.name] = {"url": lane.url, "api": lane.api, "model": lane.model,
-                                              **await _lane_evidence(lane)}
+            evidence = {"url": lane.url, "api": lane.api, "model": lane.model, **await _lane_evidence(lane)}
+            self.part = self.part.with_lane(lane.name, evidence)
             lane_figures: list[StepFigures] = []
             while (c := next_step(lane_figures, self.config)) is not None:
                 step = StepRun(config=self.config, lane=lane, concurrency=c, run_id=self.run_id,
@@ -118,13 +122,18 @@ class LadderRunner:
                 figures = compute_step_figures(list(step.records()), window, batch_s=self.config.batch_s)
                 lane_figures.append(figures)
                 self.figures.append(figures)
-                self.manifest.steps.append(window)
+                self.part = self.part.with_step(window)
                 self.progress.done(f"{lane.name} c={c}: {figures.throughput_tok_s:.1f} tok/s, "
                                    f"{figures.requests} requests, {figures.errors} errors"
                                    + ("" if window.valid else f" (invalid: {window.reason})"))
                 self._write()
         finally:
             await client.close()
+
+    @property
+    def manifest(self) -> RunManifest:
+        """The header this runner was given (or made) with the walk's part so far."""
+        return self.header.with_ladder(self.part)
 
     def _write(self) -> None:
         write_json_atomic(self.out_dir / "steps.json", [f.to_dict() for f in self.figures])

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -43,7 +43,6 @@ from recommender.models import (
     LaneModel,
     RecommendationsDocument,
     RunInfo,
-    RunManifestIn,
     RunRegistered,
 )
 from recommender.run_analysis import analyze_run_async
@@ -69,7 +68,7 @@ class SettingsAnalyzer:
 
     def __init__(self, settings: RecommenderSettings) -> None:
         self._settings = settings
-        self._policy = settings.policy.to_policy()
+        self._policy = settings.policy
 
     async def __call__(self, manifest: RunManifest, run_dir: Path | None) -> dict[str, Any]:
         s = self._settings
@@ -156,8 +155,10 @@ def create_app(settings: RecommenderSettings, *, analyzer: Analyzer | None = Non
 
     @app.post("/runs", response_model=RunRegistered, status_code=201,
               responses={202: {"model": RunRegistered, "description": "registered; analysis pending"}})
-    async def register_run(body: RunManifestIn, store: StoreDep, response: Response) -> RunRegistered:
-        entry = await store.register(RunManifest.from_dict(body.model_dump(mode="json", by_alias=True)))
+    async def register_run(body: RunManifest, store: StoreDep, response: Response) -> RunRegistered:
+        if not body.steps:
+            raise HTTPException(status_code=422, detail="the manifest lists no step windows")
+        entry = await store.register(body)
         if entry.document is None:
             response.status_code = 202
             return RunRegistered(run_id=entry.manifest.run_id, analyzed=False, reason=entry.reason, lanes={})

@@ -75,7 +75,7 @@ def build_document(
         "generated_at": iso_utc(generated_at),
         "run_id": run_id,
         "source": dict(source),
-        "policy": policy.to_dict(),
+        "policy": policy.model_dump(),
         "lanes": json_safe(dict(lanes)),
         "notes": list(notes or []),
         "stale": False,

@@ -1,19 +1,24 @@
 """Pydantic models of the HTTP edge: the recommendations document (response models, JSON Schema source)
-and the run registration body.
+and the service's small answers. The run registration body is ``core.manifest.RunManifest`` itself.
 
 The analysis never sees these: it works on frozen dataclasses and returns plain dicts; the service declares
 these models so OpenAPI describes exactly what it serves, and ``recommender.schema`` writes the JSON Schema
 of ``RecommendationsDocument`` to ``recommender/schema/recommendations.v1.json``. Unknown fields are
-allowed in the document (v1 grows by addition, never by renaming).
+allowed in the document (v1 grows by addition, never by renaming). Shapes declared elsewhere are not
+declared again: a step is ``core.figures.StepFigures`` extended with its verdict, the policy is
+``recommender.policy.Policy``.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, FiniteFloat
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.config import JsonDict
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
-from recommender.policy import PolicyModel
+from core.figures import StepFigures
+from recommender.policy import Policy
 
 __all__ = [
     "Constraint",
@@ -22,10 +27,8 @@ __all__ = [
     "LaneStatus",
     "RecommendationsDocument",
     "RunInfo",
-    "RunManifestIn",
     "RunRegistered",
     "StepModel",
-    "StepWindowIn",
 ]
 
 Constraint = Literal[
@@ -33,19 +36,6 @@ Constraint = Literal[
     "prefill_starvation", "errors", "memory", "ladder_top",
 ]
 LaneStatus = Literal["ok", "insufficient_data", "degraded", "stale"]
-RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
-
-
-class QuantilesModel(BaseModel):
-    p50: float | None = None
-    p95: float | None = None
-    p99: float | None = None
-
-
-class MemoryModel(BaseModel):
-    gpu_max: float | None = None
-    gpu_total: float | None = None
-    host_rss_max: float | None = None
 
 
 class ViolationModel(BaseModel):
@@ -55,36 +45,29 @@ class ViolationModel(BaseModel):
     detail: str
 
 
-class StepModel(BaseModel):
+def _every_field_present(schema: JsonDict, cls: type[Any]) -> None:
+    """A served step carries every field (the figures' defaults are filled in), so its schema requires them
+    all and names no defaults; a field excluded from the output (``lane``) is never required."""
+    excluded = {name for name, info in cls.__pydantic_fields__.items() if info.exclude}
+    properties = schema.get("properties")
+    if isinstance(properties, dict):
+        for prop in properties.values():
+            if isinstance(prop, dict):
+                prop.pop("default", None)
+        schema["required"] = [name for name in properties if name not in excluded]
+
+
+@pydantic_dataclass(frozen=True, kw_only=True, config=ConfigDict(json_schema_extra=_every_field_present))
+class StepModel(StepFigures):
     """One rung as measured over its step window (the ``StepFigures`` of the source) and judged."""
 
-    concurrency: int
-    window_s: float
-    requests: int
-    errors: int
-    throughput_tok_s: float
-    requests_per_s: float
-    latency_s: QuantilesModel
-    ttft_s: QuantilesModel
-    itl_s: QuantilesModel
-    tpot_s: QuantilesModel
-    queue_s: QuantilesModel
-    occupancy_ratio: float | None
-    queue_depth_avg: float | None
-    memory_bytes: MemoryModel
-    jain: float | None
-    max_min_share: float | None
-    decode_stall_max_ratio: float | None
-    decode_stall_max_s: float | None
-    prefill_wait_max_s: float | None
-    errors_by_outcome: dict[str, int]
-    throughput_ci_tok_s: tuple[float, float] | None
-    valid: bool
-    reason: str | None
-    usable: bool = Field(description="valid, enough requests and stable throughput: may count for the answer")
+    lane: str = Field("", exclude=True)  # the lane key of the document already names it
+    usable: Annotated[bool, Field(
+        description="valid, enough requests and stable throughput: may count for the answer")]
     unusable_reason: str | None
     violations: list[ViolationModel]
-    gain_per_doubling: float | None = Field(description="gain over the previous usable rung, per doubling")
+    gain_per_doubling: Annotated[float | None, Field(
+        description="gain over the previous usable rung, per doubling")]
 
 
 class FairnessModel(BaseModel):
@@ -154,44 +137,11 @@ class RecommendationsDocument(BaseModel):
     generated_at: str
     run_id: str
     source: SourceModel
-    policy: PolicyModel
+    policy: Policy
     lanes: dict[str, LaneModel]
     notes: list[str] = Field(default_factory=list)
     stale: bool = False
     age_s: float | None = None
-
-
-class StepWindowIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    lane: str = Field(min_length=1, max_length=200)
-    concurrency: int = Field(ge=1, le=1_000_000)
-    start: FiniteFloat
-    end: FiniteFloat
-    warmup_start: FiniteFloat | None = None
-    drain_end: FiniteFloat | None = None
-    valid: bool = True
-    reason: str | None = None
-    notes: list[str] = Field(default_factory=list)
-
-
-class RunManifestIn(BaseModel):
-    """``POST /runs`` body: ``RunManifest.to_dict()``. Unknown top-level keys are kept."""
-
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
-
-    schema_id: Literal["core.manifest/v1"] = Field("core.manifest/v1", alias="schema")
-    run_id: str = Field(pattern=RUN_ID_PATTERN)
-    created_at: FiniteFloat = 0.0
-    finished_at: FiniteFloat | None = None
-    command: list[str] = Field(default_factory=list)
-    config: dict[str, Any] = Field(default_factory=dict)
-    versions: dict[str, Any] = Field(default_factory=dict)
-    lanes: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    hardware: dict[str, Any] = Field(default_factory=dict)
-    network: dict[str, Any] = Field(default_factory=dict)
-    prometheus: dict[str, Any] = Field(default_factory=dict)
-    steps: list[StepWindowIn] = Field(min_length=1)
 
 
 class RunRegistered(BaseModel):

@@ -53,8 +53,7 @@ def _has_samples(figures: dict[str, list[StepFigures]]) -> bool:
 
 async def _from_prometheus(manifest: RunManifest, client: PromQLClient,
                            config: PrometheusSourceConfig) -> dict[str, list[StepFigures]]:
-    usable = RunManifest(run_id=manifest.run_id, created_at=manifest.created_at, lanes=manifest.lanes,
-                         steps=[w for w in manifest.steps if w.end > w.start])
+    usable = manifest.model_copy(update={"steps": tuple(w for w in manifest.steps if w.end > w.start)})
     figures = await fetch_run_figures(client, usable, config)
     for window in manifest.steps:
         if window.end <= window.start:

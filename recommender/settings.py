@@ -17,7 +17,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from recommender.errors import BadInput
-from recommender.policy import PolicyModel
+from recommender.policy import Policy
 from recommender.prometheus_source import PrometheusSourceConfig
 
 __all__ = ["RecommenderSettings", "load_policy_file"]
@@ -39,7 +39,7 @@ class RecommenderSettings(BaseSettings):
     min_batch_s: float = Field(default=2.0, gt=0, description="shortest interval batch (>= 2 scrapes)")
     scrape_interval_s: float = Field(default=1.0, gt=0, description="Prometheus scrape interval of loadgen")
     min_scrape_coverage: float = Field(default=0.8, ge=0, le=1, description="share of scrapes a window needs")
-    policy: PolicyModel = Field(default_factory=PolicyModel)
+    policy: Policy = Field(default_factory=Policy)
 
     def source_config(self) -> PrometheusSourceConfig:
         return PrometheusSourceConfig(ci_batches=self.ci_batches, min_batch_s=self.min_batch_s,
@@ -50,7 +50,7 @@ class RecommenderSettings(BaseSettings):
                                       min_scrape_coverage=self.min_scrape_coverage)
 
 
-def load_policy_file(path: Path) -> PolicyModel:
+def load_policy_file(path: Path) -> Policy:
     """A policy from a JSON or TOML file: either the policy itself or a document with a ``policy`` table."""
     try:
         text = path.read_text(encoding="utf-8")
@@ -60,6 +60,6 @@ def load_policy_file(path: Path) -> PolicyModel:
     if isinstance(data, dict) and isinstance(data.get("policy"), dict):
         data = data["policy"]
     try:
-        return PolicyModel.model_validate(data)
+        return Policy.model_validate(data)
     except ValueError as exc:
         raise BadInput(f"invalid policy in {path}: {exc}") from exc

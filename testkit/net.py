@@ -1,4 +1,4 @@
-"""Loopback helpers for wire tests: free ports and waiting for a server to answer."""
+"""Loopback helpers for wire tests: free ports (``core.net``), reading a request, waiting for a server."""
 
 from __future__ import annotations
 
@@ -7,13 +7,9 @@ import time
 
 import httpx
 
+from core.net import free_port
+
 __all__ = ["free_port", "read_http_request", "wait_http"]
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def read_http_request(sock: socket.socket, buffer: bytes = b"") -> tuple[bytes, bytes] | None:

@@ -94,6 +94,6 @@ def simulate_run(lanes: Sequence[SyntheticLane], ladder: Sequence[int], *, t0: f
             steps.append(StepWindow(lane=lane.name, concurrency=c, start=start, end=end, warmup_start=t,
                                     drain_end=drain_end))
             t = drain_end + gap_s
-    manifest = RunManifest(run_id=run_id, created_at=t0, steps=steps, finished_at=t,
+    manifest = RunManifest(run_id=run_id, created_at=t0, steps=tuple(steps), finished_at=t,
                            lanes={lane.name: {"slots": lane.slots} for lane in lanes})
     return manifest, records

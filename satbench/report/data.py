@@ -20,10 +20,13 @@ from typing import Any
 
 from core.figures import StepFigures
 from core.manifest import RunManifest, StepWindow
+from core.records import read_records
+from core.step_figures import compute_step_figures
+from recommender.policy import Policy
 
 __all__ = ["LaneReport", "RunReport", "load_run", "merge_steps", "parse_steps_document", "starvation_verdict"]
 
-DEFAULT_STALL_MAX_RATIO = 5.0
+DEFAULT_STALL_MAX_RATIO: float = Policy.model_fields["decode_stall_max_ratio"].default
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,12 +130,6 @@ def _read_json(path: Path, problems: list[str]) -> Any:
 
 
 def _steps_from_records(run_dir: Path, manifest: RunManifest, problems: list[str]) -> list[StepFigures]:
-    try:
-        from core.records import read_records
-        from core.step_figures import compute_step_figures
-    except ImportError:
-        problems.append("steps.json is missing and core.step_figures is not available to recompute it")
-        return []
     records = list(read_records(run_dir / "records.jsonl"))
     problems.append("steps.json is missing: figures recomputed from records.jsonl")
     return [compute_step_figures(records, window) for window in manifest.steps]

@@ -1,6 +1,8 @@
-"""Runtimes that satbench starts itself: a real ``llama-server`` (:mod:`satbench.runtimes.llamacpp`) or the
-embedded simulator. Both hand the session the same small view, :class:`RunningRuntime`, so the session and
-the run manifest never care which one is behind a lane.
+"""The runtimes behind a session's lanes: a real ``llama-server`` started here
+(:mod:`satbench.runtimes.llamacpp`), the embedded simulator (:mod:`satbench.runtimes.simulator`), or an
+external endpoint that is only checked to answer (:mod:`satbench.runtimes.external`). Each hands the session
+the same small view, :class:`RunningRuntime`, so the session and the run manifest never care which one is
+behind a lane.
 
 This module stays import-light (no httpx, no subprocess): the launchers live in submodules.
 """
@@ -19,7 +21,9 @@ class RunningRuntime(Protocol):
 
     ``url`` is the base URL (``http://127.0.0.1:PORT``, no trailing slash); ``pid`` the process id (``None``
     for an in-process runtime); ``command`` the exact argv it was started with; ``props`` the runtime's
-    build information (llama.cpp's ``GET /props`` body, or the simulator's equivalent), for the manifest.
+    build information (llama.cpp's ``GET /props`` body, or the simulator's equivalent); ``evidence()`` what
+    the run manifest records of it (its ``runtime`` key names the kind: ``llamacpp``, ``simulator``,
+    ``external``).
     """
 
     @property
@@ -33,3 +37,5 @@ class RunningRuntime(Protocol):
 
     @property
     def props(self) -> Mapping[str, Any]: ...
+
+    def evidence(self) -> dict[str, Any]: ...

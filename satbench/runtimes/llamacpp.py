@@ -25,7 +25,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping
@@ -35,6 +34,8 @@ from types import TracebackType
 from typing import IO, Any
 
 import httpx
+
+from core.net import free_port
 
 __all__ = [
     "INSTALL_HINT",
@@ -170,12 +171,6 @@ def build_command(binary: Path | str, spec: LlamaServerSpec, port: int | None = 
     return tuple(argv)
 
 
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
 def _log_tail(path: Path, limit: int = 2000) -> str:
     try:
         data = path.read_bytes()[-limit:]
@@ -226,7 +221,7 @@ class LlamaServer:
             raise LlamaServerError(f"model file {self.spec.model} does not exist")
         binary = self.binary or find_llama_server()
         self.binary = binary
-        port = self.spec.port or _free_port(self.spec.host)
+        port = self.spec.port or free_port(self.spec.host)
         self._command = build_command(binary, self.spec, port)
         host = f"[{self.spec.host}]" if ":" in self.spec.host else self.spec.host
         self._url = f"http://{host}:{port}"
@@ -286,6 +281,7 @@ class LlamaServer:
         """What the run manifest records about this runtime."""
         props = self._props
         return {
+            "runtime": "llamacpp",
             "kind": "llama.cpp",
             "url": self._url,
             "pid": self.pid,

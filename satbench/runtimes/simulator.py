@@ -33,6 +33,10 @@ class SimulatorRuntime:
     props: Mapping[str, Any] = field(default_factory=dict)
     kind: str = "simulator"
 
+    def evidence(self) -> dict[str, Any]:
+        return {"runtime": "simulator", "profile": self.profile, "url": self.url, "pid": self.pid,
+                "command": list(self.command)}
+
 
 def simulator_argv(profile: str, host: str, port: int, python: str = sys.executable) -> list[str]:
     return [python, "-m", "satbench.cli", "sim", "--profile", profile, "--host", host, "--port", str(port)]

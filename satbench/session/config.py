@@ -26,17 +26,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from loadgen.config import (
-    ApiFlavour,
-    LoadgenConfig,
-    apply_overrides,
-    check_http_url,
-    format_validation_error,
-    read_toml_config,
-)
+from core.config_files import HttpUrl, load_toml_model, merge_tables
+from core.lanes import Lane, duplicate_names, lane_named
+from loadgen.config import LaneConfig, LoadgenConfig
 from satbench.evidence import refuse_home_path
+from simulator.profile import ProfileError, load_profile
 
 __all__ = [
     "DEFAULT_LOADGEN",
@@ -68,15 +64,12 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class LaneRuntime(_Model):
-    """One lane and where its runtime comes from."""
+class LaneRuntime(Lane):
+    """One lane and where its runtime comes from (the fields every lane has: ``core.lanes.Lane``)."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", min_length=1, max_length=64)
     runtime: Literal["simulator", "llamacpp", "external"] = "simulator"
     profile: str = "dense"
-    url: str | None = None
-    api: ApiFlavour = "llamacpp"
-    model: str = ""
+    url: HttpUrl | None = None
     model_file: str | None = None
     parallel: int = Field(default=4, gt=0, le=256)
     ctx_size: int = Field(default=4096, gt=0)
@@ -84,13 +77,10 @@ class LaneRuntime(_Model):
     ubatch: int = Field(default=512, gt=0)
     threads: int | None = Field(default=None, gt=0)
     server_args: list[str] = Field(default_factory=list)
-    api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    slots: int | None = Field(default=None, gt=0)
 
-    @field_validator("url")
-    @classmethod
-    def _check_url(cls, value: str | None) -> str | None:
-        return None if value is None else check_http_url(value)
+    def at(self, url: str) -> LaneConfig:
+        """The load generator's lane for this deployment, now that its runtime answers at ``url``."""
+        return LaneConfig(**self.fields_of(), url=url)
 
     @model_validator(mode="after")
     def _check_runtime(self) -> LaneRuntime:
@@ -110,32 +100,20 @@ class LaneRuntime(_Model):
 class PrometheusSection(_Model):
     """``url`` set: use that Prometheus (it must scrape the lanes' exporters). Otherwise one is started."""
 
-    url: str | None = None
+    url: HttpUrl | None = None
     binary: str = "prometheus"
     scrape_interval_s: float = Field(default=1.0, gt=0.0, le=60.0)
     start_timeout_s: float = Field(default=30.0, gt=0.0)
-
-    @field_validator("url")
-    @classmethod
-    def _check_url(cls, value: str | None) -> str | None:
-        return None if value is None else check_http_url(value)
 
 
 class RecommenderSection(_Model):
     """``url`` set: use that recommender service. Otherwise one is started on a free loopback port."""
 
-    url: str | None = None
+    url: HttpUrl | None = None
     start_timeout_s: float = Field(default=30.0, gt=0.0)
-
-    @field_validator("url")
-    @classmethod
-    def _check_url(cls, value: str | None) -> str | None:
-        return None if value is None else check_http_url(value)
 
 
 def _check_profile(profile: str) -> None:
-    from simulator.profile import ProfileError, load_profile
-
     try:
         load_profile(profile)
     except ProfileError as exc:
@@ -163,10 +141,9 @@ class SessionConfig(_Model):
 
     @model_validator(mode="after")
     def _check(self) -> SessionConfig:
-        names = [lane.name for lane in self.lanes]
-        if not names:
+        if not self.lanes:
             raise ValueError("a session needs at least one lane")
-        dupes = sorted({n for n in names if names.count(n) > 1})
+        dupes = duplicate_names(self.lanes)
         if dupes:
             raise ValueError(f"duplicate lane names: {', '.join(dupes)}")
         if self.loadgen.lanes:
@@ -176,32 +153,17 @@ class SessionConfig(_Model):
         return self
 
     def lane(self, name: str) -> LaneRuntime:
-        for lane in self.lanes:
-            if lane.name == name:
-                return lane
-        raise KeyError(name)
+        return lane_named(self.lanes, name)
+
+
+def _with_default_loadgen(data: dict[str, Any]) -> dict[str, Any]:
+    section = data.get("loadgen") or {}
+    if not isinstance(section, dict):
+        raise SessionConfigError("[loadgen] must be a table")
+    return {**data, "loadgen": merge_tables(DEFAULT_LOADGEN, section)}
 
 
 def load_session_config(path: Path | None, overrides: dict[str, Any] | None = None) -> SessionConfig:
     """Reads TOML (or nothing: the default session), applies dotted overrides, validates."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        data = read_toml_config(path, "session", SessionConfigError)
-    section = data.get("loadgen") or {}
-    if not isinstance(section, dict):
-        raise SessionConfigError("[loadgen] must be a table")
-    data = {**data, "loadgen": _merge(DEFAULT_LOADGEN, section)}
-    data = apply_overrides(data, overrides or {})
-    try:
-        return SessionConfig.model_validate(data)
-    except ValidationError as exc:
-        raise SessionConfigError(format_validation_error(exc, "session")) from exc
-
-
-def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in top.items():
-        out[key] = (
-            _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-        )
-    return out
+    return load_toml_model(SessionConfig, path, overrides, what="session", error=SessionConfigError,
+                           prepare=_with_default_loadgen)

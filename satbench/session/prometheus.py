@@ -14,6 +14,7 @@ import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -29,6 +30,7 @@ __all__ = [
     "render_prometheus_config",
     "rule_files",
     "start_prometheus",
+    "wait_scraped_since",
     "wait_targets_up",
 ]
 
@@ -119,3 +121,51 @@ def wait_targets_up(
         if client is None:
             http.close()
     raise StartError(f"Prometheus targets not up after {timeout_s:.0f} s: {'; '.join(down)}")
+
+
+def _unix(stamp: str) -> float | None:
+    """Prometheus' RFC 3339 ``lastScrape`` (nanosecond fraction, ``Z``) as Unix seconds."""
+    try:
+        head, _, rest = stamp.partition(".")
+        if rest:
+            digits = "".join(ch for ch in rest if ch.isdigit())
+            zone = rest[len(digits):]
+            stamp = f"{head}.{digits[:6]}{zone}"
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def wait_scraped_since(
+    url: str,
+    since: float,
+    jobs: Sequence[str],
+    *,
+    timeout_s: float,
+    client: httpx.Client | None = None,
+) -> bool:
+    """Waits until Prometheus has scraped every active target of ``jobs`` at or after Unix time ``since``.
+
+    This is the readiness check for "the samples up to ``since`` are in": a scrape that started after
+    ``since`` carries them (a target that answered) or shows they cannot come (a target that is gone).
+    Returns False at the deadline, never raises: a late or unreachable Prometheus degrades the answer
+    (the recommender then reads missed windows from the records), it does not stop the session.
+    """
+    http = client or httpx.Client(timeout=2.0)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                data = http.get(f"{url}/api/v1/targets", params={"state": "active"}).json()
+                targets = [t for t in data["data"]["activeTargets"] if (t.get("labels") or {}).get("job") in jobs]
+                stamps = [_unix(str(t.get("lastScrape") or "")) for t in targets]
+                if targets and all(s is not None and s >= since for s in stamps):
+                    return True
+            except (httpx.HTTPError, ValueError, KeyError, TypeError):
+                pass
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+    finally:
+        if client is None:
+            http.close()

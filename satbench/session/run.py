@@ -4,18 +4,21 @@ Order of a session (``run_session``):
 
 1. Refuse early: a Prometheus binary must exist when one is to be started (the reason names the install
    command); the run folder ``<out>/<run_id>/`` is created.
-2. Start, each as its own process group (``satbench.session.processes``): one runtime per lane (simulator, or a real
-   ``llama-server``; ``external`` lanes are only checked to answer ``/health``), one exporter per lane, the
+2. Start, each as its own process group (``satbench.session.processes``): one runtime per lane through its
+   launcher (``LAUNCHERS``: the simulator, a real ``llama-server``, or an ``external`` lane only checked to
+   answer ``/health``), each a ``satbench.runtimes.RunningRuntime``, one exporter per lane, the
    recommender, then Prometheus with a config listing exactly those targets plus the load generator's
    /metrics port (picked before it starts). Wait until Prometheus has scraped every target once.
 3. Evidence for the manifest (``satbench.evidence``): command, redacted config, versions and git commit,
    hardware, network round trips, runtime ``/props``, model files.
 4. Walk the ladder in-process (loadgen's ``run_ladder``), which writes records.jsonl, steps.json and the
-   manifest's step windows.
-5. Wait two scrape intervals (the last window's samples reach Prometheus), register the manifest with the
+   manifest: this header joined with the load generator's own part (``core.manifest.LadderPart``).
+5. Wait until Prometheus has scraped every exporter and the load generator after the last window's end
+   (its samples are then in; at most two scrape intervals and a second), register the manifest with the
    recommender (``POST /runs``) and fetch its answer (``GET /runs/{run_id}``); if the service fails, the
    same analysis runs in-process and the document notes it. Write recommendations.json, report.html and
-   README.md, print a table per lane and the recommendations.
+   README.md, print a table per lane and the recommendations. A Prometheus started here is given the
+   time to scrape the recommender's answer series before it stops.
 6. Always (``finally``, atexit, SIGTERM/SIGHUP handlers, Ctrl-C): stop every child process group.
 """
 
@@ -35,8 +38,20 @@ import httpx
 
 from core.loops import fast_loop_factory
 from core.manifest import RunManifest, new_run_id, write_json_atomic
+from core.net import free_port
 from exporter.promconfig import EXPORTER_JOB, LOADGEN_JOB, RECOMMENDER_JOB, ScrapeTarget
+from loadgen.runner import run_ladder
+from recommender.errors import RecommenderError
+from recommender.policy import Policy
+from recommender.run_analysis import analyze_run
 from satbench import evidence
+from satbench.models.tiny import describe_model_files
+from satbench.report.data import load_run
+from satbench.report.render import format_recommendation, lane_table, text_table, write_report
+from satbench.runtimes import RunningRuntime
+from satbench.runtimes.external import check_external
+from satbench.runtimes.llamacpp import LlamaServer, LlamaServerError, LlamaServerSpec
+from satbench.runtimes.simulator import start_simulator
 from satbench.session.config import LaneRuntime, SessionConfig
 from satbench.session.processes import ProcessSet, StartError, install_signal_handlers, wait_until_ready
 from satbench.session.prometheus import (
@@ -44,29 +59,24 @@ from satbench.session.prometheus import (
     render_prometheus_config,
     rule_files,
     start_prometheus,
+    wait_scraped_since,
     wait_targets_up,
 )
 
-__all__ = ["LaneEndpoint", "SessionResult", "free_loopback_port", "run_session"]
+__all__ = ["LaneEndpoint", "SessionResult", "run_session"]
 
 Say = Callable[[str], None]
-
-
-def free_loopback_port() -> int:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
 class LaneEndpoint:
     lane: LaneRuntime
-    url: str
-    pid: int | None = None
+    runtime: RunningRuntime
     exporter_url: str | None = None
-    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return self.runtime.url
 
 
 @dataclass
@@ -82,63 +92,51 @@ def _python_cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "satbench.cli", *args]
 
 
-def _start_runtime(
-    lane: LaneRuntime, config: SessionConfig, processes: ProcessSet, stack: contextlib.ExitStack, say: Say
-) -> LaneEndpoint:
-    if lane.runtime == "simulator":
-        from satbench.runtimes.simulator import start_simulator
+Launcher = Callable[[LaneRuntime, SessionConfig, ProcessSet, contextlib.ExitStack], RunningRuntime]
 
-        sim = start_simulator(
-            processes, lane.name, lane.profile, port=free_loopback_port(), timeout_s=config.start_timeout_s
-        )
-        say(f"  lane {lane.name}: simulator ({lane.profile}) at {sim.url}")
-        return LaneEndpoint(
-            lane,
-            sim.url,
-            sim.pid,
-            info={"runtime": "simulator", "profile": lane.profile, "command": list(sim.command)},
-        )
-    if lane.runtime == "external":
-        assert lane.url is not None
-        url = lane.url.rstrip("/")
-        try:
-            resp = httpx.get(f"{url}/health", timeout=5.0)
-        except httpx.HTTPError as exc:
-            raise StartError(
-                f"lane {lane.name}: runtime at {url} is not answering ({type(exc).__name__})"
-            ) from exc
-        if resp.status_code != 200:
-            raise StartError(f"lane {lane.name}: runtime at {url}/health answered HTTP {resp.status_code}")
-        say(f"  lane {lane.name}: external runtime at {url}")
-        return LaneEndpoint(lane, url, None, info={"runtime": "external"})
+
+def _simulator(lane: LaneRuntime, config: SessionConfig, processes: ProcessSet,
+               stack: contextlib.ExitStack) -> RunningRuntime:
+    return start_simulator(processes, lane.name, lane.profile, port=free_port(), timeout_s=config.start_timeout_s)
+
+
+def _external(lane: LaneRuntime, config: SessionConfig, processes: ProcessSet,
+              stack: contextlib.ExitStack) -> RunningRuntime:
+    assert lane.url is not None  # the config refuses an external lane without one
+    return check_external(lane.name, lane.url)
+
+
+def _llamacpp(lane: LaneRuntime, config: SessionConfig, processes: ProcessSet,
+              stack: contextlib.ExitStack) -> RunningRuntime:
+    assert config.model_dir is not None and lane.model_file is not None  # the config refuses them missing
+    spec = LlamaServerSpec(model=config.model_dir / lane.model_file, parallel=lane.parallel, ctx_size=lane.ctx_size,
+                           batch=lane.batch, ubatch=lane.ubatch, threads=lane.threads,
+                           extra_args=tuple(lane.server_args))
     try:
-        from satbench.runtimes.llamacpp import LlamaServer, LlamaServerError, LlamaServerSpec
-    except ImportError as exc:
-        raise StartError(f"lane {lane.name}: llama.cpp runtime support is unavailable: {exc}") from exc
-    assert config.model_dir is not None and lane.model_file is not None
-    model_path = config.model_dir / lane.model_file
-    spec = LlamaServerSpec(model=model_path, parallel=lane.parallel, ctx_size=lane.ctx_size, batch=lane.batch,
-                           ubatch=lane.ubatch, threads=lane.threads, extra_args=tuple(lane.server_args))
-    try:
-        server = stack.enter_context(
+        return stack.enter_context(
             LlamaServer(spec, processes.log_dir / f"llamacpp-{lane.name}.log", ready_timeout_s=120.0)
         )
     except (LlamaServerError, OSError, ValueError) as exc:
         raise StartError(f"lane {lane.name}: llama-server did not start: {exc}") from exc
-    say(f"  lane {lane.name}: llama-server ({lane.model_file}) at {server.url}")
-    return LaneEndpoint(
-        lane,
-        server.url,
-        server.pid,
-        info={"runtime": "llamacpp", "model_file": str(model_path), **server.evidence()},
-    )
+
+
+LAUNCHERS: dict[str, Launcher] = {"simulator": _simulator, "external": _external, "llamacpp": _llamacpp}
+
+
+def _start_runtime(
+    lane: LaneRuntime, config: SessionConfig, processes: ProcessSet, stack: contextlib.ExitStack, say: Say
+) -> LaneEndpoint:
+    runtime = LAUNCHERS[lane.runtime](lane, config, processes, stack)
+    what = {"simulator": f"simulator ({lane.profile})", "llamacpp": f"llama-server ({lane.model_file})"}
+    say(f"  lane {lane.name}: {what.get(lane.runtime, lane.runtime + ' runtime')} at {runtime.url}")
+    return LaneEndpoint(lane, runtime)
 
 
 def _start_exporter(endpoint: LaneEndpoint, processes: ProcessSet, timeout_s: float) -> None:
-    port = free_loopback_port()
+    port = free_port()
     argv = _python_cli("exporter", "--runtime-url", endpoint.url, "--host", "127.0.0.1", "--port", str(port))
-    if endpoint.pid is not None:
-        argv += ["--runtime-pid", str(endpoint.pid)]
+    if endpoint.runtime.pid is not None:
+        argv += ["--runtime-pid", str(endpoint.runtime.pid)]
     child = processes.start(f"exporter-{endpoint.lane.name}", argv)
     endpoint.exporter_url = f"http://127.0.0.1:{port}"
     wait_until_ready(child, f"{endpoint.exporter_url}/metrics", timeout_s=timeout_s)
@@ -160,8 +158,6 @@ def _start_recommender(
 def _model_files(endpoint: LaneEndpoint, config: SessionConfig) -> list[dict[str, Any]]:
     if endpoint.lane.runtime != "llamacpp" or config.model_dir is None or not endpoint.lane.model_file:
         return []
-    from satbench.models.tiny import describe_model_files
-
     return describe_model_files([config.model_dir / endpoint.lane.model_file])
 
 
@@ -171,8 +167,10 @@ def _build_manifest(
     config: SessionConfig,
     endpoints: list[LaneEndpoint],
     prometheus: dict[str, Any],
+    recommender_url: str,
     gpu_reader: evidence.GpuReader | None,
 ) -> RunManifest:
+    """The session's part of the manifest: how each lane's runtime was started, and the run's setting."""
     lanes: dict[str, dict[str, Any]] = {}
     network: dict[str, Any] = {}
     with httpx.Client(timeout=3.0) as client:
@@ -183,7 +181,7 @@ def _build_manifest(
             except ValueError as exc:
                 files = [{"error": str(exc)}]
             lanes[ep.lane.name] = {
-                **ep.info,
+                **ep.runtime.evidence(),
                 "url": ep.url,
                 "exporter_url": ep.exporter_url,
                 "api": ep.lane.api,
@@ -194,13 +192,14 @@ def _build_manifest(
     return RunManifest(
         run_id=run_id,
         created_at=time.time(),
-        command=list(command),
+        command=tuple(command),
         config=evidence.redact_secrets(config.model_dump(mode="json")),
         versions=evidence.collect_versions(),
         lanes=lanes,
         hardware=evidence.collect_hardware(gpu_reader),
         network=network,
         prometheus=prometheus,
+        recommender_url=recommender_url,
     )
 
 
@@ -221,12 +220,8 @@ def _recommend(
     except (httpx.HTTPError, ValueError) as exc:
         reason = f"{type(exc).__name__}: {exc}"
     say(f"  recommender service gave no answer ({reason}); analysing in-process")
-    from recommender.errors import RecommenderError
-    from recommender.policy import PolicyModel
-    from recommender.run_analysis import analyze_run
-
     try:
-        policy = PolicyModel.model_validate(config.policy).to_policy()
+        policy = Policy.model_validate(config.policy)
         doc = analyze_run(manifest, prometheus_url=prom_url, run_dir=run_dir, policy=policy)
     except (RecommenderError, ValueError) as exc:
         say(f"  no recommendations: {exc}")
@@ -235,44 +230,18 @@ def _recommend(
     return doc
 
 
-def _merge_lane_evidence(manifest: RunManifest, mine: dict[str, dict[str, Any]]) -> None:
-    for name, info in mine.items():
-        manifest.lanes[name] = {**info, **manifest.lanes.get(name, {})}
-
-
-def _walk(
-    config: SessionConfig,
-    endpoints: list[LaneEndpoint],
-    run_dir: Path,
-    manifest: RunManifest,
-    metrics_port: int,
-) -> RunManifest:
-    from loadgen.config import LaneConfig
-    from loadgen.runner import run_ladder
-
-    lanes = [
-        LaneConfig(
-            name=ep.lane.name,
-            url=ep.url,
-            api=ep.lane.api,
-            model=ep.lane.model,
-            api_key_env=ep.lane.api_key_env,
-            slots=ep.lane.slots,
-        )
-        for ep in endpoints
-    ]
+def _walk(config: SessionConfig, endpoints: list[LaneEndpoint], run_dir: Path, header: RunManifest,
+          metrics_port: int) -> RunManifest:
+    """The ladder walk in-process; returns the session's header joined with the load generator's part."""
     loadgen = config.loadgen.model_copy(
-        update={"lanes": lanes, "metrics_port": metrics_port, "recommender_url": None}
+        update={"lanes": [ep.lane.at(ep.url) for ep in endpoints], "metrics_port": metrics_port,
+                "recommender_url": None}
     )
-    mine = {k: dict(v) for k, v in manifest.lanes.items()}
     with asyncio.Runner(loop_factory=fast_loop_factory()) as runner:
         try:
-            result = runner.run(run_ladder(loadgen, run_dir, run_id=manifest.run_id, manifest=manifest))
+            return runner.run(run_ladder(loadgen, run_dir, run_id=header.run_id, manifest=header))
         except asyncio.CancelledError as exc:  # the ladder cancelled from outside is an interrupted session
             raise KeyboardInterrupt from exc
-    _merge_lane_evidence(result, mine)
-    result.write(run_dir / "manifest.json")
-    return result
 
 
 def _start_monitoring(
@@ -284,12 +253,12 @@ def _start_monitoring(
     say: Say,
 ) -> tuple[str, str, dict[str, Any], int]:
     """Recommender and Prometheus (unless configured as URLs); returns their URLs, evidence, loadgen port."""
-    metrics_port = free_loopback_port()
-    prom_port = free_loopback_port()
+    metrics_port = free_port()
+    prom_port = free_port()
     prom_url = (config.prometheus.url or f"http://127.0.0.1:{prom_port}").rstrip("/")
     rec_child = None
     if config.recommender.url is None:
-        rec_url, rec_child = _start_recommender(config, prom_url, run_dir, processes, free_loopback_port())
+        rec_url, rec_child = _start_recommender(config, prom_url, run_dir, processes, free_port())
     else:
         rec_url = config.recommender.url.rstrip("/")
     targets = [
@@ -359,8 +328,7 @@ def run_session(
                 config, endpoints, run_dir, processes, prom_binary, say
             )
             pids = processes.pids()
-            manifest = _build_manifest(run_id, command, config, endpoints, prom_info, gpu_reader)
-            manifest.extra["recommender_url"] = rec_url
+            manifest = _build_manifest(run_id, command, config, endpoints, prom_info, rec_url, gpu_reader)
             manifest.write(run_dir / "manifest.json")
             say(
                 "walking the ladder "
@@ -369,17 +337,20 @@ def run_session(
                 + ", ".join(ep.lane.name for ep in endpoints)
             )
             manifest = _walk(config, endpoints, run_dir, manifest, metrics_port)
-            time.sleep(2 * config.prometheus.scrape_interval_s + 0.5)
+            manifest.write(run_dir / "manifest.json")
+            settle_s = 2 * config.prometheus.scrape_interval_s + 1.0
+            last_end = max((w.end for w in manifest.steps), default=time.time())
+            # the last window's samples are in once every exporter and the load generator were scraped after it
+            wait_scraped_since(prom_url, last_end, (EXPORTER_JOB, LOADGEN_JOB), timeout_s=settle_s)
             say("asking the recommender")
             doc = _recommend(manifest, rec_url, prom_url, run_dir, config, say)
             if doc is not None:
                 write_json_atomic(run_dir / "recommendations.json", doc)
-            time.sleep(2 * config.prometheus.scrape_interval_s + 0.5)  # Prometheus scrapes the answer too
+                if prom_binary is not None:  # our Prometheus keeps the answer's series too
+                    wait_scraped_since(prom_url, time.time(), (RECOMMENDER_JOB,), timeout_s=settle_s)
     finally:
         processes.stop_all()
         restore()
-    from satbench.report.render import write_report
-
     write_report(run_dir)
     _print_summary(run_dir, say)
     return SessionResult(
@@ -388,9 +359,6 @@ def run_session(
 
 
 def _print_summary(run_dir: Path, say: Say) -> None:
-    from satbench.report.data import load_run
-    from satbench.report.render import format_recommendation, lane_table, text_table
-
     report = load_run(run_dir)
     for lane in report.lanes:
         headers, rows = lane_table(lane, report.stall_max_ratio)

@@ -38,8 +38,8 @@ LANE = SyntheticLane("dense", slots=4)
 def _run(**window_changes: Any) -> tuple[RunManifest, list[RequestRecord]]:
     manifest, records = simulate_run((LANE,), (1, 2, 4, 8), t0=time.time() - 600, window_s=6.0)
     if window_changes:
-        manifest.steps = [dataclasses.replace(w, **window_changes) if w.concurrency == 4 else w
-                          for w in manifest.steps]
+        steps = tuple(dataclasses.replace(w, **window_changes) if w.concurrency == 4 else w for w in manifest.steps)
+        manifest = manifest.model_copy(update={"steps": steps})
     return manifest, records
 
 

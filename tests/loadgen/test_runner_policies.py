@@ -70,7 +70,10 @@ def test_window_runs_to_max_when_throughput_is_not_stable_enough(tmp_path: Path)
                      metrics_port=None)
         return await run_ladder(cfg, tmp_path)
 
-    manifest = asyncio.run(with_server(StreamServerConfig(itl_s=0.003), body))
+    # a first token after 0.2 s, then 3 ms gaps: 50 ms batches see bursts and silences, so the interval
+    # never shrinks to a 1e-9 share of the mean (evenly spaced tokens would give every batch the same count,
+    # a zero-width interval that is rightly "stable")
+    manifest = asyncio.run(with_server(StreamServerConfig(ttft_s=0.2, itl_s=0.003), body))
     assert manifest.steps[0].duration_s >= 1.45
 
 

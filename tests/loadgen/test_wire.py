@@ -85,7 +85,7 @@ def test_two_rung_ladder_writes_records_steps_manifest_and_metrics(tmp_path: Pat
     on_disk = read_manifest(tmp_path / "manifest.json")
     assert [(w.lane, w.concurrency) for w in on_disk.steps] == [("dense", 1), ("dense", 2)]
     assert all(w.start < w.end and (w.warmup_start or 0) < w.start for w in on_disk.steps)
-    assert on_disk.lanes["dense"]["api"] == "openai-chat" and "rtt_s" in on_disk.lanes["dense"]
+    assert on_disk.clients["dense"]["api"] == "openai-chat" and "rtt_s" in on_disk.clients["dense"]
     assert manifest.finished_at is not None
     assert posted and posted[0]["run_id"] == "20261129T000000Z-test" and len(posted[0]["steps"]) == 2
 

@@ -40,7 +40,7 @@ from loadgen.config import LoadgenConfig
 from loadgen.runner import run_ladder
 from recommender.analysis import analyze_lane
 from recommender.app import create_app
-from recommender.policy import Policy, PolicyModel
+from recommender.policy import Policy
 from recommender.settings import RecommenderSettings
 from testkit.net import free_port, wait_http
 from testkit.prom import PrometheusProcess, prometheus_binary
@@ -107,7 +107,7 @@ def test_recommendations_match_the_simulators_analytic_capacity(tmp_path: Path) 
         runs_dir = tmp_path / "runs"
         run_id = new_run_id()
         settings = RecommenderSettings(prometheus_url=prom.url, refresh_interval_s=3600, runs_dir=runs_dir,
-                                       policy=PolicyModel.from_policy(POLICY))
+                                       policy=POLICY)
         recommender_url = stack.enter_context(serve(create_app(settings)))
         config = LoadgenConfig.model_validate({
             "lanes": [{"name": lane, "url": sim.url, "api": "llamacpp", "model": "sim"}

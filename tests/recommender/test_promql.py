@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from core import promql
@@ -72,3 +74,66 @@ def test_quantile_bounds() -> None:
         promql.window_quantile("m", 1.5, "d", 1.0)
     with pytest.raises(ValueError):
         promql.window_quantiles("m", (), "d", 1.0)
+
+
+HOSTILE = '"} or vector(1) #\\'
+HOSTILE_ESCAPED = '\\"} or vector(1) #\\\\'
+LANE = promql.grafana_matcher("lane")
+
+
+@pytest.mark.parametrize(
+    ("built", "query"),
+    [
+        (str(LANE), 'lane=~"$lane"'),
+        (str(promql.grafana_matcher("node", "instance", "!~")), 'node!~"$instance"'),
+        (str(promql.Matcher("route", "!=", HOSTILE)), f'route!="{HOSTILE_ESCAPED}"'),
+        (str(promql.RATE_INTERVAL), "$__rate_interval"),
+        (promql.selector("m", LANE), 'm{lane=~"$lane"}'),
+        (promql.selector("m", LANE, quantile="0.95"), 'm{lane=~"$lane",quantile="0.95"}'),
+        (promql.selector("m", LANE, user=HOSTILE), f'm{{lane=~"$lane",user="{HOSTILE_ESCAPED}"}}'),
+        (promql.selector("lane:x:rate10s", metric="label named metric"), 'lane:x:rate10s{metric="label named metric"}'),
+        (promql.rate("c_total", LANE), 'rate(c_total{lane=~"$lane"}[$__rate_interval])'),
+        (promql.rate("c_total", window=30.0, lane=HOSTILE), f'rate(c_total{{lane="{HOSTILE_ESCAPED}"}}[30000ms])'),
+        (promql.aggregate("avg", ("a", "b"), "up"), "avg by (a, b) (up)"),
+        (promql.sum_rate_by("loadgen_requests_total", ("lane", "outcome"), LANE),
+         'sum by (lane, outcome) (rate(loadgen_requests_total{lane=~"$lane"}[$__rate_interval]))'),
+        (promql.sum_rate_by("r_total", ("lane",), LANE, promql.Matcher("route", "!=", "other")),
+         'sum by (lane) (rate(r_total{lane=~"$lane",route!="other"}[$__rate_interval]))'),
+        (promql.sum_rate_by("r_total", ("lane",), window=2.5, lane=HOSTILE),
+         f'sum by (lane) (rate(r_total{{lane="{HOSTILE_ESCAPED}"}}[2500ms]))'),
+        (promql.sum_by("runtime_slots", ("lane", "state"), LANE),
+         'sum by (lane, state) (runtime_slots{lane=~"$lane"})'),
+        (promql.max_by("runtime_up", ("lane",), LANE), 'max by (lane) (runtime_up{lane=~"$lane"})'),
+        (promql.max_by("runtime_up", ("lane",), lane=HOSTILE),
+         f'max by (lane) (runtime_up{{lane="{HOSTILE_ESCAPED}"}})'),
+        (promql.quantile_rule("loadgen_ttft_seconds"), "lane_quantile:loadgen_ttft_seconds:histogram_quantile10s"),
+        (promql.step_windows(LANE), 'max by (lane) (loadgen_step_concurrency{lane=~"$lane"}) > 0'),
+        (promql.label_values("loadgen_step_concurrency", "lane"), "label_values(loadgen_step_concurrency, lane)"),
+    ],
+)
+def test_dashboard_builders(built: str, query: str) -> None:
+    assert built == query
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: promql.GrafanaVar("la ne"),
+        lambda: promql.GrafanaVar('lane"}'),
+        lambda: promql.grafana_matcher("bad-label"),
+        lambda: promql.Matcher("lane", "==", "x"),
+        lambda: promql.Matcher("lane", "~", "x"),
+        lambda: promql.aggregate("topk", ("lane",), "up"),
+        lambda: promql.aggregate("sum", (), "up"),
+        lambda: promql.aggregate("sum", ("lane) (up) or (x",), "up"),
+        lambda: promql.rate("bad-name", LANE),
+        lambda: promql.rate("c_total", window=0.0),
+        lambda: promql.max_by("m{}", ("lane",)),
+        lambda: promql.quantile_rule("x} or up"),
+        lambda: promql.label_values("m", "bad label"),
+        lambda: promql.label_values("m)", "lane"),
+    ],
+)
+def test_dashboard_builders_reject_bad_names(build: Callable[[], object]) -> None:
+    with pytest.raises(ValueError):
+        build()

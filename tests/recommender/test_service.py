@@ -127,7 +127,7 @@ def test_unknown_lane_and_run_are_404s_that_say_what_exists(client: httpx.Client
         {"steps": [{"lane": "dense", "concurrency": 0, "start": 1, "end": 2}]},
         {"steps": [{"lane": "", "concurrency": 1, "start": 1, "end": 2}]},
         {"steps": [{"lane": "dense", "concurrency": 1, "start": "soon", "end": 2}]},
-        {"schema": "core.manifest/v9"},
+        {"schema": "satbench.manifest/v9"},
     ],
 )
 def test_bad_manifests_are_422s(client: httpx.Client, change: dict[str, Any]) -> None:
