@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import signal
 import subprocess
 import sys
 import threading
@@ -69,6 +70,10 @@ class DescendantWatcher:
         return self.seen
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_session(out_dir: Path, *extra: str) -> tuple[subprocess.Popen[str], DescendantWatcher]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "satbench.cli", "run", "--out", str(out_dir), *SHORT, *extra],
@@ -76,6 +81,9 @@ def start_session(out_dir: Path, *extra: str) -> tuple[subprocess.Popen[str], De
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # A test run started in the background (a shell's ``&``) inherits SIGINT ignored, and so would the
+        # session; the Ctrl-C test needs the session to see SIGINT as a terminal's Ctrl-C delivers it.
+        preexec_fn=_default_sigint,
     )
     return proc, DescendantWatcher(proc.pid)
 
