@@ -15,6 +15,7 @@ it is written.
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
 import re
 import statistics
@@ -45,24 +46,86 @@ __all__ = [
     "redact_secrets",
     "refuse_home_path",
     "runtime_props",
+    "secret_values",
     "sha256_file",
 ]
 
 REDACTED = "***"
-_SECRET_WORDS = ("api_key", "apikey", "token", "password", "secret", "authorization")
+# Keys whose value is a secret, matched exactly (case and - or _ aside), never as a substring: a config's
+# ``prompt_tokens`` or ``prefill_probe_tokens`` is the workload, and the evidence must show it.
+SECRET_KEYS = frozenset({"api_key", "apikey", "x_api_key", "authorization", "password", "passwd", "secret",
+                         "client_secret", "token", "access_token", "bearer_token", "hf_token"})
+# Command-line flags whose next argument (or ``=value``) is a secret (llama-server's among them).
+SECRET_FLAGS = frozenset({"--api-key", "--hf-token", "-hft", "--password", "--token"})
 
 
-def redact_secrets(value: Any) -> Any:
-    """A deep copy of ``value`` where every key that names a secret (api_key, token...) holds ``***``."""
-    if isinstance(value, Mapping):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            secret = any(word in str(key).lower().replace("-", "_") for word in _SECRET_WORDS)
-            out[str(key)] = REDACTED if secret and item not in (None, "") else redact_secrets(item)
-        return out
-    if isinstance(value, list | tuple):
-        return [redact_secrets(v) for v in value]
-    return value
+def _secret_key(key: object, more: frozenset[str] = frozenset()) -> bool:
+    name = str(key).lower().replace("-", "_")
+    return name in SECRET_KEYS or name in more
+
+
+def _names(keys: Iterable[str]) -> frozenset[str]:
+    return frozenset(k.lower().replace("-", "_") for k in keys)
+
+
+def secret_values(value: Any, env_names: Iterable[str] = ()) -> set[str]:
+    """Every secret in ``value``: under a secret key, after a secret flag, and the named variables' values.
+
+    ``env_names`` are the environment variables that hold secrets (a lane's ``api_key_env``): their values
+    are read now, so that a key pasted anywhere else (a server argument, a URL) is scrubbed too, and a key
+    of that name is a secret key.
+    """
+    env_names = list(env_names)
+    more = _names(env_names)
+    found = {os.environ[name] for name in env_names if os.environ.get(name)}
+
+    def walk(item: Any) -> None:
+        if isinstance(item, Mapping):
+            for key, sub in item.items():
+                if _secret_key(key, more) and isinstance(sub, str) and sub:
+                    found.add(sub)
+                walk(sub)
+        elif isinstance(item, list | tuple):
+            for i, sub in enumerate(item):
+                if isinstance(sub, str):
+                    flag, eq, rest = sub.partition("=")
+                    if flag in SECRET_FLAGS and eq and rest:
+                        found.add(rest)
+                    elif sub in SECRET_FLAGS and i + 1 < len(item) and isinstance(item[i + 1], str):
+                        found.add(item[i + 1])
+                walk(sub)
+
+    walk(value)
+    return {s for s in found if len(s) >= 4}  # a 1-3 character "secret" would scrub ordinary words
+
+
+def redact_secrets(value: Any, secrets: Iterable[str] = (), keys: Iterable[str] = ()) -> Any:
+    """A deep copy of ``value`` with every secret replaced by ``***``.
+
+    Secrets are the values of exact secret keys (``SECRET_KEYS`` and ``keys``, e.g. the names lanes
+    declare as ``api_key_env``), the arguments of secret flags (``SECRET_FLAGS``) and every string in
+    ``secrets``, wherever such a string appears, inside a longer string too (a URL, a joined command line).
+    """
+    keys = list(keys)
+    more = _names(keys)
+    known = sorted(set(secrets) | secret_values(value, keys), key=len, reverse=True)
+
+    def scrub(text: str) -> str:
+        for secret in known:
+            text = text.replace(secret, REDACTED)
+        return text
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, Mapping):
+            return {str(k): REDACTED if _secret_key(k, more) and item[k] not in (None, "") else walk(v)
+                    for k, v in item.items()}
+        if isinstance(item, list | tuple):
+            return [walk(v) for v in item]
+        if isinstance(item, str):
+            return scrub(item)
+        return item
+
+    return walk(value)
 
 
 def git_commit(repo_dir: Path | None = None) -> str | None:

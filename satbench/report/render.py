@@ -16,8 +16,10 @@ import html
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from core.figures import StepFigures
+from core.manifest import RunManifest
 from satbench.report.data import LaneReport, RunReport, load_run, starvation_verdict
 from satbench.report.plots import lane_figure_svg
 
@@ -29,6 +31,7 @@ __all__ = [
     "render_html",
     "render_markdown",
     "text_table",
+    "workload_lines",
     "write_report",
 ]
 
@@ -152,6 +155,43 @@ def _when(ts: float | None) -> str:
     return "-" if not ts else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
 
 
+def _length_text(dist: Any) -> str:
+    """A token-length distribution as written in the config (loadgen's ``LengthDist``), in words."""
+    if not isinstance(dist, dict):
+        return "?"
+    kind = dist.get("kind", "fixed")
+    if kind == "fixed":
+        return f"{dist.get('value', '?')} (fixed)"
+    if kind == "uniform":
+        return f"{dist.get('low', '?')}..{dist.get('high', '?')} (uniform)"
+    return (f"lognormal, median {dist.get('median', '?')}, sigma {dist.get('sigma', '?')}, "
+            f"clipped to {dist.get('low', '?')}..{dist.get('high', '?')}")
+
+
+def workload_lines(manifest: RunManifest) -> list[str]:
+    """What each user sent and how the ladder was walked, from the manifest's config (empty if unknown)."""
+    section = manifest.config.get("loadgen")
+    loadgen: dict[str, Any] = section if isinstance(section, dict) else manifest.config
+    work = loadgen.get("workload")
+    if not isinstance(work, dict):
+        return []
+    ladder_section = loadgen.get("ladder")
+    ladder: dict[str, Any] = ladder_section if isinstance(ladder_section, dict) else {}
+    share = work.get("prefill_probe_share") or 0
+    lines = [
+        f"prompt tokens: {_length_text(work.get('prompt_tokens'))}",
+        f"output tokens: {_length_text(work.get('output_tokens'))}"
+        f"{', EOS ignored' if work.get('ignore_eos') else ''}, temperature {work.get('temperature', '?')}",
+        f"prefill probes: {share:.0%} of requests with {work.get('prefill_probe_tokens', '?')} prompt tokens"
+        if share else "prefill probes: none",
+        f"seed {work.get('seed', '?')}; closed-loop users, ladder "
+        + "/".join(str(c) for c in ladder.get("concurrency") or []) + "; "
+        f"warm-up {loadgen.get('warmup_s', '?')} s, window {loadgen.get('min_window_s', '?')}.."
+        f"{loadgen.get('max_window_s', '?')} s",
+    ]
+    return lines
+
+
 def render_markdown(report: RunReport) -> str:
     m = report.manifest
     lines = [f"# satbench run {report.run_id}", ""]
@@ -165,6 +205,9 @@ def render_markdown(report: RunReport) -> str:
         f"- requests recorded: {report.records_count if report.records_count is not None else '-'}",
         "",
     ]
+    workload = workload_lines(m)
+    if workload:
+        lines += ["## Workload", ""] + [f"- {line}" for line in workload] + [""]
     lines += ["## Lanes", ""]
     for name, info in m.lanes.items():
         info = info if isinstance(info, dict) else {}
@@ -240,6 +283,7 @@ def render_html(report: RunReport) -> str:
         ("RAM", _bytes(m.hardware.get("ram_bytes"))),
         ("GPU", _gpu_text(m.hardware)),
         ("requests recorded", str(report.records_count if report.records_count is not None else "-")),
+        *(("workload", line) for line in workload_lines(m)),
     ]
     parts = [
         f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>satbench run "

@@ -161,6 +161,14 @@ def _model_files(endpoint: LaneEndpoint, config: SessionConfig) -> list[dict[str
     return describe_model_files([config.model_dir / endpoint.lane.model_file])
 
 
+def _redactor(config: SessionConfig, command: Sequence[str]) -> Callable[[Any], Any]:
+    """``evidence.redact_secrets`` with every secret of this session known: the config's, the command's and
+    the values of the lanes' ``api_key_env`` variables (whose names are secret keys too)."""
+    env_names = [lane.api_key_env for lane in config.lanes if lane.api_key_env]
+    secrets = evidence.secret_values([config.model_dump(mode="json"), list(command)], env_names)
+    return lambda value: evidence.redact_secrets(value, secrets, env_names)
+
+
 def _build_manifest(
     run_id: str,
     command: Sequence[str],
@@ -170,7 +178,12 @@ def _build_manifest(
     recommender_url: str,
     gpu_reader: evidence.GpuReader | None,
 ) -> RunManifest:
-    """The session's part of the manifest: how each lane's runtime was started, and the run's setting."""
+    """The session's part of the manifest: how each lane's runtime was started, and the run's setting.
+
+    Every secret is redacted (``evidence.redact_secrets``): secret keys, secret flags' arguments and the
+    values of the lanes' ``api_key_env`` variables, wherever they appear (config, command, runtime argv).
+    """
+    redact = _redactor(config, command)
     lanes: dict[str, dict[str, Any]] = {}
     network: dict[str, Any] = {}
     with httpx.Client(timeout=3.0) as client:
@@ -180,7 +193,7 @@ def _build_manifest(
                 files = _model_files(ep, config)
             except ValueError as exc:
                 files = [{"error": str(exc)}]
-            lanes[ep.lane.name] = {
+            lanes[ep.lane.name] = redact({
                 **ep.runtime.evidence(),
                 "url": ep.url,
                 "exporter_url": ep.exporter_url,
@@ -188,12 +201,12 @@ def _build_manifest(
                 "model": ep.lane.model,
                 "runtime_props": evidence.runtime_props(client, ep.url),
                 "model_files": files,
-            }
+            })
     return RunManifest(
         run_id=run_id,
         created_at=time.time(),
-        command=tuple(command),
-        config=evidence.redact_secrets(config.model_dump(mode="json")),
+        command=tuple(redact(list(command))),
+        config=redact(config.model_dump(mode="json")),
         versions=evidence.collect_versions(),
         lanes=lanes,
         hardware=evidence.collect_hardware(gpu_reader),
@@ -314,7 +327,7 @@ def run_session(
     run_dir = (out_dir or config.out_dir) / run_id
     run_dir.mkdir(parents=True, exist_ok=False)
     say(f"satbench run {run_id}: evidence in {run_dir}")
-    say(f"  command: {shlex.join(command)}")
+    say(f"  command: {shlex.join(_redactor(config, command)(list(command)))}")
     processes = ProcessSet(run_dir / "logs")
     restore = install_signal_handlers()
     pids: list[int] = []

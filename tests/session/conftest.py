@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -15,6 +17,15 @@ import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+# A secret planted in the shared session, three ways: the dense lane's api_key_env value, an --api-key
+# server argument on the command line, and the same key in the lane's config. No file of the run folder
+# may hold it (test_session_artefacts).
+PLANTED_KEY_ENV = "SATBENCH_PLANTED_KEY"
+PLANTED_SECRET = "sk-planted-" + secrets.token_hex(8)
+PLANTED_LANES = (
+    'lanes=[{name = "dense", profile = "dense", api_key_env = "' + PLANTED_KEY_ENV + '", '
+    'server_args = ["--api-key", "' + PLANTED_SECRET + '"]}, {name = "moe", profile = "moe"}]'
+)
 SHORT = [
     "--set",
     "loadgen.ladder.concurrency=[1, 2]",
@@ -74,10 +85,12 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def start_session(out_dir: Path, *extra: str) -> tuple[subprocess.Popen[str], DescendantWatcher]:
+def start_session(out_dir: Path, *extra: str, env: dict[str, str] | None = None,
+                  ) -> tuple[subprocess.Popen[str], DescendantWatcher]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "satbench.cli", "run", "--out", str(out_dir), *SHORT, *extra],
         cwd=ROOT,
+        env=None if env is None else {**os.environ, **env},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -104,7 +117,7 @@ def survivors(pids: set[int]) -> list[str]:
 def short_session(tmp_path_factory: pytest.TempPathFactory) -> SessionRun:
     out_dir = tmp_path_factory.mktemp("runs")
     started = time.monotonic()
-    proc, watcher = start_session(out_dir)
+    proc, watcher = start_session(out_dir, "--set", PLANTED_LANES, env={PLANTED_KEY_ENV: PLANTED_SECRET})
     try:
         stdout, stderr = proc.communicate(timeout=110)
     finally:

@@ -13,20 +13,32 @@ import pytest
 from satbench import evidence
 
 
-def test_redact_secrets_deep() -> None:
+def test_redact_secrets_by_exact_key_flag_and_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LANE_KEY", "sk-planted-4242")
     doc = {
-        "lanes": [{"api_key": "sk-1", "api_key_env": "KEY", "url": "u"}],
-        "Authorization": "Bearer x",
+        "lanes": [{"api_key": "sk-1234", "api_key_env": "LANE_KEY", "url": "http://h/v1?key=sk-planted-4242",
+                   "server_args": ["--api-key", "arg-secret", "--hf-token=hf-secret", "-c", "4096"]}],
+        "Authorization": "Bearer x-bearer",
+        "token": "tok-value",
+        "LANE_KEY": "named-like-the-variable",
+        "workload": {"prompt_tokens": {"value": 64}, "prefill_probe_tokens": 1024, "max_tokens_note": "k"},
         "n": 1,
     }
-    out = evidence.redact_secrets(doc)
-    assert out == {
-        "lanes": [{"api_key": "***", "api_key_env": "***", "url": "u"}],
-        "Authorization": "***",
-        "n": 1,
-    }
-    assert "sk-1" not in json.dumps(out)
+    out = evidence.redact_secrets(doc, keys=["LANE_KEY"])
+    text = json.dumps(out)
+    for secret in ("sk-1234", "sk-planted-4242", "arg-secret", "hf-secret", "x-bearer", "tok-value",
+                   "named-like-the-variable"):
+        assert secret not in text, secret
+    lane = out["lanes"][0]
+    assert lane["api_key_env"] == "LANE_KEY"  # the variable's name is not the secret
+    assert lane["url"] == "http://h/v1?key=***" and lane["server_args"][:3] == ["--api-key", "***", "--hf-token=***"]
+    # never by substring: the workload is evidence
+    assert out["workload"] == doc["workload"] and out["n"] == 1
     assert evidence.redact_secrets({"token": None}) == {"token": None}
+
+
+def test_secret_values_ignore_short_strings() -> None:
+    assert evidence.secret_values({"token": "ab", "password": "long-enough"}) == {"long-enough"}
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from core.records import read_records
-from tests.session.conftest import SessionRun, start_session, survivors
+from tests.session.conftest import PLANTED_KEY_ENV, PLANTED_SECRET, SessionRun, start_session, survivors
 
 pytestmark = pytest.mark.skipif(
     shutil.which("prometheus") is None, reason="Prometheus is not installed (apt-get install prometheus)"
@@ -46,7 +46,7 @@ def test_evidence_folder_is_complete(short_session: SessionRun) -> None:
         assert (run_dir / name).stat().st_size > 0, name
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["run_id"] == run_dir.name
-    assert manifest["command"][-1] == "loadgen.max_loop_lag_s=0.5" and "run" in manifest["command"]
+    assert "loadgen.max_loop_lag_s=0.5" in manifest["command"] and "run" in manifest["command"]
     assert manifest["versions"]["satbench"] and "git_commit" in manifest["versions"]
     hw = manifest["hardware"]
     assert hw["cpu_cores_logical"] >= 1 and hw["ram_bytes"] > 0 and hw["cpu_model"]
@@ -64,6 +64,25 @@ def test_evidence_folder_is_complete(short_session: SessionRun) -> None:
     assert recs["schema"] == "satbench.recommendations/v1" and set(recs["lanes"]) == {"dense", "moe"}
     assert recs["source"]["kind"] == "prometheus"
     assert "## Recommendations" in (run_dir / "README.md").read_text()
+
+
+def test_the_workload_is_stated_and_no_planted_secret_is_written(short_session: SessionRun) -> None:
+    (run_dir,) = short_session.run_dirs
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    work = manifest["config"]["loadgen"]["workload"]
+    assert work["prompt_tokens"]["kind"] and work["output_tokens"]["kind"] == "uniform"
+    assert isinstance(work["prefill_probe_tokens"], int) and isinstance(work["seed"], int)
+    dense = next(lane for lane in manifest["config"]["lanes"] if lane["name"] == "dense")
+    assert dense["api_key_env"] == PLANTED_KEY_ENV and dense["server_args"] == ["--api-key", "***"]
+    for name in ("README.md", "report.html"):
+        text = (run_dir / name).read_text()
+        assert "prompt tokens: " in text and "output tokens: 48..80 (uniform)" in text, name
+    planted = PLANTED_SECRET.encode()
+    files = [p for p in run_dir.rglob("*") if p.is_file()]
+    assert len(files) > 10  # logs, Prometheus storage, records, manifest, report...
+    holding = [str(p.relative_to(run_dir)) for p in files if planted in p.read_bytes()]
+    assert holding == [], f"the planted secret is written in {holding}"
+    assert PLANTED_SECRET not in short_session.stdout + short_session.stderr
 
 
 def test_no_child_survives_the_session(short_session: SessionRun) -> None:
