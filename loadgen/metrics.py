@@ -26,6 +26,7 @@ HISTOGRAMS = {
     "ttft": "loadgen_ttft_seconds",
     "itl": "loadgen_itl_seconds",
     "e2e": "loadgen_e2e_seconds",
+    "tpot": "loadgen_tpot_seconds",
     "queue": "loadgen_queue_seconds",
     "stall": "loadgen_decode_stall_seconds",
 }
@@ -33,6 +34,7 @@ _HELP = {
     "ttft": "Time to first content token, from request sent.",
     "itl": "Gaps between successive content tokens of one request.",
     "e2e": "Request sent to last byte.",
+    "tpot": "Time per output token after the first: (e2e - TTFT) / (output tokens - 1), per successful request.",
     "queue": "Time a request waited for a slot (server timings: TTFT - prompt_ms, clamped at 0).",
     "stall": "Longest inter-token gap of a request while another request of the lane was in prefill.",
 }

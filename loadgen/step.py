@@ -105,6 +105,7 @@ class StepRun:
         self._itl_hist = metrics.histogram("itl", lane.name)
         self._ttft_hist = metrics.histogram("ttft", lane.name)
         self._e2e_hist = metrics.histogram("e2e", lane.name)
+        self._tpot_hist = metrics.histogram("tpot", lane.name)
         self._queue_hist = metrics.histogram("queue", lane.name)
 
     @property
@@ -290,6 +291,9 @@ class StepRun:
         self.prefills.append((admitted, tok[0] if tok else res.end_ns))
         if res.outcome == "ok":
             self._e2e_hist.observe(record.e2e_s or 0.0)
+            tpot = record.tpot_s
+            if tpot is not None:
+                self._tpot_hist.observe(tpot)
         if ttft is not None:
             self._ttft_hist.observe(ttft)
         if queue is not None:

@@ -43,6 +43,7 @@ class PromStepResults:
     ttft: Quantiles = field(default_factory=Quantiles)
     itl: Quantiles = field(default_factory=Quantiles)
     e2e: Quantiles = field(default_factory=Quantiles)
+    tpot: Quantiles = field(default_factory=Quantiles)
     queue: Quantiles = field(default_factory=Quantiles)
     decode_stall_max_s: float | None = None
     ttft_max_s: float | None = None
@@ -117,6 +118,7 @@ def figures_from_prometheus(window: StepWindow, r: PromStepResults, *, confidenc
         throughput_tok_s=tokens / w if w > 0 else 0.0,
         requests_per_s=ok / w if w > 0 else 0.0,
         latency_s=_clean(r.e2e),
+        tpot_s=_clean(r.tpot),
         ttft_s=_clean(r.ttft),
         itl_s=itl,
         queue_s=_clean(r.queue),

@@ -34,6 +34,7 @@ def _observations(rec: RequestRecord) -> dict[str, list[float]]:
     return {
         "ttft": [rec.ttft_s or 0.0],
         "e2e": [rec.e2e_s or 0.0],
+        "tpot": [rec.tpot_s] if rec.ok and rec.tpot_s is not None else [],
         "queue": [rec.queue_s or 0.0],
         "itl": list(rec.itl_s),
         "decode_stall": [max(rec.itl_s)] if rec.itl_s else [],
@@ -50,7 +51,7 @@ def openmetrics_text(manifest: RunManifest, records: Sequence[RequestRecord], *,
     times = [t for t in times if not any(a <= t <= b for a, b in missed_scrapes)]
     lanes = sorted({r.lane for r in records})
     bounds = LATENCY_BUCKETS_S
-    kinds = ("ttft", "e2e", "queue", "itl", "decode_stall")
+    kinds = ("ttft", "e2e", "tpot", "queue", "itl", "decode_stall")
 
     obs_index: dict[tuple[str, str], list[int]] = defaultdict(list)
     for rec in ended:

@@ -79,7 +79,8 @@ def test_step_figures_agree_within_bucket_resolution(documents: tuple[dict[str, 
     assert [s["concurrency"] for s in prom] == [s["concurrency"] for s in rec] == list(LADDER)
     for p, r in zip(prom, rec, strict=True):
         c = p["concurrency"]
-        for name in ("ttft_s", "itl_s", "latency_s"):
+        for name in ("ttft_s", "itl_s", "latency_s", "tpot_s"):
+            assert p[name]["p95"] is not None and r[name]["p95"] is not None, (c, name)
             assert p[name]["p95"] == pytest.approx(r[name]["p95"], rel=BUCKET_RESOLUTION), (c, name)
         edge = c * lane.output_tokens / WINDOW_S
         assert abs(p["throughput_tok_s"] - r["throughput_tok_s"]) <= edge + 0.02 * r["throughput_tok_s"], c
