@@ -11,10 +11,22 @@ records) and ``recommender.prometheus_source`` (from PromQL over the step window
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["MemoryFigures", "Quantiles", "StepFigures"]
+__all__ = [
+    "CLIENT_FIGURES",
+    "NO_REQUESTS_REASON",
+    "MemoryFigures",
+    "Quantiles",
+    "StepFigures",
+    "client_figures",
+    "client_values",
+    "disagreements",
+]
+
+NO_REQUESTS_REASON = "no successful request ended inside the window"
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,3 +126,61 @@ class StepFigures:
             valid=bool(data.get("valid", True)),
             reason=data.get("reason"),
         )
+
+
+# The figures the load generator knows exactly from its records (``core.step_figures``), published per step
+# as ``loadgen_step_figure{figure=...}`` so that the Prometheus path reads the same numbers the records give.
+# The throughput interval is not among them: the Prometheus path batches its own (see ``prometheus_source``).
+CLIENT_FIGURES = (
+    "window_s", "requests", "errors", "throughput_tok_s", "requests_per_s", "latency_s", "ttft_s", "itl_s",
+    "tpot_s", "queue_s", "jain", "max_min_share", "decode_stall_max_ratio", "decode_stall_max_s",
+    "prefill_wait_max_s", "errors_by_outcome",
+)
+
+
+def client_values(step: StepFigures) -> dict[str, float]:
+    """The client figures of ``step`` as flat ``name -> value`` (``ttft_s.p95``, ``errors_by_outcome.http``);
+    unknown (None) figures are left out."""
+    data = step.to_dict()
+    out: dict[str, float] = {}
+    for name in CLIENT_FIGURES:
+        value = data.get(name)
+        if isinstance(value, dict):
+            out.update({f"{name}.{k}": float(v) for k, v in value.items() if isinstance(v, int | float)})
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            out[name] = float(value)
+    return out
+
+
+def client_figures(values: Mapping[str, float]) -> dict[str, Any]:
+    """The inverse of ``client_values``: a partial ``StepFigures.to_dict()`` (counts as ints again)."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        name, _, sub = key.partition(".")
+        if name not in CLIENT_FIGURES:
+            continue
+        whole = name in ("requests", "errors") or name == "errors_by_outcome"
+        v: float | int = round(value) if whole else float(value)
+        if sub:
+            out.setdefault(name, {})[sub] = v
+        else:
+            out[name] = v
+    return out
+
+
+def _agree(a: float, b: float) -> bool:
+    bound = 1e-3 if abs(b) < 0.020 else 0.05 * abs(b)
+    return abs(a - b) <= bound
+
+
+def disagreements(other: StepFigures, exact: StepFigures) -> dict[str, tuple[float | None, float | None]]:
+    """The client figures where ``other`` (say, the Prometheus path) and ``exact`` (the records) differ by
+    more than DESIGN.md's agreement bound: 5 %, or 1 ms for figures under 20 ms; known on one side only
+    counts as a difference. Empty when they agree."""
+    a, b = client_values(other), client_values(exact)
+    out: dict[str, tuple[float | None, float | None]] = {}
+    for key in sorted(set(a) | set(b)):
+        x, y = a.get(key), b.get(key)
+        if x is None or y is None or not _agree(x, y):
+            out[key] = (x, y)
+    return out

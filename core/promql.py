@@ -39,6 +39,7 @@ __all__ = [
     "label_values",
     "max_by",
     "named_union",
+    "published_step_figures",
     "quantile_rule",
     "rate",
     "selector",
@@ -283,6 +284,13 @@ def window_gauge_avg(metric: str, lane: str, window_s: float) -> str:
 def window_gauge_max(metric: str, lane: str, window_s: float) -> str:
     """Largest value of a gauge during the window, over all of the lane's series."""
     return f"max(max_over_time({selector(metric, lane=lane)}[{duration(window_s)}]))"
+
+
+def published_step_figures(lane: str, run_id: str, concurrency: int, lookback_s: float) -> str:
+    """The exact figures the load generator published for one finished step (``loadgen_step_figure``), the
+    last value of each within ``lookback_s`` of the evaluation time."""
+    sel = selector("loadgen_step_figure", lane=lane, run_id=run_id, concurrency=str(concurrency))
+    return f"last_over_time({sel}[{duration(lookback_s)}])"
 
 
 QUERY_LABEL = "satbench_query"

@@ -35,7 +35,7 @@ import bisect
 import math
 from collections.abc import Iterable, Sequence
 
-from core.figures import StepFigures
+from core.figures import NO_REQUESTS_REASON, StepFigures
 from core.manifest import StepWindow
 from core.records import RequestRecord
 from core.statistics import batch_means_ci, batch_rates, jain_index, max_min_share, quantiles
@@ -155,7 +155,7 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
     counts = list(per_user.values())
     valid, reason = window.valid, window.reason
     if ok_count == 0 and valid:
-        valid, reason = False, "no successful request ended inside the window"
+        valid, reason = False, NO_REQUESTS_REASON
     return StepFigures(
         lane=window.lane,
         concurrency=window.concurrency,

@@ -10,6 +10,9 @@ no I/O and defaults that make a short session: two lanes of four rungs each fini
 (:mod:`loadgen.rawclient`) and HTTPS lanes through aiohttp; ``aiohttp`` forces aiohttp everywhere (for a
 proxy setup the socket client does not speak, or to compare the two).
 
+``metrics_linger_s`` keeps /metrics up after the walk until Prometheus has scraped it once (at most that
+long), so the last step's exact figures (``loadgen_step_figure``) reach Prometheus too.
+
 ``max_loop_lag_s`` and ``max_idle_share`` are the client self-check (:mod:`loadgen.selfcheck`): a step timed
 by client reads whose event-loop lag (or dispatch delay) p99 passes ``max_loop_lag_s``, or a kernel-timed
 step whose users sat idle more than ``max_idle_share`` of their time, is marked invalid. ``gc_pause`` keeps
@@ -133,6 +136,7 @@ class LoadgenConfig(_Model):
     gc_pause: bool = True
     metrics_port: int | None = Field(default=0, ge=0, le=65535)
     metrics_host: str = Field(default="127.0.0.1", min_length=1)
+    metrics_linger_s: float = Field(default=0.0, ge=0.0, le=600.0)
     recommender_url: HttpUrl | None = None
     progress: bool | None = None
 

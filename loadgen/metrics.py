@@ -12,6 +12,7 @@ Counters and gauges are updated per request (not per token), so their cost does 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry
@@ -48,6 +49,8 @@ class LoadgenMetrics(Collector):
         self.tokens: dict[tuple[str, str], int] = {}
         self.in_flight: dict[str, int] = {}
         self.step_concurrency: dict[tuple[str, str], int] = {}
+        self.step_figures: dict[tuple[str, str, int], dict[str, float]] = {}
+        self.last_scrape: float | None = None  # wall time of the latest collect(): Prometheus was here
         self.hist: dict[tuple[str, str], FastHistogram] = {}
         self.live_tokens: Callable[[], Iterable[tuple[str, str, int]]] | None = None
         self._reported_tokens: dict[tuple[str, str], int] = {}
@@ -72,6 +75,10 @@ class LoadgenMetrics(Collector):
 
     def add_in_flight(self, lane: str, delta: int) -> None:
         self.in_flight[lane] = self.in_flight.get(lane, 0) + delta
+
+    def publish_step(self, lane: str, run_id: str, concurrency: int, values: dict[str, float]) -> None:
+        """A finished step's exact client figures (``core.figures.client_values``), kept for every later scrape."""
+        self.step_figures[(lane, run_id, concurrency)] = dict(values)
 
     def set_step(self, lane: str, run_id: str, concurrency: int) -> None:
         self.step_concurrency[(lane, run_id)] = concurrency
@@ -124,6 +131,15 @@ class LoadgenMetrics(Collector):
         for (lane, run_id), c in list(self.step_concurrency.items()):
             step.add_metric([lane, run_id], c)
         yield step
+        figures = GaugeMetricFamily(
+            "loadgen_step_figure",
+            "A finished step's figure, computed exactly from its records (core.step_figures), by name.",
+            labels=["lane", "run_id", "concurrency", "figure"])
+        for (lane, run_id, c), values in list(self.step_figures.items()):
+            for name, value in values.items():
+                figures.add_metric([lane, run_id, str(c), name], value)
+        yield figures
+        self.last_scrape = time.time()
 
 
 class MetricsServer:

@@ -18,6 +18,7 @@ it is served on ``metrics_host`` (127.0.0.1 unless configured otherwise) and the
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -30,7 +31,7 @@ import aiohttp
 from prometheus_client import CollectorRegistry
 
 from core import __version__
-from core.figures import StepFigures
+from core.figures import StepFigures, client_values
 from core.manifest import LadderPart, RunManifest, new_run_id, write_json_atomic
 from core.records import RecordsWriter
 from core.step_figures import compute_step_figures
@@ -64,6 +65,7 @@ class LadderRunner:
                                               config={"loadgen": config.model_dump(mode="json")},
                                               versions={"satbench": __version__})
         self.part = LadderPart()
+        self._published_at = 0.0
         self._own_registry = registry is None
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self.metrics = LoadgenMetrics(self.registry)
@@ -102,8 +104,19 @@ class LadderRunner:
                 await self._run_lane(lane, writer, clock, text)
         self.part = self.part.model_copy(update={"finished_at": time.time()})
         self._write()
+        await self._linger()
         await self._post_manifest()
         return self.manifest
+
+    async def _linger(self) -> None:
+        """Keeps /metrics up until it is scraped once after the last step's figures were published (at most
+        ``metrics_linger_s``), so Prometheus holds every step's exact figures."""
+        deadline = time.monotonic() + self.config.metrics_linger_s
+        while self._server is not None and time.monotonic() < deadline:
+            seen = self.metrics.last_scrape
+            if seen is not None and seen >= self._published_at:
+                return
+            await asyncio.sleep(0.05)
 
     async def _run_lane(self, lane: LaneConfig, writer: RecordsWriter, clock: Clock,
                         text: PromptText) -> None:
@@ -120,6 +133,8 @@ class LadderRunner:
                                progress=self.progress)
                 window = await step.run()
                 figures = compute_step_figures(list(step.records()), window, batch_s=self.config.batch_s)
+                self.metrics.publish_step(lane.name, self.run_id, c, client_values(figures))
+                self._published_at = time.time()
                 lane_figures.append(figures)
                 self.figures.append(figures)
                 self.part = self.part.with_step(window)

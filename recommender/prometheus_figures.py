@@ -12,6 +12,12 @@ the raw numbers over in a ``PromStepResults``. Here they become figures:
 * fairness: Jain's index and max/min share over per-user output-token increases of users ``0..c-1``;
 * occupancy, queue depth: window means of the exporter's gauges; memory: window maxima.
 
+Where the load generator published the step's exact figures (``loadgen_step_figure``: the records' own
+numbers, from ``core.step_figures``), every client figure is taken from them instead (``published``), so
+the Prometheus path and the records path give one number; the coverage check then does not apply (no
+``increase`` is used for them). The histogram estimates above are the fallback for a load generator that
+did not publish (an older one, or a scrape that never came).
+
 A NaN (no observations in the window) becomes ``None``, never a number. A window the load generator was
 scraped too rarely in (fewer than ``min_scrape_coverage`` of the expected samples of
 ``loadgen_requests_total``) is marked invalid with the reason: ``increase`` over a gap extrapolates from
@@ -24,7 +30,14 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from core.figures import MemoryFigures, Quantiles, StepFigures
+from core.figures import (
+    CLIENT_FIGURES,
+    NO_REQUESTS_REASON,
+    MemoryFigures,
+    Quantiles,
+    StepFigures,
+    client_figures,
+)
 from core.manifest import StepWindow
 from core.statistics import batch_means_ci, jain_index, max_min_share
 
@@ -95,8 +108,30 @@ def _coverage_problem(window: StepWindow, samples: float | None, scrape_interval
             f"increase() unreliable")
 
 
+def _with_published(step: StepFigures, published: Mapping[str, float], window: StepWindow) -> StepFigures:
+    """``step`` with every client figure replaced by the published one (absent there: unknown, as in the
+    records), and the records' validity rule."""
+    data = step.to_dict()
+    blank = StepFigures(lane=step.lane, concurrency=step.concurrency, window_s=0.0, requests=0, errors=0,
+                        throughput_tok_s=0.0, requests_per_s=0.0).to_dict()
+    data.update({name: blank[name] for name in CLIENT_FIGURES})
+    data.update(client_figures(published))
+    data["valid"], data["reason"] = window.valid, window.reason
+    if data["requests"] == 0 and window.valid:
+        data["valid"], data["reason"] = False, NO_REQUESTS_REASON
+    return StepFigures.from_dict(data)
+
+
 def figures_from_prometheus(window: StepWindow, r: PromStepResults, *, confidence: float,
-                            scrape_interval_s: float = 1.0, min_scrape_coverage: float = 0.0) -> StepFigures:
+                            scrape_interval_s: float = 1.0, min_scrape_coverage: float = 0.0,
+                            published: Mapping[str, float] | None = None) -> StepFigures:
+    step = _from_histograms(window, r, confidence=confidence, scrape_interval_s=scrape_interval_s,
+                            min_scrape_coverage=min_scrape_coverage)
+    return _with_published(step, published, window) if published else step
+
+
+def _from_histograms(window: StepWindow, r: PromStepResults, *, confidence: float, scrape_interval_s: float,
+                     min_scrape_coverage: float) -> StepFigures:
     w = window.duration_s
     coverage = _coverage_problem(window, finite(r.samples), scrape_interval_s, min_scrape_coverage)
     valid, reason = window.valid, window.reason

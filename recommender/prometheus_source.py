@@ -62,7 +62,11 @@ class PrometheusSourceConfig:
     ``e2e / (B * sqrt(c))`` of its value from request phase alone. A batch shorter than
     ``ci_min_e2e_multiple`` mean latencies (or ``min_batch_s``, two scrapes) would measure that granularity,
     not the server; then there is no interval (``None``) rather than a misleading one. Fewer than
-    ``ci_min_batches`` batches give none either (Student's t with one degree of freedom is 12.7)."""
+    ``ci_min_batches`` batches give none either (Student's t with one degree of freedom is 12.7).
+
+    ``published_lookback_s``: how long after a step's drain the load generator's published figures
+    (``loadgen_step_figure``) are looked for; it publishes them as the step ends and keeps them until it exits,
+    so the first scrape after the drain holds them."""
 
     ci_batches: int = 10
     ci_min_batches: int = 5
@@ -72,6 +76,7 @@ class PrometheusSourceConfig:
     confidence: float = 0.95
     scrape_interval_s: float = 1.0
     min_scrape_coverage: float = 0.8
+    published_lookback_s: float = 120.0
 
 
 class HttpxPromClient:
@@ -153,10 +158,23 @@ def step_queries(lane: str, w: float) -> dict[str, str]:
 
 
 async def fetch_step_figures(client: PromQLClient, window: StepWindow, config: PrometheusSourceConfig,
-                             limit: asyncio.Semaphore | None = None) -> StepFigures:
-    """The figures of one step window, from Prometheus."""
+                             limit: asyncio.Semaphore | None = None, run_id: str | None = None) -> StepFigures:
+    """The figures of one step window, from Prometheus.
+
+    With ``run_id``, the load generator's published figures of the step are read too: where present they
+    give every client figure exactly (the records' own numbers), and the histograms give none of them.
+    """
     gate = limit or asyncio.Semaphore(config.max_in_flight)
     lane, w, at = window.lane, window.duration_s, window.end
+
+    async def published() -> dict[str, float]:
+        if run_id is None:
+            return {}
+        after = window.drain_end if window.drain_end is not None else window.end
+        query = promql.published_step_figures(lane, run_id, window.concurrency, config.published_lookback_s)
+        async with gate:
+            samples = await client.query(query, after + config.published_lookback_s)
+        return {s.labels["figure"]: s.value for s in samples if "figure" in s.labels and math.isfinite(s.value)}
 
     async def batches(e2e_mean: float | None) -> tuple[tuple[float, ...], float | None]:
         shortest = max(config.min_batch_s, config.ci_min_e2e_multiple * (e2e_mean or math.inf))
@@ -181,7 +199,7 @@ async def fetch_step_figures(client: PromQLClient, window: StepWindow, config: P
             parts.setdefault(name, []).append(VectorSample(labels, s.value))
         return parts
 
-    got = await instant()
+    got, exact = await asyncio.gather(instant(), published())
     batch_tokens, batch_s = await batches(finite(_single(got.get("e2e_mean", []))))
     results = PromStepResults(
         output_tokens=_single(got.get("tokens", [])),
@@ -205,7 +223,7 @@ async def fetch_step_figures(client: PromQLClient, window: StepWindow, config: P
     )
     return figures_from_prometheus(window, results, confidence=config.confidence,
                                    scrape_interval_s=config.scrape_interval_s,
-                                   min_scrape_coverage=config.min_scrape_coverage)
+                                   min_scrape_coverage=config.min_scrape_coverage, published=exact)
 
 
 async def fetch_run_figures(client: PromQLClient, manifest: RunManifest,
@@ -213,7 +231,8 @@ async def fetch_run_figures(client: PromQLClient, manifest: RunManifest,
     """Figures of every step window of the run, per lane, all queries in flight together."""
     gate = asyncio.Semaphore(config.max_in_flight)
     windows = [w for w in manifest.steps if w.end > w.start]
-    figures = await asyncio.gather(*(fetch_step_figures(client, w, config, gate) for w in windows))
+    figures = await asyncio.gather(*(fetch_step_figures(client, w, config, gate, manifest.run_id)
+                                     for w in windows))
     out: dict[str, list[StepFigures]] = {lane: [] for lane in manifest.lane_names()}
     for fig in figures:
         out.setdefault(fig.lane, []).append(fig)

@@ -1,10 +1,13 @@
 """Reads a run folder's raw files into one frozen ``RunReport`` that the HTML and Markdown writers render.
 
-Sources, in order of trust: ``steps.json`` (exact client-side figures the load generator computed from the
-records), then ``recommendations.json`` (the recommender's figures per step, which add what only the server
-side knows: occupancy, queue depth, memory), then ``records.jsonl`` (used to compute figures with
-``core.step_figures`` when ``steps.json`` is missing). For each (lane, concurrency) the client figures
-win and missing fields are filled from the recommender's step; nothing is invented, an unknown stays None.
+One source for the numbers: ``recommendations.json``, the document the answer was computed from, so the
+report can never contradict the answer. Its steps carry the client figures (exact: the load generator
+publishes them) and what only the server side knows (occupancy, queue depth, memory). ``steps.json`` (the
+client figures the load generator computed from the records) fills what the document lacks (a run with no
+answer, a rung the recommender did not see), and ``records.jsonl`` stands in for ``steps.json`` when that is
+missing. Where the document and the records differ beyond the agreement bound
+(``core.figures.disagreements``), the report says so and which it shows. Nothing is invented: an unknown
+stays None.
 
 ``steps.json`` may be a list of step objects, ``{"steps": [...]}`` or ``{"lanes": {lane: [...]}}``; each
 step carries a ``lane`` (or takes it from the ``lanes`` key). Reading is pure apart from opening the files.
@@ -18,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.figures import StepFigures
+from core.figures import StepFigures, disagreements
 from core.manifest import RunManifest, StepWindow
 from core.records import read_records
 from core.step_figures import compute_step_figures
@@ -177,8 +180,15 @@ def load_run(run_dir: Path) -> RunReport:
             server_steps[fig.concurrency] = fig
         mine = {s.concurrency: s for s in client_steps if s.lane == name}
         windows = {w.concurrency: w for w in manifest.windows(name)}
+        for c in sorted(set(mine) & set(server_steps)):
+            differ = disagreements(server_steps[c], mine[c])
+            if differ:
+                problems.append(
+                    f"lane {name} c={c}: the recommendations' figures differ from the records' beyond the "
+                    f"agreement bound ({', '.join(differ)}); this report shows the recommendations' figures"
+                )
         merged = tuple(
-            _apply_window(merge_steps(mine.get(c), server_steps.get(c)), windows.get(c))
+            _apply_window(merge_steps(server_steps.get(c), mine.get(c)), windows.get(c))
             for c in sorted(set(mine) | set(server_steps))
         )
         lanes.append(

@@ -248,7 +248,7 @@ def _walk(config: SessionConfig, endpoints: list[LaneEndpoint], run_dir: Path, h
     """The ladder walk in-process; returns the session's header joined with the load generator's part."""
     loadgen = config.loadgen.model_copy(
         update={"lanes": [ep.lane.at(ep.url) for ep in endpoints], "metrics_port": metrics_port,
-                "recommender_url": None}
+                "recommender_url": None, "metrics_linger_s": 2 * config.prometheus.scrape_interval_s + 1.0}
     )
     with asyncio.Runner(loop_factory=fast_loop_factory()) as runner:
         try:

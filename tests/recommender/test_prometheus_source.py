@@ -94,7 +94,9 @@ def test_fetch_run_figures_queries_each_window_at_its_end() -> None:
     assert first.throughput_ci_tok_s == pytest.approx((100.0, 100.0))
     times = {at for expr, at in fake.asked if "[20000ms]" in expr}
     assert times == {120.0, 150.0, 20.0}
-    assert len(fake.asked) == 6  # one united instant query and one range query per window
+    published = {at for expr, at in fake.asked if expr.startswith("last_over_time(loadgen_step_figure")}
+    assert published == {120.0 + 120.0, 150.0 + 120.0, 20.0 + 120.0}  # after each step's end (no drain here)
+    assert len(fake.asked) == 9  # per window: the united instant query, the range query, the published figures
 
 
 def test_step_queries_unite_into_one_valid_expression() -> None:

@@ -3,6 +3,7 @@ answers per lane, and leaves no child behind, also on Ctrl-C and on failure."""
 
 from __future__ import annotations
 
+import html
 import json
 import shutil
 import signal
@@ -11,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from core.figures import StepFigures, client_values, disagreements
 from core.records import read_records
+from satbench.report.data import load_run
+from satbench.report.render import format_recommendation, lane_table
 from tests.session.conftest import PLANTED_KEY_ENV, PLANTED_SECRET, SessionRun, start_session, survivors
 
 pytestmark = pytest.mark.skipif(
@@ -85,6 +89,42 @@ def test_the_workload_is_stated_and_no_planted_secret_is_written(short_session: 
     holding = [str(p.relative_to(run_dir)) for p in files if planted in p.read_bytes()]
     assert holding == [], f"the planted secret is written in {holding}"
     assert PLANTED_SECRET not in short_session.stdout + short_session.stderr
+
+
+def test_every_client_figure_of_the_prometheus_path_agrees_with_the_records(short_session: SessionRun) -> None:
+    (run_dir,) = short_session.run_dirs
+    recs = json.loads((run_dir / "recommendations.json").read_text())
+    assert recs["source"]["kind"] == "prometheus"
+    records = {(s["lane"], s["concurrency"]): StepFigures.from_dict(s)
+               for s in json.loads((run_dir / "steps.json").read_text())}
+    compared = 0
+    for lane, answer in recs["lanes"].items():
+        for raw in answer["steps"]:
+            prom = StepFigures.from_dict({"lane": lane, **raw})
+            exact = records[(lane, raw["concurrency"])]
+            assert disagreements(prom, exact) == {}, (lane, raw["concurrency"])
+            compared += len(client_values(exact))
+    assert compared >= 4 * 20  # four steps, every quantile, count, rate and maximum
+
+
+def test_report_readme_and_document_show_the_same_numbers(short_session: SessionRun) -> None:
+    (run_dir,) = short_session.run_dirs
+    recs = json.loads((run_dir / "recommendations.json").read_text())
+    report = load_run(run_dir)
+    readme, page = (run_dir / "README.md").read_text(), (run_dir / "report.html").read_text()
+    assert report.lanes
+    for lane in report.lanes:
+        doc = {s["concurrency"]: StepFigures.from_dict({"lane": lane.lane, **s})
+               for s in recs["lanes"][lane.lane]["steps"]}
+        assert [s.concurrency for s in lane.steps] == sorted(doc)
+        for step in lane.steps:
+            assert client_values(step) == client_values(doc[step.concurrency])  # the document's own numbers
+        _, rows = lane_table(lane, report.stall_max_ratio)
+        for row in rows:
+            assert "| " + " | ".join(row) + " |" in readme
+            assert all(html.escape(cell) in page for cell in row)
+        line = format_recommendation(lane)
+        assert line in readme and html.escape(line) in page
 
 
 def test_no_child_survives_the_session(short_session: SessionRun) -> None:
