@@ -24,9 +24,9 @@ What counts (DESIGN.md "Metric definitions"):
   intervals sorted by start with a running maximum of their ends (overlap: ``start < b and end > a``).
 - prefill wait max: the longest TTFT of a request sent in the window (a request with no first token counts
   with the time it waited, its e2e).
-- throughput confidence interval: batch means (``core.statistics``). The window is cut into
-  ``k = floor(W / batch_s)`` batches (default ``batch_s = W / 10``); the interval is
-  ``mean +- t(0.975, k-1) * sd / sqrt(k)``.
+- throughput confidence interval: batch means over ``k = floor(W / batch_s)`` batches (default
+  ``batch_s = W / 32``), merged pairwise until their lag-1 autocorrelation is insignificant, then
+  ``mean +- t(0.975, k-1) * sd / sqrt(k)`` (``core.statistics.uncorrelated_batch_ci``, which says why).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from collections.abc import Iterable, Sequence
 from core.figures import NO_REQUESTS_REASON, StepFigures
 from core.manifest import StepWindow
 from core.records import RequestRecord
-from core.statistics import batch_means_ci, batch_rates, jain_index, max_min_share, quantiles
+from core.statistics import batch_rates, jain_index, max_min_share, quantiles, uncorrelated_batch_ci
 
 __all__ = ["compute_step_figures", "longest_stalled_gap", "throughput_ci", "token_arrivals"]
 
@@ -54,14 +54,18 @@ def token_arrivals(record: RequestRecord) -> list[tuple[float, int]]:
     return out
 
 
+START_BATCHES = 32
+
+
 def throughput_ci(arrivals: Sequence[tuple[float, int]], start: float, end: float,
                   batch_s: float | None = None, confidence: float = 0.95) -> tuple[float, float] | None:
-    """Batch-means interval of tokens/s over ``[start, end]`` (batches of ``batch_s``, else a tenth of it)."""
+    """Interval of tokens/s over ``[start, end]``: batch means over batches of ``batch_s`` (else a 32nd of
+    the window), merged until uncorrelated (``core.statistics.uncorrelated_batch_ci``)."""
     length = end - start
     if length <= 0:
         return None
-    size = batch_s if batch_s and batch_s > 0 else length / 10.0
-    return batch_means_ci(batch_rates(arrivals, start, end, size), confidence)
+    size = batch_s if batch_s and batch_s > 0 else length / START_BATCHES
+    return uncorrelated_batch_ci(batch_rates(arrivals, start, end, size), confidence)
 
 
 def longest_stalled_gap(gaps: Iterable[tuple[float, float]],

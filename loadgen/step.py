@@ -3,7 +3,8 @@
 Each user sends its next request as soon as the previous one ended (after a short back-off only when a
 request failed without a single token, so a dead server is not hammered in a busy loop). A controller
 wakes four times a second (no busy polling) and ends the window when the minimum duration and the
-minimum request count are met and throughput is stable: the batch-means 95% interval, over tokens that
+minimum request count are met and throughput is stable: the 95% interval of batch means merged until
+uncorrelated (``core.statistics.uncorrelated_batch_ci``, the step's own interval), over tokens that
 are certainly all known (those before the oldest in-flight request was sent), is within ``ci_rel_bound``
 of its mean; or at ``max_window_s``. Drain then lets in-flight requests end (``wait``, up to
 ``drain_timeout_s``) or cancels them (``cancel``); a request cut off is recorded as ``dropped``.
@@ -35,8 +36,8 @@ from dataclasses import dataclass, field
 from core.manifest import StepWindow
 from core.records import Phase, RecordsWriter, RequestRecord, read_records
 from core.sse import StreamParser
-from core.statistics import batch_means_ci, quantile, relative_half_width
-from core.step_figures import longest_stalled_gap
+from core.statistics import quantile, relative_half_width, uncorrelated_batch_ci
+from core.step_figures import START_BATCHES, longest_stalled_gap
 from loadgen.client import LaneClient, RawResult
 from loadgen.config import LaneConfig, LoadgenConfig
 from loadgen.metrics import LoadgenMetrics
@@ -110,8 +111,9 @@ class StepRun:
 
     @property
     def _batch_s(self) -> float:
-        """Batch length of the throughput-stability check: ``batch_s``, else a tenth of the minimum window."""
-        return self.config.batch_s or self.config.min_window_s / 10.0
+        """Batch length of the throughput-stability check: ``batch_s``, else a 32nd of the minimum window (the
+        check merges batches until they are uncorrelated, as the step's interval does)."""
+        return self.config.batch_s or self.config.min_window_s / START_BATCHES
 
     def _live_tokens(self) -> list[tuple[str, str, int]]:
         lane = self.lane.name
@@ -201,7 +203,7 @@ class StepRun:
             return False
         rates = [self._bins.get(i, 0) / batch_s for i in range(k)]
         mean = sum(rates) / k
-        ci = batch_means_ci(rates)
+        ci = uncorrelated_batch_ci(rates)
         return ci is not None and relative_half_width(ci, mean) <= self.config.ci_rel_bound
 
     def _show(self, phase: str, since_ns: int, now_ns: int) -> None:

@@ -13,11 +13,13 @@ from core.statistics import (
     indistinguishable,
     intervals_overlap,
     jain_index,
+    lag1_autocorrelation,
     max_min_share,
     quantile,
     quantiles,
     relative_half_width,
     t_quantile,
+    uncorrelated_batch_ci,
 )
 
 
@@ -151,3 +153,27 @@ def test_gain_per_doubling(c1: int, t1: float, c2: int, t2: float, expected: flo
 def test_gain_per_doubling_rejects_bad_rungs(c1: int, c2: int) -> None:
     with pytest.raises(ValueError):
         gain_per_doubling(c1, 1.0, c2, 2.0)
+
+
+def test_lag1_autocorrelation() -> None:
+    assert lag1_autocorrelation([1.0, -1.0] * 8) == pytest.approx(-15 / 16)
+    assert lag1_autocorrelation([1.0] * 8 + [-1.0] * 8) == pytest.approx(13 / 16)
+    assert lag1_autocorrelation([3.0, 3.0, 3.0]) is None and lag1_autocorrelation([1.0, 2.0]) is None
+
+
+def test_uncorrelated_batches_are_taken_as_they_are() -> None:
+    rates = [10.0, 12.0, 9.0, 11.0, 10.5, 9.5, 11.5, 10.0]  # lag-1 r = -0.47: no merging
+    assert uncorrelated_batch_ci(rates) == batch_means_ci(rates)
+
+
+def test_correlated_batches_are_merged_until_they_are_not() -> None:
+    # a slow stretch and a fast one, each 8 batches long (lag-1 r = 0.78 > 2/sqrt(16)): the naive interval
+    # pretends 16 independent batches; merged once, 8 batches (r = 0.61 < 2/sqrt(8)) give the honest one
+    rates = [10.0, 10.5, 9.5, 10.0, 10.2, 9.8, 10.1, 9.9, 14.0, 14.5, 13.5, 14.0, 14.2, 13.8, 14.1, 13.9]
+    naive, merged = batch_means_ci(rates), uncorrelated_batch_ci(rates)
+    assert naive is not None and merged is not None
+    pairs = [(a + b) / 2 for a, b in zip(rates[::2], rates[1::2], strict=True)]
+    assert merged == batch_means_ci(pairs)
+    assert merged[1] - merged[0] > 1.5 * (naive[1] - naive[0])
+    assert uncorrelated_batch_ci(rates, min_batches=9) is None  # 8 uncorrelated batches are not enough then
+    assert uncorrelated_batch_ci([1.0, 2.0, 3.0, 4.0]) is None  # too few to begin with

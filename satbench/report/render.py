@@ -39,6 +39,7 @@ TABLE_HEADERS = (
     "c",
     "valid",
     "tok/s",
+    "tok/s 95% CI",
     "req/s",
     "e2e p50",
     "e2e p95",
@@ -76,6 +77,8 @@ def _row(step: StepFigures, stall_max_ratio: float) -> list[str]:
         str(step.concurrency),
         "yes" if step.valid else "no",
         f"{step.throughput_tok_s:.1f}",
+        "-" if step.throughput_ci_tok_s is None
+        else f"{step.throughput_ci_tok_s[0]:.1f}..{step.throughput_ci_tok_s[1]:.1f}",
         f"{step.requests_per_s:.2f}",
         _s(step.latency_s.p50),
         _s(step.latency_s.p95),

@@ -44,7 +44,7 @@ def test_hand_computed_step() -> None:
     assert f.decode_stall_max_s == pytest.approx(2.0)  # B's gap while C was "in prefill"
     assert f.decode_stall_max_ratio == pytest.approx(2.0)
     assert f.prefill_wait_max_s == pytest.approx(4.0)
-    assert f.throughput_ci_tok_s == pytest.approx((1.0, 1.0))
+    assert f.throughput_ci_tok_s is None  # two 5 s batches: fewer than the five an interval needs
     assert f.valid
 
 
@@ -71,11 +71,12 @@ def test_no_success_marks_step_invalid_and_keeps_window_reason() -> None:
     assert compute_step_figures(RECORDS, bad).reason == "client lagged"
 
 
-def test_throughput_interval_batches_a_tenth_of_the_window_by_default() -> None:
-    arrivals = [(100.0 + i * 0.5, 1) for i in range(20)]  # 2 tok/s, evenly
-    assert throughput_ci(arrivals, 100.0, 110.0, 2.0) == pytest.approx((2.0, 2.0))
-    assert throughput_ci(arrivals, 100.0, 110.0, 6.0) is None  # one whole batch
-    assert throughput_ci(arrivals, 100.0, 110.0) == pytest.approx((2.0, 2.0))  # ten 1 s batches
+def test_throughput_interval_starts_from_a_32nd_of_the_window() -> None:
+    arrivals = [(100.0 + i * 0.125, 1) for i in range(80)]  # 8 tok/s, evenly
+    lo, hi = throughput_ci(arrivals, 100.0, 110.0) or (0.0, 0.0)  # 32 batches of 0.3125 s: 3 or 2 tokens each
+    assert lo < 8.0 < hi and hi - lo < 1.6
+    assert throughput_ci(arrivals, 100.0, 110.0, 2.0) == pytest.approx((8.0, 8.0))  # five 2 s batches
+    assert throughput_ci(arrivals, 100.0, 110.0, 3.0) is None  # three batches
     assert throughput_ci(arrivals, 110.0, 100.0) is None
 
 
