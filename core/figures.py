@@ -130,12 +130,14 @@ class StepFigures:
 
 # The figures the load generator knows exactly from its records (``core.step_figures``), published per step
 # as ``loadgen_step_figure{figure=...}`` so that the Prometheus path reads the same numbers the records give.
+# The throughput interval is not among them: the recommender's rules on intervals (stability, rungs that
+# cannot be told apart) keep the Prometheus side's own batches until those rules are revisited (given the
+# records' finer interval, they called rungs of short windows indistinguishable and answered c=1).
 CLIENT_FIGURES = (
     "window_s", "requests", "errors", "throughput_tok_s", "requests_per_s", "latency_s", "ttft_s", "itl_s",
     "tpot_s", "queue_s", "jain", "max_min_share", "decode_stall_max_ratio", "decode_stall_max_s",
-    "prefill_wait_max_s", "errors_by_outcome", "throughput_ci_tok_s",
+    "prefill_wait_max_s", "errors_by_outcome",
 )
-_BOUNDS = ("lo", "hi")  # the interval's two ends, flat
 
 
 def client_values(step: StepFigures) -> dict[str, float]:
@@ -145,8 +147,6 @@ def client_values(step: StepFigures) -> dict[str, float]:
     out: dict[str, float] = {}
     for name in CLIENT_FIGURES:
         value = data.get(name)
-        if isinstance(value, list):
-            value = dict(zip(_BOUNDS, value, strict=True))
         if isinstance(value, dict):
             out.update({f"{name}.{k}": float(v) for k, v in value.items() if isinstance(v, int | float)})
         elif isinstance(value, int | float) and not isinstance(value, bool):
@@ -167,9 +167,6 @@ def client_figures(values: Mapping[str, float]) -> dict[str, Any]:
             out.setdefault(name, {})[sub] = v
         else:
             out[name] = v
-    ci = out.get("throughput_ci_tok_s")
-    if ci is not None:
-        out["throughput_ci_tok_s"] = [ci[b] for b in _BOUNDS] if all(b in ci for b in _BOUNDS) else None
     return out
 
 

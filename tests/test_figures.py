@@ -17,8 +17,7 @@ STEP = StepFigures(lane="a", concurrency=4, window_s=8.0, requests=20, errors=1,
 def test_client_values_round_trip_and_leave_server_figures_out() -> None:
     values = client_values(STEP)
     assert values["ttft_s.p95"] == 0.2 and values["errors_by_outcome.http"] == 1.0 and "itl_s.p99" not in values
-    assert values["throughput_ci_tok_s.lo"] == 290.0 and values["throughput_ci_tok_s.hi"] == 310.0
-    assert not any(k.startswith(("occupancy", "queue_depth", "memory", "valid", "reason")) for k in values)
+    assert not any(k.startswith(("occupancy", "queue_depth", "memory", "throughput_ci", "valid")) for k in values)
     back = StepFigures.from_dict({**STEP.to_dict(), **client_figures(values)})
     assert back == STEP and isinstance(client_figures(values)["requests"], int)
 

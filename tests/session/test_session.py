@@ -69,8 +69,9 @@ def test_evidence_folder_is_complete(short_session: SessionRun) -> None:
     assert recs["source"]["kind"] == "prometheus"
     steps = [s for lane in recs["lanes"].values() for s in lane["steps"]]
     assert steps and all(s["tpot_s"]["p50"] is not None for s in steps)  # TPOT on the Prometheus path too
-    # the throughput interval runs with these windows (3 s) wherever a step counted its requests
-    assert all(s["throughput_ci_tok_s"] is not None for s in steps if s["requests"] >= 2)
+    # the records' throughput interval runs with these windows (3 s) wherever a step counted its requests
+    exact = json.loads((run_dir / "steps.json").read_text())
+    assert exact and all(s["throughput_ci_tok_s"] is not None for s in exact if s["requests"] >= 2)
     assert "## Recommendations" in (run_dir / "README.md").read_text()
 
 
