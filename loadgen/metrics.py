@@ -36,7 +36,7 @@ _HELP = {
     "itl": "Gaps between successive content tokens of one request.",
     "e2e": "Request sent to last byte.",
     "tpot": "Time per output token after the first: (e2e - TTFT) / (output tokens - 1), per successful request.",
-    "queue": "Time a request waited for a slot (server timings: TTFT - prompt_ms, clamped at 0).",
+    "queue": "TTFT - the server's prompt_ms (clamped at 0): the wait for a slot and for the running batch step to end.",
     "stall": "Longest inter-token gap of a request while another request of the lane was in prefill.",
 }
 

@@ -145,7 +145,7 @@ def queue_time_panel() -> dict[str, Any]:
         "Queue time",
         _quantiles("loadgen_queue_seconds"),
         "s",
-        "Time a request waited for a slot (TTFT minus prompt processing).",
+        "TTFT minus prompt processing: the wait for a slot and for the running batch step to end.",
     )
 
 
