@@ -31,17 +31,20 @@ NO_REQUESTS_REASON = "no successful request ended inside the window"
 
 @dataclass(frozen=True, slots=True)
 class Quantiles:
+    """p50, p95, p99 and the mean of one latency figure (``None`` where unknown)."""
+
     p50: float | None = None
     p95: float | None = None
     p99: float | None = None
+    mean: float | None = None
 
     def to_dict(self) -> dict[str, float | None]:
-        return {"p50": self.p50, "p95": self.p95, "p99": self.p99}
+        return {"p50": self.p50, "p95": self.p95, "p99": self.p99, "mean": self.mean}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Quantiles:
         data = data or {}
-        return cls(p50=data.get("p50"), p95=data.get("p95"), p99=data.get("p99"))
+        return cls(p50=data.get("p50"), p95=data.get("p95"), p99=data.get("p99"), mean=data.get("mean"))
 
 
 @dataclass(frozen=True, slots=True)

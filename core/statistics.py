@@ -72,9 +72,10 @@ def quantile(sorted_values: Sequence[float], q: float) -> float | None:
 
 
 def quantiles(values: Iterable[float]) -> Quantiles:
-    """p50, p95 and p99 of ``values`` (any order)."""
+    """p50, p95, p99 and the mean of ``values`` (any order)."""
     data = sorted(values)
-    return Quantiles(p50=quantile(data, 0.50), p95=quantile(data, 0.95), p99=quantile(data, 0.99))
+    mean = sum(data) / len(data) if data else None
+    return Quantiles(p50=quantile(data, 0.50), p95=quantile(data, 0.95), p99=quantile(data, 0.99), mean=mean)
 
 
 def _shares(values: Iterable[float]) -> list[float]:

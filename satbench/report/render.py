@@ -48,7 +48,7 @@ TABLE_HEADERS = (
     "queue p95",
     "occupancy",
     "queue depth",
-    "GPU mem",
+    "GPU mem (fullest GPU)",
     "host RSS",
     "Jain",
     "starvation",
@@ -130,11 +130,11 @@ def limitations(report: RunReport) -> list[str]:
         out.append(
             "Simulator lanes model a llama.cpp batcher; their figures describe the simulator's profile, "
             "not a real GPU. Their GPU memory column is the simulator's model (weights, compute buffers and "
-            "KV cache in use), never a reading of a device."
+            "KV cache in use on the fullest of its modelled GPUs), never a reading of a device."
         )
-    if not report.manifest.hardware.get("gpu"):
+    if runtimes - {"simulator"} and not report.manifest.hardware.get("gpu"):
         reason = report.manifest.hardware.get("gpu_reason") or "no GPU evidence"
-        out.append(f"No GPU memory figures: {reason}.")
+        out.append(f"No GPU memory figures for the other lanes: {reason}.")
     invalid = [
         f"{lane.lane} c={s.concurrency} ({s.reason or 'invalid'})"
         for lane in report.lanes

@@ -38,8 +38,14 @@ class SimulatorRuntime:
                 "command": list(self.command)}
 
 
-def simulator_argv(profile: str, host: str, port: int, python: str = sys.executable) -> list[str]:
-    return [python, "-m", "satbench.cli", "sim", "--profile", profile, "--host", host, "--port", str(port)]
+def simulator_argv(profile: str, host: str, port: int, python: str = sys.executable, *, slots: int | None = None,
+                   batch: int | None = None, ubatch: int | None = None) -> list[str]:
+    """``satbench sim`` for a lane: the profile's serving settings unless ``slots``/``batch``/``ubatch`` are set."""
+    argv = [python, "-m", "satbench.cli", "sim", "--profile", profile, "--host", host, "--port", str(port)]
+    for flag, value in (("--slots", slots), ("--batch", batch), ("--ubatch", ubatch)):
+        if value is not None:
+            argv += [flag, str(value)]
+    return argv
 
 
 def start_simulator(
@@ -50,9 +56,12 @@ def start_simulator(
     port: int,
     host: str = "127.0.0.1",
     timeout_s: float = 30.0,
+    slots: int | None = None,
+    batch: int | None = None,
+    ubatch: int | None = None,
 ) -> SimulatorRuntime:
     """Starts the lane's simulator and returns once it answers ``/health`` (raises ``StartError`` if not)."""
-    argv = simulator_argv(profile, host, port)
+    argv = simulator_argv(profile, host, port, slots=slots, batch=batch, ubatch=ubatch)
     child: ChildProcess = processes.start(f"sim-{lane}", argv)
     url = f"http://{host}:{port}"
     wait_until_ready(child, f"{url}/health", timeout_s=timeout_s)

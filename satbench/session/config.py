@@ -36,6 +36,7 @@ from simulator.profile import ProfileError, load_profile
 
 __all__ = [
     "DEFAULT_LOADGEN",
+    "LLAMACPP_DEFAULTS",
     "LaneRuntime",
     "PrometheusSection",
     "RecommenderSection",
@@ -56,6 +57,9 @@ DEFAULT_LOADGEN: dict[str, Any] = {
 }
 
 
+LLAMACPP_DEFAULTS = {"parallel": 4, "ctx_size": 4096, "batch": 2048, "ubatch": 512}
+
+
 class SessionConfigError(ValueError):
     """The session config was refused; the message names every bad field."""
 
@@ -71,12 +75,19 @@ class LaneRuntime(Lane):
     profile: str = "dense"
     url: HttpUrl | None = None
     model_file: str | None = None
-    parallel: int = Field(default=4, gt=0, le=256)
-    ctx_size: int = Field(default=4096, gt=0)
-    batch: int = Field(default=2048, gt=0)
-    ubatch: int = Field(default=512, gt=0)
+    # The settings that shape serving; None is the runtime's own: the simulator profile's, or for
+    # llama-server LLAMACPP_DEFAULTS. The manifest records the config as given and each runtime's /props.
+    parallel: int | None = Field(default=None, gt=0, le=256)
+    ctx_size: int | None = Field(default=None, gt=0)
+    batch: int | None = Field(default=None, gt=0)
+    ubatch: int | None = Field(default=None, gt=0)
     threads: int | None = Field(default=None, gt=0)
     server_args: list[str] = Field(default_factory=list)
+
+    def setting(self, name: str) -> int:
+        """A serving setting for a llama-server this session starts: the lane's, else ``LLAMACPP_DEFAULTS``."""
+        value = getattr(self, name)
+        return LLAMACPP_DEFAULTS[name] if value is None else int(value)
 
     def at(self, url: str) -> LaneConfig:
         """The load generator's lane for this deployment, now that its runtime answers at ``url``."""

@@ -97,7 +97,8 @@ Launcher = Callable[[LaneRuntime, SessionConfig, ProcessSet, contextlib.ExitStac
 
 def _simulator(lane: LaneRuntime, config: SessionConfig, processes: ProcessSet,
                stack: contextlib.ExitStack) -> RunningRuntime:
-    return start_simulator(processes, lane.name, lane.profile, port=free_port(), timeout_s=config.start_timeout_s)
+    return start_simulator(processes, lane.name, lane.profile, port=free_port(), timeout_s=config.start_timeout_s,
+                           slots=lane.parallel, batch=lane.batch, ubatch=lane.ubatch)
 
 
 def _external(lane: LaneRuntime, config: SessionConfig, processes: ProcessSet,
@@ -109,9 +110,9 @@ def _external(lane: LaneRuntime, config: SessionConfig, processes: ProcessSet,
 def _llamacpp(lane: LaneRuntime, config: SessionConfig, processes: ProcessSet,
               stack: contextlib.ExitStack) -> RunningRuntime:
     assert config.model_dir is not None and lane.model_file is not None  # the config refuses them missing
-    spec = LlamaServerSpec(model=config.model_dir / lane.model_file, parallel=lane.parallel, ctx_size=lane.ctx_size,
-                           batch=lane.batch, ubatch=lane.ubatch, threads=lane.threads,
-                           extra_args=tuple(lane.server_args))
+    spec = LlamaServerSpec(model=config.model_dir / lane.model_file, parallel=lane.setting("parallel"),
+                           ctx_size=lane.setting("ctx_size"), batch=lane.setting("batch"),
+                           ubatch=lane.setting("ubatch"), threads=lane.threads, extra_args=tuple(lane.server_args))
     try:
         return stack.enter_context(
             LlamaServer(spec, processes.log_dir / f"llamacpp-{lane.name}.log", ready_timeout_s=120.0)

@@ -19,12 +19,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 # A secret planted in the shared session, three ways: the dense lane's api_key_env value, an --api-key
 # server argument on the command line, and the same key in the lane's config. No file of the run folder
-# may hold it (test_session_artefacts).
+# may hold it (test_session). The moe lane runs 2 slots instead of its profile's, to check the settings that ran.
 PLANTED_KEY_ENV = "SATBENCH_PLANTED_KEY"
 PLANTED_SECRET = "sk-planted-" + secrets.token_hex(8)
 PLANTED_LANES = (
     'lanes=[{name = "dense", profile = "dense", api_key_env = "' + PLANTED_KEY_ENV + '", '
-    'server_args = ["--api-key", "' + PLANTED_SECRET + '"]}, {name = "moe", profile = "moe"}]'
+    'server_args = ["--api-key", "' + PLANTED_SECRET + '"]}, {name = "moe", profile = "moe", parallel = 2}]'
 )
 SHORT = [
     "--set",

@@ -58,7 +58,13 @@ def test_evidence_folder_is_complete(short_session: SessionRun) -> None:
     for lane in ("dense", "moe"):
         info = manifest["lanes"][lane]
         assert info["runtime"] == "simulator" and info["runtime_props"]["build_info"]
-        assert manifest["network"][lane]["rtt_median_s"] > 0
+    # the settings that ran: moe asked for 2 slots and got them; dense kept its profile's (config: null)
+    settings = {lane["name"]: lane["parallel"] for lane in manifest["config"]["lanes"]}
+    assert settings == {"dense": None, "moe": 2}
+    assert manifest["lanes"]["moe"]["runtime_props"]["total_slots"] == 2
+    assert manifest["lanes"]["dense"]["runtime_props"]["total_slots"] > 2
+    assert "--slots" in manifest["lanes"]["moe"]["command"] and "--slots" not in manifest["lanes"]["dense"]["command"]
+    assert all(manifest["network"][lane]["rtt_median_s"] > 0 for lane in ("dense", "moe"))
     assert manifest["prometheus"]["started"] and Path(manifest["prometheus"]["config_path"]).exists()
     windows = [(s["lane"], s["concurrency"]) for s in manifest["steps"]]
     assert windows == [("dense", 1), ("dense", 2), ("moe", 1), ("moe", 2)]
