@@ -8,12 +8,11 @@ token is per flavour, and the exporter's relay mode tells which route a request 
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Literal
 
-__all__ = ["API_FLAVOURS", "ApiFlavour", "endpoint_path"]
+__all__ = ["ApiFlavour", "endpoint_path"]
 
 ApiFlavour = Literal["openai-chat", "openai-completions", "llamacpp"]
-API_FLAVOURS: tuple[ApiFlavour, ...] = get_args(ApiFlavour)
 
 _PATHS: dict[ApiFlavour, str] = {
     "openai-chat": "/v1/chat/completions",

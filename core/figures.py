@@ -17,7 +17,6 @@ from typing import Any
 
 __all__ = [
     "CLIENT_FIGURES",
-    "NO_REQUESTS_REASON",
     "MemoryFigures",
     "Quantiles",
     "StepFigures",
@@ -25,8 +24,6 @@ __all__ = [
     "client_values",
     "disagreements",
 ]
-
-NO_REQUESTS_REASON = "no successful request ended inside the window"
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +140,10 @@ CLIENT_FIGURES = (
 )
 
 
+_UNKNOWN = StepFigures(lane="", concurrency=1, window_s=0.0, requests=0, errors=0, throughput_tok_s=0.0,
+                       requests_per_s=0.0).to_dict()
+
+
 def client_values(step: StepFigures) -> dict[str, float]:
     """The client figures of ``step`` as flat ``name -> value`` (``ttft_s.p95``, ``errors_by_outcome.http``);
     unknown (None) figures are left out."""
@@ -158,16 +159,16 @@ def client_values(step: StepFigures) -> dict[str, float]:
 
 
 def client_figures(values: Mapping[str, float]) -> dict[str, Any]:
-    """The inverse of ``client_values``: a partial ``StepFigures.to_dict()`` (counts as ints again)."""
-    out: dict[str, Any] = {}
+    """The inverse of ``client_values``: every client field of ``StepFigures.to_dict()`` (counts as ints
+    again), those ``values`` lacks as unknown (None, empty quantiles, no errors by outcome)."""
+    out: dict[str, Any] = {name: _UNKNOWN[name] for name in CLIENT_FIGURES}
     for key, value in values.items():
         name, _, sub = key.partition(".")
         if name not in CLIENT_FIGURES:
             continue
-        whole = name in ("requests", "errors") or name == "errors_by_outcome"
-        v: float | int = round(value) if whole else float(value)
+        v: float | int = round(value) if name in ("requests", "errors", "errors_by_outcome") else float(value)
         if sub:
-            out.setdefault(name, {})[sub] = v
+            out[name] = {**(out[name] or {}), sub: v}
         else:
             out[name] = v
     return out

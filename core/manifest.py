@@ -130,11 +130,6 @@ class RunManifest(LadderPart):
     prometheus: dict[str, Any] = Field(default_factory=dict)
     recommender_url: str | None = None
 
-    @property
-    def extra(self) -> dict[str, Any]:
-        """Top-level keys this version does not know, kept as they came."""
-        return dict(self.model_extra or {})
-
     def with_ladder(self, part: LadderPart) -> RunManifest:
         """This header with the load generator's part in place of whatever part it had."""
         return self.model_copy(update={name: getattr(part, name) for name in LadderPart.model_fields})

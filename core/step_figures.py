@@ -35,12 +35,12 @@ import bisect
 import math
 from collections.abc import Iterable, Sequence
 
-from core.figures import NO_REQUESTS_REASON, StepFigures
+from core.figures import StepFigures
 from core.manifest import StepWindow
 from core.records import RequestRecord
 from core.statistics import batch_rates, jain_index, max_min_share, quantiles, uncorrelated_batch_ci
 
-__all__ = ["compute_step_figures", "longest_stalled_gap", "throughput_ci", "token_arrivals"]
+__all__ = ["compute_step_figures", "longest_stalled_gap", "throughput_ci", "token_arrivals", "window_validity"]
 
 def token_arrivals(record: RequestRecord) -> list[tuple[float, int]]:
     """(arrival time, tokens) per content event; the last event carries any tokens the server merged."""
@@ -92,6 +92,16 @@ def longest_stalled_gap(gaps: Iterable[tuple[float, float]],
             if i > 0 and run_max[i - 1] > a:
                 best = b - a
     return best if best > 0 else None
+
+
+NO_REQUESTS_REASON = "no successful request ended inside the window"
+
+
+def window_validity(window: StepWindow, requests: int) -> tuple[bool, str | None]:
+    """A step is valid when its window is and a successful request ended inside it; else why not."""
+    if window.valid and requests == 0:
+        return False, NO_REQUESTS_REASON
+    return window.valid, window.reason
 
 
 def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *,
@@ -157,9 +167,7 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
     if stall is not None and itl_q.p50:
         ratio = stall / itl_q.p50
     counts = list(per_user.values())
-    valid, reason = window.valid, window.reason
-    if ok_count == 0 and valid:
-        valid, reason = False, NO_REQUESTS_REASON
+    valid, reason = window_validity(window, ok_count)
     return StepFigures(
         lane=window.lane,
         concurrency=window.concurrency,

@@ -30,16 +30,10 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from core.figures import (
-    CLIENT_FIGURES,
-    NO_REQUESTS_REASON,
-    MemoryFigures,
-    Quantiles,
-    StepFigures,
-    client_figures,
-)
+from core.figures import MemoryFigures, Quantiles, StepFigures, client_figures
 from core.manifest import StepWindow
 from core.statistics import batch_means_ci, jain_index, max_min_share
+from core.step_figures import window_validity
 
 __all__ = ["PromStepResults", "figures_from_prometheus", "finite"]
 
@@ -109,16 +103,10 @@ def _coverage_problem(window: StepWindow, samples: float | None, scrape_interval
 
 
 def _with_published(step: StepFigures, published: Mapping[str, float], window: StepWindow) -> StepFigures:
-    """``step`` with every client figure replaced by the published one (absent there: unknown, as in the
-    records), and the records' validity rule."""
-    data = step.to_dict()
-    blank = StepFigures(lane=step.lane, concurrency=step.concurrency, window_s=0.0, requests=0, errors=0,
-                        throughput_tok_s=0.0, requests_per_s=0.0).to_dict()
-    data.update({name: blank[name] for name in CLIENT_FIGURES})
-    data.update(client_figures(published))
-    data["valid"], data["reason"] = window.valid, window.reason
-    if data["requests"] == 0 and window.valid:
-        data["valid"], data["reason"] = False, NO_REQUESTS_REASON
+    """``step`` with every client figure the published one (absent there: unknown, as in the records), and
+    the records' validity rule."""
+    data = {**step.to_dict(), **client_figures(published)}
+    data["valid"], data["reason"] = window_validity(window, data["requests"])
     return StepFigures.from_dict(data)
 
 

@@ -128,7 +128,7 @@ def _unix(stamp: str) -> float | None:
     try:
         head, _, rest = stamp.partition(".")
         if rest:
-            digits = "".join(ch for ch in rest if ch.isdigit())
+            digits = rest[: len(rest) - len(rest.lstrip("0123456789"))]  # the fraction, before the zone
             zone = rest[len(digits):]
             stamp = f"{head}.{digits[:6]}{zone}"
         return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()

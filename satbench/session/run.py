@@ -178,13 +178,13 @@ def _build_manifest(
     prometheus: dict[str, Any],
     recommender_url: str,
     gpu_reader: evidence.GpuReader | None,
+    redact: Callable[[Any], Any],
 ) -> RunManifest:
     """The session's part of the manifest: how each lane's runtime was started, and the run's setting.
 
-    Every secret is redacted (``evidence.redact_secrets``): secret keys, secret flags' arguments and the
+    Every secret is redacted (``redact``, from ``_redactor``): secret keys, secret flags' arguments and the
     values of the lanes' ``api_key_env`` variables, wherever they appear (config, command, runtime argv).
     """
-    redact = _redactor(config, command)
     lanes: dict[str, dict[str, Any]] = {}
     network: dict[str, Any] = {}
     with httpx.Client(timeout=3.0) as client:
@@ -328,7 +328,8 @@ def run_session(
     run_dir = (out_dir or config.out_dir) / run_id
     run_dir.mkdir(parents=True, exist_ok=False)
     say(f"satbench run {run_id}: evidence in {run_dir}")
-    say(f"  command: {shlex.join(_redactor(config, command)(list(command)))}")
+    redact = _redactor(config, command)
+    say(f"  command: {shlex.join(redact(list(command)))}")
     processes = ProcessSet(run_dir / "logs")
     restore = install_signal_handlers()
     pids: list[int] = []
@@ -342,7 +343,7 @@ def run_session(
                 config, endpoints, run_dir, processes, prom_binary, say
             )
             pids = processes.pids()
-            manifest = _build_manifest(run_id, command, config, endpoints, prom_info, rec_url, gpu_reader)
+            manifest = _build_manifest(run_id, command, config, endpoints, prom_info, rec_url, gpu_reader, redact)
             manifest.write(run_dir / "manifest.json")
             say(
                 "walking the ladder "
@@ -350,18 +351,19 @@ def run_session(
                 + " on "
                 + ", ".join(ep.lane.name for ep in endpoints)
             )
-            manifest = _walk(config, endpoints, run_dir, manifest, metrics_port)
-            manifest.write(run_dir / "manifest.json")
+            manifest = _walk(config, endpoints, run_dir, manifest, metrics_port)  # the runner wrote it too
             settle_s = 2 * config.prometheus.scrape_interval_s + 1.0
             last_end = max((w.end for w in manifest.steps), default=time.time())
             # the last window's samples are in once every exporter and the load generator were scraped after it
-            wait_scraped_since(prom_url, last_end, (EXPORTER_JOB, LOADGEN_JOB), timeout_s=settle_s)
+            if not wait_scraped_since(prom_url, last_end, (EXPORTER_JOB, LOADGEN_JOB), timeout_s=settle_s):
+                say(f"  prometheus: not every target scraped after the last window within {settle_s:g} s")
             say("asking the recommender")
             doc = _recommend(manifest, rec_url, prom_url, run_dir, config, say)
             if doc is not None:
                 write_json_atomic(run_dir / "recommendations.json", doc)
-                if prom_binary is not None:  # our Prometheus keeps the answer's series too
-                    wait_scraped_since(prom_url, time.time(), (RECOMMENDER_JOB,), timeout_s=settle_s)
+                if prom_binary is not None and not wait_scraped_since(  # our Prometheus keeps the answer too
+                        prom_url, time.time(), (RECOMMENDER_JOB,), timeout_s=settle_s):
+                    say(f"  prometheus: the recommender not scraped after its answer within {settle_s:g} s")
     finally:
         processes.stop_all()
         restore()

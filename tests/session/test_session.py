@@ -73,6 +73,8 @@ def test_evidence_folder_is_complete(short_session: SessionRun) -> None:
     recs = json.loads((run_dir / "recommendations.json").read_text())
     assert recs["schema"] == "satbench.recommendations/v1" and set(recs["lanes"]) == {"dense", "moe"}
     assert recs["source"]["kind"] == "prometheus"
+    assert "prometheus: not every target" not in short_session.stdout  # the readiness checks did not time out
+    assert "not scraped after its answer" not in short_session.stdout
     steps = [s for lane in recs["lanes"].values() for s in lane["steps"]]
     assert steps and all(s["tpot_s"]["p50"] is not None for s in steps)  # TPOT on the Prometheus path too
     # the records' throughput interval runs with these windows (3 s) wherever a step counted its requests
