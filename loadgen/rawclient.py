@@ -110,8 +110,8 @@ class _Exchange:
     """One request/answer on one connection; the httptools callbacks and the socket reader."""
 
     __slots__ = ("body_over", "chunked", "conn", "done", "end_ns", "error_body", "feed", "feed_data",
-                 "got_bytes", "head_bytes", "http", "keep", "lag_ns", "length", "loop", "message_done", "recvmsg",
-                 "send_ns", "status", "stream", "t_ns", "tail")
+                 "got_bytes", "head_bytes", "header_bytes", "http", "keep", "lag_ns", "length", "loop",
+                 "message_done", "recvmsg", "send_ns", "status", "stream", "t_ns", "tail")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, conn: RawConnection, stream: StreamParser,
                  send_ns: int) -> None:
@@ -125,7 +125,8 @@ class _Exchange:
         self.end_ns: int | None = None
         self.status: int | None = None
         self.got_bytes = False
-        self.head_bytes = 0
+        self.head_bytes = 0  # raw bytes read while the head is incomplete
+        self.header_bytes = 0  # header lines parsed: a head that arrives whole in one read is bounded too
         self.body_over = False
         self.message_done = False
         self.keep = False
@@ -138,6 +139,7 @@ class _Exchange:
     # -- httptools callbacks ------------------------------------------------------------------------------
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self.header_bytes += len(name) + len(value) + 4
         lname = name.lower()
         if lname == b"transfer-encoding":
             self.chunked = b"chunked" in value.lower()
@@ -194,6 +196,7 @@ class _Exchange:
             self.lag_ns = now - t
         self.t_ns = t
         self.got_bytes = True
+        in_head = self.status is None
         try:
             self.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -202,11 +205,14 @@ class _Exchange:
         except httptools.HttpParserError as exc:
             self._end(parse_error=f"bad HTTP answer: {exc}")
             return
-        if self.status is None:
-            self.head_bytes += len(data)
-            if self.head_bytes >= _HEAD_MAX:
+        if in_head:  # this read carried (some of) the head: bounded whether it came in pieces or whole
+            if self.status is None:
+                self.head_bytes += len(data)
+            if self.head_bytes >= _HEAD_MAX or self.header_bytes >= _HEAD_MAX:
                 self._end(parse_error=f"answer head over {_HEAD_MAX} bytes")
-            return
+                return
+            if self.status is None:
+                return
         if self.message_done:
             self._end(reusable=self.keep)
         elif self.body_over and self.tail is None:

@@ -230,6 +230,22 @@ def test_what_is_not_http_is_malformed(answer: bytes, error: str) -> None:
     assert res.outcome == "malformed" and error in (res.error or ""), res
 
 
+def test_a_head_over_the_bound_is_malformed_when_its_last_piece_completes_it() -> None:
+    head = b"HTTP/1.1 200 OK\r\nX-Big: " + b"y" * (80 << 10) + b"\r\n\r\n"
+
+    def script(conn: socket.socket, req: bytes, n: int) -> bool:
+        conn.sendall(head[: 40 << 10])  # under the bound: the head is not complete yet
+        time.sleep(0.1)
+        conn.sendall(head[40 << 10:])  # this read completes a head of 80 KiB
+        time.sleep(0.2)
+        return False
+
+    server = ThreadServer(script)
+    with server.running() as url:
+        (res,) = send_all(url)
+    assert res.outcome == "malformed" and "head over" in (res.error or ""), res
+
+
 def test_error_status_keeps_a_bounded_piece_of_the_body() -> None:
     def script(conn: socket.socket, req: bytes, n: int) -> bool:
         body = b'{"error":"overloaded"}' + b" " * 100_000
