@@ -50,7 +50,10 @@ class LoadgenMetrics(Collector):
         self.in_flight: dict[str, int] = {}
         self.step_concurrency: dict[tuple[str, str], int] = {}
         self.step_figures: dict[tuple[str, str, int], dict[str, float]] = {}
-        self.last_scrape: float | None = None  # wall time of the latest collect(): Prometheus was here
+        # wall time at which the latest collect() read the published step figures: a scrape that read them
+        # at or after a publication carries it (set before the read, so a scrape under way when a step is
+        # published never counts as having seen it)
+        self.last_scrape: float | None = None
         self.hist: dict[tuple[str, str], FastHistogram] = {}
         self.live_tokens: Callable[[], Iterable[tuple[str, str, int]]] | None = None
         self._reported_tokens: dict[tuple[str, str], int] = {}
@@ -131,6 +134,7 @@ class LoadgenMetrics(Collector):
         for (lane, run_id), c in list(self.step_concurrency.items()):
             step.add_metric([lane, run_id], c)
         yield step
+        self.last_scrape = time.time()
         figures = GaugeMetricFamily(
             "loadgen_step_figure",
             "A finished step's figure, computed exactly from its records (core.step_figures), by name.",
@@ -139,7 +143,6 @@ class LoadgenMetrics(Collector):
             for name, value in values.items():
                 figures.add_metric([lane, run_id, str(c), name], value)
         yield figures
-        self.last_scrape = time.time()
 
 
 class MetricsServer:

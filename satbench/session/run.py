@@ -352,11 +352,13 @@ def run_session(
                 + ", ".join(ep.lane.name for ep in endpoints)
             )
             manifest = _walk(config, endpoints, run_dir, manifest, metrics_port)  # the runner wrote it too
+            walked = time.time()
             settle_s = 2 * config.prometheus.scrape_interval_s + 1.0
-            last_end = max((w.end for w in manifest.steps), default=time.time())
-            # the last window's samples are in once every exporter and the load generator were scraped after it
-            if not wait_scraped_since(prom_url, last_end, (EXPORTER_JOB, LOADGEN_JOB), timeout_s=settle_s):
-                say(f"  prometheus: not every target scraped after the last window within {settle_s:g} s")
+            # Every sample of the walk is in once each exporter and the load generator were scraped after it
+            # ended: a scrape after the walk (answered, or failed on a target gone) means the one before it,
+            # which the load generator lingered for with every step's published figures, is stored.
+            if not wait_scraped_since(prom_url, walked, (EXPORTER_JOB, LOADGEN_JOB), timeout_s=settle_s):
+                say(f"  prometheus: not every target scraped after the walk within {settle_s:g} s")
             say("asking the recommender")
             doc = _recommend(manifest, rec_url, prom_url, run_dir, config, say)
             if doc is not None:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import time
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -76,3 +77,25 @@ def test_families_names_and_labels_on_a_private_registry() -> None:
         assert get(f"loadgen_{name}_seconds_count", {"lane": "dense"}) == 1
     text = generate_latest(registry).decode()
     assert 'loadgen_itl_seconds_bucket{lane="dense",le="+Inf"} 2.0' in text
+
+
+def test_a_scrape_counts_as_seeing_the_published_figures_only_if_it_read_them() -> None:
+    """The runner lingers until ``last_scrape`` passes the last publication; a scrape under way when a step
+    is published (its figures family already read) must not count, or the load generator exits before the
+    figures reach Prometheus and the document falls back to histogram figures for that step."""
+    metrics = LoadgenMetrics()
+    metrics.publish_step("moe", "run-1", 1, {"requests": 4.0})
+    families = metrics.collect()
+    read: dict[str, list[str | None]] = {}
+    for family in families:
+        read[family.name] = [s.labels.get("concurrency") for s in family.samples]
+        if family.name == "loadgen_step_figure":
+            break
+    metrics.publish_step("moe", "run-1", 2, {"requests": 6.0})
+    published_at = time.time()
+    list(families)  # the scrape finishes after the publication
+    assert read["loadgen_step_figure"] == ["1"]  # it did not carry c=2 ...
+    assert metrics.last_scrape is not None and metrics.last_scrape < published_at  # ... so it does not count
+    read_again = {f.name: [s.labels.get("concurrency") for s in f.samples] for f in metrics.collect()}
+    assert sorted(read_again["loadgen_step_figure"]) == ["1", "2"]
+    assert metrics.last_scrape >= published_at
