@@ -51,9 +51,20 @@ class MemoryFigures:
     host_rss_max: float | None = None
 
 
+QUANTILE_FIGURES = ("latency_s", "ttft_s", "itl_s", "tpot_s", "queue_s", "pause_s")
+_OPTIONAL_NUMBERS = (
+    "pause_requests", "prefill_events", "interference_share", "stall_per_prompt_s", "stall_ms_per_prompt_token",
+    "queued_requests", "admission_wait_max_s", "admission_wait_bound_s", "user_wait_p_value", "user_wait_ratio",
+    "user_tpot_p_value", "user_tpot_ratio", "user_wait_excess_s", "user_tpot_excess_s",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class StepFigures:
-    """Figures of one step window. Throughput counts output tokens *arriving* inside the window."""
+    """Figures of one step window. Throughput counts output tokens *arriving* inside the window.
+
+    The starvation and fairness figures (``pause_s`` and after) are defined in ``core.step_figures``.
+    """
 
     lane: str
     concurrency: int
@@ -75,6 +86,21 @@ class StepFigures:
     decode_stall_max_ratio: float | None = None
     decode_stall_max_s: float | None = None
     prefill_wait_max_s: float | None = None
+    pause_s: Quantiles = field(default_factory=Quantiles)
+    pause_requests: int | None = None
+    prefill_events: int | None = None
+    interference_share: float | None = None
+    stall_per_prompt_s: float | None = None
+    stall_ms_per_prompt_token: float | None = None
+    queued_requests: int | None = None
+    admission_wait_max_s: float | None = None
+    admission_wait_bound_s: float | None = None
+    user_wait_p_value: float | None = None
+    user_wait_ratio: float | None = None
+    user_tpot_p_value: float | None = None
+    user_tpot_ratio: float | None = None
+    user_wait_excess_s: float | None = None
+    user_tpot_excess_s: float | None = None
     errors_by_outcome: dict[str, int] = field(default_factory=dict)
     throughput_ci_tok_s: tuple[float, float] | None = None
     valid: bool = True
@@ -87,7 +113,7 @@ class StepFigures:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        for name in ("latency_s", "ttft_s", "itl_s", "tpot_s", "queue_s"):
+        for name in QUANTILE_FIGURES:
             data[name] = getattr(self, name).to_dict()
         data["throughput_ci_tok_s"] = (
             None if self.throughput_ci_tok_s is None else list(self.throughput_ci_tok_s)
@@ -121,6 +147,8 @@ class StepFigures:
             decode_stall_max_ratio=data.get("decode_stall_max_ratio"),
             decode_stall_max_s=data.get("decode_stall_max_s"),
             prefill_wait_max_s=data.get("prefill_wait_max_s"),
+            pause_s=Quantiles.from_dict(data.get("pause_s")),
+            **{name: data.get(name) for name in _OPTIONAL_NUMBERS},
             errors_by_outcome=dict(data.get("errors_by_outcome") or {}),
             throughput_ci_tok_s=None if ci is None else (float(ci[0]), float(ci[1])),
             valid=bool(data.get("valid", True)),
@@ -129,15 +157,15 @@ class StepFigures:
 
 
 # The figures the load generator knows exactly from its records (``core.step_figures``), published per step
-# as ``loadgen_step_figure{figure=...}`` so that the Prometheus path reads the same numbers the records give.
-# The throughput interval is not among them: the recommender's rules on intervals (stability, rungs that
-# cannot be told apart) keep the Prometheus side's own batches until those rules are revisited (given the
-# records' finer interval, they called rungs of short windows indistinguishable and answered c=1).
+# as ``loadgen_step_figure{figure=...}`` so that the Prometheus path reads the same numbers the records give
+# (the throughput interval as ``throughput_ci_tok_s.lo`` and ``.hi``).
 CLIENT_FIGURES = (
     "window_s", "requests", "errors", "throughput_tok_s", "requests_per_s", "latency_s", "ttft_s", "itl_s",
     "tpot_s", "queue_s", "jain", "max_min_share", "decode_stall_max_ratio", "decode_stall_max_s",
-    "prefill_wait_max_s", "errors_by_outcome",
+    "prefill_wait_max_s", "pause_s", *_OPTIONAL_NUMBERS, "errors_by_outcome", "throughput_ci_tok_s",
 )
+_COUNTS = ("requests", "errors", "errors_by_outcome", "pause_requests", "prefill_events", "queued_requests")
+_INTERVAL = ("lo", "hi")
 
 
 _UNKNOWN = StepFigures(lane="", concurrency=1, window_s=0.0, requests=0, errors=0, throughput_tok_s=0.0,
@@ -151,7 +179,9 @@ def client_values(step: StepFigures) -> dict[str, float]:
     out: dict[str, float] = {}
     for name in CLIENT_FIGURES:
         value = data.get(name)
-        if isinstance(value, dict):
+        if isinstance(value, list | tuple):  # an interval
+            out.update({f"{name}.{k}": float(v) for k, v in zip(_INTERVAL, value, strict=True)})
+        elif isinstance(value, dict):
             out.update({f"{name}.{k}": float(v) for k, v in value.items() if isinstance(v, int | float)})
         elif isinstance(value, int | float) and not isinstance(value, bool):
             out[name] = float(value)
@@ -166,11 +196,18 @@ def client_figures(values: Mapping[str, float]) -> dict[str, Any]:
         name, _, sub = key.partition(".")
         if name not in CLIENT_FIGURES:
             continue
-        v: float | int = round(value) if name in ("requests", "errors", "errors_by_outcome") else float(value)
-        if sub:
+        v: float | int = round(value) if name in _COUNTS else float(value)
+        if name == "throughput_ci_tok_s":
+            if sub in _INTERVAL:
+                bounds = dict(zip(_INTERVAL, out[name] or (None, None), strict=True))
+                bounds[sub] = v
+                out[name] = [bounds["lo"], bounds["hi"]]
+        elif sub:
             out[name] = {**(out[name] or {}), sub: v}
         else:
             out[name] = v
+    if out["throughput_ci_tok_s"] is not None and None in out["throughput_ci_tok_s"]:
+        out["throughput_ci_tok_s"] = None  # half an interval is none
     return out
 
 

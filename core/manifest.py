@@ -66,6 +66,8 @@ class StepWindow:
     ``warmup_start`` is when the rung's users started, ``drain_end`` when its last request ended. ``valid``
     is false when the step must not be used for an answer; ``reason`` then says why (client could not keep
     up, runtime down, too few requests...). ``notes`` carry non-fatal observations (errors seen, retries).
+    ``slots`` is how many requests the runtime serves at once, as it reported (``/props`` ``total_slots``):
+    the bound FIFO admission puts on a queued request's wait needs it.
     A pydantic dataclass: positional like any dataclass, and validated on construction, at every edge.
     """
 
@@ -78,6 +80,7 @@ class StepWindow:
     valid: bool = True
     reason: str | None = None
     notes: tuple[str, ...] = ()
+    slots: Annotated[int, Field(ge=1)] | None = None  # the runtime's slots (/props total_slots), if it said
 
     @property
     def duration_s(self) -> float:

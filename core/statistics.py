@@ -29,6 +29,15 @@
   of concurrency, ``(t2/t1) ** (1 / log2(c2/c1)) - 1``, so uneven ladders (1, 2, 3, 4, 8) are judged on one
   scale. From nothing to something is an infinite gain, nothing to nothing is no gain (0), something to
   nothing is -1 (all lost). Rungs must satisfy ``0 < c1 < c2``.
+- ``gain_interval``: the interval of that gain from the two throughput intervals. The ratio ``t2/t1`` of
+  two independent estimates has, to first order (the delta method on ``log t``), a relative half-width of
+  ``sqrt(r1**2 + r2**2)`` where ``r`` is each interval's half-width over its mean; the ratio's interval
+  ``R * exp(+-that)`` is carried through the same power as the gain. ``None`` without both intervals.
+- ``groups_differ``: do users' samples (say, their requests' waits for admission) come from one
+  distribution? The Kruskal-Wallis H test (Kruskal and Wallis 1952; ``scipy.stats.kruskal``): rank-based,
+  so it assumes no distribution of waits and is not moved by a few long ones; its p-value is what it
+  returns. Users with no sample are left out; fewer than two users with samples, or every sample equal,
+  give ``None`` (nothing to compare).
 """
 
 from __future__ import annotations
@@ -45,7 +54,9 @@ from core.figures import Quantiles
 __all__ = [
     "batch_means_ci",
     "batch_rates",
+    "gain_interval",
     "gain_per_doubling",
+    "groups_differ",
     "indistinguishable",
     "intervals_overlap",
     "jain_index",
@@ -200,3 +211,28 @@ def gain_per_doubling(c1: int, t1: float, c2: int, t2: float) -> float:
     if t2 <= 0:
         return -1.0
     return float((t2 / t1) ** (1.0 / math.log2(c2 / c1)) - 1.0)
+
+
+def gain_interval(c1: int, ci1: tuple[float, float] | None, c2: int,
+                  ci2: tuple[float, float] | None) -> tuple[float, float] | None:
+    """Interval of ``gain_per_doubling`` from the rungs' throughput intervals (see module docstring)."""
+    if ci1 is None or ci2 is None or c1 <= 0 or c2 <= c1:
+        return None
+    m1, m2 = (ci1[0] + ci1[1]) / 2, (ci2[0] + ci2[1]) / 2
+    if m1 <= 0 or m2 <= 0:
+        return None
+    spread = math.hypot(relative_half_width(ci1, m1), relative_half_width(ci2, m2))
+    power = 1.0 / math.log2(c2 / c1)
+    ratio = m2 / m1
+    return (float((ratio * math.exp(-spread)) ** power - 1.0), float((ratio * math.exp(spread)) ** power - 1.0))
+
+
+def groups_differ(groups: Iterable[Sequence[float]]) -> float | None:
+    """Kruskal-Wallis p-value that the groups share one distribution (see module docstring), or ``None``."""
+    samples = [list(g) for g in groups if len(g) > 0]
+    if len(samples) < 2:
+        return None
+    values = [v for g in samples for v in g]
+    if max(values) == min(values):
+        return None
+    return float(stats.kruskal(*samples).pvalue)

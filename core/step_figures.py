@@ -24,6 +24,33 @@ What counts (DESIGN.md "Metric definitions"):
   intervals sorted by start with a running maximum of their ends (overlap: ``start < b and end > a``).
 - prefill wait max: the longest TTFT of a request sent in the window (a request with no first token counts
   with the time it waited, its e2e).
+- pauses (decode starvation as a bounded wait, in time a user feels): per successful request sent in the
+  window, its longest gap between two tokens; ``pause_s`` holds the quantiles of those per-request
+  maxima over the requests (``pause_requests`` of them; the verdict reads the p99), so it neither grows
+  with the window's length nor rests on one gap, as a window maximum would.
+- prefill interference: a gap that overlaps another request's prefill is stalled, and it lost what it
+  lasted beyond the step's ITL p50. ``interference_share`` is the time lost over all decode time (the sum
+  of the window's gaps); ``stall_per_prompt_s`` is the mean loss of one stalled gap (how long a decode
+  pauses when a prompt is admitted), and ``stall_ms_per_prompt_token`` that over the mean prompt of the
+  admitted requests. ``prefill_events`` counts prefills that began inside the window while another request
+  of the step was decoding: the opportunities to stall. ``None`` where no request decoded beside another.
+- admission (prefill starvation): with ``S`` slots (``window.slots``) and ``c > S`` closed-loop users, a
+  request *queues* when at least ``S`` other requests of the step were in flight as it was sent. Under
+  first-in-first-out admission at most ``c - S - 1`` requests are ahead of it, and each slot frees within
+  one service time (``e2e - queue``, the time a request holds a slot), so it is admitted within
+  ``ceil((c - S) / S)`` longest service times, plus one step (the step running as the slot frees: the
+  longest gap between tokens). ``admission_wait_bound_s`` is that bound, ``admission_wait_max_s`` the
+  longest wait (``queue_s``; where the runtime does not report it, TTFT, and the bound then adds the
+  longest TTFT of a request that found a slot free) of the ``queued_requests``. Not applicable (``None``)
+  when ``c <= S`` or the slots are unknown.
+- latency fairness: per user, the waits (as above) of its requests sent in the window; ``user_wait_p_value``
+  is the Kruskal-Wallis p-value that every user's waits share one distribution
+  (``core.statistics.groups_differ``), ``user_wait_ratio`` the worst user's mean wait over the mean of
+  all. Users are exchangeable under a fair admission whatever the lengths are (each draws from one
+  workload), so the test does not fire on length noise; it needs two users with waits. The same test on
+  the users' TPOT (``user_tpot_p_value``; ``user_tpot_ratio`` is the slowest user's mean TPOT over the
+  fastest's; ``user_*_excess_s`` are the same differences in seconds) sees a batcher that serves some
+  users' decodes more slowly than others'.
 - throughput confidence interval: batch means over ``k = floor(W / batch_s)`` batches (default
   ``batch_s = W / 32``), merged pairwise until their lag-1 autocorrelation is insignificant, then
   ``mean +- t(0.975, k-1) * sd / sqrt(k)`` (``core.statistics.uncorrelated_batch_ci``, which says why).
@@ -33,14 +60,30 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from core.figures import StepFigures
 from core.manifest import StepWindow
 from core.records import RequestRecord
-from core.statistics import batch_rates, jain_index, max_min_share, quantiles, uncorrelated_batch_ci
+from core.statistics import (
+    batch_rates,
+    groups_differ,
+    jain_index,
+    max_min_share,
+    quantiles,
+    uncorrelated_batch_ci,
+)
 
-__all__ = ["compute_step_figures", "longest_stalled_gap", "throughput_ci", "token_arrivals", "window_validity"]
+__all__ = [
+    "admission_figures",
+    "compute_step_figures",
+    "interference_figures",
+    "longest_stalled_gap",
+    "throughput_ci",
+    "token_arrivals",
+    "user_wait_figures",
+    "window_validity",
+]
 
 def token_arrivals(record: RequestRecord) -> list[tuple[float, int]]:
     """(arrival time, tokens) per content event; the last event carries any tokens the server merged."""
@@ -68,6 +111,24 @@ def throughput_ci(arrivals: Sequence[tuple[float, int]], start: float, end: floa
     return uncorrelated_batch_ci(batch_rates(arrivals, start, end, size), confidence)
 
 
+class _Overlap:
+    """Does a gap (a, b) overlap one of the intervals (s, e), ``s < b and e > a``? A bisect into the
+    intervals sorted by start, against the running maximum of their ends."""
+
+    def __init__(self, intervals: Sequence[tuple[float, float]]) -> None:
+        ordered = sorted(intervals)
+        self.starts = [s for s, _ in ordered]
+        self.run_max: list[float] = []
+        top = -math.inf
+        for _, e in ordered:
+            top = max(top, e)
+            self.run_max.append(top)
+
+    def __call__(self, a: float, b: float) -> bool:
+        i = bisect.bisect_left(self.starts, b)
+        return i > 0 and self.run_max[i - 1] > a
+
+
 def longest_stalled_gap(gaps: Iterable[tuple[float, float]],
                         prefills: Sequence[tuple[float, float]]) -> float | None:
     """Length of the longest gap (a, b) that overlaps some prefill interval (s, e): s < b and e > a.
@@ -77,21 +138,107 @@ def longest_stalled_gap(gaps: Iterable[tuple[float, float]],
     """
     if not prefills:
         return None
-    prefills = sorted(prefills)
-    starts = [s for s, _ in prefills]
-    run_max: list[float] = []
-    top = -math.inf
-    for _, e in prefills:
-        top = max(top, e)
-        run_max.append(top)
-    find = bisect.bisect_left
+    overlaps = _Overlap(prefills)
     best = 0.0
     for a, b in gaps:
-        if b - a > best:
-            i = find(starts, b)
-            if i > 0 and run_max[i - 1] > a:
-                best = b - a
+        if b - a > best and overlaps(a, b):
+            best = b - a
     return best if best > 0 else None
+
+
+def interference_figures(gaps: Sequence[tuple[float, float]], prefills: Sequence[tuple[float, float, int | None]],
+                         decodes: Sequence[tuple[float, float]], itl_p50: float | None, start: float,
+                         end: float) -> dict[str, float | int | None]:
+    """``interference_share``, ``stall_per_prompt_s``, ``stall_ms_per_prompt_token`` and ``prefill_events``
+    (module docstring). ``prefills``: (admitted, first token, prompt tokens); ``decodes``: (first token,
+    end) of every request of the step."""
+    firsts = sorted(a for a, _ in decodes)
+    ends = sorted(b for _, b in decodes)
+    events = [(s, n) for s, _, n in prefills if start <= s <= end
+              and bisect.bisect_right(firsts, s) - bisect.bisect_right(ends, s) > 0]
+    out: dict[str, float | int | None] = {"prefill_events": len(events), "interference_share": None,
+                                          "stall_per_prompt_s": None, "stall_ms_per_prompt_token": None}
+    total = sum(b - a for a, b in gaps)
+    if not events or itl_p50 is None or total <= 0:
+        return out
+    overlaps = _Overlap([(s, e) for s, e, _ in prefills])
+    losses = [b - a - itl_p50 for a, b in gaps if b - a > itl_p50 and overlaps(a, b)]
+    lost = sum(losses)
+    out["interference_share"] = lost / total
+    out["stall_per_prompt_s"] = lost / len(losses) if losses else 0.0
+    sizes = [n for _, n in events if n]
+    if sizes and out["stall_per_prompt_s"] is not None:
+        out["stall_ms_per_prompt_token"] = 1000.0 * float(out["stall_per_prompt_s"]) / (sum(sizes) / len(sizes))
+    return out
+
+
+def _wait(rec: RequestRecord) -> float | None:
+    """A request's wait for admission: the server's queue time, else its TTFT, else (no token) its e2e."""
+    for value in (rec.queue_s, rec.ttft_s, rec.e2e_s):
+        if value is not None:
+            return value
+    return None
+
+
+def admission_figures(step_records: Sequence[RequestRecord], window: StepWindow,
+                      longest_gap: float | None) -> dict[str, float | int | None]:
+    """``queued_requests``, ``admission_wait_max_s`` and its FIFO bound ``admission_wait_bound_s`` (module
+    docstring); all ``None`` where the slots are unknown or every user has a slot."""
+    out: dict[str, float | int | None] = {"queued_requests": None, "admission_wait_max_s": None,
+                                          "admission_wait_bound_s": None}
+    slots, c = window.slots, window.concurrency
+    if slots is None or c <= slots:
+        return out
+    sent = sorted(r.sent_at for r in step_records)
+    ended = sorted(r.ended_at if r.ended_at is not None else math.inf for r in step_records)
+    queued: list[RequestRecord] = []
+    free: list[RequestRecord] = []
+    for rec in step_records:
+        if not window.contains(rec.sent_at):
+            continue
+        others = bisect.bisect_left(sent, rec.sent_at) - bisect.bisect_right(ended, rec.sent_at)
+        (queued if others >= slots else free).append(rec)
+    service = [r.e2e_s - (r.queue_s or 0.0) for r in step_records if r.ok and r.e2e_s is not None]
+    if not service:
+        return out
+    slack = longest_gap or 0.0
+    if any(r.queue_s is None for r in queued):  # waits are TTFTs: they hold the request's own prefill
+        slack += max((r.ttft_s for r in free if r.ttft_s is not None), default=0.0)
+    waits = [w for w in map(_wait, queued) if w is not None]
+    out["queued_requests"] = len(queued)
+    out["admission_wait_max_s"] = max(waits) if waits else None
+    out["admission_wait_bound_s"] = math.ceil((c - slots) / slots) * max(service) + slack
+    return out
+
+
+def _by_user(records: Iterable[RequestRecord], value: Callable[[RequestRecord], float | None]
+             ) -> dict[int, list[float]]:
+    out: dict[int, list[float]] = {}
+    for rec in records:
+        v = value(rec)
+        if v is not None:
+            out.setdefault(rec.user, []).append(v)
+    return out
+
+
+def user_wait_figures(window_records: Sequence[RequestRecord]) -> dict[str, float | None]:
+    """``user_wait_p_value``/``user_wait_ratio`` and ``user_tpot_p_value``/``user_tpot_ratio`` over the
+    requests sent in the window (module docstring)."""
+    out: dict[str, float | None] = {"user_wait_p_value": None, "user_wait_ratio": None, "user_wait_excess_s": None,
+                                    "user_tpot_p_value": None, "user_tpot_ratio": None, "user_tpot_excess_s": None}
+    waits = _by_user(window_records, _wait)
+    flat = [w for ws in waits.values() for w in ws]
+    mean = sum(flat) / len(flat) if flat else 0.0
+    if len(waits) >= 2 and mean > 0:
+        worst = max(sum(ws) / len(ws) for ws in waits.values())
+        out.update(user_wait_p_value=groups_differ(waits.values()), user_wait_ratio=worst / mean,
+                   user_wait_excess_s=worst - mean)
+    tpots = _by_user((r for r in window_records if r.ok), lambda r: r.tpot_s)
+    means = [sum(ts) / len(ts) for ts in tpots.values()]
+    if len(tpots) >= 2 and min(means) > 0:
+        out.update(user_tpot_p_value=groups_differ(tpots.values()), user_tpot_ratio=max(means) / min(means),
+                   user_tpot_excess_s=max(means) - min(means))
+    return out
 
 
 NO_REQUESTS_REASON = "no successful request ended inside the window"
@@ -121,6 +268,10 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
     tpot: list[float] = []
     queue: list[float] = []
     waits: list[float] = []
+    pauses: list[float] = []
+    sent_in_window: list[RequestRecord] = []
+    decodes: list[tuple[float, float]] = []
+    prompts: list[tuple[float, float, int | None]] = []
     ok_count = 0
     errors_by_outcome: dict[str, int] = {}
 
@@ -129,6 +280,9 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
         ended = rec.ended_at
         admitted = rec.sent_at + (rec.queue_s or 0.0)
         prefills.append((admitted, first if first is not None else (ended if ended is not None else end)))
+        prompts.append((*prefills[-1], rec.prompt_tokens))
+        if first is not None:
+            decodes.append((first, ended if ended is not None else math.inf))
         times = rec.token_times()
         for t, n in token_arrivals(rec):
             if start <= t <= end:
@@ -139,6 +293,8 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
                 itl.append(times[i] - times[i - 1])
                 gaps.append((times[i - 1], times[i]))
         sent_in = start <= rec.sent_at <= end
+        if sent_in:
+            sent_in_window.append(rec)
         if rec.ok:
             if ended is not None and start <= ended <= end:
                 ok_count += 1
@@ -151,6 +307,8 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
                     tpot.append(rec.tpot_s)
                 if rec.queue_s is not None:
                     queue.append(rec.queue_s)
+                if rec.itl_s:
+                    pauses.append(max(rec.itl_s))
         else:
             when = ended if ended is not None else rec.sent_at
             if start <= when <= end:
@@ -168,6 +326,14 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
         ratio = stall / itl_q.p50
     counts = list(per_user.values())
     valid, reason = window_validity(window, ok_count)
+    extra: dict[str, float | int | None] = {
+        **interference_figures(gaps, prompts, decodes, itl_q.p50, start, end),
+        **admission_figures(mine, window, max(itl) if itl else None),
+        **user_wait_figures(sent_in_window),
+    }
+    if window.concurrency < 2:  # no other request to stall or be stalled by
+        extra.update(prefill_events=0, interference_share=None, stall_per_prompt_s=None,
+                     stall_ms_per_prompt_token=None)
     return StepFigures(
         lane=window.lane,
         concurrency=window.concurrency,
@@ -186,6 +352,9 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
         decode_stall_max_ratio=ratio,
         decode_stall_max_s=stall,
         prefill_wait_max_s=max(waits) if waits else None,
+        pause_s=quantiles(pauses),
+        pause_requests=len(pauses),
+        **extra,  # type: ignore[arg-type]
         errors_by_outcome=dict(sorted(errors_by_outcome.items())),
         throughput_ci_tok_s=throughput_ci(arrivals, start, end, batch_s),
         valid=valid,

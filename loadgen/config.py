@@ -59,7 +59,14 @@ class LaneConfig(Lane):
 
 
 class LadderConfig(_Model):
-    """The rungs and how to walk them (see ``loadgen.ladder.next_step``)."""
+    """The rungs and how to walk them (see ``loadgen.ladder.next_step``).
+
+    ``extend``: once the listed rungs are measured, keep doubling concurrency past the top one while the
+    newest rung still pays (``loadgen.ladder.extension_stop``): its throughput gained at least
+    ``extend_min_gain`` per doubling over the rung below it, its TTFT and ITL p95 hold ``extend_ttft_p95_s``
+    and ``extend_itl_p95_s`` (``None``: unchecked), its error ratio stays within ``extend_max_error_ratio``
+    and it is valid. No rung is ever measured above ``max_concurrency``, listed or not.
+    """
 
     concurrency: list[int] = Field(default_factory=lambda: [1, 2, 4, 8])
     plateau_stop: bool = False
@@ -67,6 +74,12 @@ class LadderConfig(_Model):
     plateau_patience: int = Field(default=1, ge=1)
     refine: bool = False
     refine_steps: int = Field(default=1, ge=0, le=8)
+    extend: bool = False
+    max_concurrency: int = Field(default=64, ge=1)
+    extend_min_gain: float = Field(default=0.10, ge=0.0)
+    extend_ttft_p95_s: float | None = Field(default=None, gt=0.0)
+    extend_itl_p95_s: float | None = Field(default=None, gt=0.0)
+    extend_max_error_ratio: float = Field(default=0.01, ge=0.0, le=1.0)
 
     @field_validator("concurrency")
     @classmethod
@@ -79,6 +92,23 @@ class LadderConfig(_Model):
         if len(set(value)) != len(value):
             raise ValueError(f"concurrency rungs repeat: {value}")
         return value
+
+    @model_validator(mode="after")
+    def _check_cap(self) -> LadderConfig:
+        above = [c for c in self.concurrency if c > self.max_concurrency]
+        if above:
+            raise ValueError(f"concurrency {above} above ladder.max_concurrency ({self.max_concurrency}): "
+                             "raise ladder.max_concurrency or drop the rung")
+        return self
+
+    @property
+    def max_rung(self) -> int:
+        """The highest concurrency the walk may measure: the top listed rung, or with ``extend`` its largest
+        doubling within ``max_concurrency`` (what a client sizes its connection pool for)."""
+        top = max(self.concurrency)
+        while self.extend and top * 2 <= self.max_concurrency:
+            top *= 2
+        return top
 
 
 class LengthDist(_Model):

@@ -6,6 +6,11 @@ once throughput has plateaued: the gain per doubling of concurrency,
 ``plateau_min_gain`` for ``plateau_patience`` consecutive pairs. With ``refine`` it then measures, up to
 ``refine_steps`` times, the midpoint between the last rung that still gained and the first that did not
 (the knee), when that midpoint is a new integer concurrency. Invalid steps never count as a plateau.
+
+With ``extend``, once every listed rung is measured (and ``plateau_stop`` has not ended the walk), it keeps
+doubling past the highest rung measured (top*2, top*4, ...) for as long as ``extension_stop`` finds the
+newest rung still worth it, never above ``max_concurrency``; refinement, if asked for, comes after.
+``extension_stop`` returns why the extension ends, as a short sentence for the progress line and the logs.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from core.figures import StepFigures
 from core.statistics import gain_per_doubling
 from loadgen.config import LadderConfig, LoadgenConfig
 
-__all__ = ["next_step", "plateau_pair"]
+__all__ = ["extension_stop", "next_step", "plateau_pair"]
 
 
 def _valid_sorted(previous: Sequence[StepFigures]) -> list[StepFigures]:
@@ -42,18 +47,74 @@ def plateau_pair(previous: Sequence[StepFigures], ladder: LadderConfig) -> tuple
     return None
 
 
+def _pct(ratio: float) -> str:
+    return f"{ratio * 100:.1f}".rstrip("0").rstrip(".") + "%"
+
+
+def _secs(value: float) -> str:
+    return f"{value:.3g} s"
+
+
+def extension_stop(previous: Sequence[StepFigures], ladder: LadderConfig) -> str | None:
+    """Why the walk should not measure one more doubling past the newest rung, or ``None`` when it should.
+
+    The newest rung is the highest concurrency measured. In order: it is invalid; its error ratio, TTFT p95
+    or ITL p95 broke ``extend_max_error_ratio``, ``extend_ttft_p95_s`` or ``extend_itl_p95_s`` (an unknown
+    quantile is not a breach); its throughput gained less than ``extend_min_gain`` per doubling over the
+    highest valid rung below it (no such rung: nothing to compare, not a stop); its doubling would pass
+    ``max_concurrency``. It does not look at ``ladder.extend`` or at which listed rungs are still to come:
+    ``next_step`` decides when to ask.
+    """
+    if not previous:
+        return None
+    newest = max(previous, key=lambda f: f.concurrency)
+    c = newest.concurrency
+    if not newest.valid:
+        return f"rung c={c} invalid" + (f": {newest.reason}" if newest.reason else "")
+    if newest.error_ratio > ladder.extend_max_error_ratio:
+        return f"errors {_pct(newest.error_ratio)} above {_pct(ladder.extend_max_error_ratio)}"
+    ttft, itl = newest.ttft_s.p95, newest.itl_s.p95
+    if ladder.extend_ttft_p95_s is not None and ttft is not None and ttft > ladder.extend_ttft_p95_s:
+        return f"TTFT p95 {_secs(ttft)} above {_secs(ladder.extend_ttft_p95_s)}"
+    if ladder.extend_itl_p95_s is not None and itl is not None and itl > ladder.extend_itl_p95_s:
+        return f"ITL p95 {_secs(itl)} above {_secs(ladder.extend_itl_p95_s)}"
+    below = [f for f in previous if f.valid and f.concurrency < c]
+    if below:
+        prev = max(below, key=lambda f: f.concurrency)
+        gain = gain_per_doubling(prev.concurrency, prev.throughput_tok_s, c, newest.throughput_tok_s)
+        if gain < ladder.extend_min_gain:
+            return f"throughput gained {_pct(gain)} per doubling, less than {_pct(ladder.extend_min_gain)}"
+    if c >= ladder.max_concurrency:
+        return f"reached ladder.max_concurrency {ladder.max_concurrency}"
+    if c * 2 > ladder.max_concurrency:
+        return f"next doubling c={c * 2} above ladder.max_concurrency {ladder.max_concurrency}"
+    return None
+
+
+def _extension_rungs(ladder: LadderConfig) -> set[int]:
+    rungs, c = set(), max(ladder.concurrency) * 2
+    while c <= ladder.max_concurrency:
+        rungs.add(c)
+        c *= 2
+    return rungs
+
+
 def next_step(previous: Sequence[StepFigures], config: LoadgenConfig | LadderConfig) -> int | None:
     """The next concurrency to measure, or ``None`` when the walk is over."""
     ladder = config.ladder if isinstance(config, LoadgenConfig) else config
     done = {f.concurrency for f in previous}
+    # Refined rungs: neither listed nor doublings of the top one. Once one is measured the extension is over
+    # (it would otherwise compare its newest rung with the midpoint just below it and start again).
+    refined = len(done - set(ladder.concurrency) - _extension_rungs(ladder))
     pair = plateau_pair(previous, ladder) if (ladder.plateau_stop or ladder.refine) else None
     if not (ladder.plateau_stop and pair is not None):
         for c in ladder.concurrency:
             if c not in done:
                 return c
+        if ladder.extend and not refined and extension_stop(previous, ladder) is None:
+            return max(done) * 2
     if not ladder.refine or pair is None:
         return None
-    refined = len(done - set(ladder.concurrency))
     if refined >= ladder.refine_steps:
         return None
     lo, hi = pair

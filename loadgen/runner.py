@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import sys
@@ -37,7 +38,7 @@ from core.records import RecordsWriter
 from core.step_figures import compute_step_figures
 from loadgen.client import LaneClient
 from loadgen.config import ConfigError, LaneConfig, LoadgenConfig
-from loadgen.ladder import next_step
+from loadgen.ladder import extension_stop, next_step
 from loadgen.metrics import LoadgenMetrics, MetricsServer
 from loadgen.progress import Progress, progress_wanted
 from loadgen.step import Clock, StepRun
@@ -125,13 +126,15 @@ class LadderRunner:
         try:
             evidence = {"url": lane.url, "api": lane.api, "model": lane.model, **await _lane_evidence(lane)}
             self.part = self.part.with_lane(lane.name, evidence)
+            slots = (evidence.get("props") or {}).get("total_slots")
+            slots = slots if isinstance(slots, int) and slots > 0 else None
             lane_figures: list[StepFigures] = []
             while (c := next_step(lane_figures, self.config)) is not None:
                 step = StepRun(config=self.config, lane=lane, concurrency=c, run_id=self.run_id,
                                client=client,
                                writer=writer, clock=clock, metrics=self.metrics, text=text,
                                progress=self.progress)
-                window = await step.run()
+                window = dataclasses.replace(await step.run(), slots=slots)  # the FIFO bound needs them
                 figures = compute_step_figures(list(step.records()), window, batch_s=self.config.batch_s)
                 self.metrics.publish_step(lane.name, self.run_id, c, client_values(figures))
                 self._published_at = time.time()
@@ -142,6 +145,12 @@ class LadderRunner:
                                    f"{figures.requests} requests, {figures.errors} errors"
                                    + ("" if window.valid else f" (invalid: {window.reason})"))
                 self._write()
+            ladder = self.config.ladder
+            if ladder.extend and lane_figures:
+                why = extension_stop(lane_figures, ladder)
+                if why is not None:
+                    top = lane_figures[-1].concurrency
+                    self.progress.done(f"{lane.name}: the extended ladder stops at c={top}: {why}")
         finally:
             await client.close()
 

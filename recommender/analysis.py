@@ -1,22 +1,25 @@
 """From the per-step figures of one lane to its answer: recommended and saturation concurrency, and why.
 
 The walk: rungs are taken in increasing concurrency. The lowest rung must be usable and break no limit;
-it is the first candidate. Each next rung is accepted while
+it is the first candidate (an end rung can be the answer). Each next rung is accepted while
 
 1. it is usable (valid window, enough requests, stable throughput), else the answer stops below it: bound
    by the first limit the rung breaks if it breaks one (a stall that happened needs no stable throughput
    to count), else the lane is ``degraded`` with the reason;
 2. its throughput gain per doubling over the last accepted rung reaches ``min_gain_per_doubling``, else
-   ``throughput_plateau`` binds;
-3. where both rungs have confidence intervals, their difference is significant
-   (``confidence.indistinguishable``): two rungs that cannot be told apart bind as ``throughput_plateau``
-   and the smaller one is preferred (the lane's ``indistinguishable`` says so);
-4. it breaks no policy limit, else the first broken limit (in ``VIOLATION_ORDER``) binds.
+   ``throughput_plateau`` binds. The gain's interval (``core.statistics.gain_interval``, from the rungs'
+   throughput intervals) says whether the plateau is significant: where its upper end still reaches the
+   policy's gain the plateau is kept (more concurrency is not shown to pay) and a note says a longer window
+   would settle it; a doubling that measured at least the policy's gain is never a plateau;
+3. it breaks no policy limit, else the first broken limit (in ``VIOLATION_ORDER``) binds.
 
-If every rung is accepted, ``ladder_top`` binds: the ladder ended before saturation. ``recommended`` is the
-last accepted rung. ``saturation_concurrency`` is where throughput alone stops paying (``saturation_rung``
-on the monotone fit) and ``knee`` is the Kneedle knee; both ignore latency, so they can exceed the
-recommendation. Not enough data is a result: ``insufficient_data`` with a reason, never an exception.
+If every rung is accepted, ``ladder_top`` binds and the lane's status is ``unsaturated``: the answer is
+the top rung, a lower bound, and a note names what would settle it (``ladder.extend`` or a higher rung).
+``saturation_concurrency`` is where throughput alone stops paying: the rung the plateau binds at, else
+(the walk stopped for latency) the first rung after which the monotone fit gains less than the policy
+asks, else ``None``. ``knee`` is the Kneedle knee, reported only where it is a real bend: the gain from it
+to the top usable rung (on the monotone fit) is below the policy's. Not enough data is a result:
+``insufficient_data`` with a reason, never an exception.
 """
 
 from __future__ import annotations
@@ -26,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.figures import StepFigures
-from core.statistics import gain_per_doubling, indistinguishable
-from recommender.curve import CurvePoint, Knee, kneedle, saturation_rung
+from core.statistics import gain_interval, gain_per_doubling, indistinguishable
+from recommender.curve import CurvePoint, Knee, kneedle, monotone_fit, saturation_rung
 from recommender.policy import Policy
 from recommender.verdicts import StepVerdict, check_step
 
@@ -50,6 +53,7 @@ class LaneAnalysis:
     indistinguishable: tuple[int, int] | None = None
     next_rung_constraints: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
+    gain_intervals: tuple[tuple[float, float] | None, ...] = ()
 
     def _accepted(self) -> list[tuple[StepFigures, StepVerdict]]:
         pairs = [(s, v) for s, v in zip(self.steps, self.verdicts, strict=True) if v.usable]
@@ -61,35 +65,58 @@ class LaneAnalysis:
         """Every measured rung (accepted or not) that broke ``constraint``."""
         return [v.concurrency for v in self.verdicts if constraint in v.constraint_names()]
 
+    def _checks(self, name: str) -> list[tuple[int, str]]:
+        return [(v.concurrency, v.checks[name].status) for v in self.verdicts if name in v.checks]
+
+    def _at_recommended(self, constraint: str) -> bool:
+        return constraint not in {n for _, v in self._accepted() for n in v.constraint_names()}
+
     def fairness_summary(self) -> dict[str, Any]:
-        pairs = self._accepted()
-        jains = [s.jain for s, _ in pairs if s.jain is not None]
-        shares = [s.max_min_share for s, _ in pairs if s.max_min_share is not None]
+        """Over every measured rung: ``ok`` is false when any rung was flagged (``flagged_at``), so the summary
+        never contradicts a binding constraint; ``ok_at_recommended`` looks only at the accepted rungs."""
+        jains = [s.jain for s in self.steps if s.jain is not None]
+        shares = [s.max_min_share for s in self.steps if s.max_min_share is not None]
+        ratios = [s.user_wait_ratio for s in self.steps if s.user_wait_ratio is not None]
+        flagged = self.flagged_at("fairness")
         return {
-            "ok": not any("fairness" in v.constraint_names() for _, v in pairs),
+            "ok": not flagged,
+            "ok_at_recommended": self._at_recommended("fairness"),
             "jain_min": min(jains) if jains else None,
             "max_min_share_max": max(shares) if shares else None,
-            "flagged_at": self.flagged_at("fairness"),
+            "user_wait_ratio_max": max(ratios) if ratios else None,
+            "flagged_at": flagged,
+            "by_rung": {str(c): status for c, status in self._checks("fairness")},
         }
 
     def starvation_summary(self) -> dict[str, Any]:
-        pairs = self._accepted()
-        stalls = [s.decode_stall_max_ratio for s, _ in pairs if s.decode_stall_max_ratio is not None]
-        waits = [s.prefill_wait_max_s for s, _ in pairs if s.prefill_wait_max_s is not None]
-        names = {n for _, v in pairs for n in v.constraint_names()}
+        """As ``fairness_summary``: over every measured rung, with the accepted rungs' own ``ok``."""
+        def top(name: str) -> float | None:
+            values = [getattr(s, name) for s in self.steps if getattr(s, name) is not None]
+            return max(values) if values else None
+        pauses = [s.pause_s.p99 for s in self.steps if s.pause_s.p99 is not None and s.concurrency > 1]
+        decode, prefill = self.flagged_at("decode_starvation"), self.flagged_at("prefill_starvation")
         return {
-            "ok": not ({"decode_starvation", "prefill_starvation"} & names),
-            "decode_ok": "decode_starvation" not in names,
-            "prefill_ok": "prefill_starvation" not in names,
-            "decode_stall_max_ratio": max(stalls) if stalls else None,
-            "prefill_wait_max_s": max(waits) if waits else None,
-            "decode_flagged_at": self.flagged_at("decode_starvation"),
-            "prefill_flagged_at": self.flagged_at("prefill_starvation"),
+            "ok": not (decode or prefill),
+            "ok_at_recommended": self._at_recommended("decode_starvation")
+            and self._at_recommended("prefill_starvation"),
+            "decode_ok": not decode,
+            "prefill_ok": not prefill,
+            "pause_p99_max_s": max(pauses) if pauses else None,
+            "interference_share_max": top("interference_share"),
+            "admission_wait_max_s": top("admission_wait_max_s"),
+            "decode_stall_max_ratio": top("decode_stall_max_ratio"),
+            "prefill_wait_max_s": top("prefill_wait_max_s"),
+            "decode_flagged_at": decode,
+            "prefill_flagged_at": prefill,
+            "interference_warned_at": [c for c, st in self._checks("interference") if st in ("warn", "flagged")],
+            "decode_by_rung": {str(c): st for c, st in self._checks("decode_starvation")},
+            "prefill_by_rung": {str(c): st for c, st in self._checks("prefill_starvation")},
         }
 
     def steps_as_dicts(self) -> list[dict[str, Any]]:
         out = []
-        for step, verdict, gain in zip(self.steps, self.verdicts, self.gains, strict=True):
+        intervals = self.gain_intervals or (None,) * len(self.steps)
+        for step, verdict, gain, interval in zip(self.steps, self.verdicts, self.gains, intervals, strict=True):
             data = step.to_dict()
             data.pop("lane", None)
             data["usable"] = verdict.usable
@@ -99,21 +126,43 @@ class LaneAnalysis:
                 for v in verdict.violations
             ]
             data["gain_per_doubling"] = gain
+            data["gain_interval"] = None if interval is None else list(interval)
+            data["checks"] = {name: check.to_dict() for name, check in verdict.checks.items()}
             out.append(data)
         return out
 
 
-def _gains(steps: Sequence[StepFigures], verdicts: Sequence[StepVerdict]) -> list[float | None]:
+def _gains(steps: Sequence[StepFigures], verdicts: Sequence[StepVerdict]
+           ) -> tuple[list[float | None], list[tuple[float, float] | None]]:
+    """Per rung, the gain per doubling over the previous usable rung and its interval."""
     gains: list[float | None] = []
+    intervals: list[tuple[float, float] | None] = []
     prev: StepFigures | None = None
     for step, verdict in zip(steps, verdicts, strict=True):
         if not verdict.usable:
             gains.append(None)
+            intervals.append(None)
             continue
         gains.append(None if prev is None else gain_per_doubling(
             prev.concurrency, prev.throughput_tok_s, step.concurrency, step.throughput_tok_s))
+        intervals.append(None if prev is None else gain_interval(
+            prev.concurrency, prev.throughput_ci_tok_s, step.concurrency, step.throughput_ci_tok_s))
         prev = step
-    return gains
+    return gains, intervals
+
+
+def _real_knee(points: Sequence[CurvePoint], min_gain: float) -> Knee | None:
+    """Kneedle's knee where the curve really bends: from it to the top rung the fit gains less than
+    ``min_gain`` per doubling (never a knee while doublings still pay)."""
+    knee = kneedle(points)
+    if knee is None:
+        return None
+    pts = sorted(points, key=lambda p: p.concurrency)
+    fit = monotone_fit(pts)
+    at = next(i for i, p in enumerate(pts) if p.concurrency == knee.concurrency)
+    if gain_per_doubling(pts[at].concurrency, fit[at], pts[-1].concurrency, fit[-1]) >= min_gain:
+        return None
+    return knee
 
 
 def _dedupe(steps: Sequence[StepFigures]) -> tuple[list[StepFigures], list[str]]:
@@ -129,22 +178,28 @@ def _dedupe(steps: Sequence[StepFigures]) -> tuple[list[StepFigures], list[str]]
 def analyze_lane(lane: str, steps: Sequence[StepFigures], policy: Policy) -> LaneAnalysis:
     """The answer for one lane under ``policy`` (see the module docstring for the walk)."""
     ordered, notes = _dedupe(steps)
-    verdicts = [check_step(s, policy) for s in ordered]
-    gains = _gains(ordered, verdicts)
+    baseline = next((s.itl_s.p50 for s in ordered if s.concurrency == 1 and s.valid), None)
+    verdicts = [check_step(s, policy, baseline) for s in ordered]
+    gains, intervals = _gains(ordered, verdicts)
     usable = [s for s, v in zip(ordered, verdicts, strict=True) if v.usable]
     points = [CurvePoint(s.concurrency, s.throughput_tok_s) for s in usable]
-    knee = kneedle(points)
-    saturation = saturation_rung(points, policy.min_gain_per_doubling) if len(points) >= 2 else None
+    knee = _real_knee(points, policy.min_gain_per_doubling)
+    fitted = saturation_rung(points, policy.min_gain_per_doubling) if len(points) >= 2 else None
+    for v in verdicts:
+        warn = v.checks.get("interference")
+        if warn is not None and warn.status == "warn":
+            notes.append(f"c={v.concurrency}: prefill interference: {warn.detail}")
 
     def result(status: str, reason: str | None, recommended: StepFigures | None, binding: str | None,
                **extra: Any) -> LaneAnalysis:
+        saturation = extra.pop("saturation", fitted)
         return LaneAnalysis(
             lane=lane, status=status, reason=reason,
             recommended_concurrency=None if recommended is None else recommended.concurrency,
             saturation_concurrency=saturation, binding_constraint=binding,
             throughput_at_recommended_tok_s=None if recommended is None else recommended.throughput_tok_s,
             knee=knee, steps=tuple(ordered), verdicts=tuple(verdicts), gains=tuple(gains),
-            notes=tuple(notes + list(extra.pop("more_notes", []))), **extra,
+            notes=tuple(notes + list(extra.pop("more_notes", []))), gain_intervals=tuple(intervals), **extra,
         )
 
     if len(ordered) < 2:
@@ -171,14 +226,26 @@ def analyze_lane(lane: str, steps: Sequence[StepFigures], policy: Policy) -> Lan
         gain = gain_per_doubling(accepted.concurrency, accepted.throughput_tok_s,
                                  step.concurrency, step.throughput_tok_s)
         if gain < policy.min_gain_per_doubling:
-            return result("ok", None, accepted, "throughput_plateau", next_rung_constraints=broken)
-        ci_a, ci_b = accepted.throughput_ci_tok_s, step.throughput_ci_tok_s
-        if ci_a is not None and ci_b is not None and indistinguishable(ci_a, ci_b):
-            note = (f"rungs c={accepted.concurrency} and c={step.concurrency} cannot be told apart at "
-                    f"{policy.confidence:.0%} confidence; the smaller rung is preferred")
+            interval = gain_interval(accepted.concurrency, accepted.throughput_ci_tok_s,
+                                     step.concurrency, step.throughput_ci_tok_s)
+            more = [f"throughput plateau after c={accepted.concurrency}: c={step.concurrency} gained "
+                    f"{gain:+.1%} per doubling, less than policy.min_gain_per_doubling "
+                    f"{policy.min_gain_per_doubling:.0%}"]
+            if interval is not None and interval[1] >= policy.min_gain_per_doubling:
+                more.append(f"the plateau is not significant: the gain's {policy.confidence:.0%} interval "
+                            f"[{interval[0]:+.1%}, {interval[1]:+.1%}] reaches the policy's gain; longer windows "
+                            f"would settle it")
+            ci_a, ci_b = accepted.throughput_ci_tok_s, step.throughput_ci_tok_s
+            pair = ((accepted.concurrency, step.concurrency)
+                    if ci_a is not None and ci_b is not None and indistinguishable(ci_a, ci_b) else None)
             return result("ok", None, accepted, "throughput_plateau", next_rung_constraints=broken,
-                          indistinguishable=(accepted.concurrency, step.concurrency), more_notes=[note])
+                          indistinguishable=pair, more_notes=more, saturation=accepted.concurrency)
         if broken:
             return result("ok", None, accepted, broken[0], next_rung_constraints=broken)
         accepted = step
-    return result("ok", None, accepted, "ladder_top")
+    last_gain = next((g for g in reversed(gains) if g is not None), None)
+    gained = "" if last_gain is None else f" (the last doubling gained {last_gain:+.1%})"
+    note = (f"saturation not reached within the ladder: throughput still grows at the top rung "
+            f"c={accepted.concurrency}{gained}; the answer is a lower bound. Measure higher rungs "
+            f"(ladder.extend = true, or a larger ladder.concurrency / ladder.max_concurrency) to settle it")
+    return result("unsaturated", note, accepted, "ladder_top", more_notes=[note], saturation=None)

@@ -35,7 +35,9 @@ Constraint = Literal[
     "throughput_plateau", "slo_ttft", "slo_itl", "slo_e2e", "fairness", "decode_starvation",
     "prefill_starvation", "errors", "memory", "ladder_top",
 ]
-LaneStatus = Literal["ok", "insufficient_data", "degraded", "stale"]
+# ``unsaturated``: the answer is the top rung, a lower bound (throughput still grew there: ``ladder_top``)
+LaneStatus = Literal["ok", "unsaturated", "insufficient_data", "degraded", "stale"]
+CheckStatus = Literal["ok", "flagged", "warn", "not_applicable", "insufficient_data", "unknown"]
 
 
 class ViolationModel(BaseModel):
@@ -57,6 +59,15 @@ def _every_field_present(schema: JsonDict, cls: type[Any]) -> None:
         schema["required"] = [name for name in properties if name not in excluded]
 
 
+class CheckModel(BaseModel):
+    """One judgment of one rung (``recommender.verdicts``): ``flagged`` binds, ``warn`` is reported."""
+
+    status: CheckStatus
+    measured: float | None
+    limit: float | None
+    detail: str
+
+
 @pydantic_dataclass(frozen=True, kw_only=True, config=ConfigDict(json_schema_extra=_every_field_present))
 class StepModel(StepFigures):
     """One rung as measured over its step window (the ``StepFigures`` of the source) and judged."""
@@ -68,27 +79,42 @@ class StepModel(StepFigures):
     violations: list[ViolationModel]
     gain_per_doubling: Annotated[float | None, Field(
         description="gain over the previous usable rung, per doubling")]
+    gain_interval: Annotated[list[float] | None, Field(
+        description="that gain's interval at the policy's confidence, from the rungs' throughput intervals")]
+    checks: Annotated[dict[str, CheckModel], Field(
+        description="decode_starvation, prefill_starvation, fairness, interference: where the rung stands")]
 
 
 class FairnessModel(BaseModel):
-    """Over the accepted rungs (``ok``, extremes) and every measured rung (``flagged_at``)."""
+    """Over every measured rung: ``ok`` is false when some rung was flagged; ``ok_at_recommended`` over the
+    accepted rungs only."""
 
     ok: bool
+    ok_at_recommended: bool = True
     jain_min: float | None
     max_min_share_max: float | None = None
+    user_wait_ratio_max: float | None = None
     flagged_at: list[int] = Field(default_factory=list, description="rungs that broke a fairness limit")
+    by_rung: dict[str, CheckStatus] = Field(default_factory=dict, description="each rung's fairness check")
 
 
 class StarvationModel(BaseModel):
-    """Over the accepted rungs (``ok``, extremes) and every measured rung (``*_flagged_at``)."""
+    """As ``FairnessModel``, for decode and prefill starvation (and prefill interference, which warns)."""
 
     ok: bool
+    ok_at_recommended: bool = True
     decode_ok: bool = True
     prefill_ok: bool = True
+    pause_p99_max_s: float | None = None
+    interference_share_max: float | None = None
+    admission_wait_max_s: float | None = None
     decode_stall_max_ratio: float | None
     prefill_wait_max_s: float | None
     decode_flagged_at: list[int] = Field(default_factory=list, description="rungs that starved decodes")
     prefill_flagged_at: list[int] = Field(default_factory=list, description="rungs that starved prefills")
+    interference_warned_at: list[int] = Field(default_factory=list)
+    decode_by_rung: dict[str, CheckStatus] = Field(default_factory=dict)
+    prefill_by_rung: dict[str, CheckStatus] = Field(default_factory=dict)
 
 
 class KneeModel(BaseModel):

@@ -5,7 +5,8 @@ Counters and histograms follow the load generator's convention: a request is cou
 to its user and its latencies observed when it *ends*. Histogram buckets are the load generator's
 (``core.histograms.LATENCY_BUCKETS_S``), trimmed to one empty bucket each side of what was observed, which
 leaves every ``histogram_quantile`` unchanged. ``extra_gauges`` adds arbitrary gauge samples (the escaping
-probe); ``missed_scrapes`` lists time ranges with no samples at all (a scrape target that did not answer).
+probe); ``missed_scrapes`` lists time ranges with no samples at all (a scrape target that did not answer);
+``loadgen_step_figure`` (each step's exact figures, from its drain on) is written for ``publish_lanes``.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ from __future__ import annotations
 import bisect
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
+from core.figures import client_values
 from core.histograms import LATENCY_BUCKETS_S
 from core.manifest import RunManifest
 from core.records import RequestRecord
+from core.step_figures import compute_step_figures
 
 __all__ = ["openmetrics_text"]
 
@@ -43,7 +46,8 @@ def _observations(rec: RequestRecord) -> dict[str, list[float]]:
 
 def openmetrics_text(manifest: RunManifest, records: Sequence[RequestRecord], *, scrape_s: float = 1.0,
                      extra_gauges: Sequence[tuple[str, dict[str, str], float]] = (),
-                     missed_scrapes: Sequence[tuple[float, float]] = ()) -> str:
+                     missed_scrapes: Sequence[tuple[float, float]] = (),
+                     publish_lanes: Collection[str] | None = None) -> str:
     ended = sorted((r for r in records if r.ended_at is not None), key=lambda r: r.ended_at or 0.0)
     first = min(w.warmup_start or w.start for w in manifest.steps) - 5 * scrape_s
     last = max(w.drain_end or w.end for w in manifest.steps) + 5 * scrape_s
@@ -123,5 +127,23 @@ def openmetrics_text(manifest: RunManifest, records: Sequence[RequestRecord], *,
         for labels, value in series:
             lab = _labels(sorted(labels.items()))
             out.extend(f"{name}{lab} {value!r} {t:.3f}" for t in times if math.isfinite(value))
+    out.extend(_published(manifest, records, times, publish_lanes))
     out.append("# EOF")
     return "\n".join(out) + "\n"
+
+
+def _published(manifest: RunManifest, records: Sequence[RequestRecord], times: Sequence[float],
+               lanes: Collection[str] | None) -> list[str]:
+    """``loadgen_step_figure`` as the load generator publishes it: each step's exact figures from its drain
+    on (``lanes``: only those lanes' steps; None: every lane)."""
+    out = ["# TYPE loadgen_step_figure gauge"]
+    for window in manifest.steps:
+        if lanes is not None and window.lane not in lanes:
+            continue
+        values = client_values(compute_step_figures(records, window))
+        since = window.drain_end if window.drain_end is not None else window.end
+        for name, value in values.items():
+            lab = _labels([("concurrency", str(window.concurrency)), ("figure", name), ("lane", window.lane),
+                           ("run_id", manifest.run_id)])
+            out.extend(f"loadgen_step_figure{lab} {value!r} {t:.3f}" for t in times if t > since)
+    return out

@@ -92,7 +92,7 @@ def simulate_run(lanes: Sequence[SyntheticLane], ladder: Sequence[int], *, t0: f
                     sent = rec.ended_at or sent
                     drain_end = max(drain_end, sent)
             steps.append(StepWindow(lane=lane.name, concurrency=c, start=start, end=end, warmup_start=t,
-                                    drain_end=drain_end))
+                                    drain_end=drain_end, slots=lane.slots))
             t = drain_end + gap_s
     manifest = RunManifest(run_id=run_id, created_at=t0, steps=tuple(steps), finished_at=t,
                            lanes={lane.name: {"slots": lane.slots} for lane in lanes})

@@ -17,9 +17,12 @@ STEP = StepFigures(lane="a", concurrency=4, window_s=8.0, requests=20, errors=1,
 def test_client_values_round_trip_and_leave_server_figures_out() -> None:
     values = client_values(STEP)
     assert values["ttft_s.p95"] == 0.2 and values["errors_by_outcome.http"] == 1.0 and "itl_s.p99" not in values
-    assert not any(k.startswith(("occupancy", "queue_depth", "memory", "throughput_ci", "valid")) for k in values)
+    assert not any(k.startswith(("occupancy", "queue_depth", "memory", "valid")) for k in values)
+    assert (values["throughput_ci_tok_s.lo"], values["throughput_ci_tok_s.hi"]) == (290.0, 310.0)
     back = StepFigures.from_dict({**STEP.to_dict(), **client_figures(values)})
     assert back == STEP and isinstance(client_figures(values)["requests"], int)
+    half = {k: v for k, v in values.items() if k != "throughput_ci_tok_s.hi"}
+    assert client_figures(half)["throughput_ci_tok_s"] is None  # half an interval is none
 
 
 @pytest.mark.parametrize(

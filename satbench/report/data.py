@@ -26,10 +26,12 @@ from core.manifest import RunManifest, StepWindow
 from core.records import read_records
 from core.step_figures import compute_step_figures
 from recommender.policy import Policy
+from recommender.verdicts import check_step
 
-__all__ = ["LaneReport", "RunReport", "load_run", "merge_steps", "parse_steps_document", "starvation_verdict"]
+__all__ = ["LaneReport", "RunReport", "load_run", "merge_steps", "parse_steps_document", "verdict_label"]
 
-DEFAULT_STALL_MAX_RATIO: float = Policy.model_fields["decode_stall_max_ratio"].default
+_LABELS = {"decode_starvation": "decode starved", "prefill_starvation": "prefill starved", "fairness": "unfair",
+           "interference": "prefill interference"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +45,7 @@ class LaneReport:
     reason: str | None = None
     throughput_at_recommended: float | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    checks: dict[int, dict[str, str]] = field(default_factory=dict)  # rung -> check -> status
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,16 +59,47 @@ class RunReport:
     problems: tuple[str, ...] = ()
 
     @property
-    def stall_max_ratio(self) -> float:
-        value = self.policy.get("decode_stall_max_ratio")
-        return float(value) if isinstance(value, int | float) else DEFAULT_STALL_MAX_RATIO
+    def pause_objective_s(self) -> float | None:
+        """The policy's time-between-tokens objective (``slo.tbt_p99_s``) the pauses are judged against."""
+        slo = self.policy.get("slo") if self.policy else None
+        value = slo.get("tbt_p99_s") if isinstance(slo, dict) else Policy().slo.tbt_p99_s
+        return float(value) if isinstance(value, int | float) else None
 
 
-def starvation_verdict(step: StepFigures, stall_max_ratio: float) -> str:
-    """``ok``, ``decode starved`` (longest stall past the policy's ratio to ITL p50) or ``unknown``."""
-    if step.decode_stall_max_ratio is None:
+def verdict_label(checks: dict[str, str] | None) -> str:
+    """One rung's judgments in words: what was flagged (``decode starved``, ``unfair``...), what was warned
+    (``(prefill interference)``), else ``ok``; ``insufficient data`` or ``unknown`` where nothing was judged."""
+    if not checks:
         return "unknown"
-    return "decode starved" if step.decode_stall_max_ratio > stall_max_ratio else "ok"
+    flagged = [_LABELS.get(n, n) for n, st in checks.items() if st == "flagged"]
+    warned = [f"({_LABELS.get(n, n)})" for n, st in checks.items() if st == "warn"]
+    if flagged or warned:
+        return ", ".join(flagged + warned)
+    if all(st in ("ok", "not_applicable") for st in checks.values()):
+        return "ok"
+    return "insufficient data" if "insufficient_data" in checks.values() else "unknown"
+
+
+def _checks(answer: dict[str, Any], steps: tuple[StepFigures, ...],
+            policy: dict[str, Any]) -> dict[int, dict[str, str]]:
+    """Each rung's check statuses: the recommendations document's own, else (no document) the recommender's
+    verdicts on these figures under the run's policy, so the report and the document judge alike."""
+    out: dict[int, dict[str, str]] = {}
+    for raw in answer.get("steps") or []:
+        if isinstance(raw, dict) and isinstance(raw.get("checks"), dict):
+            out[int(raw["concurrency"])] = {k: str(v.get("status")) for k, v in raw["checks"].items()
+                                            if isinstance(v, dict)}
+    if out or not steps:
+        return out
+    try:
+        rules = Policy.model_validate(policy) if policy else Policy()
+    except ValueError:
+        rules = Policy()
+    baseline = next((s.itl_s.p50 for s in steps if s.concurrency == 1 and s.valid), None)
+    for step in steps:
+        verdict = check_step(step, rules, baseline)
+        out[step.concurrency] = {k: c.status for k, c in verdict.checks.items()}
+    return out
 
 
 def parse_steps_document(doc: Any) -> list[StepFigures]:
@@ -191,6 +225,7 @@ def load_run(run_dir: Path) -> RunReport:
             _apply_window(merge_steps(server_steps.get(c), mine.get(c)), windows.get(c))
             for c in sorted(set(mine) | set(server_steps))
         )
+        policy = dict((recs or {}).get("policy") or {})
         lanes.append(
             LaneReport(
                 lane=name,
@@ -202,6 +237,7 @@ def load_run(run_dir: Path) -> RunReport:
                 reason=answer.get("reason"),
                 throughput_at_recommended=answer.get("throughput_at_recommended_tok_s"),
                 details={k: answer[k] for k in ("fairness", "starvation") if k in answer},
+                checks=_checks(answer, merged, policy),
             )
         )
     return RunReport(

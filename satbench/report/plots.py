@@ -67,7 +67,7 @@ def _mark_rungs(ax: Axes, lane: LaneReport) -> None:
         )
 
 
-def lane_figure_svg(lane: LaneReport, stall_max_ratio: float) -> str:
+def lane_figure_svg(lane: LaneReport, pause_objective_s: float | None) -> str:
     """The lane's four-panel figure as an ``<svg>`` string (no XML prolog), ready to inline in HTML."""
     steps = list(lane.steps)
     conc = [s.concurrency for s in steps]
@@ -120,17 +120,12 @@ def lane_figure_svg(lane: LaneReport, stall_max_ratio: float) -> str:
         ax_fair.plot(conc, _values(steps, "jain"), "-o", color="tab:green", label="Jain's index")
         ax_fair.set_ylim(0, 1.05)
         ax_s = ax_fair.twinx()
-        ax_s.plot(
-            conc,
-            _values(steps, "decode_stall_max_ratio"),
-            "--d",
-            color="tab:red",
-            label="decode stall / ITL p50",
-        )
-        ax_s.axhline(
-            stall_max_ratio, color="tab:red", alpha=0.4, linewidth=1, label=f"stall limit {stall_max_ratio:g}"
-        )
-        ax_s.set_ylabel("longest stall / ITL p50")
+        pauses = [v * 1000 for v in _values(steps, "pause_s.p99")]
+        ax_s.plot(conc, pauses, "--d", color="tab:red", label="pause p99 (ms)")
+        if pause_objective_s is not None:
+            ax_s.axhline(pause_objective_s * 1000, color="tab:red", alpha=0.4, linewidth=1,
+                         label=f"objective {pause_objective_s * 1000:.0f} ms")
+        ax_s.set_ylabel("longest pause per request, p99 (ms)")
         ax_s.set_ylim(bottom=0)
         lines = ax_fair.get_lines() + ax_s.get_lines()
         ax_fair.legend(lines, [str(line.get_label()) for line in lines], loc="lower left", fontsize=8)

@@ -20,7 +20,7 @@ from typing import Any
 
 from core.figures import StepFigures
 from core.manifest import RunManifest
-from satbench.report.data import LaneReport, RunReport, load_run, starvation_verdict
+from satbench.report.data import LaneReport, RunReport, load_run, verdict_label
 from satbench.report.plots import lane_figure_svg
 
 __all__ = [
@@ -51,7 +51,8 @@ TABLE_HEADERS = (
     "GPU mem (fullest GPU)",
     "host RSS",
     "Jain",
-    "starvation",
+    "pause p99",
+    "verdicts",
 )
 
 
@@ -72,7 +73,7 @@ def _bytes(value: float | None) -> str:
     return f"{value:.0f} B"
 
 
-def _row(step: StepFigures, stall_max_ratio: float) -> list[str]:
+def _row(step: StepFigures, checks: dict[str, str] | None) -> list[str]:
     return [
         str(step.concurrency),
         "yes" if step.valid else "no",
@@ -90,12 +91,14 @@ def _row(step: StepFigures, stall_max_ratio: float) -> list[str]:
         _bytes(step.memory_bytes.gpu_max),
         _bytes(step.memory_bytes.host_rss_max),
         "-" if step.jain is None else f"{step.jain:.3f}",
-        starvation_verdict(step, stall_max_ratio),
+        _s(step.pause_s.p99),
+        verdict_label(checks),
     ]
 
 
-def lane_table(lane: LaneReport, stall_max_ratio: float) -> tuple[tuple[str, ...], list[list[str]]]:
-    return TABLE_HEADERS, [_row(s, stall_max_ratio) for s in lane.steps]
+def lane_table(lane: LaneReport) -> tuple[tuple[str, ...], list[list[str]]]:
+    """The results table of one lane; ``verdicts`` are the document's checks of each rung."""
+    return TABLE_HEADERS, [_row(s, lane.checks.get(s.concurrency)) for s in lane.steps]
 
 
 def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -112,7 +115,10 @@ def format_recommendation(lane: LaneReport) -> str:
     if lane.recommended is None:
         why = lane.reason or (f"status {lane.status}" if lane.status else "no answer")
         return f"{lane.lane}: no recommendation ({why})"
-    parts = [f"{lane.lane}: recommended concurrency {lane.recommended}"]
+    if lane.status == "unsaturated":  # the top rung, a lower bound: say so first
+        parts = [f"{lane.lane}: at least concurrency {lane.recommended} (saturation not reached within the ladder)"]
+    else:
+        parts = [f"{lane.lane}: recommended concurrency {lane.recommended}"]
     if lane.saturation is not None:
         parts.append(f"saturation at {lane.saturation}")
     if lane.binding_constraint:
@@ -224,7 +230,7 @@ def render_markdown(report: RunReport) -> str:
     lines += ["", "## Recommendations", ""]
     lines += [f"- {format_recommendation(lane)}" for lane in report.lanes] or ["- none"]
     for lane in report.lanes:
-        headers, rows = lane_table(lane, report.stall_max_ratio)
+        headers, rows = lane_table(lane)
         lines += [
             "",
             f"## Results: lane {lane.lane}",
@@ -299,9 +305,9 @@ def render_html(report: RunReport) -> str:
         cls = "rec" if lane.recommended is not None else "rec norec"
         parts.append(f'<div class="{cls}">{esc(format_recommendation(lane))}</div>')
     for lane in report.lanes:
-        headers, rows = lane_table(lane, report.stall_max_ratio)
+        headers, rows = lane_table(lane)
         parts.append(f"<h2>Lane {esc(lane.lane)}</h2>")
-        parts.append(lane_figure_svg(lane, report.stall_max_ratio) if lane.steps else "<p>No steps.</p>")
+        parts.append(lane_figure_svg(lane, report.pause_objective_s) if lane.steps else "<p>No steps.</p>")
         parts.append(_html_table(headers, rows))
     parts.append(
         "<h2>Limitations</h2><ul>"

@@ -19,6 +19,14 @@ default. Output lengths are drawn from 48..80 tokens
 every user finishes and re-enters prefill at the same instant, and the decode-stall verdict would measure
 that artefact. API keys are never part of the config: a lane
 names the environment variable that holds its key.
+
+The session's ladder extends (``loadgen.ladder.extend = true``, unless set to false): past the top listed
+rung it keeps doubling concurrency while the newest rung is still worth it by the recommender's own
+measure, so the walk does not end below saturation (``ladder_top``). Its thresholds come from the policy
+this session uses (``[policy]``, validated as ``recommender.policy.Policy``): ``extend_min_gain`` from
+``min_gain_per_doubling``, ``extend_ttft_p95_s`` and ``extend_itl_p95_s`` from ``slo``,
+``extend_max_error_ratio`` from ``max_error_ratio``; a value set in ``[loadgen.ladder]`` (or with ``--set``)
+wins. ``ladder.max_concurrency`` (64) caps it; on the simulator profiles (4 and 8 slots) it adds a rung or two.
 """
 
 from __future__ import annotations
@@ -26,11 +34,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from core.config_files import HttpUrl, load_toml_model, merge_tables
 from core.lanes import Lane, duplicate_names, lane_named
-from loadgen.config import LaneConfig, LoadgenConfig
+from loadgen.config import LadderConfig, LaneConfig, LoadgenConfig
+from recommender.policy import Policy
 from satbench.evidence import refuse_home_path
 from simulator.profile import ProfileError, load_profile
 
@@ -46,7 +55,7 @@ __all__ = [
 ]
 
 DEFAULT_LOADGEN: dict[str, Any] = {
-    "ladder": {"concurrency": [1, 2, 4, 8]},
+    "ladder": {"concurrency": [1, 2, 4, 8], "extend": True},
     "warmup_s": 2.0,
     "min_window_s": 8.0,
     "max_window_s": 16.0,
@@ -135,15 +144,55 @@ def _default_lanes() -> list[LaneRuntime]:
     return [LaneRuntime(name="dense", profile="dense"), LaneRuntime(name="moe", profile="moe")]
 
 
+def _policy_problems(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or '(policy)'}: {err['msg']}" for err in exc.errors())
+
+
+# The ladder extension's thresholds and the policy's figures they default to.
+_EXTENSION_FROM_POLICY = {
+    "extend_min_gain": lambda policy: policy.min_gain_per_doubling,
+    "extend_ttft_p95_s": lambda policy: policy.slo.ttft_p95_s,
+    "extend_itl_p95_s": lambda policy: policy.slo.itl_p95_s,
+    "extend_max_error_ratio": lambda policy: policy.max_error_ratio,
+}
+
+
+def _extension_from_policy(ladder: LadderConfig, policy: Policy) -> LadderConfig:
+    """``ladder`` with each extension threshold it was not given set from ``policy``."""
+    fill = {k: get(policy) for k, get in _EXTENSION_FROM_POLICY.items() if k not in ladder.model_fields_set}
+    if not fill:
+        return ladder
+    return LadderConfig.model_validate({**ladder.model_dump(exclude_unset=True), **fill})
+
+
 class SessionConfig(_Model):
     lanes: list[LaneRuntime] = Field(default_factory=_default_lanes)
-    loadgen: LoadgenConfig = Field(default_factory=lambda: LoadgenConfig.model_validate(DEFAULT_LOADGEN))
+    # The policy is validated before loadgen, whose ladder extension takes its thresholds from it.
+    policy: dict[str, Any] = Field(default_factory=dict)
+    loadgen: LoadgenConfig = Field(default_factory=lambda: LoadgenConfig.model_validate(DEFAULT_LOADGEN),
+                                   validate_default=True)
     prometheus: PrometheusSection = Field(default_factory=PrometheusSection)
     recommender: RecommenderSection = Field(default_factory=RecommenderSection)
-    policy: dict[str, Any] = Field(default_factory=dict)
     model_dir: Path | None = None
     out_dir: Path = Path("runs")
     start_timeout_s: float = Field(default=30.0, gt=0.0)
+
+    @field_validator("policy")
+    @classmethod
+    def _check_policy(cls, value: dict[str, Any]) -> dict[str, Any]:
+        try:
+            Policy.model_validate(value)
+        except ValidationError as exc:
+            raise ValueError(f"not a recommender policy: {_policy_problems(exc)}") from None
+        return value
+
+    @field_validator("loadgen")
+    @classmethod
+    def _extend_by_policy(cls, value: LoadgenConfig, info: ValidationInfo) -> LoadgenConfig:
+        if "policy" not in info.data:  # the policy was refused, and its error says why
+            return value
+        ladder = _extension_from_policy(value.ladder, Policy.model_validate(info.data["policy"]))
+        return value if ladder is value.ladder else value.model_copy(update={"ladder": ladder})
 
     @field_validator("model_dir")
     @classmethod

@@ -345,9 +345,13 @@ def run_session(
             pids = processes.pids()
             manifest = _build_manifest(run_id, command, config, endpoints, prom_info, rec_url, gpu_reader, redact)
             manifest.write(run_dir / "manifest.json")
+            ladder = config.loadgen.ladder
+            extension = "" if ladder.max_rung == max(ladder.concurrency) else (
+                f" (then doubling while it pays, up to {ladder.max_rung})")
             say(
                 "walking the ladder "
-                + "/".join(str(c) for c in config.loadgen.ladder.concurrency)
+                + "/".join(str(c) for c in ladder.concurrency)
+                + extension
                 + " on "
                 + ", ".join(ep.lane.name for ep in endpoints)
             )
@@ -379,7 +383,7 @@ def run_session(
 def _print_summary(run_dir: Path, say: Say) -> None:
     report = load_run(run_dir)
     for lane in report.lanes:
-        headers, rows = lane_table(lane, report.stall_max_ratio)
+        headers, rows = lane_table(lane)
         say(f"\nlane {lane.lane}\n{text_table(headers, rows)}")
     say("\nrecommendations:")
     for lane in report.lanes:

@@ -24,7 +24,7 @@ from recommender.settings import RecommenderSettings
 from testkit.synthetic import SyntheticLane, simulate_run
 
 _RUNS = Path(tempfile.mkdtemp(prefix="satbench-fuzz-runs-"))
-_MANIFEST, _RECORDS = simulate_run((SyntheticLane("dense", slots=4),), (1, 2, 4), t0=time.time() - 600,
+_MANIFEST, _RECORDS = simulate_run((SyntheticLane("dense", slots=4),), (1, 2, 4, 8), t0=time.time() - 600,
                                    window_s=4.0)
 _MANIFEST.write(_RUNS / _MANIFEST.run_id / "manifest.json")
 write_records(_RUNS / _MANIFEST.run_id / "records.jsonl", _RECORDS)

@@ -19,6 +19,7 @@ def write(tmp_path: Path, text: str) -> Path:
 def test_defaults_make_a_short_session() -> None:
     cfg = LoadgenConfig()
     assert cfg.ladder.concurrency == [1, 2, 4, 8]
+    assert not cfg.ladder.extend and cfg.ladder.max_rung == 8  # standalone: exactly the listed rungs
     per_step_max = cfg.warmup_s + cfg.max_window_s + cfg.drain_timeout_s
     per_step_min = cfg.warmup_s + cfg.min_window_s
     assert 2 * 4 * per_step_min <= 180 and 2 * 4 * per_step_max <= 240
@@ -59,6 +60,12 @@ def test_api_key_read_from_env_never_stored(monkeypatch: pytest.MonkeyPatch) -> 
     ({"ladder.concurrency": [-1]}, "ladder.concurrency"),
     ({"ladder.concurrency": []}, "ladder.concurrency"),
     ({"ladder.concurrency": [2, 2]}, "ladder.concurrency"),
+    ({"ladder.concurrency": [1, 128]}, "above ladder.max_concurrency (64)"),
+    ({"ladder.max_concurrency": 0}, "ladder.max_concurrency"),
+    ({"ladder.extend_min_gain": -0.1}, "ladder.extend_min_gain"),
+    ({"ladder.extend_ttft_p95_s": 0}, "ladder.extend_ttft_p95_s"),
+    ({"ladder.extend_itl_p95_s": -1}, "ladder.extend_itl_p95_s"),
+    ({"ladder.extend_max_error_ratio": 1.5}, "ladder.extend_max_error_ratio"),
     ({"lanes": [{**LANE, "url": "localhost:8080"}]}, "lanes.0.url"),
     ({"lanes": [{**LANE, "url": "ftp://host"}]}, "lanes.0.url"),
     ({"lanes": [{**LANE, "api": "grpc"}]}, "lanes.0.api"),
@@ -102,3 +109,4 @@ def test_example_config_loads() -> None:
     cfg = load_config(Path(__file__).parents[2] / "loadgen" / "example.toml", {})
     assert [lane.name for lane in cfg.lanes] == ["dense", "moe"]
     assert cfg.workload.output_tokens.kind == "lognormal"
+    assert cfg.ladder == LoadgenConfig().ladder  # the example spells out the ladder's defaults

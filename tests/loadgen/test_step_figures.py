@@ -91,3 +91,41 @@ def test_throughput_interval_starts_from_a_32nd_of_the_window() -> None:
 def test_longest_stalled_gap(gaps: list[tuple[float, float]], prefills: list[tuple[float, float]],
                              expected: float | None) -> None:
     assert longest_stalled_gap(gaps, prefills) == expected
+
+
+def test_pauses_interference_and_user_waits_by_hand() -> None:
+    f = compute_step_figures(RECORDS, WINDOW)
+    assert f.pause_s.p99 == pytest.approx(2.0) and f.pause_requests == 2  # B and D: longest gap 2 s each
+    # prefills that began in the window beside a decode: B at 101 (A decoding), C at 104.5 (B); D's at 108 none
+    assert f.prefill_events == 2
+    # gaps 1, 1, 1, 2 (5 s of decode); only B's 2 s gap overlaps a prefill (C's): 1 s beyond the 1 s p50
+    assert f.interference_share == pytest.approx(0.2)
+    assert f.stall_per_prompt_s == pytest.approx(1.0)
+    assert f.stall_ms_per_prompt_token == pytest.approx(100.0)  # prompts of 10 tokens
+    assert f.queued_requests is None and f.admission_wait_bound_s is None  # slots unknown: not applicable
+    # waits: user 0 C (dropped, e2e 1.0), user 1 B (queue 0.5) and D (TTFT 1.0): worst mean 1.0 over 0.833
+    assert f.user_wait_ratio == pytest.approx(1.2)
+    assert f.user_wait_p_value is not None and 0.0 < f.user_wait_p_value <= 1.0
+
+
+def test_one_user_has_no_interference() -> None:
+    window = StepWindow(lane="a", concurrency=1, start=100.0, end=110.0)
+    f = compute_step_figures([rec(0, 100.0, 1.0, (0.1,) * 20, 3.0, 21, c=1)], window)
+    assert f.pause_s.p99 == pytest.approx(0.1) and f.prefill_events == 0 and f.interference_share is None
+    assert f.user_wait_p_value is None
+
+
+@pytest.mark.parametrize(("queue", "within"), [(1.9, True), (6.0, False)])
+def test_the_fifo_admission_bound(queue: float, within: bool) -> None:
+    """One slot, two users: the second request finds the slot busy; FIFO admits it within one service time
+    (2 s, the time a request holds the slot) plus one step (the longest gap, 0.1 s)."""
+    window = StepWindow(lane="a", concurrency=2, start=100.0, end=120.0, slots=1)
+    first = rec(0, 100.0, 0.2, (0.1,) * 18, 2.0, 19)
+    second = rec(1, 100.1, queue + 0.2, (0.1,) * 18, queue + 2.0, 19, queue=queue)
+    f = compute_step_figures([first, second], window)
+    assert f.queued_requests == 1
+    assert f.admission_wait_bound_s == pytest.approx(2.0 + 0.1)
+    assert f.admission_wait_max_s == pytest.approx(queue)
+    assert (f.admission_wait_max_s <= f.admission_wait_bound_s) is within
+    assert compute_step_figures([first, second], StepWindow(lane="a", concurrency=2, start=100.0, end=120.0,
+                                                            slots=2)).queued_requests is None  # c <= slots

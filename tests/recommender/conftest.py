@@ -21,7 +21,7 @@ LANES = (
     SyntheticLane("dense", slots=4),
     SyntheticLane("moe", slots=8, prefill_s=0.03, itl_s=0.006),
 )
-STARVING = SyntheticLane("starving", slots=4, prefill_s=0.1, starve_decode=True)
+STARVING = SyntheticLane("starving", slots=4, prefill_s=0.6, starve_decode=True)  # a 600 ms pause per request
 UNFAIR = SyntheticLane("unfair", slots=4, unfair_user0=True)
 GAPPY = SyntheticLane("gappy", slots=4)  # dense, but Prometheus missed most scrapes of its c=2 window
 LADDER = (1, 2, 4, 8, 16)
@@ -57,6 +57,8 @@ def synthetic_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Syntheti
     run_dir = tmp_path_factory.mktemp("runs") / manifest.run_id
     manifest.write(run_dir / "manifest.json")
     write_records(run_dir / "records.jsonl", records)
-    series = openmetrics_text(manifest, records, extra_gauges=probes, missed_scrapes=missed)
+    published = {w.lane for w in manifest.steps} - {GAPPY.name}  # gappy: the histograms and their coverage
+    series = openmetrics_text(manifest, records, extra_gauges=probes, missed_scrapes=missed,
+                              publish_lanes=published)
     with BackfilledPrometheus(series, workdir) as prom:
         yield SyntheticRun(manifest, records, run_dir, prom.url)

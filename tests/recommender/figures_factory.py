@@ -11,7 +11,8 @@ __all__ = ["ladder", "step"]
 
 
 def step(c: int, throughput: float, **changes: Any) -> StepFigures:
-    """A healthy, valid step at concurrency ``c`` with ``throughput`` tok/s; ``changes`` override fields."""
+    """A healthy, valid step at concurrency ``c`` with ``throughput`` tok/s on a 4-slot lane; ``changes``
+    override fields."""
     base = StepFigures(
         lane="dense", concurrency=c, window_s=30.0, requests=100, errors=0,
         throughput_tok_s=throughput, requests_per_s=throughput / 64,
@@ -19,6 +20,10 @@ def step(c: int, throughput: float, **changes: Any) -> StepFigures:
         itl_s=Quantiles(0.010, 0.012, 0.013), queue_s=Quantiles(0.0, 0.0, 0.0),
         memory_bytes=MemoryFigures(gpu_max=4e9, gpu_total=8e9, host_rss_max=1e9),
         jain=0.99, max_min_share=1.1, decode_stall_max_ratio=1.5, prefill_wait_max_s=0.1,
+        pause_s=Quantiles(0.015, 0.02, 0.03), pause_requests=100, prefill_events=50, interference_share=0.05,
+        stall_per_prompt_s=0.005, user_wait_p_value=0.5, user_wait_ratio=1.1,
+        queued_requests=None if c <= 4 else 60, admission_wait_max_s=None if c <= 4 else 1.0,
+        admission_wait_bound_s=None if c <= 4 else 1.2,
     )
     return replace(base, **changes)
 

@@ -12,7 +12,8 @@ from recommender.policy import SLO, Policy
 from tests.recommender.figures_factory import ladder, step
 
 POLICY = Policy(min_gain_per_doubling=0.10, slo=SLO(ttft_p95_s=1.0, itl_p95_s=0.05), jain_min=0.9,
-                decode_stall_max_ratio=5.0, prefill_wait_max_s=5.0, max_error_ratio=0.01)
+                prefill_wait_max_s=5.0, max_error_ratio=0.01)
+STALLED = {"pause_s": Quantiles(0.1, 0.4, 0.6)}  # p99 0.6 s: beyond the 0.25 s objective
 CURVE = {1: 100.0, 2: 200.0, 4: 400.0, 8: 420.0, 16: 425.0}
 GROWING = {1: 100.0, 2: 200.0, 4: 400.0, 8: 800.0}
 
@@ -21,10 +22,14 @@ GROWING = {1: 100.0, 2: 200.0, 4: 400.0, 8: 800.0}
     ("curve", "per_rung", "recommended", "binding", "status"),
     [
         (CURVE, {}, 4, "throughput_plateau", "ok"),
-        (GROWING, {}, 8, "ladder_top", "ok"),
+        (GROWING, {}, 8, "ladder_top", "unsaturated"),
         (GROWING, {"c4": {"ttft_s": Quantiles(0.5, 1.5, 2.0)}}, 2, "slo_ttft", "ok"),
         (GROWING, {"c8": {"itl_s": Quantiles(0.02, 0.08, 0.1)}}, 4, "slo_itl", "ok"),
-        (GROWING, {"c8": {"decode_stall_max_ratio": 9.0}}, 4, "decode_starvation", "ok"),
+        (GROWING, {"c8": STALLED}, 4, "decode_starvation", "ok"),
+        (GROWING, {"c8": {"admission_wait_max_s": 9.0}}, 4, "prefill_starvation", "ok"),
+        (GROWING, {"c4": {"user_wait_p_value": 1e-9, "user_wait_ratio": 4.0}}, 2, "fairness", "ok"),
+        # a flat first doubling: the lowest rung, an end rung, is the answer
+        ({1: 100.0, 2: 104.0, 4: 106.0}, {}, 1, "throughput_plateau", "ok"),
         (GROWING, {"c4": {"prefill_wait_max_s": 30.0}}, 2, "prefill_starvation", "ok"),
         (GROWING, {"c4": {"jain": 0.6}}, 2, "fairness", "ok"),
         (GROWING, {"c8": {"errors": 10}}, 4, "errors", "ok"),
@@ -48,14 +53,18 @@ def test_analyze_lane(curve: dict[int, float], per_rung: dict[str, dict[str, Any
     assert (result.recommended_concurrency, result.binding_constraint, result.status) == (
         recommended, binding, status)
     assert (result.reason is None) == (status == "ok")
+    starvation = result.starvation_summary()  # a summary never contradicts the binding constraint
+    if binding in ("decode_starvation", "prefill_starvation", "fairness"):
+        summary = result.fairness_summary() if binding == "fairness" else starvation
+        assert summary["ok"] is False and summary["ok_at_recommended"] is True
 
 
 def test_a_limit_broken_on_a_noisy_rung_still_binds() -> None:
-    steps = ladder(GROWING, c4={"throughput_ci_tok_s": (100.0, 700.0), "decode_stall_max_ratio": 60.0})
+    steps = ladder(GROWING, c4={"throughput_ci_tok_s": (100.0, 700.0), **STALLED})
     result = analyze_lane("dense", steps, POLICY)
     assert (result.status, result.recommended_concurrency, result.binding_constraint) == (
         "ok", 2, "decode_starvation")
-    noisy_first = ladder(GROWING, c1={"requests": 3, "jain": 0.5})
+    noisy_first = ladder(GROWING, c1={"requests": 3, "jain": 0.5})  # the test policy binds Jain
     result = analyze_lane("dense", noisy_first, POLICY)
     assert (result.status, result.binding_constraint) == ("degraded", "fairness")
 
@@ -67,44 +76,56 @@ def test_saturation_and_knee_ignore_latency() -> None:
     assert result.knee is not None and result.knee.concurrency == 4
 
 
-def test_rungs_that_cannot_be_told_apart_prefer_the_smaller() -> None:
-    steps = ladder({1: 100.0, 2: 200.0, 4: 260.0, 8: 400.0},
-                   c2={"throughput_ci_tok_s": (170.0, 250.0)}, c4={"throughput_ci_tok_s": (220.0, 300.0)})
+def test_no_knee_while_doublings_still_pay_and_the_top_says_unsaturated() -> None:
+    rising = {1: 100.0, 2: 180.0, 4: 300.0, 8: 400.0}  # +80 %, +67 %, +33 %: a bend, but still paying
+    result = analyze_lane("dense", ladder(rising), POLICY)
+    assert result.knee is None and result.saturation_concurrency is None
+    assert (result.status, result.binding_constraint, result.recommended_concurrency) == (
+        "unsaturated", "ladder_top", 8)
+    assert result.reason is not None and "ladder.extend" in result.reason
+
+
+def test_a_plateau_inside_the_noise_binds_and_says_it_is_not_significant() -> None:
+    steps = ladder({1: 100.0, 2: 200.0, 4: 210.0, 8: 400.0},
+                   c2={"throughput_ci_tok_s": (150.0, 250.0)}, c4={"throughput_ci_tok_s": (160.0, 260.0)})
     result = analyze_lane("dense", steps, POLICY)
-    assert result.recommended_concurrency == 2
-    assert result.binding_constraint == "throughput_plateau"
+    assert (result.recommended_concurrency, result.binding_constraint) == (2, "throughput_plateau")
     assert result.indistinguishable == (2, 4)
-    assert any("cannot be told apart" in n for n in result.notes)
+    assert any("not significant" in n for n in result.notes)
+    rows = result.steps_as_dicts()
+    assert rows[2]["gain_interval"][0] < 0.05 < 0.10 < rows[2]["gain_interval"][1]
 
 
-def test_separated_intervals_let_the_walk_go_on() -> None:
-    steps = ladder({1: 100.0, 2: 200.0, 4: 260.0}, c2={"throughput_ci_tok_s": (195.0, 205.0)},
-                   c4={"throughput_ci_tok_s": (250.0, 270.0)})
-    assert analyze_lane("dense", steps, POLICY).recommended_concurrency == 4
+def test_a_doubling_that_measured_the_gain_is_never_a_plateau() -> None:
+    steps = ladder({1: 100.0, 2: 200.0, 4: 260.0}, c2={"throughput_ci_tok_s": (150.0, 250.0)},
+                   c4={"throughput_ci_tok_s": (200.0, 320.0)})  # +30 %, intervals overlap
+    result = analyze_lane("dense", steps, POLICY)
+    assert result.recommended_concurrency == 4 and result.indistinguishable is None
 
 
 def test_decode_starvation_is_flagged_and_a_fair_batcher_is_not() -> None:
-    starving = ladder(GROWING, c4={"decode_stall_max_ratio": 40.0}, c8={"decode_stall_max_ratio": 80.0})
-    fair = ladder(GROWING, c4={"decode_stall_max_ratio": 1.8}, c8={"decode_stall_max_ratio": 2.0})
+    starving = ladder(GROWING, c4=STALLED, c8=STALLED)
+    fair = ladder(GROWING, c4={"decode_stall_max_ratio": 18.0}, c8={"decode_stall_max_ratio": 20.0})
     bad, good = analyze_lane("dense", starving, POLICY), analyze_lane("dense", fair, POLICY)
     assert bad.binding_constraint == "decode_starvation"
-    assert bad.starvation_summary()["decode_ok"] is True  # the recommended rungs themselves are fine
-    assert "decode_starvation" in bad.steps_as_dicts()[2]["violations"][0]["constraint"]
-    assert good.binding_constraint == "ladder_top"
-    assert good.starvation_summary() == {"ok": True, "decode_ok": True, "prefill_ok": True,
-                                         "decode_stall_max_ratio": 2.0, "prefill_wait_max_s": 0.1,
-                                         "decode_flagged_at": [], "prefill_flagged_at": []}
-    assert bad.starvation_summary()["decode_flagged_at"] == [4, 8]
+    summary = bad.starvation_summary()
+    assert summary["ok"] is False and summary["decode_ok"] is False and summary["ok_at_recommended"] is True
+    assert summary["decode_flagged_at"] == [4, 8]
+    assert summary["decode_by_rung"] == {"1": "not_applicable", "2": "ok", "4": "flagged", "8": "flagged"}
+    assert bad.steps_as_dicts()[2]["violations"][0]["constraint"] == "decode_starvation"
+    assert good.binding_constraint == "ladder_top"  # long gaps against a fast step, pauses inside the objective
+    assert good.starvation_summary()["ok"] is True
+    assert good.starvation_summary()["pause_p99_max_s"] == pytest.approx(0.03)
 
 
 def test_unfair_admission_is_flagged_fairness() -> None:
-    unfair = ladder(GROWING, c4={"jain": 0.55, "max_min_share": 12.0})
+    unfair = ladder(GROWING, c8={"user_wait_p_value": 1e-12, "user_wait_ratio": 3.5})
     result = analyze_lane("dense", unfair, POLICY)
     assert result.binding_constraint == "fairness"
-    assert result.recommended_concurrency == 2
-    assert result.fairness_summary()["ok"] is True
-    assert result.fairness_summary()["jain_min"] == pytest.approx(0.99)
-    assert result.fairness_summary()["flagged_at"] == [4]
+    assert result.recommended_concurrency == 4
+    summary = result.fairness_summary()
+    assert summary["ok"] is False and summary["ok_at_recommended"] is True
+    assert summary["flagged_at"] == [8] and summary["user_wait_ratio_max"] == pytest.approx(3.5)
 
 
 def test_duplicate_rungs_keep_the_later_window_and_say_so() -> None:

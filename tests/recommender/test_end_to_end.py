@@ -15,11 +15,11 @@ generator credits a request's tokens to ``loadgen_output_tokens_total`` when the
 Prometheus throughput of a window is granular by up to ``c`` requests (about ``e2e / window``): slowing
 the simulator down (``time_scale``) to escape (1) makes (2) worse, so it runs at real speed.
 
-The policy is the default except ``decode_stall_max_ratio``: on a shared, loaded test machine the client's
-own scheduling hiccups reach 20x the ITL, which is not the server starving decodes (the simulator's
-stall here is one 64-token prefill step, about 2.5x); starvation is tested where it is the point
-(``test_live_verdicts``, ``test_sources_agree``). The recommender gets the run folder (``--runs-dir``) so a
-window Prometheus scraped too rarely on a loaded machine is taken from the records, as in production.
+The policy is the default. Decode starvation is judged in time a user feels (each request's longest
+pause against the 250 ms objective), so the client's own scheduling hiccups on a loaded test machine
+(up to 20x the ITL, ~100 ms) are not taken for a starving server; starvation is tested where it is the
+point (``test_live_verdicts``, ``test_sources_agree``). The recommender gets the run folder (``--runs-dir``)
+so a window Prometheus scraped too rarely on a loaded machine is taken from the records, as in production.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from tests.recommender.server import serve
 REPO = Path(__file__).resolve().parents[2]
 LADDER = [1, 2, 4, 8]
 PROMPT_TOKENS, OUTPUT_TOKENS = 64, 16
-POLICY = Policy(decode_stall_max_ratio=100.0)
+POLICY = Policy()
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -126,12 +126,13 @@ def test_recommendations_match_the_simulators_analytic_capacity(tmp_path: Path) 
         expected = {lane: analytic_answer(sim.url, POLICY) for lane, sim in sims.items()}
 
     assert doc["source"]["kind"] == "prometheus" and doc["run_id"] == manifest.run_id
-    assert doc["policy"]["decode_stall_max_ratio"] == POLICY.decode_stall_max_ratio
+    assert doc["policy"] == POLICY.model_dump(mode="json")
     assert expected == {"dense": (4, "throughput_plateau"), "moe": (8, "ladder_top")}
     for lane, (recommended, binding) in expected.items():
         answer = doc["lanes"][lane]
+        status = "unsaturated" if binding == "ladder_top" else "ok"
         assert (answer["status"], answer["recommended_concurrency"], answer["binding_constraint"]) == (
-            "ok", recommended, binding), (lane, answer["reason"], answer["notes"],
+            status, recommended, binding), (lane, answer["reason"], answer["notes"],
                                           [(s["concurrency"], s["throughput_tok_s"], s["throughput_ci_tok_s"],
                                             s["unusable_reason"], s["violations"]) for s in answer["steps"]])
     assert doc["lanes"]["dense"]["recommended_concurrency"] != doc["lanes"]["moe"]["recommended_concurrency"]

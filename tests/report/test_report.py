@@ -11,7 +11,7 @@ import pytest
 
 from core.figures import StepFigures
 from satbench.report import cli as report_cli
-from satbench.report.data import LaneReport, load_run, merge_steps, parse_steps_document, starvation_verdict
+from satbench.report.data import LaneReport, load_run, merge_steps, parse_steps_document, verdict_label
 from satbench.report.render import format_recommendation, lane_table, render_html, text_table, write_report
 from tests.report.screenshot import CHROMIUM, HEIGHT, WIDTH, non_white_fraction, screenshot
 from tests.report.synthetic import LADDER, make_run_dir
@@ -70,27 +70,26 @@ def test_merge_steps_prefers_primary() -> None:
 
 
 @pytest.mark.parametrize(
-    ("ratio", "verdict"), [(None, "unknown"), (2.0, "ok"), (5.0, "ok"), (5.1, "decode starved")]
+    ("checks", "label"),
+    [
+        (None, "unknown"),
+        ({"decode_starvation": "not_applicable", "fairness": "ok"}, "ok"),
+        ({"decode_starvation": "flagged", "fairness": "flagged", "interference": "warn"},
+         "decode starved, unfair, (prefill interference)"),
+        ({"decode_starvation": "insufficient_data", "fairness": "ok"}, "insufficient data"),
+        ({"decode_starvation": "unknown"}, "unknown"),
+    ],
 )
-def test_starvation_verdict(ratio: float | None, verdict: str) -> None:
-    step = StepFigures(
-        lane="x",
-        concurrency=1,
-        window_s=1,
-        requests=1,
-        errors=0,
-        throughput_tok_s=1,
-        requests_per_s=1,
-        decode_stall_max_ratio=ratio,
-    )
-    assert starvation_verdict(step, 5.0) == verdict
+def test_verdict_label(checks: dict[str, str] | None, label: str) -> None:
+    assert verdict_label(checks) == label
 
 
 def test_tables_and_recommendation_lines(tmp_path: Path) -> None:
     report = load_run(make_run_dir(tmp_path))
-    headers, rows = lane_table(report.lanes[0], report.stall_max_ratio)
+    headers, rows = lane_table(report.lanes[0])
     assert len(rows) == len(LADDER) and len(rows[0]) == len(headers)
-    assert rows[-1][headers.index("starvation")] == "decode starved"  # 1 + 0.8 * 8 > 5
+    assert rows[-1][headers.index("verdicts")] == "decode starved"  # pause p99 400 ms > 250 ms
+    assert rows[-1][headers.index("pause p99")] == "400 ms"
     assert "recommended concurrency 4" in format_recommendation(report.lanes[0])
     assert "no recommendation (runtime down)" in format_recommendation(
         LaneReport(lane="z", steps=(), status="degraded", reason="runtime down")

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from recommender.policy import Policy
 from satbench.session.cli import _overrides
-from satbench.session.config import DEFAULT_LOADGEN, SessionConfigError, load_session_config
+from satbench.session.config import DEFAULT_LOADGEN, SessionConfig, SessionConfigError, load_session_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,6 +31,41 @@ def test_example_file_is_valid_and_matches_the_defaults() -> None:
     assert example.loadgen.model_dump(exclude={"workload"}) == default.loadgen.model_dump(
         exclude={"workload"}
     )
+
+
+def test_the_session_ladder_extends_by_the_policy_it_uses() -> None:
+    policy = Policy()
+    for ladder in (load_session_config(None).loadgen.ladder, SessionConfig().loadgen.ladder):
+        assert ladder.extend and ladder.max_concurrency == 64 and ladder.concurrency == [1, 2, 4, 8]
+        assert ladder.extend_min_gain == policy.min_gain_per_doubling
+        assert ladder.extend_ttft_p95_s == policy.slo.ttft_p95_s == 2.0
+        assert ladder.extend_itl_p95_s == policy.slo.itl_p95_s == 0.2
+        assert ladder.extend_max_error_ratio == policy.max_error_ratio
+    config = load_session_config(None, {"policy.min_gain_per_doubling": 0.25, "policy.slo.ttft_p95_s": 3.5,
+                                        "policy.slo.itl_p95_s": 0.05, "policy.max_error_ratio": 0.02})
+    ladder = config.loadgen.ladder
+    assert (ladder.extend_min_gain, ladder.extend_ttft_p95_s, ladder.extend_itl_p95_s,
+            ladder.extend_max_error_ratio) == (0.25, 3.5, 0.05, 0.02)
+
+
+def test_the_ladder_extension_keeps_what_the_user_set(tmp_path: Path) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text("[loadgen.ladder]\nextend_min_gain = 0.3\nmax_concurrency = 32\n"
+                    "[policy]\nmin_gain_per_doubling = 0.2\nslo = { ttft_p95_s = 4.0 }\n")
+    ladder = load_session_config(path, {"loadgen.ladder.extend_itl_p95_s": 0.5}).loadgen.ladder
+    assert ladder.extend and ladder.max_concurrency == 32 and ladder.max_rung == 32
+    assert (ladder.extend_min_gain, ladder.extend_ttft_p95_s, ladder.extend_itl_p95_s) == (0.3, 4.0, 0.5)
+    off = load_session_config(None, {"loadgen.ladder.extend": False}).loadgen.ladder
+    assert not off.extend and off.max_rung == 8
+
+
+def test_a_bad_policy_is_refused_before_anything_runs() -> None:
+    with pytest.raises(SessionConfigError) as info:
+        load_session_config(None, {"policy.slo.ttft_p95_s": -1.0, "policy.bogus": 1})
+    text = str(info.value)
+    assert "policy" in text and "slo.ttft_p95_s" in text and "bogus" in text
+    with pytest.raises(SessionConfigError, match=r"above ladder\.max_concurrency"):
+        load_session_config(None, {"loadgen.ladder.concurrency": [1, 128]})
 
 
 def test_file_sections_merge_over_the_session_defaults(tmp_path: Path) -> None:
