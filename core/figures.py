@@ -46,16 +46,28 @@ class Quantiles:
 
 @dataclass(frozen=True, slots=True)
 class MemoryFigures:
+    """Memory over the window. ``gpu_max`` is the fullest GPU's peak and ``gpu_total`` its size (what the
+    headroom verdict reads: a GPU that fills is where a lane fails); ``gpu_sum_max`` and ``gpu_sum_total``
+    are the lane's GPUs summed (a lane split over several), ``gpu_count`` how many, ``gpu_names`` their
+    names, and ``gpu_simulated`` true where the figures are the simulator's model, not a reading."""
+
     gpu_max: float | None = None
     gpu_total: float | None = None
     host_rss_max: float | None = None
+    gpu_sum_max: float | None = None
+    gpu_sum_total: float | None = None
+    gpu_count: int | None = None
+    gpu_names: str | None = None
+    gpu_simulated: bool | None = None
 
 
+_MEMORY_FIELDS = ("gpu_max", "gpu_total", "host_rss_max", "gpu_sum_max", "gpu_sum_total", "gpu_count", "gpu_names",
+                  "gpu_simulated")
 QUANTILE_FIGURES = ("latency_s", "ttft_s", "itl_s", "tpot_s", "queue_s", "pause_s")
 _OPTIONAL_NUMBERS = (
     "pause_requests", "prefill_events", "interference_share", "stall_per_prompt_s", "stall_ms_per_prompt_token",
     "queued_requests", "admission_wait_max_s", "admission_wait_bound_s", "user_wait_p_value", "user_wait_ratio",
-    "user_tpot_p_value", "user_tpot_ratio", "user_wait_excess_s", "user_tpot_excess_s",
+    "user_itl_p_value", "user_itl_ratio", "user_wait_excess_s", "user_itl_excess_s",
 )
 
 
@@ -97,10 +109,10 @@ class StepFigures:
     admission_wait_bound_s: float | None = None
     user_wait_p_value: float | None = None
     user_wait_ratio: float | None = None
-    user_tpot_p_value: float | None = None
-    user_tpot_ratio: float | None = None
+    user_itl_p_value: float | None = None
+    user_itl_ratio: float | None = None
     user_wait_excess_s: float | None = None
-    user_tpot_excess_s: float | None = None
+    user_itl_excess_s: float | None = None
     errors_by_outcome: dict[str, int] = field(default_factory=dict)
     throughput_ci_tok_s: tuple[float, float] | None = None
     valid: bool = True
@@ -139,9 +151,7 @@ class StepFigures:
             queue_s=Quantiles.from_dict(data.get("queue_s")),
             occupancy_ratio=data.get("occupancy_ratio"),
             queue_depth_avg=data.get("queue_depth_avg"),
-            memory_bytes=MemoryFigures(
-                gpu_max=mem.get("gpu_max"), gpu_total=mem.get("gpu_total"), host_rss_max=mem.get("host_rss_max")
-            ),
+            memory_bytes=MemoryFigures(**{k: mem.get(k) for k in _MEMORY_FIELDS}),
             jain=data.get("jain"),
             max_min_share=data.get("max_min_share"),
             decode_stall_max_ratio=data.get("decode_stall_max_ratio"),

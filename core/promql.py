@@ -48,12 +48,15 @@ __all__ = [
     "sum_rate_by",
     "window_gauge_avg",
     "window_gauge_max",
+    "window_gpu_names",
     "window_mean",
     "window_output_tokens",
     "window_quantile",
     "window_quantiles",
     "window_requests_by_outcome",
     "window_sample_count",
+    "window_series_count",
+    "window_sum_max",
     "window_throughput",
     "window_user_tokens",
 ]
@@ -284,6 +287,22 @@ def window_gauge_avg(metric: str, lane: str, window_s: float) -> str:
 def window_gauge_max(metric: str, lane: str, window_s: float) -> str:
     """Largest value of a gauge during the window, over all of the lane's series."""
     return f"max(max_over_time({selector(metric, lane=lane)}[{duration(window_s)}]))"
+
+
+def window_sum_max(metric: str, lane: str, window_s: float, step_s: float) -> str:
+    """Largest value during the window of the gauge summed over the lane's series (say, memory over every
+    GPU of a lane that spans several), sampled every ``step_s`` (the scrape interval) by a subquery."""
+    return f"max_over_time(sum({selector(metric, lane=lane)})[{duration(window_s)}:{duration(step_s)}])"
+
+
+def window_series_count(metric: str, lane: str, window_s: float) -> str:
+    """How many series of ``metric`` the lane had during the window (say, its GPUs)."""
+    return f"count(max_over_time({selector(metric, lane=lane)}[{duration(window_s)}]))"
+
+
+def window_gpu_names(lane: str, window_s: float) -> str:
+    """The lane's GPUs during the window by name and ``simulated`` (``gpu_info``), with their count."""
+    return f"count by (name, simulated) (max_over_time({selector('gpu_info', lane=lane)}[{duration(window_s)}]))"
 
 
 def published_step_figures(lane: str, run_id: str, concurrency: int, lookback_s: float) -> str:

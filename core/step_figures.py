@@ -43,14 +43,16 @@ What counts (DESIGN.md "Metric definitions"):
   longest wait (``queue_s``; where the runtime does not report it, TTFT, and the bound then adds the
   longest TTFT of a request that found a slot free) of the ``queued_requests``. Not applicable (``None``)
   when ``c <= S`` or the slots are unknown.
-- latency fairness: per user, the waits (as above) of its requests sent in the window; ``user_wait_p_value``
-  is the Kruskal-Wallis p-value that every user's waits share one distribution
-  (``core.statistics.groups_differ``), ``user_wait_ratio`` the worst user's mean wait over the mean of
-  all. Users are exchangeable under a fair admission whatever the lengths are (each draws from one
-  workload), so the test does not fire on length noise; it needs two users with waits. The same test on
-  the users' TPOT (``user_tpot_p_value``; ``user_tpot_ratio`` is the slowest user's mean TPOT over the
-  fastest's; ``user_*_excess_s`` are the same differences in seconds) sees a batcher that serves some
-  users' decodes more slowly than others'.
+- fairness: per user, the waits (as above) of its requests that queued (every request sent in the window
+  where the slots are unknown; none where every user has a slot: admission cannot favour anyone then);
+  ``user_wait_p_value`` is the Kruskal-Wallis p-value that every user's waits share one distribution
+  (``core.statistics.groups_differ``), ``user_wait_ratio`` the worst user's mean wait over the mean of all
+  and ``user_wait_excess_s`` the difference. Users are exchangeable under a fair admission whatever the
+  lengths are (each draws from one workload), so the test does not fire on length noise; it needs two
+  users with waits. The same test on the users' decode pace (per request, the median of its gaps, which a
+  few stalls do not move: ``user_itl_p_value``; ``user_itl_ratio`` is the slowest user's mean pace over
+  the fastest's, ``user_itl_excess_s`` the difference) sees a batcher that decodes some users more slowly
+  than others; prefill stalls, which TPOT would mix in, are the starvation checks' business.
 - throughput confidence interval: batch means over ``k = floor(W / batch_s)`` batches (default
   ``batch_s = W / 32``), merged pairwise until their lag-1 autocorrelation is insignificant, then
   ``mean +- t(0.975, k-1) * sd / sqrt(k)`` (``core.statistics.uncorrelated_batch_ci``, which says why).
@@ -60,6 +62,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import statistics
 from collections.abc import Callable, Iterable, Sequence
 
 from core.figures import StepFigures
@@ -180,6 +183,28 @@ def _wait(rec: RequestRecord) -> float | None:
     return None
 
 
+def split_queued(step_records: Sequence[RequestRecord], window: StepWindow
+                 ) -> tuple[list[RequestRecord], list[RequestRecord]]:
+    """The requests sent in the window that found every one of ``window.slots`` slots busy (at least that many
+    others of the step in flight as they were sent), and those that found one free."""
+    slots = window.slots or 0
+    sent = sorted(r.sent_at for r in step_records)
+    ended = sorted(r.ended_at if r.ended_at is not None else math.inf for r in step_records)
+    queued: list[RequestRecord] = []
+    free: list[RequestRecord] = []
+    for rec in step_records:
+        if not window.contains(rec.sent_at):
+            continue
+        others = bisect.bisect_left(sent, rec.sent_at) - bisect.bisect_right(ended, rec.sent_at)
+        (queued if slots and others >= slots else free).append(rec)
+    return queued, free
+
+
+def _median_gap(rec: RequestRecord) -> float | None:
+    """A request's decode pace: the median of its gaps between tokens (a few stalls do not move it)."""
+    return float(statistics.median(rec.itl_s)) if rec.itl_s else None
+
+
 def admission_figures(step_records: Sequence[RequestRecord], window: StepWindow,
                       longest_gap: float | None) -> dict[str, float | int | None]:
     """``queued_requests``, ``admission_wait_max_s`` and its FIFO bound ``admission_wait_bound_s`` (module
@@ -189,15 +214,7 @@ def admission_figures(step_records: Sequence[RequestRecord], window: StepWindow,
     slots, c = window.slots, window.concurrency
     if slots is None or c <= slots:
         return out
-    sent = sorted(r.sent_at for r in step_records)
-    ended = sorted(r.ended_at if r.ended_at is not None else math.inf for r in step_records)
-    queued: list[RequestRecord] = []
-    free: list[RequestRecord] = []
-    for rec in step_records:
-        if not window.contains(rec.sent_at):
-            continue
-        others = bisect.bisect_left(sent, rec.sent_at) - bisect.bisect_right(ended, rec.sent_at)
-        (queued if others >= slots else free).append(rec)
+    queued, free = split_queued(step_records, window)
     service = [r.e2e_s - (r.queue_s or 0.0) for r in step_records if r.ok and r.e2e_s is not None]
     if not service:
         return out
@@ -221,23 +238,31 @@ def _by_user(records: Iterable[RequestRecord], value: Callable[[RequestRecord], 
     return out
 
 
-def user_wait_figures(window_records: Sequence[RequestRecord]) -> dict[str, float | None]:
-    """``user_wait_p_value``/``user_wait_ratio`` and ``user_tpot_p_value``/``user_tpot_ratio`` over the
-    requests sent in the window (module docstring)."""
+def user_wait_figures(window_records: Sequence[RequestRecord], step_records: Sequence[RequestRecord],
+                      window: StepWindow) -> dict[str, float | None]:
+    """``user_wait_*`` over the requests that queued (all sent in the window where the slots are unknown;
+    none where every user has a slot) and ``user_itl_*`` over the successful ones sent in the window
+    (module docstring)."""
     out: dict[str, float | None] = {"user_wait_p_value": None, "user_wait_ratio": None, "user_wait_excess_s": None,
-                                    "user_tpot_p_value": None, "user_tpot_ratio": None, "user_tpot_excess_s": None}
-    waits = _by_user(window_records, _wait)
+                                    "user_itl_p_value": None, "user_itl_ratio": None, "user_itl_excess_s": None}
+    if window.slots is None:
+        waiting: Sequence[RequestRecord] = window_records
+    elif window.concurrency > window.slots:
+        waiting = split_queued(step_records, window)[0]
+    else:
+        waiting = ()
+    waits = _by_user(waiting, _wait)
     flat = [w for ws in waits.values() for w in ws]
     mean = sum(flat) / len(flat) if flat else 0.0
     if len(waits) >= 2 and mean > 0:
         worst = max(sum(ws) / len(ws) for ws in waits.values())
         out.update(user_wait_p_value=groups_differ(waits.values()), user_wait_ratio=worst / mean,
                    user_wait_excess_s=worst - mean)
-    tpots = _by_user((r for r in window_records if r.ok), lambda r: r.tpot_s)
-    means = [sum(ts) / len(ts) for ts in tpots.values()]
-    if len(tpots) >= 2 and min(means) > 0:
-        out.update(user_tpot_p_value=groups_differ(tpots.values()), user_tpot_ratio=max(means) / min(means),
-                   user_tpot_excess_s=max(means) - min(means))
+    paces = _by_user((r for r in window_records if r.ok), _median_gap)
+    means = [sum(ts) / len(ts) for ts in paces.values()]
+    if len(paces) >= 2 and min(means) > 0:
+        out.update(user_itl_p_value=groups_differ(paces.values()), user_itl_ratio=max(means) / min(means),
+                   user_itl_excess_s=max(means) - min(means))
     return out
 
 
@@ -329,7 +354,7 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
     extra: dict[str, float | int | None] = {
         **interference_figures(gaps, prompts, decodes, itl_q.p50, start, end),
         **admission_figures(mine, window, max(itl) if itl else None),
-        **user_wait_figures(sent_in_window),
+        **user_wait_figures(sent_in_window, mine, window),
     }
     if window.concurrency < 2:  # no other request to stall or be stalled by
         extra.update(prefill_events=0, interference_share=None, stall_per_prompt_s=None,

@@ -226,6 +226,8 @@ class RuntimeCollector(Collector):
         total = _gauge("gpu_memory_total_bytes", "GPU memory total.", labels=labels)
         process = _gauge("runtime_gpu_memory_used_bytes", "GPU memory used by the runtime process.",
                          labels=labels)
+        info = _gauge("gpu_info", "1 per GPU, naming it (NVML's device name, or the simulator's modelled one).",
+                      labels=["gpu", "name", "simulated"])
         simulator = any(o.source == "simulator" and not o.absent for o in outcomes)
         hide_real = simulator and self.simulated_gpu_replaces_real
         for outcome in outcomes:
@@ -235,8 +237,9 @@ class RuntimeCollector(Collector):
             took.add_metric([outcome.source], outcome.duration_s)
             for dev in outcome.devices:
                 key = [dev.gpu, "true" if dev.simulated else "false"]
+                info.add_metric([dev.gpu, dev.name, key[1]], 1.0)
                 used.add_metric(key, dev.used_bytes)
                 total.add_metric(key, dev.total_bytes)
                 if dev.process_used_bytes is not None:
                     process.add_metric(key, dev.process_used_bytes)
-        return [up, took, used, total, process]
+        return [up, took, info, used, total, process]

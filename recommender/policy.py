@@ -75,12 +75,11 @@ class Policy(BaseModel):
     min_user_wait_gap_s: float = _f(0.1, "least excess of the worst user's mean wait over the lane's, seconds, "
                                          "for it to be unfair: 0.1 s, the limit of a reply that feels immediate "
                                          "(Nielsen 1993); a few ms between users in lock-step is not unfair", ge=0)
-    min_user_tpot_gap_s: float = _f(0.005, "least excess of the slowest user's mean TPOT over the fastest's, "
-                                           "seconds: 5 ms a token is a quarter second over a 50-token answer", ge=0)
-    max_user_tpot_ratio: float = _f(2.0, "largest slowest user's mean TPOT over the fastest's, where the "
-                                         "difference is significant: one user decoded at half another's speed "
-                                         "(users in lock-step on fixed lengths differ by 1.6x from prefill "
-                                         "interference alone, which the starvation checks judge)", ge=1)
+    min_user_itl_gap_s: float = _f(0.005, "least excess of the slowest user's decode pace (mean of its requests' "
+                                          "median gaps) over the fastest's, seconds: 5 ms a token is a quarter "
+                                          "second over a 50-token answer", ge=0)
+    max_user_itl_ratio: float = _f(1.5, "largest slowest user's decode pace over the fastest's, where the "
+                                        "difference is significant", ge=1)
     jain_min: float | None = _f(None, "least Jain's index over per-user output tokens (null: reported, not "
                                       "binding: request lengths move it)", ge=0, le=1)
     max_min_share_max: float | None = _f(None, "largest best/worst user token ratio (null: unchecked)", ge=1)

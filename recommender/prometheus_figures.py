@@ -10,7 +10,8 @@ the raw numbers over in a ``PromStepResults``. Here they become figures:
 * maxima (longest decode stall, longest wait for a first token): ``histogram_quantile(1, ...)``, the upper
   bound of the highest non-empty bucket, an over-estimate by at most one bucket width;
 * fairness: Jain's index and max/min share over per-user output-token increases of users ``0..c-1``;
-* occupancy, queue depth: window means of the exporter's gauges; memory: window maxima.
+* occupancy, queue depth: window means of the exporter's gauges; memory: window maxima, of the fullest GPU
+  and of the lane's GPUs summed, with their count and names (``gpu_info``) and whether they are modelled.
 
 Where the load generator published the step's exact figures (``loadgen_step_figure``: the records' own
 numbers, from ``core.step_figures``), every client figure is taken from them instead (``published``), so
@@ -58,6 +59,11 @@ class PromStepResults:
     queue_depth_avg: float | None = None
     gpu_used_max: float | None = None
     gpu_total: float | None = None
+    gpu_sum_max: float | None = None
+    gpu_sum_total: float | None = None
+    gpu_count: float | None = None
+    gpu_names: tuple[str, ...] = ()
+    gpu_simulated: bool | None = None
     host_rss_max: float | None = None
     batch_tokens: tuple[float, ...] = ()
     batch_s: float | None = None
@@ -148,7 +154,10 @@ def _from_histograms(window: StepWindow, r: PromStepResults, *, confidence: floa
         occupancy_ratio=finite(r.occupancy_ratio),
         queue_depth_avg=finite(r.queue_depth_avg),
         memory_bytes=MemoryFigures(
-            gpu_max=finite(r.gpu_used_max), gpu_total=finite(r.gpu_total), host_rss_max=finite(r.host_rss_max)
+            gpu_max=finite(r.gpu_used_max), gpu_total=finite(r.gpu_total), host_rss_max=finite(r.host_rss_max),
+            gpu_sum_max=finite(r.gpu_sum_max), gpu_sum_total=finite(r.gpu_sum_total),
+            gpu_count=None if finite(r.gpu_count) is None else round(r.gpu_count or 0),
+            gpu_names=", ".join(r.gpu_names) or None, gpu_simulated=r.gpu_simulated,
         ),
         jain=jain_index(users),
         max_min_share=max_min_share(users),

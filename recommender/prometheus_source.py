@@ -134,7 +134,7 @@ def _quantiles(samples: Sequence[VectorSample]) -> Quantiles:
     return Quantiles(p50=by_q.get(0.5), p95=by_q.get(0.95), p99=by_q.get(0.99))
 
 
-def step_queries(lane: str, w: float) -> dict[str, str]:
+def step_queries(lane: str, w: float, scrape_s: float = 1.0) -> dict[str, str]:
     """Every instant query of one step window, by name (sent as one ``named_union``)."""
     return {
         "tokens": promql.window_output_tokens(lane, w),
@@ -151,6 +151,10 @@ def step_queries(lane: str, w: float) -> dict[str, str]:
         "queue_depth": promql.window_gauge_avg("runtime_queue_depth", lane, w),
         "gpu_used": promql.window_gauge_max("gpu_memory_used_bytes", lane, w),
         "gpu_total": promql.window_gauge_max("gpu_memory_total_bytes", lane, w),
+        "gpu_sum": promql.window_sum_max("gpu_memory_used_bytes", lane, w, scrape_s),
+        "gpu_sum_total": promql.window_sum_max("gpu_memory_total_bytes", lane, w, scrape_s),
+        "gpu_count": promql.window_series_count("gpu_memory_total_bytes", lane, w),
+        "gpu_names": promql.window_gpu_names(lane, w),
         "rss": promql.window_gauge_max("runtime_process_resident_memory_bytes", lane, w),
         "samples": promql.window_sample_count("loadgen_requests_total", lane, w),
         "e2e_mean": promql.window_mean("loadgen_e2e_seconds", lane, w),
@@ -191,7 +195,7 @@ async def fetch_step_figures(client: PromQLClient, window: StepWindow, config: P
 
     async def instant() -> dict[str, list[VectorSample]]:
         async with gate:
-            samples = await client.query(promql.named_union(step_queries(lane, w)), at)
+            samples = await client.query(promql.named_union(step_queries(lane, w, config.scrape_interval_s)), at)
         parts: dict[str, list[VectorSample]] = {}
         for s in samples:
             labels = dict(s.labels)
@@ -216,6 +220,12 @@ async def fetch_step_figures(client: PromQLClient, window: StepWindow, config: P
         queue_depth_avg=_single(got.get("queue_depth", [])),
         gpu_used_max=_single(got.get("gpu_used", [])),
         gpu_total=_single(got.get("gpu_total", [])),
+        gpu_sum_max=_single(got.get("gpu_sum", [])),
+        gpu_sum_total=_single(got.get("gpu_sum_total", [])),
+        gpu_count=_single(got.get("gpu_count", [])),
+        gpu_names=tuple(sorted({s.labels.get("name", "") for s in got.get("gpu_names", [])} - {""})),
+        gpu_simulated=(None if not got.get("gpu_names") else
+                       any(s.labels.get("simulated") == "true" for s in got["gpu_names"])),
         host_rss_max=_single(got.get("rss", [])),
         batch_tokens=batch_tokens,
         batch_s=batch_s,

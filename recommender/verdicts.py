@@ -16,8 +16,8 @@ The judgments (definitions of the figures in ``core.step_figures``; the reasons 
 - ``prefill_starvation``: the longest wait of a request that found every slot busy against the bound
   FIFO admission implies, times ``max_admission_wait_ratio``.
 - ``fairness``: users' waits differ *significantly* (Kruskal-Wallis, ``fairness_alpha``) *and materially*
-  (worst user's mean over the lane's, ``max_user_wait_ratio``), or their TPOT does (slowest user's
-  mean over the fastest's, ``max_user_tpot_ratio``); Jain's index and the best/worst share
+  (worst user's mean over the lane's, ``max_user_wait_ratio``), or their decode pace does (slowest user's
+  mean over the fastest's, ``max_user_itl_ratio``); Jain's index and the best/worst share
   bind only where the policy sets them.
 - ``interference``: the share of decode time lost to others' prefills, warned about above
   ``interference_warn_share``, binding only where ``max_interference_share`` is set.
@@ -148,20 +148,25 @@ def decode_check(step: StepFigures, policy: Policy, baseline_itl_s: float | None
     p99, n, events = step.pause_s.p99, step.pause_requests, step.prefill_events
     if p99 is None or n is None or events is None:
         return Check("unknown", detail="this source did not measure per-request pauses")
-    if n < policy.min_pause_requests or events < policy.min_prefill_events:
-        return Check("insufficient_data", p99, policy.slo.tbt_p99_s,
-                     f"{n} requests with a pause (policy needs {policy.min_pause_requests}), {events} prefills "
-                     f"beside a decode (needs {policy.min_prefill_events})")
+    limit = policy.slo.tbt_p99_s
+    if n < policy.min_pause_requests:
+        return Check("insufficient_data", p99, limit,
+                     f"{n} requests with a pause (policy needs {policy.min_pause_requests})")
     ratio = p99 / baseline_itl_s if baseline_itl_s else None
-    said = f"pause p99 {p99 * 1000:.0f} ms over {n} requests"
+    said = f"pause p99 {p99 * 1000:.0f} ms over {n} requests, {events} prefills beside a decode"
     if ratio is not None and baseline_itl_s:
         said += f", {ratio:.1f}x the decode-only step ({baseline_itl_s * 1000:.1f} ms at c=1)"
-    limit = policy.slo.tbt_p99_s
+    # a pause past the objective is felt whatever caused it; an absence of pauses proves something only
+    # where prefills ran beside decodes
     if limit is not None and p99 > limit:
         return Check("flagged", p99, limit, f"{said} > objective {limit * 1000:.0f} ms")
     if ratio is not None and policy.max_pause_ratio is not None and ratio > policy.max_pause_ratio:
         return Check("flagged", ratio, policy.max_pause_ratio,
                      f"{said}: ratio > policy.max_pause_ratio {policy.max_pause_ratio:g}")
+    if events < policy.min_prefill_events:
+        return Check("insufficient_data", p99, limit,
+                     f"{said}: too few prefills beside a decode to show the pauses bounded (policy needs "
+                     f"{policy.min_prefill_events})")
     bound = "" if limit is None else f" <= objective {limit * 1000:.0f} ms"
     return Check("ok", p99, limit, said + bound)
 
@@ -229,16 +234,17 @@ def fairness_check(step: StepFigures, policy: Policy) -> Check:
     tests = [(step.user_wait_p_value, step.user_wait_ratio, policy.max_user_wait_ratio,
               step.user_wait_excess_s, policy.min_user_wait_gap_s,
               "worst user's mean wait {r:.2f}x the lane's mean (p = {p:.2g} that users wait alike)"),
-             (step.user_tpot_p_value, step.user_tpot_ratio, policy.max_user_tpot_ratio,
-              step.user_tpot_excess_s, policy.min_user_tpot_gap_s,
-              "slowest user's mean TPOT {r:.2f}x the fastest's (p = {p:.2g})")]
+             (step.user_itl_p_value, step.user_itl_ratio, policy.max_user_itl_ratio,
+              step.user_itl_excess_s, policy.min_user_itl_gap_s,
+              "slowest user's decode pace (median gap) {r:.2f}x the fastest's (p = {p:.2g})")]
     jain = "" if step.jain is None else f"; Jain's index {step.jain:.3f}"
     known = [(p, r, bound, gap, floor, text.format(r=r, p=p)) for p, r, bound, gap, floor, text in tests
              if p is not None and r is not None]
     if not known:
         if step.pause_requests is None:  # the source measured no per-request figures at all
             return Check("unknown", step.jain, None, f"users' waits not measured by this source{jain}")
-        return Check("insufficient_data", detail=f"fewer than two users with a wait or a TPOT in the window{jain}")
+        return Check("insufficient_data",
+                     detail=f"fewer than two users with a queued wait or a decode pace in the window{jain}")
     said = "; ".join(text for *_, text in known) + jain
     for p, r, bound, gap, floor, _ in known:
         if p < policy.fairness_alpha and r > bound and (gap is None or gap >= floor):

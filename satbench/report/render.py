@@ -26,6 +26,7 @@ from satbench.report.plots import lane_figure_svg
 __all__ = [
     "TABLE_HEADERS",
     "format_recommendation",
+    "lane_gpus",
     "lane_table",
     "limitations",
     "render_html",
@@ -48,7 +49,7 @@ TABLE_HEADERS = (
     "queue p95",
     "occupancy",
     "queue depth",
-    "GPU mem (fullest GPU)",
+    "GPU mem (fullest; all)",
     "host RSS",
     "Jain",
     "pause p99",
@@ -73,6 +74,28 @@ def _bytes(value: float | None) -> str:
     return f"{value:.0f} B"
 
 
+def lane_gpus(lane: LaneReport) -> str:
+    """``GPUs: 8 x <name> (modelled)`` from the lane's step figures, or empty where none was seen."""
+    for step in lane.steps:
+        mem = step.memory_bytes
+        if mem.gpu_names:
+            count = f"{mem.gpu_count} x " if mem.gpu_count else ""
+            return f"GPUs: {count}{mem.gpu_names}" + (" (modelled by the simulator)" if mem.gpu_simulated else "")
+    return ""
+
+
+def _gpu(step: StepFigures) -> str:
+    """The fullest GPU's peak; with several GPUs, the lane's sum over them too; ``modelled`` for the
+    simulator's figures, which are no reading of a device."""
+    mem = step.memory_bytes
+    if mem.gpu_max is None:
+        return "-"
+    text = _bytes(mem.gpu_max)
+    if mem.gpu_count is not None and mem.gpu_count > 1 and mem.gpu_sum_max is not None:
+        text += f"; {_bytes(mem.gpu_sum_max)} on {mem.gpu_count}"
+    return text + (" (modelled)" if mem.gpu_simulated else "")
+
+
 def _row(step: StepFigures, checks: dict[str, str] | None) -> list[str]:
     return [
         str(step.concurrency),
@@ -88,7 +111,7 @@ def _row(step: StepFigures, checks: dict[str, str] | None) -> list[str]:
         _s(step.queue_s.p95),
         "-" if step.occupancy_ratio is None else f"{step.occupancy_ratio:.2f}",
         "-" if step.queue_depth_avg is None else f"{step.queue_depth_avg:.2f}",
-        _bytes(step.memory_bytes.gpu_max),
+        _gpu(step),
         _bytes(step.memory_bytes.host_rss_max),
         "-" if step.jain is None else f"{step.jain:.3f}",
         _s(step.pause_s.p99),
@@ -136,7 +159,8 @@ def limitations(report: RunReport) -> list[str]:
         out.append(
             "Simulator lanes model a llama.cpp batcher; their figures describe the simulator's profile, "
             "not a real GPU. Their GPU memory column is the simulator's model (weights, compute buffers and "
-            "KV cache in use on the fullest of its modelled GPUs), never a reading of a device."
+            "KV cache in use: the fullest of its modelled GPUs, and the sum over them where there are several), "
+            "marked modelled, never a reading of a device."
         )
     if runtimes - {"simulator"} and not report.manifest.hardware.get("gpu"):
         reason = report.manifest.hardware.get("gpu_reason") or "no GPU evidence"
@@ -235,6 +259,7 @@ def render_markdown(report: RunReport) -> str:
             "",
             f"## Results: lane {lane.lane}",
             "",
+            *([lane_gpus(lane), ""] if lane_gpus(lane) else []),
             "| " + " | ".join(headers) + " |",
             "|" + "---:|" * len(headers),
         ]
@@ -307,6 +332,8 @@ def render_html(report: RunReport) -> str:
     for lane in report.lanes:
         headers, rows = lane_table(lane)
         parts.append(f"<h2>Lane {esc(lane.lane)}</h2>")
+        if lane_gpus(lane):
+            parts.append(f"<p>{esc(lane_gpus(lane))}</p>")
         parts.append(lane_figure_svg(lane, report.pause_objective_s) if lane.steps else "<p>No steps.</p>")
         parts.append(_html_table(headers, rows))
     parts.append(

@@ -200,6 +200,8 @@ def test_gpu_sources(dense: FixtureRuntime) -> None:
     assert value("gpu_memory_total_bytes", {"gpu": "0", "simulated": "false"}) == 141 * GIB
     assert value("runtime_gpu_memory_used_bytes", {"gpu": "0", "simulated": "false"}) == 8 * GIB
     assert value("gpu_memory_used_bytes", {"gpu": "sim0", "simulated": "true"}) == 3 * GIB
+    assert value("gpu_info", {"gpu": "sim0", "name": "simulated", "simulated": "true"}) == 1
+    assert value("gpu_info", {"gpu": "0", "name": "H200", "simulated": "false"}) == 1
     collector.close()
 
 

@@ -50,7 +50,11 @@ def synthetic_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Syntheti
     probes = [("satbench_escape_probe", {"lane": v}, float(i + 1)) for i, v in enumerate(HOSTILE)]
     probes.append(("satbench_escape_probe", {"lane": "dense"}, 100.0))
     probes += [("gpu_memory_used_bytes", {"lane": "dense", "node": "n1", "gpu": "0"}, 6e9),
-               ("gpu_memory_total_bytes", {"lane": "dense", "node": "n1", "gpu": "0"}, 8e9)]
+               ("gpu_memory_total_bytes", {"lane": "dense", "node": "n1", "gpu": "0"}, 8e9),
+               ("gpu_memory_used_bytes", {"lane": "dense", "node": "n1", "gpu": "1"}, 2e9),
+               ("gpu_memory_total_bytes", {"lane": "dense", "node": "n1", "gpu": "1"}, 8e9)]
+    probes += [("gpu_info", {"lane": "dense", "node": "n1", "gpu": g, "name": "NVIDIA H200", "simulated": "false"},
+                1.0) for g in ("0", "1")]
     gap = next(w for w in manifest.steps if w.lane == GAPPY.name and w.concurrency == 2)
     missed = [(gap.start - 0.5, gap.end - 3.0)]
     workdir = tmp_path_factory.mktemp("prom")

@@ -18,60 +18,31 @@ throughput (``max_throughput_ci_ratio``): the verdicts are the point.
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from loadgen.config import LoadgenConfig
-from loadgen.runner import run_ladder
 from recommender.policy import Policy
-from recommender.run_analysis import analyze_run
-from testkit.sim import SimulatorProcess
+from testkit.live import PROBES, VARIED, flagged, run_lane
 
 POLICY = Policy(max_throughput_ci_ratio=10.0)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
-def run_lane(profile: str, out: Path, *, ladder: list[int], seed: int, extend: bool = False,
-             workload: dict[str, Any] | None = None, **overrides: Any) -> dict[str, Any]:
-    with SimulatorProcess(profile, **overrides) as sim:
-        config = LoadgenConfig.model_validate({
-            "lanes": [{"name": "lane", "url": sim.url, "api": "llamacpp", "model": "sim"}],
-            "ladder": {"concurrency": ladder, "extend": extend, "max_concurrency": 16},
-            "warmup_s": 0.5, "min_window_s": 5.0, "max_window_s": 6.0,
-            "min_requests": 4, "drain_timeout_s": 3.0, "progress": False, "metrics_port": None,
-            "max_loop_lag_s": 1.0,
-            "workload": {"prompt_tokens": {"value": 64}, "output_tokens": {"value": 32}, "seed": seed,
-                         **(workload or {})},
-        })
-        manifest = asyncio.run(run_ladder(config, out))
-    doc = analyze_run(manifest, prometheus_url=None, run_dir=out, policy=POLICY)
-    lane: dict[str, Any] = doc["lanes"]["lane"]
-    return lane
-
-
-def flagged(lane: dict[str, Any], *constraints: str) -> list[int]:
-    return [s["concurrency"] for s in lane["steps"]
-            if set(constraints) & {v["constraint"] for v in s["violations"]}]
-
-
 def figures(lane: dict[str, Any]) -> list[tuple[Any, ...]]:
     """What a failure shows: per rung, the pause p99, the users' wait/TPOT tests, the admission bound."""
     return [(s["concurrency"], s["pause_s"]["p99"], s["user_wait_p_value"], s["user_wait_ratio"],
-             s["user_tpot_ratio"], s["admission_wait_max_s"], s["admission_wait_bound_s"],
+             s["user_itl_ratio"], s["admission_wait_max_s"], s["admission_wait_bound_s"],
              {k: v["status"] for k, v in s["checks"].items()}) for s in lane["steps"]]
-
-
-PROBES = {"prefill_probe_share": 0.2, "prefill_probe_tokens": 6000}
 
 
 @pytest.mark.parametrize("seed", [3, 4])
 def test_whole_prompt_prefill_starves_decodes_and_chunked_prefill_does_not(tmp_path: Path, seed: int) -> None:
-    starving = run_lane("dense", tmp_path / "whole", ladder=[2, 4], seed=seed, workload=PROBES, batch=8192)
-    chunked = run_lane("dense", tmp_path / "chunked", ladder=[2, 4], seed=seed, workload=PROBES,
+    starving = run_lane("dense", tmp_path / "whole", ladder=[2, 4], seed=seed, policy=POLICY, workload=PROBES,
+                        batch=8192)
+    chunked = run_lane("dense", tmp_path / "chunked", ladder=[2, 4], seed=seed, policy=POLICY, workload=PROBES,
                        batch=256, ubatch=256)
     assert flagged(starving, "decode_starvation") == [2, 4], figures(starving)
     assert starving["starvation"]["decode_flagged_at"] == [2, 4]
@@ -82,20 +53,19 @@ def test_whole_prompt_prefill_starves_decodes_and_chunked_prefill_does_not(tmp_p
 
 @pytest.mark.parametrize("seed", [3, 4])
 def test_unfair_admission_is_flagged_past_the_slots_and_fifo_never(tmp_path: Path, seed: int) -> None:
-    varied = {"output_tokens": {"kind": "lognormal", "median": 32, "sigma": 0.6, "low": 4, "high": 160}}
-    unfair = run_lane("starving", tmp_path / "unfair", ladder=[2, 8], seed=seed, workload=varied,
+    unfair = run_lane("starving", tmp_path / "unfair", ladder=[2, 8], seed=seed, policy=POLICY, workload=VARIED,
                       batch=256, ubatch=256)
-    fifo = run_lane("dense", tmp_path / "fifo", ladder=[2, 8], seed=seed, workload=varied)
+    fifo = run_lane("dense", tmp_path / "fifo", ladder=[2, 8], seed=seed, policy=POLICY, workload=VARIED)
     assert flagged(unfair, "fairness", "prefill_starvation") == [8], figures(unfair)
     assert flagged(fifo, "fairness", "prefill_starvation") == [], figures(fifo)
     assert fifo["fairness"]["ok"] and fifo["starvation"]["prefill_ok"], figures(fifo)
 
 
 def test_a_ladder_below_the_slots_is_unsaturated_and_extension_finds_the_knee(tmp_path: Path) -> None:
-    short = run_lane("dense", tmp_path / "short", ladder=[1, 2], seed=3)
+    short = run_lane("dense", tmp_path / "short", ladder=[1, 2], seed=3, policy=POLICY)
     assert (short["status"], short["binding_constraint"], short["saturation_concurrency"]) == (
         "unsaturated", "ladder_top", None), figures(short)
-    extended = run_lane("dense", tmp_path / "extended", ladder=[1, 2], seed=3, extend=True)
+    extended = run_lane("dense", tmp_path / "extended", ladder=[1, 2], seed=3, policy=POLICY, extend=True)
     assert [s["concurrency"] for s in extended["steps"]] == [1, 2, 4, 8]
     assert (extended["status"], extended["recommended_concurrency"], extended["binding_constraint"]) == (
         "ok", 4, "throughput_plateau"), figures(extended)

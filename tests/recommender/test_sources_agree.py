@@ -103,12 +103,15 @@ def test_unfair_admission_flagged_by_both_sources(documents: tuple[dict[str, Any
     for doc in documents:
         unfair = doc["lanes"][UNFAIR.name]
         assert (unfair["recommended_concurrency"], unfair["binding_constraint"]) == (1, "fairness")
-        assert unfair["steps"][1]["user_tpot_ratio"] > POLICY.max_user_tpot_ratio  # user 0 decodes 3x faster
+        assert unfair["steps"][1]["user_itl_ratio"] > POLICY.max_user_itl_ratio  # user 0 decodes 3x faster
 
 
 def test_memory_headroom_from_prometheus(documents: tuple[dict[str, Any], ...]) -> None:
     prom, rec = documents
-    assert prom["lanes"]["dense"]["steps"][0]["memory_bytes"]["gpu_max"] == 6e9
+    memory = prom["lanes"]["dense"]["steps"][0]["memory_bytes"]
+    assert memory["gpu_max"] == 6e9 and memory["gpu_total"] == 8e9  # the fullest GPU: what headroom reads
+    assert (memory["gpu_sum_max"], memory["gpu_sum_total"], memory["gpu_count"]) == (8e9, 16e9, 2)
+    assert (memory["gpu_names"], memory["gpu_simulated"]) == ("NVIDIA H200", False)
     assert rec["lanes"]["dense"]["steps"][0]["memory_bytes"]["gpu_max"] is None
 
 

@@ -36,7 +36,7 @@ def test_memory_headroom_needs_both_figures() -> None:
         ({"user_wait_p_value": 1e-6, "user_wait_ratio": 1.2}, []),  # significant but not material
         ({"user_wait_p_value": 1e-6, "user_wait_ratio": 3.0, "user_wait_excess_s": 0.004}, []),  # 4 ms: lock-step
         ({"user_wait_p_value": 1e-6, "user_wait_ratio": 3.0, "user_wait_excess_s": 0.4}, ["fairness"]),
-        ({"user_tpot_p_value": 1e-9, "user_tpot_ratio": 3.0, "user_tpot_excess_s": 0.02}, ["fairness"]),
+        ({"user_itl_p_value": 1e-9, "user_itl_ratio": 3.0, "user_itl_excess_s": 0.02}, ["fairness"]),
         ({"errors": 5}, ["errors"]),  # 5 / 105 > 1 %
         ({"memory_bytes": MemoryFigures(gpu_max=7.9e9, gpu_total=8e9)}, ["memory"]),
         ({"errors": 5, "max_min_share": 5.0, "ttft_s": Quantiles(1, 2, 3)}, ["errors", "slo_ttft", "fairness"]),
@@ -86,7 +86,8 @@ def test_stable_interval_keeps_a_step_usable() -> None:
         (8, {"admission_wait_max_s": 5.0}, "prefill_starvation", "flagged"),  # 5 s > 1.5 x 1.2 s
         (8, {"queued_requests": 2}, "prefill_starvation", "insufficient_data"),
         (4, {"pause_requests": 4}, "decode_starvation", "insufficient_data"),
-        (4, {"prefill_events": 1}, "decode_starvation", "insufficient_data"),
+        (4, {"prefill_events": 1}, "decode_starvation", "insufficient_data"),  # bounded, but barely tried
+        (4, {"prefill_events": 1, "pause_s": Quantiles(0.1, 0.5, 0.6)}, "decode_starvation", "flagged"),  # felt
         (4, {"pause_s": Quantiles(), "pause_requests": None, "prefill_events": None}, "decode_starvation",
          "unknown"),
         (4, {"interference_share": 0.4}, "interference", "warn"),  # warned, not binding
