@@ -29,6 +29,7 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
     ("FIFO, varied lengths (never unfair)", "dense", {"ladder": [2, 8], "workload": VARIED}),
     ("4 slots, ladder 1/2 (unsaturated)", "dense", {"ladder": [1, 2]}),
     ("4 slots, ladder 1/2 extended (knee at 4)", "dense", {"ladder": [1, 2], "extend": True}),
+    ("8 slots, ladder 2/4 extended (knee at 8)", "dense", {"ladder": [2, 4], "extend": True, "slots": 8}),
 ]
 
 

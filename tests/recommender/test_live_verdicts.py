@@ -10,7 +10,8 @@ seeds, so a verdict that holds one run in ten fails:
   with lognormal output lengths: at c=8 on 4 slots the unfair lane is flagged (fairness or prefill
   starvation), at c=2 (every user has a slot) it is not; FIFO never is.
 * saturation: ``dense`` (4 slots) on the ladder 1, 2 is ``unsaturated`` (``ladder_top``); with
-  ``ladder.extend`` the walk doubles to 8, finds the plateau and recommends 4, its slot count.
+  ``ladder.extend`` the walk doubles to 8, finds the plateau and recommends 4, its slot count; with 8
+  slots, the ladder 2, 4 extends to 16 and recommends 8.
 
 Short windows full of 600 ms prefills make throughput noisy, so the policy does not ask for stable
 throughput (``max_throughput_ci_ratio``): the verdicts are the point.
@@ -69,3 +70,10 @@ def test_a_ladder_below_the_slots_is_unsaturated_and_extension_finds_the_knee(tm
     assert [s["concurrency"] for s in extended["steps"]] == [1, 2, 4, 8]
     assert (extended["status"], extended["recommended_concurrency"], extended["binding_constraint"]) == (
         "ok", 4, "throughput_plateau"), figures(extended)
+
+
+def test_eight_slots_extended_past_the_ladder_recommend_eight(tmp_path: Path) -> None:
+    lane = run_lane("dense", tmp_path / "eight", ladder=[2, 4], seed=4, policy=POLICY, extend=True, slots=8)
+    assert [s["concurrency"] for s in lane["steps"]] == [2, 4, 8, 16], figures(lane)
+    assert (lane["status"], lane["recommended_concurrency"], lane["binding_constraint"],
+            lane["saturation_concurrency"]) == ("ok", 8, "throughput_plateau", 8), figures(lane)
