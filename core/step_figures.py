@@ -151,27 +151,28 @@ def longest_stalled_gap(gaps: Iterable[tuple[float, float]],
 
 def interference_figures(gaps: Sequence[tuple[float, float]], prefills: Sequence[tuple[float, float, int | None]],
                          decodes: Sequence[tuple[float, float]], itl_p50: float | None, start: float,
-                         end: float) -> dict[str, float | int | None]:
+                         end: float, concurrency: int) -> dict[str, float | int | None]:
     """``interference_share``, ``stall_per_prompt_s``, ``stall_ms_per_prompt_token`` and ``prefill_events``
     (module docstring). ``prefills``: (admitted, first token, prompt tokens); ``decodes``: (first token,
-    end) of every request of the step."""
+    end) of every request of the step. One user has no other request to stall or be stalled by."""
+    out: dict[str, float | int | None] = {"prefill_events": 0, "interference_share": None,
+                                          "stall_per_prompt_s": None, "stall_ms_per_prompt_token": None}
+    if concurrency < 2:
+        return out
     firsts = sorted(a for a, _ in decodes)
     ends = sorted(b for _, b in decodes)
     events = [(s, n) for s, _, n in prefills if start <= s <= end
               and bisect.bisect_right(firsts, s) - bisect.bisect_right(ends, s) > 0]
-    out: dict[str, float | int | None] = {"prefill_events": len(events), "interference_share": None,
-                                          "stall_per_prompt_s": None, "stall_ms_per_prompt_token": None}
+    out["prefill_events"] = len(events)
     total = sum(b - a for a, b in gaps)
     if not events or itl_p50 is None or total <= 0:
         return out
     overlaps = _Overlap([(s, e) for s, e, _ in prefills])
     losses = [b - a - itl_p50 for a, b in gaps if b - a > itl_p50 and overlaps(a, b)]
-    lost = sum(losses)
-    out["interference_share"] = lost / total
-    out["stall_per_prompt_s"] = lost / len(losses) if losses else 0.0
+    per_stall = sum(losses) / len(losses) if losses else 0.0
     sizes = [n for _, n in events if n]
-    if sizes and out["stall_per_prompt_s"] is not None:
-        out["stall_ms_per_prompt_token"] = 1000.0 * float(out["stall_per_prompt_s"]) / (sum(sizes) / len(sizes))
+    out.update(interference_share=sum(losses) / total, stall_per_prompt_s=per_stall,
+               stall_ms_per_prompt_token=1000.0 * per_stall * len(sizes) / sum(sizes) if sizes else None)
     return out
 
 
@@ -205,16 +206,15 @@ def _median_gap(rec: RequestRecord) -> float | None:
     return float(statistics.median(rec.itl_s)) if rec.itl_s else None
 
 
-def admission_figures(step_records: Sequence[RequestRecord], window: StepWindow,
-                      longest_gap: float | None) -> dict[str, float | int | None]:
+def admission_figures(step_records: Sequence[RequestRecord], window: StepWindow, queued: Sequence[RequestRecord],
+                      free: Sequence[RequestRecord], longest_gap: float | None) -> dict[str, float | int | None]:
     """``queued_requests``, ``admission_wait_max_s`` and its FIFO bound ``admission_wait_bound_s`` (module
-    docstring); all ``None`` where the slots are unknown or every user has a slot."""
+    docstring) from ``split_queued``; all ``None`` where the slots are unknown or every user has a slot."""
     out: dict[str, float | int | None] = {"queued_requests": None, "admission_wait_max_s": None,
                                           "admission_wait_bound_s": None}
     slots, c = window.slots, window.concurrency
     if slots is None or c <= slots:
         return out
-    queued, free = split_queued(step_records, window)
     service = [r.e2e_s - (r.queue_s or 0.0) for r in step_records if r.ok and r.e2e_s is not None]
     if not service:
         return out
@@ -238,20 +238,13 @@ def _by_user(records: Iterable[RequestRecord], value: Callable[[RequestRecord], 
     return out
 
 
-def user_wait_figures(window_records: Sequence[RequestRecord], step_records: Sequence[RequestRecord],
+def user_wait_figures(window_records: Sequence[RequestRecord], queued: Sequence[RequestRecord],
                       window: StepWindow) -> dict[str, float | None]:
-    """``user_wait_*`` over the requests that queued (all sent in the window where the slots are unknown;
-    none where every user has a slot) and ``user_itl_*`` over the successful ones sent in the window
-    (module docstring)."""
+    """``user_wait_*`` over the ``queued`` requests (``split_queued``; every one sent in the window where the
+    slots are unknown) and ``user_itl_*`` over the successful ones sent in the window (module docstring)."""
     out: dict[str, float | None] = {"user_wait_p_value": None, "user_wait_ratio": None, "user_wait_excess_s": None,
                                     "user_itl_p_value": None, "user_itl_ratio": None, "user_itl_excess_s": None}
-    if window.slots is None:
-        waiting: Sequence[RequestRecord] = window_records
-    elif window.concurrency > window.slots:
-        waiting = split_queued(step_records, window)[0]
-    else:
-        waiting = ()
-    waits = _by_user(waiting, _wait)
+    waits = _by_user(window_records if window.slots is None else queued, _wait)
     flat = [w for ws in waits.values() for w in ws]
     mean = sum(flat) / len(flat) if flat else 0.0
     if len(waits) >= 2 and mean > 0:
@@ -287,7 +280,7 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
     per_user: dict[int, int] = {u: 0 for u in range(window.concurrency)}
     itl: list[float] = []
     gaps: list[tuple[float, float]] = []
-    prefills: list[tuple[float, float]] = []
+    prefills: list[tuple[float, float, int | None]] = []  # (admitted, first token or end, prompt tokens)
     e2e: list[float] = []
     ttft: list[float] = []
     tpot: list[float] = []
@@ -296,7 +289,6 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
     pauses: list[float] = []
     sent_in_window: list[RequestRecord] = []
     decodes: list[tuple[float, float]] = []
-    prompts: list[tuple[float, float, int | None]] = []
     ok_count = 0
     errors_by_outcome: dict[str, int] = {}
 
@@ -304,8 +296,8 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
         first = rec.first_token_at
         ended = rec.ended_at
         admitted = rec.sent_at + (rec.queue_s or 0.0)
-        prefills.append((admitted, first if first is not None else (ended if ended is not None else end)))
-        prompts.append((*prefills[-1], rec.prompt_tokens))
+        prefills.append((admitted, first if first is not None else (ended if ended is not None else end),
+                         rec.prompt_tokens))
         if first is not None:
             decodes.append((first, ended if ended is not None else math.inf))
         times = rec.token_times()
@@ -345,20 +337,18 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
 
     tokens = sum(n for _, n in arrivals)
     itl_q = quantiles(itl)
-    stall = longest_stalled_gap(gaps, prefills)
+    stall = longest_stalled_gap(gaps, [(a, b) for a, b, _ in prefills])
     ratio = None
     if stall is not None and itl_q.p50:
         ratio = stall / itl_q.p50
     counts = list(per_user.values())
     valid, reason = window_validity(window, ok_count)
+    queued, free = split_queued(mine, window)
     extra: dict[str, float | int | None] = {
-        **interference_figures(gaps, prompts, decodes, itl_q.p50, start, end),
-        **admission_figures(mine, window, max(itl) if itl else None),
-        **user_wait_figures(sent_in_window, mine, window),
+        **interference_figures(gaps, prefills, decodes, itl_q.p50, start, end, window.concurrency),
+        **admission_figures(mine, window, queued, free, max(itl) if itl else None),
+        **user_wait_figures(sent_in_window, queued, window),
     }
-    if window.concurrency < 2:  # no other request to stall or be stalled by
-        extra.update(prefill_events=0, interference_share=None, stall_per_prompt_s=None,
-                     stall_ms_per_prompt_token=None)
     return StepFigures(
         lane=window.lane,
         concurrency=window.concurrency,

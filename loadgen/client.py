@@ -100,8 +100,7 @@ class LaneClient:
     async def open(self, max_concurrency: int) -> None:
         if self._raw is not None:
             return
-        # The ladder extension measures rungs above the listed ones: size the pool for the highest it may reach.
-        limit = max(max_concurrency, self.config.ladder.max_rung, 1) + 4
+        limit = max(max_concurrency, 1) + 4
         connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit, keepalive_timeout=30.0,
                                          enable_cleanup_closed=False)
         self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout,

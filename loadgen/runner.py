@@ -122,7 +122,7 @@ class LadderRunner:
     async def _run_lane(self, lane: LaneConfig, writer: RecordsWriter, clock: Clock,
                         text: PromptText) -> None:
         client = LaneClient(lane, self.config)
-        await client.open(max(self.config.ladder.concurrency))
+        await client.open(self.config.ladder.max_rung)  # the extension may walk past the listed rungs
         try:
             evidence = {"url": lane.url, "api": lane.api, "model": lane.model, **await _lane_evidence(lane)}
             self.part = self.part.with_lane(lane.name, evidence)

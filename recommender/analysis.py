@@ -223,11 +223,10 @@ def analyze_lane(lane: str, steps: Sequence[StepFigures], policy: Policy) -> Lan
             return result("degraded",
                           f"rung c={step.concurrency} cannot be used ({verdict.unusable_reason}); "
                           f"the answer stops below it", accepted, None)
-        gain = gain_per_doubling(accepted.concurrency, accepted.throughput_tok_s,
-                                 step.concurrency, step.throughput_tok_s)
+        # the walk stops at the first rung it does not accept, so the previous usable rung is ``accepted``
+        gain, interval = gains[i], intervals[i]
+        assert gain is not None
         if gain < policy.min_gain_per_doubling:
-            interval = gain_interval(accepted.concurrency, accepted.throughput_ci_tok_s,
-                                     step.concurrency, step.throughput_ci_tok_s)
             more = [f"throughput plateau after c={accepted.concurrency}: c={step.concurrency} gained "
                     f"{gain:+.1%} per doubling, less than policy.min_gain_per_doubling "
                     f"{policy.min_gain_per_doubling:.0%}"]

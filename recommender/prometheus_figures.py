@@ -36,7 +36,7 @@ from core.manifest import StepWindow
 from core.statistics import batch_means_ci, jain_index, max_min_share
 from core.step_figures import window_validity
 
-__all__ = ["PromStepResults", "figures_from_prometheus", "finite"]
+__all__ = ["PromStepResults", "figures_from_prometheus", "finite", "memory_figures"]
 
 
 def finite(value: float | None) -> float | None:
@@ -57,17 +57,22 @@ class PromStepResults:
     ttft_max_s: float | None = None
     occupancy_ratio: float | None = None
     queue_depth_avg: float | None = None
-    gpu_used_max: float | None = None
-    gpu_total: float | None = None
-    gpu_sum_max: float | None = None
-    gpu_sum_total: float | None = None
-    gpu_count: float | None = None
-    gpu_names: tuple[str, ...] = ()
-    gpu_simulated: bool | None = None
-    host_rss_max: float | None = None
+    memory: MemoryFigures = field(default_factory=MemoryFigures)  # NaN-free (``memory_figures``)
     batch_tokens: tuple[float, ...] = ()
     batch_s: float | None = None
     samples: float | None = None
+
+
+def memory_figures(*, gpu_max: float | None, gpu_total: float | None, host_rss_max: float | None,
+                   gpu_sum_max: float | None, gpu_sum_total: float | None, gpu_count: float | None,
+                   gpu_names: Sequence[str], gpu_simulated: bool | None) -> MemoryFigures:
+    """The window's memory figures from the raw answers: NaN is unknown, the GPU count a whole number and the
+    names one sorted, comma-separated string."""
+    count = finite(gpu_count)
+    return MemoryFigures(gpu_max=finite(gpu_max), gpu_total=finite(gpu_total), host_rss_max=finite(host_rss_max),
+                         gpu_sum_max=finite(gpu_sum_max), gpu_sum_total=finite(gpu_sum_total),
+                         gpu_count=None if count is None else round(count),
+                         gpu_names=", ".join(sorted(set(gpu_names) - {""})) or None, gpu_simulated=gpu_simulated)
 
 
 def _clean(q: Quantiles) -> Quantiles:
@@ -153,12 +158,7 @@ def _from_histograms(window: StepWindow, r: PromStepResults, *, confidence: floa
         queue_s=_clean(r.queue),
         occupancy_ratio=finite(r.occupancy_ratio),
         queue_depth_avg=finite(r.queue_depth_avg),
-        memory_bytes=MemoryFigures(
-            gpu_max=finite(r.gpu_used_max), gpu_total=finite(r.gpu_total), host_rss_max=finite(r.host_rss_max),
-            gpu_sum_max=finite(r.gpu_sum_max), gpu_sum_total=finite(r.gpu_sum_total),
-            gpu_count=None if finite(r.gpu_count) is None else round(r.gpu_count or 0),
-            gpu_names=", ".join(r.gpu_names) or None, gpu_simulated=r.gpu_simulated,
-        ),
+        memory_bytes=r.memory,
         jain=jain_index(users),
         max_min_share=max_min_share(users),
         decode_stall_max_ratio=ratio,

@@ -25,7 +25,7 @@ from core import promql
 from core.figures import Quantiles, StepFigures
 from core.manifest import RunManifest, StepWindow
 from recommender.errors import PrometheusQueryError, PrometheusUnavailable
-from recommender.prometheus_figures import PromStepResults, figures_from_prometheus, finite
+from recommender.prometheus_figures import PromStepResults, figures_from_prometheus, finite, memory_figures
 
 __all__ = [
     "HttpxPromClient",
@@ -218,15 +218,13 @@ async def fetch_step_figures(client: PromQLClient, window: StepWindow, config: P
         ttft_max_s=_single(got.get("ttft_max", [])),
         occupancy_ratio=_single(got.get("occupancy", [])),
         queue_depth_avg=_single(got.get("queue_depth", [])),
-        gpu_used_max=_single(got.get("gpu_used", [])),
-        gpu_total=_single(got.get("gpu_total", [])),
-        gpu_sum_max=_single(got.get("gpu_sum", [])),
-        gpu_sum_total=_single(got.get("gpu_sum_total", [])),
-        gpu_count=_single(got.get("gpu_count", [])),
-        gpu_names=tuple(sorted({s.labels.get("name", "") for s in got.get("gpu_names", [])} - {""})),
-        gpu_simulated=(None if not got.get("gpu_names") else
-                       any(s.labels.get("simulated") == "true" for s in got["gpu_names"])),
-        host_rss_max=_single(got.get("rss", [])),
+        memory=memory_figures(
+            gpu_max=_single(got.get("gpu_used", [])), gpu_total=_single(got.get("gpu_total", [])),
+            host_rss_max=_single(got.get("rss", [])), gpu_sum_max=_single(got.get("gpu_sum", [])),
+            gpu_sum_total=_single(got.get("gpu_sum_total", [])), gpu_count=_single(got.get("gpu_count", [])),
+            gpu_names=[s.labels.get("name", "") for s in got.get("gpu_names", [])],
+            gpu_simulated=None if not got.get("gpu_names") else any(
+                s.labels.get("simulated") == "true" for s in got["gpu_names"])),
         batch_tokens=batch_tokens,
         batch_s=batch_s,
         samples=_single(got.get("samples", [])),

@@ -93,7 +93,10 @@ class Check:
         return {"status": self.status, "measured": self.measured, "limit": self.limit, "detail": self.detail}
 
 
-CHECKS = ("decode_starvation", "prefill_starvation", "fairness", "interference")
+# each check and the binding constraint its flag becomes (interference, where the policy bounds it, starves
+# decodes)
+CHECKS = {"decode_starvation": "decode_starvation", "prefill_starvation": "prefill_starvation",
+          "fairness": "fairness", "interference": "decode_starvation"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,12 +284,9 @@ def check_step(step: StepFigures, policy: Policy, baseline_itl_s: float | None =
         "fairness": fairness_check(step, policy),
         "interference": interference_check(step, policy),
     }
-    for name in ("decode_starvation", "prefill_starvation", "fairness"):
+    for name, constraint in CHECKS.items():
         check = checks[name]
         if check.status == "flagged" and check.measured is not None and check.limit is not None:
-            add(Violation(name, check.measured, check.limit, check.detail))
-    interference = checks["interference"]
-    if interference.status == "flagged" and interference.measured is not None and interference.limit is not None:
-        add(Violation("decode_starvation", interference.measured, interference.limit, interference.detail))
+            add(Violation(constraint, check.measured, check.limit, check.detail))
     ordered = tuple(found[name] for name in VIOLATION_ORDER if name in found)
     return StepVerdict(step.concurrency, reason is None, reason, ordered, checks)

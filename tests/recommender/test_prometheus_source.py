@@ -13,7 +13,7 @@ from core import promql
 from core.figures import MemoryFigures, Quantiles
 from core.manifest import RunManifest, StepWindow
 from recommender.errors import PrometheusQueryError, PrometheusUnavailable
-from recommender.prometheus_figures import PromStepResults, figures_from_prometheus
+from recommender.prometheus_figures import PromStepResults, figures_from_prometheus, memory_figures
 from recommender.prometheus_source import (
     HttpxPromClient,
     PrometheusSourceConfig,
@@ -30,7 +30,9 @@ def test_figures_from_prometheus() -> None:
         output_tokens=8000.0, user_tokens={"0": 2000, "1": 2000, "2": 2000, "3": 2000, "7": 99.0},
         outcomes={"ok": 39.6, "timeout": 1.2, "http_error": 0.2},
         ttft=Quantiles(0.1, 0.2, float("nan")), itl=Quantiles(0.01, 0.02, 0.03),
-        decode_stall_max_s=0.05, ttft_max_s=0.4, gpu_used_max=5.0, gpu_total=10.0,
+        decode_stall_max_s=0.05, ttft_max_s=0.4,
+        memory=memory_figures(gpu_max=5.0, gpu_total=10.0, host_rss_max=float("nan"), gpu_sum_max=None,
+                              gpu_sum_total=None, gpu_count=2.0, gpu_names=["H200", "", "H200"], gpu_simulated=False),
         batch_tokens=(800.0, 810.0, 790.0, 800.0), batch_s=2.0,
     )
     fig = figures_from_prometheus(WINDOW, results, confidence=0.95)
@@ -40,7 +42,8 @@ def test_figures_from_prometheus() -> None:
     assert fig.jain == pytest.approx(1.0)  # user 7 belongs to no user of this rung
     assert fig.decode_stall_max_ratio == pytest.approx(5.0)
     assert fig.prefill_wait_max_s == 0.4
-    assert fig.memory_bytes == MemoryFigures(gpu_max=5.0, gpu_total=10.0, host_rss_max=None)
+    assert fig.memory_bytes == MemoryFigures(gpu_max=5.0, gpu_total=10.0, host_rss_max=None, gpu_count=2,
+                                             gpu_names="H200", gpu_simulated=False)
     ci = fig.throughput_ci_tok_s
     assert ci is not None and ci[0] < 400 < ci[1]
 
