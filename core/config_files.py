@@ -7,7 +7,9 @@ and a bad field read the same wherever they are refused:
 - ``read_toml_config(path, what, error)``: the file's table, or ``error`` naming the file and the cause;
 - ``apply_overrides(data, {"ladder.concurrency": [1, 2]})``: dotted paths set on a copy, before validation;
 - ``merge_tables(base, top)``: nested tables merged key by key (a file's section over built-in defaults);
-- ``format_validation_error(exc, what)``: one line per bad field, named by its dotted path;
+- ``format_validation_error(exc, what, data, model)``: one line naming every bad field by its path (a lane by
+  its name: ``lanes[dense].url``), an unknown key with the valid ones; ``FieldError`` lets a model-level check
+  name the fields it concerns;
 - ``load_toml_model(model, path, overrides, what=, error=, prepare=)``: all of the above in order, the one
   loader of every config (``prepare`` reshapes the file's table before the overrides);
 - ``HttpUrl``: a string field that must be an ``http(s)`` URL with a host and no query, kept without
@@ -16,15 +18,18 @@ and a bad field read the same wherever they are refused:
 
 from __future__ import annotations
 
+import difflib
+import re
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, get_args
 from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ValidationError
 
 __all__ = [
+    "FieldError",
     "HttpUrl",
     "apply_overrides",
     "check_http_url",
@@ -32,6 +37,7 @@ __all__ = [
     "load_toml_model",
     "merge_tables",
     "read_toml_config",
+    "validation_problems",
 ]
 
 
@@ -80,13 +86,101 @@ def merge_tables(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def format_validation_error(exc: ValidationError, what: str) -> str:
-    """One line per bad field, named by its dotted path: ``invalid <what> config:\\n  ladder.concurrency: ...``."""
-    lines = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(config)"
-        lines.append(f"  {loc}: {err['msg']}")
-    return f"invalid {what} config:\n" + "\n".join(lines)
+class FieldError(ValueError):
+    """A refusal by a model-level check that concerns named fields of that model: ``problems`` pairs each
+    field (relative to the model) with what is wrong, so the error names ``loadgen.max_window_s``, not just
+    ``loadgen``. Raise it from a ``model_validator``; ``format_validation_error`` expands it."""
+
+    def __init__(self, problems: Sequence[tuple[str, str]]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("; ".join(f"{f}: {m}" for f, m in self.problems))
+
+
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def _item_name(data: Any, loc: Sequence[Any]) -> Any:
+    node = data
+    for part in loc:
+        if isinstance(node, dict):
+            node = node.get(part)
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        else:
+            return None
+    name = node.get("name") if isinstance(node, dict) else None
+    return name if isinstance(name, str) and _NAME.fullmatch(name) else None  # a bad name is no name
+
+
+def _loc_text(loc: Sequence[Any], data: Any) -> str:
+    """``lanes.0.url`` as ``lanes[dense].url`` (an item of a list named by its ``name`` where it has one)."""
+    out = ""
+    for i, part in enumerate(loc):
+        if isinstance(part, int):
+            name = _item_name(data, loc[: i + 1])
+            out += f"[{name}]" if name else f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _model_at(model: type[BaseModel] | None, loc: Sequence[Any]) -> type[BaseModel] | None:
+    """The pydantic model class that the (container) location ``loc`` holds, following fields and lists."""
+    node: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(node, type) and issubclass(node, BaseModel)) or part not in node.model_fields:
+            return None
+        node = _model_in(node.model_fields[part].annotation)
+    return node if isinstance(node, type) and issubclass(node, BaseModel) else None
+
+
+def _model_in(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):  # list[Model], Model | None, dict[str, Model]
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _message(err: Any, model: type[BaseModel] | None) -> str:
+    msg = str(err["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    if err["type"] == "extra_forbidden":
+        owner = _model_at(model, err["loc"][:-1])
+        if owner is not None:
+            names = sorted(owner.model_fields)
+            close = difflib.get_close_matches(str(err["loc"][-1]), names, n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            return f"unknown setting ({hint}valid: {', '.join(names)})"
+        return "unknown setting"
+    if err["type"] == "missing":
+        return "required, missing"
+    return " ".join(msg.split())
+
+
+def validation_problems(exc: ValidationError, data: Any = None,
+                        model: type[BaseModel] | None = None) -> list[tuple[str, str]]:
+    """Every refusal of ``exc`` as ``(location, message)``: a list item named by its ``name``
+    (``lanes[dense]``), ``FieldError`` expanded to its fields, pydantic's "Value error," prefix and
+    documentation links dropped, an unknown key answered with the valid ones (when ``model`` is given)."""
+    out: list[tuple[str, str]] = []
+    for err in exc.errors(include_url=False):
+        loc = tuple(err["loc"])
+        cause = (err.get("ctx") or {}).get("error")
+        if isinstance(cause, FieldError):
+            out += [(_loc_text((*loc, *field.split(".")), data), msg) for field, msg in cause.problems]
+            continue
+        out.append((_loc_text(loc, data) or "(config)", _message(err, model)))
+    return out
+
+
+def format_validation_error(exc: ValidationError, what: str, data: Any = None,
+                            model: type[BaseModel] | None = None) -> str:
+    """One line naming every bad field by its path: ``invalid session config: lanes[dense].profile: ...; ...``."""
+    return f"invalid {what} config: " + "; ".join(f"{loc}: {msg}" for loc, msg in validation_problems(exc, data, model))
 
 
 def read_toml_config(path: Path, what: str, error: type[ValueError]) -> dict[str, Any]:
@@ -114,4 +208,4 @@ def load_toml_model(model: type[M], path: Path | None, overrides: dict[str, Any]
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise error(format_validation_error(exc, what)) from exc
+        raise error(format_validation_error(exc, what, data, model)) from None

@@ -67,7 +67,7 @@ QUANTILE_FIGURES = ("latency_s", "ttft_s", "itl_s", "tpot_s", "queue_s", "pause_
 _OPTIONAL_NUMBERS = (
     "pause_requests", "prefill_events", "interference_share", "stall_per_prompt_s", "stall_ms_per_prompt_token",
     "queued_requests", "admission_wait_max_s", "admission_wait_bound_s", "user_wait_p_value", "user_wait_ratio",
-    "user_itl_p_value", "user_itl_ratio", "user_wait_excess_s", "user_itl_excess_s",
+    "user_itl_p_value", "user_itl_ratio", "user_wait_excess_s", "user_itl_excess_s", "input_throughput_tok_s",
 )
 
 
@@ -113,10 +113,18 @@ class StepFigures:
     user_itl_ratio: float | None = None
     user_wait_excess_s: float | None = None
     user_itl_excess_s: float | None = None
+    input_throughput_tok_s: float | None = None
     errors_by_outcome: dict[str, int] = field(default_factory=dict)
     throughput_ci_tok_s: tuple[float, float] | None = None
     valid: bool = True
     reason: str | None = None
+
+    @property
+    def total_throughput_tok_s(self) -> float | None:
+        """Prompt plus generated tokens per second (None where the prompt counts are unknown)."""
+        if self.input_throughput_tok_s is None:
+            return None
+        return self.input_throughput_tok_s + self.throughput_tok_s
 
     @property
     def error_ratio(self) -> float:

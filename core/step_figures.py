@@ -291,6 +291,7 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
     decodes: list[tuple[float, float]] = []
     ok_count = 0
     errors_by_outcome: dict[str, int] = {}
+    prompt_in: list[int] = []  # prompt tokens of the prefills that ended (first token) inside the window
 
     for rec in mine:
         first = rec.first_token_at
@@ -300,6 +301,8 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
                          rec.prompt_tokens))
         if first is not None:
             decodes.append((first, ended if ended is not None else math.inf))
+            if start <= first <= end and rec.prompt_tokens is not None:
+                prompt_in.append(rec.prompt_tokens)
         times = rec.token_times()
         for t, n in token_arrivals(rec):
             if start <= t <= end:
@@ -356,6 +359,7 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
         requests=ok_count,
         errors=sum(errors_by_outcome.values()),
         throughput_tok_s=tokens / length,
+        input_throughput_tok_s=sum(prompt_in) / length if prompt_in else None,
         requests_per_s=ok_count / length,
         latency_s=quantiles(e2e),
         ttft_s=quantiles(ttft),

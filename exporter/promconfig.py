@@ -28,6 +28,8 @@ __all__ = [
     "render_prometheus_config",
 ]
 
+# The one source of the scrape job names: compose/prometheus.yml, prometheus/prometheus.yml, the docs'
+# example and every job= matcher of the rules use these (tests/prometheus/test_job_names.py).
 EXPORTER_JOB = "satbench_exporter"
 LOADGEN_JOB = "satbench_loadgen"
 RECOMMENDER_JOB = "satbench_recommender"

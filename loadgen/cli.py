@@ -22,7 +22,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None, help="output folder (default runs/<run_id>)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value (dotted path, TOML value); repeatable")
-    parser.add_argument("--run-id", default=None)
+    parser.add_argument("--run-id", default=None,
+                        help="id of this run, labels every record and series (default: UTC time + 4 hex digits)")
     parser.add_argument("--metrics-port", type=int, default=None, help="serve loadgen_* here (0 = any)")
 
 
@@ -32,7 +33,7 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"override {item!r} is not KEY=VALUE")
+            raise ValueError(f"--set: {item!r} is not KEY=VALUE (a dotted setting = a TOML value)")
         try:
             value = tomllib.loads(f"v = {raw}")["v"]
         except tomllib.TOMLDecodeError:
@@ -52,7 +53,7 @@ def main(args: argparse.Namespace) -> int:
             overrides["metrics_port"] = args.metrics_port
         config = load_config(args.config, overrides)
         if not config.lanes:
-            raise ConfigError("invalid loadgen config:\n  lanes: at least one lane is needed to run")
+            raise ConfigError("invalid loadgen config: lanes: at least one lane is needed to run")
     except (ConfigError, ValueError) as exc:
         print(f"satbench loadgen: {exc}", file=sys.stderr)
         return 2

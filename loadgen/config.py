@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from core.config_files import HttpUrl, load_toml_model
+from core.config_files import FieldError, HttpUrl, load_toml_model
 from core.lanes import Lane, duplicate_names, lane_named
 
 __all__ = [
@@ -97,8 +97,8 @@ class LadderConfig(_Model):
     def _check_cap(self) -> LadderConfig:
         above = [c for c in self.concurrency if c > self.max_concurrency]
         if above:
-            raise ValueError(f"concurrency {above} above ladder.max_concurrency ({self.max_concurrency}): "
-                             "raise ladder.max_concurrency or drop the rung")
+            raise FieldError([("concurrency", f"{above} above max_concurrency ({self.max_concurrency}): "
+                                "raise max_concurrency or drop the rung")])
         return self
 
     @property
@@ -127,7 +127,7 @@ class LengthDist(_Model):
     @model_validator(mode="after")
     def _check_bounds(self) -> LengthDist:
         if self.high < self.low:
-            raise ValueError(f"high ({self.high}) must be >= low ({self.low})")
+            raise FieldError([("high", f"{self.high} is below low ({self.low})")])
         return self
 
 
@@ -174,15 +174,16 @@ class LoadgenConfig(_Model):
     def _check_session(self) -> LoadgenConfig:
         problems = []
         if self.max_window_s < self.min_window_s:
-            problems.append(f"max_window_s ({self.max_window_s}) is shorter than min_window_s "
-                            f"({self.min_window_s})")
+            problems.append(("max_window_s", f"{self.max_window_s:g} s is shorter than min_window_s "
+                             f"({self.min_window_s:g} s): raise max_window_s or lower min_window_s"))
         if self.max_window_s < self.warmup_s:
-            problems.append(f"max_window_s ({self.max_window_s}) is shorter than warmup_s ({self.warmup_s})")
+            problems.append(("max_window_s", f"{self.max_window_s:g} s is shorter than warmup_s "
+                             f"({self.warmup_s:g} s): raise max_window_s or lower warmup_s"))
         dupes = duplicate_names(self.lanes)
         if dupes:
-            problems.append(f"duplicate lane names: {', '.join(dupes)}")
+            problems.append(("lanes", f"duplicate lane names: {', '.join(dupes)}"))
         if problems:
-            raise ValueError("; ".join(problems))
+            raise FieldError(problems)
         return self
 
     def lane(self, name: str) -> LaneConfig:

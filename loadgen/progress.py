@@ -1,7 +1,9 @@
-"""A one-line live progress display on a terminal; silent when stderr is not a tty or under CI.
+"""Progress on every output: a live line on a terminal, a plain line per finished rung elsewhere.
 
-Shows lane, rung, phase, elapsed, requests, live throughput and p95 TTFT, rewritten in place once a second
-by the runner (no extra task, no busy loop).
+On a terminal (stderr a tty, not under CI) the runner rewrites one line in place once a second (lane, rung,
+phase, elapsed, requests, live throughput and p95 TTFT; no extra task, no busy loop) and leaves a line per
+finished rung. Elsewhere (CI, a log file, compose) only the finished rungs' lines are written, so a long
+walk is never silent and a log holds no carriage returns. ``progress = false`` silences both.
 """
 
 from __future__ import annotations
@@ -10,10 +12,13 @@ import os
 import sys
 from typing import TextIO
 
-__all__ = ["Progress", "progress_wanted"]
+from core.figures import StepFigures
+
+__all__ = ["Progress", "progress_wanted", "rung_line"]
 
 
 def progress_wanted(requested: bool | None, stream: TextIO | None = None) -> bool:
+    """Whether the live line is wanted: as requested, else on a terminal outside CI."""
     if requested is not None:
         return requested
     stream = stream or sys.stderr
@@ -23,8 +28,11 @@ def progress_wanted(requested: bool | None, stream: TextIO | None = None) -> boo
 
 
 class Progress:
-    def __init__(self, enabled: bool, stream: TextIO | None = None) -> None:
+    """``enabled``: the live line; ``lines``: a line per finished rung (``done``) even without it."""
+
+    def __init__(self, enabled: bool, stream: TextIO | None = None, *, lines: bool = True) -> None:
         self.enabled = enabled
+        self.lines = lines or enabled
         self.stream = stream or sys.stderr
         self._width = 0
 
@@ -41,8 +49,21 @@ class Progress:
         self.stream.flush()
 
     def done(self, text: str) -> None:
+        if not self.lines:
+            return
         if not self.enabled:
+            self.stream.write(text + "\n")
+            self.stream.flush()
             return
         self.stream.write("\r" + text + " " * max(0, self._width - len(text)) + "\n")
         self.stream.flush()
         self._width = 0
+
+
+def rung_line(figures: StepFigures) -> str:
+    """The line a finished rung leaves: its throughput, latency, counts and window (and why it is invalid)."""
+    ttft = "-" if figures.ttft_s.p95 is None else f"{figures.ttft_s.p95 * 1e3:.0f} ms"
+    itl = "-" if figures.itl_s.p95 is None else f"{figures.itl_s.p95 * 1e3:.1f} ms"
+    line = (f"  {figures.lane} c={figures.concurrency}: {figures.throughput_tok_s:.1f} tok/s, TTFT p95 {ttft}, "
+            f"ITL p95 {itl}, {figures.requests} requests, {figures.errors} errors in {figures.window_s:.1f} s")
+    return line + ("" if figures.valid else f" (invalid: {figures.reason})")

@@ -40,7 +40,7 @@ from loadgen.client import LaneClient
 from loadgen.config import ConfigError, LaneConfig, LoadgenConfig
 from loadgen.ladder import extension_stop, next_step
 from loadgen.metrics import LoadgenMetrics, MetricsServer
-from loadgen.progress import Progress, progress_wanted
+from loadgen.progress import Progress, progress_wanted, rung_line
 from loadgen.step import Clock, StepRun
 from loadgen.workload import PromptText, max_prompt_tokens
 
@@ -56,7 +56,7 @@ class LadderRunner:
                  manifest: RunManifest | None = None, progress: bool | None = None,
                  registry: CollectorRegistry | None = None) -> None:
         if not config.lanes:
-            raise ConfigError("invalid loadgen config:\n  lanes: at least one lane is needed to run")
+            raise ConfigError("invalid loadgen config: lanes: at least one lane is needed to run")
         self.config = config
         self.out_dir = Path(out_dir)
         self.run_id = run_id or (manifest.run_id if manifest is not None else new_run_id())
@@ -70,7 +70,8 @@ class LadderRunner:
         self._own_registry = registry is None
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self.metrics = LoadgenMetrics(self.registry)
-        self.progress = Progress(progress_wanted(progress if progress is not None else config.progress))
+        wanted = progress if progress is not None else config.progress
+        self.progress = Progress(progress_wanted(wanted), lines=wanted is not False)
         self.figures: list[StepFigures] = []
         self._server: MetricsServer | None = None
 
@@ -141,16 +142,14 @@ class LadderRunner:
                 lane_figures.append(figures)
                 self.figures.append(figures)
                 self.part = self.part.with_step(window)
-                self.progress.done(f"{lane.name} c={c}: {figures.throughput_tok_s:.1f} tok/s, "
-                                   f"{figures.requests} requests, {figures.errors} errors"
-                                   + ("" if window.valid else f" (invalid: {window.reason})"))
+                self.progress.done(rung_line(figures))
                 self._write()
             ladder = self.config.ladder
             if ladder.extend and lane_figures:
                 why = extension_stop(lane_figures, ladder)
                 if why is not None:
                     top = lane_figures[-1].concurrency
-                    self.progress.done(f"{lane.name}: the extended ladder stops at c={top}: {why}")
+                    self.progress.done(f"  {lane.name}: the extended ladder stops at c={top}: {why}")
         finally:
             await client.close()
 

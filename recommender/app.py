@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -64,7 +65,12 @@ _STATUS: dict[type[RecommenderError], int] = {
 
 
 class SettingsAnalyzer:
-    """The real analyzer: ``analyze_run_async`` with the settings' Prometheus, policy and source config."""
+    """The real analyzer: ``analyze_run_async`` with the settings' Prometheus, policy and source config.
+
+    With ``recorded_answers`` a finished run folder's ``recommendations.json`` is its answer as the session
+    wrote it (``satbench serve``): the Prometheus it was computed from may be gone, and a re-analysis from the
+    records alone would lack the exporter's figures, so it would not be the same answer.
+    """
 
     def __init__(self, settings: RecommenderSettings) -> None:
         self._settings = settings
@@ -72,6 +78,13 @@ class SettingsAnalyzer:
 
     async def __call__(self, manifest: RunManifest, run_dir: Path | None) -> dict[str, Any]:
         s = self._settings
+        if s.recorded_answers and run_dir is not None and (run_dir / "recommendations.json").is_file():
+            try:
+                doc = json.loads((run_dir / "recommendations.json").read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise BadInput(f"{run_dir}/recommendations.json cannot be read: {exc}") from exc
+            if isinstance(doc, dict) and isinstance(doc.get("lanes"), dict):
+                return doc
         return await analyze_run_async(manifest, prometheus_url=s.prometheus_url, run_dir=run_dir,
                                        policy=self._policy, source_config=s.source_config(),
                                        prometheus_timeout_s=s.prometheus_timeout_s)
@@ -120,6 +133,8 @@ def create_app(settings: RecommenderSettings, *, analyzer: Analyzer | None = Non
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store.load_runs_dir()
+        for run_dir in settings.run_dirs:
+            store.add_run_dir(run_dir)
         task = None
         if background_refresh:
             task = asyncio.create_task(_refresh_forever(store, settings.refresh_interval_s))

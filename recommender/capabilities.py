@@ -3,12 +3,15 @@
 Reads ``GET /recommendations`` of a recommender and prints, per lane, ``max_useful_concurrency`` (the
 recommended concurrency), the throughput measured at it, the status, the run that measured it and when.
 A lane without an answer reports ``max_useful_concurrency: null`` with its status and reason, so a reader
-can tell "not measured" from "measured: 1". Exit status: 0 when every lane has an answer, 1 when some lane
-has none, 2 when the recommender cannot be read.
+can tell "not measured" from "measured: 1". Exit status, the rule of ``satbench run`` too: 0 when every lane
+has an answer, 1 when some lane has none (also when no recommender answers: then no lane has one; the
+message says how to serve a finished run), 2 for bad input (a URL that is not one). The default URL is the
+recommender's default port, where ``satbench serve`` and a session's recommender listen.
 
 Example::
 
-    $ satbench capabilities --url http://127.0.0.1:9108
+    $ satbench serve runs &
+    $ satbench capabilities
     {"lanes": {"dense": {"max_useful_concurrency": 4, "throughput_tok_s": 812.5, "status": "ok",
                "run_id": "20261129T101500Z-3f2a", "measured_at": "2026-11-29T10:19:40Z"}}}
 """
@@ -49,21 +52,33 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     import httpx
 
-    url = f"{args.url.rstrip('/')}/recommendations"
+    from core.config_files import check_http_url
+
+    try:
+        base = check_http_url(args.url)
+    except ValueError as exc:
+        print(f"satbench capabilities: --url {exc}", file=sys.stderr)
+        return 2
+    url = f"{base}/recommendations"
     try:
         resp = httpx.get(url, timeout=args.timeout)
     except httpx.HTTPError as exc:
-        print(f"satbench capabilities: cannot reach {url}: {exc}", file=sys.stderr)
-        return 2
+        print(f"satbench capabilities: no answer: cannot reach {url} ({type(exc).__name__}); a finished run's "
+              "answer is served by: satbench serve RUN_DIR", file=sys.stderr)
+        return 1
     if resp.status_code != 200:
-        detail = resp.text[:500]
-        print(f"satbench capabilities: {url} answered {resp.status_code}: {detail}", file=sys.stderr)
-        return 2
+        detail = " ".join(resp.text[:300].split())
+        print(f"satbench capabilities: no answer: {url} answered {resp.status_code}: {detail}", file=sys.stderr)
+        return 1
     try:
         fragment = capability_fragment(resp.json())
     except (ValueError, AttributeError) as exc:
-        print(f"satbench capabilities: {url} sent no recommendations document: {exc}", file=sys.stderr)
-        return 2
+        print(f"satbench capabilities: no answer: {url} sent no recommendations document: {exc}",
+              file=sys.stderr)
+        return 1
     print(json.dumps(fragment, indent=2, sort_keys=True))
-    missing = any(v["max_useful_concurrency"] is None for v in fragment["lanes"].values())
+    missing = [name for name, v in fragment["lanes"].items() if v["max_useful_concurrency"] is None]
+    for name in missing:
+        why = fragment["lanes"][name].get("reason") or f"status {fragment['lanes'][name].get('status')}"
+        print(f"satbench capabilities: lane {name}: no answer ({why})", file=sys.stderr)
     return 1 if missing or not fragment["lanes"] else 0

@@ -44,13 +44,19 @@ def main(args: argparse.Namespace) -> int:
     import uvicorn
     from pydantic import ValidationError
 
+    from core.config_files import format_validation_error
     from recommender.app import create_app
     from recommender.errors import BadInput
+    from recommender.settings import RecommenderSettings
 
     try:
         settings = build_settings(args)
-    except (BadInput, ValidationError) as exc:
+    except BadInput as exc:
         print(f"satbench recommender: {exc}", file=sys.stderr)
+        return 2
+    except ValidationError as exc:
+        print(f"satbench recommender: {format_validation_error(exc, 'recommender', model=RecommenderSettings)}",
+              file=sys.stderr)
         return 2
     app = create_app(settings)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)

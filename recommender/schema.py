@@ -3,6 +3,12 @@
 ``python -m recommender.schema`` rewrites ``recommender/schema/recommendations.v1.json``;
 ``python -m recommender.schema --check`` exits 1 when the committed file differs from what the models
 generate (the drift test runs the same comparison). Output is sorted, indented JSON so diffs read well.
+
+DESIGN.md's sample document is a real one: ``design_sample(doc)`` trims a real run's document to one lane
+and its answer's rung (numbers rounded to four significant digits), ``python -m recommender.schema
+--design-sample RUN_DIR`` writes it between DESIGN.md's sample markers, and the session test checks that
+the committed sample validates against the schema and has the keys of the session's real document
+(``key_shape``), so the sample cannot fall behind the output.
 """
 
 from __future__ import annotations
@@ -15,9 +21,69 @@ from typing import Any
 
 from recommender.models import RecommendationsDocument
 
-__all__ = ["SCHEMA_PATH", "generate_schema", "main", "render_schema"]
+__all__ = [
+    "DESIGN_PATH",
+    "SCHEMA_PATH",
+    "design_sample",
+    "generate_schema",
+    "key_shape",
+    "main",
+    "read_design_sample",
+    "render_schema",
+    "write_design_sample",
+]
 
 SCHEMA_PATH = Path(__file__).parent / "schema" / "recommendations.v1.json"
+DESIGN_PATH = Path(__file__).resolve().parents[1] / "docs" / "DESIGN.md"
+_BEGIN, _END = "<!-- sample document: begin -->", "<!-- sample document: end -->"
+
+
+def _rounded(value: Any) -> Any:
+    if isinstance(value, float):
+        return float(f"{value:.4g}")
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def design_sample(doc: dict[str, Any]) -> dict[str, Any]:
+    """A real document trimmed for DESIGN.md: the first lane with an answer, only its recommended rung."""
+    lanes = doc.get("lanes") or {}
+    name = next((n for n, lane in lanes.items() if lane.get("recommended_concurrency") is not None),
+                next(iter(lanes), None))
+    out = dict(doc)
+    if name is not None:
+        lane = dict(lanes[name])
+        steps = lane.get("steps") or []
+        at = [s for s in steps if s.get("concurrency") == lane.get("recommended_concurrency")]
+        lane["steps"] = at[:1] or steps[:1]
+        out["lanes"] = {name: lane}
+    return _rounded(out)
+
+
+def key_shape(value: Any) -> Any:
+    """The keys of a document, nested (lists by their first item; ``None`` where a value is no container)."""
+    if isinstance(value, dict):
+        return {k: key_shape(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [key_shape(value[0])] if value and isinstance(value[0], dict | list) else []
+    return None
+
+
+def read_design_sample(path: Path = DESIGN_PATH) -> dict[str, Any]:
+    text = path.read_text(encoding="utf-8")
+    block = text[text.index(_BEGIN) + len(_BEGIN):text.index(_END)]
+    body = block.strip().removeprefix("```json").removesuffix("```")
+    return dict(json.loads(body))
+
+
+def write_design_sample(doc: dict[str, Any], path: Path = DESIGN_PATH) -> None:
+    text = path.read_text(encoding="utf-8")
+    head, tail = text[:text.index(_BEGIN) + len(_BEGIN)], text[text.index(_END):]
+    body = json.dumps(design_sample(doc), indent=2)
+    path.write_text(f"{head}\n```json\n{body}\n```\n{tail}", encoding="utf-8")
 
 
 def generate_schema() -> dict[str, Any]:
@@ -34,7 +100,12 @@ def render_schema() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--check", action="store_true", help="fail when the committed schema is out of date")
+    parser.add_argument("--design-sample", type=Path, metavar="RUN_DIR",
+                        help="write DESIGN.md's sample document from this run's recommendations.json")
     args = parser.parse_args(argv)
+    if args.design_sample is not None:
+        write_design_sample(json.loads((args.design_sample / "recommendations.json").read_text(encoding="utf-8")))
+        return 0
     text = render_schema()
     if args.check:
         current = SCHEMA_PATH.read_text(encoding="utf-8") if SCHEMA_PATH.exists() else ""

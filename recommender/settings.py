@@ -13,9 +13,10 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from core.config_files import validation_problems
 from recommender.errors import BadInput
 from recommender.policy import Policy
 from recommender.prometheus_source import PrometheusSourceConfig
@@ -31,6 +32,9 @@ class RecommenderSettings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=9108, ge=0, le=65535)
     runs_dir: Path | None = None
+    run_dirs: list[Path] = Field(default_factory=list, description="single run folders to serve besides runs_dir")
+    recorded_answers: bool = Field(default=False, description="serve a finished run's recommendations.json as "
+                                   "it was written, analysing only runs that have none")
     refresh_interval_s: float = Field(default=60.0, gt=0)
     prometheus_timeout_s: float = Field(default=10.0, gt=0)
     ci_batches: int = Field(default=10, ge=2)
@@ -61,5 +65,6 @@ def load_policy_file(path: Path) -> Policy:
         data = data["policy"]
     try:
         return Policy.model_validate(data)
-    except ValueError as exc:
-        raise BadInput(f"invalid policy in {path}: {exc}") from exc
+    except ValidationError as exc:
+        problems = "; ".join(f"{loc}: {msg}" for loc, msg in validation_problems(exc, data, Policy))
+        raise BadInput(f"invalid policy in {path}: {problems}") from None

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from core.manifest import RunManifest, read_manifest
 from recommender.document import mark_stale
-from recommender.errors import NothingToServe, SourceUnavailable, UnknownLane, UnknownRun
+from recommender.errors import BadInput, NothingToServe, SourceUnavailable, UnknownLane, UnknownRun
 
 __all__ = ["Analyzer", "RecommendationStore", "RunEntry"]
 
@@ -50,6 +50,7 @@ class RecommendationStore:
         self._runs_dir = runs_dir
         self._clock = clock
         self._runs: dict[str, RunEntry] = {}
+        self._dirs: dict[str, Path] = {}  # run folders registered one by one (add_run_dir)
         self._current: dict[str, Any] | None = None
         self._current_bytes: bytes | None = None
         self._good_at: float | None = None
@@ -58,6 +59,8 @@ class RecommendationStore:
 
     # -- runs --------------------------------------------------------------------------------------
     def run_dir(self, run_id: str) -> Path | None:
+        if run_id in self._dirs:
+            return self._dirs[run_id]
         if self._runs_dir is None:
             return None
         path = self._runs_dir / run_id
@@ -76,6 +79,17 @@ class RecommendationStore:
             self._runs.setdefault(manifest.run_id, RunEntry(manifest, self._clock()))
             found += 1
         return found
+
+    def add_run_dir(self, path: Path) -> RunManifest:
+        """Registers (without analysing) the run folder ``path`` wherever it lies; ``BadInput`` when it holds
+        no readable ``manifest.json``."""
+        try:
+            manifest = read_manifest(path / "manifest.json")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise BadInput(f"{path} is not a run folder (no readable manifest.json: {exc})") from exc
+        self._runs[manifest.run_id] = RunEntry(manifest, self._clock())
+        self._dirs[manifest.run_id] = path
+        return manifest
 
     def run(self, run_id: str) -> RunEntry:
         entry = self._runs.get(run_id)

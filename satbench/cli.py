@@ -1,7 +1,9 @@
-"""The ``satbench`` console script: one subcommand per part, each implemented in that part's ``cli`` module.
+"""satbench: how much concurrency each model lane of a llama.cpp node can use.
 
-Every part module exposes ``configure(parser)`` and ``main(args) -> int``; this module only dispatches, and
-imports a part lazily (only the chosen subcommand's heavy dependencies are loaded).
+This module is the console script. Every subcommand lives in its part's module, which exposes
+``configure(parser)`` and ``main(args) -> int``; this module only dispatches and imports a part lazily (only
+the chosen subcommand's dependencies are loaded). Its help text is ``HELP`` (the docstring is for readers of
+the code).
 """
 
 from __future__ import annotations
@@ -15,6 +17,16 @@ from core import __version__
 
 __all__ = ["SUBCOMMANDS", "build_parser", "main"]
 
+HELP = "satbench: how much concurrency each model lane of a llama.cpp node can use."
+EPILOG = """\
+start here:
+  satbench run                          a full session on the embedded simulator (about 3 minutes)
+  satbench run --url http://NODE:8080   measure your own llama-server node
+  satbench serve runs                   serve the finished runs' answers at :9108/recommendations
+  satbench capabilities                 print each lane's answer from that service
+
+exit status: 0 every lane has an answer, 1 some lane has none, 2 bad input, 130 interrupted"""
+
 # subcommand -> (module with configure/main, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "run": ("satbench.session.cli", "a whole benchmark session: start what is missing, walk the ladder, answer"),
@@ -22,14 +34,17 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "loadgen": ("loadgen.cli", "only the ladder walk, against running endpoints"),
     "exporter": ("exporter.cli", "the runtime exporter for one node (runtime_* and gpu_* metrics)"),
     "recommender": ("recommender.cli", "the recommendations service (GET /recommendations)"),
-    "report": ("satbench.report.cli", "rebuild report.html and README.md from a run folder's raw files"),
+    "report": ("satbench.report.cli",
+               "rebuild report.html, README.md, steps.csv and records.csv from a run folder's raw files"),
     "models": ("satbench.models.cli", "write the tiny dense and MoE GGUF models"),
+    "serve": ("satbench.serve", "serve finished runs' answers at GET /recommendations (no Prometheus needed)"),
     "capabilities": ("recommender.capabilities", "print the per-lane capability fragment from a recommender"),
 }
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="satbench", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(prog="satbench", description=HELP, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"satbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in SUBCOMMANDS.items():

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "BUILTIN_PROFILES",
     "CostModel",
     "FaultSpec",
     "MemoryModel",
@@ -24,12 +23,12 @@ __all__ = [
     "Profile",
     "ProfileError",
     "ServerModel",
+    "bundled_profiles",
     "load_profile",
     "profile_from_mapping",
 ]
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
-BUILTIN_PROFILES = ("dense", "moe")
 ADMISSION_POLICIES = ("fifo", "unfair")
 FAULT_KINDS = (
     "http_5xx",
@@ -250,15 +249,23 @@ def profile_from_mapping(raw: Mapping[str, Any], name: str = "custom") -> Profil
     )
 
 
+def bundled_profiles() -> list[str]:
+    """The names of the profiles shipped with the simulator (``dense``, ``moe``, ...), sorted."""
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.toml"))
+
+
 def load_profile(name_or_path: str) -> Profile:
     """Loads a bundled profile by name (``dense``, ``moe``, ``starving``) or a TOML file by path."""
     bundled = PROFILE_DIR / f"{name_or_path}.toml"
     is_name = name_or_path.isidentifier() and bundled.is_file()
     path = bundled if is_name else Path(name_or_path)
+    if not is_name and not path.is_file() and not path.suffix and "/" not in name_or_path:
+        raise ProfileError(f"no simulator profile {name_or_path!r} (choices: {', '.join(bundled_profiles())}, "
+                           "or the path of a profile TOML)")
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ProfileError(f"cannot read profile {name_or_path!r}: {exc}") from exc
+        raise ProfileError(f"cannot read profile {name_or_path!r}: {exc.strerror or exc}") from exc
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -1,4 +1,5 @@
-"""``satbench report RUN_DIR``: rebuild report.html and README.md from a run folder's raw files."""
+"""``satbench report RUN_DIR``: rebuild report.html, README.md, steps.csv and records.csv from a run folder's
+raw files."""
 
 from __future__ import annotations
 
@@ -21,9 +22,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"satbench report: {run_dir} is not a folder", file=sys.stderr)
         return 2
     try:
-        html_path, md_path = write_report(run_dir)
+        written = write_report(run_dir)
     except (ValueError, OSError) as exc:
         print(f"satbench report: {exc}", file=sys.stderr)
         return 1
-    print(f"wrote {html_path} and {md_path}")
+    print("wrote " + ", ".join(str(p) for p in written))
     return 0

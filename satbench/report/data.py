@@ -1,37 +1,97 @@
-"""Reads a run folder's raw files into one frozen ``RunReport`` that the HTML and Markdown writers render.
+"""Reads a run folder's raw files into one frozen ``RunReport`` that the HTML, Markdown, terminal and CSV
+writers render, and flattens it (and ``records.jsonl``) into the rows of the CSV exports.
 
 One source for the numbers: ``recommendations.json``, the document the answer was computed from, so the
 report can never contradict the answer. Its steps carry the client figures (exact: the load generator
-publishes them) and what only the server side knows (occupancy, queue depth, memory). ``steps.json`` (the
-client figures the load generator computed from the records) fills what the document lacks (a run with no
-answer, a rung the recommender did not see), and ``records.jsonl`` stands in for ``steps.json`` when that is
-missing. Where the document and the records differ beyond the agreement bound
+publishes them), what only the server side knows (occupancy, queue depth, memory) and how each rung was
+judged (``checks``, ``violations``, ``usable``, the gain per doubling), which ``LaneReport.judgments`` keeps
+with the measured figure, the bound and the recommender's words; ``LaneReport.binding`` is the evidence of
+the lane's binding constraint (the rung that showed it, its figure and the policy's bound). ``steps.json``
+(the client figures the load generator computed from the records) fills what the document lacks (a run with
+no answer, a rung the recommender did not see), and ``records.jsonl`` stands in for ``steps.json`` when that
+is missing. Where the document and the records differ beyond the agreement bound
 (``core.figures.disagreements``), the report says so and which it shows. Nothing is invented: an unknown
-stays None.
+stays None. The policy is the document's, else the manifest's configured one (the recommender's defaults
+filled in), so the report states the limits the verdicts used.
 
 ``steps.json`` may be a list of step objects, ``{"steps": [...]}`` or ``{"lanes": {lane: [...]}}``; each
 step carries a ``lane`` (or takes it from the ``lanes`` key). Reading is pure apart from opening the files.
+
+The CSV rows (``steps_rows``, ``records_rows``) have a fixed column order (``STEPS_COLUMNS``,
+``RECORDS_COLUMNS``), units in the column names (``_ms``, ``_tok_s``, ``_bytes``) and cells as text: empty
+for unknown, ``true``/``false`` for booleans, floats with ten significant digits, so the same run gives the
+same bytes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from core.figures import StepFigures, disagreements
 from core.manifest import RunManifest, StepWindow
-from core.records import read_records
+from core.records import OUTCOMES, read_records
 from core.step_figures import compute_step_figures
 from recommender.policy import Policy
 from recommender.verdicts import check_step
 
-__all__ = ["LaneReport", "RunReport", "load_run", "merge_steps", "parse_steps_document", "verdict_label"]
+__all__ = [
+    "CHECK_NAMES",
+    "RECORDS_COLUMNS",
+    "STEPS_COLUMNS",
+    "Finding",
+    "LaneReport",
+    "RunReport",
+    "RungJudgment",
+    "load_run",
+    "merge_steps",
+    "parse_steps_document",
+    "records_rows",
+    "steps_rows",
+    "verdict_label",
+]
 
 _LABELS = {"decode_starvation": "decode starved", "prefill_starvation": "prefill starved", "fairness": "unfair",
            "interference": "prefill interference"}
+CHECK_NAMES = ("decode_starvation", "prefill_starvation", "fairness", "interference")
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One judgment of one rung as the document states it (a check, a broken limit, or the gain per doubling
+    the plateau is judged by): the measured figure, its bound and the recommender's words. ``unit`` says how
+    ``measured`` and ``limit`` read: ``s`` (seconds), ``ratio`` (x), ``share`` (a fraction), ``gain`` (a
+    fraction per doubling), ``index`` (Jain's) or empty; ``figure`` names the figure and ``bound`` the policy
+    setting that gave the limit."""
+
+    name: str
+    status: str
+    measured: float | None = None
+    limit: float | None = None
+    detail: str = ""
+    concurrency: int | None = None
+    unit: str = ""
+    figure: str = ""
+    bound: str = ""
+    interval: tuple[float, float] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RungJudgment:
+    """How the recommender judged one rung: may it count (``usable``, why not), its gain per doubling over
+    the previous usable rung (with its interval), every check and every broken limit."""
+
+    usable: bool | None = None
+    unusable_reason: str | None = None
+    gain_per_doubling: float | None = None
+    gain_interval: tuple[float, float] | None = None
+    checks: dict[str, Finding] = field(default_factory=dict)
+    violations: tuple[Finding, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +106,11 @@ class LaneReport:
     throughput_at_recommended: float | None = None
     details: dict[str, Any] = field(default_factory=dict)
     checks: dict[int, dict[str, str]] = field(default_factory=dict)  # rung -> check -> status
+    judgments: dict[int, RungJudgment] = field(default_factory=dict)  # rung -> how it was judged
+    binding: Finding | None = None  # the evidence of ``binding_constraint``
+    knee: int | None = None
+    slots: int | None = None  # the runtime's slots (/props total_slots), where it said
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +122,12 @@ class RunReport:
     recommendations: dict[str, Any] | None
     records_count: int | None
     problems: tuple[str, ...] = ()
+    policy_source: str = "recommendations.json"
+
+    @property
+    def rules(self) -> Policy:
+        """The policy as the recommender reads it (its defaults where the run's policy is silent)."""
+        return _policy(self.policy)
 
     @property
     def pause_objective_s(self) -> float | None:
@@ -64,6 +135,13 @@ class RunReport:
         slo = self.policy.get("slo") if self.policy else None
         value = slo.get("tbt_p99_s") if isinstance(slo, dict) else Policy().slo.tbt_p99_s
         return float(value) if isinstance(value, int | float) else None
+
+
+def _policy(policy: dict[str, Any] | None) -> Policy:
+    try:
+        return Policy.model_validate(policy) if policy else Policy()
+    except ValueError:
+        return Policy()
 
 
 def verdict_label(checks: dict[str, str] | None) -> str:
@@ -80,26 +158,146 @@ def verdict_label(checks: dict[str, str] | None) -> str:
     return "insufficient data" if "insufficient_data" in checks.values() else "unknown"
 
 
-def _checks(answer: dict[str, Any], steps: tuple[StepFigures, ...],
-            policy: dict[str, Any]) -> dict[int, dict[str, str]]:
-    """Each rung's check statuses: the recommendations document's own, else (no document) the recommender's
-    verdicts on these figures under the run's policy, so the report and the document judge alike."""
-    out: dict[int, dict[str, str]] = {}
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _interval(value: Any) -> tuple[float, float] | None:
+    if isinstance(value, list | tuple) and len(value) == 2:
+        lo, hi = _number(value[0]), _number(value[1])
+        if lo is not None and hi is not None:
+            return lo, hi
+    return None
+
+
+# what a judgment of each kind measures: (unit, figure, policy setting), told apart by the recommender's
+# words where one judgment has several sources; an unrecognised one has no unit and reads by its words
+_CONSTRAINT_UNITS = {
+    "throughput_plateau": ("gain", "gain per doubling", "policy.min_gain_per_doubling"),
+    "ladder_top": ("gain", "gain per doubling", "policy.min_gain_per_doubling"),
+    "slo_ttft": ("s", "TTFT p95", "policy.slo.ttft_p95_s"),
+    "slo_itl": ("s", "ITL p95", "policy.slo.itl_p95_s"),
+    "slo_e2e": ("s", "e2e p95", "policy.slo.e2e_p95_s"),
+    "errors": ("share", "error ratio", "policy.max_error_ratio"),
+    "memory": ("share", "GPU memory headroom", "policy.memory_headroom_min_ratio"),
+}
+_WORDS = (  # (judgment, words in its detail, unit, figure, policy setting)
+    ("decode_starvation", "max_pause_ratio", "ratio", "pause p99 over the decode-only step", "policy.max_pause_ratio"),
+    ("decode_starvation", "max_interference_share", "share", "decode time lost to prefills",
+     "policy.max_interference_share"),
+    ("decode_starvation", "objective", "s", "pause p99", "policy.slo.tbt_p99_s"),
+    ("interference", "max_interference_share", "share", "decode time lost to prefills",
+     "policy.max_interference_share"),
+    ("interference", "of decode time lost", "share", "decode time lost to prefills", "policy.interference_warn_share"),
+    ("prefill_starvation", "prefill_wait_max_s", "s", "longest wait for a first token", "policy.prefill_wait_max_s"),
+    ("prefill_starvation", "FIFO admission bound", "s", "longest queued wait",
+     "the FIFO admission bound x policy.max_admission_wait_ratio"),
+    ("fairness", "Jain's index", "index", "Jain's index", "policy.jain_min"),
+    ("fairness", "max/min user share", "ratio", "max/min user share", "policy.max_min_share_max"),
+    ("fairness", "queue wait p99", "s", "queue wait p99", "policy.queue_p99_max_s"),
+    ("fairness", "x the ", "ratio", "worst user's wait or slowest user's pace ratio",
+     "policy.max_user_wait_ratio, max_user_itl_ratio"),
+)
+
+
+def _violation_unit(name: str, detail: str) -> tuple[str, str, str]:
+    if name in _CONSTRAINT_UNITS:
+        return _CONSTRAINT_UNITS[name]
+    for judged, words, unit, figure, bound in _WORDS:
+        if judged == name and (words in detail if name != "fairness" or words != "Jain's index"
+                               else detail.startswith(words)):
+            return unit, figure, bound
+    return "", name, ""
+
+
+def _finding(name: str, raw: dict[str, Any], concurrency: int, status: str | None = None) -> Finding:
+    detail = str(raw.get("detail") or "")
+    unit, figure, bound = _violation_unit(name, detail)
+    return Finding(name=name, status=str(status or raw.get("status") or "unknown"),
+                   measured=_number(raw.get("measured")), limit=_number(raw.get("limit")), detail=detail,
+                   concurrency=concurrency, unit=unit, figure=figure, bound=bound)
+
+
+def _judgments_of_document(answer: dict[str, Any]) -> dict[int, RungJudgment]:
+    out: dict[int, RungJudgment] = {}
     for raw in answer.get("steps") or []:
-        if isinstance(raw, dict) and isinstance(raw.get("checks"), dict):
-            out[int(raw["concurrency"])] = {k: str(v.get("status")) for k, v in raw["checks"].items()
-                                            if isinstance(v, dict)}
-    if out or not steps:
+        if not isinstance(raw, dict) or not isinstance(raw.get("concurrency"), int):
+            continue
+        c = int(raw["concurrency"])
+        found = raw.get("checks")
+        checks: dict[str, Any] = found if isinstance(found, dict) else {}
+        out[c] = RungJudgment(
+            usable=raw.get("usable") if isinstance(raw.get("usable"), bool) else None,
+            unusable_reason=raw.get("unusable_reason"),
+            gain_per_doubling=_number(raw.get("gain_per_doubling")),
+            gain_interval=_interval(raw.get("gain_interval")),
+            checks={k: _finding(k, v, c) for k, v in checks.items() if isinstance(v, dict)},
+            violations=tuple(_finding(str(v.get("constraint")), v, c, "flagged")
+                             for v in raw.get("violations") or [] if isinstance(v, dict)),
+        )
+    return out
+
+
+def _judgments(answer: dict[str, Any], steps: tuple[StepFigures, ...], rules: Policy) -> dict[int, RungJudgment]:
+    """Each rung's judgments: the recommendations document's own, else (no document, or one without
+    checks) the recommender's verdicts on these figures under the run's policy, so the report and the
+    document judge alike."""
+    out = _judgments_of_document(answer)
+    if any(j.checks for j in out.values()) or not steps:
         return out
-    try:
-        rules = Policy.model_validate(policy) if policy else Policy()
-    except ValueError:
-        rules = Policy()
     baseline = next((s.itl_s.p50 for s in steps if s.concurrency == 1 and s.valid), None)
     for step in steps:
         verdict = check_step(step, rules, baseline)
-        out[step.concurrency] = {k: c.status for k, c in verdict.checks.items()}
-    return out
+        c = step.concurrency
+        doc = out.get(c) or RungJudgment()
+        out[c] = RungJudgment(
+            usable=verdict.usable if doc.usable is None else doc.usable,
+            unusable_reason=verdict.unusable_reason if doc.usable is None else doc.unusable_reason,
+            gain_per_doubling=doc.gain_per_doubling,
+            gain_interval=doc.gain_interval,
+            checks={k: _finding(k, ch.to_dict(), c) for k, ch in verdict.checks.items()},
+            violations=doc.violations or tuple(
+                _finding(v.constraint, {"measured": v.measured, "limit": v.limit, "detail": v.detail}, c, "flagged")
+                for v in verdict.violations),
+        )
+    return dict(sorted(out.items()))
+
+
+def _binding(answer: dict[str, Any], judgments: dict[int, RungJudgment], rules: Policy) -> Finding | None:
+    """The evidence of the lane's binding constraint: for the plateau, the gain per doubling of the first
+    usable rung above the answer; for ``ladder_top``, the top rung's own gain (both against the policy's
+    ``min_gain_per_doubling``); for a broken limit, the violation of the first rung above the answer (the
+    lowest rung where there is no answer) that broke it."""
+    name = answer.get("binding_constraint")
+    if not isinstance(name, str) or not name:
+        return None
+    rec = answer.get("recommended_concurrency")
+    rungs = sorted(judgments)
+    gain_bound = "policy.min_gain_per_doubling"
+    if name in ("throughput_plateau", "ladder_top"):
+        if name == "ladder_top":
+            at = [c for c in rungs if c == rec]
+        else:
+            at = [c for c in rungs if rec is not None and c > rec and judgments[c].gain_per_doubling is not None]
+        note = next((str(n) for n in answer.get("notes") or []
+                     if name == "throughput_plateau" and str(n).startswith("throughput plateau")), "")
+        if not at:
+            return Finding(name=name, status="flagged", detail=note or str(answer.get("reason") or ""),
+                           limit=rules.min_gain_per_doubling, unit="gain", figure="gain per doubling",
+                           bound=gain_bound)
+        j = judgments[at[0]]
+        return Finding(name=name, status="flagged" if name == "throughput_plateau" else "open",
+                       measured=j.gain_per_doubling, limit=rules.min_gain_per_doubling,
+                       detail=note or str(answer.get("reason") or ""), concurrency=at[0], unit="gain",
+                       figure="gain per doubling", bound=gain_bound, interval=j.gain_interval)
+    above = [c for c in rungs if rec is None or c > rec]
+    for c in above:
+        for v in judgments[c].violations:
+            if v.name == name:
+                return v
+    _, figure, bound = _CONSTRAINT_UNITS.get(name, ("", name, ""))
+    return Finding(name=name, status="flagged", detail=str(answer.get("reason") or ""), figure=figure,
+                   bound=bound)
 
 
 def parse_steps_document(doc: Any) -> list[StepFigures]:
@@ -179,6 +377,31 @@ def _count_lines(path: Path) -> int | None:
         return sum(1 for line in fh if line.strip())
 
 
+def _slots(manifest: RunManifest, lane: str) -> int | None:
+    """The lane's slots: the runtime's ``/props`` ``total_slots`` in the manifest, else its step windows'."""
+    info = manifest.lanes.get(lane)
+    props = info.get("runtime_props") if isinstance(info, dict) else None
+    total = props.get("total_slots") if isinstance(props, dict) else None
+    if isinstance(total, int) and not isinstance(total, bool) and total > 0:
+        return total
+    seen = [w.slots for w in manifest.windows(lane) if w.slots is not None]
+    return max(seen) if seen else None
+
+
+def _run_policy(recs: dict[str, Any] | None, manifest: RunManifest) -> tuple[dict[str, Any], str]:
+    """The policy the verdicts used: the document's, else the session's configured one with the
+    recommender's defaults, else the defaults."""
+    if recs and isinstance(recs.get("policy"), dict) and recs["policy"]:
+        return dict(recs["policy"]), "recommendations.json"
+    configured = manifest.config.get("policy")
+    if isinstance(configured, dict):
+        try:
+            return Policy.model_validate(configured).model_dump(mode="json"), "the manifest's config"
+        except ValueError:
+            pass
+    return Policy().model_dump(mode="json"), "the recommender's defaults"
+
+
 def load_run(run_dir: Path) -> RunReport:
     """Reads ``run_dir``; raises ValueError only when ``manifest.json`` itself is missing or invalid."""
     problems: list[str] = []
@@ -198,6 +421,8 @@ def load_run(run_dir: Path) -> RunReport:
     recs = _read_json(run_dir / "recommendations.json", problems)
     recs = recs if isinstance(recs, dict) else None
     rec_lanes: dict[str, Any] = dict(recs.get("lanes") or {}) if recs else {}
+    policy, policy_source = _run_policy(recs, manifest)
+    rules = _policy(policy)
     lane_names = manifest.lane_names()
     for name in [*(s.lane for s in client_steps), *rec_lanes]:
         if name and name not in lane_names:
@@ -225,7 +450,9 @@ def load_run(run_dir: Path) -> RunReport:
             _apply_window(merge_steps(server_steps.get(c), mine.get(c)), windows.get(c))
             for c in sorted(set(mine) | set(server_steps))
         )
-        policy = dict((recs or {}).get("policy") or {})
+        judgments = _judgments(answer, merged, rules)
+        knee = answer.get("knee")
+        knee_c = knee.get("concurrency") if isinstance(knee, dict) else None
         lanes.append(
             LaneReport(
                 lane=name,
@@ -237,15 +464,156 @@ def load_run(run_dir: Path) -> RunReport:
                 reason=answer.get("reason"),
                 throughput_at_recommended=answer.get("throughput_at_recommended_tok_s"),
                 details={k: answer[k] for k in ("fairness", "starvation") if k in answer},
-                checks=_checks(answer, merged, policy),
+                checks={c: {k: f.status for k, f in j.checks.items()} for c, j in judgments.items()},
+                judgments=judgments,
+                binding=_binding(answer, judgments, rules),
+                knee=knee_c if isinstance(knee_c, int) else None,
+                slots=_slots(manifest, name),
+                notes=tuple(str(n) for n in answer.get("notes") or []),
             )
         )
     return RunReport(
         run_id=manifest.run_id,
         manifest=manifest,
         lanes=tuple(lanes),
-        policy=dict((recs or {}).get("policy") or {}),
+        policy=policy,
         recommendations=recs,
         records_count=_count_lines(run_dir / "records.jsonl"),
         problems=tuple(problems),
+        policy_source=policy_source,
     )
+
+
+# ---- CSV rows ------------------------------------------------------------------------------------------
+
+_QUANTILES = (("ttft", "ttft_s"), ("itl", "itl_s"), ("tpot", "tpot_s"), ("e2e", "latency_s"),
+              ("queue", "queue_s"), ("pause", "pause_s"))
+_STATS = ("mean", "p50", "p95", "p99")
+_ERROR_OUTCOMES = tuple(o for o in OUTCOMES if o != "ok")
+# (column, StepFigures attribute, scale): seconds become ms; ratios, shares and counts stay as they are
+_STEP_SCALARS: tuple[tuple[str, str, float], ...] = (
+    ("occupancy_ratio", "occupancy_ratio", 1.0),
+    ("queue_depth_avg", "queue_depth_avg", 1.0),
+    ("jain", "jain", 1.0),
+    ("max_min_share", "max_min_share", 1.0),
+    ("decode_stall_max_ms", "decode_stall_max_s", 1000.0),
+    ("decode_stall_max_ratio", "decode_stall_max_ratio", 1.0),
+    ("prefill_wait_max_ms", "prefill_wait_max_s", 1000.0),
+    ("pause_requests", "pause_requests", 1.0),
+    ("prefill_events", "prefill_events", 1.0),
+    ("interference_share", "interference_share", 1.0),
+    ("stall_per_prompt_ms", "stall_per_prompt_s", 1000.0),
+    ("stall_ms_per_prompt_token", "stall_ms_per_prompt_token", 1.0),
+    ("queued_requests", "queued_requests", 1.0),
+    ("admission_wait_max_ms", "admission_wait_max_s", 1000.0),
+    ("admission_wait_bound_ms", "admission_wait_bound_s", 1000.0),
+    ("user_wait_p_value", "user_wait_p_value", 1.0),
+    ("user_wait_ratio", "user_wait_ratio", 1.0),
+    ("user_wait_excess_ms", "user_wait_excess_s", 1000.0),
+    ("user_itl_p_value", "user_itl_p_value", 1.0),
+    ("user_itl_ratio", "user_itl_ratio", 1.0),
+    ("user_itl_excess_ms", "user_itl_excess_s", 1000.0),
+)
+_MEMORY_COLUMNS = (("gpu_mem_max_bytes", "gpu_max"), ("gpu_mem_total_bytes", "gpu_total"),
+                   ("gpu_mem_sum_max_bytes", "gpu_sum_max"), ("gpu_mem_sum_total_bytes", "gpu_sum_total"),
+                   ("gpu_count", "gpu_count"), ("gpu_names", "gpu_names"), ("gpu_simulated", "gpu_simulated"),
+                   ("host_rss_max_bytes", "host_rss_max"))
+
+STEPS_COLUMNS: tuple[str, ...] = (
+    "run_id", "lane", "concurrency", "slots", "valid", "reason", "usable", "unusable_reason", "recommended",
+    "saturation", "lane_status", "window_s", "requests", "errors", "error_ratio",
+    *(f"errors_{o}" for o in _ERROR_OUTCOMES),
+    "output_tok_s", "output_tok_s_ci_lo", "output_tok_s_ci_hi", "input_tok_s", "total_tok_s", "requests_per_s",
+    *(f"{short}_ms_{stat}" for short, _ in _QUANTILES for stat in _STATS),
+    *(name for name, _, _ in _STEP_SCALARS),
+    *(name for name, _ in _MEMORY_COLUMNS),
+    "gain_per_doubling", "gain_per_doubling_lo", "gain_per_doubling_hi", "verdicts", "violations",
+    *(f"{check}_{part}" for check in CHECK_NAMES for part in ("status", "measured", "limit", "detail")),
+)
+
+RECORDS_COLUMNS: tuple[str, ...] = (
+    "run_id", "lane", "concurrency", "user", "request_id", "phase", "sent_at_unix_s", "outcome", "status",
+    "error", "retried", "prompt_tokens", "output_tokens", "ttft_ms", "e2e_ms", "queue_ms", "tpot_ms",
+    "itl_count", "itl_mean_ms", "itl_max_ms",
+)
+
+
+def _cell(value: Any, scale: float = 1.0) -> str:
+    """One CSV cell: empty for unknown, ``true``/``false``, integers as they are, floats to ten digits."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int) and scale == 1.0:
+        return str(value)
+    if isinstance(value, int | float):
+        scaled = float(value) * scale
+        return "" if math.isnan(scaled) else format(scaled, ".10g")
+    return str(value)
+
+
+def steps_rows(report: RunReport) -> Iterator[dict[str, str]]:
+    """One row per lane and rung, ``STEPS_COLUMNS`` as keys: every figure of ``StepFigures`` flattened
+    (seconds as ms), the lane's answer where it concerns the rung, and the document's judgments. The
+    checks' ``measured`` and ``limit`` are the document's numbers (seconds for waits and pauses, else the
+    ratio or share the check states in its ``detail``)."""
+    for lane in report.lanes:
+        for step in lane.steps:
+            judged = lane.judgments.get(step.concurrency) or RungJudgment()
+            ci = step.throughput_ci_tok_s
+            gain = judged.gain_interval
+            row: dict[str, str] = {
+                "run_id": report.run_id, "lane": lane.lane, "concurrency": str(step.concurrency),
+                "slots": _cell(lane.slots), "valid": _cell(step.valid), "reason": _cell(step.reason),
+                "usable": _cell(judged.usable), "unusable_reason": _cell(judged.unusable_reason),
+                "recommended": _cell(lane.recommended == step.concurrency),
+                "saturation": _cell(lane.saturation == step.concurrency), "lane_status": lane.status,
+                "window_s": _cell(step.window_s), "requests": _cell(step.requests), "errors": _cell(step.errors),
+                "error_ratio": _cell(step.error_ratio),
+                **{f"errors_{o}": _cell(step.errors_by_outcome.get(o, 0)) for o in _ERROR_OUTCOMES},
+                "output_tok_s": _cell(step.throughput_tok_s),
+                "output_tok_s_ci_lo": _cell(None if ci is None else ci[0]),
+                "output_tok_s_ci_hi": _cell(None if ci is None else ci[1]),
+                "input_tok_s": _cell(step.input_throughput_tok_s),
+                "total_tok_s": _cell(step.total_throughput_tok_s),
+                "requests_per_s": _cell(step.requests_per_s),
+            }
+            for short, attr in _QUANTILES:
+                q = getattr(step, attr)
+                row.update({f"{short}_ms_{stat}": _cell(getattr(q, stat), 1000.0) for stat in _STATS})
+            row.update({name: _cell(getattr(step, attr), scale) for name, attr, scale in _STEP_SCALARS})
+            row.update({name: _cell(getattr(step.memory_bytes, attr)) for name, attr in _MEMORY_COLUMNS})
+            row.update({
+                "gain_per_doubling": _cell(judged.gain_per_doubling),
+                "gain_per_doubling_lo": _cell(None if gain is None else gain[0]),
+                "gain_per_doubling_hi": _cell(None if gain is None else gain[1]),
+                "verdicts": verdict_label(lane.checks.get(step.concurrency)),
+                "violations": " ".join(v.name for v in judged.violations),
+            })
+            for check in CHECK_NAMES:
+                found = judged.checks.get(check)
+                row.update({
+                    f"{check}_status": "" if found is None else found.status,
+                    f"{check}_measured": _cell(None if found is None else found.measured),
+                    f"{check}_limit": _cell(None if found is None else found.limit),
+                    f"{check}_detail": "" if found is None else found.detail,
+                })
+            yield row
+
+
+def records_rows(path: Path) -> Iterator[dict[str, str]]:
+    """One row per request of ``records.jsonl`` (in file order), ``RECORDS_COLUMNS`` as keys: times in ms,
+    the inter-token gaps as their count, mean and maximum instead of the whole list."""
+    for rec in read_records(path):
+        gaps = rec.itl_s
+        yield {
+            "run_id": rec.run_id, "lane": rec.lane, "concurrency": str(rec.concurrency), "user": str(rec.user),
+            "request_id": rec.request_id, "phase": rec.phase, "sent_at_unix_s": repr(float(rec.sent_at)),
+            "outcome": rec.outcome, "status": _cell(rec.status), "error": _cell(rec.error),
+            "retried": _cell(rec.retried), "prompt_tokens": _cell(rec.prompt_tokens),
+            "output_tokens": _cell(rec.output_tokens), "ttft_ms": _cell(rec.ttft_s, 1000.0),
+            "e2e_ms": _cell(rec.e2e_s, 1000.0), "queue_ms": _cell(rec.queue_s, 1000.0),
+            "tpot_ms": _cell(rec.tpot_s, 1000.0), "itl_count": str(len(gaps)),
+            "itl_mean_ms": _cell(sum(gaps) / len(gaps) if gaps else None, 1000.0),
+            "itl_max_ms": _cell(max(gaps) if gaps else None, 1000.0),
+        }

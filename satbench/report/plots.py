@@ -1,9 +1,21 @@
 """Plots of one lane for the self-contained report: inline SVG strings from matplotlib (Agg, no pyplot).
 
-One figure per lane, four panels against concurrency (log2 axis, a tick at every rung): aggregate throughput
-with the recommended and saturation rungs marked; p50/p95 end-to-end latency and TTFT; occupancy with queue
-depth on a second axis; fairness (Jain's index) with the decode-stall ratio on a second axis and the policy's
-limit. Figures are built on ``matplotlib.figure.Figure`` directly so no global pyplot state is touched, and
+One figure per lane, six panels against concurrency (log2 axis, a tick at every rung), each threshold on
+the axis it bounds, and the recommended and saturation rungs marked on every panel:
+
+- throughput: output tokens/s with its interval, input and total tokens/s where known, invalid rungs
+  crossed out, the knee;
+- latency in ms (the tables' unit): p50/p95 of e2e and TTFT, with the policy's TTFT/e2e p95 objectives
+  where they fall inside the panel (else named in the title);
+- occupancy, with queue depth on a second axis coloured like its line;
+- decode pauses in ms: each rung's pause p99 (the decode-starvation figure) against the policy's
+  time-between-tokens objective, and the ITL p95;
+- prefill admission in ms: the longest queued wait against its limit (the FIFO bound times the policy's
+  ratio), rung by rung;
+- fairness: Jain's index (with the policy's ``jain_min`` where set) on the left, the worst user's wait
+  ratio and the slowest user's pace ratio with their limits on a second axis coloured like them.
+
+Figures are built on ``matplotlib.figure.Figure`` directly so no global pyplot state is touched, and
 written as SVG with text kept as text and a fixed hash salt, so the same run gives the same bytes.
 """
 
@@ -12,6 +24,7 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Sequence
+from typing import Literal
 
 import matplotlib
 
@@ -21,19 +34,26 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from core.figures import StepFigures
+from recommender.policy import Policy
 from satbench.report.data import LaneReport
 
 __all__ = ["lane_figure_svg"]
 
+_FONT = 8
 
-def _values(steps: Sequence[StepFigures], getter: str) -> list[float]:
+
+def _values(steps: Sequence[StepFigures], getter: str, scale: float = 1.0) -> list[float]:
     out = []
     for step in steps:
         obj: object = step
         for part in getter.split("."):
             obj = getattr(obj, part, None)
-        out.append(float(obj) if isinstance(obj, int | float) else math.nan)
+        out.append(float(obj) * scale if isinstance(obj, int | float) else math.nan)
     return out
+
+
+def _known(values: Sequence[float]) -> list[float]:
+    return [v for v in values if not math.isnan(v)]
 
 
 def _setup_axis(ax: Axes, conc: list[int], title: str, ylabel: str) -> None:
@@ -45,91 +65,188 @@ def _setup_axis(ax: Axes, conc: list[int], title: str, ylabel: str) -> None:
             ax.set_xscale("log", base=2)
         ax.set_xticks(conc)
         ax.set_xticklabels([str(c) for c in conc])
+        ax.minorticks_off()
     ax.grid(True, alpha=0.3)
 
 
-def _mark_rungs(ax: Axes, lane: LaneReport) -> None:
+def _colour_axis(ax: Axes, colour: str, side: str) -> None:
+    """A second axis reads as its line's: label, ticks and spine in the line's colour."""
+    ax.yaxis.label.set_color(colour)
+    ax.tick_params(axis="y", colors=colour)
+    ax.spines[side].set_color(colour)
+
+
+def _mark_rungs(ax: Axes, lane: LaneReport, labelled: bool) -> None:
     if lane.recommended is not None:
-        ax.axvline(
-            lane.recommended,
-            color="tab:green",
-            linestyle="--",
-            linewidth=1.5,
-            label=f"recommended c={lane.recommended}",
-        )
+        word = "at least" if lane.status == "unsaturated" else "recommended"
+        ax.axvline(lane.recommended, color="tab:green", linestyle="--", linewidth=1.5,
+                   label=f"{word} c={lane.recommended}" if labelled else "_nolegend_")
     if lane.saturation is not None:
-        ax.axvline(
-            lane.saturation,
-            color="tab:red",
-            linestyle=":",
-            linewidth=1.5,
-            label=f"saturation c={lane.saturation}",
-        )
+        ax.axvline(lane.saturation, color="tab:red", linestyle=":", linewidth=1.5,
+                   label=f"saturation c={lane.saturation}" if labelled else "_nolegend_")
 
 
-def lane_figure_svg(lane: LaneReport, pause_objective_s: float | None) -> str:
-    """The lane's four-panel figure as an ``<svg>`` string (no XML prolog), ready to inline in HTML."""
+def _threshold(ax: Axes, value: float | None, data: Sequence[float], colour: str, label: str,
+               title: str) -> str:
+    """A horizontal limit drawn on ``ax`` where it lies within 4x the data's top (else the panel would be
+    all headroom): returns the words to add to the title when it is left off."""
+    if value is None:
+        return ""
+    top = max(_known(data), default=0.0)
+    if top > 0 and value > 4 * top:
+        return f"{title} above the panel"
+    ax.axhline(value, color=colour, linestyle="-.", linewidth=1.2, alpha=0.8, label=label)
+    return ""
+
+
+def _legend(ax: Axes, *others: Axes, loc: Literal["best", "upper left", "lower left"] = "best") -> None:
+    lines = [line for a in (ax, *others) for line in a.get_lines() if not str(line.get_label()).startswith("_")]
+    if lines:
+        ax.legend(lines, [str(line.get_label()) for line in lines], loc=loc, fontsize=_FONT - 1)
+
+
+def _throughput(ax: Axes, lane: LaneReport, steps: list[StepFigures], conc: list[int]) -> None:
+    _setup_axis(ax, conc, "Throughput", "tokens / s")
+    output = _values(steps, "throughput_tok_s")
+    ax.plot(conc, output, marker="o", color="tab:blue", label="output tok/s")
+    lows = [s.throughput_tok_s - s.throughput_ci_tok_s[0] if s.throughput_ci_tok_s else 0.0 for s in steps]
+    highs = [s.throughput_ci_tok_s[1] - s.throughput_tok_s if s.throughput_ci_tok_s else 0.0 for s in steps]
+    if any(lows) or any(highs):
+        ax.errorbar(conc, output, yerr=[lows, highs], fmt="none", ecolor="tab:blue", capsize=3, linewidth=1)
+    total = [math.nan if s.total_throughput_tok_s is None else s.total_throughput_tok_s for s in steps]
+    if _known(total):
+        ax.plot(conc, total, "--s", color="tab:cyan", markersize=4, label="total tok/s")
+        ax.plot(conc, _values(steps, "input_throughput_tok_s"), ":^", color="tab:gray", markersize=4,
+                label="input tok/s")
+    invalid = [s for s in steps if not s.valid]
+    if invalid:
+        ax.plot([s.concurrency for s in invalid], [s.throughput_tok_s for s in invalid], "x", color="black",
+                markersize=9, markeredgewidth=2, label="invalid rung")
+    if lane.knee is not None and lane.knee in conc:
+        y = steps[conc.index(lane.knee)].throughput_tok_s
+        ax.plot([lane.knee], [y], "D", color="tab:olive", markersize=7, label=f"knee c={lane.knee}")
+    _mark_rungs(ax, lane, labelled=True)
+    ax.set_ylim(bottom=0)
+    _legend(ax)
+
+
+def _latency(ax: Axes, lane: LaneReport, steps: list[StepFigures], conc: list[int], policy: Policy) -> None:
+    series = [
+        ("latency_s.p50", "e2e p50", "-o", "tab:blue"),
+        ("latency_s.p95", "e2e p95", "--o", "tab:blue"),
+        ("ttft_s.p50", "TTFT p50", "-s", "tab:orange"),
+        ("ttft_s.p95", "TTFT p95", "--s", "tab:orange"),
+    ]
+    values = {label: _values(steps, getter, 1000.0) for getter, label, _, _ in series}
+    everything = [v for vs in values.values() for v in vs]
+    _setup_axis(ax, conc, "Latency", "ms")
+    for _, label, style, colour in series:
+        ax.plot(conc, values[label], style, color=colour, label=label, markersize=4)
+    off = []
+    for value, label, colour in ((policy.slo.ttft_p95_s, "TTFT p95", "tab:orange"),
+                                 (policy.slo.e2e_p95_s, "e2e p95", "tab:blue")):
+        if value is not None:
+            text = f"{label} objective {value * 1000:g} ms"
+            off.append(_threshold(ax, value * 1000, everything, colour, text, text))
+    off = [o for o in off if o]
+    if off:
+        ax.set_title("Latency; " + "; ".join(off), fontsize=_FONT + 1)
+    _mark_rungs(ax, lane, labelled=False)
+    ax.set_ylim(bottom=0)
+    _legend(ax)
+
+
+def _occupancy(ax: Axes, lane: LaneReport, steps: list[StepFigures], conc: list[int]) -> None:
+    _setup_axis(ax, conc, "Occupancy and queue depth", "busy slots / total slots")
+    ax.plot(conc, _values(steps, "occupancy_ratio"), "-o", color="tab:purple", label="occupancy (left)")
+    ax.set_ylim(0, 1.05)
+    _colour_axis(ax, "tab:purple", "left")
+    ax_q = ax.twinx()
+    ax_q.plot(conc, _values(steps, "queue_depth_avg"), "--^", color="tab:orange", label="queue depth (right)")
+    ax_q.set_ylabel("requests waiting (avg)")
+    ax_q.set_ylim(bottom=0)
+    _colour_axis(ax_q, "tab:orange", "right")
+    _mark_rungs(ax, lane, labelled=False)
+    _legend(ax, ax_q, loc="upper left")
+
+
+def _pauses(ax: Axes, lane: LaneReport, steps: list[StepFigures], conc: list[int], policy: Policy) -> None:
+    _setup_axis(ax, conc, "Decode pauses (decode starvation)", "ms")
+    pauses = _values(steps, "pause_s.p99", 1000.0)
+    itl = _values(steps, "itl_s.p95", 1000.0)
+    ax.plot(conc, pauses, "-d", color="tab:red", label="longest pause per request, p99")
+    ax.plot(conc, itl, "--.", color="tab:brown", label="ITL p95")
+    objective = policy.slo.tbt_p99_s
+    title = ""
+    if objective is not None:
+        text = f"objective {objective * 1000:g} ms (slo.tbt_p99_s)"
+        title = _threshold(ax, objective * 1000, pauses + itl, "tab:red", text, text)
+    if title:
+        ax.set_title(f"Decode pauses; {title}", fontsize=_FONT + 1)
+    _mark_rungs(ax, lane, labelled=False)
+    ax.set_ylim(bottom=0)
+    _legend(ax, loc="upper left")
+
+
+def _admission(ax: Axes, lane: LaneReport, steps: list[StepFigures], conc: list[int], policy: Policy) -> None:
+    _setup_axis(ax, conc, "Prefill admission (prefill starvation)", "ms")
+    waits = _values(steps, "admission_wait_max_s", 1000.0)
+    limits = [math.nan if s.admission_wait_bound_s is None
+              else s.admission_wait_bound_s * policy.max_admission_wait_ratio * 1000 for s in steps]
+    ax.plot(conc, _values(steps, "queue_s.p95", 1000.0), "--.", color="tab:gray", label="queue wait p95")
+    ax.plot(conc, waits, "-o", color="tab:blue", label="longest queued wait")
+    ax.plot(conc, limits, "-.", marker="_", markersize=14, markeredgewidth=2, color="tab:red", linewidth=1.2,
+            label=f"limit: FIFO bound x {policy.max_admission_wait_ratio:g}")
+    if not _known(waits):
+        slots = "" if lane.slots is None else f" (c <= {lane.slots} slots)"
+        ax.text(0.5, 0.5, f"no rung queued requests{slots}", transform=ax.transAxes, ha="center",
+                va="center", color="#555")
+    _mark_rungs(ax, lane, labelled=False)
+    ax.set_ylim(bottom=0)
+    _legend(ax, loc="upper left")
+
+
+def _fairness(ax: Axes, lane: LaneReport, steps: list[StepFigures], conc: list[int], policy: Policy) -> None:
+    _setup_axis(ax, conc, "Fairness", "Jain's index over users' tokens")
+    ax.plot(conc, _values(steps, "jain"), "-o", color="tab:green", label="Jain's index (left)")
+    if policy.jain_min is not None:
+        ax.axhline(policy.jain_min, color="tab:green", linestyle="-.", linewidth=1.2,
+                   label=f"Jain limit {policy.jain_min:g} (jain_min)")
+    ax.set_ylim(0, 1.05)
+    _colour_axis(ax, "tab:green", "left")
+    ax_r = ax.twinx()
+    colour = "tab:brown"
+    ax_r.plot(conc, _values(steps, "user_wait_ratio"), "--s", color=colour, markersize=4,
+              label="worst user's wait / lane's (right)")
+    ax_r.plot(conc, _values(steps, "user_itl_ratio"), ":^", color=colour, markersize=4,
+              label="slowest user's pace / fastest's (right)")
+    ax_r.axhline(policy.max_user_wait_ratio, color=colour, linestyle="-.", linewidth=1.0, alpha=0.8,
+                 label=f"ratio limit {policy.max_user_wait_ratio:g}x (right)")
+    if policy.max_user_itl_ratio != policy.max_user_wait_ratio:
+        ax_r.axhline(policy.max_user_itl_ratio, color=colour, linestyle=(0, (1, 3)), linewidth=1.0,
+                     label=f"pace limit {policy.max_user_itl_ratio:g}x (right)")
+    ratios = _known(_values(steps, "user_wait_ratio") + _values(steps, "user_itl_ratio"))
+    ax_r.set_ylim(0, max([*ratios, policy.max_user_wait_ratio, policy.max_user_itl_ratio]) * 1.15)
+    ax_r.set_ylabel("ratio (x)")
+    _colour_axis(ax_r, colour, "right")
+    _mark_rungs(ax, lane, labelled=False)
+    _legend(ax, ax_r, loc="lower left")
+
+
+def lane_figure_svg(lane: LaneReport, policy: Policy) -> str:
+    """The lane's six-panel figure as an ``<svg>`` string (no XML prolog), ready to inline in HTML;
+    ``policy`` gives the thresholds drawn (the one the verdicts used)."""
     steps = list(lane.steps)
     conc = [s.concurrency for s in steps]
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "satbench", "font.size": 9.0}):
-        fig = Figure(figsize=(11, 7.2), layout="constrained")
-        (ax_tp, ax_lat), (ax_occ, ax_fair) = fig.subplots(2, 2)
-
-        _setup_axis(ax_tp, conc, "Aggregate throughput", "output tokens / s")
-        ax_tp.plot(conc, _values(steps, "throughput_tok_s"), marker="o", color="tab:blue", label="tokens/s")
-        invalid = [s for s in steps if not s.valid]
-        if invalid:
-            ax_tp.scatter(
-                [s.concurrency for s in invalid],
-                [s.throughput_tok_s for s in invalid],
-                marker="x",
-                color="black",
-                s=60,
-                zorder=5,
-                label="invalid step",
-            )
-        _mark_rungs(ax_tp, lane)
-        ax_tp.set_ylim(bottom=0)
-        ax_tp.legend(loc="best", fontsize=8)
-
-        _setup_axis(ax_lat, conc, "Latency", "seconds")
-        for getter, label, style in (
-            ("latency_s.p50", "e2e p50", "-o"),
-            ("latency_s.p95", "e2e p95", "--o"),
-            ("ttft_s.p50", "TTFT p50", "-s"),
-            ("ttft_s.p95", "TTFT p95", "--s"),
-        ):
-            ax_lat.plot(conc, _values(steps, getter), style, label=label, markersize=4)
-        _mark_rungs(ax_lat, lane)
-        ax_lat.set_ylim(bottom=0)
-        ax_lat.legend(loc="best", fontsize=8)
-
-        _setup_axis(ax_occ, conc, "Occupancy and queue depth", "busy slots / total slots")
-        ax_occ.plot(conc, _values(steps, "occupancy_ratio"), "-o", color="tab:purple", label="occupancy")
-        ax_occ.set_ylim(0, 1.05)
-        ax_q = ax_occ.twinx()
-        ax_q.plot(
-            conc, _values(steps, "queue_depth_avg"), "--^", color="tab:orange", label="queue depth (avg)"
-        )
-        ax_q.set_ylabel("requests waiting")
-        ax_q.set_ylim(bottom=0)
-        lines = ax_occ.get_lines() + ax_q.get_lines()
-        ax_occ.legend(lines, [str(line.get_label()) for line in lines], loc="upper left", fontsize=8)
-
-        _setup_axis(ax_fair, conc, "Fairness and decode starvation", "Jain's index")
-        ax_fair.plot(conc, _values(steps, "jain"), "-o", color="tab:green", label="Jain's index")
-        ax_fair.set_ylim(0, 1.05)
-        ax_s = ax_fair.twinx()
-        pauses = [v * 1000 for v in _values(steps, "pause_s.p99")]
-        ax_s.plot(conc, pauses, "--d", color="tab:red", label="pause p99 (ms)")
-        if pause_objective_s is not None:
-            ax_s.axhline(pause_objective_s * 1000, color="tab:red", alpha=0.4, linewidth=1,
-                         label=f"objective {pause_objective_s * 1000:.0f} ms")
-        ax_s.set_ylabel("longest pause per request, p99 (ms)")
-        ax_s.set_ylim(bottom=0)
-        lines = ax_fair.get_lines() + ax_s.get_lines()
-        ax_fair.legend(lines, [str(line.get_label()) for line in lines], loc="lower left", fontsize=8)
-
+        fig = Figure(figsize=(11, 10.5), layout="constrained")
+        (ax_tp, ax_lat), (ax_occ, ax_pause), (ax_adm, ax_fair) = fig.subplots(3, 2)
+        _throughput(ax_tp, lane, steps, conc)
+        _latency(ax_lat, lane, steps, conc, policy)
+        _occupancy(ax_occ, lane, steps, conc)
+        _pauses(ax_pause, lane, steps, conc, policy)
+        _admission(ax_adm, lane, steps, conc, policy)
+        _fairness(ax_fair, lane, steps, conc, policy)
         fig.suptitle(f"lane {lane.lane}", fontsize=12, fontweight="bold")
         buf = io.StringIO()
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})

@@ -1,78 +1,137 @@
-"""The run report: ``report.html`` (self-contained, plots inline) and ``README.md`` for one run folder.
+"""The run report: ``report.html`` (self-contained, plots inline), ``README.md``, the CSV exports
+(``steps.csv``, ``records.csv``) and the summary ``satbench run`` prints, for one run folder.
 
-Both are rebuilt from the raw files alone (manifest.json, steps.json, recommendations.json, records.jsonl)
+All are rebuilt from the raw files alone (manifest.json, steps.json, recommendations.json, records.jsonl)
 through ``satbench.report.data.load_run``, so ``satbench report RUN_DIR`` on a copied folder gives the same
-report as the session that wrote it. The HTML has no external reference at all (no CDN, no web font, no
-script): plots are inline SVG from ``satbench.report.plots``, styles are inline, so it opens offline.
+report as the session that wrote it, byte for byte. The HTML has no external reference at all (no CDN, no
+web font, no script): plots are inline SVG from ``satbench.report.plots``, styles are inline, so it opens
+offline.
 
-``lane_table`` is the one results table (per rung: throughput, p50/p95 latency, TTFT, queue time, occupancy,
-memory, Jain's index, starvation verdict); the terminal output of ``satbench run``, the Markdown and the
-HTML all print it.
+The report answers first: each lane opens with its answer block (``answer_state``: a settled answer, an
+open one such as a lower bound below saturation, or none; the binding constraint with its measured figure
+and its bound, the slots, the knee, whether saturation was reached), then the policy the verdicts used and
+the workload, then per lane the plots and the tables, then the limitations. The answer lines come last in
+the terminal (``console_summary``), where a person reads them after a run.
+
+Two tables per lane, each built by one function that the terminal, the Markdown and the HTML all print:
+``lane_table`` (per rung: validity or its reason, output/input/total throughput, queue wait, occupancy,
+memory, Jain's index, the pause p99 and the document's verdicts) and ``latency_table`` (mean, p50, p95 and
+p99 of TTFT, ITL, TPOT and e2e). Units are fixed per column and stated in the header, never in a cell:
+times in ms, throughput in tok/s, memory in MiB or GiB as the column's largest value suits.
 """
 
 from __future__ import annotations
 
+import csv
 import html
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from core.figures import StepFigures
 from core.manifest import RunManifest
-from satbench.report.data import LaneReport, RunReport, load_run, verdict_label
+from recommender.policy import SLO, Policy
+from satbench.report.data import (
+    RECORDS_COLUMNS,
+    STEPS_COLUMNS,
+    Finding,
+    LaneReport,
+    RunReport,
+    load_run,
+    records_rows,
+    steps_rows,
+    verdict_label,
+)
 from satbench.report.plots import lane_figure_svg
 
 __all__ = [
-    "TABLE_HEADERS",
+    "LATENCY_FIGURES",
+    "answer_facts",
+    "answer_state",
+    "binding_text",
+    "console_summary",
     "format_recommendation",
     "lane_gpus",
     "lane_table",
+    "latency_table",
     "limitations",
+    "policy_rows",
+    "policy_summary",
     "render_html",
     "render_markdown",
     "text_table",
     "workload_lines",
+    "write_csv",
     "write_report",
 ]
 
-TABLE_HEADERS = (
-    "c",
-    "valid",
-    "tok/s",
-    "tok/s 95% CI",
-    "req/s",
-    "e2e p50",
-    "e2e p95",
-    "TTFT p50",
-    "TTFT p95",
-    "queue p95",
-    "occupancy",
-    "queue depth",
-    "GPU mem (fullest; all)",
-    "host RSS",
-    "Jain",
-    "pause p99",
-    "verdicts",
-)
+# the latency table's figures: (header name, StepFigures attribute)
+LATENCY_FIGURES = (("TTFT", "ttft_s"), ("ITL", "itl_s"), ("TPOT", "tpot_s"), ("e2e", "latency_s"))
+_STATS = ("mean", "p50", "p95", "p99")
+_NONE = "-"
 
 
-def _s(value: float | None, unit: str = "s") -> str:
+# ---- cells -----------------------------------------------------------------------------------------------
+
+def _ms_cells(values: Sequence[float | None]) -> list[str]:
+    """Seconds as ms, with the decimals the column's largest value needs (2 under 10 ms, 1 under 1 s)."""
+    known = [abs(v) * 1000 for v in values if v is not None]
+    top = max(known, default=0.0)
+    decimals = 2 if top < 10 else 1 if top < 1000 else 0
+    return [_NONE if v is None else f"{v * 1000:.{decimals}f}" for v in values]
+
+
+def _memory_unit(values: Iterable[float | None], default: str = "MiB") -> tuple[str, float]:
+    top = max((v for v in values if v is not None), default=None)
+    if top is None:
+        return default, 2.0**30 if default == "GiB" else 2.0**20
+    return ("GiB", 2.0**30) if top >= 2**30 else ("MiB", 2.0**20)
+
+
+def _scaled(value: float | None, scale: float) -> str:
     if value is None:
-        return "-"
-    if unit == "s":
-        return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
-    return f"{value:.2f}"
+        return _NONE
+    return f"{value / scale:.2f}" if scale >= 2**30 else f"{value / scale:.1f}"
+
+
+def _number(value: float | None, fmt: str) -> str:
+    return _NONE if value is None else format(value, fmt)
 
 
 def _bytes(value: float | None) -> str:
+    """One size with its unit, for prose (hardware lines), never in a table column."""
     if value is None:
-        return "-"
+        return _NONE
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if value >= scale:
             return f"{value / scale:.1f} {unit}"
     return f"{value:.0f} B"
 
+
+def _duration(seconds: float) -> str:
+    ms = seconds * 1000
+    return f"{ms:.1f} ms" if abs(ms) < 10 else f"{ms:.0f} ms"
+
+
+def _measure(value: float | None, unit: str) -> str:
+    """A measured figure or a bound in the unit its ``Finding`` states."""
+    if value is None:
+        return "?"
+    if unit == "s":
+        return _duration(value)
+    if unit == "share":
+        return f"{value:.1%}"
+    if unit == "gain":
+        return f"{value:+.1%} per doubling"
+    if unit == "ratio":
+        return f"{value:.2f}x"
+    if unit == "index":
+        return f"{value:.3f}"
+    return f"{value:.4g}"
+
+
+# ---- the two tables --------------------------------------------------------------------------------------
 
 def lane_gpus(lane: LaneReport) -> str:
     """``GPUs: 8 x <name> (modelled)`` from the lane's step figures, or empty where none was seen."""
@@ -84,72 +143,302 @@ def lane_gpus(lane: LaneReport) -> str:
     return ""
 
 
-def _gpu(step: StepFigures) -> str:
-    """The fullest GPU's peak; with several GPUs, the lane's sum over them too; ``modelled`` for the
-    simulator's figures, which are no reading of a device."""
-    mem = step.memory_bytes
-    if mem.gpu_max is None:
-        return "-"
-    text = _bytes(mem.gpu_max)
-    if mem.gpu_count is not None and mem.gpu_count > 1 and mem.gpu_sum_max is not None:
-        text += f"; {_bytes(mem.gpu_sum_max)} on {mem.gpu_count}"
-    return text + (" (modelled)" if mem.gpu_simulated else "")
-
-
-def _row(step: StepFigures, checks: dict[str, str] | None) -> list[str]:
-    return [
-        str(step.concurrency),
-        "yes" if step.valid else "no",
-        f"{step.throughput_tok_s:.1f}",
-        "-" if step.throughput_ci_tok_s is None
-        else f"{step.throughput_ci_tok_s[0]:.1f}..{step.throughput_ci_tok_s[1]:.1f}",
-        f"{step.requests_per_s:.2f}",
-        _s(step.latency_s.p50),
-        _s(step.latency_s.p95),
-        _s(step.ttft_s.p50),
-        _s(step.ttft_s.p95),
-        _s(step.queue_s.p95),
-        "-" if step.occupancy_ratio is None else f"{step.occupancy_ratio:.2f}",
-        "-" if step.queue_depth_avg is None else f"{step.queue_depth_avg:.2f}",
-        _gpu(step),
-        _bytes(step.memory_bytes.host_rss_max),
-        "-" if step.jain is None else f"{step.jain:.3f}",
-        _s(step.pause_s.p99),
-        verdict_label(checks),
-    ]
+def _valid_cell(lane: LaneReport, step: StepFigures) -> str:
+    """``yes``; ``no: <reason>`` for an invalid window; ``yes, not counted: <why>`` for a valid rung the
+    recommender could not use (too few requests, unstable throughput)."""
+    if not step.valid:
+        return f"no: {step.reason or 'no reason given'}"
+    judged = lane.judgments.get(step.concurrency)
+    if judged is not None and judged.usable is False and judged.unusable_reason:
+        return f"yes, not counted: {judged.unusable_reason}"
+    return "yes"
 
 
 def lane_table(lane: LaneReport) -> tuple[tuple[str, ...], list[list[str]]]:
-    """The results table of one lane; ``verdicts`` are the document's checks of each rung."""
-    return TABLE_HEADERS, [_row(s, lane.checks.get(s.concurrency)) for s in lane.steps]
+    """The rungs table of one lane: per rung its validity (or why not), throughput (output, input, total;
+    the output's interval), queue wait, occupancy, queue depth, memory (one unit per column, in its
+    header), Jain's index, the pause p99 and the verdicts (the document's checks of each rung)."""
+    steps = lane.steps
+    mems = [s.memory_bytes for s in steps]
+    gpu_unit, gpu_scale = _memory_unit([m.gpu_max for m in mems] + [m.gpu_sum_max for m in mems], "GiB")
+    rss_unit, rss_scale = _memory_unit([m.host_rss_max for m in mems], "MiB")
+    several = max((m.gpu_count or 0 for m in mems if m.gpu_sum_max is not None), default=0)
+    gpu_header = f"GPU mem {gpu_unit}" + (" modelled" if any(m.gpu_simulated for m in mems) else "")
+    if several > 1:
+        gpu_header += " (fullest; sum)"
+    headers = (
+        "c", "valid", "output tok/s", "input tok/s", "total tok/s", "output tok/s 95% CI", "req/s",
+        "queue p95 ms", "occupancy", "queue depth", gpu_header, f"host RSS {rss_unit}", "Jain", "pause p99 ms",
+        "verdicts",
+    )
+    queue = _ms_cells([s.queue_s.p95 for s in steps])
+    pause = _ms_cells([s.pause_s.p99 for s in steps])
+    rows = []
+    for i, step in enumerate(steps):
+        mem = step.memory_bytes
+        gpu = _scaled(mem.gpu_max, gpu_scale)
+        if mem.gpu_count is not None and mem.gpu_count > 1 and mem.gpu_sum_max is not None:
+            gpu += f"; {_scaled(mem.gpu_sum_max, gpu_scale)}"
+        ci = step.throughput_ci_tok_s
+        rows.append([
+            str(step.concurrency),
+            _valid_cell(lane, step),
+            f"{step.throughput_tok_s:.1f}",
+            _number(step.input_throughput_tok_s, ".1f"),
+            _number(step.total_throughput_tok_s, ".1f"),
+            _NONE if ci is None else f"{ci[0]:.1f}..{ci[1]:.1f}",
+            f"{step.requests_per_s:.2f}",
+            queue[i],
+            _number(step.occupancy_ratio, ".2f"),
+            _number(step.queue_depth_avg, ".2f"),
+            gpu,
+            _scaled(mem.host_rss_max, rss_scale),
+            _number(step.jain, ".3f"),
+            pause[i],
+            verdict_label(lane.checks.get(step.concurrency)),
+        ])
+    return headers, rows
+
+
+def latency_table(lane: LaneReport) -> tuple[tuple[str, ...], list[list[str]]]:
+    """The latency table of one lane, every cell in ms: per rung the mean, p50, p95 and p99 of TTFT, ITL,
+    TPOT and e2e (each column's decimals from its largest value)."""
+    headers = ("c", *(f"{name} {stat} ms" for name, _ in LATENCY_FIGURES for stat in _STATS))
+    columns = [
+        _ms_cells([getattr(getattr(s, attr), stat) for s in lane.steps])
+        for _, attr in LATENCY_FIGURES
+        for stat in _STATS
+    ]
+    rows = [[str(s.concurrency), *(col[i] for col in columns)] for i, s in enumerate(lane.steps)]
+    return headers, rows
+
+
+def _wrap(header: str, width: int) -> list[str]:
+    lines: list[str] = []
+    for word in header.split(" "):
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines
+
+
+def _groups(headers: Sequence[str]) -> list[tuple[int, int, str]]:
+    """Runs of two or more adjacent headers ``<name> <stat> <unit>`` with the same name and unit:
+    (first column, last column, ``<name> <unit>``)."""
+    keys = [(w[0], w[-1]) if len(w := h.split(" ")) >= 3 else None for h in headers]
+    out, i = [], 0
+    while i < len(keys):
+        j = i
+        while keys[i] is not None and j + 1 < len(keys) and keys[j + 1] == keys[i]:
+            j += 1
+        key = keys[i]
+        if j > i and key is not None:
+            out.append((i, j, f"{key[0]} {key[1]}"))
+        i = j + 1
+    return out
 
 
 def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A fixed-width table for the terminal."""
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))]
-    lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-    return "\n".join(lines)
+    """A fixed-width table for the terminal. Adjacent headers ``<name> <stat> <unit>`` sharing name and unit
+    (``TTFT p50 ms``, ``TTFT p95 ms``) print ``<name> <unit>`` once over their ``<stat>`` columns; a header
+    wider than its column's cells wraps at spaces (to at least 9 characters a line), so units in headers do
+    not widen the table."""
+    groups = _groups(headers)
+    grouped = {c: g for g in groups for c in range(g[0], g[1] + 1)}
+    shown = [" ".join(h.split(" ")[1:-1]) if i in grouped else h for i, h in enumerate(headers)]
+    widths = []
+    for i, header in enumerate(shown):
+        cells = max((len(r[i]) for r in rows), default=0)
+        words = max(len(w) for w in header.split(" "))
+        widths.append(max(cells, words, min(len(header), 9)))
+    wrapped = [_wrap(h, w) for h, w in zip(shown, widths, strict=True)]
+    widths = [max(w, *(len(line) for line in lines)) for w, lines in zip(widths, wrapped, strict=True)]
+    for first, last, label in groups:  # a group's label must fit over its columns
+        span = sum(widths[first:last + 1]) + 2 * (last - first)
+        widths[last] += max(0, len(label) - span)
+    depth = max([len(lines) for lines in wrapped] + [len(wrapped[g[0]]) + 1 for g in groups] + [1])
+    grid = [[" " * w for w in widths] for _ in range(depth)]
+    for i, lines in enumerate(wrapped):
+        for k, line in enumerate(lines):
+            grid[depth - len(lines) + k][i] = line.rjust(widths[i])
+    out = ["  ".join(line) for line in grid]
+    for first, last, label in groups:  # overwrite the group's line above its stats, centred over the span
+        k = depth - len(wrapped[first]) - 1
+        left = sum(widths[:first]) + 2 * first
+        span = sum(widths[first:last + 1]) + 2 * (last - first)
+        line = out[k].ljust(left + span)
+        out[k] = line[:left] + label.center(span, "-" if span > len(label) + 2 else " ") + line[left + span:]
+    out = [line.rstrip() for line in out]
+    out.append("  ".join("-" * w for w in widths))
+    out += ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(out)
+
+
+# ---- the answer ------------------------------------------------------------------------------------------
+
+def answer_state(lane: LaneReport) -> str:
+    """``settled`` (status ok, with an answer), ``open`` (an answer that is not settled: a lower bound below
+    saturation, a stale or degraded one) or ``none`` (no answer)."""
+    if lane.recommended is None:
+        return "none"
+    return "settled" if lane.status == "ok" else "open"
+
+
+def _previous_rung(lane: LaneReport, c: int) -> int | None:
+    below = [s.concurrency for s in lane.steps if s.concurrency < c and s.valid
+             and (lane.judgments.get(s.concurrency) is None or lane.judgments[s.concurrency].usable is not False)]
+    return max(below, default=None)
+
+
+def binding_text(lane: LaneReport) -> str:
+    """The binding constraint's evidence in words: the rung that showed it, its measured figure and the
+    policy's bound (empty where the lane has no binding constraint)."""
+    b: Finding | None = lane.binding
+    if b is None:
+        return ""
+    if b.name in ("throughput_plateau", "ladder_top") and b.measured is not None and b.concurrency is not None:
+        prev = _previous_rung(lane, b.concurrency)
+        over = "" if prev is None else f" over c={prev}"
+        interval = "" if b.interval is None else f" (interval {b.interval[0]:+.1%}..{b.interval[1]:+.1%})"
+        least = "?" if b.limit is None else f"{b.limit * 100:g}%"
+        if b.name == "throughput_plateau":
+            return (f"c={b.concurrency} gained {b.measured:+.1%} per doubling{over}{interval}, less than the "
+                    f"{least} a doubling must buy ({b.bound})")
+        return (f"the top rung c={b.concurrency} still gained {b.measured:+.1%} per doubling{over}; a plateau "
+                f"is a gain under {least} ({b.bound})")
+    if b.measured is None or b.limit is None or b.concurrency is None or not b.unit:
+        return b.detail
+    measured, limit = _measure(b.measured, b.unit), _measure(b.limit, b.unit)
+    return f"{b.figure} {measured} at c={b.concurrency}, bound {limit} ({b.bound})"
 
 
 def format_recommendation(lane: LaneReport) -> str:
-    """One line: the lane's answer, or why there is none."""
+    """One line: the lane's answer (its first clause ``recommended concurrency N``, or ``at least concurrency
+    N`` for a lower bound), the binding constraint with its figure and bound, or why there is none."""
     if lane.recommended is None:
         why = lane.reason or (f"status {lane.status}" if lane.status else "no answer")
         return f"{lane.lane}: no recommendation ({why})"
+    there = ([] if lane.throughput_at_recommended is None
+             else [f"{lane.throughput_at_recommended:.1f} tok/s there"])
+    evidence = binding_text(lane)
     if lane.status == "unsaturated":  # the top rung, a lower bound: say so first
-        parts = [f"{lane.lane}: at least concurrency {lane.recommended} (saturation not reached within the ladder)"]
-    else:
-        parts = [f"{lane.lane}: recommended concurrency {lane.recommended}"]
+        parts = [f"{lane.lane}: at least concurrency {lane.recommended} (saturation not reached within the ladder)",
+                 *there, "lower bound" + (f": {evidence}" if evidence else "") + "; extend the ladder"]
+        return "; ".join(parts) + f" [{lane.status}]"
+    parts = [f"{lane.lane}: recommended concurrency {lane.recommended}"]
     if lane.saturation is not None:
         parts.append(f"saturation at {lane.saturation}")
     if lane.binding_constraint:
-        parts.append(f"bound by {lane.binding_constraint}")
-    if lane.throughput_at_recommended is not None:
-        parts.append(f"{lane.throughput_at_recommended:.1f} tok/s there")
-    text = ", ".join(parts) + f" [{lane.status}]"
+        parts.append(f"bound by {lane.binding_constraint}" + (f": {evidence}" if evidence else ""))
+    parts += there
+    text = "; ".join(parts) + f" [{lane.status}]"
     return text + (f" ({lane.reason})" if lane.reason else "")
+
+
+def _headline(lane: LaneReport) -> tuple[str, str]:
+    """The block's headline and its badge."""
+    state = answer_state(lane)
+    if state == "none":
+        return "no recommendation", f"no answer: {lane.status.replace('_', ' ')}"
+    if lane.status == "unsaturated":
+        return f"at least concurrency {lane.recommended}", "open: lower bound"
+    if state == "open":
+        return f"recommended concurrency {lane.recommended}", f"open: {lane.status.replace('_', ' ')}"
+    return f"recommended concurrency {lane.recommended}", "settled"
+
+
+def _ladder(lane: LaneReport) -> str:
+    return "/".join(str(s.concurrency) for s in lane.steps) or "-"
+
+
+def answer_facts(lane: LaneReport) -> list[tuple[str, str]]:
+    """The answer block's rows, (label, text): why (an open or missing answer), the binding constraint with
+    its evidence, saturation, the knee, the slots and the throughput at the answer."""
+    facts: list[tuple[str, str]] = []
+    if lane.status == "unsaturated":
+        facts.append(("lower bound", "saturation not reached, extend the ladder (ladder.extend, or higher rungs "
+                                     "in ladder.concurrency)"))
+    elif lane.reason:
+        facts.append(("why", lane.reason))
+    if lane.binding_constraint:
+        evidence = binding_text(lane)
+        facts.append(("binding constraint", lane.binding_constraint + (f": {evidence}" if evidence else "")))
+    elif lane.recommended is None:
+        facts.append(("binding constraint", "none: no answer"))
+    if lane.saturation is not None:
+        facts.append(("saturation", f"reached at c={lane.saturation}"))
+    elif lane.status == "unsaturated" or lane.binding_constraint == "ladder_top":
+        facts.append(("saturation", f"not reached within the ladder {_ladder(lane)}"))
+    else:
+        facts.append(("saturation", "not reached" + (f" (the answer stops at {lane.binding_constraint})"
+                                                     if lane.binding_constraint else "")))
+    facts.append(("knee", "none" if lane.knee is None else f"c={lane.knee}"))
+    facts.append(("slots", "unknown" if lane.slots is None else f"{lane.slots} (the runtime's total_slots)"))
+    if lane.throughput_at_recommended is not None:
+        facts.append(("throughput there", f"{lane.throughput_at_recommended:.1f} output tok/s at c={lane.recommended}"))
+    return facts
+
+
+def _short_facts(lane: LaneReport) -> str:
+    """Slots, knee and saturation in one line (the terminal's second line of each answer)."""
+    facts = dict(answer_facts(lane))
+    return "; ".join(f"{k}: {facts[k]}" for k in ("slots", "knee", "saturation"))
+
+
+def _extra_notes(lane: LaneReport) -> list[str]:
+    """The recommender's notes the block does not already say."""
+    said = {lane.reason or "", lane.binding.detail if lane.binding else ""}
+    return [n for n in lane.notes if n not in said]
+
+
+# ---- the policy and the workload -----------------------------------------------------------------------
+
+def _policy_fields() -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for name, info in Policy.model_fields.items():
+        if name == "slo":
+            out += [(f"slo.{n}", i) for n, i in SLO.model_fields.items()]
+        else:
+            out.append((name, info))
+    return out
+
+
+def _setting(name: str, value: Any) -> str:
+    if value is None:
+        return "not set"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    if name.endswith("_s"):
+        return f"{value * 1000:g} ms"
+    return f"{value:g}"
+
+
+def policy_rows(report: RunReport) -> list[tuple[str, str, str]]:
+    """Every setting of the policy the verdicts used, (setting, value, meaning); times in ms."""
+    dumped = report.rules.model_dump(mode="json")
+    rows = []
+    for name, info in _policy_fields():
+        head, _, sub = name.partition(".")
+        value = dumped[head][sub] if sub else dumped[head]
+        rows.append((name, _setting(name, value), str(info.description or "")))
+    return rows
+
+
+def policy_summary(report: RunReport) -> str:
+    """The limits that decide an answer, in one line."""
+    p = report.rules
+    parts = [f"a doubling must gain {p.min_gain_per_doubling:.0%}"]
+    for label, value in (("TTFT p95", p.slo.ttft_p95_s), ("ITL p95", p.slo.itl_p95_s),
+                         ("e2e p95", p.slo.e2e_p95_s), ("pause p99", p.slo.tbt_p99_s)):
+        if value is not None:
+            parts.append(f"{label} <= {value * 1000:g} ms")
+    parts.append(f"errors <= {p.max_error_ratio:.0%}")
+    if p.jain_min is not None:
+        parts.append(f"Jain >= {p.jain_min:g}")
+    parts.append(f"queued wait <= {p.max_admission_wait_ratio:g}x the FIFO bound")
+    parts.append(f"users' wait/pace within {p.max_user_wait_ratio:g}x/{p.max_user_itl_ratio:g}x")
+    return ", ".join(parts)
 
 
 def limitations(report: RunReport) -> list[str]:
@@ -160,11 +449,14 @@ def limitations(report: RunReport) -> list[str]:
             "Simulator lanes model a llama.cpp batcher; their figures describe the simulator's profile, "
             "not a real GPU. Their GPU memory column is the simulator's model (weights, compute buffers and "
             "KV cache in use: the fullest of its modelled GPUs, and the sum over them where there are several), "
-            "marked modelled, never a reading of a device."
+            "marked modelled in its header, never a reading of a device."
         )
     if runtimes - {"simulator"} and not report.manifest.hardware.get("gpu"):
         reason = report.manifest.hardware.get("gpu_reason") or "no GPU evidence"
         out.append(f"No GPU memory figures for the other lanes: {reason}.")
+    for name, info in report.manifest.lanes.items():
+        if isinstance(info, dict) and info.get("node_reason"):  # an external node seen from elsewhere
+            out.append(f"Lane {name} ({info.get('url', '?')}): {info['node_reason']}.")
     invalid = [
         f"{lane.lane} c={s.concurrency} ({s.reason or 'invalid'})"
         for lane in report.lanes
@@ -185,7 +477,7 @@ def limitations(report: RunReport) -> list[str]:
 
 
 def _when(ts: float | None) -> str:
-    return "-" if not ts else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
+    return _NONE if not ts else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
 
 
 def _length_text(dist: Any) -> str:
@@ -211,6 +503,7 @@ def workload_lines(manifest: RunManifest) -> list[str]:
     ladder_section = loadgen.get("ladder")
     ladder: dict[str, Any] = ladder_section if isinstance(ladder_section, dict) else {}
     share = work.get("prefill_probe_share") or 0
+    extend = ladder.get("extend")
     lines = [
         f"prompt tokens: {_length_text(work.get('prompt_tokens'))}",
         f"output tokens: {_length_text(work.get('output_tokens'))}"
@@ -218,60 +511,14 @@ def workload_lines(manifest: RunManifest) -> list[str]:
         f"prefill probes: {share:.0%} of requests with {work.get('prefill_probe_tokens', '?')} prompt tokens"
         if share else "prefill probes: none",
         f"seed {work.get('seed', '?')}; closed-loop users, ladder "
-        + "/".join(str(c) for c in ladder.get("concurrency") or []) + "; "
+        + "/".join(str(c) for c in ladder.get("concurrency") or [])
+        + (f", extended past the top rung while it pays (at most {ladder.get('max_concurrency', '?')})" if extend
+           else "")
+        + "; "
         f"warm-up {loadgen.get('warmup_s', '?')} s, window {loadgen.get('min_window_s', '?')}.."
         f"{loadgen.get('max_window_s', '?')} s",
     ]
     return lines
-
-
-def render_markdown(report: RunReport) -> str:
-    m = report.manifest
-    lines = [f"# satbench run {report.run_id}", ""]
-    lines += [
-        f"- command: `{' '.join(m.command) or '-'}`",
-        f"- started: {_when(m.created_at)}, finished: {_when(m.finished_at)}",
-        f"- satbench {m.versions.get('satbench', '?')}, commit {m.versions.get('git_commit') or 'unknown'}",
-        f"- hardware: {m.hardware.get('cpu_model') or 'unknown CPU'}, "
-        f"{m.hardware.get('cpu_cores_logical') or '?'} cores, RAM {_bytes(m.hardware.get('ram_bytes'))}, "
-        f"GPU: {_gpu_text(m.hardware)}",
-        f"- requests recorded: {report.records_count if report.records_count is not None else '-'}",
-        "",
-    ]
-    workload = workload_lines(m)
-    if workload:
-        lines += ["## Workload", ""] + [f"- {line}" for line in workload] + [""]
-    lines += ["## Lanes", ""]
-    for name, info in m.lanes.items():
-        info = info if isinstance(info, dict) else {}
-        rtt = (
-            (m.network.get(name) or {}).get("rtt_median_s") if isinstance(m.network.get(name), dict) else None
-        )
-        lines.append(
-            f"- **{name}**: {info.get('runtime', '?')} at {info.get('url', '?')}"
-            f"{f', RTT {rtt * 1000:.2f} ms' if isinstance(rtt, int | float) else ''}"
-        )
-    lines += ["", "## Recommendations", ""]
-    lines += [f"- {format_recommendation(lane)}" for lane in report.lanes] or ["- none"]
-    for lane in report.lanes:
-        headers, rows = lane_table(lane)
-        lines += [
-            "",
-            f"## Results: lane {lane.lane}",
-            "",
-            *([lane_gpus(lane), ""] if lane_gpus(lane) else []),
-            "| " + " | ".join(headers) + " |",
-            "|" + "---:|" * len(headers),
-        ]
-        lines += ["| " + " | ".join(r) + " |" for r in rows] or ["(no steps)"]
-    lines += ["", "## Limitations", ""] + [f"- {item}" for item in limitations(report)]
-    lines += [
-        "",
-        "Plots: `report.html`. Raw data: `manifest.json`, `records.jsonl`, `steps.json`, "
-        "`recommendations.json`. Rebuild with `satbench report <this folder>`.",
-        "",
-    ]
-    return "\n".join(lines)
 
 
 def _gpu_text(hardware: dict) -> str:
@@ -285,69 +532,236 @@ def _gpu_text(hardware: dict) -> str:
     )
 
 
+def _run_lines(report: RunReport) -> list[tuple[str, str]]:
+    m = report.manifest
+    out = [
+        ("run", report.run_id),
+        ("command", " ".join(m.command) or _NONE),
+        ("started", _when(m.created_at)),
+        ("finished", _when(m.finished_at)),
+        ("satbench", f"{m.versions.get('satbench', '?')} (commit {m.versions.get('git_commit') or 'unknown'})"),
+        ("CPU", f"{m.hardware.get('cpu_model') or '?'}, {m.hardware.get('cpu_cores_logical') or '?'} cores"),
+        ("RAM", _bytes(m.hardware.get("ram_bytes"))),
+        ("GPU", _gpu_text(m.hardware)),
+        ("requests recorded", str(report.records_count if report.records_count is not None else _NONE)),
+    ]
+    for name, info in m.lanes.items():
+        info = info if isinstance(info, dict) else {}
+        net = m.network.get(name)
+        rtt = net.get("rtt_median_s") if isinstance(net, dict) else None
+        out.append((f"lane {name}", f"{info.get('runtime', '?')} at {info.get('url', '?')}"
+                    + (f", RTT {rtt * 1000:.2f} ms" if isinstance(rtt, int | float) else "")))
+    return out
+
+
+# ---- the terminal ----------------------------------------------------------------------------------------
+
+def console_summary(report: RunReport) -> str:
+    """What ``satbench run`` prints at its end: per lane the rungs table and the latency table (ms), the
+    run folder's problems, the policy in one line, then, last, the answers (``recommendations:``, one
+    ``format_recommendation`` line per lane with its slots, knee and saturation on the next line)."""
+    out: list[str] = []
+    for lane in report.lanes:
+        out += [f"lane {lane.lane}", text_table(*lane_table(lane)), "",
+                f"lane {lane.lane}, latency (ms)", text_table(*latency_table(lane)), ""]
+    if report.problems:
+        out += ["problems:", *(f"  {p}" for p in report.problems), ""]
+    out += [f"policy: {policy_summary(report)}", "", "recommendations:"]
+    for lane in report.lanes:
+        out += [f"  {format_recommendation(lane)}", f"    {_short_facts(lane)}"]
+    if not report.lanes:
+        out.append("  none")
+    return "\n".join(out)
+
+
+# ---- Markdown --------------------------------------------------------------------------------------------
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _md_table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str = "---:") -> list[str]:
+    lines = ["| " + " | ".join(_md_cell(h) for h in headers) + " |", "|" + f"{align}|" * len(headers)]
+    return lines + ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in rows]
+
+
+def render_markdown(report: RunReport) -> str:
+    m = report.manifest
+    lines = [f"# satbench run {report.run_id}", "",
+             f"Finished {_when(m.finished_at)}; {report.records_count or 0} requests recorded. "
+             "Plots: `report.html`.", "", "## Recommendations", ""]
+    for lane in report.lanes:
+        headline, badge = _headline(lane)
+        lines += [f"### {lane.lane}: {headline} ({badge})", ""]
+        lines += [f"- **{label}**: {text}" for label, text in answer_facts(lane)]
+        lines += [f"- note: {n}" for n in _extra_notes(lane)]
+        lines += ["", f"`{format_recommendation(lane)}`", ""]
+    if not report.lanes:
+        lines += ["No lanes.", ""]
+    lines += ["## Policy", "", f"The limits the verdicts used (from {report.policy_source}); times in ms.", ""]
+    lines += _md_table(("setting", "value", "meaning"), policy_rows(report), ":---")
+    workload = workload_lines(m)
+    if workload:
+        lines += ["", "## Workload", ""] + [f"- {line}" for line in workload]
+    lines += ["", "## Run", ""] + [f"- {k}: {v if k != 'command' else f'`{v}`'}" for k, v in _run_lines(report)]
+    for lane in report.lanes:
+        lines += ["", f"## Results: lane {lane.lane}", ""]
+        if lane_gpus(lane):
+            lines += [lane_gpus(lane), ""]
+        if not lane.steps:
+            lines.append("(no steps)")
+            continue
+        lines += ["### Rungs", "", *_md_table(*lane_table(lane)), "", "### Latency (ms)", "",
+                  *_md_table(*latency_table(lane))]
+    lines += ["", "## Limitations", ""] + [f"- {item}" for item in limitations(report)]
+    lines += [
+        "",
+        "Raw data: `manifest.json`, `records.jsonl`, `steps.json`, `recommendations.json`; flat tables: "
+        "`steps.csv`, `records.csv`. Rebuild with `satbench report <this folder>`.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# ---- HTML ------------------------------------------------------------------------------------------------
+
 _CSS = """
-body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px;color:#222;max-width:1240px}
-h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ccc;padding-bottom:4px;margin-top:28px}
-table{border-collapse:collapse;font-size:12px;margin:8px 0}
+body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;font-size:14px;margin:20px 24px;color:#222;
+ max-width:1240px}
+h1{font-size:20px;margin:0 0 2px}h2{font-size:18px;border-bottom:1px solid #ccc;padding-bottom:4px;margin-top:28px}
+h3{font-size:15px;margin:14px 0 4px}.sub{color:#555;font-size:13px;margin:0 0 12px}
+table{border-collapse:collapse;font-size:12px;margin:6px 0}
 td,th{border:1px solid #ddd;padding:3px 7px;text-align:right}th{background:#f3f3f3}
-.rec{font-size:15px;background:#eef7ee;border-left:4px solid #3a3;padding:6px 10px;margin:6px 0}
-.norec{background:#fbeeee;border-left-color:#c33}.meta td{text-align:left}svg{max-width:100%;height:auto}
+td.l,th.l,.meta td,.policy td{text-align:left}.policy td:nth-child(2){white-space:nowrap}
+tr.invalid td{color:#777;background:#fafafa}
+.answer{border:1px solid;border-left-width:6px;border-radius:4px;padding:8px 12px;margin:0 0 10px}
+.answer h2{border:0;margin:0 0 4px;padding:0;font-size:19px}
+.answer .badge{display:inline-block;font-size:12px;font-weight:600;padding:1px 8px;border-radius:10px;
+ margin-left:8px;vertical-align:middle;color:#fff}
+.answer dl{display:grid;grid-template-columns:150px 1fr;gap:2px 10px;margin:4px 0;font-size:14px}
+.answer dt{font-weight:600;color:#444}.answer dd{margin:0}
+.answer .line{font-family:ui-monospace,monospace;font-size:11px;color:#555;margin:4px 0 0}
+.answer ul{margin:2px 0;font-size:12px;color:#444}
+.settled{background:#eef7ee;border-color:#2e7d32}.settled .badge{background:#2e7d32}
+.open{background:#fff6e0;border-color:#d48806}.open .badge{background:#b26a00}
+.none{background:#f2f2f2;border-color:#8a8a8a}.none .badge{background:#6b6b6b}
+svg{max-width:100%;height:auto}
 """
 
 
-def _html_table(headers: Sequence[str], rows: Sequence[Sequence[str]], cls: str = "") -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
-    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+def _esc(text: Any) -> str:
+    return html.escape(str(text))
+
+
+def _html_table(headers: Sequence[str], rows: Sequence[Sequence[str]], cls: str = "",
+                titles: Sequence[Sequence[str]] | None = None, row_classes: Sequence[str] | None = None,
+                left: Sequence[int] = ()) -> str:
+    left_cls = ' class="l"'
+    head = "".join(f"<th{left_cls if i in left else ''}>{_esc(h)}</th>" for i, h in enumerate(headers))
+    body = []
+    for r, row in enumerate(rows):
+        cells = []
+        for i, cell in enumerate(row):
+            title = titles[r][i] if titles else ""
+            attrs = (left_cls if i in left else "") + (f' title="{_esc(title)}"' if title else "")
+            cells.append(f"<td{attrs}>{_esc(cell)}</td>")
+        rc = f' class="{row_classes[r]}"' if row_classes and row_classes[r] else ""
+        body.append(f"<tr{rc}>" + "".join(cells) + "</tr>")
+    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def _answer_html(lane: LaneReport) -> str:
+    state = answer_state(lane)
+    headline, badge = _headline(lane)
+    rows = []
+    for label, text in answer_facts(lane):
+        key = ' data-binding="1"' if label == "binding constraint" else ""
+        rows.append(f"<dt>{_esc(label)}</dt><dd{key}>{_esc(text)}</dd>")
+    notes = _extra_notes(lane)
+    return (
+        f'<section class="answer {state}" data-answer="{_esc(lane.lane)}" data-state="{state}">'
+        f'<h2>{_esc(lane.lane)}: {_esc(headline)} <span class="badge">{_esc(badge)}</span></h2>'
+        f'<dl>{"".join(rows)}</dl>'
+        + (f"<ul>{''.join(f'<li>{_esc(n)}</li>' for n in notes)}</ul>" if notes else "")
+        + f'<p class="line">{_esc(format_recommendation(lane))}</p></section>'
+    )
+
+
+def _verdict_titles(lane: LaneReport, headers: Sequence[str]) -> list[list[str]]:
+    """Hover text for the verdicts cells: each check's status and the recommender's words."""
+    at = headers.index("verdicts")
+    out = []
+    for step in lane.steps:
+        judged = lane.judgments.get(step.concurrency)
+        text = "" if judged is None else "\n".join(
+            f"{name}: {f.status}" + (f": {f.detail}" if f.detail else "") for name, f in judged.checks.items())
+        out.append(["" if i != at else text for i in range(len(headers))])
+    return out
 
 
 def render_html(report: RunReport) -> str:
     m = report.manifest
-    esc = html.escape
-    meta = [
-        ("run", report.run_id),
-        ("command", " ".join(m.command) or "-"),
-        ("started", _when(m.created_at)),
-        ("finished", _when(m.finished_at)),
-        (
-            "satbench",
-            f"{m.versions.get('satbench', '?')} (commit {m.versions.get('git_commit') or 'unknown'})",
-        ),
-        ("CPU", f"{m.hardware.get('cpu_model') or '?'}, {m.hardware.get('cpu_cores_logical') or '?'} cores"),
-        ("RAM", _bytes(m.hardware.get("ram_bytes"))),
-        ("GPU", _gpu_text(m.hardware)),
-        ("requests recorded", str(report.records_count if report.records_count is not None else "-")),
-        *(("workload", line) for line in workload_lines(m)),
-    ]
     parts = [
         f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>satbench run "
-        f"{esc(report.run_id)}</title><style>{_CSS}</style></head><body>",
-        f"<h1>satbench run {esc(report.run_id)}</h1>",
-        _html_table(("", ""), meta, "meta").replace("<thead><tr><th></th><th></th></tr></thead>", ""),
-        "<h2>Recommendations</h2>",
+        f"{_esc(report.run_id)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>satbench run {_esc(report.run_id)}</h1>",
+        f'<p class="sub">finished {_esc(_when(m.finished_at))}; {report.records_count or 0} requests recorded; '
+        f"lanes {_esc(', '.join(lane.lane for lane in report.lanes) or 'none')}; policy: "
+        f"{_esc(policy_summary(report))}</p>",
     ]
+    parts += [_answer_html(lane) for lane in report.lanes] or ["<p>No lanes.</p>"]
+    parts.append(f"<h2>Policy</h2><p>The limits the verdicts used (from {_esc(report.policy_source)}); "
+                 "times in ms.</p>")
+    parts.append(_html_table(("setting", "value", "meaning"), policy_rows(report), "policy", left=(0, 2)))
+    workload = workload_lines(m)
+    if workload:
+        parts.append("<h2>Workload</h2><ul>" + "".join(f"<li>{_esc(x)}</li>" for x in workload) + "</ul>")
+    meta = _html_table(("", ""), _run_lines(report), "meta")
+    parts.append("<h2>Run</h2>" + meta.replace("<thead><tr><th></th><th></th></tr></thead>", ""))
     for lane in report.lanes:
-        cls = "rec" if lane.recommended is not None else "rec norec"
-        parts.append(f'<div class="{cls}">{esc(format_recommendation(lane))}</div>')
-    for lane in report.lanes:
-        headers, rows = lane_table(lane)
-        parts.append(f"<h2>Lane {esc(lane.lane)}</h2>")
+        parts.append(f"<h2>Lane {_esc(lane.lane)}</h2>")
         if lane_gpus(lane):
-            parts.append(f"<p>{esc(lane_gpus(lane))}</p>")
-        parts.append(lane_figure_svg(lane, report.pause_objective_s) if lane.steps else "<p>No steps.</p>")
-        parts.append(_html_table(headers, rows))
+            parts.append(f"<p>{_esc(lane_gpus(lane))}</p>")
+        if not lane.steps:
+            parts.append("<p>No steps.</p>")
+            continue
+        parts.append(lane_figure_svg(lane, report.rules))
+        headers, rows = lane_table(lane)
+        parts.append("<h3>Rungs</h3>")
+        parts.append(_html_table(headers, rows, "rungs", titles=_verdict_titles(lane, headers),
+                                 row_classes=["" if s.valid else "invalid" for s in lane.steps],
+                                 left=(1, len(headers) - 1)))
+        parts.append("<h3>Latency (ms)</h3>")
+        parts.append(_html_table(*latency_table(lane), "latency"))
     parts.append(
         "<h2>Limitations</h2><ul>"
-        + "".join(f"<li>{esc(x)}</li>" for x in limitations(report))
-        + "</ul></body></html>\n"
+        + "".join(f"<li>{_esc(x)}</li>" for x in limitations(report))
+        + "</ul><p>Raw data: manifest.json, records.jsonl, steps.json, recommendations.json; flat tables: "
+          "steps.csv, records.csv.</p></body></html>\n"
     )
     return "\n".join(parts)
 
 
-def write_report(run_dir: Path) -> tuple[Path, Path]:
-    """Rebuilds ``report.html`` and ``README.md`` in ``run_dir`` from its raw files; returns both paths."""
+# ---- files -----------------------------------------------------------------------------------------------
+
+def write_csv(path: Path, columns: Sequence[str], rows: Iterable[dict[str, str]]) -> Path:
+    """Writes ``rows`` (dicts keyed by ``columns``) as CSV with a header line, in that column order."""
+    with path.open("w", encoding="utf-8", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(columns), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def write_report(run_dir: Path) -> tuple[Path, Path, Path, Path]:
+    """Rebuilds ``report.html``, ``README.md``, ``steps.csv`` and ``records.csv`` (an empty table where
+    ``records.jsonl`` is missing) in ``run_dir`` from its raw files; returns the four paths."""
     report = load_run(run_dir)
     html_path, md_path = run_dir / "report.html", run_dir / "README.md"
     html_path.write_text(render_html(report), encoding="utf-8")
     md_path.write_text(render_markdown(report), encoding="utf-8")
-    return html_path, md_path
+    steps_csv = write_csv(run_dir / "steps.csv", STEPS_COLUMNS, steps_rows(report))
+    records = run_dir / "records.jsonl"
+    records_csv = write_csv(run_dir / "records.csv", RECORDS_COLUMNS,
+                            records_rows(records) if records.exists() else ())
+    return html_path, md_path, steps_csv, records_csv

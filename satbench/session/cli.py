@@ -1,18 +1,27 @@
-"""``satbench run [--config FILE] [--out DIR]``: a whole session (see ``satbench.session.run``).
+"""``satbench run [--config FILE] [--url URL ...] [--out DIR]``: a whole session (see ``satbench.session.run``).
 
-With no config: two simulator lanes (dense, moe), ladder 1/2/4/8, a local Prometheus and recommender. Exit
-status 0 with an answer printed; 2 for a bad config; 1 with a one-line reason when something cannot start
-(Prometheus missing, a runtime not answering, a port taken); 130 on Ctrl-C. Every child process is stopped
-in every case.
+With no config: two simulator lanes (dense, moe), ladder 1/2/4/8, a local Prometheus and recommender.
+``--url URL`` (repeatable) measures a node that is already running instead, each URL one external lane
+(``--name``, ``--api``, ``--model``, ``--api-key-env`` and ``--slots`` apply to the lanes given this way), every
+other setting at its default or the config's: the quick start for one's own node.
+
+Exit status, the one rule of every ``satbench`` command that answers: 0 when every lane has an answer, 1
+when some lane has none (each said by name; a part that cannot start counts: nothing was answered), 2 for
+bad input (config, flags, an out folder that is not a folder), refused before anything starts and before a
+run folder exists; 130 on Ctrl-C. Every child process is stopped in every case.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
-__all__ = ["configure", "main"]
+__all__ = ["configure", "main", "quick_lanes"]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -27,30 +36,75 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="override a config value by dotted path, value as TOML (e.g. loadgen.warmup_s=1)",
     )
+    node = parser.add_argument_group("your own node (replaces the config's lanes)")
+    node.add_argument("--url", action="append", default=[], metavar="URL",
+                      help="base URL of a running llama-server (or any server of --api); repeat for more lanes")
+    node.add_argument("--name", action="append", default=[], metavar="NAME",
+                      help="lane name per --url, in order (default: the model name, else 'node')")
+    node.add_argument("--exporter-url", action="append", default=[], metavar="URL",
+                      help="an exporter already running for the lane, per --url in order (the session starts none)")
+    node.add_argument("--api", default=None, choices=["llamacpp", "openai-chat", "openai-completions"],
+                      help="the API to load it through (default llamacpp: /completion)")
+    node.add_argument("--model", default=None, help="model name sent in requests (router and OpenAI servers)")
+    node.add_argument("--api-key-env", default=None, metavar="VAR",
+                      help="environment variable that holds the API key (the key itself is never written)")
+    node.add_argument("--slots", type=int, default=None,
+                      help="the node's slot count, where it does not report one in /props")
 
 
-def _overrides(items: list[str]) -> dict[str, object]:
-    import tomllib
+def _lane_name(base: str, url: str) -> str:
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", base).strip("-.")[:64]
+    return name or (urlsplit(url).hostname or "node")
 
-    out: dict[str, object] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--set wants KEY=VALUE, got {item!r}")
-        try:
-            out[key.strip()] = tomllib.loads(f"v = {raw}")["v"]
-        except tomllib.TOMLDecodeError:
-            out[key.strip()] = raw
-    return out
+
+def quick_lanes(args: argparse.Namespace) -> list[dict[str, Any]] | None:
+    """The external lanes that ``--url`` asks for (``None`` without ``--url``); ``ValueError`` names the flag."""
+    if not args.url:
+        for flag in ("name", "exporter_url", "api", "model", "api_key_env", "slots"):
+            if getattr(args, flag) not in (None, []):
+                raise ValueError(f"--{flag.replace('_', '-')} applies to the lanes of --url, and none was given")
+        return None
+    for flag in ("name", "exporter_url"):
+        given = getattr(args, flag)
+        if given and len(given) != len(args.url):
+            raise ValueError(f"--{flag.replace('_', '-')}: give one per --url ({len(args.url)}), got {len(given)}")
+    base = args.model.rsplit("/", 1)[-1] if args.model else "node"
+    lanes = []
+    for i, url in enumerate(args.url):
+        name = args.name[i] if args.name else _lane_name(base if len(args.url) == 1 else f"{base}{i + 1}", url)
+        lane: dict[str, Any] = {"name": name, "runtime": "external", "url": url}
+        if args.exporter_url:
+            lane["exporter_url"] = args.exporter_url[i]
+        lane.update({k: v for k, v in (("api", args.api), ("model", args.model),
+                                       ("api_key_env", args.api_key_env), ("slots", args.slots)) if v is not None})
+        lanes.append(lane)
+    return lanes
+
+
+def _check_out_dir(out: Path) -> None:
+    """The folder for run folders must be a folder, or creatable: refused as bad input before anything runs."""
+    probe = out
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ValueError(f"out_dir: {probe} is not a directory (choose another --out)")
+    if not os.access(probe, os.W_OK):
+        raise ValueError(f"out_dir: {probe} is not writable (choose another --out)")
 
 
 def main(args: argparse.Namespace) -> int:
+    from loadgen.cli import parse_overrides
     from satbench.session.config import SessionConfigError, load_session_config
     from satbench.session.processes import StartError
     from satbench.session.run import run_session
 
     try:
-        config = load_session_config(args.config, _overrides(args.set))
+        overrides: dict[str, Any] = parse_overrides(args.set)
+        lanes = quick_lanes(args)
+        if lanes is not None:
+            overrides["lanes"] = lanes
+        config = load_session_config(args.config, overrides)
+        _check_out_dir(args.out or config.out_dir)
     except (SessionConfigError, ValueError) as exc:
         print(f"satbench run: {exc}", file=sys.stderr)
         return 2

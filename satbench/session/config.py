@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from core.config_files import HttpUrl, load_toml_model, merge_tables
+from core.config_files import FieldError, HttpUrl, load_toml_model, merge_tables, validation_problems
 from core.lanes import Lane, duplicate_names, lane_named
 from loadgen.config import LadderConfig, LaneConfig, LoadgenConfig
 from recommender.policy import Policy
@@ -92,6 +92,14 @@ class LaneRuntime(Lane):
     ubatch: int | None = Field(default=None, gt=0)
     threads: int | None = Field(default=None, gt=0)
     server_args: list[str] = Field(default_factory=list)
+    # An exporter already running for this lane (compose, or one on the node itself): the session starts
+    # none and records this URL; the Prometheus the session uses must scrape it with this lane's label.
+    exporter_url: HttpUrl | None = None
+    # Start this lane's exporter in relay mode (satbench exporter --relay) and send the load generator through
+    # the relay, for node-side latencies beside the client's (runtime_ttft_seconds...; the dashboards'
+    # "node vs client" row). The relay runs beside the exporter the session starts, on this host; the manifest
+    # records the runtime's url and the relay's (relay_url), the load generator's own entry the URL it used.
+    relay: bool = False
 
     def setting(self, name: str) -> int:
         """A serving setting for a llama-server this session starts: the lane's, else ``LLAMACPP_DEFAULTS``."""
@@ -107,13 +115,19 @@ class LaneRuntime(Lane):
         if self.runtime == "simulator":
             _check_profile(self.profile)
         if self.runtime == "external" and not self.url:
-            raise ValueError(f"lane {self.name}: an external runtime needs a url")
+            raise FieldError([("url", "an external runtime needs a url (its base URL, http://host:port)")])
         if self.runtime != "external" and self.url:
-            raise ValueError(
-                f"lane {self.name}: url is only for runtime = 'external' (the session picks ports)"
-            )
+            raise FieldError([("url", "only for runtime = 'external' (the session picks the ports of "
+                               "the runtimes it starts)")])
         if self.runtime == "llamacpp" and not self.model_file:
-            raise ValueError(f"lane {self.name}: a llamacpp runtime needs model_file (a GGUF in model_dir)")
+            raise FieldError([("model_file", "a llamacpp runtime needs model_file (a GGUF in model_dir)")])
+        return self
+
+    @model_validator(mode="after")
+    def _check_relay(self) -> LaneRuntime:
+        if self.relay and self.exporter_url:
+            raise FieldError([("relay", "the session starts a relay only with an exporter it starts: with "
+                               "exporter_url set, run that exporter with --relay and point url at the relay")])
         return self
 
 
@@ -137,15 +151,11 @@ def _check_profile(profile: str) -> None:
     try:
         load_profile(profile)
     except ProfileError as exc:
-        raise ValueError(f"profile: {exc}") from exc
+        raise FieldError([("profile", str(exc))]) from None
 
 
 def _default_lanes() -> list[LaneRuntime]:
     return [LaneRuntime(name="dense", profile="dense"), LaneRuntime(name="moe", profile="moe")]
-
-
-def _policy_problems(exc: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or '(policy)'}: {err['msg']}" for err in exc.errors())
 
 
 # The ladder extension's thresholds and the policy's figures they default to.
@@ -183,7 +193,7 @@ class SessionConfig(_Model):
         try:
             Policy.model_validate(value)
         except ValidationError as exc:
-            raise ValueError(f"not a recommender policy: {_policy_problems(exc)}") from None
+            raise FieldError(validation_problems(exc, value, Policy)) from None
         return value
 
     @field_validator("loadgen")
@@ -202,14 +212,14 @@ class SessionConfig(_Model):
     @model_validator(mode="after")
     def _check(self) -> SessionConfig:
         if not self.lanes:
-            raise ValueError("a session needs at least one lane")
+            raise FieldError([("lanes", "a session needs at least one lane")])
         dupes = duplicate_names(self.lanes)
         if dupes:
-            raise ValueError(f"duplicate lane names: {', '.join(dupes)}")
+            raise FieldError([("lanes", f"duplicate lane names: {', '.join(dupes)}")])
         if self.loadgen.lanes:
-            raise ValueError("put lanes in [[lanes]] at the top level, not in [loadgen]")
+            raise FieldError([("loadgen.lanes", "put lanes in [[lanes]] at the top level, not in [loadgen]")])
         if any(lane.runtime == "llamacpp" for lane in self.lanes) and self.model_dir is None:
-            raise ValueError("llamacpp lanes need model_dir")
+            raise FieldError([("model_dir", "llamacpp lanes need model_dir (the folder of their GGUF files)")])
         return self
 
     def lane(self, name: str) -> LaneRuntime:

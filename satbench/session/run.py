@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shlex
+import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -47,9 +48,9 @@ from recommender.run_analysis import analyze_run
 from satbench import evidence
 from satbench.models.tiny import describe_model_files
 from satbench.report.data import load_run
-from satbench.report.render import format_recommendation, lane_table, text_table, write_report
+from satbench.report.render import console_summary, write_report
 from satbench.runtimes import RunningRuntime
-from satbench.runtimes.external import check_external
+from satbench.runtimes.external import check_external, is_this_host
 from satbench.runtimes.llamacpp import LlamaServer, LlamaServerError, LlamaServerSpec
 from satbench.runtimes.simulator import start_simulator
 from satbench.session.config import LaneRuntime, SessionConfig
@@ -73,10 +74,16 @@ class LaneEndpoint:
     lane: LaneRuntime
     runtime: RunningRuntime
     exporter_url: str | None = None
+    relay_url: str | None = None  # the lane's relay (lane option relay), which the load generator sends to
 
     @property
     def url(self) -> str:
         return self.runtime.url
+
+    @property
+    def client_url(self) -> str:
+        """Where the load generator sends: the lane's relay when it has one, else the runtime."""
+        return self.relay_url or self.url
 
 
 @dataclass
@@ -134,13 +141,25 @@ def _start_runtime(
 
 
 def _start_exporter(endpoint: LaneEndpoint, processes: ProcessSet, timeout_s: float) -> None:
+    if endpoint.lane.exporter_url is not None:  # one runs already (compose, the node's own): use it
+        endpoint.exporter_url = endpoint.lane.exporter_url
+        return
     port = free_port()
     argv = _python_cli("exporter", "--runtime-url", endpoint.url, "--host", "127.0.0.1", "--port", str(port))
     if endpoint.runtime.pid is not None:
         argv += ["--runtime-pid", str(endpoint.runtime.pid)]
+    if endpoint.lane.runtime == "external" and not is_this_host(endpoint.url):
+        argv += ["--gpu", "none"]  # this host's GPUs are not the node's (satbench.runtimes.external)
+    relay_port = free_port() if endpoint.lane.relay else None
+    if relay_port is not None:  # relay mode: the load generator then sends through it (LaneEndpoint.client_url)
+        argv += ["--relay", f"127.0.0.1:{relay_port}"]
     child = processes.start(f"exporter-{endpoint.lane.name}", argv)
     endpoint.exporter_url = f"http://127.0.0.1:{port}"
     wait_until_ready(child, f"{endpoint.exporter_url}/metrics", timeout_s=timeout_s)
+    if relay_port is not None:
+        relay_url = f"http://127.0.0.1:{relay_port}"
+        wait_until_ready(child, f"{relay_url}/health", timeout_s=timeout_s)  # the runtime's, through the relay
+        endpoint.relay_url = relay_url
 
 
 def _start_recommender(
@@ -198,6 +217,11 @@ def _build_manifest(
                 **ep.runtime.evidence(),
                 "url": ep.url,
                 "exporter_url": ep.exporter_url,
+                "relay_url": ep.relay_url,  # set: the load generator sent through it (clients.<lane>.url)
+                "exporter_started": ep.lane.exporter_url is None,
+                **({"node_reason": f"GPU and process figures come from the lane's own exporter "
+                                   f"{ep.lane.exporter_url}, not from this host"}
+                   if ep.lane.exporter_url is not None and ep.runtime.evidence().get("node_reason") else {}),
                 "api": ep.lane.api,
                 "model": ep.lane.model,
                 "runtime_props": evidence.runtime_props(client, ep.url),
@@ -248,7 +272,7 @@ def _walk(config: SessionConfig, endpoints: list[LaneEndpoint], run_dir: Path, h
           metrics_port: int) -> RunManifest:
     """The ladder walk in-process; returns the session's header joined with the load generator's part."""
     loadgen = config.loadgen.model_copy(
-        update={"lanes": [ep.lane.at(ep.url) for ep in endpoints], "metrics_port": metrics_port,
+        update={"lanes": [ep.lane.at(ep.client_url) for ep in endpoints], "metrics_port": metrics_port,
                 "recommender_url": None, "metrics_linger_s": 2 * config.prometheus.scrape_interval_s + 1.0}
     )
     with asyncio.Runner(loop_factory=fast_loop_factory()) as runner:
@@ -267,7 +291,7 @@ def _start_monitoring(
     say: Say,
 ) -> tuple[str, str, dict[str, Any], int]:
     """Recommender and Prometheus (unless configured as URLs); returns their URLs, evidence, loadgen port."""
-    metrics_port = free_port()
+    metrics_port = config.loadgen.metrics_port or free_port()  # fixed where a running Prometheus scrapes it
     prom_port = free_port()
     prom_url = (config.prometheus.url or f"http://127.0.0.1:{prom_port}").rstrip("/")
     rec_child = None
@@ -327,12 +351,13 @@ def run_session(
     run_id = new_run_id()
     run_dir = (out_dir or config.out_dir) / run_id
     run_dir.mkdir(parents=True, exist_ok=False)
-    say(f"satbench run {run_id}: evidence in {run_dir}")
+    say(f"satbench run {run_id}: starting")
     redact = _redactor(config, command)
     say(f"  command: {shlex.join(redact(list(command)))}")
     processes = ProcessSet(run_dir / "logs")
     restore = install_signal_handlers()
     pids: list[int] = []
+    started = False
     try:
         with contextlib.ExitStack() as stack:
             endpoints = [_start_runtime(lane, config, processes, stack, say) for lane in config.lanes]
@@ -343,6 +368,8 @@ def run_session(
                 config, endpoints, run_dir, processes, prom_binary, say
             )
             pids = processes.pids()
+            started = True
+            say(f"  evidence: {run_dir}")
             manifest = _build_manifest(run_id, command, config, endpoints, prom_info, rec_url, gpu_reader, redact)
             manifest.write(run_dir / "manifest.json")
             ladder = config.loadgen.ladder
@@ -370,22 +397,40 @@ def run_session(
                 if prom_binary is not None and not wait_scraped_since(  # our Prometheus keeps the answer too
                         prom_url, time.time(), (RECOMMENDER_JOB,), timeout_s=settle_s):
                     say(f"  prometheus: the recommender not scraped after its answer within {settle_s:g} s")
+    except BaseException:
+        if not started:  # nothing was measured: the reason is the error (with the child's log tail)
+            processes.stop_all()
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
     finally:
         processes.stop_all()
         restore()
     write_report(run_dir)
-    _print_summary(run_dir, say)
-    return SessionResult(
-        run_dir=run_dir, manifest=manifest, recommendations=doc, exit_code=0 if doc else 1, pids=pids
-    )
+    unanswered = _unanswered(config, doc)
+    _print_summary(run_dir, unanswered, say)
+    return SessionResult(run_dir=run_dir, manifest=manifest, recommendations=doc,
+                         exit_code=1 if unanswered else 0, pids=pids)
 
 
-def _print_summary(run_dir: Path, say: Say) -> None:
+def _unanswered(config: SessionConfig, doc: dict[str, Any] | None) -> dict[str, str]:
+    """The lanes without an answer and why: the exit status rule (0 only when every lane has one)."""
+    lanes = (doc or {}).get("lanes") or {}
+    out: dict[str, str] = {}
+    for lane in config.lanes:
+        answer = lanes.get(lane.name)
+        if not isinstance(answer, dict):
+            out[lane.name] = "no recommendations document" if doc is None else "not in the document"
+        elif answer.get("recommended_concurrency") is None:
+            out[lane.name] = str(answer.get("reason") or f"status {answer.get('status')}")
+    return out
+
+
+def _print_summary(run_dir: Path, unanswered: dict[str, str], say: Say) -> None:
     report = load_run(run_dir)
-    for lane in report.lanes:
-        headers, rows = lane_table(lane)
-        say(f"\nlane {lane.lane}\n{text_table(headers, rows)}")
-    say("\nrecommendations:")
-    for lane in report.lanes:
-        say(f"  {format_recommendation(lane)}")
-    say(f"\nevidence: {run_dir} (report.html, README.md)")
+    say("\n" + console_summary(report))
+    shown = {lane.lane for lane in report.lanes}
+    for name, why in unanswered.items():
+        if name not in shown:  # a lane of the document already says why it has no answer
+            say(f"  {name}: no recommendation ({why})")
+    say(f"\nevidence: {run_dir} (report.html, README.md, steps.csv, records.csv)")
+    say(f"serve this answer: satbench serve {run_dir}")

@@ -5,12 +5,26 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
+from recommender.policy import SLO, Policy
 from satbench import generate
-from satbench.dashboards.overview import DASHBOARDS, DATASOURCE, build_overview, dashboard_json, panel_queries
+from satbench.dashboards.overview import (
+    DASHBOARDS,
+    DATASOURCE,
+    IMPORT_INPUT,
+    PROVISIONED_DATASOURCE,
+    all_panels,
+    build_overview,
+    dashboard_json,
+    objectives,
+    panel_queries,
+    panel_targets,
+    variable_queries,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DESIGN_METRICS = (
@@ -23,13 +37,35 @@ DESIGN_METRICS = (
     "loadgen_decode_stall_seconds",
     "loadgen_in_flight",
     "loadgen_step_concurrency",
+    "loadgen_step_figure",
+    "runtime_up",
     "runtime_slots",
     "runtime_queue_depth",
     "runtime_batch_occupancy_ratio",
     "gpu_memory_used_bytes",
     "runtime_process_resident_memory_bytes",
+    "runtime_relay_requests_total",
     "satbench_recommended_concurrency",
+    "satbench_saturation_concurrency",
+    "satbench_recommendations_stale",
 )
+VARIABLES = {"$lane", "$node", "$run_id", "$__rate_interval", "$__range"}
+UNITS = {"percentunit", "reqps", "s", "bytes", "short", "cps", "suffix:tok/s"}
+RELAY_ROW = "Node vs client (relay mode)"
+
+
+def _panels(dashboard: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    return [p for p in all_panels(dashboard or build_overview()) if p["type"] != "row"]
+
+
+def _panel(title: str) -> dict[str, Any]:
+    (panel,) = [p for p in _panels() if p["title"] == title]
+    return panel
+
+
+def _steps(panel: dict[str, Any]) -> list[float]:
+    steps = panel["fieldConfig"]["defaults"].get("thresholds", {}).get("steps", [])
+    return [s["value"] for s in steps if s["value"] is not None]
 
 
 def test_committed_dashboards_do_not_drift() -> None:
@@ -57,29 +93,161 @@ def test_panels_cover_the_design_metrics() -> None:
     assert not missing
 
 
+def _overlaps(panels: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    def cells(p: dict[str, Any]) -> set[tuple[int, int]]:
+        g = p["gridPos"]
+        return {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
+
+    out = []
+    for i, a in enumerate(panels):
+        for b in panels[i + 1:]:
+            if cells(a) & cells(b):
+                out.append((a["title"], b["title"]))
+    return out
+
+
 def test_panel_layout_and_ids() -> None:
-    panels = build_overview()["panels"]
-    ids = [p["id"] for p in panels]
-    assert ids == list(range(1, len(panels) + 1))
-    positions = {(p["gridPos"]["x"], p["gridPos"]["y"]) for p in panels}
-    assert len(positions) == len(panels), "two panels share a grid cell"
-    for p in panels:
+    dashboard = build_overview()
+    everything = list(all_panels(dashboard))
+    assert [p["id"] for p in everything] == list(range(1, len(everything) + 1))
+    top = dashboard["panels"]
+    assert not _overlaps(top), "two panels share grid cells"
+    for row in (p for p in top if p["type"] == "row" and p["collapsed"]):
+        assert row["panels"] and not _overlaps(row["panels"])
+    for p in top:
+        g = p["gridPos"]
+        assert g["x"] >= 0 and g["x"] + g["w"] <= 24, p["title"]
+
+
+def test_every_panel_and_target_reads_the_datasource_variable() -> None:
+    dashboard = build_overview()
+    assert DATASOURCE == {"type": "prometheus", "uid": "${datasource}"}
+    for p in _panels(dashboard):
         assert p["datasource"] == DATASOURCE and p["targets"], p["title"]
         assert len({t["refId"] for t in p["targets"]}) == len(p["targets"])
+    assert all(t["datasource"] == DATASOURCE for _, t in panel_targets(dashboard))
+    assert all(v["datasource"] == DATASOURCE for v in dashboard["templating"]["list"] if v["type"] == "query")
+    step_windows = [a for a in dashboard["annotations"]["list"] if "expr" in a]
+    assert step_windows and all(a["datasource"] == DATASOURCE for a in step_windows)
+    # nothing else names a datasource: no hard-coded uid anywhere
+    text = dashboard_json(dashboard)
+    assert PROVISIONED_DATASOURCE["uid"] not in text
+
+
+def test_template_variables() -> None:
+    variables = {v["name"]: v for v in build_overview()["templating"]["list"]}
+    assert list(variables) == ["datasource", "lane", "node", "run_id"]
+    ds = variables["datasource"]
+    assert ds["type"] == "datasource" and ds["query"] == "prometheus"
+    queries = variable_queries(build_overview())
+    assert queries == {
+        "lane": "label_values(loadgen_step_concurrency, lane)",
+        "node": 'label_values(runtime_up{lane=~"$lane"}, instance)',
+        "run_id": 'label_values(loadgen_step_figure{lane=~"$lane"}, run_id)',
+    }
+    assert variables["lane"]["allValue"] == variables["node"]["allValue"] == ".*"
+    assert not variables["run_id"]["multi"] and variables["run_id"]["sort"] == 2  # newest run first
+
+
+def test_import_inputs_and_provisioning_resolve_the_datasource() -> None:
+    dashboard = build_overview()
+    (inp,) = dashboard["__inputs"]
+    assert inp["name"] == IMPORT_INPUT and inp["type"] == "datasource" and inp["pluginId"] == "prometheus"
+    ds = dashboard["templating"]["list"][0]
+    # import replaces ${DS_PROMETHEUS} with the chosen datasource's uid; provisioning matches by name
+    assert ds["current"]["value"] == "${" + IMPORT_INPUT + "}"
+    prov = yaml.safe_load((ROOT / "grafana/provisioning/datasources/prometheus.yml").read_text())
+    (source,) = prov["datasources"]
+    assert source["type"] == "prometheus" and source["isDefault"] is True
+    assert {"name": source["name"], "uid": source["uid"]} == PROVISIONED_DATASOURCE
+    assert ds["current"]["text"] == source["name"]
+    dashboards = yaml.safe_load((ROOT / "grafana/provisioning/dashboards/satbench.yml").read_text())
+    assert dashboards["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
 
 
 @pytest.mark.parametrize("name", sorted(DASHBOARDS))
 def test_queries_only_use_known_variables(name: str) -> None:
     for title, expr in panel_queries(DASHBOARDS[name]()):
-        assert set(re.findall(r"\$\w+", expr)) <= {"$lane", "$__rate_interval"}, title
+        assert set(re.findall(r"\$\w+", expr)) <= VARIABLES, title
         assert expr.count("(") == expr.count(")"), title
 
 
-def test_provisioning_points_at_the_datasource_and_dashboards() -> None:
-    ds = yaml.safe_load((ROOT / "grafana/provisioning/datasources/prometheus.yml").read_text())
-    assert ds["datasources"][0]["uid"] == DATASOURCE["uid"]
-    prov = yaml.safe_load((ROOT / "grafana/provisioning/dashboards/satbench.yml").read_text())
-    assert prov["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
+def test_units() -> None:
+    for p in _panels():
+        defaults = p["fieldConfig"]["defaults"]
+        units = [defaults["unit"]] + [
+            prop["value"] for o in p["fieldConfig"]["overrides"] for prop in o["properties"] if prop["id"] == "unit"]
+        assert set(units) <= UNITS, (p["title"], units)
+    for title in ("Time to first token", "Inter-token latency", "End-to-end latency", "Queue time",
+                  "TTFT p95 per rung", "ITL p95 per rung", "Longest pause p99 per rung", "TTFT p95 at the answer"):
+        assert _panel(title)["fieldConfig"]["defaults"]["unit"] == "s", title
+    assert _panel("Batch occupancy")["fieldConfig"]["defaults"]["unit"] == "percentunit"
+    assert _panel("Memory")["fieldConfig"]["defaults"]["unit"] == "bytes"
+    # a second quantity on a panel gets its own unit and axis: the error ratios, the stall rate
+    for title, ref, unit in (("Requests/s by outcome", "B", "percentunit"), ("Decode stalls", "B", "cps"),
+                             ("Requests/s at the node vs the client", "B", "percentunit")):
+        (override,) = [o for o in _panel(title)["fieldConfig"]["overrides"] if o["matcher"]["options"] == ref]
+        props = {prop["id"]: prop["value"] for prop in override["properties"]}
+        assert props["unit"] == unit and props["custom.axisPlacement"] == "right", title
+
+
+def test_thresholds_come_from_the_policy() -> None:
+    policy = Policy()
+    found = objectives()
+    assert found["ttft"].limit == policy.slo.ttft_p95_s and found["itl"].limit == policy.slo.itl_p95_s
+    assert found["pause"].limit == policy.slo.tbt_p99_s and found["errors"].limit == policy.max_error_ratio
+    assert ("jain" in found) == (policy.jain_min is not None) and ("e2e" in found) == (policy.slo.e2e_p95_s is not None)
+    assert objectives(Policy(jain_min=0.8))["jain"].thresholds()["steps"] == [
+        {"color": "red", "value": None}, {"color": "green", "value": 0.8}]
+    assert "ttft" not in objectives(Policy(slo=SLO(ttft_p95_s=None)))
+    drawn = {
+        "Time to first token": policy.slo.ttft_p95_s, "TTFT p95 per rung": policy.slo.ttft_p95_s,
+        "TTFT p95 at the answer": policy.slo.ttft_p95_s, "TTFT at the node vs the client": policy.slo.ttft_p95_s,
+        "Inter-token latency": policy.slo.itl_p95_s, "ITL p95 per rung": policy.slo.itl_p95_s,
+        "ITL p95 at the answer": policy.slo.itl_p95_s, "Decode stalls": policy.slo.tbt_p99_s,
+        "Longest pause p99 per rung": policy.slo.tbt_p99_s, "Longest pause p99 at the answer": policy.slo.tbt_p99_s,
+    }
+    for title, limit in drawn.items():
+        panel = _panel(title)
+        assert _steps(panel) == [limit], title
+        if panel["type"] != "stat":
+            assert panel["fieldConfig"]["defaults"]["custom"]["thresholdsStyle"] == {"mode": "dashed"}, title
+    (errors,) = [o for o in _panel("Requests/s by outcome")["fieldConfig"]["overrides"]]
+    assert {"id": "thresholds", "value": found["errors"].thresholds()} in errors["properties"]
+
+
+def test_stat_panels_for_the_answer_and_its_verdicts() -> None:
+    stats = {p["title"]: p for p in _panels() if p["type"] == "stat"}
+    assert {"Recommended concurrency", "Saturation concurrency", "Answer state", "Runtime up"} <= set(stats)
+    for title in ("TTFT p95 at the answer", "ITL p95 at the answer", "Longest pause p99 at the answer",
+                  "Jain's index at the answer", "Output tok/s at the answer"):
+        (target,) = stats[title]["targets"]
+        assert target["instant"] and "count_values" in target["expr"], title
+    mapping = stats["Answer state"]["fieldConfig"]["defaults"]["mappings"][0]["options"]
+    assert mapping["1"]["text"] == "stale" and mapping["0"]["text"] == "fresh"
+
+
+def test_rung_charts_put_concurrency_on_the_x_axis() -> None:
+    charts = [p for p in _panels() if p["type"] == "barchart"]
+    assert {p["title"] for p in charts} >= {"Output throughput per rung", "TTFT p95 per rung", "ITL p95 per rung"}
+    for p in charts:
+        assert p["options"]["xField"] == "concurrency"
+        (target,) = p["targets"]
+        assert target["instant"] and target["format"] == "table" and "loadgen_step_figure" in target["expr"]
+        ids = [t["id"] for t in p["transformations"]]
+        assert ids == ["convertFieldType", "sortBy", "groupingToMatrix", "organize"]
+        assert p["transformations"][3]["options"]["renameByName"] == {"concurrency\\lane": "concurrency"}
+
+
+def test_relay_panels_sit_in_a_collapsed_row_and_draw_only_relay_lanes() -> None:
+    (row,) = [p for p in build_overview()["panels"] if p["type"] == "row" and p["title"] == RELAY_ROW]
+    assert row["collapsed"] and len(row["panels"]) == 5
+    for p in row["panels"]:
+        for t in p["targets"]:
+            assert "runtime_relay" in t["expr"] or "lane_quantile:runtime_" in t["expr"], (p["title"], t["expr"])
+    relay_titles = {p["title"] for p in row["panels"]}
+    outside = [p for p in _panels() if p["title"] not in relay_titles]
+    assert not [p["title"] for p in outside if any("relay" in t["expr"] for t in p["targets"])]
 
 
 def test_recording_rules_used_by_panels_exist() -> None:

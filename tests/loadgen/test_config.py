@@ -60,15 +60,15 @@ def test_api_key_read_from_env_never_stored(monkeypatch: pytest.MonkeyPatch) -> 
     ({"ladder.concurrency": [-1]}, "ladder.concurrency"),
     ({"ladder.concurrency": []}, "ladder.concurrency"),
     ({"ladder.concurrency": [2, 2]}, "ladder.concurrency"),
-    ({"ladder.concurrency": [1, 128]}, "above ladder.max_concurrency (64)"),
+    ({"ladder.concurrency": [1, 128]}, "ladder.concurrency: [128] above max_concurrency (64)"),
     ({"ladder.max_concurrency": 0}, "ladder.max_concurrency"),
     ({"ladder.extend_min_gain": -0.1}, "ladder.extend_min_gain"),
     ({"ladder.extend_ttft_p95_s": 0}, "ladder.extend_ttft_p95_s"),
     ({"ladder.extend_itl_p95_s": -1}, "ladder.extend_itl_p95_s"),
     ({"ladder.extend_max_error_ratio": 1.5}, "ladder.extend_max_error_ratio"),
-    ({"lanes": [{**LANE, "url": "localhost:8080"}]}, "lanes.0.url"),
-    ({"lanes": [{**LANE, "url": "ftp://host"}]}, "lanes.0.url"),
-    ({"lanes": [{**LANE, "api": "grpc"}]}, "lanes.0.api"),
+    ({"lanes": [{**LANE, "url": "localhost:8080"}]}, "lanes[dense].url"),
+    ({"lanes": [{**LANE, "url": "ftp://host"}]}, "lanes[dense].url"),
+    ({"lanes": [{**LANE, "api": "grpc"}]}, "lanes[dense].api"),
     ({"lanes": [LANE, LANE]}, "duplicate lane names: dense"),
     ({"min_window_s": 10, "max_window_s": 5}, "shorter than min_window_s"),
     ({"warmup_s": 30, "max_window_s": 20}, "shorter than warmup_s"),
@@ -88,7 +88,7 @@ def test_every_bad_field_is_named_at_once() -> None:
     with pytest.raises(ConfigError) as err:
         load_config(None, {"ladder.concurrency": [0], "min_requests": 0, "lanes": [{**LANE, "url": "x"}]})
     text = str(err.value)
-    assert "ladder.concurrency" in text and "min_requests" in text and "lanes.0.url" in text
+    assert "ladder.concurrency" in text and "min_requests" in text and "lanes[dense].url" in text
 
 
 def test_bad_toml_is_a_config_error(tmp_path: Path) -> None:

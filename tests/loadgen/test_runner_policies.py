@@ -111,7 +111,7 @@ api = "openai-completions"
     cli.configure(parser)
     assert cli.main(parser.parse_args(["--config", str(bad)])) == 2
     err = capsys.readouterr().err
-    assert "ladder.concurrency" in err and "lanes.0.url" in err
+    assert "ladder.concurrency" in err and "lanes[a].url" in err
 
 
 class FakeTty(io.StringIO):
@@ -136,6 +136,13 @@ def test_progress_only_on_a_terminal_outside_ci(monkeypatch: pytest.MonkeyPatch)
     shown.done("dense c=4: done")
     text = out.getvalue()
     assert "dense c=4 window" in text and "812.5 tok/s" in text and "42 ms" in text and text.endswith("\n")
-    quiet = FakeTty(False)
-    Progress(False, quiet).show("dense", 4, "window", 3.2, 17, 812.5, None)
+    lines = FakeTty(False)  # not a terminal (CI, a log): no live line, but a line per finished rung
+    logged = Progress(False, lines)
+    logged.show("dense", 4, "window", 3.2, 17, 812.5, None)
+    logged.done("dense c=4: done")
+    assert lines.getvalue() == "dense c=4: done\n"
+    quiet = FakeTty(False)  # progress = false: nothing at all
+    silent = Progress(False, quiet, lines=False)
+    silent.show("dense", 4, "window", 3.2, 17, 812.5, None)
+    silent.done("dense c=4: done")
     assert quiet.getvalue() == ""

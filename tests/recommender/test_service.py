@@ -183,6 +183,16 @@ def test_metrics_per_lane(client: httpx.Client) -> None:
     assert 'satbench_saturation_concurrency{lane="dense"} 4.0' in text
     assert 'satbench_recommended_concurrency{lane="moe"} 8.0' in text
     assert 'satbench_saturation_concurrency{lane="moe"}' not in text  # still growing: no saturation yet
+    assert ('satbench_recommendation_status{binding_constraint="throughput_plateau",lane="dense",status="ok"} 1.0'
+            in text)
+    assert 'satbench_recommendation_status{binding_constraint="ladder_top",lane="moe",status="unsaturated"} 1.0' in text
+    doc = client.get("/recommendations").json()
+    for lane, answer in doc["lanes"].items():  # the verdict series say what the lane summaries say
+        flags = {"decode_starvation": answer["starvation"]["decode_ok"],
+                 "prefill_starvation": answer["starvation"]["prefill_ok"], "fairness": answer["fairness"]["ok"]}
+        for check, ok in flags.items():
+            line = f'satbench_verdict_ok{{check="{check}",lane="{lane}"}}'
+            assert (f"{line} {1.0 if ok else 0.0}" in text) if ok is not None else line not in text
 
 
 def test_runs_dir_is_loaded_at_startup(analyzer: FakeAnalyzer, clock: FakeClock, tmp_path: Path) -> None:

@@ -47,9 +47,13 @@ def test_unreachable_prometheus_without_records_is_a_503(synthetic_run: Syntheti
 
 
 def test_capabilities_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    """The one rule: no recommender answering means no lane has an answer (1); a bad URL is bad input (2)."""
     url = f"http://127.0.0.1:{free_port()}"
-    assert capabilities.main(argparse.Namespace(url=url, timeout=1.0)) == 2
-    assert "cannot reach" in capsys.readouterr().err
+    assert capabilities.main(argparse.Namespace(url=url, timeout=1.0)) == 1
+    err = capsys.readouterr().err
+    assert "cannot reach" in err and "satbench serve" in err and len(err.strip().splitlines()) == 1
+    assert capabilities.main(argparse.Namespace(url="127.0.0.1:9108", timeout=1.0)) == 2
+    assert "--url" in capsys.readouterr().err
 
 
 def test_capability_fragment_without_an_answer() -> None:

@@ -1,4 +1,8 @@
-"""A fabricated run folder (manifest, steps, recommendations, records) shaped as DESIGN.md describes."""
+"""A fabricated run folder (manifest, steps, recommendations, records) shaped as DESIGN.md describes.
+
+Every lane answers ``recommended 4, saturation 8, throughput_plateau`` unless ``answers`` overrides a lane's
+answer (status, binding constraint, its steps' judgments...); ``policy`` replaces the document's policy.
+"""
 
 from __future__ import annotations
 
@@ -25,10 +29,12 @@ def _step(lane: str, c: int, scale: float) -> StepFigures:
         requests=10 * c,
         errors=0,
         throughput_tok_s=tput,
+        input_throughput_tok_s=2 * tput,
         requests_per_s=tput / 32,
-        latency_s=Quantiles(p50=0.3 * c, p95=0.35 * c),
-        ttft_s=Quantiles(p50=0.02 * c, p95=0.03 * c),
-        itl_s=Quantiles(p50=0.01, p95=0.012),
+        latency_s=Quantiles(p50=0.3 * c, p95=0.35 * c, p99=0.4 * c, mean=0.31 * c),
+        ttft_s=Quantiles(p50=0.02 * c, p95=0.03 * c, p99=0.035 * c, mean=0.021 * c),
+        itl_s=Quantiles(p50=0.01, p95=0.012, p99=0.015, mean=0.0105),
+        tpot_s=Quantiles(p50=0.0101, p95=0.0111, p99=0.0121, mean=0.0102),
         queue_s=Quantiles(p50=0.0, p95=0.01 * max(0, c - 4)),
         jain=1.0 - 0.01 * c,
         decode_stall_max_ratio=1.0 + 0.8 * c,
@@ -36,6 +42,9 @@ def _step(lane: str, c: int, scale: float) -> StepFigures:
         pause_requests=10 * c,
         prefill_events=5 * c,
     )
+
+
+GAINS = {1: None, 2: 1.0, 4: 1.0, 8: 0.02}  # the document's gain per doubling at each rung
 
 
 def _server_step(lane: str, c: int) -> dict[str, Any]:
@@ -52,14 +61,20 @@ def _server_step(lane: str, c: int) -> dict[str, Any]:
         memory_bytes=MemoryFigures(gpu_max=None, host_rss_max=1.2e9 + c * 1e6),
     ).to_dict()
     step.pop("lane")
+    step.update({"usable": True, "unusable_reason": None, "violations": [], "gain_per_doubling": GAINS[c],
+                 "gain_interval": None if GAINS[c] is None else [GAINS[c] - 0.01, GAINS[c] + 0.01]})
     return step
 
 
-def make_run_dir(root: Path, *, lanes: tuple[str, ...] = ("dense", "moe"), with_steps: bool = True) -> Path:
+def make_run_dir(root: Path, *, lanes: tuple[str, ...] = ("dense", "moe"), with_steps: bool = True,
+                 answers: dict[str, dict[str, Any]] | None = None, policy: dict[str, Any] | None = None,
+                 with_recommendations: bool = True) -> Path:
     run_dir = root / RUN_ID
     run_dir.mkdir(parents=True)
     t0 = 1_795_000_000.0
-    windows, records, steps, answers = [], [], [], {}
+    answers_override = answers
+    windows, records, steps = [], [], []
+    answers: dict[str, dict[str, Any]] = {}
     for li, lane in enumerate(lanes):
         for ci, c in enumerate(LADDER):
             start = t0 + 100 * (li * len(LADDER) + ci)
@@ -102,8 +117,12 @@ def make_run_dir(root: Path, *, lanes: tuple[str, ...] = ("dense", "moe"), with_
             "throughput_at_recommended_tok_s": 400.0 * (1 + li),
             "fairness": {"ok": True, "jain_min": 0.92},
             "starvation": {"ok": True},
+            "knee": {"method": "kneedle_isotonic_log2", "concurrency": 4, "difference": 0.3},
+            "notes": [f"throughput plateau after c=4: c=8 gained +{GAINS[8]:.1%} per doubling, less than "
+                      "policy.min_gain_per_doubling 10%"],
             "steps": [_server_step(lane, c) for c in LADDER],
         }
+        answers[lane].update((answers_override or {}).get(lane, {}))
     manifest = RunManifest(
         run_id=RUN_ID,
         created_at=t0 - 5,
@@ -112,7 +131,8 @@ def make_run_dir(root: Path, *, lanes: tuple[str, ...] = ("dense", "moe"), with_
         config={"ladder": list(LADDER)},
         versions={"satbench": "0.1.0", "git_commit": "abc123"},
         lanes={
-            lane: {"runtime": "simulator", "url": f"http://127.0.0.1:{18000 + i}"}
+            lane: {"runtime": "simulator", "url": f"http://127.0.0.1:{18000 + i}",
+                   "runtime_props": {"total_slots": 4}}
             for i, lane in enumerate(lanes)
         },
         hardware={
@@ -133,9 +153,10 @@ def make_run_dir(root: Path, *, lanes: tuple[str, ...] = ("dense", "moe"), with_
         "generated_at": "2026-11-29T10:20:00Z",
         "run_id": RUN_ID,
         "source": {"kind": "prometheus", "url": "http://127.0.0.1:9090"},
-        "policy": {"slo": {"tbt_p99_s": 0.25}},
+        "policy": {"slo": {"tbt_p99_s": 0.25}} if policy is None else policy,
         "lanes": answers,
     }
-    (run_dir / "recommendations.json").write_text(json.dumps(recs), encoding="utf-8")
+    if with_recommendations:
+        (run_dir / "recommendations.json").write_text(json.dumps(recs), encoding="utf-8")
     write_records(run_dir / "records.jsonl", records)
     return run_dir

@@ -138,6 +138,40 @@ def test_report_readme_and_document_show_the_same_numbers(short_session: Session
         assert line in readme and html.escape(line) in page
 
 
+def _shape_differences(sample: object, real: object, path: str = "") -> list[str]:
+    """Where the sample's keys differ from the real document's (a value null on one side is not compared)."""
+    if isinstance(sample, dict) and isinstance(real, dict):
+        if sample and real and all(str(k).isdigit() for k in (*sample, *real)):  # a map by rung: rungs vary
+            return _shape_differences(next(iter(sample.values())), next(iter(real.values())), f"{path}.<c>")
+        out = [f"{path}.{k}: only in DESIGN.md" for k in sorted(set(sample) - set(real))]
+        out += [f"{path}.{k}: missing from DESIGN.md" for k in sorted(set(real) - set(sample))]
+        for key in sorted(set(sample) & set(real)):
+            out += _shape_differences(sample[key], real[key], f"{path}.{key}")
+        return out
+    if isinstance(sample, list) and isinstance(real, list) and sample and real:
+        return _shape_differences(sample[0], real[0], f"{path}[0]")
+    return []
+
+
+def test_design_md_sample_is_a_real_document(short_session: SessionRun) -> None:
+    """DESIGN.md's sample validates against the committed schema and has the keys of this session's real
+    document; SATBENCH_WRITE_DESIGN_SAMPLE=1 rewrites it from this run."""
+    import os
+
+    import jsonschema
+
+    from recommender.schema import SCHEMA_PATH, design_sample, key_shape, read_design_sample, write_design_sample
+
+    (run_dir,) = short_session.run_dirs
+    real = json.loads((run_dir / "recommendations.json").read_text())
+    if os.environ.get("SATBENCH_WRITE_DESIGN_SAMPLE"):
+        write_design_sample(real)
+    sample = read_design_sample()
+    jsonschema.validate(sample, json.loads(SCHEMA_PATH.read_text()))
+    assert _shape_differences(key_shape(sample), key_shape(design_sample(real))) == [], (
+        "DESIGN.md's sample is behind the real document: python -m recommender.schema --design-sample RUN_DIR")
+
+
 def test_no_child_survives_the_session(short_session: SessionRun) -> None:
     assert len(short_session.descendants) >= 6  # 2 simulators, 2 exporters, recommender, Prometheus
     assert survivors(short_session.descendants) == []
@@ -179,5 +213,6 @@ def test_runtime_not_answering_stops_what_was_started(tmp_path: Path) -> None:
     _, err = proc.communicate(timeout=60)
     pids = watcher.stop()
     assert proc.returncode == 1
-    assert "lane gone" in err and "not answering" in err
+    assert "lane gone" in err and "not answering" in err and len(err.strip().splitlines()) == 1
     assert pids and survivors(pids) == []
+    assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == [], "a failed start leaves no run folder"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from loadgen.cli import parse_overrides as _overrides
 from recommender.policy import Policy
-from satbench.session.cli import _overrides
 from satbench.session.config import DEFAULT_LOADGEN, SessionConfig, SessionConfigError, load_session_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,7 +64,7 @@ def test_a_bad_policy_is_refused_before_anything_runs() -> None:
         load_session_config(None, {"policy.slo.ttft_p95_s": -1.0, "policy.bogus": 1})
     text = str(info.value)
     assert "policy" in text and "slo.ttft_p95_s" in text and "bogus" in text
-    with pytest.raises(SessionConfigError, match=r"above ladder\.max_concurrency"):
+    with pytest.raises(SessionConfigError, match=r"loadgen\.ladder\.concurrency: \[128\] above max_concurrency"):
         load_session_config(None, {"loadgen.ladder.concurrency": [1, 128]})
 
 

@@ -1,0 +1,148 @@
+"""Every dashboard query returns data from a real session: a short ``satbench run`` with a relay lane.
+
+The session (the short settings of ``tests/session/conftest.py``: ladder 1/2, 3 s windows) runs two simulator
+lanes: ``dense`` with one slot and ``relay = true`` (its exporter relays and the load generator sends through
+the relay; one slot saturates at c=1, so the recommender answers with a saturation figure too), and ``moe``
+as it is (eight slots: decode stalls at c=2, no relay). When it has ended, its Prometheus has stopped; a
+Prometheus is started on a copy of the run folder's TSDB (``panel_replay``) and every target of every panel
+(collapsed rows included), and the step-window annotation, is asked over the session's time range with
+Grafana's variables substituted (``$lane``/``$node`` All, ``$run_id`` the run, ``$__rate_interval``,
+``$__range``), through the datasource the ``${datasource}`` variable resolves to under provisioning. Each
+target must return at least one series with a finite value; the relay row's only for the relay lane.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from satbench.dashboards.overview import DASHBOARDS, PROVISIONED_DATASOURCE, all_panels
+from tests.grafana.panel_replay import (
+    ReplayPrometheus,
+    TargetResult,
+    Window,
+    replay,
+    replay_prometheus,
+    resolved_datasource,
+    variable_values,
+)
+from tests.session.conftest import start_session
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which("prometheus") is None,
+                       reason="Prometheus is not installed (apt-get install prometheus)"),
+    pytest.mark.timeout(300),
+]
+
+RELAY_LANE, PLAIN_LANE = "dense", "moe"
+LANES = (
+    f'lanes=[{{name = "{RELAY_LANE}", profile = "dense", parallel = 1, relay = true}}, '
+    f'{{name = "{PLAIN_LANE}", profile = "moe"}}]'
+)
+RELAY_ROW = "Node vs client (relay mode)"
+
+
+@dataclass
+class Replayed:
+    run_dir: Path
+    manifest: dict[str, Any]
+    window: Window
+    results: dict[str, list[TargetResult]]  # dashboard file -> every target's result
+    variables: dict[str, dict[str, list[str]]]
+    relay_ok: float
+    stdout: str
+
+
+@pytest.fixture(scope="module")
+def relay_session(tmp_path_factory: pytest.TempPathFactory) -> Replayed:
+    out_dir = tmp_path_factory.mktemp("runs")
+    proc, watcher = start_session(out_dir, "--set", LANES)
+    try:
+        stdout, stderr = proc.communicate(timeout=150)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        watcher.stop()
+    assert proc.returncode == 0, stderr[-3000:]
+    (run_dir,) = [p for p in out_dir.iterdir() if p.is_dir()]
+    window = Window.of_run(run_dir)
+    with replay_prometheus(run_dir, tmp_path_factory.mktemp("replay")) as prom:
+        results = {name: replay(build(), prom, window) for name, build in DASHBOARDS.items()}
+        variables = {name: variable_values(build(), prom, window) for name, build in DASHBOARDS.items()}
+        relay_ok = _relay_ok(prom, window)
+    return Replayed(run_dir, json.loads((run_dir / "manifest.json").read_text()), window, results, variables,
+                    relay_ok, stdout)
+
+
+def _relay_ok(prom: ReplayPrometheus, window: Window) -> float:
+    query = f'sum(last_over_time(runtime_relay_requests_total{{lane="{RELAY_LANE}",route!="other",outcome="ok"}}[1h]))'
+    series = prom.client.get(f"{prom.url}/api/v1/query", params={"query": query, "time": window.end}).json()
+    result = series["data"]["result"]
+    return float(result[0]["value"][1]) if result else 0.0
+
+
+def _table(results: list[TargetResult]) -> str:
+    by_panel: dict[str, list[TargetResult]] = {}
+    for r in results:
+        by_panel.setdefault(r.panel, []).append(r)
+    lines = [f"{'data' if all(r.has_data for r in rs) else 'EMPTY':5}  {title}  "
+             + " ".join(f"{r.ref}:{len(r.series)}" for r in rs) for title, rs in by_panel.items()]
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("name", sorted(DASHBOARDS))
+def test_every_panel_target_returns_data(relay_session: Replayed, name: str) -> None:
+    results = relay_session.results[name]
+    print(f"\n{name}, run {relay_session.window.run_id}:\n{_table(results)}")
+    empty = [f"{r.panel} [{r.ref}] {r.query}" for r in results if not r.has_data]
+    assert not empty, "targets without data:\n" + "\n".join(empty)
+    panels = [p for p in all_panels(DASHBOARDS[name]()) if p["type"] != "row"]
+    asked = {r.panel for r in results if not r.panel.startswith("annotation ")}
+    assert asked == {p["title"] for p in panels}  # every panel was asked
+    assert any(r.panel == "annotation Step windows" for r in results)
+
+
+@pytest.mark.parametrize("name", sorted(DASHBOARDS))
+def test_targets_resolve_to_the_provisioned_datasource(name: str) -> None:
+    dashboard = DASHBOARDS[name]()
+    for panel in all_panels(dashboard):
+        for ref in [panel.get("datasource"), *(t["datasource"] for t in panel.get("targets", []))]:
+            if ref is not None:
+                assert resolved_datasource(dashboard, ref) == {"type": "prometheus",
+                                                               "name": PROVISIONED_DATASOURCE["name"]}
+
+
+def test_relay_row_draws_only_the_relay_lane(relay_session: Replayed) -> None:
+    (row,) = [p for p in DASHBOARDS["satbench-overview.json"]()["panels"] if p.get("title") == RELAY_ROW]
+    titles = {p["title"] for p in row["panels"]}
+    relay = [r for r in relay_session.results["satbench-overview.json"] if r.panel in titles]
+    assert relay and all(r.has_data for r in relay)
+    lanes = {s.get("lane") for r in relay for s in r.series}
+    assert lanes == {RELAY_LANE}, lanes
+    others = [r for r in relay_session.results["satbench-overview.json"] if r.panel not in titles]
+    assert {s.get("lane") for r in others for s in r.series} >= {RELAY_LANE, PLAIN_LANE}
+
+
+def test_variables_list_the_sessions_lanes_nodes_and_run(relay_session: Replayed) -> None:
+    m = relay_session.manifest
+    exporters = sorted(lane["exporter_url"].removeprefix("http://") for lane in m["lanes"].values())
+    assert relay_session.variables["satbench-overview.json"] == {
+        "lane": sorted([RELAY_LANE, PLAIN_LANE]), "node": exporters, "run_id": [m["run_id"]]}
+
+
+def test_the_relay_lane_went_through_the_relay_and_the_manifest_says_so(relay_session: Replayed) -> None:
+    lanes, clients = relay_session.manifest["lanes"], relay_session.manifest["clients"]
+    relay_url = lanes[RELAY_LANE]["relay_url"]
+    assert relay_url and relay_url not in (lanes[RELAY_LANE]["url"], lanes[RELAY_LANE]["exporter_url"])
+    assert clients[RELAY_LANE]["url"] == relay_url  # the load generator's own record: where it sent
+    assert lanes[RELAY_LANE]["url"].startswith("http://127.0.0.1:")  # the runtime's own address
+    assert lanes[PLAIN_LANE]["relay_url"] is None and clients[PLAIN_LANE]["url"] == lanes[PLAIN_LANE]["url"]
+    records = [json.loads(line) for line in (relay_session.run_dir / "records.jsonl").read_text().splitlines()]
+    ok = [r for r in records if r["lane"] == RELAY_LANE and r["outcome"] == "ok"]
+    assert ok and relay_session.relay_ok >= len(ok)  # every answer the client got came through the relay
+    assert relay_session.manifest["config"]["lanes"][0]["relay"] is True
