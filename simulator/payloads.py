@@ -3,6 +3,10 @@
 Pure builders: they take an engine ``Request`` plus what the HTTP layer knows (model name, ids) and return
 JSON-ready dicts or pre-encoded SSE lines. Streaming chunks are built with string formatting from
 pre-escaped token text, because they are the hot path (one per token per stream).
+
+Timings follow llama-server: ``prompt_n`` counts the evaluated prompt tokens and ``cache_n`` the reused
+ones; the generation rate leaves out the first token, which comes from the last prompt batch's logits and
+costs no decode step (``predicted_per_token_ms = predicted_ms / (predicted_n - 1)``, 0 for one token).
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ from __future__ import annotations
 import json
 import random
 import string
+import struct
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,11 +27,15 @@ __all__ = [
     "ChatIds",
     "completion_chunk",
     "completion_final",
+    "completion_progress_chunk",
     "error_body",
     "finish_reason",
     "generation_settings",
+    "merge_settings",
     "new_completion_id",
     "output_text",
+    "pick_fields",
+    "progress",
     "sse",
     "timings",
     "usage",
@@ -53,11 +63,51 @@ GENERATION_SETTINGS: dict[str, Any] = {
 # /props and /slots list the sampling params without these request-only keys
 _PARAMS_ONLY_DROP = ("dry_sequence_breakers", "stop", "logit_bias", "grammar", "grammar_lazy",
                      "grammar_triggers", "preserved_tokens")  # fmt: skip
+# sampling settings held as C floats by llama-server, so 0.8 reads back 0.800000011920929
+_FLOAT32 = {k for k, v in GENERATION_SETTINGS.items() if isinstance(v, float)}
+_ECHOED = {k for k in GENERATION_SETTINGS if k not in ("max_tokens", "n_predict", "stream", "ignore_eos",
+                                                        "logit_bias", "chat_format", "samplers", "lora")}
+
+
+def _f32(x: float) -> float:
+    return float(struct.unpack("f", struct.pack("f", x))[0])
+
+
+def merge_settings(body: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """The sampling settings of one request: server defaults, then the request's own values (as echoed)."""
+    out = dict(GENERATION_SETTINGS)
+    out.update(defaults)
+    for key in _ECHOED:
+        if key not in body:
+            continue
+        value, ref = body[key], GENERATION_SETTINGS[key]
+        if isinstance(ref, bool):
+            if isinstance(value, bool):
+                out[key] = value
+        elif isinstance(ref, float):
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                out[key] = _f32(float(value))
+        elif isinstance(ref, int):
+            if isinstance(value, int) and not isinstance(value, bool):
+                out[key] = value if key != "seed" or value >= 0 else GENERATION_SETTINGS["seed"]
+        elif isinstance(ref, str):
+            if isinstance(value, str):
+                out[key] = value
+        elif key == "stop":
+            if isinstance(value, str):
+                out[key] = [value]
+            elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+                out[key] = list(value)
+        elif isinstance(value, list):
+            out[key] = value
+    return out
 
 
 def generation_settings(req: Request | None, stream: bool, for_params: bool = False) -> dict[str, Any]:
     out = dict(GENERATION_SETTINGS)
     if req is not None:
+        if req.spec.params:
+            out.update(req.spec.params)
         out["max_tokens"] = out["n_predict"] = req.spec.max_tokens
         out["ignore_eos"] = req.spec.ignore_eos
         if req.spec.ignore_eos:
@@ -73,64 +123,119 @@ def new_completion_id(rng: random.Random) -> str:
     return "chatcmpl-" + "".join(rng.choices(_ID_CHARS, k=32))
 
 
-def sse(obj: dict[str, Any]) -> bytes:
+def sse(obj: Any) -> bytes:
     return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
 
 
-def error_body(code: int, message: str, kind: str) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, "type": kind}}
+def error_body(code: int, message: str, kind: str, **extra: Any) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "type": kind, **extra}}
 
 
 def output_text(req: Request) -> str:
-    return "".join(token_at(req.seq, i)[1] for i in range(req.output))
+    key = req.text_key
+    return "".join(token_at(key, i)[1] for i in range(req.output))
+
+
+def output_ids(req: Request) -> list[int]:
+    key = req.text_key
+    return [token_at(key, i)[0] for i in range(req.output)]
 
 
 def finish_reason(req: Request) -> str:
     return "length" if req.finish_reason in ("length", "cancelled") else "stop"
 
 
-def timings(req: Request) -> dict[str, float | int]:
-    p_ms, g_ms = req.prompt_ms, req.predicted_ms
-    p_n, g_n = req.prompt_done, req.output
+def timings(req: Request, n_out: int | None = None, at: float | None = None) -> dict[str, float | int]:
+    """The request's ``timings``; with ``n_out``/``at``, as they stood when that token was sent."""
+    p_n, p_ms = req.prompt_n, req.prompt_ms
+    g_n, g_ms = req.output, req.predicted_ms
+    if at is not None:
+        if req.prompt_end is None or at < req.prompt_end:
+            p_ms = (at - req.prompt_start) * 1000.0 if req.prompt_start is not None else 0.0
+        g_n = n_out if n_out is not None else g_n
+        g_ms = (at - req.first_token) * 1000.0 if req.first_token is not None and g_n else 0.0
     return {
-        "cache_n": 0,
+        "cache_n": req.cache_n,
         "prompt_n": p_n,
-        "prompt_ms": round(p_ms, 3),
-        "prompt_per_token_ms": p_ms / p_n if p_n else 0.0,
+        "prompt_ms": round(max(p_ms, 0.0), 3),
+        "prompt_per_token_ms": p_ms / p_n if p_n and p_ms > 0 else 0.0,
         "prompt_per_second": 1e3 * p_n / p_ms if p_ms > 0 else 0.0,
         "predicted_n": g_n,
-        "predicted_ms": round(g_ms, 3),
-        "predicted_per_token_ms": g_ms / g_n if g_n else 0.0,
-        "predicted_per_second": 1e3 * g_n / g_ms if g_ms > 0 else 0.0,
+        "predicted_ms": round(max(g_ms, 0.0), 3),
+        "predicted_per_token_ms": g_ms / (g_n - 1) if g_n > 1 and g_ms > 0 else 0.0,
+        "predicted_per_second": 1e3 * (g_n - 1) / g_ms if g_n > 1 and g_ms > 0 else 0.0,
     }
 
 
-def usage(req: Request) -> dict[str, Any]:
-    p = req.spec.prompt_tokens
+def progress(req: Request, processed: int, at: float) -> tuple[dict[str, Any], dict[str, int]]:
+    """``timings`` and ``prompt_progress`` of one prompt progress report (``processed`` counts the cache)."""
+    ms = (at - req.prompt_start) * 1000.0 if req.prompt_start is not None else 0.0
+    ms = max(ms, 0.0)
+    n = processed - req.cache_n
+    t = {
+        "cache_n": req.cache_n, "prompt_n": n, "prompt_ms": round(ms, 3),
+        "prompt_per_token_ms": ms / n if n and ms > 0 else 0.0,
+        "prompt_per_second": 1e3 * n / ms if ms > 0 else 0.0,
+        "predicted_n": 0, "predicted_ms": 0.0, "predicted_per_token_ms": 0.0, "predicted_per_second": 0.0,
+    }  # fmt: skip
+    pp = {"total": req.spec.prompt_tokens, "cache": req.cache_n, "processed": processed, "time_ms": int(ms)}
+    return t, pp
+
+
+def usage(reqs: Sequence[Request]) -> dict[str, Any]:
+    p = reqs[0].spec.prompt_tokens
+    out = sum(r.output for r in reqs)
     return {
-        "completion_tokens": req.output,
+        "completion_tokens": out,
         "prompt_tokens": p,
-        "total_tokens": p + req.output,
-        "prompt_tokens_details": {"cached_tokens": 0},
+        "total_tokens": p + out,
+        "prompt_tokens_details": {"cached_tokens": sum(r.cache_n for r in reqs)},
     }
 
 
-def completion_chunk(req: Request, n_out: int) -> bytes:
+def merged_timings(reqs: Sequence[Request]) -> dict[str, float | int]:
+    if len(reqs) == 1:
+        return timings(reqs[0])
+    parts = [timings(r) for r in reqs]
+    out = dict(parts[0])
+    for key in ("cache_n", "prompt_n", "predicted_n"):
+        out[key] = sum(int(p[key]) for p in parts)
+    for key in ("prompt_ms", "predicted_ms"):
+        out[key] = max(float(p[key]) for p in parts)
+    return out
+
+
+def _json(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"))
+
+
+def completion_chunk(req: Request, n_out: int, index: int = 0, timing: Mapping[str, Any] | None = None) -> bytes:
     """One native ``/completion`` SSE event for the ``n_out``-th token (1-based)."""
-    tid, _ = token_at(req.seq, n_out - 1)
+    tid, _ = token_at(req.text_key, n_out - 1)
     text = _VOCAB_JSON[tid - 1000]
+    tail = f',"timings":{_json(timing)}' if timing is not None else ""
     return (
-        f'data: {{"index":0,"content":{text},"tokens":[{tid}],"stop":false,"id_slot":-1,'
-        f'"tokens_predicted":{n_out},"tokens_evaluated":{req.spec.prompt_tokens}}}\n\n'
+        f'data: {{"index":{index},"content":{text},"tokens":[{tid}],"stop":false,"id_slot":-1,'
+        f'"tokens_predicted":{n_out},"tokens_evaluated":{req.spec.prompt_tokens}{tail}}}\n\n'
     ).encode()
 
 
-def completion_final(req: Request, model: str, prompt_text: str, stream: bool) -> dict[str, Any]:
+def completion_progress_chunk(req: Request, processed: int, at: float, index: int = 0) -> bytes:
+    t, pp = progress(req, processed, at)
+    return (
+        f'data: {{"index":{index},"content":"","tokens":[0],"stop":false,"id_slot":-1,"tokens_predicted":0,'
+        f'"tokens_evaluated":{req.spec.prompt_tokens},"timings":{_json(t)},"prompt_progress":{_json(pp)}}}\n\n'
+    ).encode()
+
+
+def completion_final(
+    req: Request, model: str, prompt_text: str, stream: bool, index: int = 0, return_tokens: bool = False
+) -> dict[str, Any]:
     """The last ``/completion`` event when streaming, or the whole body when not."""
     return {
-        "index": 0,
+        "index": index,
         "content": "" if stream else output_text(req),
-        "tokens": [],
+        "tokens": output_ids(req) if return_tokens and not stream else [],
         "id_slot": req.slot if req.slot is not None else -1,
         "stop": True,
         "model": model,
@@ -139,12 +244,26 @@ def completion_final(req: Request, model: str, prompt_text: str, stream: bool) -
         "generation_settings": generation_settings(req, stream),
         "prompt": f"{BOS} {prompt_text}",
         "has_new_line": False,
-        "truncated": False,
+        "truncated": req.truncated,
         "stop_type": "limit" if finish_reason(req) == "length" else "eos",
         "stopping_word": "",
         "tokens_cached": req.spec.prompt_tokens + max(req.output - 1, 0),
         "timings": timings(req),
     }
+
+
+def pick_fields(body: Mapping[str, Any], fields: Sequence[str]) -> dict[str, Any]:
+    """``response_fields``: only those keys, a ``a/b`` path read from inside and kept under its path."""
+    out: dict[str, Any] = {}
+    for path in fields:
+        node: Any = body
+        for part in str(path).split("/"):
+            if not isinstance(node, Mapping) or part not in node:
+                break
+            node = node[part]
+        else:
+            out[str(path)] = node
+    return out
 
 
 @dataclass(frozen=True)
@@ -156,79 +275,111 @@ class ChatIds:
     model: str
     fingerprint: str
 
-    def text_chunk(self, req: Request, n_out: int) -> bytes:
-        tid, _ = token_at(req.seq, n_out - 1)
+    def _tail(self) -> str:
+        return (f'"created":{self.created},"model":{json.dumps(self.model)},'
+                f'"system_fingerprint":{json.dumps(self.fingerprint)},"object":"text_completion",'
+                f'"id":"{self.id}"')  # fmt: skip
+
+    def text_chunk(self, req: Request, n_out: int, index: int = 0, timing: Mapping[str, Any] | None = None) -> bytes:
+        tid, _ = token_at(req.text_key, n_out - 1)
+        tail = f',"timings":{_json(timing)}' if timing is not None else ""
         return (
-            f'data: {{"choices":[{{"text":{_VOCAB_JSON[tid - 1000]},"index":0,"logprobs":null,'
-            f'"finish_reason":null}}],"created":{self.created},"model":{json.dumps(self.model)},'
-            f'"system_fingerprint":{json.dumps(self.fingerprint)},"object":"text_completion",'
-            f'"id":"{self.id}"}}\n\n'
+            f'data: {{"choices":[{{"text":{_VOCAB_JSON[tid - 1000]},"index":{index},"logprobs":null,'
+            f'"finish_reason":null}}],{self._tail()}{tail}}}\n\n'
         ).encode()
 
-    def text_final(self, req: Request, stream: bool) -> dict[str, Any]:
-        return {
+    def text_progress_chunk(self, req: Request, processed: int, at: float, index: int = 0) -> bytes:
+        t, pp = progress(req, processed, at)
+        return (
+            f'data: {{"choices":[{{"text":"","index":{index},"logprobs":null,"finish_reason":null}}],'
+            f'{self._tail()},"timings":{_json(t)},"prompt_progress":{_json(pp)}}}\n\n'
+        ).encode()
+
+    def text_final(self, reqs: Sequence[Request], stream: bool, include_usage: bool = True) -> dict[str, Any]:
+        out: dict[str, Any] = {
             "choices": [
                 {
-                    "text": "" if stream else output_text(req),
-                    "index": 0,
+                    "text": "" if stream else output_text(r),
+                    "index": i,
                     "logprobs": None,
-                    "finish_reason": finish_reason(req),
+                    "finish_reason": finish_reason(r),
                 }
+                for i, r in enumerate(reqs)
             ],
             "created": self.created,
             "model": self.model,
             "system_fingerprint": self.fingerprint,
             "object": "text_completion",
-            "usage": usage(req),
-            "id": self.id,
-            "timings": timings(req),
         }
+        if include_usage:
+            out["usage"] = usage(reqs)
+        out["id"] = self.id
+        out["timings"] = merged_timings(reqs)
+        return out
 
     def _chat_head(self) -> str:
         return f'"created":{self.created},"id":"{self.id}","model":{json.dumps(self.model)},'
 
-    def chat_role_chunk(self) -> bytes:
+    def _chat_tail(self) -> str:
+        return f'"system_fingerprint":{json.dumps(self.fingerprint)},"object":"chat.completion.chunk"'
+
+    def chat_role_chunk(self, index: int = 0) -> bytes:
         return (
-            f'data: {{"choices":[{{"finish_reason":null,"index":0,"delta":{{"role":"assistant",'
-            f'"content":null}}}}],{self._chat_head()}"system_fingerprint":{json.dumps(self.fingerprint)},'
-            f'"object":"chat.completion.chunk"}}\n\n'
+            f'data: {{"choices":[{{"finish_reason":null,"index":{index},"delta":{{"role":"assistant",'
+            f'"content":null}}}}],{self._chat_head()}{self._chat_tail()}}}\n\n'
         ).encode()
 
-    def chat_chunk(self, req: Request, n_out: int) -> bytes:
-        tid, _ = token_at(req.seq, n_out - 1)
+    def chat_progress_chunk(self, req: Request, processed: int, at: float, index: int = 0) -> bytes:
+        t, pp = progress(req, processed, at)
         return (
-            f'data: {{"choices":[{{"finish_reason":null,"index":0,"delta":{{"content":'
-            f"{_VOCAB_JSON[tid - 1000]}}}}}],{self._chat_head()}"
-            f'"system_fingerprint":{json.dumps(self.fingerprint)},"object":"chat.completion.chunk"}}\n\n'
+            f'data: {{"choices":[{{"finish_reason":null,"index":{index},"delta":{{"role":"assistant",'
+            f'"content":null}}}}],{self._chat_head()}{self._chat_tail()},"timings":{_json(t)},'
+            f'"prompt_progress":{_json(pp)}}}\n\n'
         ).encode()
 
-    def chat_finals(self, req: Request, include_usage: bool) -> list[dict[str, Any]]:
-        """The finish chunk, plus the usage chunk when ``stream_options.include_usage`` is set."""
+    def chat_chunk(self, req: Request, n_out: int, index: int = 0, timing: Mapping[str, Any] | None = None) -> bytes:
+        tid, _ = token_at(req.text_key, n_out - 1)
+        tail = f',"timings":{_json(timing)}' if timing is not None else ""
+        return (
+            f'data: {{"choices":[{{"finish_reason":null,"index":{index},"delta":{{"content":'
+            f"{_VOCAB_JSON[tid - 1000]}}}}}],{self._chat_head()}{self._chat_tail()}{tail}}}\n\n"
+        ).encode()
+
+    def chat_finals(
+        self, reqs: Sequence[Request], include_usage: bool, index: int | None = None
+    ) -> list[dict[str, Any]]:
+        """The finish chunk of one choice, or of all with the usage chunk when ``include_usage`` is set."""
         base = {"created": self.created, "id": self.id, "model": self.model,
                 "system_fingerprint": self.fingerprint, "object": "chat.completion.chunk"}  # fmt: skip
-        finish: dict[str, Any] = {
-            "choices": [{"finish_reason": finish_reason(req), "index": 0, "delta": {}}],
-            **base,
-        }
-        if not include_usage:
-            finish["timings"] = timings(req)
-            return [finish]
-        return [finish, {"choices": [], **base, "usage": usage(req), "timings": timings(req)}]
+        out: list[dict[str, Any]] = []
+        for i, req in enumerate(reqs):
+            finish: dict[str, Any] = {
+                "choices": [{"finish_reason": finish_reason(req), "index": i if index is None else index,
+                             "delta": {}}],
+                **base,
+            }
+            if not include_usage:
+                finish["timings"] = timings(req)
+            out.append(finish)
+        if include_usage:
+            out.append({"choices": [], **base, "usage": usage(reqs), "timings": merged_timings(reqs)})
+        return out
 
-    def chat_body(self, req: Request) -> dict[str, Any]:
+    def chat_body(self, reqs: Sequence[Request]) -> dict[str, Any]:
         return {
             "choices": [
                 {
-                    "finish_reason": finish_reason(req),
-                    "index": 0,
-                    "message": {"role": "assistant", "content": output_text(req)},
+                    "finish_reason": finish_reason(r),
+                    "index": i,
+                    "message": {"role": "assistant", "content": output_text(r)},
                 }
+                for i, r in enumerate(reqs)
             ],
             "created": self.created,
             "model": self.model,
             "system_fingerprint": self.fingerprint,
             "object": "chat.completion",
-            "usage": usage(req),
+            "usage": usage(reqs),
             "id": self.id,
-            "timings": timings(req),
+            "timings": merged_timings(reqs),
         }

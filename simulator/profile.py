@@ -67,6 +67,7 @@ class ServerModel:
     time_scale: float = 1.0
     seed: int = 0
     truth_history: int = 100_000
+    context_shift: bool = False  # llama-server --context-shift: generation goes on past a full context
 
     @property
     def n_ctx_slot(self) -> int:

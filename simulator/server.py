@@ -1,9 +1,13 @@
 """The HTTP edge of the simulator: llama-server's endpoints on aiohttp, plus the ``/sim/*`` ground truth.
 
-Routes stay thin: parse the body, hand a ``RequestSpec`` to the ``RealTimeRuntime``, and write what it
+Routes stay thin: parse the body, hand ``RequestSpec``s to the ``RealTimeRuntime``, and write what it
 emits using the ``payloads`` builders. aiohttp's own server is used because it streams thousands of small
 SSE writes per second on one core (one ``write`` per token, coalesced when several tokens are ready).
 Faults from the ``FaultSchedule`` are applied here, at the edge, never inside the engine.
+
+What llama-server does at its edge is done here too: API keys (``401 authentication_error``, ``/health``,
+``/models`` and the web UI stay public), CORS (the preflight answers every ``OPTIONS``; the origin is
+reflected when ``--cors-origins`` allows it), and a JSON ``404 not_found_error`` for unknown routes.
 """
 
 from __future__ import annotations
@@ -12,25 +16,43 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import random
+import re
 import time
 import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 
 from simulator.capacity import CapacityError, capacity_curve
-from simulator.engine import ContextLimitError, RequestSpec
+from simulator.dropin import ServerOptions
+from simulator.engine import ContextLimitError, Emission, Request, RequestSpec
 from simulator.faults import FaultSchedule, faults_from_json
 from simulator.payloads import (
     ChatIds,
     completion_chunk,
     completion_final,
+    completion_progress_chunk,
     error_body,
+    merge_settings,
     new_completion_id,
+    pick_fields,
     sse,
+    timings,
 )
 from simulator.profile import Profile, ProfileError
+from simulator.requests import (
+    RequestError,
+    chat_prompt_text,
+    check_media,
+    check_messages,
+    check_response_format,
+    prompt_ids,
+    split_prompts,
+)
 from simulator.runtime import RealTimeRuntime, Stream
 from simulator.state_views import (
     BUILD_INFO,
@@ -42,7 +64,7 @@ from simulator.state_views import (
     slots_view,
     truth_record_json,
 )
-from simulator.tokens import count_prompt_tokens, render_chat, tokenize
+from simulator.tokens import BOS, BOS_ID, detokenize, ids_digest, piece_of, tokenize_pieces
 
 __all__ = ["RUNTIME_KEY", "SimulatorApp", "create_app"]
 
@@ -55,6 +77,8 @@ SSE_HEADERS = {
     "Content-Type": "text/event-stream",
 }
 METRICS_501 = "This server does not support metrics endpoint. Start it with `--metrics`"
+SLOTS_501 = "This server does not support slots endpoint. Start it with `--slots`"
+EMBEDDINGS_501 = "This server does not support embeddings. Start it with `--embeddings`"
 GENERATION_PATHS = (
     "/completion",
     "/completions",
@@ -63,6 +87,15 @@ GENERATION_PATHS = (
     "/v1/chat/completions",
 )
 JSON_HEADERS = {"Server": "llama.cpp", "Access-Control-Allow-Origin": ""}
+PUBLIC_PATHS = {"/health", "/v1/health", "/models", "/v1/models", "/api/tags"}
+UI_PATHS = ("/", "/index.html", "/sw.js", "/manifest.webmanifest")
+_LOCAL_ORIGIN = re.compile(r"^https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?$")
+_NO_SEED = (-1, 4294967295)
+UI_HTML = (
+    "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>satbench simulator</title></head>"
+    "<body><p>satbench simulator: a simulated llama-server. Its API is llama-server's; there is no chat "
+    "UI here.</p></body></html>\n"
+)
 
 
 def _json(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -72,16 +105,35 @@ def _json(obj: Any, status: int = 200, headers: dict[str, str] | None = None) ->
     )
 
 
-def _error(code: int, message: str, kind: str) -> web.Response:
-    return _json(error_body(code, message, kind), status=code)
+def _error(code: int, message: str, kind: str, **extra: Any) -> web.Response:
+    return _json(error_body(code, message, kind, **extra), status=code)
+
+
+def _not_found() -> web.Response:
+    # field order as llama-server's (message, type, code)
+    return _json({"error": {"message": "File Not Found", "type": "not_found_error", "code": 404}}, status=404)
+
+
+@dataclass
+class _Task:
+    """One generation task of a request: its prompt and what the engine made of it."""
+
+    prompt_text: str
+    ids: tuple[int, ...]
+    index: int
+    stream: Stream | None = None
 
 
 class SimulatorApp:
-    def __init__(self, profile: Profile, runtime: RealTimeRuntime | None = None) -> None:
+    def __init__(
+        self, profile: Profile, runtime: RealTimeRuntime | None = None, options: ServerOptions | None = None
+    ) -> None:
         self.profile = profile
+        self.options = options or ServerOptions()
         self.runtime = runtime or RealTimeRuntime(profile)
         self.faults = FaultSchedule(profile.faults, profile.server.seed)
         self.created = int(time.time())
+        self.model_id = self.options.model_id(profile)
         self._rng = random.Random(profile.server.seed)
         self._task: asyncio.Task[None] | None = None
 
@@ -107,6 +159,57 @@ class SimulatorApp:
     def _t(self) -> float:
         return self.runtime.seconds_since_start()
 
+    # -- the edge: API keys, CORS, unknown routes ----------------------------------------------------------
+
+    def _public(self, request: web.Request) -> bool:
+        path = request.path
+        if path in PUBLIC_PATHS or path.startswith("/sim/"):
+            return True
+        return self.options.ui and request.method == "GET" and (path in UI_PATHS or path.startswith("/_app/"))
+
+    def _authorised(self, request: web.Request) -> bool:
+        auth = request.headers.get("Authorization", "")
+        key = auth[len("Bearer "):] if auth.startswith("Bearer ") else request.headers.get("X-Api-Key", "")
+        return key in self.options.api_keys
+
+    def cors_origin(self, origin: str | None) -> str | None:
+        """The ``Access-Control-Allow-Origin`` value for a request's ``Origin`` (None: leave it out)."""
+        if origin is None:
+            return ""
+        allowed = self.options.cors_origins
+        if allowed is None or "*" in allowed or origin in allowed:
+            return origin
+        if "localhost" in allowed and _LOCAL_ORIGIN.match(origin):
+            return origin
+        return None
+
+    def preflight(self, request: web.Request) -> web.Response:
+        headers = {"Server": "llama.cpp", "Access-Control-Allow-Credentials": "true",
+                   "Access-Control-Allow-Methods": "GET, POST, DELETE, OPTIONS",
+                   "Access-Control-Allow-Headers": "*"}  # fmt: skip
+        return web.Response(status=200, body=b"", content_type="text/html", headers=headers)
+
+    async def on_prepare(self, request: web.Request, response: web.StreamResponse) -> None:
+        value = self.cors_origin(request.headers.get("Origin"))
+        if value is None:
+            response.headers.popall("Access-Control-Allow-Origin", None)
+        else:
+            response.headers["Access-Control-Allow-Origin"] = value
+
+    @web.middleware
+    async def edge(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        if request.method == "OPTIONS":
+            return self.preflight(request)
+        if self.options.api_keys and not self._public(request) and not self._authorised(request):
+            return _json({"error": {"message": "Invalid API Key", "type": "authentication_error", "code": 401}},
+                         status=401)
+        try:
+            return await handler(request)
+        except (web.HTTPNotFound, web.HTTPMethodNotAllowed):
+            return _not_found()
+
     # -- generation ---------------------------------------------------------------------------------------
 
     async def _body(self, request: web.Request) -> dict[str, Any]:
@@ -124,6 +227,54 @@ class SimulatorApp:
             )
         return body
 
+    def _prompts(self, kind: str, body: dict[str, Any]) -> list[tuple[str, tuple[int, ...]]]:
+        """(text, token ids) of each prompt of the request, after llama-server's checks."""
+        check_response_format(body)
+        if kind == "chat":
+            check_messages(body.get("messages"))
+            check_media(body["messages"], self.options.media_path)
+            text = chat_prompt_text(body)
+            return [(text, prompt_ids(text))]
+        out = []
+        for p in split_prompts(body.get("prompt")):
+            ids = prompt_ids(p)
+            text = p if isinstance(p, str) else p.get("prompt_string", "") if isinstance(p, dict) else detokenize(
+                ids[1:] if ids and ids[0] == BOS_ID else ids)
+            out.append((str(text), ids))
+        return out
+
+    def _n_predict(self, kind: str, body: dict[str, Any]) -> int:
+        default = self.options.n_predict
+        asked = body.get("max_tokens", body.get("max_completion_tokens", default))
+        if kind == "native" or "n_predict" in body:
+            asked = body.get("n_predict", asked)
+        if asked is None:
+            asked = default
+        if isinstance(asked, bool) or not isinstance(asked, int | float):
+            raise RequestError("n_predict / max_tokens must be an integer")
+        return int(asked)  # -n is the default, not a cap (llama-server serves a larger n_predict as asked)
+
+    def _text_key(self, ids: Sequence[int], body: dict[str, Any], choice: int) -> int | None:
+        """Keys the generated text: reproducible for greedy sampling or a fixed seed, else per request."""
+        temp = body.get("temperature", self.options.temperature)
+        seed = body.get("seed")
+        if not isinstance(seed, int) or isinstance(seed, bool) or seed in _NO_SEED or seed < 0:
+            seed = self.options.seed
+        if isinstance(temp, int | float) and not isinstance(temp, bool) and temp <= 0:
+            key = ids_digest(ids)
+        elif seed is not None:
+            key = ids_digest(ids, int(seed) + 1)
+        else:
+            return None
+        return (key * 1000003 + choice) & 0xFFFFFFFF if choice else key
+
+    def _defaults(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"temperature": merge_settings({"temperature": self.options.temperature}, {})[
+            "temperature"]}
+        if self.options.seed is not None:
+            out["seed"] = self.options.seed
+        return out
+
     async def generate(self, request: web.Request) -> web.StreamResponse:
         kind = {"/completion": "native", "/completions": "native", "/v1/completions": "text"}.get(
             request.path, "chat"
@@ -134,87 +285,155 @@ class SimulatorApp:
         if fault is not None:
             return _error(fault.status, "simulated server error (fault injection)", "server_error")
         try:
-            if kind == "chat":
-                prompt_text = render_chat(body.get("messages"))
-                n_prompt = count_prompt_tokens(prompt_text)
-            else:
-                prompt = body.get("prompt")
-                n_prompt = count_prompt_tokens(prompt)
-                prompt_text = prompt if isinstance(prompt, str) else ""
-            default_max = body.get("max_tokens", body.get("max_completion_tokens", -1))
-            n_predict = int(body.get("n_predict", default_max) if kind == "native" else default_max)
-            if kind != "native" and "n_predict" in body:
-                n_predict = int(body["n_predict"])
-        except (ValueError, TypeError) as exc:
+            prompts = self._prompts(kind, body)
+            n_predict = self._n_predict(kind, body)
+            n_choices = 1 if kind == "native" else body.get("n", 1)
+            if not isinstance(n_choices, int) or isinstance(n_choices, bool) or not 1 <= n_choices <= 128:
+                raise RequestError("\"n\" must be an integer between 1 and 128")
+            id_slot = body.get("id_slot", -1)
+            if not isinstance(id_slot, int) or isinstance(id_slot, bool):
+                raise RequestError("\"id_slot\" must be an integer")
+        except (RequestError, ValueError, TypeError) as exc:
             return _error(400, str(exc), "invalid_request_error")
+        stream_on = bool(body.get("stream", False))
+        settings = merge_settings(body, self._defaults())
+        settings["timings_per_token"] = bool(body.get("timings_per_token", False))
         user = body.get("user")
-        spec = RequestSpec(
-            request_id=rid,
-            prompt_tokens=n_prompt,
-            max_tokens=n_predict,
-            ignore_eos=bool(body.get("ignore_eos", False)),
-            user=str(user) if user is not None else None,
-        )
+        progress = bool(body.get("return_progress", False)) and stream_on
+        tasks = [_Task(text, ids, i if len(prompts) > 1 else c) for i, (text, ids) in enumerate(prompts)
+                 for c in range(n_choices)]
+        lo, hi = self.profile.eos_tokens
         try:
-            stream = self.runtime.submit(spec)
+            for t in tasks:
+                key = self._text_key(t.ids, body, t.index if n_choices > 1 else 0)
+                spec = RequestSpec(
+                    request_id=rid if len(tasks) == 1 else f"{rid}-{t.index}",
+                    prompt_tokens=len(t.ids),
+                    max_tokens=n_predict,
+                    ignore_eos=bool(body.get("ignore_eos", False)),
+                    user=str(user) if user is not None else None,
+                    prompt_ids=t.ids,
+                    cache_prompt=bool(body.get("cache_prompt", True)),
+                    stop_at=None if key is None else lo + key % (hi - lo + 1),
+                    text_key=key,
+                    progress=progress,
+                    id_slot=id_slot if id_slot >= 0 else -1,
+                    params={**settings, "stream": stream_on},
+                )
+                t.stream = self.runtime.submit(spec)
         except ContextLimitError as exc:
-            return _error(400, str(exc), "exceed_context_size_error")
-        ids = ChatIds(new_completion_id(self._rng), int(time.time()), self.profile.model.name, BUILD_INFO)
+            self._cancel(tasks)
+            return _error(400, str(exc), "exceed_context_size_error", n_prompt_tokens=exc.n_prompt_tokens,
+                          n_ctx=exc.n_ctx)
+        except ValueError as exc:
+            self._cancel(tasks)
+            return _error(400, str(exc), "invalid_request_error")
+        ids = ChatIds(new_completion_id(self._rng), int(time.time()), self.model_id, BUILD_INFO)
         extra = {"X-Request-ID": rid}
+        streams = [t.stream for t in tasks if t.stream is not None]
         try:
-            if not body.get("stream", False):
+            if not stream_on:
                 try:
-                    while not stream.finished:
-                        await stream.next()
+                    for s in streams:
+                        if not await self._wait(request, s):
+                            return _error(499, "the client closed the connection", "cancelled")
                 except ConnectionResetError:
                     return _error(503, "simulator shutting down", "unavailable_error")
-                req = stream.request
-                if kind == "native":
-                    body_out = completion_final(req, self.profile.model.name, prompt_text, False)
-                    return _json(body_out, headers=extra)
-                if kind == "text":
-                    return _json(ids.text_final(req, False), headers=extra)
-                return _json(ids.chat_body(req), headers=extra)
+                return _json(self._body_out(kind, body, tasks, ids), headers=extra)
             opts = body.get("stream_options")
             include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
             resp = web.StreamResponse(status=200, headers={**SSE_HEADERS, **extra})
             with contextlib.suppress(ConnectionResetError):  # the client went away: its slot is freed below
-                await self._stream(request, resp, stream, kind, ids, prompt_text, include_usage)
+                await self._stream(request, resp, tasks, kind, ids, include_usage, settings["timings_per_token"])
             return resp
         finally:
-            self.runtime.cancel(stream)
+            self._cancel(tasks)
+
+    @staticmethod
+    async def _wait(request: web.Request, stream: Stream, poll_s: float = 0.2) -> bool:
+        """Waits for a non-streamed task to finish; False once the client has gone (as llama-server, which
+        then cancels the task and frees its slot)."""
+        while not stream.finished:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stream.next(), poll_s)
+            transport = request.transport
+            if not stream.finished and (transport is None or transport.is_closing()):
+                return False
+        return True
+
+    def _cancel(self, tasks: Sequence[_Task]) -> None:
+        for t in tasks:
+            if t.stream is not None:
+                self.runtime.cancel(t.stream)
+
+    def _body_out(self, kind: str, body: dict[str, Any], tasks: Sequence[_Task], ids: ChatIds) -> Any:
+        reqs = [t.stream.request for t in tasks if t.stream is not None]
+        if kind == "native":
+            fields = body.get("response_fields")
+            outs = []
+            for t, req in zip(tasks, reqs, strict=True):
+                out = completion_final(req, self.model_id, t.prompt_text, False, index=t.index,
+                                       return_tokens=bool(body.get("return_tokens", False)))
+                if isinstance(fields, list) and fields:
+                    out = pick_fields(out, fields)
+                outs.append(out)
+            return outs if len(outs) > 1 else outs[0]
+        out = ids.text_final(reqs, False) if kind == "text" else ids.chat_body(reqs)
+        if self.options.verbose or body.get("verbose") is True:
+            out["__verbose"] = {"prompt": f"{BOS} {tasks[0].prompt_text}", "content": out.get("choices", [{}])[0],
+                                "generation_settings": reqs[0].spec.params}
+        return out
 
     async def _stream(
         self,
         request: web.Request,
         resp: web.StreamResponse,
-        stream: Stream,
+        tasks: Sequence[_Task],
         kind: str,
         ids: ChatIds,
-        prompt_text: str,
         include_usage: bool,
+        per_token: bool,
     ) -> None:
         await resp.prepare(request)
-        req = stream.request
+        streams = [t.stream for t in tasks if t.stream is not None]
+        reqs = [s.request for s in streams]
+        wake = asyncio.Event()
+        for s in streams:
+            s.event = wake
         t = self._t()
         drop = self.faults.hit("drop_stream", t)
         stall = self.faults.hit("stall", t)
         bad = self.faults.hit("malformed_sse", t)
         sent = 0
+        done = [False] * len(streams)
         while True:
-            emissions = await stream.next()
+            batch: list[tuple[int, Emission]] = []
+            while not batch:
+                for i, s in enumerate(streams):
+                    if s.pending:
+                        batch += [(i, e) for e in s.pending]
+                        s.pending = []
+                    elif s.closed and not done[i]:
+                        raise ConnectionResetError("simulator shutting down")
+                if not batch:
+                    wake.clear()
+                    await wake.wait()
             parts: list[bytes] = []
-            final = False
-            for e in emissions:
+            for i, e in batch:
+                req, index = e.request, tasks[i].index
+                if e.progress >= 0:
+                    parts.append(self._progress_chunk(kind, ids, req, e, index))
+                    continue
                 if e.n_out > 0:
+                    timing = timings(req, e.n_out, e.at) if per_token else None
                     if kind == "chat" and e.n_out == 1:
-                        parts.append(ids.chat_role_chunk())
+                        parts.append(ids.chat_role_chunk(index))
                     if kind == "native":
-                        parts.append(completion_chunk(req, e.n_out))
+                        parts.append(completion_chunk(req, e.n_out, index, timing))
                     elif kind == "text":
-                        parts.append(ids.text_chunk(req, e.n_out))
+                        parts.append(ids.text_chunk(req, e.n_out, index, timing))
                     else:
-                        parts.append(ids.chat_chunk(req, e.n_out))
+                        parts.append(ids.chat_chunk(req, e.n_out, index, timing))
                     sent += 1
                     if bad is not None and sent == bad.after_tokens:
                         parts.append(b'data: {"index":0,"content":\n\n')
@@ -222,9 +441,18 @@ class SimulatorApp:
                         await resp.write(b"".join(parts))
                         self._abort(request)
                         return
-                final = final or e.finished
-            if final:
-                parts.extend(self._finals(req, kind, ids, prompt_text, include_usage))
+                if e.finished:
+                    done[i] = True
+                    if kind == "native":
+                        parts.append(sse(completion_final(req, self.model_id, tasks[i].prompt_text, True,
+                                                          index=index)))
+            final = all(done)
+            if final and kind != "native":
+                if kind == "text":
+                    parts += [sse(ids.text_final(reqs, True)), b"data: [DONE]\n\n"]
+                else:
+                    finals = ids.chat_finals(reqs, include_usage)
+                    parts += [*(sse(c) for c in finals), b"data: [DONE]\n\n"]
             await resp.write(b"".join(parts))
             if stall is not None and sent >= stall.after_tokens:
                 await asyncio.sleep(stall.delay_s)
@@ -233,20 +461,122 @@ class SimulatorApp:
                 await resp.write_eof()
                 return
 
-    def _finals(
-        self, req: Any, kind: str, ids: ChatIds, prompt_text: str, include_usage: bool
-    ) -> list[bytes]:
+    @staticmethod
+    def _progress_chunk(kind: str, ids: ChatIds, req: Request, e: Emission, index: int) -> bytes:
         if kind == "native":
-            return [sse(completion_final(req, self.profile.model.name, prompt_text, True))]
+            return completion_progress_chunk(req, e.progress, e.at, index)
         if kind == "text":
-            return [sse(ids.text_final(req, True)), b"data: [DONE]\n\n"]
-        return [*(sse(c) for c in ids.chat_finals(req, include_usage)), b"data: [DONE]\n\n"]
+            return ids.text_progress_chunk(req, e.progress, e.at, index)
+        return ids.chat_progress_chunk(req, e.progress, e.at, index)
 
     @staticmethod
     def _abort(request: web.Request) -> None:
         transport = request.transport
         if transport is not None:
             transport.abort()
+
+    # -- other llama-server endpoints ---------------------------------------------------------------------
+
+    async def embeddings(self, request: web.Request) -> web.Response:
+        if not self.options.embeddings:
+            return _error(501, EMBEDDINGS_501, "not_supported_error")
+        body = await self._body(request)
+        raw = body.get("input", body.get("content"))
+        try:
+            items = [raw] if isinstance(raw, str) or (isinstance(raw, list) and raw and isinstance(raw[0], int)) \
+                else list(raw or [])
+            if not items:
+                raise RequestError("\"input\" must be a string or a non-empty list")
+            all_ids = [prompt_ids(x) for x in items]
+        except (RequestError, TypeError) as exc:
+            return _error(400, str(exc), "invalid_request_error")
+        rid = request.headers.get("X-Request-ID") or uuid.uuid4().hex
+        streams: list[Stream] = []
+        try:
+            try:
+                for i, ids in enumerate(all_ids):
+                    spec = RequestSpec(f"{rid}-{i}", len(ids), 0, ignore_eos=True, prompt_ids=ids,
+                                       cache_prompt=False)
+                    streams.append(self.runtime.submit(spec))
+            except ContextLimitError as exc:
+                return _error(400, str(exc), "exceed_context_size_error", n_prompt_tokens=exc.n_prompt_tokens,
+                              n_ctx=exc.n_ctx)
+            for s in streams:
+                if not await self._wait(request, s):
+                    return _error(499, "the client closed the connection", "cancelled")
+        except ConnectionResetError:
+            return _error(503, "simulator shutting down", "unavailable_error")
+        finally:
+            for s in streams:
+                self.runtime.cancel(s)
+        n = sum(len(ids) for ids in all_ids)
+        data = [{"object": "embedding", "index": i, "embedding": _embedding(ids, self.profile.model.n_embd)}
+                for i, ids in enumerate(all_ids)]
+        return _json({"model": self.model_id, "object": "list", "usage": {"prompt_tokens": n, "total_tokens": n},
+                      "data": data})
+
+    async def tokenize_route(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        pieces = tokenize_pieces(str(body.get("content", "")))
+        if body.get("add_special") is True:
+            pieces.insert(0, (BOS_ID, BOS))
+        if body.get("with_pieces") is True:
+            return _json({"tokens": [{"id": i, "piece": p} for i, p in pieces]})
+        return _json({"tokens": [i for i, _ in pieces]})
+
+    async def detokenize_route(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        tokens = body.get("tokens", [])
+        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+            return _error(400, "\"tokens\" must be a list of token ids", "invalid_request_error")
+        return _json({"content": "".join(piece_of(t) for t in tokens)})
+
+    async def apply_template(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        try:
+            check_messages(body.get("messages"))
+            return _json({"prompt": chat_prompt_text(body)})
+        except RequestError as exc:
+            return _error(400, str(exc), "invalid_request_error")
+
+    async def input_tokens(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        try:
+            check_messages(body.get("messages"))
+            n = len(prompt_ids(chat_prompt_text(body)))
+        except RequestError as exc:
+            return _error(400, str(exc), "invalid_request_error")
+        return _json({"input_tokens": n, "object": "response.input_tokens"})
+
+    async def ui(self, request: web.Request) -> web.Response:
+        path = request.path
+        if path in ("/", "/index.html"):
+            return web.Response(text=UI_HTML, content_type="text/html", headers=JSON_HEADERS)
+        if path == "/sw.js":
+            return web.Response(text="// satbench simulator\n", content_type="application/javascript",
+                                headers=JSON_HEADERS)
+        if path == "/manifest.webmanifest":
+            return _json({"name": "satbench simulator", "short_name": "satbench", "start_url": "/"})
+        return _json({"version": BUILD_INFO})
+
+    async def cors_proxy(self, request: web.Request) -> web.StreamResponse:
+        """``--ui-mcp-proxy``: GET ``?url=``, forwarding only the ``x-llama-server-proxy-header-*`` headers."""
+        import aiohttp
+
+        url = request.query.get("url", "")
+        if not url.startswith(("http://", "https://")):
+            return _error(400, "\"url\" must be an http(s) URL", "invalid_request_error")
+        prefix = "x-llama-server-proxy-header-"
+        headers = {k[len(prefix):]: v for k, v in request.headers.items() if k.lower().startswith(prefix)}
+        try:
+            async with aiohttp.ClientSession() as session, session.get(
+                url, headers=headers, timeout=aiohttp.ClientTimeout(total=30), skip_auto_headers=("User-Agent",)
+            ) as upstream:
+                data = await upstream.read()
+                ctype = upstream.headers.get("Content-Type", "application/octet-stream")
+                return web.Response(status=upstream.status, body=data, headers={**JSON_HEADERS, "Content-Type": ctype})
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            return _error(502, f"proxy request failed: {exc}", "server_error")
 
     # -- llama-server status endpoints --------------------------------------------------------------------
 
@@ -255,19 +585,19 @@ class SimulatorApp:
             return _error(503, "simulator engine loop stopped", "unavailable_error")
         return _json({"status": "ok"})
 
+    def _slots_on(self, t: float) -> bool:
+        return self.options.slots and self.faults.active("slots_disabled", t) is None
+
+    def _metrics_on(self, t: float) -> bool:
+        return self.options.metrics and self.faults.active("metrics_disabled", t) is None
+
     async def props(self, request: web.Request) -> web.Response:
         t = self._t()
-        return _json(
-            props_view(
-                self.profile,
-                self.faults.active("slots_disabled", t) is None,
-                self.faults.active("metrics_disabled", t) is None,
-            )
-        )
+        return _json(props_view(self.profile, self._slots_on(t), self._metrics_on(t), self.options))
 
     async def slots(self, request: web.Request) -> web.Response:
-        if self.faults.active("slots_disabled", self._t()) is not None:
-            return _error(501, "This server does not support slots endpoint.", "not_supported_error")
+        if not self._slots_on(self._t()):
+            return _error(501, SLOTS_501, "not_supported_error")
         engine = self.runtime.engine
         if request.query.get("fail_on_no_slot") and engine.busy_slots >= len(engine.slots):
             return _error(503, "no slot available", "unavailable_error")
@@ -275,22 +605,19 @@ class SimulatorApp:
 
     async def metrics(self, request: web.Request) -> web.Response:
         t = self._t()
-        if self.faults.active("metrics_disabled", t) is not None:
+        if not self._metrics_on(t):
             return _error(501, METRICS_501, "not_supported_error")
         slow = self.faults.active("slow_metrics", t)
         if slow is not None:
             await asyncio.sleep(slow.delay_s)
         return web.Response(
             body=metrics_text(self.runtime.engine).encode(),
-            headers={**JSON_HEADERS, "Content-Type": "text/plain; version=0.0.4"},
+            headers={**JSON_HEADERS, "Content-Type": "text/plain; version=0.0.4",
+                     "Process-Start-Time-Unix": str(self.created)},
         )
 
     async def models(self, request: web.Request) -> web.Response:
-        return _json(models_view(self.profile, self.created))
-
-    async def tokenize_route(self, request: web.Request) -> web.Response:
-        body = await self._body(request)
-        return _json({"tokens": tokenize(str(body.get("content", "")))})
+        return _json(models_view(self.profile, self.created, self.options))
 
     # -- simulator ground truth ---------------------------------------------------------------------------
 
@@ -360,16 +687,27 @@ class SimulatorApp:
         return await self.get_faults(request)
 
 
+def _embedding(ids: Sequence[int], n: int) -> list[float]:
+    """A deterministic unit vector for a token sequence (a stand-in: it means nothing)."""
+    rng = random.Random(ids_digest(ids))
+    v = [rng.gauss(0.0, 1.0) for _ in range(n)]
+    norm = math.sqrt(sum(x * x for x in v)) or 1.0
+    return [round(x / norm, 6) for x in v]
+
+
 RUNTIME_KEY = web.AppKey("simulator", SimulatorApp)
 
 
-def create_app(profile: Profile, runtime: RealTimeRuntime | None = None) -> web.Application:
-    sim = SimulatorApp(profile, runtime)
-    app = web.Application(client_max_size=64 * 1024 * 1024)
+def create_app(
+    profile: Profile, runtime: RealTimeRuntime | None = None, options: ServerOptions | None = None
+) -> web.Application:
+    sim = SimulatorApp(profile, runtime, options)
+    app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[sim.edge])
     app[RUNTIME_KEY] = sim
     app.on_startup.append(sim.on_startup)
     app.on_shutdown.append(sim.on_shutdown)
     app.on_cleanup.append(sim.on_cleanup)
+    app.on_response_prepare.append(sim.on_prepare)
     r = app.router
     for path in GENERATION_PATHS:
         r.add_post(path, sim.generate)
@@ -381,6 +719,18 @@ def create_app(profile: Profile, runtime: RealTimeRuntime | None = None) -> web.
     r.add_get("/v1/models", sim.models)
     r.add_get("/models", sim.models)
     r.add_post("/tokenize", sim.tokenize_route)
+    r.add_post("/detokenize", sim.detokenize_route)
+    r.add_post("/apply-template", sim.apply_template)
+    r.add_post("/chat/completions/input_tokens", sim.input_tokens)
+    r.add_post("/v1/chat/completions/input_tokens", sim.input_tokens)
+    for path in ("/embedding", "/embeddings", "/v1/embeddings"):
+        r.add_post(path, sim.embeddings)
+    if sim.options.ui:
+        for path in UI_PATHS:
+            r.add_get(path, sim.ui)
+        r.add_get("/_app/{tail:.*}", sim.ui)
+    if sim.options.ui_mcp_proxy:
+        r.add_get("/cors-proxy", sim.cors_proxy)
     r.add_get("/sim/truth", sim.truth)
     r.add_get("/sim/capacity", sim.capacity)
     r.add_get("/sim/gpu", sim.gpu)

@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from simulator.dropin import ServerOptions
 from simulator.engine import Engine, Request, TruthRecord
-from simulator.payloads import generation_settings
+from simulator.payloads import generation_settings, merge_settings
 from simulator.profile import Profile
 
 __all__ = [
@@ -43,23 +44,39 @@ class TimeMap:
         return None if t is None else round(t + self.offset, 6)
 
 
-def props_view(profile: Profile, slots_enabled: bool, metrics_enabled: bool) -> dict[str, Any]:
+def default_params(options: ServerOptions) -> dict[str, Any]:
+    """The server's default sampling settings (``/props``), from its ``--seed``, ``--temp`` and ``-n``."""
+    out = generation_settings(None, False, for_params=True)
+    out["temperature"] = merge_settings({"temperature": options.temperature}, {})["temperature"]
+    if options.seed is not None:
+        out["seed"] = options.seed
+    out["n_predict"] = out["max_tokens"] = options.n_predict
+    for key in ("dry_sequence_breakers", "stop", "logit_bias", "grammar", "grammar_lazy", "grammar_triggers",
+                "preserved_tokens"):
+        out.pop(key, None)
+    return out
+
+
+def props_view(
+    profile: Profile, slots_enabled: bool, metrics_enabled: bool, options: ServerOptions | None = None
+) -> dict[str, Any]:
     m = profile.model
+    options = options or ServerOptions()
     return {
         "default_generation_settings": {
-            "params": generation_settings(None, False, for_params=True),
+            "params": default_params(options),
             "n_ctx": profile.server.n_ctx_slot,
         },
         "total_slots": profile.server.slots,
-        "model_alias": m.name,
+        "model_alias": options.model_id(profile),
         "model_ftype": m.ftype,
-        "model_path": m.name,
+        "model_path": options.model_path or m.name,
         "modalities": {"vision": False, "video": False, "audio": False},
         "media_marker": "<__media__>",
         "endpoint_slots": slots_enabled,
         "endpoint_props": False,
         "endpoint_metrics": metrics_enabled,
-        "ui": False,
+        "ui": options.ui,
         "ui_settings": {},
         "chat_template": (
             "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}"
@@ -95,22 +112,23 @@ def props_view(profile: Profile, slots_enabled: bool, metrics_enabled: bool) -> 
 
 
 def _slot_json(slot_id: int, n_ctx: int, req: Request | None, busy: bool, task_id: int) -> dict[str, Any]:
+    """A slot as llama-server shows it; an idle slot keeps its last task's prompt but no budget."""
     out: dict[str, Any] = {"id": slot_id, "n_ctx": n_ctx, "speculative": False, "is_processing": busy}
     if req is None:
         return out
     out.update(
         {
             "id_task": task_id,
-            "n_prompt_tokens": req.spec.prompt_tokens,
-            "n_prompt_tokens_processed": req.prompt_done,
-            "n_prompt_tokens_cache": 0,
+            "n_prompt_tokens": req.spec.prompt_tokens if busy else req.kv_tokens,
+            "n_prompt_tokens_processed": req.prompt_n if busy else 0,
+            "n_prompt_tokens_cache": req.cache_n if busy else 0,
             "params": generation_settings(req, True, for_params=True),
             "next_token": [
                 {
                     "has_next_token": busy,
                     "has_new_line": False,
-                    "n_remain": max(req.n_predict - req.output, 0),
-                    "n_decoded": req.output,
+                    "n_remain": max(req.n_predict - req.output, 0) if busy else -1,
+                    "n_decoded": req.output if busy else 0,
                 }
             ],
         }
@@ -128,12 +146,15 @@ def slots_view(engine: Engine, last: list[Request | None]) -> list[dict[str, Any
     return out
 
 
-def models_view(profile: Profile, created: int) -> dict[str, Any]:
+def models_view(profile: Profile, created: int, options: ServerOptions | None = None) -> dict[str, Any]:
     m = profile.model
+    options = options or ServerOptions()
+    model_id = options.model_id(profile)
+    aliases = sorted(options.aliases) if options.aliases else [model_id]
     return {
         "models": [
             {
-                "name": m.name, "model": m.name, "modified_at": "", "size": "", "digest": "",
+                "name": model_id, "model": model_id, "modified_at": "", "size": "", "digest": "",
                 "type": "model", "description": "", "tags": [""], "capabilities": ["completion"],
                 "parameters": "",
                 "details": {"parent_model": "", "format": "gguf", "family": "", "families": [""],
@@ -143,7 +164,7 @@ def models_view(profile: Profile, created: int) -> dict[str, Any]:
         "object": "list",
         "data": [
             {
-                "id": m.name, "aliases": [m.name], "tags": [], "object": "model",
+                "id": model_id, "aliases": aliases, "tags": sorted(options.tags), "object": "model",
                 "architecture": {"input_modalities": ["text"], "output_modalities": ["text"]},
                 "created": created, "owned_by": "llamacpp",
                 "meta": {"vocab_type": 1, "n_vocab": m.n_vocab, "n_ctx": profile.server.n_ctx_slot,
@@ -186,7 +207,7 @@ def metrics_text(engine: Engine) -> str:
     c = engine.counters
     values: dict[str, float | int] = {
         "prompt_tokens_total": c.prompt_tokens_total,
-        "prompt_tokens_cached_total": 0,
+        "prompt_tokens_cached_total": c.prompt_tokens_cached_total,
         "prompt_seconds_total": c.prompt_seconds_total,
         "tokens_predicted_total": c.tokens_predicted_total,
         "tokens_predicted_seconds_total": c.tokens_predicted_seconds_total,

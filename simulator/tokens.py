@@ -5,27 +5,44 @@ token per match of ``<|im_start|>``, ``<|im_end|>``, a run of word characters, o
 non-space character. ``"Hello, my name is"`` is 6 tokens, as with the real SPM vocabulary. A prompt given
 as a list of token ids counts as its length. Chat messages are rendered with a ChatML template first.
 
-Generated tokens are drawn from a small fixed vocabulary by a deterministic hash of (request, index), so a
-fixed seed gives the same text and the per-token cost is one list lookup.
+Each token's piece carries the whitespace before it (as SPM pieces carry their leading space), so the pieces
+of a text join back into it (``/detokenize``), trailing whitespace aside. A piece's id is stable across
+processes: the generation vocabulary's own ids, else a CRC of the piece; ``detokenize`` knows every piece
+that was tokenized in this process.
+
+Generated tokens are drawn from a small fixed vocabulary by a deterministic hash of (key, index): the key is
+the request's number, or a digest of (seed, prompt) when the sampling is reproducible, so a fixed seed
+gives the same text for the same prompt and the per-token cost is one list lookup.
 """
 
 from __future__ import annotations
 
 import re
+import zlib
+from array import array
 from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
     "BOS",
+    "BOS_ID",
+    "EOS_ID",
     "VOCAB",
     "count_prompt_tokens",
+    "detokenize",
+    "ids_digest",
+    "piece_of",
     "render_chat",
     "token_at",
     "tokenize",
+    "tokenize_pieces",
 ]
 
 BOS = "<s>"
+BOS_ID = 1
+EOS_ID = 2
 _TOKEN_RE = re.compile(r"<\|im_(?:start|end)\|>|\w+|[^\w\s]")
+_PIECE_RE = re.compile(r"\s*(?:<\|im_(?:start|end)\|>|\w+|[^\w\s])")
 # fmt: off
 VOCAB: tuple[str, ...] = (
     " the", " of", " and", " to", " a", " in", " is", " that", " for", " it", " as", " was", " with",
@@ -37,18 +54,42 @@ VOCAB: tuple[str, ...] = (
 )
 # fmt: on
 _BASE_ID = 1000
+_VOCAB_IDS = {piece: _BASE_ID + k for k, piece in enumerate(VOCAB)}
+_PIECES: dict[int, str] = {BOS_ID: BOS, EOS_ID: "</s>", **{i: p for p, i in _VOCAB_IDS.items()}}
+_PIECES_MAX = 1 << 18
+
+
+def piece_id(piece: str) -> int:
+    known = _VOCAB_IDS.get(piece)
+    if known is not None:
+        return known
+    tid = 1100 + zlib.crc32(piece.encode("utf-8")) % 30000
+    if len(_PIECES) < _PIECES_MAX:
+        _PIECES.setdefault(tid, piece)
+    return tid
+
+
+def tokenize_pieces(text: str) -> list[tuple[int, str]]:
+    """``(id, piece)`` for each token of ``text`` (without BOS)."""
+    return [(piece_id(p), p) for p in _PIECE_RE.findall(text)]
 
 
 def tokenize(text: str) -> list[int]:
     """Stable pseudo token ids for ``text`` (without BOS)."""
-    return [(hash_piece(m) % 30000) + 259 for m in _TOKEN_RE.findall(text)]
+    return [piece_id(p) for p in _PIECE_RE.findall(text)]
 
 
-def hash_piece(piece: str) -> int:
-    h = 2166136261
-    for ch in piece.encode("utf-8"):
-        h = ((h ^ ch) * 16777619) & 0xFFFFFFFF
-    return h
+def piece_of(tid: int) -> str:
+    return _PIECES.get(tid, "")
+
+
+def detokenize(ids: Sequence[int]) -> str:
+    return "".join(_PIECES.get(int(t), "") for t in ids)
+
+
+def ids_digest(ids: Sequence[int], salt: int = 0) -> int:
+    """A stable 32-bit digest of a token sequence (and a salt such as the sampling seed)."""
+    return zlib.crc32(array("q", ids).tobytes(), salt & 0xFFFFFFFF)
 
 
 def count_prompt_tokens(prompt: Any) -> int:
@@ -63,6 +104,7 @@ def count_prompt_tokens(prompt: Any) -> int:
 
 
 def render_chat(messages: Any) -> str:
+    """The ChatML rendering of already validated messages (see ``simulator.requests.check_messages``)."""
     if not isinstance(messages, list) or not messages:
         raise ValueError("messages must be a non-empty array")
     parts: list[str] = []
@@ -78,6 +120,9 @@ def render_chat(messages: Any) -> str:
 
 
 def token_at(seq: int, index: int) -> tuple[int, str]:
-    """The ``index``-th generated token (id, text) of request number ``seq``."""
-    k = (seq * 7919 + index * 104729) % len(VOCAB)
+    """The ``index``-th generated token (id, text) of the request keyed ``seq``."""
+    h = (seq * 0x9E3779B1 + index * 0x7FEB352D) & 0xFFFFFFFF
+    h = ((h ^ (h >> 16)) * 0x85EBCA6B) & 0xFFFFFFFF
+    h = ((h ^ (h >> 13)) * 0xC2B2AE35) & 0xFFFFFFFF
+    k = ((h ^ (h >> 16)) * len(VOCAB)) >> 32
     return _BASE_ID + k, VOCAB[k]

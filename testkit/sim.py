@@ -94,6 +94,7 @@ class InProcessSimulator:
         from simulator.profile import load_profile
 
         self.profile = load_profile(profile).with_overrides(**overrides)
+        self.options: Any = None  # the drop-in command line's serving options (``DropIn``), else the defaults
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._loop = asyncio.new_event_loop()
@@ -106,7 +107,8 @@ class InProcessSimulator:
 
         asyncio.set_event_loop(self._loop)
         self._stop = asyncio.Event()
-        main = serve(self.profile, "127.0.0.1", self.port, self._stop, on_app=self._set_app)
+        extra = {} if self.options is None else {"options": self.options}
+        main = serve(self.profile, "127.0.0.1", self.port, self._stop, on_app=self._set_app, **extra)
         self._loop.run_until_complete(main)
         self._loop.close()
 

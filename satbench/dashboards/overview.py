@@ -192,6 +192,8 @@ def _overrides(targets: list[Target]) -> list[dict[str, Any]]:
         if t.objective is not None:
             props.append({"id": "thresholds", "value": t.objective.thresholds()})
             props.append({"id": "custom.thresholdsStyle", "value": {"mode": "dashed"}})
+        elif t.unit is not None and t.axis != "auto":  # another unit on another axis: the panel's line is not its
+            props.append({"id": "custom.thresholdsStyle", "value": {"mode": "off"}})
         if props:
             out.append({"matcher": {"id": "byFrameRefID", "options": chr(ord("A") + i)}, "properties": props})
     return out
@@ -356,7 +358,7 @@ def status_stat_panel() -> dict[str, Any]:
     return _stat(
         "Answer per lane",
         [Target(promql.max_by("satbench_recommendation_status", ("lane", "status", "binding_constraint"), LANE),
-                "{{lane}}: {{status}}, bound by {{binding_constraint}}")],
+                "{{lane}}: {{status}}, bound by {{binding_constraint}}", instant=True)],  # only the current one
         "short",
         "The document's status per lane (ok: settled; unsaturated: a lower bound, the ladder ended while "
         "throughput still grew; insufficient_data, degraded, stale) and the constraint that binds the answer "

@@ -3,22 +3,26 @@
 Order of a session (``run_session``):
 
 1. Refuse early: a Prometheus binary must exist when one is to be started (the reason names the install
-   command); the run folder ``<out>/<run_id>/`` is created.
+   command); the run folder ``<out>/<run_id>/`` is created (and removed again if a part cannot start:
+   nothing was measured, and the one-line reason quotes the failing child's log).
 2. Start, each as its own process group (``satbench.session.processes``): one runtime per lane through its
    launcher (``LAUNCHERS``: the simulator, a real ``llama-server``, or an ``external`` lane only checked to
-   answer ``/health``), each a ``satbench.runtimes.RunningRuntime``, one exporter per lane, the
-   recommender, then Prometheus with a config listing exactly those targets plus the load generator's
-   /metrics port (picked before it starts). Wait until Prometheus has scraped every target once.
+   answer ``/health``), each a ``satbench.runtimes.RunningRuntime``, one exporter per lane (none where the
+   lane names a running one, ``exporter_url``; in relay mode where ``relay = true``; without GPU readings
+   for an external node on another host), the recommender, then Prometheus with a config listing exactly
+   those targets plus the load generator's /metrics port (``loadgen.metrics_port``, else one picked before
+   it starts). Wait until Prometheus has scraped every target once.
 3. Evidence for the manifest (``satbench.evidence``): command, redacted config, versions and git commit,
    hardware, network round trips, runtime ``/props``, model files.
 4. Walk the ladder in-process (loadgen's ``run_ladder``), which writes records.jsonl, steps.json and the
    manifest: this header joined with the load generator's own part (``core.manifest.LadderPart``).
 5. Wait until Prometheus has scraped every exporter and the load generator after the last window's end
    (its samples are then in; at most two scrape intervals and a second), register the manifest with the
-   recommender (``POST /runs``) and fetch its answer (``GET /runs/{run_id}``); if the service fails, the
-   same analysis runs in-process and the document notes it. Write recommendations.json, report.html and
-   README.md, print a table per lane and the recommendations. A Prometheus started here is given the
-   time to scrape the recommender's answer series before it stops.
+   recommender (``POST /runs``) and fetch its answer (``GET /runs/{run_id}``); if the service fails or
+   answers no lane, the same analysis runs in-process (it can read this run's records) and the document
+   notes it. Write recommendations.json, report.html, README.md, steps.csv and records.csv, print the
+   tables per lane and the recommendations last; the exit status is 0 only when every lane has an answer.
+   A Prometheus started here is given the time to scrape the recommender's answer series before it stops.
 6. Always (``finally``, atexit, SIGTERM/SIGHUP handlers, Ctrl-C): stop every child process group.
 """
 
@@ -241,10 +245,18 @@ def _build_manifest(
     )
 
 
+def _answered(doc: dict[str, Any] | None) -> int:
+    return sum(1 for lane in ((doc or {}).get("lanes") or {}).values()
+               if isinstance(lane, dict) and lane.get("recommended_concurrency") is not None)
+
+
 def _recommend(
     manifest: RunManifest, rec_url: str, prom_url: str, run_dir: Path, config: SessionConfig, say: Say
 ) -> dict[str, Any] | None:
-    """The recommender service's answer for the run; the same analysis in-process if the service fails."""
+    """The recommender service's answer for the run; the same analysis in-process (which can also read this
+    run folder's records) if the service fails or answers no lane (a service elsewhere, without this run's
+    folder, whose Prometheus missed the load generator), kept where it answers more lanes."""
+    service: dict[str, Any] | None = None
     try:
         with httpx.Client(timeout=60.0) as client:
             resp = client.post(f"{rec_url}/runs", json=manifest.to_dict())
@@ -252,9 +264,10 @@ def _recommend(
             info = client.get(f"{rec_url}/runs/{manifest.run_id}")
             info.raise_for_status()
             doc = info.json().get("recommendations")
-        if isinstance(doc, dict):
+        if isinstance(doc, dict) and _answered(doc):
             return doc
-        reason = info.json().get("reason") or "no document"
+        service = doc if isinstance(doc, dict) else None
+        reason = "it answered no lane" if service else (info.json().get("reason") or "no document")
     except (httpx.HTTPError, ValueError) as exc:
         reason = f"{type(exc).__name__}: {exc}"
     say(f"  recommender service gave no answer ({reason}); analysing in-process")
@@ -262,9 +275,11 @@ def _recommend(
         policy = Policy.model_validate(config.policy)
         doc = analyze_run(manifest, prometheus_url=prom_url, run_dir=run_dir, policy=policy)
     except (RecommenderError, ValueError) as exc:
-        say(f"  no recommendations: {exc}")
-        return None
-    doc.setdefault("notes", []).append(f"recommender service unavailable ({reason}); analysed in-process")
+        say(f"  no recommendations in-process either: {exc}")
+        return service
+    if service is not None and _answered(doc) <= _answered(service):
+        return service
+    doc.setdefault("notes", []).append(f"recommender service gave no answer ({reason}); analysed in-process")
     return doc
 
 

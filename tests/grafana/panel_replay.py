@@ -4,8 +4,9 @@
 (``runs/<id>/prometheus/data``: the session's own Prometheus has stopped when the session ends, and a running
 one holds the storage's lock). ``replay`` then substitutes Grafana's variables in every target (``$lane`` and
 ``$node`` as "All", ``$run_id`` the session's run, ``$__rate_interval`` four scrapes and a margin, ``$__range``
-the session's span), resolves each target's datasource through the dashboard's ``datasource`` variable, and
-asks Prometheus: a range query over the session's time range (step 1 s) for range targets, an instant query at
+the session's span) and asks this one Prometheus (that every target names the ``${datasource}`` variable,
+which resolves to the provisioned Prometheus, is ``resolved_datasource``'s check, made per target by the
+tests): a range query over the session's time range (step 1 s) for range targets, an instant query at
 its end for instant ones. A target "returns data" when at least one series has a finite value.
 """
 

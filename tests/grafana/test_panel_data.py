@@ -7,7 +7,7 @@ as it is (eight slots: decode stalls at c=2, no relay). When it has ended, its P
 Prometheus is started on a copy of the run folder's TSDB (``panel_replay``) and every target of every panel
 (collapsed rows included), and the step-window annotation, is asked over the session's time range with
 Grafana's variables substituted (``$lane``/``$node`` All, ``$run_id`` the run, ``$__rate_interval``,
-``$__range``), through the datasource the ``${datasource}`` variable resolves to under provisioning. Each
+``$__range``); every target names the ``${datasource}`` variable, which resolves to the provisioned one. Each
 target must return at least one series with a finite value; the relay row's only for the relay lane.
 """
 

@@ -92,6 +92,11 @@ def test_other_commands_refuse_in_one_line(tmp_path: Path) -> None:
     proc = _satbench("serve", str(tmp_path))
     assert proc.returncode == 2
     assert "RUN_DIR" in _one_line(proc.stderr)
+    (tmp_path / "old-run").mkdir()
+    (tmp_path / "old-run" / "manifest.json").write_text('{"schema": "something else"}')
+    proc = _satbench("serve", str(tmp_path))  # an unreadable run folder is said, and nothing else to serve
+    assert proc.returncode == 2 and "old-run: manifest.json unreadable" in proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 2
     proc = _satbench("capabilities", "--url", f"http://127.0.0.1:{free_port()}", "--timeout", "1")
     assert proc.returncode == 1  # no recommender: no lane has an answer
     assert "satbench serve" in _one_line(proc.stderr)
@@ -154,6 +159,8 @@ def test_quick_start_against_my_node_then_serve_the_answer(tmp_path: Path) -> No
                               stdin=subprocess.DEVNULL)
     try:
         wait_http(f"http://127.0.0.1:{port}/recommendations", timeout_s=30)
+        taken = _satbench("serve", str(out), "--port", str(port))  # the port is taken: cannot start, 1
+        assert taken.returncode == 1 and "cannot listen" in _one_line(taken.stderr)
         served = httpx.get(f"http://127.0.0.1:{port}/recommendations", timeout=5).json()
         assert served["lanes"]["mynode"] == document["lanes"]["mynode"], "the answer as the run wrote it"
         caps = _satbench("capabilities", "--url", f"http://127.0.0.1:{port}")
@@ -162,3 +169,40 @@ def test_quick_start_against_my_node_then_serve_the_answer(tmp_path: Path) -> No
     finally:
         server.terminate()
         server.communicate(timeout=10)  # reads and closes both pipes
+
+
+def test_a_service_that_answers_no_lane_is_checked_in_process(monkeypatch: pytest.MonkeyPatch,
+                                                               tmp_path: Path) -> None:
+    """A recommender elsewhere (compose) whose Prometheus missed the load generator answers every lane
+    ``insufficient_data``; the session then analyses in-process (it has the run's records) and keeps the
+    document that answers more lanes, saying so."""
+    from core.manifest import RunManifest
+    from satbench.session import run as session_run
+
+    empty = {"lanes": {"dense": {"recommended_concurrency": None, "status": "insufficient_data"}}}
+    answered = {"lanes": {"dense": {"recommended_concurrency": 4, "status": "ok"}}}
+
+    def service(request: httpx.Request) -> httpx.Response:
+        if request.method == "POST":
+            return httpx.Response(201, json={})
+        return httpx.Response(200, json={"recommendations": empty})
+
+    real_client = httpx.Client
+    monkeypatch.setattr(session_run.httpx, "Client",
+                        lambda **kw: real_client(transport=httpx.MockTransport(service), **kw))
+    calls: list[Path] = []
+
+    def in_process(manifest: RunManifest, *, prometheus_url: str, run_dir: Path, policy: object) -> dict:
+        calls.append(run_dir)
+        return json.loads(json.dumps(answered))
+
+    monkeypatch.setattr(session_run, "analyze_run", in_process)
+    said: list[str] = []
+    config = load_session_config(None, {})
+    manifest = RunManifest(run_id="r", created_at=1.0)
+    doc = session_run._recommend(manifest, "http://rec.test", "http://prom.test", tmp_path, config, said.append)
+    assert calls == [tmp_path] and doc is not None and doc["lanes"]["dense"]["recommended_concurrency"] == 4
+    assert "answered no lane" in doc["notes"][-1] and "analysing in-process" in said[-1]
+    answered["lanes"]["dense"]["recommended_concurrency"] = None  # in-process answers no more: keep the service's
+    assert session_run._recommend(manifest, "http://rec.test", "http://prom.test", tmp_path, config,
+                                  said.append) == empty

@@ -81,7 +81,8 @@ def test_64_concurrent_streams_are_served_and_recorded() -> None:
 def test_truth_follows_the_model_exactly_and_maps_to_wall_time(sim: InProcessSimulator) -> None:
     profile = load_profile("dense")
     before = time.time()
-    body = {"prompt": "one two three four five six seven", "n_predict": 5, "ignore_eos": True}
+    body = {"prompt": "one two three four five six seven", "n_predict": 5, "ignore_eos": True,
+            "cache_prompt": False}  # the same prompt twice would otherwise reuse the slot's cache
     httpx.post(sim.url + "/completion", json=body, timeout=10)
     resp = httpx.post(sim.url + "/completion", json=body, timeout=10, headers={"X-Request-ID": "exact"})
     timings = resp.json()["timings"]

@@ -170,7 +170,7 @@ def test_metrics_parse_and_use_llama_server_names(sim: InProcessSimulator, llama
 def test_errors_have_llama_server_shape(sim: InProcessSimulator) -> None:
     too_long = httpx.post(sim.url + "/completion", json={"prompt": list(range(40000))}, timeout=10)
     assert too_long.status_code == 400
-    assert set(too_long.json()["error"]) == {"code", "message", "type"}
+    assert set(too_long.json()["error"]) == {"code", "message", "type", "n_prompt_tokens", "n_ctx"}
     bad = httpx.post(sim.url + "/completion", content=b"{not json", timeout=10)
     assert bad.status_code == 400
 

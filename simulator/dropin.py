@@ -1,0 +1,216 @@
+"""``satbench sim`` as a drop-in ``llama-server``: its command line mapped onto the profile and the server.
+
+``satbench sim`` accepts every flag of llama-server's command line (``simulator.llama_flags``). The ones
+that shape serving are honoured:
+
+| llama-server flag | simulator |
+|---|---|
+| ``-np/--parallel N`` | ``[server] slots`` |
+| ``-c/--ctx-size N`` | ``[server] ctx_tokens``; each slot gets ``N / parallel`` unless ``-kvu/--kv-unified`` |
+| ``-b/--batch-size``, ``-ub/--ubatch-size`` | ``[server] batch``, ``ubatch`` (``ubatch <= batch``) |
+| ``--context-shift`` | generation goes on past a full context |
+| ``-a/--alias A[,B]``, ``--tags``, ``-m``, ``-hf``, ``-hff`` | the model's id, aliases, tags and path |
+| ``--api-key K[,K2]``, ``--api-key-file`` | every endpoint but ``/health``, ``/models`` and the UI wants the key |
+| ``--metrics``, ``--slots/--no-slots``, ``--ui/--no-ui`` | those endpoints (llama-server's defaults: off, on, on) |
+| ``-n/--n-predict N`` | default and cap of a request's ``n_predict`` |
+| ``-s/--seed S``, ``--temp T`` | the default sampling seed and temperature (reproducible text per prompt) |
+| ``--cors-origins``, ``--tools``, ``--ui-mcp-proxy``, ``--media-path``, ``-v``, ``--embedding`` | as llama-server |
+| ``--host H[,H2]``, ``--port P`` | the listening addresses |
+
+Every other flag is accepted and named once at start-up as ignored. Given any llama-server flag that
+``satbench sim`` does not share (``--host``, ``--port``, ``--seed`` and ``--slots N`` are shared), the
+server takes llama-server's defaults (``/metrics`` off until ``--metrics``, the web UI on, sampling
+seeded only by ``--seed``); without one it keeps the simulator's (every endpoint on).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from simulator.llama_flags import LLAMA_SERVER_FLAGS
+from simulator.profile import Profile, ProfileError
+
+__all__ = ["LLAMA_DEST", "ServerOptions", "add_llama_flags", "apply_llama_flags"]
+
+LLAMA_DEST = "llama_flags"
+# satbench sim's own flags that share a name with llama-server's: handled by simulator.cli
+_SHARED = {"-h", "--help", "--usage", "--host", "--port", "-s", "--seed", "--slots", "--no-slots"}
+# flags whose effect is simply what the simulator does anyway (not reported as ignored)
+_NO_OP = {"--cont-batching", "--offline"}
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """What the HTTP layer serves beyond the profile: endpoints, identity, keys and request defaults."""
+
+    drop_in: bool = False
+    model_path: str | None = None
+    aliases: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    api_keys: tuple[str, ...] = ()
+    metrics: bool = True
+    slots: bool = True
+    ui: bool = False
+    n_predict: int = -1
+    seed: int | None = None  # default sampling seed; None = a fresh one per request (llama-server's -1)
+    temperature: float = 0.8
+    cors_origins: tuple[str, ...] | None = None  # None: every origin
+    ui_mcp_proxy: bool = False
+    media_path: str | None = None
+    verbose: bool = False
+    embeddings: bool = False
+    ignored: tuple[str, ...] = ()
+
+    def model_id(self, profile: Profile) -> str:
+        if self.aliases:
+            return sorted(self.aliases)[0]
+        return self.model_path or profile.model.name
+
+
+class _LlamaFlag(argparse.Action):
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        seen = list(getattr(namespace, LLAMA_DEST, None) or [])
+        seen.append((self.dest, option_string or self.dest, values if self.nargs != 0 else None))
+        setattr(namespace, LLAMA_DEST, seen)
+
+
+def _canonical(names: Sequence[str]) -> str:
+    longs = [n for n in names if n.startswith("--") and not n.startswith("--no-")]
+    return (longs or [n for n in names if n.startswith("--")] or list(names))[0]
+
+
+def add_llama_flags(parser: argparse.ArgumentParser) -> None:
+    """Registers llama-server's flags (all but the shared ones) under one list, ``args.llama_flags``."""
+    parser.set_defaults(**{LLAMA_DEST: []})
+    group = parser.add_argument_group("llama-server flags (drop-in; see simulator/dropin.py)")
+    group.add_argument("--no-slots", dest="slots_endpoint", action="store_false", default=None,
+                       help="answer /slots with 501, as llama-server --no-slots")
+    for names, takes_value in LLAMA_SERVER_FLAGS:
+        usable = [n for n in names if n not in _SHARED]
+        if not usable:
+            continue
+        canon = _canonical(names)
+        for name in usable:  # one action per spelling, so that the --no- forms can be told apart
+            group.add_argument(name, dest=canon, action=_LlamaFlag, nargs=None if takes_value else 0,
+                               metavar="V", help=argparse.SUPPRESS)
+
+
+def _int(flag: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ProfileError(f"{flag}: expected an integer, got {value!r}") from None
+
+
+def _float(flag: str, value: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise ProfileError(f"{flag}: expected a number, got {value!r}") from None
+
+
+def _split(value: str) -> tuple[str, ...]:
+    return tuple(v.strip() for v in value.split(",") if v.strip())
+
+
+def apply_llama_flags(profile: Profile, args: argparse.Namespace) -> tuple[Profile, ServerOptions]:
+    """The profile and server options after satbench's own flags (already applied) and llama-server's."""
+    given: list[tuple[str, str, Any]] = list(getattr(args, LLAMA_DEST, None) or [])
+    slots_flag = bool(getattr(args, "slots_flag", False))
+    drop_in = bool(given) or getattr(args, "slots_endpoint", None) is not None or slots_flag
+    sampling_seed = args.seed if drop_in and args.seed is not None else None
+    opts: dict[str, Any] = {"drop_in": drop_in}
+    if drop_in:
+        opts.update(metrics=False, ui=True)
+    if getattr(args, "slots_endpoint", None) is not None:
+        opts["slots"] = bool(args.slots_endpoint)
+    if slots_flag:
+        opts["slots"] = True
+    server: dict[str, Any] = {}
+    ctx: int | None = None
+    parallel: int | None = args.slots
+    kv_unified = False
+    ignored: list[str] = []
+    api_keys: list[str] = []
+    for dest, spelled, value in given:
+        off = spelled.startswith(("--no-", "-no-"))
+        if dest == "--ctx-size":
+            ctx = _int(spelled, value)
+        elif dest == "--parallel":
+            parallel = _int(spelled, value)
+        elif dest == "--batch-size":
+            server["batch"] = _int(spelled, value)
+        elif dest == "--ubatch-size":
+            server["ubatch"] = _int(spelled, value)
+        elif dest == "--kv-unified":
+            kv_unified = not off
+        elif dest == "--context-shift":
+            server["context_shift"] = not off
+        elif dest == "--alias":
+            opts["aliases"] = _split(value)
+        elif dest == "--tags":
+            opts["tags"] = _split(value)
+        elif dest == "--model":
+            opts["model_path"] = value
+        elif dest == "--hf-repo":
+            opts.setdefault("model_path", value.replace("/", "_").replace(":", "_") + ".gguf")
+        elif dest == "--hf-file":
+            opts["model_path"] = Path(value).name
+        elif dest == "--model-url":
+            opts.setdefault("model_path", value.rsplit("/", 1)[-1])
+        elif dest == "--api-key":
+            api_keys += _split(value)
+        elif dest == "--api-key-file":
+            try:
+                api_keys += [ln.strip() for ln in Path(value).read_text().splitlines() if ln.strip()]
+            except OSError as exc:
+                raise ProfileError(f"--api-key-file: cannot read {value}: {exc.strerror}") from exc
+        elif dest == "--metrics":
+            opts["metrics"] = True
+        elif dest == "--ui":
+            opts["ui"] = not off
+        elif dest in ("--predict", "--n-predict"):
+            opts["n_predict"] = _int(spelled, value)
+        elif dest == "--temp":
+            opts["temperature"] = _float(spelled, value)
+        elif dest == "--cors-origins":
+            opts["cors_origins"] = _split(value)
+        elif dest == "--tools":
+            opts.setdefault("cors_origins", ("localhost",))
+        elif dest == "--ui-mcp-proxy":
+            opts["ui_mcp_proxy"] = not off
+        elif dest == "--media-path":
+            opts["media_path"] = value
+        elif dest == "--verbose":
+            opts["verbose"] = True
+        elif dest == "--embedding":
+            opts["embeddings"] = True
+        elif dest not in _NO_OP:
+            ignored.append(spelled if value is None else f"{spelled} {value}")
+    if api_keys:
+        opts["api_keys"] = tuple(api_keys)
+    if sampling_seed is not None and sampling_seed >= 0:
+        opts["seed"] = sampling_seed
+    s = profile.server
+    slots = parallel if parallel is not None else s.slots
+    if ctx is not None and ctx > 0:
+        server["ctx_tokens"] = ctx
+    if drop_in and (ctx is not None or parallel is not None or kv_unified):
+        total = server.get("ctx_tokens", s.ctx_tokens)
+        server["slot_ctx_tokens"] = 0 if kv_unified or slots <= 1 else max(total // max(slots, 1), 1)
+    if parallel is not None:
+        server["slots"] = parallel
+    if "batch" in server or "ubatch" in server:
+        batch = server.get("batch", s.batch)
+        server["ubatch"] = min(server.get("ubatch", s.ubatch), batch)
+    if server:
+        fields = {f.name for f in dataclasses.fields(s)}
+        profile = profile.with_overrides(**{k: v for k, v in server.items() if k in fields})
+    opts["ignored"] = tuple(ignored)
+    return profile, ServerOptions(**opts)
