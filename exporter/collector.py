@@ -183,6 +183,8 @@ class RuntimeCollector(Collector):
                 ratio))
         for attr, name, doc in (
             ("prompt_tokens_total", "runtime_prompt_tokens", "Prompt tokens processed (uncached)."),
+            ("prompt_tokens_cached_total", "runtime_prompt_tokens_cached",
+             "Prompt tokens served from the prompt cache (no prefill); not in runtime_prompt_tokens_total."),
             ("output_tokens_total", "runtime_output_tokens", "Output tokens generated."),
             ("decode_steps_total", "runtime_decode_steps", "Batched decode steps (llama_decode calls)."),
         ):

@@ -11,6 +11,10 @@ llama-server's own numbers have quirks that this module corrects (see tests/fixt
   ``n_decode_total`` and the slot count, is the decode-weighted batch occupancy of that window. The gauge is
   printed with 6 significant digits, so the recovered counter carries a relative error of about 5e-6.
 - ``llamacpp:requests_deferred`` is the number of requests waiting for a slot: the queue depth.
+- ``llamacpp:prompt_tokens_total`` counts only the prompt tokens that were prefilled; those the prompt cache
+  served are ``prompt_tokens_cached_total`` (this build counts them apart), exported as
+  ``runtime_prompt_tokens_cached_total``. Builds without it leave that series out. Other families of the
+  build (``n_tokens_max``, ``spec_decode_*``) and any unknown one are parsed and ignored, never an error.
 - ``/slots`` gives each slot's ``is_processing`` and ``next_token[].n_decoded``: a processing slot that has
   decoded nothing yet is in prefill, otherwise in decode. (``n_prompt_tokens`` counts prompt *and* generated
   tokens of the slot's context, and ``n_prompt_tokens_processed`` only the uncached prompt, so neither tells
@@ -209,6 +213,7 @@ def llamacpp_snapshot(
             fields["queue_depth"] = _finite(samples, "requests_deferred")
             fields["requests_processing"] = _finite(samples, "requests_processing")
             fields["prompt_tokens_total"] = _finite(samples, "prompt_tokens_total")
+            fields["prompt_tokens_cached_total"] = _finite(samples, "prompt_tokens_cached_total")
             fields["output_tokens_total"] = _finite(samples, "tokens_predicted_total")
             decodes = _finite(samples, "n_decode_total")
             per_decode = _finite(samples, "n_busy_slots_per_decode")

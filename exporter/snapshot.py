@@ -75,6 +75,7 @@ class RuntimeSnapshot:
     queue_depth: float | None = None
     requests_processing: float | None = None
     prompt_tokens_total: float | None = None
+    prompt_tokens_cached_total: float | None = None
     output_tokens_total: float | None = None
     decode_steps_total: float | None = None
     busy_slot_decodes_total: float | None = None

@@ -34,6 +34,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=int, default=None, help="override [server] batch (-b)")
     parser.add_argument("--ubatch", type=int, default=None, help="override [server] ubatch (-ub)")
     parser.add_argument("--time-scale", type=float, default=None, help="override [server] time_scale")
+    parser.add_argument("--router", action="store_true",
+                        help="with no -m/-hf: llama-server's router mode (see simulator/router.py)")
+    parser.add_argument("--model-load-s", type=float, default=None, metavar="S",
+                        help="router mode: seconds a model takes to load (default 0.3)")
     add_llama_flags(parser)
 
 
@@ -54,13 +58,15 @@ async def serve(
 
     from simulator.dropin import ServerOptions
     from simulator.profile import Profile
+    from simulator.router import create_router_app
     from simulator.server import RUNTIME_KEY, create_app
 
     if not isinstance(profile, Profile):
         raise TypeError("profile must be a simulator.profile.Profile")
     if options is not None and not isinstance(options, ServerOptions):
         raise TypeError("options must be a simulator.dropin.ServerOptions")
-    app = create_app(profile, options=options)
+    app = create_router_app(profile, options) if options is not None and options.router else create_app(
+        profile, options=options)
     if on_app is not None:
         on_app(app[RUNTIME_KEY])
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
@@ -72,9 +78,10 @@ async def serve(
         if port == 0:  # the other addresses share the port picked for the first
             port = runner.addresses[0][1]
     shown = ", ".join(f"http://{_url_host(str(a[0]))}:{a[1]}" for a in runner.addresses)
+    what = "router mode, " if options is not None and options.router else ""
     print(
         f"satbench sim: listening on {shown} (profile {profile.name}, "
-        f"{profile.server.slots} slots, simulated runtime)",
+        f"{what}{profile.server.slots} slots, simulated runtime)",
         flush=True,
     )
     if stop is None:

@@ -16,6 +16,14 @@ that shape serving are honoured:
 | ``-s/--seed S``, ``--temp T`` | the default sampling seed and temperature (reproducible text per prompt) |
 | ``--cors-origins``, ``--tools``, ``--ui-mcp-proxy``, ``--media-path``, ``-v``, ``--embedding`` | as llama-server |
 | ``--host H[,H2]``, ``--port P`` | the listening addresses |
+| ``--models-dir``, ``--models-preset``, ``--models-max``, ``--[no-]models-autoload`` | router mode (below) |
+
+Router mode (``simulator.router``): with no model source (``-m``, ``-hf``, ``--model-url``, ``-dr``) and
+either a router flag above or satbench's own ``--router`` (or with ``-hf`` naming a preset repo of the HF
+cache, one with a ``preset.ini``), the server is llama-server's router: each model
+of the HF cache, ``--models-dir`` and ``--models-preset`` is a separate simulated engine, loaded on demand
+in ``--model-load-s`` seconds (satbench's flag, default 0.3). Without ``--router`` a command line with no
+model keeps serving the profile's model, as ``satbench sim`` always has.
 
 Every other flag is accepted and named once at start-up as ignored. Given any llama-server flag that
 ``satbench sim`` does not share (``--host``, ``--port``, ``--seed`` and ``--slots N`` are shared), the
@@ -42,6 +50,9 @@ LLAMA_DEST = "llama_flags"
 _SHARED = {"-h", "--help", "--usage", "--host", "--port", "-s", "--seed", "--slots", "--no-slots"}
 # flags whose effect is simply what the simulator does anyway (not reported as ignored)
 _NO_OP = {"--cont-batching", "--offline"}
+# a model source: without one (and with a router flag or satbench's --router) llama-server is a router
+_MODEL_SOURCES = {"--model", "--hf-repo", "--model-url", "--docker-repo"}
+_ROUTER_FLAGS = {"--models-dir", "--models-preset", "--models-max", "--models-autoload"}
 
 
 @dataclass(frozen=True)
@@ -65,6 +76,13 @@ class ServerOptions:
     verbose: bool = False
     embeddings: bool = False
     ignored: tuple[str, ...] = ()
+    # router mode (simulator.router): llama-server with no model, serving the models it finds
+    router: bool = False
+    models_dir: str | None = None
+    models_preset: str | None = None
+    models_max: int = 4
+    models_autoload: bool = True
+    model_load_s: float = 0.3
 
     def model_id(self, profile: Profile) -> str:
         if self.aliases:
@@ -138,6 +156,7 @@ def apply_llama_flags(profile: Profile, args: argparse.Namespace) -> tuple[Profi
     kv_unified = False
     ignored: list[str] = []
     api_keys: list[str] = []
+    router_flags: list[tuple[str, str, Any, bool]] = []
     for dest, spelled, value in given:
         off = spelled.startswith(("--no-", "-no-"))
         if dest == "--ctx-size":
@@ -191,8 +210,39 @@ def apply_llama_flags(profile: Profile, args: argparse.Namespace) -> tuple[Profi
             opts["verbose"] = True
         elif dest == "--embedding":
             opts["embeddings"] = True
+        elif dest in _ROUTER_FLAGS:
+            router_flags.append((dest, spelled, value, off))
         elif dest not in _NO_OP:
             ignored.append(spelled if value is None else f"{spelled} {value}")
+    has_model = any(dest in _MODEL_SOURCES for dest, _, _ in given)
+    hf_repo = next((value for dest, _, value in given if dest == "--hf-repo"), None)
+    if hf_repo is not None and not any(dest in _MODEL_SOURCES - {"--hf-repo"} for dest, _, _ in given):
+        from simulator.router import cached_preset, hf_cache_dir
+
+        preset = cached_preset(hf_repo, hf_cache_dir())
+        if preset is not None:  # a preset repo: llama-server runs as a router over its preset.ini
+            has_model = False
+            router_flags.append(("--models-preset", "--models-preset", str(preset), False))
+            opts.pop("model_path", None)
+    router = not has_model and (bool(getattr(args, "router", False)) or bool(router_flags))
+    for dest, spelled, value, off in router_flags:
+        if not router:
+            ignored.append(spelled if value is None else f"{spelled} {value}")
+        elif dest == "--models-dir":
+            opts["models_dir"] = value
+        elif dest == "--models-preset":
+            opts["models_preset"] = value
+        elif dest == "--models-max":
+            opts["models_max"] = _int(spelled, value)
+        else:
+            opts["models_autoload"] = not off
+    if router:
+        opts["router"] = True
+        load_s = getattr(args, "model_load_s", None)
+        if load_s is not None:
+            if load_s < 0:
+                raise ProfileError("--model-load-s: must be >= 0")
+            opts["model_load_s"] = float(load_s)
     if api_keys:
         opts["api_keys"] = tuple(api_keys)
     if sampling_seed is not None and sampling_seed >= 0:

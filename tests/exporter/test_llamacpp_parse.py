@@ -118,7 +118,9 @@ def test_snapshot_under_load(llamacpp_fixtures: Path, folder: str) -> None:
     assert snap.requests_processing == samples["llamacpp:requests_processing"]
     assert snap.occupancy_ratio == 1.0
     assert snap.output_tokens_total == samples["llamacpp:tokens_predicted_total"]
-    assert snap.prompt_tokens_total == samples["llamacpp:prompt_tokens_total"]
+    assert snap.prompt_tokens_total == samples["llamacpp:prompt_tokens_total"]  # prefilled only
+    assert snap.prompt_tokens_cached_total == samples["llamacpp:prompt_tokens_cached_total"]  # counted apart
+    assert "llamacpp:n_tokens_max" in samples and "llamacpp:spec_decode_num_drafts_total" in samples  # ignored
     assert snap.busy_slot_decodes_total == pytest.approx(
         samples["llamacpp:n_busy_slots_per_decode"] * samples["llamacpp:n_decode_total"]
     )
@@ -227,3 +229,13 @@ def test_load_timeline_queue_and_occupancy(llamacpp_fixtures: Path, folder: str)
         )
         assert snap.queue_depth == point["requests_deferred"]
         assert snap.occupancy_ratio == pytest.approx(point["busy_slots"] / n)
+
+
+def test_a_build_without_the_cached_counter_leaves_it_out(llamacpp_fixtures: Path) -> None:
+    base = llamacpp_fixtures / "dense_np4"
+    kept = [line for line in (base / "metrics_load.txt").read_text().splitlines()
+            if "prompt_tokens_cached" not in line]
+    metrics = EndpointReply("metrics", 200, "\n".join(kept) + "\n", 0.001)
+    snap = llamacpp_snapshot(**{**replies(base), "metrics": metrics})
+    assert snap.prompt_tokens_cached_total is None and snap.prompt_tokens_total is not None
+    assert all(s.up for s in snap.sources)

@@ -36,9 +36,10 @@ def test_exporter_reads_the_simulator() -> None:
         collector = build_collector(ExporterConfig(runtime_url=sim.url, gpu="none"))
         registry = CollectorRegistry()
         registry.register(collector)
-        httpx.post(
-            sim.url + "/completion", json={"prompt": "hi", "n_predict": 8, "ignore_eos": True}, timeout=30
-        )
+        prompt = "the same opening words, sent twice, so the second prefill is served by the prompt cache"
+        for _ in range(2):
+            httpx.post(sim.url + "/completion", json={"prompt": prompt, "n_predict": 8, "ignore_eos": True,
+                                                      "id_slot": 0}, timeout=30)
         value = registry.get_sample_value
         try:
             slots = int(httpx.get(sim.url + "/props", timeout=5).json()["total_slots"])
@@ -46,7 +47,9 @@ def test_exporter_reads_the_simulator() -> None:
             assert value("runtime_slots", {"state": "idle"}) == slots
             assert value("runtime_slots_configured") == slots
             assert value("runtime_queue_depth") == 0
-            assert value("runtime_output_tokens_total") == 8
+            assert value("runtime_output_tokens_total") == 16
+            cached, prefilled = value("runtime_prompt_tokens_cached_total"), value("runtime_prompt_tokens_total")
+            assert cached > 0 and prefilled > 0  # counted apart, as llama-server does
             assert value("gpu_up", {"source": "simulator"}) == 1
             assert value("gpu_up", {"source": "nvml"}) is None  # --gpu none
             assert value("gpu_memory_used_bytes", {"gpu": "sim0", "simulated": "true"}) > 0

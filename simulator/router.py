@@ -1,0 +1,810 @@
+"""llama-server's router mode, simulated: several models, one simulated engine each, loaded on demand.
+
+Which models exist (as the real router lists them, ``GET /models`` and ``/v1/models``):
+
+* the HF cache (``LLAMA_CACHE``, else ``HF_HUB_CACHE``, ``HUGGINGFACE_HUB_CACHE``, ``HF_HOME/hub``,
+  ``XDG_CACHE_HOME/huggingface/hub``, ``~/.cache/huggingface/hub``): each ``models--ORG--REPO`` folder with a
+  ``refs/`` commit and GGUF files under ``snapshots/<commit>/`` gives ``ORG/REPO:TAG`` per quantization tag
+  (the file name's last ``-``/``.`` part, upper-cased; mmproj and draft files left out). Files are only
+  listed, never read or written;
+* ``--models-dir DIR``: each ``*.gguf`` file (by its stem) and each sub-folder holding one (by its name);
+* ``--models-preset INI``: each section (``[*]`` holds defaults), merged over a same-named model;
+  ``alias`` and ``tags`` keys name it further; ``dedup-cache-models = 1`` hides the cache entries of its
+  ``hf-repo`` and ``spec-draft-hf`` from the listing (they stay usable). ``GET /models?reload=1`` re-reads all.
+  ``-hf ORG/REPO`` naming a cached preset repo (a ``preset.ini`` at its root) is router mode with that preset.
+
+Each model is a separate engine (``simulator.server.SimulatorApp``: its own slots, prompt cache, metrics and
+conversation streams) with the command line's profile (a preset's ``ctx-size``/``c`` and ``parallel``/``np``
+apply per model). Its ``status.value`` is ``unloaded``, ``loading`` (for ``--model-load-s`` seconds), then
+``loaded``. A request names its model in ``model`` (the body, or ``?model=`` for GETs); an unknown one is a
+400 (``model 'X' not found``), as is a missing one. With autoload (the default; ``--no-models-autoload`` or
+``?autoload=0`` turn it off, and then a model not running is a 400) the request waits for its model to
+load. At most ``--models-max`` models run (default 4, 0 = no limit): a load past it evicts the least
+recently used idle model; when every running model is busy, requests wait in a FIFO queue, all requests
+for one model sharing one entry (one eviction), and a client that leaves the queue gives up its place.
+``POST /models/load`` and ``/models/unload`` ``{"model": ...}`` answer ``{"success": true}``; ``GET
+/models/sse`` streams ``model_status`` and download events; ``POST /models {"model": "ORG/REPO:TAG"}``
+simulates a download (``download_progress`` then ``download_finished`` events; the model is then listed
+until the server stops; nothing is fetched or written) and ``DELETE /models?model=`` hides a cache model.
+``/props`` without ``?model=`` describes the router (``role: "router"``, ``max_instances``,
+``models_autoload``); ``/metrics``, ``/slots`` and the generation endpoints want a model (400 without).
+
+Conversation streams (``simulator.streams``): a request with ``X-Conversation-Id`` is tracked from its
+arrival, so ``GET /v1/stream?conv_id=...`` answers 503 while its model loads (404 when unknown) and then
+reaches the owning model's session; ``DELETE /v1/stream`` stops it there (204) and, while the model still
+loads, cancels the parked request (400 ``request cancelled by a stop while the model was loading``). A
+session request is not cancelled by its client leaving during the load: it is generated for a later resume.
+
+With ``LLAMA_SERVER_DEBUG_FAKE_TIMING`` set (as llama.cpp's own tests set it) each load waits 2 s before it
+starts and each proxied request holds its model busy 2 s before it runs, as the real router does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import configparser
+import contextlib
+import dataclasses
+import json
+import os
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from simulator.dropin import ServerOptions
+from simulator.profile import Profile
+from simulator.server import (
+    JSON_HEADERS,
+    SSE_HEADERS,
+    UI_PATHS,
+    SimulatorApp,
+    _error,
+    _json,
+    base_app,
+)
+from simulator.state_views import BUILD_INFO
+
+__all__ = ["RouterApp", "cache_models", "cached_preset", "create_router_app", "hf_cache_dir"]
+
+FAKE_TIMING_S = 2.0
+_TAG = re.compile(r"[-.]([A-Z0-9_]+)$", re.IGNORECASE)
+_SPLIT = re.compile(r"^(.+)-([0-9]{5})-of-([0-9]{5})$", re.IGNORECASE)
+_COMMIT = re.compile(r"^[0-9a-fA-F]{40}$")
+_SIDECARS = ("mmproj", "mtp-", "eagle3-", "dflash-", "dspark-")
+_DRAFT_PREFIXES = ("mtp-", "dspark-", "dflash-")
+_TRUE = {"1", "true", "on", "yes"}
+
+
+def hf_cache_dir(env: dict[str, str] | None = None) -> Path | None:
+    """The HF cache folder llama.cpp reads, from the environment (None when none can be told)."""
+    env = dict(os.environ) if env is None else env
+    for var, sub in (("LLAMA_CACHE", ""), ("HF_HUB_CACHE", ""), ("HUGGINGFACE_HUB_CACHE", ""), ("HF_HOME", "hub"),
+                     ("XDG_CACHE_HOME", "huggingface/hub"), ("HOME", ".cache/huggingface/hub")):  # fmt: skip
+        if env.get(var):
+            return Path(env[var]) / sub if sub else Path(env[var])
+    return None
+
+
+def _gguf_tag(rel: str) -> tuple[str, str, int] | None:
+    """(prefix, TAG, shard index) of a GGUF path, as llama.cpp's split info; None when not a GGUF."""
+    if not rel.endswith(".gguf"):
+        return None
+    prefix, index = rel[: -len(".gguf")], 1
+    m = _SPLIT.match(prefix)
+    if m:
+        prefix, index = m.group(1), int(m.group(2))
+    t = _TAG.search(prefix)
+    return prefix, (t.group(1).upper() if t else ""), index
+
+
+def cache_models(cache: Path | None) -> list[tuple[str, str]]:
+    """(``ORG/REPO:TAG``, repo) for each model of an HF cache folder, in llama.cpp's order of discovery."""
+    out: list[tuple[str, str]] = []
+    if cache is None or not cache.is_dir():
+        return out
+    seen: set[str] = set()
+    for repo_dir in sorted(cache.iterdir()):
+        if not repo_dir.is_dir() or not repo_dir.name.startswith("models--"):
+            continue
+        repo = repo_dir.name[len("models--"):].replace("--", "/")
+        if repo.count("/") != 1:
+            continue
+        commit = _cached_ref(repo_dir / "refs")
+        snap = repo_dir / "snapshots" / commit if commit else None
+        if snap is None or not snap.is_dir():
+            continue
+        for f in sorted(snap.rglob("*")):
+            if not (f.is_file() or f.is_symlink()):
+                continue
+            info = _gguf_tag(f.relative_to(snap).as_posix())
+            if info is None:
+                continue
+            prefix, tag, index = info
+            if index != 1 or not tag or any(s in prefix for s in _SIDECARS):
+                continue
+            name = f"{repo}:{tag}"
+            if name not in seen:
+                seen.add(name)
+                out.append((name, repo))
+    return out
+
+
+def cached_preset(hf_repo: str, cache: Path | None) -> Path | None:
+    """The ``preset.ini`` at the root of a cached HF repo (a preset repo: llama-server is then a router)."""
+    repo = hf_repo.partition(":")[0]
+    if cache is None or repo.count("/") != 1:
+        return None
+    folder = cache / ("models--" + repo.replace("/", "--"))
+    commit = _cached_ref(folder / "refs")
+    path = folder / "snapshots" / commit / "preset.ini" if commit else None
+    return path if path is not None and path.is_file() else None
+
+
+def _cached_ref(refs: Path) -> str:
+    if not refs.is_dir():
+        return ""
+    fallback = ""
+    for entry in sorted(refs.iterdir()):
+        if not entry.is_file():
+            continue
+        lines = entry.read_text(encoding="utf-8", errors="replace").splitlines()
+        commit = lines[0].strip() if lines else ""
+        if not _COMMIT.match(commit):
+            continue
+        if entry.name == "main":
+            return commit
+        fallback = fallback or commit
+    return fallback
+
+
+def _models_dir(folder: str) -> list[tuple[str, str]]:
+    """(name, path) of each model under ``--models-dir``, as llama.cpp names them."""
+    d = Path(folder)
+    if not d.is_dir():
+        raise ValueError(f"error: '{folder}' does not exist or is not a directory")
+    out = []
+    for entry in sorted(d.iterdir()):
+        if entry.is_dir():
+            files = [f for f in sorted(entry.iterdir()) if f.is_file() and f.name.endswith(".gguf")
+                     and "mmproj" not in f.name and not f.name.startswith(_DRAFT_PREFIXES)]  # fmt: skip
+            shards = [f for f in files if "-00001-of-" in f.name]
+            chosen = shards or [f for f in files if "-of-" not in f.name]
+            if chosen:
+                out.append((entry.name, str(chosen[-1])))
+        elif entry.is_file() and entry.name.endswith(".gguf"):
+            if "mmproj" in entry.name or entry.name.startswith(_DRAFT_PREFIXES):
+                continue
+            out.append((entry.name.replace(".gguf", ""), str(entry)))
+    return out
+
+
+def _read_preset(path: str) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """(the ``[*]`` defaults, each section's keys) of a preset INI file."""
+    parser = configparser.ConfigParser(interpolation=None, strict=False, allow_no_value=True,
+                                       default_section="\x00none")  # fmt: skip
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    try:
+        with open(path, encoding="utf-8") as fh:
+            parser.read_file(fh)
+    except (OSError, configparser.Error) as exc:
+        raise ValueError(f"--models-preset {path}: {exc}") from exc
+    sections = {name: {_key(k): (v or "") for k, v in parser.items(name)} for name in parser.sections()}
+    return sections.pop("*", {}), sections
+
+
+def _key(k: str) -> str:
+    return k.strip().lstrip("-").lower()
+
+
+def _repo_tag(value: str) -> tuple[str, str]:
+    repo, _, tag = value.partition(":")
+    return repo, tag.upper()
+
+
+@dataclass(eq=False)
+class RouterModel:
+    """One model the router knows of, and its simulated instance while it runs."""
+
+    name: str
+    source: str  # preset | models_dir | cache
+    preset: dict[str, str] = field(default_factory=dict)
+    aliases: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    hidden: bool = False
+    status: str = "unloaded"
+    child: SimulatorApp | None = None
+    loader: asyncio.Task[None] | None = None
+    req_count: int = 0
+    last_used: float = 0.0
+    stopping: bool = False
+
+    @property
+    def running(self) -> bool:
+        return self.status in ("loading", "loaded")
+
+
+@dataclass
+class _Entry:
+    model: str
+    waiters: int = 1
+    loading: bool = False
+
+
+class _Cancelled(Exception):
+    pass
+
+
+class RouterApp(SimulatorApp):
+    """The router's HTTP edge (API keys, CORS, the web UI, as ``SimulatorApp``) over one engine per model."""
+
+    def __init__(self, profile: Profile, options: ServerOptions, env: dict[str, str] | None = None) -> None:
+        super().__init__(profile, options=options)
+        self.env = dict(os.environ) if env is None else env
+        self.fake_timing = bool(self.env.get("LLAMA_SERVER_DEBUG_FAKE_TIMING"))
+        self.catalogue: dict[str, RouterModel] = {}
+        self._downloaded: dict[str, RouterModel] = {}
+        self._removed: set[str] = set()
+        self._queue: list[_Entry] = []
+        self._convs: dict[str, tuple[str, int]] = {}
+        self._ticket = 0
+        self._subscribers: list[asyncio.Queue[dict[str, Any]]] = []
+        self._changed: asyncio.Event | None = None
+        self._app: web.Application | None = None
+        self._background: set[asyncio.Task[None]] = set()
+        self.load_models()
+
+    # -- lifecycle ----------------------------------------------------------------------------------------
+
+    async def on_startup(self, app: web.Application) -> None:
+        self._app = app
+        self._changed = asyncio.Event()
+
+    async def on_shutdown(self, app: web.Application) -> None:
+        for m in list(self.catalogue.values()):
+            await self.unload(m)
+
+    async def on_cleanup(self, app: web.Application) -> None:
+        for t in list(self._background):
+            t.cancel()
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _notify(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = asyncio.Event()
+
+    async def _wait_change(self, timeout: float = 0.2) -> None:
+        ev = self._changed
+        if ev is None:
+            await asyncio.sleep(timeout)
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(ev.wait(), timeout)
+
+    def _event(self, event: str, model: str, data: Any = None) -> None:
+        msg: dict[str, Any] = {"model": model, "event": event}
+        if data is not None:
+            msg["data"] = data
+        for q in self._subscribers:
+            q.put_nowait(msg)
+
+    # -- the catalogue ------------------------------------------------------------------------------------
+
+    def load_models(self) -> None:
+        """(Re)reads the cache, ``--models-dir`` and ``--models-preset``; a running model keeps running."""
+        opts = self.options
+        found: dict[str, RouterModel] = {}
+        for name, _repo in cache_models(hf_cache_dir(self.env)):
+            found[name] = RouterModel(name, "cache", {"hf-repo": name})
+        if opts.models_dir:
+            for name, path in _models_dir(opts.models_dir):
+                found[name] = RouterModel(name, "models_dir", {"model": path})
+        hide: set[tuple[str, str]] = set()
+        if opts.models_preset:
+            defaults, sections = _read_preset(opts.models_preset)
+            for name, keys in sections.items():
+                merged = {**defaults, **keys}
+                base = found.get(name)
+                m = RouterModel(name, "preset", {**(base.preset if base else {}), **merged})
+                m.aliases = tuple(a.strip() for a in merged.get("alias", "").split(",") if a.strip())
+                m.tags = tuple(t.strip() for t in merged.get("tags", "").split(",") if t.strip())
+                found[name] = m
+                if merged.get("dedup-cache-models", "").strip().lower() in _TRUE:
+                    for k in ("hf-repo", "hf", "hfr", "spec-draft-hf", "hf-repo-draft"):
+                        if merged.get(k):
+                            hide.add(_repo_tag(merged[k]))
+        for name, m in self._downloaded.items():
+            found.setdefault(name, m)
+        for m in found.values():
+            if m.source == "cache":
+                repo, tag = _repo_tag(m.name)
+                m.hidden = m.name in self._removed or any(r == repo and t in ("", tag) for r, t in hide)
+        for name, old in self.catalogue.items():  # keep the state of the models that stay
+            new = found.get(name)
+            if new is not None:
+                new.status, new.child, new.loader = old.status, old.child, old.loader
+                new.req_count, new.last_used, new.stopping = old.req_count, old.last_used, old.stopping
+            elif old.running and self._app is not None:
+                self._spawn(self.unload(old))
+        self.catalogue = found
+
+    def find(self, name: str) -> RouterModel | None:
+        m = self.catalogue.get(name)
+        if m is not None and not (m.hidden and m.name in self._removed):
+            return m
+        return next((m for m in self.catalogue.values() if name in m.aliases), None)
+
+    def _child_profile(self, m: RouterModel) -> Profile:
+        p = self.profile
+        slots = m.preset.get("parallel") or m.preset.get("np")
+        ctx = m.preset.get("ctx-size") or m.preset.get("c")
+        try:
+            n = int(slots) if slots else p.server.slots
+            total = int(ctx) if ctx else p.server.ctx_tokens
+        except ValueError:
+            return p
+        if n == p.server.slots and total == p.server.ctx_tokens:
+            return p
+        return p.with_overrides(slots=n, ctx_tokens=total, slot_ctx_tokens=0 if n <= 1 else max(total // n, 1))
+
+    # -- loading, unloading and the queue (llama-server's server_lru_sched) ----------------------------------
+
+    def _n_running(self) -> int:
+        return sum(1 for m in self.catalogue.values() if m.running)
+
+    def _has_capacity(self) -> bool:
+        return self.options.models_max <= 0 or self._n_running() < self.options.models_max
+
+    def _queued(self, name: str) -> _Entry | None:
+        return next((e for e in self._queue if e.model == name), None)
+
+    def _pick_victim(self) -> RouterModel | None:
+        idle = [m for m in self.catalogue.values()
+                if m.req_count == 0 and m.status == "loaded" and not m.stopping and self._queued(m.name) is None]
+        return min(idle, key=lambda m: m.last_used) if idle else None
+
+    def _join(self, name: str) -> None:
+        e = self._queued(name)
+        if e is not None:
+            e.waiters += 1
+        else:
+            self._queue.append(_Entry(name))
+
+    def _leave(self, name: str) -> None:
+        e = self._queued(name)
+        if e is not None:
+            e.waiters -= 1
+            if e.waiters <= 0:
+                self._queue.remove(e)
+
+    def _try_claim(self, name: str) -> bool:
+        if not self._queue or self._queue[0].model != name or self._queue[0].loading or not self._has_capacity():
+            return False
+        self._queue[0].loading = True
+        return True
+
+    def _claim_done(self, name: str, ok: bool) -> None:
+        e = self._queued(name)
+        if e is not None and not ok:
+            e.loading = False
+
+    def _tick(self) -> None:
+        """Evicts idle models while queued requests outnumber the slots free or being freed."""
+        if self.options.models_max <= 0 or not self._queue:
+            return
+        running = [m for m in self.catalogue.values() if m.running]
+        n_stopping = sum(1 for m in running if m.stopping)
+        n_needed = sum(1 for e in self._queue if not e.loading)
+        n_claimed = sum(1 for e in self._queue if e.loading and (m := self.catalogue.get(e.model)) is not None
+                        and not m.running)  # fmt: skip
+        n_free = self.options.models_max - len(running) + n_stopping - n_claimed
+        while n_free < n_needed:
+            victim = self._pick_victim()
+            if victim is None:
+                return
+            victim.stopping = True
+            self._spawn(self.unload(victim))
+            n_free += 1
+
+    async def load(self, m: RouterModel) -> None:
+        """Starts loading a model (returns once it is ``loading``); raises RuntimeError past the limit."""
+        if self.fake_timing:
+            await asyncio.sleep(FAKE_TIMING_S)
+        if self.options.models_max > 0 and not self._has_capacity():
+            victim = self._pick_victim()
+            if victim is not None:
+                await self.unload(victim)
+        if m.status != "unloaded":
+            return
+        if not self._has_capacity():
+            raise RuntimeError("model limit reached, try again later")
+        m.status, m.last_used = "loading", time.monotonic()
+        m.loader = asyncio.get_running_loop().create_task(self._finish_load(m))
+        self._event("model_status", m.name, {"status": "loading"})
+        self._notify()
+
+    async def _finish_load(self, m: RouterModel) -> None:
+        await asyncio.sleep(self.options.model_load_s)
+        if m.status != "loading":
+            return
+        opts = dataclasses.replace(self.options, router=False, model_path=m.name, aliases=(), tags=m.tags,
+                                   api_keys=())  # fmt: skip
+        child = SimulatorApp(self._child_profile(m), options=opts)
+        child.model_id = m.name
+        assert self._app is not None
+        await child.on_startup(self._app)
+        m.child, m.status, m.loader = child, "loaded", None
+        self._event("model_status", m.name, {"status": "loaded"})
+        self._notify()
+
+    async def unload(self, m: RouterModel) -> None:
+        if m.status == "unloaded" and m.child is None:
+            m.stopping = False
+            return
+        m.stopping = True
+        if m.loader is not None:
+            m.loader.cancel()
+            m.loader = None
+        child, m.child = m.child, None
+        if child is not None and self._app is not None:
+            await child.on_shutdown(self._app)
+            await child.on_cleanup(self._app)
+        m.status, m.stopping = "unloaded", False
+        self._event("model_status", m.name, {"status": "unloaded"})
+        self._notify()
+        self._tick()
+
+    async def ensure_ready(self, m: RouterModel, should_stop: Callable[[], bool] | None) -> bool:
+        """Waits until the model is loaded, loading it when it is this request's turn; True if it waited."""
+        if not m.stopping and m.status == "loaded":
+            return False
+        queued = False
+        if m.status == "unloaded":
+            self._join(m.name)
+            self._tick()
+            queued = True
+        try:
+            saw_loading = did_load = False
+            while True:
+                if self.catalogue.get(m.name) is not m:
+                    break
+                if m.stopping:
+                    if not queued:
+                        self._join(m.name)
+                        self._tick()
+                        queued = True
+                    if should_stop is not None and should_stop():
+                        raise _Cancelled(m.name)
+                    await self._wait_change()
+                    continue
+                if m.status == "loaded":
+                    break
+                if m.status in ("downloading", "downloaded"):
+                    break
+                if m.status == "loading":
+                    saw_loading = True
+                elif m.status == "unloaded" and (did_load or saw_loading or not queued):
+                    break
+                if should_stop is not None and should_stop():
+                    raise _Cancelled(m.name)
+                if m.status == "unloaded" and self._try_claim(m.name):
+                    ok = True
+                    try:
+                        await self.load(m)
+                        did_load = True
+                    except RuntimeError:
+                        ok = False
+                    self._claim_done(m.name, ok)
+                    self._tick()
+                    continue
+                await self._wait_change()
+        except BaseException:
+            if queued:
+                self._leave(m.name)
+            self._tick()
+            raise
+        if queued:
+            self._leave(m.name)
+        return True
+
+    # -- proxying ---------------------------------------------------------------------------------------------
+
+    def _validate(self, name: str, autoload: bool) -> RouterModel | web.Response:
+        if not name:
+            return _error(400, "model name is missing from the request", "invalid_request_error")
+        m = self.find(name)
+        if m is None:
+            return _error(400, f"model '{name}' not found", "invalid_request_error")
+        if not autoload and not m.running:
+            return _error(400, "model is not loaded", "invalid_request_error")
+        return m
+
+    def _autoload(self, request: web.Request) -> bool:
+        v = request.query.get("autoload", "")
+        return self.options.models_autoload if not v else v in ("true", "1")
+
+    @staticmethod
+    def _client_gone(request: web.Request) -> Callable[[], bool]:
+        def gone() -> bool:
+            t = request.transport
+            return t is None or t.is_closing()
+
+        return gone
+
+    async def _proxy(self, request: web.Request, m: RouterModel, route: str, post: bool) -> web.StreamResponse:
+        if m.child is None or m.status != "loaded":
+            return _error(503, f"model name={m.name} is not running", "unavailable_error")
+        m.req_count += 1
+        if post:
+            m.last_used = time.monotonic()
+        try:
+            if self.fake_timing:
+                await asyncio.sleep(FAKE_TIMING_S)
+            child = m.child
+            if child is None:
+                return _error(503, f"model name={m.name} is not running", "unavailable_error")
+            handler: Callable[[web.Request], Awaitable[web.StreamResponse]] = getattr(child, route)
+            return await handler(request)
+        finally:
+            m.req_count -= 1
+            if post:
+                m.last_used = time.monotonic()
+            self._tick()
+            self._notify()
+
+    def proxy_get(self, route: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            autoload = self._autoload(request)
+            m = self._validate(request.query.get("model", ""), autoload)
+            if isinstance(m, web.Response):
+                return m
+            if autoload:
+                try:
+                    await self.ensure_ready(m, self._client_gone(request))
+                except _Cancelled:
+                    return _error(499, "the client closed the connection", "cancelled")
+            return await self._proxy(request, m, route, post=False)
+
+        return handle
+
+    def proxy_post(self, route: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            body = await self._body(request)
+            name = body.get("model")
+            autoload = self._autoload(request)
+            m = self._validate(name if isinstance(name, str) else "", autoload)
+            if isinstance(m, web.Response):
+                return m
+            conv_id = request.headers.get("X-Conversation-Id", "")
+            ticket = 0
+            if conv_id:
+                self._ticket += 1
+                ticket = self._ticket
+                self._convs[conv_id] = (m.name, ticket)
+            if autoload:
+                try:  # a dead socket does not cancel a session request, only a stop does
+                    await self.ensure_ready(m, None if ticket else self._client_gone(request))
+                except _Cancelled:
+                    return _error(499, "the client closed the connection", "cancelled")
+            if ticket and self._convs.get(conv_id, ("", 0))[1] != ticket:
+                return _error(400, "request cancelled by a stop while the model was loading",
+                              "invalid_request_error")
+            return await self._proxy(request, m, route, post=True)
+
+        return handle
+
+    # -- router endpoints -------------------------------------------------------------------------------------
+
+    async def health(self, request: web.Request) -> web.Response:
+        return _json({"status": "ok"})
+
+    async def router_props(self, request: web.Request) -> web.StreamResponse:
+        if request.query.get("model"):
+            return await self.proxy_get("props")(request)
+        return _json({"role": "router", "max_instances": self.options.models_max,
+                      "models_autoload": self.options.models_autoload, "model_alias": "llama-server",
+                      "model_path": "none", "default_generation_settings": {"params": {}, "n_ctx": 0},
+                      "ui_settings": {}, "build_info": BUILD_INFO,
+                      "cors_proxy_enabled": self.options.ui_mcp_proxy})  # fmt: skip
+
+    async def router_models(self, request: web.Request) -> web.Response:
+        if request.query.get("reload"):
+            try:
+                self.load_models()
+            except ValueError as exc:
+                return _error(500, str(exc), "server_error")
+        t = int(time.time())
+        data = []
+        for m in self.catalogue.values():
+            if m.hidden:
+                continue
+            status: dict[str, Any] = {"value": m.status, "args": []}
+            if m.preset:
+                status["preset"] = f"[{m.name}]\n" + "".join(
+                    f"{k} = {v}\n" for k, v in m.preset.items() if k not in ("alias", "tags", "host", "port"))
+            item: dict[str, Any] = {
+                "id": m.name, "aliases": list(m.aliases), "tags": list(m.tags), "object": "model",
+                "owned_by": "llamacpp", "created": t, "status": status,
+                "architecture": {"input_modalities": ["text"], "output_modalities": ["text"]},
+                "source": m.source, "can_remove": m.source == "cache",
+            }  # fmt: skip
+            if m.child is not None:
+                child_view = (await m.child.models(request)).text
+                meta = json.loads(child_view or "{}").get("data", [{}])[0].get("meta")
+                if meta is not None:
+                    item["meta"] = meta
+            data.append(item)
+        return _json({"data": data, "object": "list"})
+
+    async def models_load(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        m = self.find(str(body.get("model", "")))
+        if m is None:
+            return _error(404, "model is not found", "not_found_error")
+        if m.running:
+            return _error(400, "model is already running", "invalid_request_error")
+        try:
+            await self.load(m)
+        except RuntimeError as exc:
+            return _error(500, str(exc), "server_error")
+        return _json({"success": True})
+
+    async def models_unload(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        m = self.find(str(body.get("model", "")))
+        if m is None:
+            return _error(400, "model is not found", "invalid_request_error")
+        if not m.running and m.status != "downloading":
+            return _error(400, "model is not running", "invalid_request_error")
+        await self.unload(m)
+        return _json({"success": True})
+
+    async def models_sse(self, request: web.Request) -> web.StreamResponse:
+        q: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._subscribers.append(q)
+        resp = web.StreamResponse(status=200, headers=SSE_HEADERS)
+        try:
+            with contextlib.suppress(ConnectionResetError):
+                await resp.prepare(request)
+                while True:
+                    msg = await q.get()
+                    await resp.write(b"data: " + json.dumps(msg, separators=(",", ":")).encode() + b"\n\n")
+        finally:
+            self._subscribers.remove(q)
+        return resp
+
+    async def models_download(self, request: web.Request) -> web.Response:
+        body = await self._body(request)
+        name = body.get("model")
+        if not isinstance(name, str) or not name:
+            return _error(400, "model must be a non-empty string", "invalid_request_error")
+        repo, _ = _repo_tag(name)
+        if repo.count("/") != 1:
+            return _error(400, "model validation failed, unable to download", "invalid_request_error")
+        existing = self.catalogue.get(name)
+        if existing is not None and name not in self._removed:
+            return _error(400, f"model '{name}' already exists", "invalid_request_error")
+        self._removed.discard(name)
+        m = RouterModel(name, "cache", {"hf-repo": name}, status="downloading")
+        self.catalogue[name] = m
+        self._spawn(self._download(m))
+        return _json({"success": True})
+
+    async def _download(self, m: RouterModel, steps: int = 4) -> None:
+        total = 1 << 20
+        for i in range(1, steps + 1):
+            await asyncio.sleep(self.options.model_load_s / steps)
+            url = f"simulated://{m.name}"
+            self._event("download_progress", m.name, {"progress": {url: {"done": total * i // steps,
+                                                                          "total": total}}})
+        m.status = "unloaded"
+        self._downloaded[m.name] = m
+        self._event("download_finished", m.name)
+        self._notify()
+
+    async def models_delete(self, request: web.Request) -> web.Response:
+        name = request.query.get("model", "")
+        if not name:
+            return _error(400, "model must be a non-empty string", "invalid_request_error")
+        m = self.catalogue.get(name)
+        if m is None or (m.hidden and name in self._removed):
+            return _error(500, f"model name={name} is not found", "server_error")
+        if m.source != "cache":
+            return _error(500, f"model name={name} is not removable (not from cache)", "server_error")
+        await self.unload(m)
+        self._downloaded.pop(name, None)
+        self._removed.add(name)  # the simulator never deletes files: it only stops listing the model
+        if name in self.catalogue:
+            del self.catalogue[name]
+        return _json({"success": True})
+
+    # -- conversation streams ---------------------------------------------------------------------------------
+
+    def _conv_owner(self, conv_id: str) -> tuple[RouterModel | None, RouterModel | None]:
+        """(the loaded model owning a conversation, the model it is tracked to) for ``conv_id``."""
+        tracked = self._convs.get(conv_id)
+        m = self.find(tracked[0]) if tracked else None
+        return (m if m is not None and m.status == "loaded" and m.child is not None else None), m
+
+    async def router_stream_get(self, request: web.Request) -> web.StreamResponse:
+        conv_id = request.query.get("conv_id", "")
+        if not conv_id:
+            return _error(400, "Missing conversation id in path", "invalid_request_error")
+        owner, tracked = self._conv_owner(conv_id)
+        if owner is None or owner.child is None:
+            if tracked is not None and tracked.status in ("loading", "downloading", "downloaded"):
+                return _error(503, "Stream owner model is loading, retry later", "unavailable_error")
+            return _error(404, "Stream not found or expired", "not_found_error")
+        return await owner.child.stream_get(request)
+
+    async def router_stream_delete(self, request: web.Request) -> web.StreamResponse:
+        conv_id = request.query.get("conv_id", "")
+        if not conv_id:
+            return _error(400, "Missing conversation id in path", "invalid_request_error")
+        owner, _ = self._conv_owner(conv_id)
+        if owner is not None and owner.child is not None:
+            owner.child.sessions.evict_and_cancel(conv_id)
+        self._convs.pop(conv_id, None)  # cancels a request parked while the model loads
+        self._notify()
+        return web.Response(status=204, content_type="application/json", headers=JSON_HEADERS)
+
+    async def router_streams_lookup(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return _json([])
+        raw = body.get("conversation_ids") if isinstance(body, dict) else None
+        ids = [v for v in raw if isinstance(v, str) and v] if isinstance(raw, list) else []
+        out: list[dict[str, Any]] = []
+        for cid in ids:
+            owner, _ = self._conv_owner(cid)
+            if owner is not None and owner.child is not None:
+                out += owner.child.sessions.lookup([cid])
+        return _json(out)
+
+
+_POST_ROUTES = {
+    "/completion": "generate", "/completions": "generate", "/v1/completions": "generate",
+    "/chat/completions": "generate", "/v1/chat/completions": "generate",
+    "/tokenize": "tokenize_route", "/detokenize": "detokenize_route", "/apply-template": "apply_template",
+    "/chat/completions/input_tokens": "input_tokens", "/v1/chat/completions/input_tokens": "input_tokens",
+    "/embedding": "embeddings", "/embeddings": "embeddings", "/v1/embeddings": "embeddings",
+}  # fmt: skip
+_GET_ROUTES = {"/metrics": "metrics", "/slots": "slots"}
+
+
+def create_router_app(profile: Profile, options: ServerOptions, env: dict[str, str] | None = None) -> web.Application:
+    router = RouterApp(profile, options, env)
+    app = base_app(router)
+    r = app.router
+    for path, route in _POST_ROUTES.items():
+        r.add_post(path, router.proxy_post(route))
+    for path, route in _GET_ROUTES.items():
+        r.add_get(path, router.proxy_get(route))
+    r.add_get("/health", router.health)
+    r.add_get("/v1/health", router.health)
+    r.add_get("/props", router.router_props)
+    r.add_get("/models", router.router_models)
+    r.add_get("/v1/models", router.router_models)
+    r.add_post("/models", router.models_download)
+    r.add_delete("/models", router.models_delete)
+    r.add_post("/models/load", router.models_load)
+    r.add_post("/models/unload", router.models_unload)
+    r.add_get("/models/sse", router.models_sse)
+    r.add_get("/v1/stream", router.router_stream_get)
+    r.add_delete("/v1/stream", router.router_stream_delete)
+    r.add_post("/v1/streams/lookup", router.router_streams_lookup)
+    if options.ui:
+        for path in UI_PATHS:
+            r.add_get(path, router.ui)
+        r.add_get("/_app/{tail:.*}", router.ui)
+    return app
