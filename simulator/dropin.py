@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.llama_flags import LLAMA_SERVER_FLAGS
+from simulator.model_cache import cached_preset, hf_cache_dir
 from simulator.profile import Profile, ProfileError
 
 __all__ = ["LLAMA_DEST", "ServerOptions", "add_llama_flags", "apply_llama_flags"]
@@ -217,8 +218,6 @@ def apply_llama_flags(profile: Profile, args: argparse.Namespace) -> tuple[Profi
     has_model = any(dest in _MODEL_SOURCES for dest, _, _ in given)
     hf_repo = next((value for dest, _, value in given if dest == "--hf-repo"), None)
     if hf_repo is not None and not any(dest in _MODEL_SOURCES - {"--hf-repo"} for dest, _, _ in given):
-        from simulator.router import cached_preset, hf_cache_dir
-
         preset = cached_preset(hf_repo, hf_cache_dir())
         if preset is not None:  # a preset repo: llama-server runs as a router over its preset.ini
             has_model = False
