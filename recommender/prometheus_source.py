@@ -66,7 +66,10 @@ class PrometheusSourceConfig:
 
     ``published_lookback_s``: how long after a step's drain the load generator's published figures
     (``loadgen_step_figure``) are looked for; it publishes them as the step ends and keeps them until it exits,
-    so the first scrape after the drain holds them."""
+    so the first scrape after the drain holds them. Prometheus stamps a sample with its scrape's *start*, and
+    a scrape that started just before the drain ended can read figures published while it was under way, so
+    the search starts at the window's start (one scrape interval before it), not at the drain: no earlier
+    sample can exist for the step's ``run_id`` and ``concurrency``."""
 
     ci_batches: int = 10
     ci_min_batches: int = 5
@@ -175,9 +178,11 @@ async def fetch_step_figures(client: PromQLClient, window: StepWindow, config: P
         if run_id is None:
             return {}
         after = window.drain_end if window.drain_end is not None else window.end
-        query = promql.published_step_figures(lane, run_id, window.concurrency, config.published_lookback_s)
+        at_s = after + config.published_lookback_s
+        span_s = at_s - window.start + config.scrape_interval_s
+        query = promql.published_step_figures(lane, run_id, window.concurrency, span_s)
         async with gate:
-            samples = await client.query(query, after + config.published_lookback_s)
+            samples = await client.query(query, at_s)
         return {s.labels["figure"]: s.value for s in samples if "figure" in s.labels and math.isfinite(s.value)}
 
     async def batches(e2e_mean: float | None) -> tuple[tuple[float, ...], float | None]:
