@@ -3,23 +3,26 @@
 ``hf_cache_dir`` finds the folder from the environment (``LLAMA_CACHE``, the HF variables, then the user's
 cache); ``cache_models`` lists each cached GGUF model as ``ORG/REPO:TAG`` in llama.cpp's order of discovery
 (first shards only, no multimodal projector or draft sidecars); ``cached_preset`` finds a cached repo's
-``preset.ini`` (such a repo makes llama-server a router over its presets). Files are only listed, never read
-beyond the ``refs`` that name the snapshot. Used by the drop-in command line (``simulator.dropin``) and by
-router mode (``simulator.router``).
+``preset.ini`` (such a repo makes llama-server a router over its presets); ``models_dir_models`` names the
+models of ``--models-dir`` and ``read_preset`` reads a ``--models-preset`` INI, as llama.cpp does. Cache
+files are only listed, never read beyond the ``refs`` that name the snapshot. Used by the drop-in command
+line (``simulator.dropin``) and by router mode (``simulator.router``).
 """
 
 from __future__ import annotations
 
+import configparser
 import os
 import re
 from pathlib import Path
 
-__all__ = ["cache_models", "cached_preset", "hf_cache_dir"]
+__all__ = ["cache_models", "cached_preset", "hf_cache_dir", "models_dir_models", "read_preset"]
 
 _TAG = re.compile(r"[-.]([A-Z0-9_]+)$", re.IGNORECASE)
 _SPLIT = re.compile(r"^(.+)-([0-9]{5})-of-([0-9]{5})$", re.IGNORECASE)
 _COMMIT = re.compile(r"^[0-9a-fA-F]{40}$")
 _SIDECARS = ("mmproj", "mtp-", "eagle3-", "dflash-", "dspark-")
+_DRAFT_PREFIXES = ("mtp-", "dspark-", "dflash-")
 
 
 def hf_cache_dir(env: dict[str, str] | None = None) -> Path | None:
@@ -102,3 +105,42 @@ def _cached_ref(refs: Path) -> str:
             return commit
         fallback = fallback or commit
     return fallback
+
+
+def models_dir_models(folder: str) -> list[tuple[str, str]]:
+    """(name, path) of each model under ``--models-dir``, as llama.cpp names them."""
+    d = Path(folder)
+    if not d.is_dir():
+        raise ValueError(f"error: '{folder}' does not exist or is not a directory")
+    out = []
+    for entry in sorted(d.iterdir()):
+        if entry.is_dir():
+            files = [f for f in sorted(entry.iterdir()) if f.is_file() and f.name.endswith(".gguf")
+                     and "mmproj" not in f.name and not f.name.startswith(_DRAFT_PREFIXES)]  # fmt: skip
+            shards = [f for f in files if "-00001-of-" in f.name]
+            chosen = shards or [f for f in files if "-of-" not in f.name]
+            if chosen:
+                out.append((entry.name, str(chosen[-1])))
+        elif entry.is_file() and entry.name.endswith(".gguf"):
+            if "mmproj" in entry.name or entry.name.startswith(_DRAFT_PREFIXES):
+                continue
+            out.append((entry.name.replace(".gguf", ""), str(entry)))
+    return out
+
+
+def read_preset(path: str) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """(the ``[*]`` defaults, each section's keys) of a preset INI file."""
+    parser = configparser.ConfigParser(interpolation=None, strict=False, allow_no_value=True,
+                                       default_section="\x00none")  # fmt: skip
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    try:
+        with open(path, encoding="utf-8") as fh:
+            parser.read_file(fh)
+    except (OSError, configparser.Error) as exc:
+        raise ValueError(f"--models-preset {path}: {exc}") from exc
+    sections = {name: {_key(k): (v or "") for k, v in parser.items(name)} for name in parser.sections()}
+    return sections.pop("*", {}), sections
+
+
+def _key(k: str) -> str:
+    return k.strip().lstrip("-").lower()

@@ -42,7 +42,6 @@ starts and each proxied request holds its model busy 2 s before it runs, as the 
 from __future__ import annotations
 
 import asyncio
-import configparser
 import contextlib
 import dataclasses
 import json
@@ -50,13 +49,12 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from simulator.dropin import ServerOptions
-from simulator.model_cache import cache_models, hf_cache_dir
+from simulator.model_cache import cache_models, hf_cache_dir, models_dir_models, read_preset
 from simulator.profile import Profile
 from simulator.server import (
     JSON_HEADERS,
@@ -72,47 +70,7 @@ from simulator.state_views import BUILD_INFO
 __all__ = ["RouterApp", "create_router_app"]
 
 FAKE_TIMING_S = 2.0
-_DRAFT_PREFIXES = ("mtp-", "dspark-", "dflash-")
 _TRUE = {"1", "true", "on", "yes"}
-
-
-def _models_dir(folder: str) -> list[tuple[str, str]]:
-    """(name, path) of each model under ``--models-dir``, as llama.cpp names them."""
-    d = Path(folder)
-    if not d.is_dir():
-        raise ValueError(f"error: '{folder}' does not exist or is not a directory")
-    out = []
-    for entry in sorted(d.iterdir()):
-        if entry.is_dir():
-            files = [f for f in sorted(entry.iterdir()) if f.is_file() and f.name.endswith(".gguf")
-                     and "mmproj" not in f.name and not f.name.startswith(_DRAFT_PREFIXES)]  # fmt: skip
-            shards = [f for f in files if "-00001-of-" in f.name]
-            chosen = shards or [f for f in files if "-of-" not in f.name]
-            if chosen:
-                out.append((entry.name, str(chosen[-1])))
-        elif entry.is_file() and entry.name.endswith(".gguf"):
-            if "mmproj" in entry.name or entry.name.startswith(_DRAFT_PREFIXES):
-                continue
-            out.append((entry.name.replace(".gguf", ""), str(entry)))
-    return out
-
-
-def _read_preset(path: str) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
-    """(the ``[*]`` defaults, each section's keys) of a preset INI file."""
-    parser = configparser.ConfigParser(interpolation=None, strict=False, allow_no_value=True,
-                                       default_section="\x00none")  # fmt: skip
-    parser.optionxform = str  # type: ignore[assignment,method-assign]
-    try:
-        with open(path, encoding="utf-8") as fh:
-            parser.read_file(fh)
-    except (OSError, configparser.Error) as exc:
-        raise ValueError(f"--models-preset {path}: {exc}") from exc
-    sections = {name: {_key(k): (v or "") for k, v in parser.items(name)} for name in parser.sections()}
-    return sections.pop("*", {}), sections
-
-
-def _key(k: str) -> str:
-    return k.strip().lstrip("-").lower()
 
 
 def _repo_tag(value: str) -> tuple[str, str]:
@@ -220,11 +178,11 @@ class RouterApp(SimulatorApp):
         for name, _repo in cache_models(hf_cache_dir(self.env)):
             found[name] = RouterModel(name, "cache", {"hf-repo": name})
         if opts.models_dir:
-            for name, path in _models_dir(opts.models_dir):
+            for name, path in models_dir_models(opts.models_dir):
                 found[name] = RouterModel(name, "models_dir", {"model": path})
         hide: set[tuple[str, str]] = set()
         if opts.models_preset:
-            defaults, sections = _read_preset(opts.models_preset)
+            defaults, sections = read_preset(opts.models_preset)
             for name, keys in sections.items():
                 merged = {**defaults, **keys}
                 base = found.get(name)

@@ -17,33 +17,26 @@ filled in), so the report states the limits the verdicts used.
 ``steps.json`` may be a list of step objects, ``{"steps": [...]}`` or ``{"lanes": {lane: [...]}}``; each
 step carries a ``lane`` (or takes it from the ``lanes`` key). Reading is pure apart from opening the files.
 
-The CSV rows (``steps_rows``, ``records_rows``) have a fixed column order (``STEPS_COLUMNS``,
-``RECORDS_COLUMNS``), units in the column names (``_ms``, ``_tok_s``, ``_bytes``) and cells as text: empty
-for unknown, ``true``/``false`` for booleans, floats with ten significant digits, so the same run gives the
-same bytes.
+The CSV rows built from a ``RunReport`` are ``satbench.report.exports``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from core.figures import StepFigures, disagreements
 from core.manifest import RunManifest, StepWindow
-from core.records import OUTCOMES, read_records
+from core.records import read_records
 from core.step_figures import compute_step_figures
 from recommender.policy import Policy
 from recommender.verdicts import check_step
 
 __all__ = [
     "CHECK_NAMES",
-    "RECORDS_COLUMNS",
-    "STEPS_COLUMNS",
     "Finding",
     "LaneReport",
     "RunReport",
@@ -51,8 +44,6 @@ __all__ = [
     "load_run",
     "merge_steps",
     "parse_steps_document",
-    "records_rows",
-    "steps_rows",
     "verdict_label",
 ]
 
@@ -482,138 +473,3 @@ def load_run(run_dir: Path) -> RunReport:
         problems=tuple(problems),
         policy_source=policy_source,
     )
-
-
-# ---- CSV rows ------------------------------------------------------------------------------------------
-
-_QUANTILES = (("ttft", "ttft_s"), ("itl", "itl_s"), ("tpot", "tpot_s"), ("e2e", "latency_s"),
-              ("queue", "queue_s"), ("pause", "pause_s"))
-_STATS = ("mean", "p50", "p95", "p99")
-_ERROR_OUTCOMES = tuple(o for o in OUTCOMES if o != "ok")
-# (column, StepFigures attribute, scale): seconds become ms; ratios, shares and counts stay as they are
-_STEP_SCALARS: tuple[tuple[str, str, float], ...] = (
-    ("occupancy_ratio", "occupancy_ratio", 1.0),
-    ("queue_depth_avg", "queue_depth_avg", 1.0),
-    ("jain", "jain", 1.0),
-    ("max_min_share", "max_min_share", 1.0),
-    ("decode_stall_max_ms", "decode_stall_max_s", 1000.0),
-    ("decode_stall_max_ratio", "decode_stall_max_ratio", 1.0),
-    ("prefill_wait_max_ms", "prefill_wait_max_s", 1000.0),
-    ("pause_requests", "pause_requests", 1.0),
-    ("prefill_events", "prefill_events", 1.0),
-    ("interference_share", "interference_share", 1.0),
-    ("stall_per_prompt_ms", "stall_per_prompt_s", 1000.0),
-    ("stall_ms_per_prompt_token", "stall_ms_per_prompt_token", 1.0),
-    ("queued_requests", "queued_requests", 1.0),
-    ("admission_wait_max_ms", "admission_wait_max_s", 1000.0),
-    ("admission_wait_bound_ms", "admission_wait_bound_s", 1000.0),
-    ("user_wait_p_value", "user_wait_p_value", 1.0),
-    ("user_wait_ratio", "user_wait_ratio", 1.0),
-    ("user_wait_excess_ms", "user_wait_excess_s", 1000.0),
-    ("user_itl_p_value", "user_itl_p_value", 1.0),
-    ("user_itl_ratio", "user_itl_ratio", 1.0),
-    ("user_itl_excess_ms", "user_itl_excess_s", 1000.0),
-)
-_MEMORY_COLUMNS = (("gpu_mem_max_bytes", "gpu_max"), ("gpu_mem_total_bytes", "gpu_total"),
-                   ("gpu_mem_sum_max_bytes", "gpu_sum_max"), ("gpu_mem_sum_total_bytes", "gpu_sum_total"),
-                   ("gpu_count", "gpu_count"), ("gpu_names", "gpu_names"), ("gpu_simulated", "gpu_simulated"),
-                   ("host_rss_max_bytes", "host_rss_max"))
-
-STEPS_COLUMNS: tuple[str, ...] = (
-    "run_id", "lane", "concurrency", "slots", "valid", "reason", "usable", "unusable_reason", "recommended",
-    "saturation", "lane_status", "window_s", "requests", "errors", "error_ratio",
-    *(f"errors_{o}" for o in _ERROR_OUTCOMES),
-    "output_tok_s", "output_tok_s_ci_lo", "output_tok_s_ci_hi", "input_tok_s", "total_tok_s", "requests_per_s",
-    *(f"{short}_ms_{stat}" for short, _ in _QUANTILES for stat in _STATS),
-    *(name for name, _, _ in _STEP_SCALARS),
-    *(name for name, _ in _MEMORY_COLUMNS),
-    "gain_per_doubling", "gain_per_doubling_lo", "gain_per_doubling_hi", "verdicts", "violations",
-    *(f"{check}_{part}" for check in CHECK_NAMES for part in ("status", "measured", "limit", "detail")),
-)
-
-RECORDS_COLUMNS: tuple[str, ...] = (
-    "run_id", "lane", "concurrency", "user", "request_id", "phase", "sent_at_unix_s", "outcome", "status",
-    "error", "retried", "prompt_tokens", "output_tokens", "ttft_ms", "e2e_ms", "queue_ms", "tpot_ms",
-    "itl_count", "itl_mean_ms", "itl_max_ms",
-)
-
-
-def _cell(value: Any, scale: float = 1.0) -> str:
-    """One CSV cell: empty for unknown, ``true``/``false``, integers as they are, floats to ten digits."""
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int) and scale == 1.0:
-        return str(value)
-    if isinstance(value, int | float):
-        scaled = float(value) * scale
-        return "" if math.isnan(scaled) else format(scaled, ".10g")
-    return str(value)
-
-
-def steps_rows(report: RunReport) -> Iterator[dict[str, str]]:
-    """One row per lane and rung, ``STEPS_COLUMNS`` as keys: every figure of ``StepFigures`` flattened
-    (seconds as ms), the lane's answer where it concerns the rung, and the document's judgments. The
-    checks' ``measured`` and ``limit`` are the document's numbers (seconds for waits and pauses, else the
-    ratio or share the check states in its ``detail``)."""
-    for lane in report.lanes:
-        for step in lane.steps:
-            judged = lane.judgments.get(step.concurrency) or RungJudgment()
-            ci = step.throughput_ci_tok_s
-            gain = judged.gain_interval
-            row: dict[str, str] = {
-                "run_id": report.run_id, "lane": lane.lane, "concurrency": str(step.concurrency),
-                "slots": _cell(lane.slots), "valid": _cell(step.valid), "reason": _cell(step.reason),
-                "usable": _cell(judged.usable), "unusable_reason": _cell(judged.unusable_reason),
-                "recommended": _cell(lane.recommended == step.concurrency),
-                "saturation": _cell(lane.saturation == step.concurrency), "lane_status": lane.status,
-                "window_s": _cell(step.window_s), "requests": _cell(step.requests), "errors": _cell(step.errors),
-                "error_ratio": _cell(step.error_ratio),
-                **{f"errors_{o}": _cell(step.errors_by_outcome.get(o, 0)) for o in _ERROR_OUTCOMES},
-                "output_tok_s": _cell(step.throughput_tok_s),
-                "output_tok_s_ci_lo": _cell(None if ci is None else ci[0]),
-                "output_tok_s_ci_hi": _cell(None if ci is None else ci[1]),
-                "input_tok_s": _cell(step.input_throughput_tok_s),
-                "total_tok_s": _cell(step.total_throughput_tok_s),
-                "requests_per_s": _cell(step.requests_per_s),
-            }
-            for short, attr in _QUANTILES:
-                q = getattr(step, attr)
-                row.update({f"{short}_ms_{stat}": _cell(getattr(q, stat), 1000.0) for stat in _STATS})
-            row.update({name: _cell(getattr(step, attr), scale) for name, attr, scale in _STEP_SCALARS})
-            row.update({name: _cell(getattr(step.memory_bytes, attr)) for name, attr in _MEMORY_COLUMNS})
-            row.update({
-                "gain_per_doubling": _cell(judged.gain_per_doubling),
-                "gain_per_doubling_lo": _cell(None if gain is None else gain[0]),
-                "gain_per_doubling_hi": _cell(None if gain is None else gain[1]),
-                "verdicts": verdict_label(lane.checks.get(step.concurrency)),
-                "violations": " ".join(v.name for v in judged.violations),
-            })
-            for check in CHECK_NAMES:
-                found = judged.checks.get(check)
-                row.update({
-                    f"{check}_status": "" if found is None else found.status,
-                    f"{check}_measured": _cell(None if found is None else found.measured),
-                    f"{check}_limit": _cell(None if found is None else found.limit),
-                    f"{check}_detail": "" if found is None else found.detail,
-                })
-            yield row
-
-
-def records_rows(path: Path) -> Iterator[dict[str, str]]:
-    """One row per request of ``records.jsonl`` (in file order), ``RECORDS_COLUMNS`` as keys: times in ms,
-    the inter-token gaps as their count, mean and maximum instead of the whole list."""
-    for rec in read_records(path):
-        gaps = rec.itl_s
-        yield {
-            "run_id": rec.run_id, "lane": rec.lane, "concurrency": str(rec.concurrency), "user": str(rec.user),
-            "request_id": rec.request_id, "phase": rec.phase, "sent_at_unix_s": repr(float(rec.sent_at)),
-            "outcome": rec.outcome, "status": _cell(rec.status), "error": _cell(rec.error),
-            "retried": _cell(rec.retried), "prompt_tokens": _cell(rec.prompt_tokens),
-            "output_tokens": _cell(rec.output_tokens), "ttft_ms": _cell(rec.ttft_s, 1000.0),
-            "e2e_ms": _cell(rec.e2e_s, 1000.0), "queue_ms": _cell(rec.queue_s, 1000.0),
-            "tpot_ms": _cell(rec.tpot_s, 1000.0), "itl_count": str(len(gaps)),
-            "itl_mean_ms": _cell(sum(gaps) / len(gaps) if gaps else None, 1000.0),
-            "itl_max_ms": _cell(max(gaps) if gaps else None, 1000.0),
-        }

@@ -18,14 +18,13 @@ from core.figures import StepFigures
 from core.records import read_records
 from satbench.report import cli as report_cli
 from satbench.report.data import (
-    RECORDS_COLUMNS,
-    STEPS_COLUMNS,
     LaneReport,
     load_run,
     merge_steps,
     parse_steps_document,
     verdict_label,
 )
+from satbench.report.exports import RECORDS_COLUMNS, STEPS_COLUMNS
 from satbench.report.plots import lane_figure_svg
 from satbench.report.render import (
     answer_state,

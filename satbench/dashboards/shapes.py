@@ -1,0 +1,319 @@
+"""The pieces every satbench dashboard is built from: the datasource and Grafana variables, a panel's
+queries (``Target``) and thresholds from the policy (``Objective``, ``objectives``), the queries composed
+here (``core.promql`` builds every selector inside them), and the panel shapes: time series, stat panels
+and per-rung bar charts, each with its units and overrides. ``satbench.dashboards.panels`` makes the panels
+of ``satbench.dashboards.overview`` from them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from core import promql
+from recommender.policy import Policy
+
+__all__ = [
+    "BY_LANE",
+    "BY_RUNG",
+    "DATASOURCE",
+    "GRAFANA_VERSION",
+    "IMPORT_INPUT",
+    "LANE",
+    "LANE_VALUES",
+    "NODE",
+    "PROVISIONED_DATASOURCE",
+    "RANGE",
+    "RELAY_RATE",
+    "RUN",
+    "Objective",
+    "Target",
+    "at_recommended",
+    "error_ratio",
+    "grafana_label_values",
+    "objectives",
+    "only_relay_lanes",
+    "quantile_targets",
+    "rung_chart",
+    "stat_panel",
+    "state_mappings",
+    "step_figure",
+    "timeseries_panel",
+]
+
+GRAFANA_VERSION = "11.2.0"  # the image of docker-compose.yml; the schema the tests validate against
+IMPORT_INPUT = "DS_PROMETHEUS"
+DATASOURCE: dict[str, str] = {"type": "prometheus", "uid": "${datasource}"}
+# grafana/provisioning/datasources/prometheus.yml: the datasource variable resolves to it by name.
+PROVISIONED_DATASOURCE: dict[str, str] = {"name": "Prometheus", "uid": "satbench-prometheus"}
+
+LANE = promql.grafana_matcher("lane")
+NODE = promql.grafana_matcher("instance", "node")
+RUN = promql.grafana_matcher("run_id", op="=")  # a single value: an exact match
+RANGE = promql.GrafanaVar("__range")
+BY_LANE = ("lane",)
+BY_RUNG = ("lane", "concurrency")
+LANE_VALUES = promql.label_values("loadgen_step_concurrency", "lane")
+RELAY_RATE = "lane:runtime_relay_requests:rate10s"
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One query of a panel. ``unit`` (with ``axis``) overrides the panel's unit for this query's series;
+    ``instant`` queries are evaluated once at the end of the range (``format`` ``table`` for bar charts)."""
+
+    expr: str
+    legend: str
+    unit: str | None = None
+    axis: str = "auto"
+    instant: bool = False
+    format: str | None = None
+    max_value: float | None = None
+    objective: Objective | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Objective:
+    """A policy threshold drawn on a panel: ``limit`` from ``source`` (a dotted Policy field)."""
+
+    source: str
+    limit: float
+    above_is_bad: bool = True
+
+    def thresholds(self) -> dict[str, Any]:
+        ok, bad = "green", "red"
+        low, high = (ok, bad) if self.above_is_bad else (bad, ok)
+        return {"mode": "absolute", "steps": [{"color": low, "value": None}, {"color": high, "value": self.limit}]}
+
+
+def objectives(policy: Policy | None = None) -> dict[str, Objective]:
+    """The policy's thresholds that dashboards draw, by name; those the policy leaves unset (None) are absent.
+
+    ``ttft``, ``itl``, ``e2e``: the latency objectives on p95 (``slo.*_p95_s``); ``pause``: the
+    time-between-tokens objective on each request's longest pause, p99 over requests (``slo.tbt_p99_s``);
+    ``jain``: the least Jain's index (``jain_min``, below is bad); ``errors``: ``max_error_ratio``.
+    """
+    policy = policy or Policy()
+    candidates = {
+        "ttft": ("slo.ttft_p95_s", policy.slo.ttft_p95_s, True),
+        "itl": ("slo.itl_p95_s", policy.slo.itl_p95_s, True),
+        "e2e": ("slo.e2e_p95_s", policy.slo.e2e_p95_s, True),
+        "pause": ("slo.tbt_p99_s", policy.slo.tbt_p99_s, True),
+        "jain": ("jain_min", policy.jain_min, False),
+        "errors": ("max_error_ratio", policy.max_error_ratio, True),
+    }
+    return {name: Objective(src, float(v), bad) for name, (src, v, bad) in candidates.items() if v is not None}
+
+
+# --- queries this module composes (core.promql builds every selector inside them) ---------------------------
+
+
+def grafana_label_values(metric: str, label: str, *matchers: promql.Matcher) -> str:
+    """Grafana's ``label_values(metric{matchers}, label)`` (names validated by ``core.promql``)."""
+    plain = promql.label_values(metric, label)
+    return plain if not matchers else f"label_values({promql.selector(metric, *matchers)}, {label})"
+
+
+def _last_in_range(metric: str, *matchers: promql.Matcher, **labels: str) -> str:
+    """The last value of each series of ``metric`` within the dashboard's time range (``$__range``)."""
+    return f"last_over_time({promql.selector(metric, *matchers, **labels)}[{RANGE}])"
+
+
+def step_figure(figure: str) -> str:
+    """One published step figure (``loadgen_step_figure``, names as ``core.figures.client_values``) of the
+    selected run, per lane and rung: its last value in the range (the load generator keeps it until it exits)."""
+    return promql.aggregate("max", BY_RUNG, _last_in_range("loadgen_step_figure", LANE, RUN, figure=figure))
+
+
+def at_recommended(figure: str) -> str:
+    """``step_figure(figure)`` at each lane's recommended rung only: ``count_values`` turns the recommender's
+    last answer into a ``concurrency`` label, which ``and on (lane, concurrency)`` matches against the rungs."""
+    answer = _last_in_range("satbench_recommended_concurrency", LANE)
+    return f'{step_figure(figure)} and on ({", ".join(BY_RUNG)}) count_values by (lane) ("concurrency", {answer})'
+
+
+def error_ratio(metric: str, *matchers: promql.Matcher) -> str:
+    """Failed / all requests per lane from counter ``metric`` (``outcome`` other than ok), 0 when none failed.
+
+    The recording rules' ratios (``lane:*_request_errors:ratio_rate10s``) have no series until a first error
+    exists, so a clean run would draw nothing; here the missing numerator is filled with zeros."""
+    errors = promql.sum_rate_by(metric, BY_LANE, *matchers, promql.Matcher("outcome", "!=", "ok"))
+    total = promql.sum_rate_by(metric, BY_LANE, *matchers)
+    return f"({errors} or (0 * {total})) / {total}"
+
+
+def only_relay_lanes(expr: str) -> str:
+    """``expr`` kept only for lanes whose exporter relays (their relay request rate exists)."""
+    return f"{expr} and on (lane) {promql.selector(RELAY_RATE, LANE)}"
+
+
+def quantile_targets(metric: str) -> list[Target]:
+    """The recording rule ``lane_quantile:<metric>:histogram_quantile10s`` (one series per quantile)."""
+    return [Target(promql.selector(promql.quantile_rule(metric), LANE), "{{lane}} p{{quantile}}")]
+
+
+# --- panel shapes ---------------------------------------------------------------------------------------------
+
+
+def _target_json(i: int, t: Target) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "datasource": DATASOURCE,
+        "expr": t.expr,
+        "legendFormat": t.legend,
+        "refId": chr(ord("A") + i),
+        "range": not t.instant,
+        "instant": t.instant,
+        "editorMode": "code",
+    }
+    if t.format is not None:
+        out["format"] = t.format
+    return out
+
+
+def _overrides(targets: list[Target]) -> list[dict[str, Any]]:
+    out = []
+    for i, t in enumerate(targets):
+        props: list[dict[str, Any]] = []
+        if t.unit is not None:
+            props.append({"id": "unit", "value": t.unit})
+        if t.axis != "auto":
+            props.append({"id": "custom.axisPlacement", "value": t.axis})
+        if t.max_value is not None:
+            props.append({"id": "max", "value": t.max_value})
+        if t.objective is not None:
+            props.append({"id": "thresholds", "value": t.objective.thresholds()})
+            props.append({"id": "custom.thresholdsStyle", "value": {"mode": "dashed"}})
+        elif t.unit is not None and t.axis != "auto":  # another unit on another axis: the panel's line is not its
+            props.append({"id": "custom.thresholdsStyle", "value": {"mode": "off"}})
+        if props:
+            out.append({"matcher": {"id": "byFrameRefID", "options": chr(ord("A") + i)}, "properties": props})
+    return out
+
+
+def _panel(kind: str, title: str, targets: list[Target], description: str, defaults: dict[str, Any],
+           options: dict[str, Any], size: tuple[int, int], **extra: Any) -> dict[str, Any]:
+    return {
+        "type": kind,
+        "title": title,
+        "description": description,
+        "datasource": DATASOURCE,
+        "fieldConfig": {"defaults": defaults, "overrides": _overrides(targets)},
+        "options": options,
+        "targets": [_target_json(i, t) for i, t in enumerate(targets)],
+        "gridPos": {"h": size[1], "w": size[0], "x": 0, "y": 0},
+        **extra,
+    }
+
+
+_LEGEND = {"displayMode": "list", "placement": "bottom", "showLegend": True, "calcs": []}
+
+
+def timeseries_panel(
+    title: str,
+    targets: list[Target],
+    unit: str,
+    description: str,
+    *,
+    stack: bool = False,
+    min_value: float | None = 0.0,
+    max_value: float | None = None,
+    objective: Objective | None = None,
+) -> dict[str, Any]:
+    custom: dict[str, Any] = {
+        "lineWidth": 1,
+        "fillOpacity": 10 if stack else 0,
+        "showPoints": "never",
+        "stacking": {"mode": "normal" if stack else "none", "group": "A"},
+        "axisPlacement": "auto",
+    }
+    defaults: dict[str, Any] = {"unit": unit, "custom": custom}
+    if min_value is not None:
+        defaults["min"] = min_value
+    if max_value is not None:
+        defaults["max"] = max_value
+    if objective is not None:
+        defaults["thresholds"] = objective.thresholds()
+        custom["thresholdsStyle"] = {"mode": "dashed"}
+    options = {"legend": _LEGEND, "tooltip": {"mode": "multi", "sort": "none"}}
+    return _panel("timeseries", title, targets, description, defaults, options, (12, 8))
+
+
+_NEUTRAL = {"mode": "absolute", "steps": [{"color": "blue", "value": None}]}
+
+
+def stat_panel(
+    title: str,
+    targets: list[Target],
+    unit: str,
+    description: str,
+    *,
+    objective: Objective | None = None,
+    mappings: list[dict[str, Any]] | None = None,
+    decimals: int | None = None,
+    width: int = 6,
+    text_mode: str = "value_and_name",
+) -> dict[str, Any]:
+    defaults: dict[str, Any] = {
+        "unit": unit,
+        "thresholds": objective.thresholds() if objective is not None else _NEUTRAL,
+        "color": {"mode": "thresholds"},
+        "mappings": mappings or [],
+    }
+    if decimals is not None:
+        defaults["decimals"] = decimals
+    options = {
+        "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+        "colorMode": "value",
+        "graphMode": "none",
+        "justifyMode": "auto",
+        "textMode": text_mode,
+        "orientation": "auto",
+        "wideLayout": True,
+        "showPercentChange": False,
+        "percentChangeColorMode": "standard",
+    }
+    return _panel("stat", title, targets, description, defaults, options, (width, 4))
+
+
+def state_mappings(*states: tuple[str, str, str]) -> list[dict[str, Any]]:
+    """A value mapping: (value, text, colour) per state."""
+    return [{"type": "value", "options": {
+        value: {"text": text, "color": color, "index": i} for i, (value, text, color) in enumerate(states)}}]
+
+
+def rung_chart(title: str, figure: str, unit: str, description: str,
+                objective: Objective | None = None) -> dict[str, Any]:
+    """A bar chart of one step figure per rung of the selected run: concurrency on the x axis, a bar per lane.
+
+    The instant table query gives one row per (lane, concurrency); the transformations sort the rungs as
+    numbers and turn the rows into one column per lane (``groupingToMatrix``), the x field ``concurrency``.
+    """
+    target = Target(step_figure(figure), "{{lane}}", instant=True, format="table")
+    custom: dict[str, Any] = {"lineWidth": 1, "fillOpacity": 80, "axisPlacement": "auto"}
+    defaults: dict[str, Any] = {"unit": unit, "min": 0, "custom": custom}
+    if objective is not None:
+        defaults["thresholds"] = objective.thresholds()
+        custom["thresholdsStyle"] = {"mode": "dashed"}
+    options = {
+        "xField": "concurrency",
+        "orientation": "vertical",
+        "showValue": "auto",
+        "stacking": "none",
+        "groupWidth": 0.7,
+        "barWidth": 0.9,
+        "xTickLabelRotation": 0,
+        "xTickLabelSpacing": 0,
+        "xTickLabelMaxLength": 0,
+        "fullHighlight": False,
+        "legend": _LEGEND,
+        "tooltip": {"mode": "multi", "sort": "none"},
+    }
+    transformations = [
+        {"id": "convertFieldType",
+         "options": {"conversions": [{"targetField": "concurrency", "destinationType": "number"}], "fields": {}}},
+        {"id": "sortBy", "options": {"fields": {}, "sort": [{"field": "concurrency", "desc": False}]}},
+        {"id": "groupingToMatrix",
+         "options": {"columnField": "lane", "rowField": "concurrency", "valueField": "Value", "emptyValue": "null"}},
+        {"id": "organize", "options": {"renameByName": {"concurrency\\lane": "concurrency"}}},
+    ]
+    return _panel("barchart", title, [target], description, defaults, options, (12, 8),
+                  transformations=transformations)
