@@ -15,11 +15,17 @@ generator credits a request's tokens to ``loadgen_output_tokens_total`` when the
 Prometheus throughput of a window is granular by up to ``c`` requests (about ``e2e / window``): slowing
 the simulator down (``time_scale``) to escape (1) makes (2) worse, so it runs at real speed.
 
-The policy is the default. Decode starvation is judged in time a user feels (each request's longest
-pause against the 250 ms objective), so the client's own scheduling hiccups on a loaded test machine
-(up to 20x the ITL, ~100 ms) are not taken for a starving server; starvation is tested where it is the
-point (``test_live_verdicts``, ``test_sources_agree``). The recommender gets the run folder (``--runs-dir``)
-so a window Prometheus scraped too rarely on a loaded machine is taken from the records, as in production.
+The policy is the default but for its latency objectives on the stream (``itl_p95_s``, ``tbt_p99_s``), which
+are raised to 1 s: the test is about throughput capacity, and the moe profile puts its c=8 rung on those
+objectives' boundary. Its step cost saturates once a batch activates every expert, so any step holding a
+64-token prefill costs ~135 ms (five prefills in one step ~250 ms, seven beside one decode ~290 ms); at c=8
+seven other users prefill once in each user's 16-token stream, so the pause p99 lands at 180-290 ms by how
+arrivals coincide, against the default 250 ms objective (one CI run measured 286 ms and answered
+``decode_starvation`` at 4). The analytic walk does not model pauses, so an objective both sides of that
+range would make the expected answer a coin toss; at 1 s the simulator's worst step is 3x inside it.
+Starvation is tested where it is the point (``test_live_verdicts``, ``test_sources_agree``). The recommender
+gets the run folder (``--runs-dir``) so a window Prometheus scraped too rarely on a loaded machine is taken
+from the records, as in production.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from loadgen.config import LoadgenConfig
 from loadgen.runner import run_ladder
 from recommender.analysis import analyze_lane
 from recommender.app import create_app
-from recommender.policy import Policy
+from recommender.policy import SLO, Policy
 from recommender.settings import RecommenderSettings
 from testkit.net import free_port, wait_http
 from testkit.prom import PrometheusProcess, prometheus_binary
@@ -50,7 +56,7 @@ from tests.recommender.server import serve
 REPO = Path(__file__).resolve().parents[2]
 LADDER = [1, 2, 4, 8]
 PROMPT_TOKENS, OUTPUT_TOKENS = 64, 16
-POLICY = Policy()
+POLICY = Policy(slo=SLO(itl_p95_s=1.0, tbt_p99_s=1.0))
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
