@@ -68,6 +68,8 @@ _OPTIONAL_NUMBERS = (
     "pause_requests", "prefill_events", "interference_share", "stall_per_prompt_s", "stall_ms_per_prompt_token",
     "queued_requests", "admission_wait_max_s", "admission_wait_bound_s", "user_wait_p_value", "user_wait_ratio",
     "user_itl_p_value", "user_itl_ratio", "user_wait_excess_s", "user_itl_excess_s", "input_throughput_tok_s",
+    "cache_hit_share", "cached_prompt_tokens", "cache_reported_prompt_tokens", "spec_acceptance_rate",
+    "draft_tokens", "draft_accepted_tokens",
 )
 
 
@@ -75,7 +77,8 @@ _OPTIONAL_NUMBERS = (
 class StepFigures:
     """Figures of one step window. Throughput counts output tokens *arriving* inside the window.
 
-    The starvation and fairness figures (``pause_s`` and after) are defined in ``core.step_figures``.
+    The starvation and fairness figures (``pause_s`` and after) are defined in ``core.step_figures``; the
+    prompt-cache and speculative-decoding ones (``cache_hit_share`` and after) in ``core.runtime_counts``.
     """
 
     lane: str
@@ -114,6 +117,12 @@ class StepFigures:
     user_wait_excess_s: float | None = None
     user_itl_excess_s: float | None = None
     input_throughput_tok_s: float | None = None
+    cache_hit_share: float | None = None
+    cached_prompt_tokens: int | None = None
+    cache_reported_prompt_tokens: int | None = None
+    spec_acceptance_rate: float | None = None
+    draft_tokens: int | None = None
+    draft_accepted_tokens: int | None = None
     errors_by_outcome: dict[str, int] = field(default_factory=dict)
     throughput_ci_tok_s: tuple[float, float] | None = None
     valid: bool = True
@@ -182,7 +191,8 @@ CLIENT_FIGURES = (
     "tpot_s", "queue_s", "jain", "max_min_share", "decode_stall_max_ratio", "decode_stall_max_s",
     "prefill_wait_max_s", "pause_s", *_OPTIONAL_NUMBERS, "errors_by_outcome", "throughput_ci_tok_s",
 )
-_COUNTS = ("requests", "errors", "errors_by_outcome", "pause_requests", "prefill_events", "queued_requests")
+_COUNTS = ("requests", "errors", "errors_by_outcome", "pause_requests", "prefill_events", "queued_requests",
+           "cached_prompt_tokens", "cache_reported_prompt_tokens", "draft_tokens", "draft_accepted_tokens")
 _INTERVAL = ("lo", "hi")
 
 

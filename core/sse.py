@@ -22,6 +22,16 @@ counts, read once at the end) and for an ``error`` event. Every event must look 
 ``llamacpp``, ``choices`` for the OpenAI flavours, or ``error``), negative server counts, or a line longer
 than ``max_event_bytes`` without a newline makes the stream ``malformed`` and stops it: the buffer never
 grows past that bound.
+
+The server's counts of the last ``timings``/``usage`` event also say what it reused: the prompt tokens its
+prompt cache served (``usage.prompt_tokens_details.cached_tokens``, else ``timings.cache_n``; never
+``/completion``'s ``tokens_cached``, which is what the slot holds after the request, prompt and answer) and,
+with a draft model, the tokens drafted and accepted (``timings.draft_n``, ``draft_n_accepted``). ``None``
+where the server said nothing.
+
+The answer's text is not kept on the hot path. A parser made with ``keep_text`` (a conversation workload,
+whose next request repeats the answer) keeps the stream's bytes and decodes the content once, at the end
+(``answer_text``).
 """
 
 from __future__ import annotations
@@ -54,17 +64,22 @@ class StreamSummary:
     queue_ms: float | None
     error: str | None
     problem: str | None = None
+    cached_prompt_tokens: int | None = None
+    draft_tokens: int | None = None
+    draft_accepted_tokens: int | None = None
 
 
 class StreamParser:
     """Feeds chunks as they arrive; keeps one arrival time (ns) per content event."""
 
-    __slots__ = ("_marker", "_meta", "_mlen", "_rest", "api", "done", "error_text", "events", "malformed",
-                 "max_event_bytes", "saw_bytes", "token_ns")
+    __slots__ = ("_kept", "_marker", "_meta", "_mlen", "_rest", "api", "done", "error_text", "events",
+                 "keep_text", "malformed", "max_event_bytes", "saw_bytes", "token_ns")
 
-    def __init__(self, api: ApiFlavour, max_event_bytes: int = 1 << 20) -> None:
+    def __init__(self, api: ApiFlavour, max_event_bytes: int = 1 << 20, keep_text: bool = False) -> None:
         self.api = api
         self.max_event_bytes = max_event_bytes
+        self.keep_text = keep_text
+        self._kept: list[bytes] = []
         self.token_ns: list[int] = []
         self.done = False
         self.malformed: str | None = None
@@ -78,7 +93,7 @@ class StreamParser:
 
     def reset(self) -> None:
         """Forgets everything (a retried request starts a new stream)."""
-        self.__init__(self.api, self.max_event_bytes)  # type: ignore[misc]
+        self.__init__(self.api, self.max_event_bytes, self.keep_text)  # type: ignore[misc]
 
     def feed(self, chunk: bytes, t_ns: int) -> bool:
         """Parses a chunk received at ``t_ns``. Returns False once the stream is finished or malformed."""
@@ -86,6 +101,8 @@ class StreamParser:
             return False
         data = self._rest + chunk if self._rest else chunk
         self.saw_bytes = True
+        if self.keep_text:
+            self._kept.append(chunk)
         last = data.rfind(b"\n")
         self._rest = b""
         if last >= 0 and not self._body(data[:last + 1] if last + 1 < len(data) else data, t_ns):
@@ -222,7 +239,13 @@ class StreamParser:
             output = _int(timings.get("predicted_n"))
         if output is None:
             output = _int(meta.get("tokens_predicted"))
+        details = usage.get("prompt_tokens_details")
+        cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else None
+        if cached is None:
+            cached = _int(timings.get("cache_n"))
         numbers = {k: v for k, v in {**timings, **usage}.items() if isinstance(v, int | float)}
+        if cached is not None:
+            numbers["cached_tokens"] = cached
         negative = sorted(k for k, v in numbers.items() if v < 0)
         return StreamSummary(
             prompt_tokens=prompt,
@@ -231,7 +254,44 @@ class StreamParser:
             queue_ms=_float(timings.get("queue_ms")),
             error=self.error_text,
             problem=f"negative server counts: {', '.join(negative)}" if negative else None,
+            cached_prompt_tokens=cached,
+            draft_tokens=_int(timings.get("draft_n")),
+            draft_accepted_tokens=_int(timings.get("draft_n_accepted")),
         )
+
+    def answer_text(self) -> str:
+        """The content the stream carried, in order (``keep_text`` parsers only; empty otherwise): the chat
+        deltas' ``content``, the completions' ``text``, or ``/completion``'s ``content``, of choice 0."""
+        out: list[str] = []
+        for line in b"".join(self._kept).split(b"\n"):
+            payload = line.strip()
+            if not payload.startswith(_DATA):
+                continue
+            payload = payload[5:].strip()
+            if not payload.startswith(b"{"):
+                continue
+            try:
+                event = json.loads(payload)
+            except ValueError:
+                continue
+            piece = _content(self.api, event) if isinstance(event, dict) else None
+            if isinstance(piece, str):
+                out.append(piece)
+        return "".join(out)
+
+
+def _content(api: ApiFlavour, event: dict[str, Any]) -> object:
+    if api == "llamacpp":
+        return event.get("content")
+    choices = event.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return None
+    if choices[0].get("index", 0) != 0:
+        return None
+    if api == "openai-completions":
+        return choices[0].get("text")
+    delta = choices[0].get("delta")
+    return delta.get("content") if isinstance(delta, dict) else None
 
 
 def _is_error_event(payload: bytes) -> bool:

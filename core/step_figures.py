@@ -53,6 +53,8 @@ What counts (DESIGN.md "Metric definitions"):
   few stalls do not move: ``user_itl_p_value``; ``user_itl_ratio`` is the slowest user's mean pace over
   the fastest's, ``user_itl_excess_s`` the difference) sees a batcher that decodes some users more slowly
   than others; prefill stalls, which TPOT would mix in, are the starvation checks' business.
+- prompt cache and speculative decoding (``cache_hit_share``, ``spec_acceptance_rate`` and their token
+  sums): over the successful requests that ended inside the window, ``core.runtime_counts``.
 - throughput confidence interval: batch means over ``k = floor(W / batch_s)`` batches (default
   ``batch_s = W / 32``), merged pairwise until their lag-1 autocorrelation is insignificant, then
   ``mean +- t(0.975, k-1) * sd / sqrt(k)`` (``core.statistics.uncorrelated_batch_ci``, which says why).
@@ -68,6 +70,7 @@ from collections.abc import Callable, Iterable, Sequence
 from core.figures import StepFigures
 from core.manifest import StepWindow
 from core.records import RequestRecord
+from core.runtime_counts import runtime_count_figures
 from core.statistics import (
     batch_rates,
     groups_differ,
@@ -292,6 +295,7 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
     ok_count = 0
     errors_by_outcome: dict[str, int] = {}
     prompt_in: list[int] = []  # prompt tokens of the prefills that ended (first token) inside the window
+    finished: list[RequestRecord] = []  # successful, ended inside the window
 
     for rec in mine:
         first = rec.first_token_at
@@ -318,6 +322,7 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
         if rec.ok:
             if ended is not None and start <= ended <= end:
                 ok_count += 1
+                finished.append(rec)
             if sent_in:
                 if rec.e2e_s is not None:
                     e2e.append(rec.e2e_s)
@@ -351,6 +356,7 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
         **interference_figures(gaps, prefills, decodes, itl_q.p50, start, end, window.concurrency),
         **admission_figures(mine, window, queued, free, max(itl) if itl else None),
         **user_wait_figures(sent_in_window, queued, window),
+        **runtime_count_figures(finished),
     }
     return StepFigures(
         lane=window.lane,

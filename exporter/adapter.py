@@ -6,7 +6,11 @@ module plus one entry in :data:`exporter.cli.ADAPTERS`; the collector does not c
 
 :class:`EndpointFetcher` gets several endpoints at once on a small thread pool and gives up on whatever has
 not answered when the budget runs out (the abandoned request still ends by itself at its own HTTP timeout),
-so a hung runtime costs a scrape at most its budget, never the scraper's timeout.
+so a hung runtime costs a scrape at most its budget, never the scraper's timeout. A path may carry query
+parameters (``(path, {"model": name})``), which httpx escapes.
+
+``fetch`` takes ``model`` only from callers that were asked for one model of a router node (the exporter's
+``/metrics?model=NAME``); an adapter of a runtime without router mode may leave it out of its signature.
 """
 
 from __future__ import annotations
@@ -20,9 +24,10 @@ import httpx
 
 from exporter.snapshot import EndpointReply, RuntimeSnapshot
 
-__all__ = ["Clock", "EndpointFetcher", "RuntimeAdapter"]
+__all__ = ["Clock", "EndpointFetcher", "Path", "RuntimeAdapter"]
 
 Clock = Callable[[], float]
+Path = str | tuple[str, Mapping[str, str]]
 
 
 class RuntimeAdapter(Protocol):
@@ -30,7 +35,7 @@ class RuntimeAdapter(Protocol):
 
     flavour: str
 
-    def fetch(self, budget_s: float) -> RuntimeSnapshot: ...
+    def fetch(self, budget_s: float, model: str | None = None) -> RuntimeSnapshot: ...
 
     def close(self) -> None: ...
 
@@ -51,10 +56,11 @@ class EndpointFetcher:
         self._clock = clock
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="exporter-fetch")
 
-    def get(self, name: str, path: str, timeout_s: float) -> EndpointReply:
+    def get(self, name: str, path: Path, timeout_s: float) -> EndpointReply:
         start = self._clock()
+        route, params = (path, None) if isinstance(path, str) else path
         try:
-            resp = self._client.get(self.base_url + path, timeout=httpx.Timeout(timeout_s))
+            resp = self._client.get(self.base_url + route, params=params, timeout=httpx.Timeout(timeout_s))
             body = resp.text
         except httpx.TimeoutException:
             return EndpointReply(name, None, "", self._clock() - start, f"timed out after {timeout_s:g}s")
@@ -64,9 +70,11 @@ class EndpointFetcher:
             return EndpointReply(name, None, "", self._clock() - start, f"{type(exc).__name__}: {exc}"[:200])
         return EndpointReply(name, resp.status_code, body, self._clock() - start)
 
-    def fetch_many(self, paths: Mapping[str, str], budget_s: float) -> dict[str, EndpointReply]:
+    def fetch_many(self, paths: Mapping[str, Path], budget_s: float) -> dict[str, EndpointReply]:
         """``name -> reply`` for every ``name -> path``; unanswered by the deadline -> a timed-out reply."""
         start = self._clock()
+        if budget_s <= 0:
+            return {name: EndpointReply(name, None, "", 0.0, "no time left in the scrape budget") for name in paths}
         futures: dict[str, Future[EndpointReply]] = {
             name: self._pool.submit(self.get, name, path, budget_s) for name, path in paths.items()
         }

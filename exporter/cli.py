@@ -1,6 +1,8 @@
 """``satbench exporter``: the runtime exporter for one node, serving ``runtime_*`` and ``gpu_*`` on /metrics.
 
-Run one beside each runtime node; the node's lane is a target label in ``prometheus.yml``, not a flag.
+Run one beside each runtime node; the node's lane is a target label in ``prometheus.yml``, not a flag. A
+llama-server in router mode is detected (``--router auto``) and served per model: every loaded model's
+series carry a ``model`` label, and ``/metrics?model=NAME`` serves one model, for one lane.
 """
 
 from __future__ import annotations
@@ -34,6 +36,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--relay-timeout-s", type=float, default=600.0,
                         help="relay: longest runtime silence before 504 / abort (default 600)")
     parser.add_argument("--props-ttl-s", type=float, default=30.0, help="/props cache life (default 30)")
+    parser.add_argument("--router", nargs="?", const="yes", default="auto", choices=["auto", "yes", "no"],
+                        help="llama-server router mode: auto (default: /props role), yes (bare --router), no")
+    parser.add_argument("--model", default=None,
+                        help="router mode: publish only this model (a scrape's ?model= still picks another)")
+    parser.add_argument("--kv-unified", default="auto", choices=["auto", "yes", "no"],
+                        help="KV cache shared by all slots? auto (default): the runtime's argv, else split")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -43,6 +51,7 @@ def main(args: argparse.Namespace) -> int:
         config = ExporterConfig(
             runtime_url=args.runtime_url, host=args.host, port=args.port, runtime_pid=args.runtime_pid,
             flavour=args.flavour, gpu=args.gpu, budget_s=args.budget_s, props_ttl_s=args.props_ttl_s,
+            router=args.router, model=args.model, kv_unified=args.kv_unified,
         )
     except ValueError as exc:
         print(f"satbench exporter: {exc}", file=sys.stderr)

@@ -1,25 +1,81 @@
-"""The llama.cpp adapter: fetches ``/health``, ``/metrics``, ``/slots`` and ``/props`` of one llama-server.
+"""The llama.cpp adapter: one llama-server, serving one model or, in router mode, several.
 
-The four endpoints are fetched concurrently within the scrape budget; ``/props`` (slot count, model, build)
-changes only on restart, so a good answer is reused for ``props_ttl_s`` seconds instead of being fetched
-on every scrape. Parsing and the llama-server quirks live in :mod:`exporter.llamacpp_parse`.
+Single model: ``/health``, ``/metrics``, ``/slots`` and ``/props`` are fetched concurrently within the scrape
+budget; ``/props`` (slot count, model, build) changes only on restart, so a good answer is reused for
+``props_ttl_s`` seconds instead of being fetched on every scrape.
+
+Router mode (:mod:`exporter.router`) is told (``router=True``) or detected from ``/props`` ``role:
+"router"`` (``router=None``; re-checked whenever the cached ``/props`` expires). A scrape then fetches
+``/health``, ``/props`` (cached) and ``/v1/models`` (every scrape: it is the router's own answer, cheap, and
+says which models are loaded right now), and in a second round ``/metrics``, ``/slots`` and ``/props``
+(cached per model) of each loaded model with ``?model=NAME&autoload=false``, all concurrently, in what is
+left of the budget. ``fetch(model=NAME)`` (or ``model=`` here, the ``--model`` flag) narrows that round to
+one model. Until the mode is known a scrape fetches both sets, so the first scrape is already complete.
+Parsing and the llama-server quirks live in :mod:`exporter.llamacpp_parse`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import threading
 import time
+from collections.abc import Mapping
 
 import httpx
 
-from exporter.adapter import Clock, EndpointFetcher
-from exporter.llamacpp_parse import FLAVOUR, llamacpp_snapshot
-from exporter.snapshot import EndpointReply, RuntimeSnapshot
+from exporter.adapter import Clock, EndpointFetcher, Path
+from exporter.llamacpp_parse import FLAVOUR, llamacpp_snapshot, reply_error
+from exporter.router import model_params, parse_models, router_snapshot
+from exporter.snapshot import EndpointReply, ModelView, RuntimeSnapshot
 
 __all__ = ["PROPS_TTL_S", "LlamaCppAdapter"]
 
 PROPS_TTL_S = 30.0
 _PATHS = {"health": "/health", "metrics": "/metrics", "slots": "/slots", "props": "/props"}
+_PER_MODEL = ("metrics", "slots", "props")
+
+
+def _role(props: EndpointReply) -> str | None:
+    """``router`` or ``single`` from a usable ``/props``; None when it cannot tell."""
+    if not props.ok:
+        return None
+    try:
+        data = json.loads(props.body)
+    except ValueError:
+        return None
+    if not isinstance(data, Mapping):
+        return None
+    return "router" if data.get("role") == "router" else "single"
+
+
+class _PropsCache:
+    """Good ``/props`` answers by key (``""``: the node), each reused for ``ttl_s`` seconds."""
+
+    def __init__(self, clock: Clock, ttl_s: float) -> None:
+        self._clock = clock
+        self._ttl_s = ttl_s
+        self._entries: dict[str, tuple[float, EndpointReply]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> EndpointReply | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or self._clock() - entry[0] > self._ttl_s:
+                return None
+            reply = entry[1]
+            return EndpointReply(reply.name, reply.status, reply.body, 0.0, None, cached=True)
+
+    def put(self, key: str, reply: EndpointReply) -> None:
+        if reply.ok:
+            with self._lock:
+                self._entries[key] = (self._clock(), reply)
+
+    def keep_only(self, keys: set[str]) -> None:
+        """Forgets the models not loaded any more: a reloaded model may come back with other props."""
+        with self._lock:
+            for key in [k for k in self._entries if k and k not in keys]:
+                del self._entries[key]
 
 
 class LlamaCppAdapter:
@@ -34,12 +90,15 @@ class LlamaCppAdapter:
         clock: Clock = time.monotonic,
         props_ttl_s: float = PROPS_TTL_S,
         fetcher: EndpointFetcher | None = None,
+        router: bool | None = None,
+        model: str | None = None,
     ) -> None:
         self._fetcher = fetcher or EndpointFetcher(base_url, client=client, clock=clock)
         self._clock = clock
-        self._props_ttl_s = props_ttl_s
-        self._props: tuple[float, EndpointReply] | None = None
-        self._lock = threading.Lock()
+        self._props = _PropsCache(clock, props_ttl_s)
+        self._router = router
+        self._detected: bool | None = None
+        self._model = model
 
     @property
     def base_url(self) -> str:
@@ -50,27 +109,71 @@ class LlamaCppAdapter:
         """The HTTP fetcher of this node, shared with readers of the same runtime (``/sim/gpu``)."""
         return self._fetcher
 
-    def _cached_props(self) -> EndpointReply | None:
-        with self._lock:
-            if self._props is None:
-                return None
-            fetched_at, reply = self._props
-            if self._clock() - fetched_at > self._props_ttl_s:
-                return None
-            return EndpointReply(reply.name, reply.status, reply.body, 0.0, None, cached=True)
-
-    def fetch(self, budget_s: float) -> RuntimeSnapshot:
-        props = self._cached_props()
-        paths = dict(_PATHS)
-        if props is not None:
-            del paths["props"]
+    def fetch(self, budget_s: float, model: str | None = None) -> RuntimeSnapshot:
+        start = self._clock()
+        router = self._router if self._router is not None else self._detected
+        props = self._props.get("")
+        paths: dict[str, Path] = {"health": _PATHS["health"]}
+        if props is None:
+            paths["props"] = _PATHS["props"]
+        if router is not False:
+            paths["models"] = "/v1/models"
+        if router is not True:
+            paths["metrics"], paths["slots"] = _PATHS["metrics"], _PATHS["slots"]
         replies = self._fetcher.fetch_many(paths, budget_s)
         if props is None:
             props = replies["props"]
-            if props.ok:
-                with self._lock:
-                    self._props = (self._clock(), props)
-        return llamacpp_snapshot(replies["health"], replies["metrics"], replies["slots"], props)
+            self._props.put("", props)
+        if self._router is None:
+            role = _role(props)
+            if role is not None:
+                self._detected = role == "router"
+            router = self._detected
+        left = budget_s - (self._clock() - start)
+        if not router:
+            if "metrics" not in replies:
+                replies.update(self._fetcher.fetch_many({k: _PATHS[k] for k in ("metrics", "slots")}, left))
+            return llamacpp_snapshot(replies["health"], replies["metrics"], replies["slots"], props)
+        if "models" not in replies:
+            replies.update(self._fetcher.fetch_many({"models": "/v1/models"}, left))
+            left = budget_s - (self._clock() - start)
+        return self._router_snapshot(replies, props, model or self._model, left)
+
+    def _router_snapshot(
+        self, replies: dict[str, EndpointReply], props: EndpointReply, only: str | None, left: float
+    ) -> RuntimeSnapshot:
+        models = replies["models"]
+        listed: tuple[ModelView, ...] | None = None
+        models_error = reply_error(models)
+        if models_error is None:
+            try:
+                listed = parse_models(models.body)
+            except (ValueError, TypeError) as exc:
+                models_error = f"unreadable /v1/models: {exc}"
+        loaded = [v.name for v in listed or () if v.loaded]
+        if listed is not None:
+            self._props.keep_only(set(loaded))
+        targets = [name for name in loaded if only is None or name == only]
+        per_model = self._fetch_models(targets, replies["health"], left)
+        return router_snapshot(FLAVOUR, replies["health"], props, models, listed, models_error, per_model, only)
+
+    def _fetch_models(
+        self, names: list[str], health: EndpointReply, budget_s: float
+    ) -> dict[str, RuntimeSnapshot]:
+        cached = {name: self._props.get(name) for name in names}
+        paths: dict[str, Path] = {}
+        for i, name in enumerate(names):
+            for source in _PER_MODEL:
+                if source != "props" or cached[name] is None:
+                    paths[f"{source}:{i}"] = (_PATHS[source], model_params(name))
+        replies = self._fetcher.fetch_many(paths, budget_s) if paths else {}
+        out: dict[str, RuntimeSnapshot] = {}
+        for i, name in enumerate(names):
+            got = {s: dataclasses.replace(r, name=s) for s in _PER_MODEL if (r := replies.get(f"{s}:{i}"))}
+            props = cached[name] or got["props"]
+            self._props.put(name, props)
+            out[name] = llamacpp_snapshot(health, got["metrics"], got["slots"], props)
+        return out
 
     def close(self) -> None:
         self._fetcher.close()

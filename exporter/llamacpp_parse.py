@@ -14,11 +14,18 @@ llama-server's own numbers have quirks that this module corrects (see tests/fixt
 - ``llamacpp:prompt_tokens_total`` counts only the prompt tokens that were prefilled; those the prompt cache
   served are ``prompt_tokens_cached_total`` (this build counts them apart), exported as
   ``runtime_prompt_tokens_cached_total``. Builds without it leave that series out. Other families of the
-  build (``n_tokens_max``, ``spec_decode_*``) and any unknown one are parsed and ignored, never an error.
+  build (``n_tokens_max``, the labelled ``spec_decode_*_per_pos``) and any unknown one are parsed and
+  ignored, never an error.
 - ``/slots`` gives each slot's ``is_processing`` and ``next_token[].n_decoded``: a processing slot that has
   decoded nothing yet is in prefill, otherwise in decode. (``n_prompt_tokens`` counts prompt *and* generated
   tokens of the slot's context, and ``n_prompt_tokens_processed`` only the uncached prompt, so neither tells
   the phase on its own.) Older builds send ``state`` (0 idle) and a single ``next_token`` object.
+- ``spec_decode_num_draft_tokens_total``, ``..._accepted_tokens_total`` and ``..._drafts_total`` count
+  speculative decoding (0 without a draft model) and become ``runtime_spec_*_total``; a build without them
+  leaves those series out. A ``/metrics`` that carries none of the series read here (a renamed or foreign
+  exposition) is unusable: ``runtime_metrics_up`` 0, and the runtime is still up.
+- ``/slots`` also gives each slot's ``n_ctx`` and held tokens (``n_prompt_tokens``), from which
+  :mod:`exporter.kvcache` derives KV-cache usage. ``/props`` of a router says ``role: "router"``.
 - ``/metrics`` answers 501 without ``--metrics``; ``/slots`` answers 501 with ``--no-slots``; ``/health``
   answers 503 while the model loads. Each failure only removes what that endpoint would have told.
 """
@@ -32,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
+from exporter.kvcache import SlotKv
 from exporter.snapshot import EndpointReply, RuntimeSnapshot, SlotCounts, SourceResult
 
 __all__ = [
@@ -41,12 +49,23 @@ __all__ = [
     "llamacpp_snapshot",
     "parse_exposition",
     "parse_props",
+    "parse_slot_kv",
     "parse_slots",
     "reply_error",
 ]
 
 FLAVOUR = "llamacpp"
 _PREFIX = "llamacpp:"
+_COUNTERS = {  # snapshot field -> llamacpp: series
+    "prompt_tokens_total": "prompt_tokens_total",
+    "prompt_tokens_cached_total": "prompt_tokens_cached_total",
+    "output_tokens_total": "tokens_predicted_total",
+    "decode_steps_total": "n_decode_total",
+    "spec_draft_tokens_total": "spec_decode_num_draft_tokens_total",
+    "spec_accepted_tokens_total": "spec_decode_num_accepted_tokens_total",
+    "spec_drafts_total": "spec_decode_num_drafts_total",
+}
+_GAUGES = {"queue_depth": "requests_deferred", "requests_processing": "requests_processing"}
 
 
 @dataclass(frozen=True)
@@ -58,6 +77,7 @@ class PropsInfo:
     build_info: str
     endpoint_slots: bool | None
     endpoint_metrics: bool | None
+    role: str = ""
 
 
 def parse_exposition(text: str) -> dict[str, float]:
@@ -111,17 +131,40 @@ def classify_slot(slot: Mapping[str, Any]) -> str:
     return "decode" if _n_decoded(slot) > 0 else "prefill"
 
 
-def parse_slots(body: str) -> SlotCounts:
-    """Slot states from a ``/slots`` body (a JSON list). Raises ValueError on anything else."""
+def _slot_list(body: str) -> list[Mapping[str, Any]]:
     data = json.loads(body)
     if not isinstance(data, list):
         raise ValueError("/slots did not return a JSON list")
+    if not all(isinstance(slot, Mapping) for slot in data):
+        raise ValueError("/slots element is not an object")
+    return data
+
+
+def _count_slots(slots: list[Mapping[str, Any]]) -> SlotCounts:
     counts = {"idle": 0, "prefill": 0, "decode": 0}
-    for slot in data:
-        if not isinstance(slot, Mapping):
-            raise ValueError("/slots element is not an object")
+    for slot in slots:
         counts[classify_slot(slot)] += 1
     return SlotCounts(idle=counts["idle"], prefill=counts["prefill"], decode=counts["decode"])
+
+
+def parse_slots(body: str) -> SlotCounts:
+    """Slot states from a ``/slots`` body (a JSON list). Raises ValueError on anything else."""
+    return _count_slots(_slot_list(body))
+
+
+def _slot_kv(slots: list[Mapping[str, Any]]) -> tuple[SlotKv, ...] | None:
+    out = []
+    for slot in slots:
+        n_ctx, tokens = slot.get("n_ctx"), slot.get("n_prompt_tokens", 0)
+        if not isinstance(n_ctx, int) or not isinstance(tokens, int) or n_ctx <= 0 or tokens < 0:
+            return None  # a build without these fields: KV usage unknown, the slot states still count
+        out.append(SlotKv(n_ctx=n_ctx, tokens=tokens, busy=classify_slot(slot) != "idle"))
+    return tuple(out) if out else None
+
+
+def parse_slot_kv(body: str) -> tuple[SlotKv, ...] | None:
+    """Each slot's context, held tokens and busy flag; None when a slot lacks ``n_ctx``."""
+    return _slot_kv(_slot_list(body))
 
 
 def parse_props(body: str) -> PropsInfo:
@@ -143,6 +186,7 @@ def parse_props(body: str) -> PropsInfo:
         build_info=str(data.get("build_info") or ""),
         endpoint_slots=flag("endpoint_slots"),
         endpoint_metrics=flag("endpoint_metrics"),
+        role=str(data.get("role") or ""),
     )
 
 
@@ -210,26 +254,26 @@ def llamacpp_snapshot(
         except ValueError as exc:
             metrics_error = f"unreadable /metrics: {exc}"
         else:
-            fields["queue_depth"] = _finite(samples, "requests_deferred")
-            fields["requests_processing"] = _finite(samples, "requests_processing")
-            fields["prompt_tokens_total"] = _finite(samples, "prompt_tokens_total")
-            fields["prompt_tokens_cached_total"] = _finite(samples, "prompt_tokens_cached_total")
-            fields["output_tokens_total"] = _finite(samples, "tokens_predicted_total")
-            decodes = _finite(samples, "n_decode_total")
+            read = {attr: _finite(samples, name) for attr, name in {**_GAUGES, **_COUNTERS}.items()}
+            fields.update(read)
+            decodes = read["decode_steps_total"]
             per_decode = _finite(samples, "n_busy_slots_per_decode")
-            fields["decode_steps_total"] = decodes
             if decodes is not None and per_decode is not None:
                 fields["busy_slot_decodes_total"] = per_decode * decodes
+            if all(v is None for v in read.values()) and per_decode is None:
+                metrics_error = "/metrics carries none of the llamacpp: series this exporter reads"
     sources.append(_result(metrics, metrics_error))
 
     slots_error = None
     if slots.ok:
         try:
-            counts = parse_slots(slots.body)
+            slot_list = _slot_list(slots.body)
+            counts = _count_slots(slot_list)
         except (ValueError, TypeError) as exc:
             slots_error = f"unreadable /slots: {exc}"
         else:
             fields["slots"] = counts
+            fields["slot_kv"] = _slot_kv(slot_list)
             if counts.total:
                 fields["slots_configured"] = counts.total
     sources.append(_result(slots, slots_error))

@@ -17,9 +17,10 @@ decode-step counter as a real runtime restart.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
-__all__ = ["OccupancyState", "OccupancyStep", "advance"]
+__all__ = ["OccupancyBook", "OccupancyState", "OccupancyStep", "advance"]
 
 
 @dataclass(frozen=True)
@@ -52,3 +53,20 @@ def advance(
         return OccupancyStep(state, published, 0.0)
     ratio = (busy_slot_decodes - previous.busy_raw) / d_steps / slots
     return OccupancyStep(state, published, min(1.0, max(0.0, ratio)))
+
+
+class OccupancyBook:
+    """The previous decode counters of each model of a node (key None: a single-model node), kept apart so
+    that one model's counters never meet another's."""
+
+    def __init__(self) -> None:
+        self._states: dict[str | None, OccupancyState] = {}
+        self._lock = threading.Lock()
+
+    def step(
+        self, key: str | None, decode_steps: float, busy_slot_decodes: float, slots: int | None
+    ) -> OccupancyStep:
+        with self._lock:
+            step = advance(self._states.get(key), decode_steps, busy_slot_decodes, slots)
+            self._states[key] = step.state
+            return step

@@ -5,6 +5,9 @@ privileges for other users' processes, so the PID found is kept and only re-reso
 gone (checked by PID and creation time, so a recycled PID is not mistaken for the runtime). A runtime on
 another host has no local process: the reader then raises :class:`ProcessUnavailable` and
 ``runtime_process_up`` is 0.
+
+The process's command line is read once per process found (``cmdline``; None when the OS refuses it): it
+tells how the runtime lays its KV cache out (:func:`exporter.kvcache.layout_from_argv`).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ class ProcessUnavailable(Exception):
 class ProcessReading:
     pid: int
     rss_bytes: float
+    cmdline: tuple[str, ...] | None = None
 
 
 class ProcessReader(Protocol):
@@ -78,12 +82,14 @@ class PsutilProcessReader:
         self._pid = pid
         self._port = port
         self._found: psutil.Process | None = None
+        self._cmdline: tuple[str, ...] | None = None
         self._lock = threading.Lock()
 
     def _find(self) -> psutil.Process:
         if self._found is not None and self._found.is_running():
             return self._found
         self._found = None
+        self._cmdline = None
         if self._pid is not None:
             try:
                 self._found = psutil.Process(self._pid)
@@ -113,4 +119,9 @@ class PsutilProcessReader:
             except psutil.Error as exc:
                 self._found = None
                 raise ProcessUnavailable(f"process {process.pid}: {exc}") from exc
-            return ProcessReading(pid=process.pid, rss_bytes=float(rss))
+            if self._cmdline is None:
+                try:
+                    self._cmdline = tuple(process.cmdline())
+                except psutil.Error:
+                    self._cmdline = None
+            return ProcessReading(pid=process.pid, rss_bytes=float(rss), cmdline=self._cmdline)

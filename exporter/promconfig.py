@@ -6,6 +6,12 @@ The session orchestrator calls :func:`render_prometheus_config` with the targets
 and recommender series carry their own ``lane`` label, which a target label of the same name would rename
 to ``exported_lane``.
 
+One exporter of a llama-server in router mode serves every model; a lane of model M scrapes it with
+``params={"model": M}`` (``GET /metrics?model=M``), rendered as the ``__param_model`` target label that
+Prometheus turns into the scrape's query string and then drops, so the lane's series carry only its own
+target labels (``lane``, ``node``) plus the exporter's ``model`` label. Targets of one job may differ in
+params (same address, several lanes), so the job names the rules match stay the same.
+
 The output is YAML written by hand (every scalar JSON-quoted, which YAML reads verbatim), so the runtime
 needs no YAML library. Scrape timeout equals the interval (Prometheus requires timeout <= interval); the
 exporter answers within its own budget well before that.
@@ -40,12 +46,14 @@ _ADDRESS = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}$")
 
 @dataclass(frozen=True)
 class ScrapeTarget:
-    """One ``host:port`` to scrape in ``job``, with its target labels (e.g. ``lane``, ``node``)."""
+    """One ``host:port`` to scrape in ``job``, with its target labels (e.g. ``lane``, ``node``) and the query
+    parameters of its scrape (``params={"model": M}`` for one model of a router exporter)."""
 
     job: str
     address: str
     labels: Mapping[str, str] = field(default_factory=dict)
     metrics_path: str = "/metrics"
+    params: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not _LABEL.match(self.job):
@@ -57,6 +65,16 @@ class ScrapeTarget:
                 raise ValueError(f"target label {name!r} must match {_LABEL.pattern} and not start with __")
         if not self.metrics_path.startswith("/"):
             raise ValueError(f"metrics_path {self.metrics_path!r} must start with /")
+        for name, value in self.params.items():
+            if not _LABEL.match(name):
+                raise ValueError(f"scrape param {name!r} must match {_LABEL.pattern}")
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"scrape param {name!r} needs a non-empty string value, got {value!r}")
+
+    @property
+    def static_labels(self) -> dict[str, str]:
+        """The target's labels as written in ``static_configs``: its labels plus ``__param_<name>``."""
+        return {**self.labels, **{f"__param_{name}": value for name, value in self.params.items()}}
 
 
 def format_duration(seconds: float) -> str:
@@ -99,7 +117,8 @@ def render_prometheus_config(
         lines += [f"  - job_name: {_q(job)}", f"    metrics_path: {_q(paths.pop())}", "    static_configs:"]
         for target in members:
             lines.append(f"      - targets: [{_q(target.address)}]")
-            if target.labels:
+            labels = target.static_labels
+            if labels:
                 lines.append("        labels:")
-                lines += [f"          {name}: {_q(value)}" for name, value in sorted(target.labels.items())]
+                lines += [f"          {_q(name)}: {_q(value)}" for name, value in sorted(labels.items())]
     return "\n".join(lines) + "\n"

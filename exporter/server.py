@@ -1,30 +1,41 @@
-"""Serving a collector on a private registry over HTTP (prometheus_client's threaded WSGI server).
+"""Serving a collector on a private registry over HTTP (a threaded WSGI server, prometheus_client's app).
 
 :func:`build_collector` wires the real sources for one runtime node from an :class:`ExporterConfig`;
 :func:`serve` exposes any collector on ``/metrics`` (loopback by default) and returns a handle to stop it.
+
+``GET /metrics?model=NAME`` asks the collector for one model of a router node (``for_model``), so
+Prometheus can scrape one router exporter once per lane with a ``__param_model`` target label; a
+single-model node ignores the parameter (its adapter has one model), as does a collector without
+``for_model``. A fresh registry per request is cheap (it only holds references) and keeps concurrent
+scrapes of different models apart.
 """
 
 from __future__ import annotations
 
+import socket
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from urllib.parse import urlsplit
-from wsgiref.simple_server import WSGIServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
 from exporter.adapter import EndpointFetcher, RuntimeAdapter
 from exporter.collector import DEFAULT_BUDGET_S, RuntimeCollector
 from exporter.gpu import GpuReader, NvmlGpuReader
+from exporter.kvcache import KV_SETTINGS
 from exporter.llamacpp import PROPS_TTL_S, LlamaCppAdapter
 from exporter.process import ProcessReader, PsutilProcessReader, local_port_of
 from exporter.sim_gpu import SimulatedGpuReader
 
-__all__ = ["FLAVOURS", "ExporterConfig", "ExporterServer", "build_collector", "serve"]
+__all__ = ["FLAVOURS", "ROUTER_SETTINGS", "ExporterConfig", "ExporterServer", "build_collector", "serve"]
 
 FLAVOURS = ("llamacpp", "auto")
+ROUTER_SETTINGS = ("auto", "yes", "no")
 
 
 @dataclass(frozen=True)
@@ -39,6 +50,9 @@ class ExporterConfig:
     gpu: str = "auto"
     budget_s: float = DEFAULT_BUDGET_S
     props_ttl_s: float = PROPS_TTL_S
+    router: str = "auto"
+    model: str | None = None
+    kv_unified: str = "auto"
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.runtime_url)
@@ -56,12 +70,28 @@ class ExporterConfig:
             raise ValueError(f"--budget-s must be within 0.01..30 s, got {self.budget_s}")
         if self.props_ttl_s < 0:
             raise ValueError(f"--props-ttl-s must be >= 0, got {self.props_ttl_s}")
+        if self.router not in ROUTER_SETTINGS:
+            raise ValueError(f"--router must be one of {', '.join(ROUTER_SETTINGS)}, got {self.router!r}")
+        if self.model is not None and (not self.model.strip() or not self.model.isprintable()):
+            raise ValueError(f"--model must be a printable, non-empty model name, got {self.model!r}")
+        if self.model is not None and self.router == "no":
+            raise ValueError("--model names a model of a router node; it cannot go with --router no")
+        if self.kv_unified not in KV_SETTINGS:
+            raise ValueError(f"--kv-unified must be one of {', '.join(KV_SETTINGS)}, got {self.kv_unified!r}")
+
+    @property
+    def router_mode(self) -> bool | None:
+        """True/False when told (``--model`` implies a router), None to detect it from ``/props``."""
+        if self.router == "yes" or self.model is not None:
+            return True
+        return False if self.router == "no" else None
 
 
 def build_adapter(config: ExporterConfig, fetcher: EndpointFetcher) -> RuntimeAdapter:
     # Only llama.cpp exists so far, and the simulator speaks it: "auto" resolves to it. A new runtime adds
     # its adapter here and a probe of its endpoints under "auto".
-    return LlamaCppAdapter(config.runtime_url, props_ttl_s=config.props_ttl_s, fetcher=fetcher)
+    return LlamaCppAdapter(config.runtime_url, props_ttl_s=config.props_ttl_s, fetcher=fetcher,
+                           router=config.router_mode, model=config.model)
 
 
 def build_collector(config: ExporterConfig) -> RuntimeCollector:
@@ -79,7 +109,7 @@ def build_collector(config: ExporterConfig) -> RuntimeCollector:
         process_reader = PsutilProcessReader(port=port)
     return RuntimeCollector(
         adapter, gpu_readers, process_reader, budget_s=config.budget_s,
-        simulated_gpu_replaces_real=config.gpu == "auto",
+        simulated_gpu_replaces_real=config.gpu == "auto", kv_unified=config.kv_unified,
     )
 
 
@@ -104,13 +134,41 @@ class ExporterServer:
         self.thread.join(timeout=5)
 
 
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes are not logged."""
+
+
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def metrics_app(collector: Collector, also: Sequence[Collector] = ()) -> WsgiApp:
+    """The WSGI app of ``/metrics``: ``?model=NAME`` narrows ``collector`` to that model when it can."""
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        model = (parse_qs(environ.get("QUERY_STRING", "")).get("model") or [""])[0]
+        for_model = getattr(collector, "for_model", None)
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(for_model(model) if model and for_model is not None else collector)
+        for extra in also:
+            registry.register(extra)
+        result: Iterable[bytes] = make_wsgi_app(registry)(environ, start_response)
+        return result
+
+    return app
+
+
 def serve(
     collector: Collector, host: str = "127.0.0.1", port: int = 0, also: Sequence[Collector] = ()
 ) -> ExporterServer:
-    """Serves ``collector`` and ``also`` on a private registry at ``http://host:port/metrics`` (0: any)."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
-    for extra in also:
-        registry.register(extra)
-    httpd, thread = start_http_server(port, addr=host, registry=registry)
+    """Serves ``collector`` and ``also`` at ``http://host:port/metrics`` (0: any port), ``?model=`` too."""
+
+    class Server(ThreadingWSGIServer):
+        pass
+
+    family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    Server.address_family = family
+    httpd = make_server(str(sockaddr[0]), port, metrics_app(collector, also), Server, handler_class=_QuietHandler)
+    thread = threading.Thread(target=httpd.serve_forever, name="exporter-http", daemon=True)
+    thread.start()
     return ExporterServer(httpd, thread, host)

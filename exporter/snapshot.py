@@ -4,13 +4,19 @@ An adapter (llama.cpp today; vLLM or SGLang later) turns its runtime's endpoints
 :class:`RuntimeSnapshot`. Every field that the runtime could not tell us this time is ``None``: the collector
 publishes what is known and leaves the rest out, and the per-source :class:`SourceResult` rows say why
 (``runtime_<source>_up`` 0, the HTTP status, the error). Nothing here does I/O.
+
+A llama-server in router mode serves several models behind one port; its snapshot has ``router`` set, the
+node-wide sources (``health``, the router's ``props``, ``models``) and one :class:`ModelView` per model,
+whose own snapshot (``metrics``, ``slots``, ``props`` of that model) exists only while the model is loaded.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["EndpointReply", "RuntimeSnapshot", "SlotCounts", "SourceResult"]
+from exporter.kvcache import SlotKv
+
+__all__ = ["EndpointReply", "ModelView", "RuntimeSnapshot", "SlotCounts", "SourceResult"]
 
 
 @dataclass(frozen=True)
@@ -79,7 +85,13 @@ class RuntimeSnapshot:
     output_tokens_total: float | None = None
     decode_steps_total: float | None = None
     busy_slot_decodes_total: float | None = None
+    spec_draft_tokens_total: float | None = None
+    spec_accepted_tokens_total: float | None = None
+    spec_drafts_total: float | None = None
+    slot_kv: tuple[SlotKv, ...] | None = None
     info: tuple[tuple[str, str], ...] = ()
+    router: bool = False
+    models: tuple[ModelView, ...] = ()
 
     def source(self, name: str) -> SourceResult | None:
         return next((s for s in self.sources if s.name == name), None)
@@ -99,3 +111,18 @@ class RuntimeSnapshot:
         if busy is None or not total:
             return None
         return min(1.0, max(0.0, busy / total))
+
+
+@dataclass(frozen=True)
+class ModelView:
+    """One model of a router node: its ``/v1/models`` status, the argv the router starts it with, and its
+    own snapshot when it was loaded and fetched this scrape (``status`` ``unknown``: not listed)."""
+
+    name: str
+    status: str
+    args: tuple[str, ...] = ()
+    snapshot: RuntimeSnapshot | None = None
+
+    @property
+    def loaded(self) -> bool:
+        return self.status == "loaded"

@@ -36,10 +36,12 @@ from core.lanes import Lane, duplicate_names, lane_named
 
 __all__ = [
     "ConfigError",
+    "ConversationConfig",
     "LadderConfig",
     "LaneConfig",
     "LengthDist",
     "LoadgenConfig",
+    "SharedPrefixConfig",
     "WorkloadConfig",
     "load_config",
 ]
@@ -131,8 +133,26 @@ class LengthDist(_Model):
         return self
 
 
+class SharedPrefixConfig(_Model):
+    """``share`` of the requests open with one of ``prefixes`` common prefixes of ``tokens`` tokens (a system
+    prompt, say), which a runtime's prompt cache can serve; see ``loadgen.workload``."""
+
+    share: float = Field(default=0.5, ge=0.0, le=1.0)
+    prefixes: int = Field(default=4, ge=1, le=4096)
+    tokens: int = Field(default=256, ge=1)
+
+
+class ConversationConfig(_Model):
+    """Multi-turn conversations: a user's next request repeats its previous exchange and adds a new message,
+    for ``turns`` requests, then a new conversation begins; see ``loadgen.workload``."""
+
+    turns: int = Field(default=4, ge=1, le=1000)
+
+
 class WorkloadConfig(_Model):
-    """What each user sends: seeded, so the same config replays the same requests."""
+    """What each user sends: seeded, so the same config replays the same requests.
+
+    ``shared_prefix`` and ``conversation`` (both off by default) exercise the runtime's prompt cache."""
 
     seed: int = 0
     prompt_tokens: LengthDist = Field(default_factory=lambda: LengthDist(value=64))
@@ -141,6 +161,18 @@ class WorkloadConfig(_Model):
     temperature: float = Field(default=0.0, ge=0.0)
     prefill_probe_share: float = Field(default=0.0, ge=0.0, le=1.0)
     prefill_probe_tokens: int = Field(default=1024, ge=1)
+    shared_prefix: SharedPrefixConfig | None = None
+    conversation: ConversationConfig | None = None
+
+    @model_validator(mode="after")
+    def _check_prefix_fits(self) -> WorkloadConfig:
+        shared, dist = self.shared_prefix, self.prompt_tokens
+        longest = dist.value if dist.kind == "fixed" else dist.high
+        if shared is not None and shared.tokens + 5 > longest:
+            raise FieldError([("shared_prefix.tokens", f"{shared.tokens} leaves no unique part in prompts of at "
+                               f"most {longest} tokens (prompt_tokens): a prompt holds the prefix, a 4-token head "
+                               "and at least one more token")])
+        return self
 
 
 class LoadgenConfig(_Model):

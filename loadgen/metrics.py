@@ -6,7 +6,11 @@ per observation. Here an observation is a ``bisect`` into a plain list of counts
 ``collect()`` (the scrape, on the HTTP server's thread) copies the lists and yields fresh families. A scrape
 may see a histogram a few observations behind its count, never a torn or decreasing one.
 
-Counters and gauges are updated per request (not per token), so their cost does not matter.
+Counters and gauges are updated per request (not per token), so their cost does not matter. The prompt and
+reuse counters hold the runtime's own counts of finished requests (``core.records.RequestRecord``):
+``rate(loadgen_cached_prompt_tokens_total) / rate(loadgen_prompt_tokens_total)`` is the live prompt-cache hit
+share and the draft counters' ratio the speculative acceptance (the step figures of ``core.runtime_counts``
+count the same tokens, of the step's finished requests that reported them).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from core.histograms import FastHistogram
+from core.records import RequestRecord
 
 __all__ = ["LoadgenMetrics", "MetricsServer"]
 
@@ -31,6 +36,18 @@ HISTOGRAMS = {
     "queue": "loadgen_queue_seconds",
     "stall": "loadgen_decode_stall_seconds",
 }
+# (family, help, RequestRecord field): per lane, the runtime's counts of finished requests that reported them
+RUNTIME_COUNTERS = (
+    ("loadgen_prompt_tokens", "Prompt tokens of finished requests, as the runtime counted them.",
+     "prompt_tokens"),
+    ("loadgen_cached_prompt_tokens",
+     "Prompt tokens the runtime's prompt cache served (no prefill), of finished requests that reported it.",
+     "cached_prompt_tokens"),
+    ("loadgen_draft_tokens", "Tokens a draft model proposed (speculative decoding), as the runtime reported.",
+     "draft_tokens"),
+    ("loadgen_draft_accepted_tokens", "Drafted tokens the target model accepted, as the runtime reported.",
+     "draft_accepted_tokens"),
+)
 _HELP = {
     "ttft": "Time to first content token, from request sent.",
     "itl": "Gaps between successive content tokens of one request.",
@@ -47,6 +64,7 @@ class LoadgenMetrics(Collector):
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.requests: dict[tuple[str, str], int] = {}
         self.tokens: dict[tuple[str, str], int] = {}
+        self.runtime_totals: dict[tuple[str, str], int] = {}
         self.in_flight: dict[str, int] = {}
         self.step_concurrency: dict[tuple[str, str], int] = {}
         self.step_figures: dict[tuple[str, str, int], dict[str, float]] = {}
@@ -75,6 +93,14 @@ class LoadgenMetrics(Collector):
         if tokens:
             ukey = (lane, str(user))
             self.tokens[ukey] = self.tokens.get(ukey, 0) + tokens
+
+    def runtime_counts(self, lane: str, record: RequestRecord) -> None:
+        """Adds a finished request's prompt, cached-prompt and draft counts (those it reported)."""
+        for family, _, attr in RUNTIME_COUNTERS:
+            n = getattr(record, attr)
+            if n is not None:
+                key = (family, lane)
+                self.runtime_totals[key] = self.runtime_totals.get(key, 0) + n
 
     def add_in_flight(self, lane: str, delta: int) -> None:
         self.in_flight[lane] = self.in_flight.get(lane, 0) + delta
@@ -117,6 +143,13 @@ class LoadgenMetrics(Collector):
         for (lane, user), n in self._token_totals().items():
             tok.add_metric([lane, user], n)
         yield tok
+        totals = list(self.runtime_totals.items())
+        for family, help_text, _ in RUNTIME_COUNTERS:
+            counter = CounterMetricFamily(family, help_text, labels=["lane"])
+            for (name, lane), n in totals:
+                if name == family:
+                    counter.add_metric([lane], n)
+            yield counter
         for kind, name in HISTOGRAMS.items():
             fam = HistogramMetricFamily(name, _HELP[kind], labels=["lane"])
             for (k, lane), h in list(self.hist.items()):

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 from core.manifest import StepWindow
 from core.records import Phase, RecordsWriter, RequestRecord, read_records
-from core.sse import StreamParser
+from core.sse import StreamParser, StreamSummary
 from core.statistics import quantile, relative_half_width, uncorrelated_batch_ci
 from core.step_figures import START_BATCHES, longest_stalled_gap
 from loadgen.client import LaneClient, RawResult
@@ -46,6 +46,8 @@ from loadgen.selfcheck import LoopLagProbe, health_from, verdict
 from loadgen.workload import PromptText, RequestSpec, UserWorkload, build_body
 
 __all__ = ["Clock", "StepRun"]
+
+_UNSAID = StreamSummary(None, None, None, None, None)  # a request the server said nothing about
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +230,7 @@ class StepRun:
             spec = workload.next_spec()
             body = build_body(self.lane.api, self.lane.model, spec, self.text, self.config.workload, tag)
             rid = f"{self.run_id}-{self.lane.name}-c{self.c}-u{user}-{spec.index}"
-            parser = StreamParser(self.lane.api, self.config.max_event_bytes)
+            parser = StreamParser(self.lane.api, self.config.max_event_bytes, keep_text=workload.converses)
             decided = time.perf_counter_ns()
             self.active[user] = _Active(decided, parser)
             self.metrics.add_in_flight(self.lane.name, 1)
@@ -243,6 +245,8 @@ class StepRun:
                 self.metrics.add_in_flight(self.lane.name, -1)
                 self.active.pop(user, None)
             self._finish(user, spec, rid, result, prev_end)
+            if workload.converses:
+                workload.answered(spec, parser.answer_text() if result.outcome == "ok" else None)
             prev_end = result.end_ns
             if result.outcome != "ok" and not result.token_ns:
                 backoff = min(1.0, backoff * 2 or 0.05)
@@ -270,8 +274,10 @@ class StepRun:
         extra: dict[str, object] = dict(res.extra)
         if spec.probe:
             extra["probe"] = True
+        extra.update(spec.tags())
         if res.outcome == "ok" and output != spec.max_tokens:
             extra["asked_output_tokens"] = spec.max_tokens
+        said = summary or _UNSAID
         closed = self.window_end_ns is not None and res.end_ns > self.window_end_ns
         phase: Phase = "warmup"
         if closed:
@@ -282,13 +288,15 @@ class StepRun:
             run_id=self.run_id, lane=lane, concurrency=self.c, user=user, request_id=rid,
             phase=phase, sent_at=self.clock.wall(send), ttft_s=ttft, e2e_s=(res.end_ns - send) / 1e9,
             queue_s=queue, itl_s=gaps,
-            prompt_tokens=summary.prompt_tokens if summary is not None else None,
-            output_tokens=output, outcome=res.outcome,  # type: ignore[arg-type]
+            prompt_tokens=said.prompt_tokens, output_tokens=output, outcome=res.outcome,  # type: ignore[arg-type]
             status=res.status, error=res.error, retried=res.retried, extra=extra,
+            cached_prompt_tokens=said.cached_prompt_tokens, draft_tokens=said.draft_tokens,
+            draft_accepted_tokens=said.draft_accepted_tokens,
         )
         self.writer.write(record)
         self._count(record, tok, max(0.0, (send - prev_end_ns) / 1e9))
         self.metrics.request_done(lane, res.outcome, user, max(output, len(tok)))
+        self.metrics.runtime_counts(lane, record)
         admitted = send + int((queue or 0.0) * 1e9)
         self.prefills.append((admitted, tok[0] if tok else res.end_ns))
         if res.outcome == "ok":

@@ -12,6 +12,21 @@ prompt is a slice of the prepared text.
 
 The prefill probe is a share of requests (drawn per request) that send a long prompt, so decode stalls of
 the other users and prefill waits show up in the figures.
+
+Two workloads exercise the runtime's prompt cache (both off by default, which leaves the default requests
+byte for byte as they were):
+
+- ``shared_prefix`` (``share``, ``prefixes`` K, ``tokens`` T): that share of the requests (drawn per request)
+  opens with one of K common prefixes (drawn uniformly), the rest unique as usual. Prefix k is T words of the
+  same vocabulary, drawn from ``(seed, k)``, so it is the same text, and the same tokens, on every run. It
+  counts toward the request's drawn prompt length (prefix, unique head, then the prepared text); a chat
+  request sends it as a system message. A draw shorter than T + 5 tokens still gets one word after its head.
+- ``conversation`` (``turns`` N): a user's next request extends its previous exchange: the chat messages
+  so far, the assistant's answer as received, then a new user message (of a drawn length, with its own
+  head); for the completion APIs the prompt is the previous prompt, the answer and a newline, then the new
+  text. After N turns, or after a request that failed, the user begins a new conversation (whose opening
+  request may draw a shared prefix). The draws do not depend on the answers, so the same seed sends the same
+  prompts wherever the runtime answers the same (a reproducible sampling: temperature 0 or a seed).
 """
 
 from __future__ import annotations
@@ -19,7 +34,7 @@ from __future__ import annotations
 import json
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from core.api import ApiFlavour
 from loadgen.config import LengthDist, WorkloadConfig
@@ -46,9 +61,12 @@ def draw_length(dist: LengthDist, rng: random.Random) -> int:
 
 
 class PromptText:
-    """One long synthetic text; ``prompt(n)`` is its first n words (one token each, roughly)."""
+    """One long synthetic text; ``prompt(n)`` is its first n words (one token each, roughly), and
+    ``shared_prefix(k, n)`` the k-th common prefix of n words (built once, at its first use)."""
 
     def __init__(self, max_tokens: int, seed: int = 0) -> None:
+        self.seed = seed
+        self._prefixes: dict[tuple[int, int], str] = {}
         rng = random.Random(f"prompt-text:{seed}")
         words = [rng.choice(_WORDS) for _ in range(max(1, max_tokens))]
         self._text = " ".join(words)
@@ -64,35 +82,78 @@ class PromptText:
         n = min(max(1, n_tokens), self.max_tokens)
         return self._text[: self._ends[n - 1]]
 
+    def shared_prefix(self, k: int, n_tokens: int) -> str:
+        key = (k, n_tokens)
+        text = self._prefixes.get(key)
+        if text is None:
+            rng = random.Random(f"shared-prefix:{self.seed}:{k}")
+            text = self._prefixes[key] = " ".join(rng.choice(_WORDS) for _ in range(max(1, n_tokens)))
+        return text
+
 
 @dataclass(frozen=True, slots=True)
 class RequestSpec:
-    """One request of one user: the asked lengths and whether it is a prefill probe."""
+    """One request of one user: the asked lengths, whether it is a prefill probe, the shared prefix it opens
+    with (``prefix``: its index) and, in a conversation, the exchanges before it (``history``: each earlier
+    request's spec and the answer it got; the first one's prefix opens the conversation)."""
 
     user: int
     index: int
     prompt_tokens: int
     max_tokens: int
     probe: bool
+    prefix: int | None = None
+    history: tuple[tuple[RequestSpec, str], ...] = ()
+
+    @property
+    def turn(self) -> int:
+        """1 for a request that opens a conversation (or any request outside one), 2 for the next, ..."""
+        return len(self.history) + 1
+
+    def tags(self) -> dict[str, int]:
+        """What the record notes of the request's cache workload: its prefix and its turn, where set."""
+        opener = self.history[0][0] if self.history else self
+        out = {} if opener.prefix is None else {"shared_prefix": opener.prefix}
+        if self.history:
+            out["turn"] = self.turn
+        return out
 
 
 class UserWorkload:
-    """The request stream of one user at one rung of one lane."""
+    """The request stream of one user at one rung of one lane; ``answered(spec, text)`` after each request
+    of a conversation workload (``converses``)."""
 
     def __init__(self, config: WorkloadConfig, lane: str, concurrency: int, user: int) -> None:
         self.config = config
         self.user = user
+        self.converses = config.conversation is not None
         self._rng = random.Random(f"{config.seed}:{lane}:{concurrency}:{user}")
         self._index = 0
+        self._history: tuple[tuple[RequestSpec, str], ...] = ()
 
     def next_spec(self) -> RequestSpec:
         cfg = self.config
         probe = cfg.prefill_probe_share > 0 and self._rng.random() < cfg.prefill_probe_share
         prompt = cfg.prefill_probe_tokens if probe else draw_length(cfg.prompt_tokens, self._rng)
         output = draw_length(cfg.output_tokens, self._rng)
-        spec = RequestSpec(self.user, self._index, prompt, output, probe)
+        prefix = None
+        shared = cfg.shared_prefix
+        if shared is not None:  # drawn on every request, so the draws never depend on the answers
+            opens = self._rng.random() < shared.share
+            k = self._rng.randrange(shared.prefixes)
+            prefix = k if opens and not self._history else None
+        spec = RequestSpec(self.user, self._index, prompt, output, probe, prefix, self._history)
         self._index += 1
         return spec
+
+    def answered(self, spec: RequestSpec, answer: str | None) -> None:
+        """The answer to ``spec`` as received (``None``: it failed): the next request extends the exchange,
+        unless the conversation is over (``turns``) or this request failed."""
+        conv = self.config.conversation
+        if conv is None or answer is None or spec.turn >= conv.turns:
+            self._history = ()
+            return
+        self._history = (*spec.history, (replace(spec, history=()), answer))
 
 
 def max_prompt_tokens(config: WorkloadConfig) -> int:
@@ -101,19 +162,40 @@ def max_prompt_tokens(config: WorkloadConfig) -> int:
     return max(longest, config.prefill_probe_tokens if config.prefill_probe_share > 0 else 1)
 
 
+def _message(spec: RequestSpec, text: PromptText, config: WorkloadConfig) -> str:
+    """The request's own text: its unique head, then the prepared text (less what its shared prefix holds)."""
+    n = spec.prompt_tokens - 4
+    if spec.prefix is not None and config.shared_prefix is not None:
+        n -= config.shared_prefix.tokens
+    return f"u{spec.user} r{spec.index}: " + text.prompt(max(1, n))
+
+
+def _prefix(spec: RequestSpec, text: PromptText, config: WorkloadConfig) -> str | None:
+    """The shared prefix the request's conversation (or the request) opens with, if any."""
+    opener = spec.history[0][0] if spec.history else spec
+    if opener.prefix is None or config.shared_prefix is None:
+        return None
+    return text.shared_prefix(opener.prefix, config.shared_prefix.tokens)
+
+
 def build_body(api: ApiFlavour, model: str, spec: RequestSpec, text: PromptText, config: WorkloadConfig,
                user_tag: str) -> bytes:
     """The JSON request body of one streamed request, in the lane's API flavour."""
-    prompt = f"u{spec.user} r{spec.index}: " + text.prompt(max(1, spec.prompt_tokens - 4))
+    prefix = _prefix(spec, text, config)
     body: dict[str, object]
-    if api == "llamacpp":
-        body = {"prompt": prompt, "n_predict": spec.max_tokens}
-    elif api == "openai-completions":
-        body = {"prompt": prompt, "max_tokens": spec.max_tokens,
-                "stream_options": {"include_usage": True}}
+    if api == "openai-chat":
+        messages = [{"role": "system", "content": prefix}] if prefix is not None else []
+        for earlier, answer in spec.history:
+            messages += [{"role": "user", "content": _message(earlier, text, config)},
+                         {"role": "assistant", "content": answer}]
+        messages.append({"role": "user", "content": _message(spec, text, config)})
+        body = {"messages": messages, "max_tokens": spec.max_tokens, "stream_options": {"include_usage": True}}
     else:
-        body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": spec.max_tokens,
-                "stream_options": {"include_usage": True}}
+        parts = [prefix + " "] if prefix is not None else []
+        parts += [_message(earlier, text, config) + answer + "\n" for earlier, answer in spec.history]
+        prompt = "".join(parts) + _message(spec, text, config)
+        body = {"prompt": prompt, "n_predict": spec.max_tokens} if api == "llamacpp" else {
+            "prompt": prompt, "max_tokens": spec.max_tokens, "stream_options": {"include_usage": True}}
     if model:
         body["model"] = model
     body["stream"] = True

@@ -265,10 +265,11 @@ def measure_round_trip(
     return result
 
 
-def runtime_props(client: httpx.Client, url: str) -> dict[str, Any]:
-    """The runtime's build evidence from ``GET /props`` (llama.cpp): build info, model path, slot count."""
+def runtime_props(client: httpx.Client, url: str, model: str | None = None) -> dict[str, Any]:
+    """The runtime's build evidence from ``GET /props`` (llama.cpp): build info, model path, slot count;
+    ``model`` asks a router-mode node about that model (``?model=``) rather than about the router."""
     try:
-        resp = client.get(url.rstrip("/") + "/props")
+        resp = client.get(url.rstrip("/") + "/props", params={"model": model} if model else None)
         resp.raise_for_status()
         props = resp.json()
     except (httpx.HTTPError, ValueError) as exc:

@@ -55,7 +55,7 @@ from aiohttp import web
 
 from simulator.dropin import ServerOptions
 from simulator.model_cache import cache_models, hf_cache_dir, models_dir_models, read_preset
-from simulator.profile import Profile
+from simulator.profile import Profile, ProfileError, load_profile
 from simulator.server import (
     JSON_HEADERS,
     SSE_HEADERS,
@@ -216,17 +216,34 @@ class RouterApp(SimulatorApp):
         return next((m for m in self.catalogue.values() if name in m.aliases), None)
 
     def _child_profile(self, m: RouterModel) -> Profile:
+        """The model's engine: the command line's profile, or the preset's ``sim-profile`` (a key only the
+        simulator reads: one simulated node can hold a dense and a MoE model), with the preset's
+        ``parallel``/``np``, ``ctx-size``/``c``, ``batch-size``/``b`` and ``ubatch-size``/``ub``."""
         p = self.profile
+        named = m.preset.get("sim-profile")
+        if named:
+            try:
+                p = load_profile(named)
+            except ProfileError:
+                p = self.profile  # an unknown name keeps the command line's profile (its /props says which)
         slots = m.preset.get("parallel") or m.preset.get("np")
         ctx = m.preset.get("ctx-size") or m.preset.get("c")
+        batch = m.preset.get("batch-size") or m.preset.get("b")
+        ubatch = m.preset.get("ubatch-size") or m.preset.get("ub")
         try:
             n = int(slots) if slots else p.server.slots
             total = int(ctx) if ctx else p.server.ctx_tokens
+            b = int(batch) if batch else p.server.batch
+            ub = min(int(ubatch) if ubatch else p.server.ubatch, b)
         except ValueError:
             return p
-        if n == p.server.slots and total == p.server.ctx_tokens:
+        if (n, total, b, ub) == (p.server.slots, p.server.ctx_tokens, p.server.batch, p.server.ubatch):
             return p
-        return p.with_overrides(slots=n, ctx_tokens=total, slot_ctx_tokens=0 if n <= 1 else max(total // n, 1))
+        try:
+            return p.with_overrides(slots=n, ctx_tokens=total, batch=b, ubatch=ub,
+                                    slot_ctx_tokens=0 if n <= 1 else max(total // n, 1))
+        except (ValueError, ProfileError):
+            return p
 
     # -- loading, unloading and the queue (llama-server's server_lru_sched) ----------------------------------
 
@@ -484,7 +501,7 @@ class RouterApp(SimulatorApp):
             return await self.proxy_get("props")(request)
         return _json({"role": "router", "max_instances": self.options.models_max,
                       "models_autoload": self.options.models_autoload, "model_alias": "llama-server",
-                      "model_path": "none", "default_generation_settings": {"params": {}, "n_ctx": 0},
+                      "model_path": "none", "default_generation_settings": {"params": None, "n_ctx": 0},
                       "ui_settings": {}, "build_info": BUILD_INFO,
                       "cors_proxy_enabled": self.options.ui_mcp_proxy})  # fmt: skip
 
@@ -499,7 +516,7 @@ class RouterApp(SimulatorApp):
         for m in self.catalogue.values():
             if m.hidden:
                 continue
-            status: dict[str, Any] = {"value": m.status, "args": []}
+            status: dict[str, Any] = {"value": m.status, "args": self._child_args(m)}
             if m.preset:
                 status["preset"] = f"[{m.name}]\n" + "".join(
                     f"{k} = {v}\n" for k, v in m.preset.items() if k not in ("alias", "tags", "host", "port"))
@@ -516,6 +533,21 @@ class RouterApp(SimulatorApp):
                     item["meta"] = meta
             data.append(item)
         return _json({"data": data, "object": "list"})
+
+    def _child_args(self, m: RouterModel) -> list[str]:
+        """The argv the real router lists for a model (``status.args``): what its child is started with, as
+        far as the simulator models it, so a reader can tell the child's slots and KV layout."""
+        p = self._child_profile(m)
+        args = ["llama-server", "--host", "127.0.0.1", "--port", "0", "--alias", m.name]
+        if self.options.metrics:
+            args.append("--metrics")
+        args += ["--ctx-size", str(p.server.ctx_tokens), "--parallel", str(p.server.slots)]
+        if p.server.slots > 1 and p.server.slot_ctx_tokens == 0:
+            args.append("--kv-unified")
+        source = m.preset.get("model") or m.preset.get("hf-repo")
+        if source:
+            args += ["--model" if m.preset.get("model") else "--hf-repo", source]
+        return args
 
     async def models_load(self, request: web.Request) -> web.Response:
         body = await self._body(request)

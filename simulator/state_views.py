@@ -112,14 +112,18 @@ def props_view(
 
 
 def _slot_json(slot_id: int, n_ctx: int, req: Request | None, busy: bool, task_id: int) -> dict[str, Any]:
-    """A slot as llama-server shows it; an idle slot keeps its last task's prompt but no budget."""
+    """A slot as llama-server shows it; an idle slot keeps its last task's tokens but no budget.
+
+    ``n_prompt_tokens`` is what the real build shows (``prompt.tokens.size()``, fixture
+    router/slots_busy_tiny-llama-dense.json): the tokens the slot holds, i.e. the prompt processed so far
+    (cached ones included) plus every token decoded so far, busy or idle."""
     out: dict[str, Any] = {"id": slot_id, "n_ctx": n_ctx, "speculative": False, "is_processing": busy}
     if req is None:
         return out
     out.update(
         {
             "id_task": task_id,
-            "n_prompt_tokens": req.spec.prompt_tokens if busy else req.kv_tokens,
+            "n_prompt_tokens": req.kv_tokens,
             "n_prompt_tokens_processed": req.prompt_n if busy else 0,
             "n_prompt_tokens_cache": req.cache_n if busy else 0,
             "params": generation_settings(req, True, for_params=True),

@@ -7,7 +7,8 @@ grows with ``c`` up to ``slots`` and stays flat after: the analytic answer is kn
 (``expected_throughput``, without the two faults below). Seeded lognormal jitter makes quantiles
 non-trivial. ``starve_decode`` makes one gap per request as long as a prefill (a batcher that pauses
 decodes during prefills); ``unfair_user0`` serves user 0 first, every other user's tokens three times
-slower (an unfair admission order).
+slower (an unfair admission order). ``cached_prompt_tokens`` (and ``draft_tokens``/``draft_accepted_tokens``)
+are what every request reports its runtime reused, ``None`` (unreported) by default.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ class SyntheticLane:
     jitter: float = 0.08
     starve_decode: bool = False
     unfair_user0: bool = False
+    cached_prompt_tokens: int | None = None
+    draft_tokens: int | None = None
+    draft_accepted_tokens: int | None = None
 
     def gap(self, c: int) -> float:
         b = min(c, self.slots)
@@ -66,7 +70,9 @@ def _request(lane: SyntheticLane, c: int, user: int, sent_at: float, rng: random
     return RequestRecord(run_id=run_id, lane=lane.name, concurrency=c, user=user, request_id=f"r{rid}",
                          phase=phase, sent_at=sent_at, ttft_s=ttft, e2e_s=e2e, queue_s=queue,
                          itl_s=tuple(gaps), prompt_tokens=lane.prompt_tokens,
-                         output_tokens=lane.output_tokens, outcome="ok", status=200)
+                         output_tokens=lane.output_tokens, outcome="ok", status=200,
+                         cached_prompt_tokens=lane.cached_prompt_tokens, draft_tokens=lane.draft_tokens,
+                         draft_accepted_tokens=lane.draft_accepted_tokens)
 
 
 def simulate_run(lanes: Sequence[SyntheticLane], ladder: Sequence[int], *, t0: float, window_s: float,

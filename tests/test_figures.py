@@ -40,3 +40,43 @@ def test_client_values_round_trip_and_leave_server_figures_out() -> None:
 def test_disagreements_use_the_design_bound(change: dict[str, object], differs: set[str]) -> None:
     other = dataclasses.replace(STEP, **change)  # type: ignore[arg-type]
     assert set(disagreements(other, STEP)) == differs
+
+
+def test_cache_and_draft_figures_read_back_from_the_published_metric_equal_the_records() -> None:
+    """The Prometheus path takes these figures from ``loadgen_step_figure``: publish a step's exact figures as
+    the load generator does, scrape the exposition text, hand the samples to the Prometheus path's builder."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from core.manifest import StepWindow
+    from core.records import RequestRecord
+    from core.step_figures import compute_step_figures
+    from loadgen.metrics import LoadgenMetrics
+    from recommender.prometheus_figures import PromStepResults, figures_from_prometheus
+
+    window = StepWindow(lane="a", concurrency=2, start=100.0, end=110.0)
+    records = [RequestRecord(run_id="r", lane="a", concurrency=2, user=i % 2, request_id=str(i), phase="window",
+                             sent_at=100.5 + i, ttft_s=0.1, e2e_s=0.5, queue_s=0.0, itl_s=(0.4,),
+                             prompt_tokens=300 + i, output_tokens=2, outcome="ok", cached_prompt_tokens=257 * (i > 0),
+                             draft_tokens=7, draft_accepted_tokens=5 + i % 2) for i in range(6)]
+    exact = compute_step_figures(records, window)
+    assert exact.cache_hit_share == pytest.approx(5 * 257 / sum(300 + i for i in range(6)))
+    assert exact.spec_acceptance_rate == pytest.approx(33 / 42)
+    registry = CollectorRegistry()
+    metrics = LoadgenMetrics(registry)
+    metrics.publish_step("a", "r", 2, client_values(exact))
+    for record in records:
+        metrics.runtime_counts("a", record)
+    text = generate_latest(registry).decode()
+    published = {s.labels["figure"]: s.value for family in text_string_to_metric_families(text)
+                 for s in family.samples if s.name == "loadgen_step_figure"}
+    assert {"cache_hit_share", "cache_reported_prompt_tokens", "spec_acceptance_rate", "draft_tokens"} <= set(published)
+    prom = figures_from_prometheus(window, PromStepResults(), confidence=0.95, published=published)
+    for name in ("cache_hit_share", "cached_prompt_tokens", "cache_reported_prompt_tokens", "spec_acceptance_rate",
+                 "draft_tokens", "draft_accepted_tokens"):
+        assert getattr(prom, name) == getattr(exact, name), name
+    assert disagreements(prom, exact) == {}
+    counter = registry.get_sample_value
+    assert counter("loadgen_cached_prompt_tokens_total", {"lane": "a"}) == exact.cached_prompt_tokens
+    assert counter("loadgen_prompt_tokens_total", {"lane": "a"}) == exact.cache_reported_prompt_tokens
+    assert counter("loadgen_draft_accepted_tokens_total", {"lane": "a"}) == exact.draft_accepted_tokens

@@ -42,6 +42,7 @@ from satbench.dashboards.panels import (
     itl_panel,
     itl_rung_panel,
     jain_at_n_panel,
+    kv_cache_panel,
     memory_panel,
     node_e2e_panel,
     node_itl_panel,
@@ -122,8 +123,8 @@ OVERVIEW_SECTIONS = (
     Section("Per rung (run $run_id)", (throughput_rung_panel, ttft_rung_panel, itl_rung_panel, pause_rung_panel)),
     Section("Live", (
         throughput_panel, requests_panel, ttft_panel, itl_panel, e2e_panel, queue_time_panel, queue_depth_panel,
-        occupancy_panel, slot_states_panel, memory_panel, fairness_panel, decode_stall_panel, rung_panel,
-        recommendation_panel)),
+        occupancy_panel, kv_cache_panel, slot_states_panel, memory_panel, fairness_panel, decode_stall_panel,
+        rung_panel, recommendation_panel)),
     Section("Node vs client (relay mode)", (
         node_ttft_panel, node_itl_panel, node_e2e_panel, node_queue_panel, node_requests_panel), collapsed=True),
 )

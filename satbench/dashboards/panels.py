@@ -32,6 +32,7 @@ __all__ = [
     "itl_panel",
     "itl_rung_panel",
     "jain_at_n_panel",
+    "kv_cache_panel",
     "memory_panel",
     "node_e2e_panel",
     "node_itl_panel",
@@ -292,6 +293,24 @@ def occupancy_panel() -> dict[str, Any]:
         ],
         "percentunit",
         "Busy slots / total slots (scrape-time average) and busy slots per batched decode step.",
+        max_value=1.0,
+    )
+
+
+def kv_cache_panel() -> dict[str, Any]:
+    hits = promql.sum_rate_by("loadgen_cached_prompt_tokens_total", BY_LANE, LANE)
+    prompts = promql.sum_rate_by("loadgen_prompt_tokens_total", BY_LANE, LANE)
+    return timeseries_panel(
+        "KV cache and prompt cache",
+        [
+            Target(promql.aggregate("avg", BY_LANE, promql.selector("runtime_kv_cache_usage_ratio", LANE, NODE)),
+                   "{{lane}} KV in use (runtime)"),
+            Target(f"{hits} / {prompts}", "{{lane}} prompt cache hit share (client)"),
+        ],
+        "percentunit",
+        "KV cache in use by running requests over its capacity (the exporter, from /slots; an idle slot's cached "
+        "prompt counts as free), and the share of prompt tokens the runtime's prompt cache served, from the "
+        "load generator's records (cached_tokens / prompt tokens of finished requests).",
         max_value=1.0,
     )
 

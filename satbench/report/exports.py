@@ -45,6 +45,12 @@ _STEP_SCALARS: tuple[tuple[str, str, float], ...] = (
     ("user_itl_p_value", "user_itl_p_value", 1.0),
     ("user_itl_ratio", "user_itl_ratio", 1.0),
     ("user_itl_excess_ms", "user_itl_excess_s", 1000.0),
+    ("cache_hit_share", "cache_hit_share", 1.0),
+    ("cached_prompt_tokens", "cached_prompt_tokens", 1.0),
+    ("cache_reported_prompt_tokens", "cache_reported_prompt_tokens", 1.0),
+    ("spec_acceptance_rate", "spec_acceptance_rate", 1.0),
+    ("draft_tokens", "draft_tokens", 1.0),
+    ("draft_accepted_tokens", "draft_accepted_tokens", 1.0),
 )
 _MEMORY_COLUMNS = (("gpu_mem_max_bytes", "gpu_max"), ("gpu_mem_total_bytes", "gpu_total"),
                    ("gpu_mem_sum_max_bytes", "gpu_sum_max"), ("gpu_mem_sum_total_bytes", "gpu_sum_total"),
@@ -66,7 +72,7 @@ STEPS_COLUMNS: tuple[str, ...] = (
 RECORDS_COLUMNS: tuple[str, ...] = (
     "run_id", "lane", "concurrency", "user", "request_id", "phase", "sent_at_unix_s", "outcome", "status",
     "error", "retried", "prompt_tokens", "output_tokens", "ttft_ms", "e2e_ms", "queue_ms", "tpot_ms",
-    "itl_count", "itl_mean_ms", "itl_max_ms",
+    "itl_count", "itl_mean_ms", "itl_max_ms", "cached_prompt_tokens", "draft_tokens", "draft_accepted_tokens",
 )
 
 
@@ -148,6 +154,8 @@ def records_rows(path: Path) -> Iterator[dict[str, str]]:
             "tpot_ms": _cell(rec.tpot_s, 1000.0), "itl_count": str(len(gaps)),
             "itl_mean_ms": _cell(sum(gaps) / len(gaps) if gaps else None, 1000.0),
             "itl_max_ms": _cell(max(gaps) if gaps else None, 1000.0),
+            "cached_prompt_tokens": _cell(rec.cached_prompt_tokens), "draft_tokens": _cell(rec.draft_tokens),
+            "draft_accepted_tokens": _cell(rec.draft_accepted_tokens),
         }
 
 

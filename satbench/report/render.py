@@ -307,6 +307,13 @@ def workload_lines(manifest: RunManifest) -> list[str]:
         f"warm-up {loadgen.get('warmup_s', '?')} s, window {loadgen.get('min_window_s', '?')}.."
         f"{loadgen.get('max_window_s', '?')} s",
     ]
+    shared, conversation = work.get("shared_prefix"), work.get("conversation")
+    if isinstance(shared, dict):
+        lines.insert(3, f"shared prefixes: {shared.get('share', 0):.0%} of requests open with one of "
+                        f"{shared.get('prefixes', '?')} common {shared.get('tokens', '?')}-token prefixes")
+    if isinstance(conversation, dict):
+        lines.insert(-1, f"conversations of {conversation.get('turns', '?')} turns: each request repeats the "
+                         "user's previous exchange and adds a message")
     return lines
 
 

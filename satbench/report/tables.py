@@ -1,6 +1,7 @@
 """The two results tables of a lane and their cells, one function each, which the terminal, the Markdown and
 the HTML all print: ``lane_table`` (per rung: validity or its reason, output/input/total throughput, queue
-wait, occupancy, memory, Jain's index, the pause p99 and the document's verdicts) and ``latency_table``
+wait, occupancy, memory, Jain's index, the pause p99, the prompt-cache hit share and speculative acceptance
+where some rung measured them, and the document's verdicts) and ``latency_table``
 (mean, p50, p95 and p99 of TTFT, ITL, TPOT and e2e). Units are fixed per column and stated in the header,
 never in a cell: times in ms, throughput in tok/s, memory in MiB or GiB as the column's largest value suits.
 ``text_table`` lays either out for the terminal (long headers wrapped, groups over their columns)."""
@@ -103,7 +104,8 @@ def _valid_cell(lane: LaneReport, step: StepFigures) -> str:
 def lane_table(lane: LaneReport) -> tuple[tuple[str, ...], list[list[str]]]:
     """The rungs table of one lane: per rung its validity (or why not), throughput (output, input, total;
     the output's interval), queue wait, occupancy, queue depth, memory (one unit per column, in its
-    header), Jain's index, the pause p99 and the verdicts (the document's checks of each rung)."""
+    header), Jain's index, the pause p99, the cache hit share and spec acceptance (columns only where some
+    rung measured them) and the verdicts (the document's checks of each rung)."""
     steps = lane.steps
     mems = [s.memory_bytes for s in steps]
     gpu_unit, gpu_scale = _memory_unit([m.gpu_max for m in mems] + [m.gpu_sum_max for m in mems], "GiB")
@@ -112,10 +114,13 @@ def lane_table(lane: LaneReport) -> tuple[tuple[str, ...], list[list[str]]]:
     gpu_header = f"GPU mem {gpu_unit}" + (" modelled" if any(m.gpu_simulated for m in mems) else "")
     if several > 1:
         gpu_header += " (fullest; sum)"
+    reuse = [(header, attr) for header, attr in (("cache hit share", "cache_hit_share"),
+                                                 ("spec acceptance", "spec_acceptance_rate"))
+             if any(getattr(s, attr) is not None for s in steps)]  # only where some rung measured it
     headers = (
         "c", "valid", "output tok/s", "input tok/s", "total tok/s", "output tok/s 95% CI", "req/s",
         "queue p95 ms", "occupancy", "queue depth", gpu_header, f"host RSS {rss_unit}", "Jain", "pause p99 ms",
-        "verdicts",
+        *(header for header, _ in reuse), "verdicts",
     )
     queue = _ms_cells([s.queue_s.p95 for s in steps])
     pause = _ms_cells([s.pause_s.p99 for s in steps])
@@ -141,6 +146,7 @@ def lane_table(lane: LaneReport) -> tuple[tuple[str, ...], list[list[str]]]:
             _scaled(mem.host_rss_max, rss_scale),
             _number(step.jain, ".3f"),
             pause[i],
+            *(_number(getattr(step, attr), ".2f") for _, attr in reuse),
             verdict_label(lane.checks.get(step.concurrency)),
         ])
     return headers, rows

@@ -45,7 +45,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                       help="an exporter already running for the lane, per --url in order (the session starts none)")
     node.add_argument("--api", default=None, choices=["llamacpp", "openai-chat", "openai-completions"],
                       help="the API to load it through (default llamacpp: /completion)")
-    node.add_argument("--model", default=None, help="model name sent in requests (router and OpenAI servers)")
+    node.add_argument("--model", action="append", default=[], metavar="MODEL",
+                      help="model name sent in requests (router and OpenAI servers): one for every --url, or one "
+                           "per --url in order (a router node: the same --url once per model)")
     node.add_argument("--api-key-env", default=None, metavar="VAR",
                       help="environment variable that holds the API key (the key itself is never written)")
     node.add_argument("--slots", type=int, default=None,
@@ -68,14 +70,22 @@ def quick_lanes(args: argparse.Namespace) -> list[dict[str, Any]] | None:
         given = getattr(args, flag)
         if given and len(given) != len(args.url):
             raise ValueError(f"--{flag.replace('_', '-')}: give one per --url ({len(args.url)}), got {len(given)}")
-    base = args.model.rsplit("/", 1)[-1] if args.model else "node"
+    if len(args.model) > 1 and len(args.model) != len(args.url):
+        raise ValueError(f"--model: give one for every --url or one per --url ({len(args.url)}), "
+                         f"got {len(args.model)}")
+    models = args.model * len(args.url) if len(args.model) == 1 else args.model or [None] * len(args.url)
+    # a lane is named by its model (one model per URL: the model's own name; several: each its own)
+    bases = [m.rsplit("/", 1)[-1] if m else "node" for m in models]
     lanes = []
     for i, url in enumerate(args.url):
-        name = args.name[i] if args.name else _lane_name(base if len(args.url) == 1 else f"{base}{i + 1}", url)
+        if args.name:
+            name = args.name[i]
+        else:
+            name = _lane_name(bases[i] if bases.count(bases[i]) == 1 else f"{bases[i]}{i + 1}", url)
         lane: dict[str, Any] = {"name": name, "runtime": "external", "url": url}
         if args.exporter_url:
             lane["exporter_url"] = args.exporter_url[i]
-        lane.update({k: v for k, v in (("api", args.api), ("model", args.model),
+        lane.update({k: v for k, v in (("api", args.api), ("model", models[i]),
                                        ("api_key_env", args.api_key_env), ("slots", args.slots)) if v is not None})
         lanes.append(lane)
     return lanes

@@ -52,6 +52,7 @@ __all__ = [
     "SessionConfig",
     "SessionConfigError",
     "load_session_config",
+    "nodes_of",
 ]
 
 DEFAULT_LOADGEN: dict[str, Any] = {
@@ -100,6 +101,15 @@ class LaneRuntime(Lane):
     # "node vs client" row). The relay runs beside the exporter the session starts, on this host; the manifest
     # records the runtime's url and the relay's (relay_url), the load generator's own entry the URL it used.
     relay: bool = False
+    # Lanes of a runtime this session starts (simulator or llamacpp) that name the same node are served by
+    # one server in router mode (satbench.runtimes.router), one model per lane: the model id is the lane's
+    # ``model``, else its name. Unset: the lane gets a server of its own, as before.
+    node: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+$", min_length=1, max_length=64)
+
+    @property
+    def model_id(self) -> str:
+        """The model a router node knows this lane by (what its requests name)."""
+        return self.model or self.name
 
     def setting(self, name: str) -> int:
         """A serving setting for a llama-server this session starts: the lane's, else ``LLAMACPP_DEFAULTS``."""
@@ -108,7 +118,10 @@ class LaneRuntime(Lane):
 
     def at(self, url: str) -> LaneConfig:
         """The load generator's lane for this deployment, now that its runtime answers at ``url``."""
-        return LaneConfig(**self.fields_of(), url=url)
+        fields = self.fields_of()
+        if self.node is not None:  # a router routes by model: the lane's requests must name its model
+            fields["model"] = self.model_id
+        return LaneConfig(**fields, url=url)
 
     @model_validator(mode="after")
     def _check_runtime(self) -> LaneRuntime:
@@ -121,6 +134,20 @@ class LaneRuntime(Lane):
                                "the runtimes it starts)")])
         if self.runtime == "llamacpp" and not self.model_file:
             raise FieldError([("model_file", "a llamacpp runtime needs model_file (a GGUF in model_dir)")])
+        return self
+
+    @model_validator(mode="after")
+    def _check_node(self) -> LaneRuntime:
+        if self.node is None:
+            return self
+        if self.runtime == "external":
+            raise FieldError([("node", "only for runtimes the session starts (simulator, llamacpp): an external "
+                               "router node is two lanes with one url and each its own model")])
+        if self.relay:
+            raise FieldError([("relay", "not with node: the relay fronts one model's server, not a router")])
+        if self.server_args:
+            raise FieldError([("server_args", "not with node: a router node takes each model's settings from "
+                               "parallel, ctx_size, batch, ubatch and threads (its preset)")])
         return self
 
     @model_validator(mode="after")
@@ -218,12 +245,38 @@ class SessionConfig(_Model):
             raise FieldError([("lanes", f"duplicate lane names: {', '.join(dupes)}")])
         if self.loadgen.lanes:
             raise FieldError([("loadgen.lanes", "put lanes in [[lanes]] at the top level, not in [loadgen]")])
+        problems = _node_problems(self.lanes)
+        if problems:
+            raise FieldError(problems)
         if any(lane.runtime == "llamacpp" for lane in self.lanes) and self.model_dir is None:
             raise FieldError([("model_dir", "llamacpp lanes need model_dir (the folder of their GGUF files)")])
         return self
 
     def lane(self, name: str) -> LaneRuntime:
         return lane_named(self.lanes, name)
+
+
+def nodes_of(lanes: list[LaneRuntime]) -> dict[str, list[LaneRuntime]]:
+    """The router nodes of a session: node name -> its lanes, in config order."""
+    out: dict[str, list[LaneRuntime]] = {}
+    for lane in lanes:
+        if lane.node is not None:
+            out.setdefault(lane.node, []).append(lane)
+    return out
+
+
+def _node_problems(lanes: list[LaneRuntime]) -> list[tuple[str, str]]:
+    problems: list[tuple[str, str]] = []
+    for node, members in nodes_of(lanes).items():
+        kinds = sorted({lane.runtime for lane in members})
+        if len(kinds) > 1:
+            problems.append(("lanes", f"node {node} mixes runtimes {', '.join(kinds)}: one router serves a node"))
+        ids = [lane.model_id for lane in members]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            problems.append(("lanes", f"node {node}: two lanes name model {', '.join(dupes)}; give each its own "
+                             "model (the id its requests name)"))
+    return problems
 
 
 def _with_default_loadgen(data: dict[str, Any]) -> dict[str, Any]:

@@ -55,9 +55,10 @@ from satbench.report.data import load_run
 from satbench.report.render import console_summary, write_report
 from satbench.runtimes import RunningRuntime
 from satbench.runtimes.external import check_external, is_this_host
-from satbench.runtimes.llamacpp import LlamaServer, LlamaServerError, LlamaServerSpec
+from satbench.runtimes.llamacpp import LlamaServer, LlamaServerError, LlamaServerSpec, find_llama_server
+from satbench.runtimes.router import RouterModel, RouterNode, start_router
 from satbench.runtimes.simulator import start_simulator
-from satbench.session.config import LaneRuntime, SessionConfig
+from satbench.session.config import LaneRuntime, SessionConfig, nodes_of
 from satbench.session.processes import ProcessSet, StartError, install_signal_handlers, wait_until_ready
 from satbench.session.prometheus import (
     find_prometheus,
@@ -144,6 +145,67 @@ def _start_runtime(
     return LaneEndpoint(lane, runtime)
 
 
+def _start_node(node: str, lanes: list[LaneRuntime], config: SessionConfig, processes: ProcessSet,
+                say: Say) -> RouterNode:
+    """One router-mode server for the lanes that name ``node`` (``satbench.runtimes.router``)."""
+    kind = lanes[0].runtime
+    models = []
+    for lane in lanes:
+        if kind == "llamacpp":
+            assert config.model_dir is not None and lane.model_file is not None  # refused by the config
+            settings = {k: lane.setting(k) for k in ("parallel", "ctx_size", "batch", "ubatch")}
+            models.append(RouterModel(name=lane.model_id, gguf=config.model_dir / lane.model_file,
+                                      settings={**settings, "threads": lane.threads}))
+        else:
+            models.append(RouterModel(name=lane.model_id, profile=lane.profile, settings={
+                "parallel": lane.parallel, "ctx_size": lane.ctx_size, "batch": lane.batch, "ubatch": lane.ubatch}))
+    try:
+        prefix = [str(find_llama_server())] if kind == "llamacpp" else _python_cli("sim")
+    except LlamaServerError as exc:
+        raise StartError(f"node {node}: {exc}") from exc
+    router = start_router(processes, node, kind, models, argv_prefix=prefix, port=free_port(),
+                          ready_timeout_s=config.start_timeout_s, load_timeout_s=max(config.start_timeout_s, 120.0))
+    held = ", ".join(f"{m.name} ({m.profile or (m.gguf.name if m.gguf else '')})" for m in models)
+    say(f"  node {node}: {'llama-server' if kind == 'llamacpp' else 'simulator'} router at {router.url} "
+        f"holding {held}")
+    return router
+
+
+def _start_runtimes(config: SessionConfig, processes: ProcessSet, stack: contextlib.ExitStack,
+                    say: Say) -> list[LaneEndpoint]:
+    """Every lane's runtime, in config order: a server of its own, or its node's router (started once)."""
+    nodes = nodes_of(config.lanes)
+    routers: dict[str, RouterNode] = {}
+    endpoints = []
+    for lane in config.lanes:
+        if lane.node is None:
+            endpoints.append(_start_runtime(lane, config, processes, stack, say))
+            continue
+        if lane.node not in routers:
+            routers[lane.node] = _start_node(lane.node, nodes[lane.node], config, processes, say)
+        endpoints.append(LaneEndpoint(lane, routers[lane.node].lane(lane.model_id)))
+    return endpoints
+
+
+def _shares_runtime(endpoint: LaneEndpoint, endpoints: Sequence[LaneEndpoint]) -> bool:
+    """Whether another lane sends to the same server (a router node): its series are then per model."""
+    return endpoint.lane.node is not None or any(
+        other is not endpoint and other.url == endpoint.url for other in endpoints)
+
+
+def _start_exporters(endpoints: list[LaneEndpoint], processes: ProcessSet, timeout_s: float) -> None:
+    """One exporter per server: lanes of one router node (or one external URL) share it, each scraped with
+    its own ``model`` (``ScrapeTarget.params``)."""
+    started: dict[str, str] = {}
+    for ep in endpoints:
+        if ep.lane.exporter_url is None and not ep.lane.relay and ep.url in started:
+            ep.exporter_url = started[ep.url]
+            continue
+        _start_exporter(ep, processes, timeout_s)
+        if ep.lane.exporter_url is None and not ep.lane.relay and ep.exporter_url is not None:
+            started[ep.url] = ep.exporter_url
+
+
 def _start_exporter(endpoint: LaneEndpoint, processes: ProcessSet, timeout_s: float) -> None:
     if endpoint.lane.exporter_url is not None:  # one runs already (compose, the node's own): use it
         endpoint.exporter_url = endpoint.lane.exporter_url
@@ -157,7 +219,8 @@ def _start_exporter(endpoint: LaneEndpoint, processes: ProcessSet, timeout_s: fl
     relay_port = free_port() if endpoint.lane.relay else None
     if relay_port is not None:  # relay mode: the load generator then sends through it (LaneEndpoint.client_url)
         argv += ["--relay", f"127.0.0.1:{relay_port}"]
-    child = processes.start(f"exporter-{endpoint.lane.name}", argv)
+    name = endpoint.lane.node or endpoint.lane.name
+    child = processes.start(f"exporter-{name}", argv)
     endpoint.exporter_url = f"http://127.0.0.1:{port}"
     wait_until_ready(child, f"{endpoint.exporter_url}/metrics", timeout_s=timeout_s)
     if relay_port is not None:
@@ -228,7 +291,8 @@ def _build_manifest(
                    if ep.lane.exporter_url is not None and ep.runtime.evidence().get("node_reason") else {}),
                 "api": ep.lane.api,
                 "model": ep.lane.model,
-                "runtime_props": evidence.runtime_props(client, ep.url),
+                "runtime_props": evidence.runtime_props(
+                    client, ep.url, model=ep.lane.model_id if _shares_runtime(ep, endpoints) else None),
                 "model_files": files,
             })
     return RunManifest(
@@ -297,6 +361,13 @@ def _walk(config: SessionConfig, endpoints: list[LaneEndpoint], run_dir: Path, h
             raise KeyboardInterrupt from exc
 
 
+def _target_labels(endpoint: LaneEndpoint) -> dict[str, str]:
+    labels = {"lane": endpoint.lane.name}
+    if endpoint.lane.node is not None:
+        labels["node"] = endpoint.lane.node
+    return labels
+
+
 def _start_monitoring(
     config: SessionConfig,
     endpoints: list[LaneEndpoint],
@@ -315,7 +386,8 @@ def _start_monitoring(
     else:
         rec_url = config.recommender.url.rstrip("/")
     targets = [
-        ScrapeTarget(EXPORTER_JOB, ep.exporter_url.removeprefix("http://"), {"lane": ep.lane.name})
+        ScrapeTarget(EXPORTER_JOB, ep.exporter_url.removeprefix("http://"), _target_labels(ep),
+                     params={"model": ep.lane.model_id} if _shares_runtime(ep, endpoints) else {})
         for ep in endpoints
         if ep.exporter_url
     ]
@@ -375,9 +447,8 @@ def run_session(
     started = False
     try:
         with contextlib.ExitStack() as stack:
-            endpoints = [_start_runtime(lane, config, processes, stack, say) for lane in config.lanes]
-            for ep in endpoints:
-                _start_exporter(ep, processes, config.start_timeout_s)
+            endpoints = _start_runtimes(config, processes, stack, say)
+            _start_exporters(endpoints, processes, config.start_timeout_s)
             say("  exporters: " + ", ".join(f"{ep.lane.name} {ep.exporter_url}" for ep in endpoints))
             prom_url, rec_url, prom_info, metrics_port = _start_monitoring(
                 config, endpoints, run_dir, processes, prom_binary, say

@@ -195,7 +195,7 @@ def read_line_with(proc: subprocess.Popen[bytes], marker: bytes, timeout_s: floa
 
 
 def test_cli_relay_mode_serves_both_on_the_real_ports(sim: SimulatorProcess) -> None:
-    from prometheus_client.parser import text_string_to_metric_families
+    from testkit.exposition import samples as read_samples
 
     argv = [sys.executable, "-m", "satbench.cli", "exporter", "--runtime-url", sim.url, "--port", "0",
             "--relay", "127.0.0.1:0", "--gpu", "none"]
@@ -217,11 +217,7 @@ def test_cli_relay_mode_serves_both_on_the_real_ports(sim: SimulatorProcess) -> 
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err.decode()[-2000:]
-    samples = {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for f in text_string_to_metric_families(text)
-        for s in f.samples
-    }
+    samples = read_samples(text)
     assert samples["runtime_ttft_seconds_count", (("route", "/completion"),)] == 1
     assert samples["runtime_itl_seconds_count", (("route", "/completion"),)] == 5
     assert samples["runtime_relay_output_tokens_total", (("route", "/completion"),)] == 6

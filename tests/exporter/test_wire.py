@@ -10,7 +10,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.cli import configure
 from exporter.collector import RuntimeCollector
@@ -18,15 +17,8 @@ from exporter.gpu import FakeGpuReader, GpuUnavailable
 from exporter.llamacpp import LlamaCppAdapter
 from exporter.process import PsutilProcessReader, local_port_of
 from exporter.server import ExporterConfig, build_collector, serve
+from testkit.exposition import samples
 from testkit.fixture_runtime import FixtureRuntime, LoopbackRuntime
-
-
-def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
 
 
 @pytest.fixture

@@ -113,3 +113,69 @@ def test_negative_server_counts_are_a_problem() -> None:
             b'data: {"content":"","stop":true,"timings":{"prompt_n":5,"prompt_ms":-40.0}}\n\n')
     parser, summary = parse_stream("llamacpp", data)
     assert parser.done and summary.problem is not None and "prompt_ms" in summary.problem
+
+
+REUSE = [  # (api, fixture, prompt tokens, cached, drafted, accepted): the real server's final counts
+    ("openai-chat", "router/chat_stream_1.sse", 78, 0, None, None),
+    ("openai-chat", "router/chat_stream_2_cached.sse", 78, 58, None, None),  # cached_tokens 58, cache_n 58
+    ("llamacpp", "router/completion_stream.sse", 34, 0, None, None),  # tokens_cached 41 is the slot, not a hit
+    ("openai-chat", "draft/chat_stream.sse", 29, 0, 12, 12),
+    ("llamacpp", "draft/completion_stream.sse", 7, 0, 18, 18),
+    ("openai-chat", "dense_np4/chat_stream.sse", 31, 30, None, None),  # the capture repeated its prompt
+]
+
+
+@pytest.mark.parametrize(("api", "name", "prompt", "cached", "drafted", "accepted"), REUSE)
+@pytest.mark.parametrize("chunk", [1, 4096])
+def test_recorded_streams_say_what_the_runtime_reused(llamacpp_fixtures: Path, api: str, name: str, prompt: int,
+                                                      cached: int, drafted: int | None, accepted: int | None,
+                                                      chunk: int) -> None:
+    parser, summary = parse_stream(api, (llamacpp_fixtures / name).read_bytes(), chunk)  # type: ignore[arg-type]
+    assert parser.done and summary.problem is None
+    assert (summary.prompt_tokens, summary.cached_prompt_tokens) == (prompt, cached)
+    assert (summary.draft_tokens, summary.draft_accepted_tokens) == (drafted, accepted)
+
+
+def test_usage_cached_tokens_wins_over_cache_n_and_silence_is_none() -> None:
+    both = (b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'
+            b'data: {"choices":[],"usage":{"prompt_tokens":9,"prompt_tokens_details":{"cached_tokens":7}},'
+            b'"timings":{"cache_n":6,"prompt_n":3}}\n\ndata: [DONE]\n\n')
+    assert parse_stream("openai-chat", both)[1].cached_prompt_tokens == 7
+    silent = b'data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\n'
+    summary = parse_stream("openai-chat", silent)[1]
+    assert (summary.cached_prompt_tokens, summary.draft_tokens, summary.draft_accepted_tokens) == (None, None, None)
+    negative = b'data: {"content":"","stop":true,"timings":{"cache_n":-1,"prompt_n":3}}\n\n'
+    assert "cached_tokens" in (parse_stream("llamacpp", negative)[1].problem or "")
+
+
+def _contents(api: str, data: bytes) -> str:
+    """The answer text of a recorded stream, decoded the slow way: every event's content, in order."""
+    out = []
+    for line in data.decode().splitlines():
+        if not line.startswith("data: {"):
+            continue
+        event = json.loads(line[6:])
+        if api == "llamacpp":
+            out.append(event.get("content", ""))
+        elif event.get("choices"):
+            choice = event["choices"][0]
+            out.append((choice.get("text") if api == "openai-completions" else choice["delta"].get("content")) or "")
+    return "".join(out)
+
+
+@pytest.mark.parametrize(("api", "name"), [("openai-chat", "router/chat_stream_2_cached.sse"),
+                                           ("llamacpp", "draft/completion_stream.sse"),
+                                           ("openai-completions", "dense_np4/v1_completions_stream.sse")])
+@pytest.mark.parametrize("chunk", [1, 7, 4096])
+def test_a_keep_text_parser_returns_the_answer_as_received(llamacpp_fixtures: Path, api: str, name: str,
+                                                           chunk: int) -> None:
+    data = (llamacpp_fixtures / name).read_bytes()
+    keeping = StreamParser(api, keep_text=True)  # type: ignore[arg-type]
+    plain = StreamParser(api)  # type: ignore[arg-type]
+    for i in range(0, len(data), chunk):
+        keeping.feed(data[i:i + chunk], i)
+        plain.feed(data[i:i + chunk], i)
+    expected = _contents(api, data)
+    assert expected and keeping.answer_text() == expected
+    assert plain.answer_text() == ""  # the hot path keeps nothing
+    assert len(keeping.token_ns) == len(plain.token_ns)

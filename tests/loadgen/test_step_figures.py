@@ -129,3 +129,33 @@ def test_the_fifo_admission_bound(queue: float, within: bool) -> None:
     assert (f.admission_wait_max_s <= f.admission_wait_bound_s) is within
     assert compute_step_figures([first, second], StepWindow(lane="a", concurrency=2, start=100.0, end=120.0,
                                                             slots=2)).queued_requests is None  # c <= slots
+
+
+def reused(user: int, sent: float, prompt: int | None, cached: int | None, drafted: int | None = None,
+           accepted: int | None = None, outcome: str = "ok") -> RequestRecord:
+    return RequestRecord(run_id="r", lane="a", concurrency=2, user=user, request_id=f"{user}-{sent}",
+                         phase="window", sent_at=sent, ttft_s=0.5, e2e_s=1.0, queue_s=None, itl_s=(0.5,),
+                         prompt_tokens=prompt, output_tokens=2, outcome=outcome,  # type: ignore[arg-type]
+                         cached_prompt_tokens=cached, draft_tokens=drafted, draft_accepted_tokens=accepted)
+
+
+@pytest.mark.parametrize(("records", "expected"), [
+    # two hits weighed by their tokens: (300 + 0) / (400 + 100); the request that said nothing is left out
+    ([reused(0, 101, 400, 300), reused(1, 102, 100, 0), reused(0, 103, 900, None)],
+     {"cache_hit_share": 0.6, "cached_prompt_tokens": 300, "cache_reported_prompt_tokens": 500}),
+    # a runtime that reports nothing: unknown, not zero
+    ([reused(0, 101, 400, None), reused(1, 102, 100, None)],
+     {"cache_hit_share": None, "cached_prompt_tokens": None, "cache_reported_prompt_tokens": None}),
+    # failed requests, and one that ended after the window, do not count
+    ([reused(0, 101, 400, 400, outcome="dropped"), reused(1, 109.5, 100, 50), reused(0, 102, 100, 10)],
+     {"cache_hit_share": 0.1, "cached_prompt_tokens": 10}),
+    # drafts: accepted over drafted, summed; nothing drafted is no rate
+    ([reused(0, 101, 10, 0, 18, 18), reused(1, 102, 10, 0, 12, 3)],
+     {"spec_acceptance_rate": 0.7, "draft_tokens": 30, "draft_accepted_tokens": 21}),
+    ([reused(0, 101, 10, 0, 0, 0)], {"spec_acceptance_rate": None, "draft_tokens": 0, "draft_accepted_tokens": 0}),
+    ([reused(0, 101, 10, 0)], {"spec_acceptance_rate": None, "draft_tokens": None}),
+])
+def test_prompt_cache_and_draft_figures(records: list[RequestRecord], expected: dict[str, object]) -> None:
+    f = compute_step_figures(records, WINDOW)
+    got = {name: getattr(f, name) for name in expected}
+    assert got == pytest.approx(expected)

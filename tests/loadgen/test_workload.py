@@ -4,6 +4,8 @@ import json
 import random
 import statistics
 
+import pytest
+
 from loadgen.config import LengthDist, WorkloadConfig
 from loadgen.workload import PromptText, UserWorkload, build_body, draw_length
 
@@ -56,3 +58,86 @@ def test_prompt_text_has_the_asked_word_count_and_bodies_per_flavour() -> None:
     assert llama["n_predict"] == 64 and "model" not in llama and llama["prompt"].startswith("u2 r0: ")
     comp = json.loads(build_body("openai-completions", "m", spec, text, cfg, "u2"))
     assert comp["max_tokens"] == 64 and isinstance(comp["prompt"], str)
+
+
+SHARED = {"share": 0.5, "prefixes": 4, "tokens": 100}
+
+
+def test_shared_prefixes_are_seeded_and_open_the_configured_share() -> None:
+    cfg = WorkloadConfig(seed=2, prompt_tokens=LengthDist(value=300), shared_prefix=SHARED)
+    drawn = specs(cfg, 0, 2000)
+    assert drawn == specs(cfg, 0, 2000)
+    opened = [s.prefix for s in drawn if s.prefix is not None]
+    assert 0.45 < len(opened) / len(drawn) < 0.55 and set(opened) == {0, 1, 2, 3}
+    assert [s.prompt_tokens for s in drawn] == [s.prompt_tokens for s in specs(WorkloadConfig(seed=2, prompt_tokens=
+                                                                                LengthDist(value=300)), 0, 2000)]
+    text = PromptText(400, seed=2)
+    bodies = [json.loads(build_body("llamacpp", "", s, text, cfg, "u0"))["prompt"] for s in drawn[:200]]
+    prefixes = {text.shared_prefix(k, 100) for k in range(4)}
+    assert len(prefixes) == 4 and all(len(p.split()) == 100 for p in prefixes)
+    for spec, prompt in zip(drawn, bodies, strict=False):
+        if spec.prefix is None:
+            assert prompt.startswith(f"u0 r{spec.index}: ") and not any(prompt.startswith(p) for p in prefixes)
+        else:  # the prefix, then the request's own head and text: the drawn length in all
+            head = text.shared_prefix(spec.prefix, 100) + f" u0 r{spec.index}: "
+            assert prompt.startswith(head) and len(prompt.split()) == 300 - 2  # BOS and ':' are tokens
+    assert PromptText(400, seed=2).shared_prefix(1, 100) == text.shared_prefix(1, 100)
+    assert PromptText(400, seed=3).shared_prefix(1, 100) != text.shared_prefix(1, 100)
+    chat = json.loads(build_body("openai-chat", "m", next(s for s in drawn if s.prefix == 2), text, cfg, "u0"))
+    assert chat["messages"][0] == {"role": "system", "content": text.shared_prefix(2, 100)}
+    assert chat["messages"][1]["role"] == "user" and len(chat["messages"]) == 2
+
+
+def converse(cfg: WorkloadConfig, answers: list[str | None], api: str = "openai-chat") -> list[dict]:
+    """The bodies one user sends when its requests get ``answers`` (None: the request failed)."""
+    wl, text, out = UserWorkload(cfg, "dense", 2, 1), PromptText(200, cfg.seed), []
+    for answer in answers:
+        spec = wl.next_spec()
+        out.append(json.loads(build_body(api, "m", spec, text, cfg, "u1")))  # type: ignore[arg-type]
+        wl.answered(spec, answer)
+    return out
+
+
+def test_conversation_turns_extend_the_previous_exchange_then_reset() -> None:
+    cfg = WorkloadConfig(seed=5, prompt_tokens=LengthDist(value=20), conversation={"turns": 3})
+    bodies = converse(cfg, [" a1", " a2", " a3", " b1", None, " c1"])
+    lengths = [len(b["messages"]) for b in bodies]
+    assert lengths == [1, 3, 5, 1, 3, 1]  # 3 turns, a new conversation, one cut short by a failure
+    for earlier, later in ((bodies[0], bodies[1]), (bodies[1], bodies[2]), (bodies[3], bodies[4])):
+        assert later["messages"][:len(earlier["messages"])] == earlier["messages"]  # the exchange repeated
+    assert bodies[2]["messages"][3] == {"role": "assistant", "content": " a2"}
+    assert bodies[2]["messages"][4]["content"].startswith("u1 r2: ")  # a new message of the drawn length
+    assert len(bodies[2]["messages"][4]["content"].split()) == 20 - 2  # BOS and ":" are tokens, not words
+    assert converse(cfg, [" a1", " a2", " a3", " b1", None, " c1"]) == bodies  # seeded: same prompts
+    prompts = [b["prompt"] for b in converse(cfg, [" a1", " a2", " a3", " b1"], "llamacpp")]
+    assert prompts[1] == prompts[0] + " a1\n" + bodies[1]["messages"][2]["content"]
+    assert prompts[2].startswith(prompts[1] + " a2\n") and prompts[3].startswith("u1 r3: ")
+
+
+def test_a_conversation_keeps_its_opening_prefix() -> None:
+    cfg = WorkloadConfig(prompt_tokens=LengthDist(value=120), conversation={"turns": 4},
+                         shared_prefix={"share": 1.0, "prefixes": 1, "tokens": 100})
+    bodies = converse(cfg, [" x", " y", " z"])
+    assert [b["messages"][0]["role"] for b in bodies] == ["system"] * 3
+    assert bodies[2]["messages"][:4] == bodies[1]["messages"]
+    prompts = [b["prompt"] for b in converse(cfg, [" x", " y"], "openai-completions")]
+    assert prompts[1].startswith(prompts[0] + " x\nu1 r1: ")
+    assert len(prompts[1].split()) == len(prompts[0].split()) + 1 + 120 - 2  # the new message is not cut
+
+
+def test_cache_workload_settings_are_checked_naming_the_setting() -> None:
+    from loadgen.config import ConfigError, load_config
+
+    for overrides, named in [
+        ({"workload.shared_prefix": {"share": 1.5}}, "workload.shared_prefix.share"),
+        ({"workload.shared_prefix": {"prefixes": 0}}, "workload.shared_prefix.prefixes"),
+        ({"workload.shared_prefix": {"tokens": 64}}, "workload.shared_prefix.tokens: 64 leaves no unique part"),
+        ({"workload.shared_prefix": {"size": 3}}, "workload.shared_prefix.size: unknown setting"),
+        ({"workload.conversation": {"turns": 0}}, "workload.conversation.turns"),
+    ]:
+        with pytest.raises(ConfigError) as err:
+            load_config(None, overrides)
+        assert named in str(err.value) and "\n" not in str(err.value)
+    ok = load_config(None, {"workload.shared_prefix": {}, "workload.conversation": {}, "workload.prompt_tokens":
+                            {"value": 300}})
+    assert (ok.workload.shared_prefix.tokens, ok.workload.conversation.turns) == (256, 4)  # type: ignore[union-attr]

@@ -15,20 +15,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.server import ExporterConfig, build_collector, serve
 from satbench.runtimes.llamacpp import LlamaServer, LlamaServerSpec
+from testkit.exposition import samples
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(300)]
-
-
-def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
 
 
 @pytest.fixture()
@@ -60,9 +52,9 @@ def test_exporter_agrees_with_slots_and_deferred(two_slot_server: LlamaServer) -
             deadline = time.monotonic() + 60
             while agreed < 3 and time.monotonic() < deadline:
                 time.sleep(0.3)
-                ours = _samples(client.get(f"{exporter.url}").text)
+                ours = samples(client.get(f"{exporter.url}").text)
                 slots = client.get(f"{url}/slots").json()
-                raw = _samples(client.get(f"{url}/metrics").text)
+                raw = samples(client.get(f"{url}/metrics").text)
                 busy_raw = sum(1 for s in slots if s.get("is_processing"))
                 deferred_raw = raw[("llamacpp:requests_deferred", ())]
                 busy_ours = sum(v for (name, labels), v in ours.items()
@@ -78,8 +70,8 @@ def test_exporter_agrees_with_slots_and_deferred(two_slot_server: LlamaServer) -
             assert agreed == 3, f"the server never held the steady state (2 busy, 4 deferred): {seen}"
             for user in users:
                 user.join(timeout=120)
-            ours = _samples(client.get(f"{exporter.url}").text)
-            raw = _samples(client.get(f"{url}/metrics").text)
+            ours = samples(client.get(f"{exporter.url}").text)
+            raw = samples(client.get(f"{url}/metrics").text)
             assert ours[("runtime_output_tokens_total", ())] == raw[("llamacpp:tokens_predicted_total", ())] > 0
             assert ours[("runtime_queue_depth", ())] == 0 and ours[("runtime_batch_occupancy_ratio", ())] == 0
     finally:

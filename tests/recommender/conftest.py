@@ -18,7 +18,7 @@ from testkit.synthetic import SyntheticLane, simulate_run
 HOSTILE = ['x"}) or vector(1) #', "a\\", 'b\\"', "new\nline", '{lane=~".*"}', "' or 1",
            'dense" or lane="moe']
 LANES = (
-    SyntheticLane("dense", slots=4),
+    SyntheticLane("dense", slots=4, cached_prompt_tokens=48, draft_tokens=20, draft_accepted_tokens=15),
     SyntheticLane("moe", slots=8, prefill_s=0.03, itl_s=0.006),
 )
 STARVING = SyntheticLane("starving", slots=4, prefill_s=0.6, starve_decode=True)  # a 600 ms pause per request

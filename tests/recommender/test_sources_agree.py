@@ -86,6 +86,13 @@ def test_step_figures_agree_within_bucket_resolution(documents: tuple[dict[str, 
         assert abs(p["throughput_tok_s"] - r["throughput_tok_s"]) <= edge + 0.02 * r["throughput_tok_s"], c
         assert abs(p["requests"] - r["requests"]) <= c
         assert p["jain"] > 0.99 and r["jain"] > 0.99
+        for name in ("cache_hit_share", "spec_acceptance_rate", "cache_reported_prompt_tokens", "draft_tokens"):
+            assert p[name] == r[name], (c, name)  # published with the step: one number both ways
+        if lane.cached_prompt_tokens is not None:
+            assert r["cache_hit_share"] == pytest.approx(lane.cached_prompt_tokens / lane.prompt_tokens)
+            assert r["spec_acceptance_rate"] == pytest.approx(0.75)
+        else:
+            assert r["cache_hit_share"] is None and r["spec_acceptance_rate"] is None
 
 
 def test_decode_starvation_flagged_by_both_sources(documents: tuple[dict[str, Any], ...]) -> None:

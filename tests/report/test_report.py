@@ -167,6 +167,19 @@ def test_rungs_table_has_one_unit_per_column(tmp_path: Path) -> None:
     assert moe_rows[-1][1] == "no: too few requests"
 
 
+def test_cache_and_spec_columns_appear_only_where_a_rung_measured_them(tmp_path: Path) -> None:
+    import dataclasses
+
+    dense = load_run(make_run_dir(tmp_path)).lanes[0]
+    headers, _ = lane_table(dense)
+    assert "cache hit share" not in headers and "spec acceptance" not in headers
+    steps = tuple(dataclasses.replace(s, cache_hit_share=0.5 if s.concurrency == 2 else None) for s in dense.steps)
+    headers, rows = lane_table(dataclasses.replace(dense, steps=steps))
+    col = {h: [r[i] for r in rows] for i, h in enumerate(headers)}
+    assert col["cache hit share"] == ["-", "0.50", "-", "-"] and "spec acceptance" not in headers
+    assert headers[-1] == "verdicts"
+
+
 def test_latency_table_is_in_ms(tmp_path: Path) -> None:
     dense = load_run(make_run_dir(tmp_path)).lanes[0]
     headers, rows = latency_table(dense)

@@ -108,3 +108,50 @@ def test_set_overrides_parse_toml_values() -> None:
     }
     with pytest.raises(ValueError, match="KEY=VALUE"):
         _overrides(["novalue"])
+
+
+def test_router_nodes_group_lanes_and_refuse_what_a_router_cannot_serve() -> None:
+    from satbench.runtimes.router import RouterModel, preset_text
+    from satbench.session.config import nodes_of
+
+    config = SessionConfig.model_validate({"lanes": [
+        {"name": "dense", "profile": "dense", "node": "n0"},
+        {"name": "moe", "profile": "moe", "node": "n0", "model": "big", "parallel": 2},
+        {"name": "solo", "profile": "dense"},
+    ]})
+    assert {node: [lane.name for lane in lanes] for node, lanes in nodes_of(config.lanes).items()} == {
+        "n0": ["dense", "moe"]}
+    # a router routes by model: the load generator's lane names the model id (the lane's name by default)
+    assert [config.lane(n).at("http://127.0.0.1:1").model for n in ("dense", "moe", "solo")] == ["dense", "big", ""]
+    text = preset_text([RouterModel(name="big", profile="moe", settings={"parallel": 2, "ctx_size": None})])
+    assert text.splitlines()[1:] == ["", "[big]", "sim-profile = moe", "parallel = 2"]
+    bad = {
+        "node n0 mixes runtimes llamacpp, simulator": [
+            {"name": "a", "node": "n0"}, {"name": "b", "runtime": "llamacpp", "model_file": "m.gguf", "node": "n0"}],
+        "lanes[b].node: only for runtimes the session starts": [
+            {"name": "b", "runtime": "external", "url": "http://h:1", "node": "n0"}],
+        "two lanes name model x": [{"name": "a", "node": "n0", "model": "x"}, {"name": "b", "node": "n0",
+                                                                             "model": "x"}],
+        "lanes[a].relay: not with node": [{"name": "a", "node": "n0", "relay": True}],
+        "lanes[a].server_args: not with node": [{"name": "a", "node": "n0", "server_args": ["--foo"]}],
+    }
+    for message, lanes in bad.items():
+        with pytest.raises(SessionConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+            load_session_config(None, {"lanes": lanes, "model_dir": "/srv/models"})
+
+
+def test_quick_start_names_a_router_nodes_lanes_by_model() -> None:
+    import argparse
+
+    from satbench.session.cli import configure, quick_lanes
+
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    url = "http://node:8080"
+    args = parser.parse_args(["--url", url, "--model", "org/dense-8b", "--url", url, "--model", "moe-30b"])
+    assert [(lane["name"], lane["url"], lane["model"]) for lane in quick_lanes(args) or []] == [
+        ("dense-8b", url, "org/dense-8b"), ("moe-30b", url, "moe-30b")]
+    one = parser.parse_args(["--url", url, "--url", "http://other:8080", "--model", "m"])
+    assert [lane["name"] for lane in quick_lanes(one) or []] == ["m1", "m2"]
+    with pytest.raises(ValueError, match="--model: give one for every --url or one per --url"):
+        quick_lanes(parser.parse_args(["--url", url, "--model", "a", "--model", "b", "--model", "c"]))

@@ -1,0 +1,177 @@
+"""Router mode on the real llama-server: one server holding the tiny dense and MoE models (opt-in, ``real``).
+
+- ``satbench run`` with ``examples/real-router.toml``: both lanes of the one node are measured in one session
+  and answered, from the one router process the session started;
+- the exporter's per-model series agree with each model's own ``/slots?model=``, and
+  ``runtime_kv_cache_usage_ratio`` agrees with the tokens the client put in the cache (every request's
+  prompt and the tokens it has received so far) within one request's length;
+- the load generator's shared-prefix workload has a lower TTFT than unique prompts on each model (the prompt
+  cache at work), and the figures are printed for the closing note (``-s``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from core.net import free_port
+from loadgen.config import LoadgenConfig
+from loadgen.runner import run_ladder
+from satbench.runtimes.router import RouterModel, start_router
+from satbench.session.processes import ProcessSet, wait_until_ready
+from testkit.exposition import Samples, sample_value, samples
+
+pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.timeout(900)]
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "examples" / "real-router.toml"
+PARALLEL, CTX = 2, 4096  # 2048 tokens per slot (KV split)
+
+
+def test_real_router_session_measures_both_lanes(llama_server_binary: Path, tiny_models: dict[str, Path],
+                                                tmp_path: Path) -> None:
+    if shutil.which("prometheus") is None:
+        pytest.skip("the prometheus binary is not installed")
+    argv = [sys.executable, "-m", "satbench.cli", "run", "--config", str(CONFIG), "--out", str(tmp_path),
+            "--set", f'model_dir="{tiny_models["dense"].parent}"', "--set", "loadgen.ladder.concurrency=[1, 2, 4]",
+            "--set", "loadgen.ladder.extend=false"]
+    env = {**os.environ, "SATBENCH_LLAMA_SERVER": str(llama_server_binary)}
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=850)
+    assert done.returncode == 0, f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    dense, moe = manifest["lanes"]["dense"], manifest["lanes"]["moe"]
+    assert dense["router"] and moe["router"] and dense["pid"] == moe["pid"]
+    assert (dense["model_id"], moe["model_id"]) == ("tiny-dense", "tiny-moe")
+    assert dense["runtime_props"]["model_path"].endswith("tiny-llama-dense.gguf")
+    assert moe["runtime_props"]["model_path"].endswith("tiny-llama-moe.gguf")
+    doc = json.loads((run_dir / "recommendations.json").read_text())
+    for lane in ("dense", "moe"):
+        answer = doc["lanes"][lane]
+        assert [s["concurrency"] for s in answer["steps"]] == [1, 2, 4]
+        assert all(s["occupancy_ratio"] is not None for s in answer["steps"]), answer["steps"]
+    records = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
+    assert {r["lane"] for r in records if r["outcome"] == "ok"} == {"dense", "moe"}
+
+
+def _scrape(url: str, model: str) -> Samples:
+    return samples(httpx.get(f"{url}/metrics", params={"model": model}, timeout=10).text)
+
+
+class _Streams:
+    """``n`` concurrent /completion streams on one model, counting the tokens each has received."""
+
+    def __init__(self, url: str, model: str, prompt: str, n: int, n_predict: int) -> None:
+        self.received = [0] * n
+        self.prompt_tokens = [0] * n
+        self._threads = [threading.Thread(target=self._run, args=(url, model, prompt + f" {i}", n_predict, i),
+                                          daemon=True) for i in range(n)]
+        for t in self._threads:
+            t.start()
+
+    def _run(self, url: str, model: str, prompt: str, n_predict: int, i: int) -> None:
+        body = {"model": model, "prompt": prompt, "n_predict": n_predict, "stream": True, "ignore_eos": True,
+                "cache_prompt": False}
+        with httpx.stream("POST", f"{url}/completion", json=body, timeout=120) as resp:
+            for line in resp.iter_lines():
+                if line.startswith("data: "):
+                    chunk = json.loads(line[6:])
+                    self.received[i] += 1 if chunk.get("content") is not None and not chunk.get("stop") else 0
+                    if chunk.get("stop"):
+                        self.prompt_tokens[i] = int((chunk.get("timings") or {}).get("prompt_n") or 0)
+
+    def join(self) -> None:
+        for t in self._threads:
+            t.join(timeout=180)
+
+
+def test_real_router_exporter_agrees_with_each_models_slots(
+        llama_server_binary: Path, tiny_models: dict[str, Path], tmp_path: Path) -> None:
+    processes = ProcessSet(tmp_path / "logs")
+    try:
+        models = [RouterModel(name=lane, gguf=tiny_models[lane], settings={"parallel": PARALLEL, "ctx_size": CTX})
+                  for lane in ("dense", "moe")]
+        router = start_router(processes, "node0", "llamacpp", models, argv_prefix=[str(llama_server_binary)],
+                              port=free_port(), ready_timeout_s=60, load_timeout_s=120)
+        port = free_port()
+        child = processes.start("exporter", [sys.executable, "-m", "satbench.cli", "exporter", "--runtime-url",
+                                             router.url, "--port", str(port), "--gpu", "none"])
+        exporter = f"http://127.0.0.1:{port}"
+        wait_until_ready(child, f"{exporter}/metrics", timeout_s=30)
+        prompt = "Once upon a time " * 20
+        n_predict = 1500
+        for model in ("dense", "moe"):
+            streams = _Streams(router.url, model, prompt, PARALLEL, n_predict)
+            deadline = time.monotonic() + 60
+            while min(streams.received) < 50 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            series = _scrape(exporter, model)
+            slots = httpx.get(f"{router.url}/slots", params={"model": model}, timeout=10).json()
+            client_tokens = sum(streams.received)
+            streams.join()
+            busy = sum(1 for s in slots if s["is_processing"])
+            assert sample_value(series, "runtime_model_loaded", model=model) == 1
+            assert sample_value(series, "runtime_slots_configured", model=model) == len(slots) == PARALLEL
+            assert sample_value(series, "runtime_slots", model=model, state="idle") == len(slots) - busy == 0
+            held = sum(s.get("n_prompt_tokens") or 0 for s in slots if s["is_processing"])
+            active = sample_value(series, "runtime_kv_cache_tokens", model=model, state="active")
+            capacity = sample_value(series, "runtime_kv_cache_capacity_tokens", model=model)
+            ratio = sample_value(series, "runtime_kv_cache_usage_ratio", model=model)
+            assert active is not None and capacity == CTX and ratio is not None
+            assert abs(ratio - active / capacity) < 1e-9
+            # the exporter read a moment before or after /slots and the client: one request's length apart
+            one_request = 40 + n_predict
+            assert abs(active - held) <= one_request, (active, held)
+            prompt_n = max(streams.prompt_tokens) or 40
+            assert abs(active - (client_tokens + PARALLEL * prompt_n)) <= one_request, (active, client_tokens)
+            print(f"\n{model}: kv active {active:.0f} of {capacity:.0f} tokens (ratio {ratio:.3f}); /slots "
+                  f"{held}; client {client_tokens} received + {PARALLEL} x {prompt_n} prompt")
+    finally:
+        processes.stop_all()
+
+
+def _walk(url: str, workload: dict[str, Any], out: Path) -> dict[str, dict[str, Any]]:
+    """One c=2 rung per model of the router, by the load generator; each lane's step figures."""
+    config = LoadgenConfig.model_validate({
+        "lanes": [{"name": lane, "url": url, "api": "openai-chat", "model": lane} for lane in ("dense", "moe")],
+        "ladder": {"concurrency": [2]}, "warmup_s": 1.0, "min_window_s": 6.0, "max_window_s": 10.0,
+        "min_requests": 12, "drain_timeout_s": 3.0, "progress": False, "max_loop_lag_s": 0.5,
+        "workload": {"seed": 0, "prompt_tokens": {"value": 600}, "output_tokens": {"value": 4}, **workload},
+    })
+    asyncio.run(run_ladder(config, out))
+    return {s["lane"]: s for s in json.loads((out / "steps.json").read_text())}
+
+
+def test_real_router_shared_prefix_has_lower_ttft(llama_server_binary: Path, tiny_models: dict[str, Path],
+                                                  tmp_path: Path) -> None:
+    """The same 600-token prompts, unique or opening with one shared 500-token prefix, at c=2 per model."""
+    processes = ProcessSet(tmp_path / "logs")
+    try:
+        models = [RouterModel(name=lane, gguf=tiny_models[lane], settings={"parallel": 2, "ctx_size": CTX})
+                  for lane in ("dense", "moe")]
+        router = start_router(processes, "node0", "llamacpp", models, argv_prefix=[str(llama_server_binary)],
+                              port=free_port(), ready_timeout_s=60, load_timeout_s=120)
+        unique = _walk(router.url, {}, tmp_path / "unique")
+        shared = _walk(router.url, {"shared_prefix": {"share": 1.0, "prefixes": 1, "tokens": 500}},
+                       tmp_path / "shared")
+    finally:
+        processes.stop_all()
+    for lane in ("dense", "moe"):
+        u, s = unique[lane], shared[lane]
+        ratio = s["ttft_s"]["p50"] / u["ttft_s"]["p50"]
+        print(f"\n{lane}: TTFT p50 shared prefix {s['ttft_s']['p50'] * 1000:.1f} ms vs unique "
+              f"{u['ttft_s']['p50'] * 1000:.1f} ms ({ratio:.2f}x); cache hit share {s['cache_hit_share']:.2f} vs "
+              f"{u['cache_hit_share']:.2f}; output {s['throughput_tok_s']:.0f} vs {u['throughput_tok_s']:.0f} tok/s")
+        assert s["cache_hit_share"] > 0.6 and u["cache_hit_share"] < 0.1
+        assert ratio < 0.8
