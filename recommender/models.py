@@ -128,6 +128,32 @@ class PairModel(BaseModel):
     larger: int
 
 
+class TunedCandidateModel(BaseModel):
+    id: str
+    state: Literal["measured", "refused", "skipped", "pruned"]
+    status: str | None = None
+    recommended_concurrency: int | None = None
+    binding_constraint: str | None = None
+    throughput_tok_s: float | None = None
+    dominated_by: str | None = None
+    reason: str | None = None
+
+
+class TunedModel(BaseModel):
+    """A lane's tuned server settings (``satbench tune``): the winner's settings and flags, the runner-up,
+    the margin between them and every candidate; the lane's answer beside it is the winner's own walk."""
+
+    tune_id: str
+    fingerprint: str = Field(description="sha256 of the lane's model or profile, grid, workload and policy")
+    settings: dict[str, int] | None
+    flags: str | None = Field(description="the winner's exact server flags (llama-server -np -b -ub -c)")
+    recommended_concurrency: int | None
+    throughput_tok_s: float | None
+    runner_up: dict[str, Any] | None = None
+    margin: dict[str, Any] | None = Field(None, description="tok_s, ratio, uncertainty_tok_s (95%), significant")
+    candidates: list[TunedCandidateModel]
+
+
 class LaneModel(BaseModel):
     status: LaneStatus
     reason: str | None = None
@@ -146,6 +172,7 @@ class LaneModel(BaseModel):
     steps: list[StepModel]
     last_status: LaneStatus | None = Field(None, description="status before the answer went stale")
     age_s: float | None = None
+    tuned: TunedModel | None = Field(None, description="present where the answer comes from satbench tune")
 
 
 class SourceModel(BaseModel):

@@ -30,6 +30,7 @@ exit status: 0 every lane has an answer, 1 some lane has none, 2 bad input, 130 
 # subcommand -> (module with configure/main, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "run": ("satbench.session.cli", "a whole benchmark session: start what is missing, walk the ladder, answer"),
+    "tune": ("satbench.tune.cli", "find each lane's server settings (-np, -b, -ub, -c), not only its concurrency"),
     "sim": ("simulator.cli", "the embedded llama.cpp-compatible runtime simulator"),
     "loadgen": ("loadgen.cli", "only the ladder walk, against running endpoints"),
     "exporter": ("exporter.cli", "the runtime exporter for one node (runtime_* and gpu_* metrics)"),

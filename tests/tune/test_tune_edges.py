@@ -1,0 +1,140 @@
+"""Bad input, a runtime that refuses a candidate, and ``--resume``.
+
+The refusing runtime is a llamacpp lane whose ``llama-server`` (``$SATBENCH_LLAMA_SERVER``) is a script: for
+``--parallel 4`` it prints llama.cpp's out-of-memory refusal and exits, otherwise it runs the simulator with
+the same command line (``satbench sim`` takes llama-server's flags), so the llamacpp launcher runs for real.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from satbench.cli import main as satbench_main
+from satbench.tune.config import TuneConfigError, default_ctx_per_slot, load_tune_config
+from satbench.tune.run import run_tune
+
+REFUSAL = "llama_kv_cache: failed to allocate KV cache of 9216.00 MiB: cudaMalloc failed: out of memory"
+
+
+@pytest.mark.parametrize(("table", "named"), [
+    ("parallel = [0, 4]", "tune.parallel: "),
+    ("ubatch = []", "tune.ubatch: "),
+    ("batch = [64]\nubatch = [128]", "tune.batch: "),
+    ("paralel = [2]", "tune.paralel: unknown setting (did you mean parallel?"),
+    ("lanes = ['nope']", "tune.lanes: no lane 'nope'"),
+    ("ctx_per_slot = 'big'", "tune.ctx_per_slot: "),
+])
+def test_bad_tune_input_is_one_line_naming_the_setting(tmp_path: Path, table: str, named: str) -> None:
+    path = tmp_path / "t.toml"
+    path.write_text(f"[tune]\n{table}\n", encoding="utf-8")
+    with pytest.raises(TuneConfigError) as err:
+        load_tune_config(path)
+    assert named in str(err.value) and "\n" not in str(err.value)
+
+
+def test_an_external_lane_cannot_be_tuned(tmp_path: Path) -> None:
+    path = tmp_path / "t.toml"
+    path.write_text('[[lanes]]\nname = "node"\nruntime = "external"\nurl = "http://127.0.0.1:9"\n', encoding="utf-8")
+    with pytest.raises(TuneConfigError, match=r"tune\.lanes: every lane is external"):
+        load_tune_config(path)
+
+
+def test_bad_input_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "t.toml"
+    path.write_text("[tune]\nubatch = [128, 128]\n", encoding="utf-8")
+    assert satbench_main(["tune", "--config", str(path), "--out", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("satbench tune: invalid tune config: tune.ubatch:") and "\n" not in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_default_context_per_slot_covers_the_longest_request() -> None:
+    setup = load_tune_config(None, {"loadgen.workload.prefill_probe_share": 0.2,
+                                    "loadgen.workload.prefill_probe_tokens": 2000})
+    assert setup.ctx_per_slot == 2304  # 2000-token probe + 80 output tokens, rounded up to 256
+    assert default_ctx_per_slot(setup.session.loadgen.workload) == 2304
+    assert [lane.name for lane in setup.lanes] == ["dense", "moe"]
+    assert setup.tune.pairs() == [(128, 128), (256, 256), (512, 512)]
+
+
+def fake_llama_server(tmp_path: Path) -> Path:
+    script = tmp_path / "llama-server"
+    script.write_text(f"""#!/bin/sh
+case " $* " in
+  *" --parallel 4 "*) echo "{REFUSAL}" >&2; echo "main: error: unable to load model" >&2; exit 1;;
+esac
+exec {sys.executable} -m satbench.cli sim "$@"
+""", encoding="utf-8")
+    script.chmod(0o755)
+    return script
+
+
+def test_a_refused_candidate_is_marked_with_the_servers_message_and_resume_skips_measured_ones(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SATBENCH_LLAMA_SERVER", str(fake_llama_server(tmp_path)))
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "tiny.gguf").write_bytes(b"GGUF-not-really")
+    config = tmp_path / "tune.toml"
+    config.write_text(f"""
+model_dir = "{models}"
+
+[[lanes]]
+name = "real"
+runtime = "llamacpp"
+model_file = "tiny.gguf"
+
+[loadgen]
+warmup_s = 0.2
+min_window_s = 1.5
+max_window_s = 3.0
+min_requests = 10
+drain_timeout_s = 1.0
+
+[tune]
+parallel = [2, 4]
+ubatch = [256]
+ladder = [1]
+""", encoding="utf-8")
+    setup = load_tune_config(config)
+    first = run_tune(setup, command=["satbench", "tune"], out_dir=tmp_path / "runs", say=lambda _: None)
+    lane = first.document["lanes"]["real"]
+    by_id = {c["id"]: c for c in lane["candidates"]}
+    refused = by_id["np4-b256-ub256-c1024"]
+    assert refused["state"] == "refused" and REFUSAL in refused["reason"], refused
+    measured = by_id["np2-b256-ub256-c512"]
+    assert measured["state"] == "measured" and lane["winner"]["id"] == measured["id"], lane
+    assert lane["flags"] == "-np 2 -b 256 -ub 256 -c 512"
+    command = (Path(measured["folder"]) / "command.txt").read_text()
+    assert "--parallel 2" in command and "-b 256" in command and "-c 512" in command
+
+    records = Path(measured["folder"]) / "records.jsonl"
+    size = records.stat().st_size
+    second = run_tune(setup, command=["satbench", "tune"], resume=first.tune_dir, say=lambda _: None)
+    again = second.document["lanes"]["real"]
+    assert again["resumed"] == 1 and again["winner"]["id"] == measured["id"]
+    assert again["winner"]["throughput_tok_s"] == lane["winner"]["throughput_tok_s"]
+    assert records.stat().st_size == size  # not walked again
+    assert json.loads((first.tune_dir / "tune.json").read_text())["lanes"]["real"]["resumed"] == 1
+
+
+def test_a_search_with_no_feasible_candidate_exits_1(tmp_path: Path) -> None:
+    script = tmp_path / "llama-server"
+    script.write_text(f'#!/bin/sh\necho "{REFUSAL}" >&2\nexit 1\n', encoding="utf-8")
+    script.chmod(0o755)
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "tiny.gguf").write_bytes(b"GGUF-not-really")
+    config = tmp_path / "tune.toml"
+    config.write_text(f'model_dir = "{models}"\n[[lanes]]\nname = "real"\nruntime = "llamacpp"\n'
+                      'model_file = "tiny.gguf"\n[tune]\nparallel = [2]\nubatch = [256]\n', encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-m", "satbench.cli", "tune", "--config", str(config), "--out",
+                           str(tmp_path / "runs")], capture_output=True, text=True, timeout=60,
+                          env={"SATBENCH_LLAMA_SERVER": str(script), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 1, proc.stderr
+    assert "real: no feasible candidate" in proc.stdout and REFUSAL in proc.stdout
