@@ -5,13 +5,14 @@ Order of a session (``run_session``):
 1. Refuse early: a Prometheus binary must exist when one is to be started (the reason names the install
    command); the run folder ``<out>/<run_id>/`` is created (and removed again if a part cannot start:
    nothing was measured, and the one-line reason quotes the failing child's log).
-2. Start, each as its own process group (``satbench.session.processes``): one runtime per lane through its
-   launcher (``LAUNCHERS``: the simulator, a real ``llama-server``, or an ``external`` lane only checked to
-   answer ``/health``), each a ``satbench.runtimes.RunningRuntime``, one exporter per lane (none where the
-   lane names a running one, ``exporter_url``; in relay mode where ``relay = true``; without GPU readings
-   for an external node on another host), the recommender, then Prometheus with a config listing exactly
-   those targets plus the load generator's /metrics port (``loadgen.metrics_port``, else one picked before
-   it starts). Wait until Prometheus has scraped every target once.
+2. Start (``satbench.session.parts``), each as its own process group (``satbench.session.processes``):
+   one runtime per lane through its launcher (``LAUNCHERS``: the simulator, a real ``llama-server``, or an
+   ``external`` lane only checked to answer ``/health``), or one router per ``node``, each a
+   ``satbench.runtimes.RunningRuntime``; one exporter per server (none where the lane names a running one,
+   ``exporter_url``; in relay mode where ``relay = true``; without GPU readings for an external node on
+   another host), the recommender, then Prometheus with a config listing exactly those targets plus the load
+   generator's /metrics port (``loadgen.metrics_port``, else one picked before it starts). Wait until
+   Prometheus has scraped every target once.
 3. Evidence for the manifest (``satbench.evidence``): command, redacted config, versions and git commit,
    hardware, network round trips, runtime ``/props``, model files.
 4. Walk the ladder in-process (loadgen's ``run_ladder``), which writes records.jsonl, steps.json and the
@@ -32,7 +33,6 @@ import asyncio
 import contextlib
 import shlex
 import shutil
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -53,13 +53,16 @@ from satbench import evidence
 from satbench.models.tiny import describe_model_files
 from satbench.report.data import load_run
 from satbench.report.render import console_summary, write_report
-from satbench.runtimes import RunningRuntime
-from satbench.runtimes.external import check_external, is_this_host
-from satbench.runtimes.llamacpp import LlamaServer, LlamaServerError, LlamaServerSpec, find_llama_server
-from satbench.runtimes.router import RouterModel, RouterNode, start_router
-from satbench.runtimes.simulator import start_simulator
-from satbench.session.config import LaneRuntime, SessionConfig, nodes_of
-from satbench.session.processes import ProcessSet, StartError, install_signal_handlers, wait_until_ready
+from satbench.session.config import SessionConfig
+from satbench.session.parts import (
+    LaneEndpoint,
+    shares_runtime,
+    start_exporters,
+    start_recommender,
+    start_runtimes,
+    target_labels,
+)
+from satbench.session.processes import ProcessSet, install_signal_handlers, wait_until_ready
 from satbench.session.prometheus import (
     find_prometheus,
     render_prometheus_config,
@@ -75,23 +78,6 @@ Say = Callable[[str], None]
 
 
 @dataclass
-class LaneEndpoint:
-    lane: LaneRuntime
-    runtime: RunningRuntime
-    exporter_url: str | None = None
-    relay_url: str | None = None  # the lane's relay (lane option relay), which the load generator sends to
-
-    @property
-    def url(self) -> str:
-        return self.runtime.url
-
-    @property
-    def client_url(self) -> str:
-        """Where the load generator sends: the lane's relay when it has one, else the runtime."""
-        return self.relay_url or self.url
-
-
-@dataclass
 class SessionResult:
     run_dir: Path
     manifest: RunManifest | None
@@ -100,149 +86,7 @@ class SessionResult:
     pids: list[int] = field(default_factory=list)
 
 
-def _python_cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "satbench.cli", *args]
-
-
-Launcher = Callable[[LaneRuntime, SessionConfig, ProcessSet, contextlib.ExitStack], RunningRuntime]
-
-
-def _simulator(lane: LaneRuntime, config: SessionConfig, processes: ProcessSet,
-               stack: contextlib.ExitStack) -> RunningRuntime:
-    return start_simulator(processes, lane.name, lane.profile, port=free_port(), timeout_s=config.start_timeout_s,
-                           slots=lane.parallel, batch=lane.batch, ubatch=lane.ubatch)
-
-
-def _external(lane: LaneRuntime, config: SessionConfig, processes: ProcessSet,
-              stack: contextlib.ExitStack) -> RunningRuntime:
-    assert lane.url is not None  # the config refuses an external lane without one
-    return check_external(lane.name, lane.url)
-
-
-def _llamacpp(lane: LaneRuntime, config: SessionConfig, processes: ProcessSet,
-              stack: contextlib.ExitStack) -> RunningRuntime:
-    assert config.model_dir is not None and lane.model_file is not None  # the config refuses them missing
-    spec = LlamaServerSpec(model=config.model_dir / lane.model_file, parallel=lane.setting("parallel"),
-                           ctx_size=lane.setting("ctx_size"), batch=lane.setting("batch"),
-                           ubatch=lane.setting("ubatch"), threads=lane.threads, extra_args=tuple(lane.server_args))
-    try:
-        return stack.enter_context(
-            LlamaServer(spec, processes.log_dir / f"llamacpp-{lane.name}.log", ready_timeout_s=120.0)
-        )
-    except (LlamaServerError, OSError, ValueError) as exc:
-        raise StartError(f"lane {lane.name}: llama-server did not start: {exc}") from exc
-
-
-LAUNCHERS: dict[str, Launcher] = {"simulator": _simulator, "external": _external, "llamacpp": _llamacpp}
-
-
-def _start_runtime(
-    lane: LaneRuntime, config: SessionConfig, processes: ProcessSet, stack: contextlib.ExitStack, say: Say
-) -> LaneEndpoint:
-    runtime = LAUNCHERS[lane.runtime](lane, config, processes, stack)
-    what = {"simulator": f"simulator ({lane.profile})", "llamacpp": f"llama-server ({lane.model_file})"}
-    say(f"  lane {lane.name}: {what.get(lane.runtime, lane.runtime + ' runtime')} at {runtime.url}")
-    return LaneEndpoint(lane, runtime)
-
-
-def _start_node(node: str, lanes: list[LaneRuntime], config: SessionConfig, processes: ProcessSet,
-                say: Say) -> RouterNode:
-    """One router-mode server for the lanes that name ``node`` (``satbench.runtimes.router``)."""
-    kind = lanes[0].runtime
-    models = []
-    for lane in lanes:
-        if kind == "llamacpp":
-            assert config.model_dir is not None and lane.model_file is not None  # refused by the config
-            settings = {k: lane.setting(k) for k in ("parallel", "ctx_size", "batch", "ubatch")}
-            models.append(RouterModel(name=lane.model_id, gguf=config.model_dir / lane.model_file,
-                                      settings={**settings, "threads": lane.threads}))
-        else:
-            models.append(RouterModel(name=lane.model_id, profile=lane.profile, settings={
-                "parallel": lane.parallel, "ctx_size": lane.ctx_size, "batch": lane.batch, "ubatch": lane.ubatch}))
-    try:
-        prefix = [str(find_llama_server())] if kind == "llamacpp" else _python_cli("sim")
-    except LlamaServerError as exc:
-        raise StartError(f"node {node}: {exc}") from exc
-    router = start_router(processes, node, kind, models, argv_prefix=prefix, port=free_port(),
-                          ready_timeout_s=config.start_timeout_s, load_timeout_s=max(config.start_timeout_s, 120.0))
-    held = ", ".join(f"{m.name} ({m.profile or (m.gguf.name if m.gguf else '')})" for m in models)
-    say(f"  node {node}: {'llama-server' if kind == 'llamacpp' else 'simulator'} router at {router.url} "
-        f"holding {held}")
-    return router
-
-
-def _start_runtimes(config: SessionConfig, processes: ProcessSet, stack: contextlib.ExitStack,
-                    say: Say) -> list[LaneEndpoint]:
-    """Every lane's runtime, in config order: a server of its own, or its node's router (started once)."""
-    nodes = nodes_of(config.lanes)
-    routers: dict[str, RouterNode] = {}
-    endpoints = []
-    for lane in config.lanes:
-        if lane.node is None:
-            endpoints.append(_start_runtime(lane, config, processes, stack, say))
-            continue
-        if lane.node not in routers:
-            routers[lane.node] = _start_node(lane.node, nodes[lane.node], config, processes, say)
-        endpoints.append(LaneEndpoint(lane, routers[lane.node].lane(lane.model_id)))
-    return endpoints
-
-
-def _shares_runtime(endpoint: LaneEndpoint, endpoints: Sequence[LaneEndpoint]) -> bool:
-    """Whether another lane sends to the same server (a router node): its series are then per model."""
-    return endpoint.lane.node is not None or any(
-        other is not endpoint and other.url == endpoint.url for other in endpoints)
-
-
-def _start_exporters(endpoints: list[LaneEndpoint], processes: ProcessSet, timeout_s: float) -> None:
-    """One exporter per server: lanes of one router node (or one external URL) share it, each scraped with
-    its own ``model`` (``ScrapeTarget.params``)."""
-    started: dict[str, str] = {}
-    for ep in endpoints:
-        if ep.lane.exporter_url is None and not ep.lane.relay and ep.url in started:
-            ep.exporter_url = started[ep.url]
-            continue
-        _start_exporter(ep, processes, timeout_s)
-        if ep.lane.exporter_url is None and not ep.lane.relay and ep.exporter_url is not None:
-            started[ep.url] = ep.exporter_url
-
-
-def _start_exporter(endpoint: LaneEndpoint, processes: ProcessSet, timeout_s: float) -> None:
-    if endpoint.lane.exporter_url is not None:  # one runs already (compose, the node's own): use it
-        endpoint.exporter_url = endpoint.lane.exporter_url
-        return
-    port = free_port()
-    argv = _python_cli("exporter", "--runtime-url", endpoint.url, "--host", "127.0.0.1", "--port", str(port))
-    if endpoint.runtime.pid is not None:
-        argv += ["--runtime-pid", str(endpoint.runtime.pid)]
-    if endpoint.lane.runtime == "external" and not is_this_host(endpoint.url):
-        argv += ["--gpu", "none"]  # this host's GPUs are not the node's (satbench.runtimes.external)
-    relay_port = free_port() if endpoint.lane.relay else None
-    if relay_port is not None:  # relay mode: the load generator then sends through it (LaneEndpoint.client_url)
-        argv += ["--relay", f"127.0.0.1:{relay_port}"]
-    name = endpoint.lane.node or endpoint.lane.name
-    child = processes.start(f"exporter-{name}", argv)
-    endpoint.exporter_url = f"http://127.0.0.1:{port}"
-    wait_until_ready(child, f"{endpoint.exporter_url}/metrics", timeout_s=timeout_s)
-    if relay_port is not None:
-        relay_url = f"http://127.0.0.1:{relay_port}"
-        wait_until_ready(child, f"{relay_url}/health", timeout_s=timeout_s)  # the runtime's, through the relay
-        endpoint.relay_url = relay_url
-
-
-def _start_recommender(
-    config: SessionConfig, prom_url: str, run_dir: Path, processes: ProcessSet, port: int
-) -> tuple[str, Any]:
-    argv = _python_cli("recommender", "--prometheus-url", prom_url, "--port", str(port),
-                       "--runs-dir", str(run_dir.parent.resolve()))
-    if config.policy:
-        policy_path = run_dir / "policy.json"
-        write_json_atomic(policy_path, config.policy)
-        argv += ["--policy", str(policy_path)]
-    child = processes.start("recommender", argv)
-    return f"http://127.0.0.1:{port}", child
-
-
-def _model_files(endpoint: LaneEndpoint, config: SessionConfig) -> list[dict[str, Any]]:
+def model_files(endpoint: LaneEndpoint, config: SessionConfig) -> list[dict[str, Any]]:
     if endpoint.lane.runtime != "llamacpp" or config.model_dir is None or not endpoint.lane.model_file:
         return []
     return describe_model_files([config.model_dir / endpoint.lane.model_file])
@@ -277,7 +121,7 @@ def _build_manifest(
         for ep in endpoints:
             network[ep.lane.name] = evidence.measure_round_trip(client, ep.url)
             try:
-                files = _model_files(ep, config)
+                files = model_files(ep, config)
             except ValueError as exc:
                 files = [{"error": str(exc)}]
             lanes[ep.lane.name] = redact({
@@ -292,7 +136,7 @@ def _build_manifest(
                 "api": ep.lane.api,
                 "model": ep.lane.model,
                 "runtime_props": evidence.runtime_props(
-                    client, ep.url, model=ep.lane.model_id if _shares_runtime(ep, endpoints) else None),
+                    client, ep.url, model=ep.lane.model_id if shares_runtime(ep, endpoints) else None),
                 "model_files": files,
             })
     return RunManifest(
@@ -361,13 +205,6 @@ def _walk(config: SessionConfig, endpoints: list[LaneEndpoint], run_dir: Path, h
             raise KeyboardInterrupt from exc
 
 
-def _target_labels(endpoint: LaneEndpoint) -> dict[str, str]:
-    labels = {"lane": endpoint.lane.name}
-    if endpoint.lane.node is not None:
-        labels["node"] = endpoint.lane.node
-    return labels
-
-
 def _start_monitoring(
     config: SessionConfig,
     endpoints: list[LaneEndpoint],
@@ -382,12 +219,12 @@ def _start_monitoring(
     prom_url = (config.prometheus.url or f"http://127.0.0.1:{prom_port}").rstrip("/")
     rec_child = None
     if config.recommender.url is None:
-        rec_url, rec_child = _start_recommender(config, prom_url, run_dir, processes, free_port())
+        rec_url, rec_child = start_recommender(config, prom_url, run_dir, processes, free_port())
     else:
         rec_url = config.recommender.url.rstrip("/")
     targets = [
-        ScrapeTarget(EXPORTER_JOB, ep.exporter_url.removeprefix("http://"), _target_labels(ep),
-                     params={"model": ep.lane.model_id} if _shares_runtime(ep, endpoints) else {})
+        ScrapeTarget(EXPORTER_JOB, ep.exporter_url.removeprefix("http://"), target_labels(ep),
+                     params={"model": ep.lane.model_id} if shares_runtime(ep, endpoints) else {})
         for ep in endpoints
         if ep.exporter_url
     ]
@@ -447,8 +284,8 @@ def run_session(
     started = False
     try:
         with contextlib.ExitStack() as stack:
-            endpoints = _start_runtimes(config, processes, stack, say)
-            _start_exporters(endpoints, processes, config.start_timeout_s)
+            endpoints = start_runtimes(config, processes, stack, say)
+            start_exporters(endpoints, processes, config.start_timeout_s)
             say("  exporters: " + ", ".join(f"{ep.lane.name} {ep.exporter_url}" for ep in endpoints))
             prom_url, rec_url, prom_info, metrics_port = _start_monitoring(
                 config, endpoints, run_dir, processes, prom_binary, say
