@@ -39,12 +39,16 @@ class SimulatorRuntime:
 
 
 def simulator_argv(profile: str, host: str, port: int, python: str = sys.executable, *, slots: int | None = None,
-                   batch: int | None = None, ubatch: int | None = None) -> list[str]:
-    """``satbench sim`` for a lane: the profile's serving settings unless ``slots``/``batch``/``ubatch`` are set."""
+                   batch: int | None = None, ubatch: int | None = None, ctx_size: int | None = None) -> list[str]:
+    """``satbench sim`` for a lane: the profile's serving settings unless ``slots``/``batch``/``ubatch`` or
+    ``ctx_size`` (llama-server's ``-c``, the whole context; it selects the drop-in command line, whose
+    ``/metrics`` is off unless asked for, so ``--metrics`` comes with it) are set."""
     argv = [python, "-m", "satbench.cli", "sim", "--profile", profile, "--host", host, "--port", str(port)]
     for flag, value in (("--slots", slots), ("--batch", batch), ("--ubatch", ubatch)):
         if value is not None:
             argv += [flag, str(value)]
+    if ctx_size is not None:
+        argv += ["-c", str(ctx_size), "--metrics"]
     return argv
 
 
@@ -59,9 +63,10 @@ def start_simulator(
     slots: int | None = None,
     batch: int | None = None,
     ubatch: int | None = None,
+    ctx_size: int | None = None,
 ) -> SimulatorRuntime:
     """Starts the lane's simulator and returns once it answers ``/health`` (raises ``StartError`` if not)."""
-    argv = simulator_argv(profile, host, port, slots=slots, batch=batch, ubatch=ubatch)
+    argv = simulator_argv(profile, host, port, slots=slots, batch=batch, ubatch=ubatch, ctx_size=ctx_size)
     child: ChildProcess = processes.start(f"sim-{lane}", argv)
     url = f"http://{host}:{port}"
     wait_until_ready(child, f"{url}/health", timeout_s=timeout_s)

@@ -52,7 +52,7 @@ Launcher = Callable[[LaneRuntime, SessionConfig, ProcessSet, contextlib.ExitStac
 def _simulator(lane: LaneRuntime, config: SessionConfig, processes: ProcessSet,
                stack: contextlib.ExitStack) -> RunningRuntime:
     return start_simulator(processes, lane.name, lane.profile, port=free_port(), timeout_s=config.start_timeout_s,
-                           slots=lane.parallel, batch=lane.batch, ubatch=lane.ubatch)
+                           slots=lane.parallel, batch=lane.batch, ubatch=lane.ubatch, ctx_size=lane.ctx_size)
 
 
 def _external(lane: LaneRuntime, config: SessionConfig, processes: ProcessSet,

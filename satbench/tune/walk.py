@@ -34,16 +34,15 @@ from typing import Any
 from core import __version__
 from core.loops import fast_loop_factory
 from core.manifest import RunManifest, write_json_atomic
-from core.net import free_port
 from loadgen.config import LadderConfig, LoadgenConfig
 from loadgen.runner import run_ladder
 from recommender.policy import Policy
 from recommender.run_analysis import analyze_run
 from satbench.runtimes import RunningRuntime
-from satbench.runtimes.llamacpp import LlamaServer, LlamaServerError, LlamaServerSpec
-from satbench.runtimes.simulator import SimulatorRuntime, simulator_argv
+from satbench.runtimes.llamacpp import LlamaServerError
 from satbench.session.config import LaneRuntime, SessionConfig
-from satbench.session.processes import ProcessSet, StartError, wait_until_ready
+from satbench.session.parts import LAUNCHERS
+from satbench.session.processes import ProcessSet, StartError
 from satbench.tune.grid import Candidate
 from satbench.tune.search import Outcome, outcome_from_lane
 
@@ -144,24 +143,10 @@ class CandidateWalker:
 
     def _start(self, candidate: Candidate, processes: ProcessSet, stack: contextlib.ExitStack,
                folder: Path) -> RunningRuntime:
-        timeout = self.session.start_timeout_s
-        if self.lane.runtime == "simulator":
-            port = free_port()
-            argv = simulator_argv(self.lane.profile, "127.0.0.1", port, slots=candidate.parallel,
-                                  batch=candidate.batch, ubatch=candidate.ubatch)
-            argv += ["-c", str(candidate.ctx_size), "--metrics"]
-            child = processes.start(f"sim-{self.lane.name}", argv)
-            url = f"http://127.0.0.1:{port}"
-            wait_until_ready(child, f"{url}/health", timeout_s=timeout)
-            return SimulatorRuntime(name=self.lane.name, url=url, pid=child.pid, profile=self.lane.profile,
-                                    log_path=child.log_path, command=tuple(argv))
-        model_dir, model_file = self.session.model_dir, self.lane.model_file
-        assert model_dir is not None and model_file is not None  # the session config refuses them missing
-        spec = LlamaServerSpec(model=model_dir / model_file, parallel=candidate.parallel,
-                               ctx_size=candidate.ctx_size, batch=candidate.batch, ubatch=candidate.ubatch,
-                               threads=self.lane.threads, extra_args=tuple(self.lane.server_args))
-        server = LlamaServer(spec, folder / "logs" / "llama-server.log", ready_timeout_s=max(timeout, 120.0))
-        return stack.enter_context(server)
+        """The lane's runtime with the candidate's settings, by the session's own launcher."""
+        lane = self.lane.model_copy(update={"parallel": candidate.parallel, "batch": candidate.batch,
+                                            "ubatch": candidate.ubatch, "ctx_size": candidate.ctx_size})
+        return LAUNCHERS[lane.runtime](lane, self.session, processes, stack)
 
     def _walk(self, candidate: Candidate, runtime: RunningRuntime, folder: Path) -> dict[str, Any]:
         run_id = f"{folder.parent.parent.parent.name}-{self.lane.name}-{candidate.id}"[-128:].lstrip("-._")
@@ -185,4 +170,5 @@ def _one_line(text: str, limit: int = 600) -> str:
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     if len(lines) <= 1:
         return (lines[0] if lines else text)[:limit]
-    return (lines[0] + " | " + " | ".join(lines[-4:]))[:limit]
+    tail = " | ".join(lines[-4:])  # the server's own words: kept whole, the first line shortened for them
+    return (lines[0][:max(80, limit - len(tail) - 3)] + " | " + tail)[:limit]
