@@ -9,9 +9,10 @@ STAMP := $(VENV)/.installed
 venv: $(STAMP)
 
 ## Debian packages: prometheus (prometheus, promtool) for sessions and tests, prometheus-alertmanager for the
-## alert delivery test, chromium for the report test.
+## alert delivery test, victoria-metrics for the fleet-store test, chromium for the report test.
 ## Installed with apt-get when missing and run as root; otherwise the command to run is printed.
-SYSTEM_PACKAGES := prometheus:prometheus prometheus-alertmanager:prometheus-alertmanager chromium:chromium
+SYSTEM_PACKAGES := prometheus:prometheus prometheus-alertmanager:prometheus-alertmanager \
+	victoria-metrics:victoria-metrics chromium:chromium
 system-deps:
 	@missing=""; for pair in $(SYSTEM_PACKAGES); do \
 		command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair##*:}"; done; \
@@ -22,6 +23,7 @@ system-deps:
 			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 			(systemctl stop prometheus || pkill -x prometheus) >/dev/null 2>&1 || true; \
 			(systemctl stop prometheus-alertmanager || pkill -x prometheus-aler) >/dev/null 2>&1 || true; \
+			(systemctl stop victoria-metrics || pkill -x victoria-metric) >/dev/null 2>&1 || true; \
 		else echo "missing Debian packages:$$missing (sudo apt-get install$$missing)"; fi; fi
 
 $(STAMP): pyproject.toml

@@ -2,7 +2,7 @@
 
 ``StepFigures`` is the shape shared by the load generator's ``steps.json``, the recommender's two sources
 (Prometheus and records) and the report. Its JSON form is the ``steps[]`` entry of the recommendations
-document (schema ``satbench.recommendations/v1``). Fields a source cannot know are ``None``: the records
+document (schema ``satbench.recommendations/v2``). Fields a source cannot know are ``None``: the records
 source knows nothing of server-side occupancy or memory, for instance.
 
 The functions that compute figures live with their sources: ``core.step_figures`` (exact, from

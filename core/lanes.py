@@ -7,6 +7,12 @@ operator states it. The load generator's lane (``loadgen.config.LaneConfig``) ad
 the session's lane (``satbench.session.config.LaneRuntime``) adds where the runtime comes from. Both
 extend this model, so a field is declared once and the session hands the load generator its lane with
 ``Lane.fields_of``.
+
+A lane lives on a node (one runtime host, ``node``); lane names are unique per node, not across a fleet, so
+the one identity every floor keys a lane by is its *key* (``lane_key``): the bare name for a lane that names
+no node (a session without nodes is keyed as it always was), ``<node>/<lane>`` otherwise. Prometheus series
+never carry the key: they carry ``lane`` and, where there is one, ``node`` (``key_labels``), so an operator's
+queries read the names they configured. Lanes that name no node are on ``LOCAL_NODE`` in the answer.
 """
 
 from __future__ import annotations
@@ -19,7 +25,27 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from core.api import ApiFlavour
 
-__all__ = ["Lane", "duplicate_names", "lane_named"]
+__all__ = ["LOCAL_NODE", "NAME_PATTERN", "Lane", "duplicate_names", "key_labels", "lane_key", "lane_named", "split_key"]
+
+NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
+LOCAL_NODE = "local"  # the node of lanes that name none (the session's own host); reserved
+
+
+def lane_key(node: str | None, name: str) -> str:
+    """The key of lane ``name`` on ``node``: the bare name without a node, else ``node/name``."""
+    return name if node is None else f"{node}/{name}"
+
+
+def split_key(key: str) -> tuple[str | None, str]:
+    """``(node, lane)`` of a lane key (``node`` None for a bare name)."""
+    node, sep, name = key.rpartition("/")
+    return (node, name) if sep else (None, key)
+
+
+def key_labels(key: str) -> dict[str, str]:
+    """The Prometheus labels that select lane ``key``'s series: ``lane``, and ``node`` where it names one."""
+    node, name = split_key(key)
+    return {"lane": name} if node is None else {"node": node, "lane": name}
 
 
 class Lane(BaseModel):
@@ -27,11 +53,23 @@ class Lane(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", min_length=1, max_length=64)
+    name: str = Field(pattern=NAME_PATTERN, min_length=1, max_length=64)
     api: ApiFlavour = "llamacpp"
     model: str = ""
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     slots: int | None = Field(default=None, gt=0)
+    # The runtime host this lane is on (module docstring); None: the session's own host (LOCAL_NODE).
+    node: str | None = Field(default=None, pattern=NAME_PATTERN, min_length=1, max_length=64)
+
+    @property
+    def key(self) -> str:
+        """The lane's identity in records, step windows, the manifest and the answer (``lane_key``)."""
+        return lane_key(self.node, self.name)
+
+    @property
+    def node_name(self) -> str:
+        """The node the answer files this lane under: its ``node``, else ``LOCAL_NODE``."""
+        return self.node or LOCAL_NODE
 
     def api_key(self) -> str | None:
         """The API key from the named environment variable (read now, never stored)."""
@@ -51,13 +89,16 @@ L = TypeVar("L", bound=_Named)
 
 
 def duplicate_names(lanes: Sequence[_Named]) -> list[str]:
-    """The lane names that appear more than once, sorted."""
-    names = [lane.name for lane in lanes]
+    """The lane keys (names, node-qualified where a lane names a node) that appear more than once, sorted."""
+    names = [getattr(lane, "key", lane.name) for lane in lanes]
     return sorted({n for n in names if names.count(n) > 1})
 
 
 def lane_named(lanes: Sequence[L], name: str) -> L:
-    """The lane called ``name``; ``KeyError`` when there is none."""
+    """The lane whose key (or, failing that, name) is ``name``; ``KeyError`` when there is none."""
+    for lane in lanes:
+        if getattr(lane, "key", lane.name) == name:
+            return lane
     for lane in lanes:
         if lane.name == name:
             return lane

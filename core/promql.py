@@ -18,6 +18,12 @@ is the short form), and a ``GrafanaVar`` passed as a range window renders ``[$__
 Windows are floats (a step window lasts 30.217 s); Prometheus range selectors take integer durations, so
 ``duration`` renders a window in whole milliseconds (``[30217ms]``), rounded to the nearest millisecond.
 Evaluated at the window's end, ``increase(x[W])`` then covers exactly the step window.
+
+The window builders take a lane *key* (``core.lanes``) and select its series by ``lane_matchers``: ``lane``,
+and ``node`` where the key names one, so two nodes serving one lane name never mix. A bare key (a lane that
+names no node) selects by ``lane`` alone, as before fleets: a Prometheus that labels such a lane's exporter
+target with a ``node`` (``docs/real-nodes.md`` did) still serves it; in a store shared by a fleet, lanes name
+their nodes.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from core.lanes import split_key
 
 __all__ = [
     "QUERY_LABEL",
@@ -37,6 +45,7 @@ __all__ = [
     "escape_label_value",
     "grafana_matcher",
     "label_values",
+    "lane_matchers",
     "max_by",
     "named_union",
     "published_step_figures",
@@ -156,6 +165,12 @@ def selector(metric: str, /, *matchers: Matcher, **labels: str) -> str:
     return f"{metric}{{{','.join(parts)}}}"
 
 
+def lane_matchers(key: str) -> tuple[Matcher, ...]:
+    """The matchers of lane ``key``'s series (module docstring): ``node`` where the key names one, ``lane``."""
+    node, lane = split_key(key)
+    return (Matcher("lane", "=", lane),) if node is None else (Matcher("node", "=", node), Matcher("lane", "=", lane))
+
+
 def duration(seconds: float) -> str:
     """A range-selector duration of ``seconds`` in whole milliseconds (at least 1 ms)."""
     if not seconds > 0:
@@ -213,7 +228,7 @@ def quantile_rule(metric: str) -> str:
 
 def step_windows(*matchers: Matcher, **labels: str) -> str:
     """Lanes with a step window in progress: ``loadgen_step_concurrency`` above zero, per lane."""
-    return f"{max_by('loadgen_step_concurrency', ('lane',), *matchers, **labels)} > 0"
+    return f"{max_by('loadgen_step_concurrency', ('node', 'lane'), *matchers, **labels)} > 0"
 
 
 def label_values(metric: str, label: str) -> str:
@@ -229,7 +244,7 @@ def _q(q: float) -> str:
 
 def window_output_tokens(lane: str, window_s: float) -> str:
     """Output tokens the load generator received for ``lane`` during the window ending at evaluation time."""
-    return f"sum(increase({selector('loadgen_output_tokens_total', lane=lane)}[{duration(window_s)}]))"
+    return f"sum(increase({selector('loadgen_output_tokens_total', *lane_matchers(lane))}[{duration(window_s)}]))"
 
 
 def window_throughput(lane: str, window_s: float) -> str:
@@ -239,18 +254,18 @@ def window_throughput(lane: str, window_s: float) -> str:
 
 def window_user_tokens(lane: str, window_s: float) -> str:
     """Output tokens per user (label ``user``) of ``lane`` over the window: the input to Jain's index."""
-    sel = selector("loadgen_output_tokens_total", lane=lane)
+    sel = selector("loadgen_output_tokens_total", *lane_matchers(lane))
     return f"sum by (user) (increase({sel}[{duration(window_s)}]))"
 
 
 def window_requests_by_outcome(lane: str, window_s: float) -> str:
-    sel = selector("loadgen_requests_total", lane=lane)
+    sel = selector("loadgen_requests_total", *lane_matchers(lane))
     return f"sum by (outcome) (increase({sel}[{duration(window_s)}]))"
 
 
 def window_quantile(metric: str, q: float, lane: str, window_s: float) -> str:
     """``histogram_quantile`` of histogram ``metric`` over bucket increases inside the window."""
-    sel = selector(f"{_check_metric(metric)}_bucket", lane=lane)
+    sel = selector(f"{_check_metric(metric)}_bucket", *lane_matchers(lane))
     return f"histogram_quantile({_q(q)}, sum by (le) (increase({sel}[{duration(window_s)}])))"
 
 
@@ -269,46 +284,47 @@ def window_mean(metric: str, lane: str, window_s: float) -> str:
     """Mean of histogram ``metric``'s observations inside the window (sum over count of the increases)."""
     d = duration(window_s)
     _check_metric(metric)
-    total = f"sum(increase({selector(metric + '_sum', lane=lane)}[{d}]))"
-    count = f"sum(increase({selector(metric + '_count', lane=lane)}[{d}]))"
+    total = f"sum(increase({selector(metric + '_sum', *lane_matchers(lane))}[{d}]))"
+    count = f"sum(increase({selector(metric + '_count', *lane_matchers(lane))}[{d}]))"
     return f"{total} / {count}"
 
 
 def window_sample_count(metric: str, lane: str, window_s: float) -> str:
     """Most samples any series of ``metric`` for ``lane`` holds in the window: how well it was scraped."""
-    return f"max(count_over_time({selector(metric, lane=lane)}[{duration(window_s)}]))"
+    return f"max(count_over_time({selector(metric, *lane_matchers(lane))}[{duration(window_s)}]))"
 
 
 def window_gauge_avg(metric: str, lane: str, window_s: float) -> str:
     """Mean over the window of a gauge, averaged over the lane's targets (nodes)."""
-    return f"avg(avg_over_time({selector(metric, lane=lane)}[{duration(window_s)}]))"
+    return f"avg(avg_over_time({selector(metric, *lane_matchers(lane))}[{duration(window_s)}]))"
 
 
 def window_gauge_max(metric: str, lane: str, window_s: float) -> str:
     """Largest value of a gauge during the window, over all of the lane's series."""
-    return f"max(max_over_time({selector(metric, lane=lane)}[{duration(window_s)}]))"
+    return f"max(max_over_time({selector(metric, *lane_matchers(lane))}[{duration(window_s)}]))"
 
 
 def window_sum_max(metric: str, lane: str, window_s: float, step_s: float) -> str:
     """Largest value during the window of the gauge summed over the lane's series (say, memory over every
     GPU of a lane that spans several), sampled every ``step_s`` (the scrape interval) by a subquery."""
-    return f"max_over_time(sum({selector(metric, lane=lane)})[{duration(window_s)}:{duration(step_s)}])"
+    return f"max_over_time(sum({selector(metric, *lane_matchers(lane))})[{duration(window_s)}:{duration(step_s)}])"
 
 
 def window_series_count(metric: str, lane: str, window_s: float) -> str:
     """How many series of ``metric`` the lane had during the window (say, its GPUs)."""
-    return f"count(max_over_time({selector(metric, lane=lane)}[{duration(window_s)}]))"
+    return f"count(max_over_time({selector(metric, *lane_matchers(lane))}[{duration(window_s)}]))"
 
 
 def window_gpu_names(lane: str, window_s: float) -> str:
     """The lane's GPUs during the window by name and ``simulated`` (``gpu_info``), with their count."""
-    return f"count by (name, simulated) (max_over_time({selector('gpu_info', lane=lane)}[{duration(window_s)}]))"
+    sel = selector("gpu_info", *lane_matchers(lane))
+    return f"count by (name, simulated) (max_over_time({sel}[{duration(window_s)}]))"
 
 
 def published_step_figures(lane: str, run_id: str, concurrency: int, lookback_s: float) -> str:
     """The exact figures the load generator published for one finished step (``loadgen_step_figure``), the
     last value of each within ``lookback_s`` of the evaluation time."""
-    sel = selector("loadgen_step_figure", lane=lane, run_id=run_id, concurrency=str(concurrency))
+    sel = selector("loadgen_step_figure", *lane_matchers(lane), run_id=run_id, concurrency=str(concurrency))
     return f"last_over_time({sel}[{duration(lookback_s)}])"
 
 

@@ -12,6 +12,10 @@ and the node-wide series (runtime, GPU, process) come along, so one exporter can
 
 With ``simulated_gpu_replaces_real`` (``--gpu auto``), a runtime that turns out to be the simulator has its
 simulated GPU published instead of the host's real GPUs, which the simulated runtime does not use.
+
+Every scrape also publishes ``runtime_fingerprint_info`` (:mod:`exporter.live_fingerprint`), built from what
+the scrape read anyway (``/props``, the process's argv, the GPUs); :meth:`RuntimeCollector.fingerprints`
+reads the same sources without publishing (or stepping the occupancy state) for ``GET /fingerprint``.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from prometheus_client.registry import Collector
 from exporter.adapter import Clock, RuntimeAdapter
 from exporter.gpu import GpuDevice, GpuReader, GpuSourceAbsent
 from exporter.kvcache import KV_SETTINGS
+from exporter.live_fingerprint import GpuReading, LiveFingerprints, fingerprint_family
 from exporter.occupancy import OccupancyBook
 from exporter.process import ProcessReader, ProcessReading
 from exporter.runtime_series import runtime_series
@@ -48,6 +53,17 @@ class _GpuOutcome:
     absent: bool = False
 
 
+@dataclass(frozen=True)
+class _Gathered:
+    """Everything one scrape read, before any series is built."""
+
+    snapshot: RuntimeSnapshot
+    process: ProcessReading | None
+    process_error: str | None
+    process_s: float
+    gpus: tuple[_GpuOutcome, ...]
+
+
 def _gauge(name: str, doc: str, value: float | None = None, labels: Sequence[str] = ()) -> GaugeMetricFamily:
     if value is not None:
         return GaugeMetricFamily(name, doc, value=value)
@@ -66,6 +82,7 @@ class RuntimeCollector(Collector):
         clock: Clock = time.monotonic,
         simulated_gpu_replaces_real: bool = False,
         kv_unified: str = "auto",
+        fingerprints: LiveFingerprints | None = None,
     ) -> None:
         if kv_unified not in KV_SETTINGS:
             raise ValueError(f"--kv-unified must be one of {', '.join(KV_SETTINGS)}, got {kv_unified!r}")
@@ -78,6 +95,7 @@ class RuntimeCollector(Collector):
         self._clock = clock
         self._pool = ThreadPoolExecutor(max_workers=4 + len(self.gpu_readers), thread_name_prefix="collector")
         self._occupancy = OccupancyBook()
+        self._fingerprints = fingerprints if fingerprints is not None else LiveFingerprints()
 
     def describe(self) -> list[Metric]:
         return []
@@ -85,6 +103,7 @@ class RuntimeCollector(Collector):
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
         self.adapter.close()
+        self._fingerprints.close()
 
     def collect(self) -> Iterator[Metric]:
         return self.collect_for(None)
@@ -109,10 +128,16 @@ class RuntimeCollector(Collector):
             return self.adapter.fetch(self.budget_s)
         return self.adapter.fetch(self.budget_s, model=model)
 
-    def _scrape(self, start: float, model: str | None) -> list[Metric]:
+    def fingerprints(self, model: str | None = None) -> dict[str | None, dict[str, Any]]:
+        """The live fingerprint(s), read now: ``{None: fp}`` on a single-model node, ``{model: fp}`` per
+        loaded model of a router (``model`` narrows a router to that one). Publishes nothing."""
+        got = self._gather(self._clock(), model)
+        return self._fingerprints.build(got.snapshot, got.process, got.process_error, self._readings(got.gpus))
+
+    def _gather(self, start: float, model: str | None) -> _Gathered:
         deadline = start + self.budget_s + _GRACE_S
         runtime_future = self._pool.submit(self._fetch, model)
-        process, process_s = self._read_process()
+        process, process_error, process_s = self._read_process()
         pid = process.pid if process is not None else None
         gpu_futures = [self._pool.submit(self._read_gpu, reader, pid) for reader in self.gpu_readers]
         pending: list[Future[Any]] = [runtime_future, *gpu_futures]
@@ -121,15 +146,34 @@ class RuntimeCollector(Collector):
             snapshot = runtime_future.result()
         else:
             snapshot = RuntimeSnapshot(flavour=self.adapter.flavour, up=False, sources=())
-        argv = process.cmdline if process is not None else None
-        families = runtime_series(snapshot, self.budget_s, argv, self.kv_unified, self._occupancy)
-        families += self._process_families(process, process_s)
-        outcomes = [
+        outcomes = tuple(
             f.result() if f.done() else _GpuOutcome(r.source, (), "no answer in time", self._clock() - start)
             for r, f in zip(self.gpu_readers, gpu_futures, strict=True)
-        ]
-        families += self._gpu_families(outcomes)
+        )
+        return _Gathered(snapshot, process, process_error, process_s, outcomes)
+
+    def _scrape(self, start: float, model: str | None) -> list[Metric]:
+        got = self._gather(start, model)
+        argv = got.process.cmdline if got.process is not None else None
+        families = runtime_series(got.snapshot, self.budget_s, argv, self.kv_unified, self._occupancy)
+        families += self._process_families(got.process, got.process_s)
+        families += self._gpu_families(got.gpus)
+        try:
+            fps = self._fingerprints.build(got.snapshot, got.process, got.process_error, self._readings(got.gpus))
+        except Exception:  # the fingerprint must never cost the scrape its other series
+            fps = {}
+        if fps:
+            families.append(fingerprint_family(fps))
         return families
+
+    def _visible(self, outcomes: Sequence[_GpuOutcome]) -> list[_GpuOutcome]:
+        """The GPU sources published: applicable ones, the real GPUs hidden behind a simulated one."""
+        simulator = any(o.source == "simulator" and not o.absent for o in outcomes)
+        hide_real = simulator and self.simulated_gpu_replaces_real
+        return [o for o in outcomes if not o.absent and not (hide_real and o.source == "nvml")]
+
+    def _readings(self, outcomes: Sequence[_GpuOutcome]) -> list[GpuReading]:
+        return [GpuReading(o.source, o.devices, o.error) for o in self._visible(outcomes)]
 
     def _read_gpu(self, reader: GpuReader, pid: int | None) -> _GpuOutcome:
         t0 = self._clock()
@@ -141,14 +185,14 @@ class RuntimeCollector(Collector):
             return _GpuOutcome(reader.source, (), str(exc) or type(exc).__name__, self._clock() - t0)
         return _GpuOutcome(reader.source, devices, None, self._clock() - t0)
 
-    def _read_process(self) -> tuple[ProcessReading | None, float]:
+    def _read_process(self) -> tuple[ProcessReading | None, str | None, float]:
         if self.process_reader is None:
-            return None, 0.0
+            return None, None, 0.0
         t0 = self._clock()
         try:
-            return self.process_reader.read(), self._clock() - t0
-        except Exception:
-            return None, self._clock() - t0
+            return self.process_reader.read(), None, self._clock() - t0
+        except Exception as exc:
+            return None, str(exc) or type(exc).__name__, self._clock() - t0
 
     def _process_families(self, reading: ProcessReading | None, took: float) -> list[Metric]:
         out: list[Metric] = [_gauge("runtime_process_up", "1 when the runtime process was found and read.",
@@ -172,11 +216,7 @@ class RuntimeCollector(Collector):
                          labels=labels)
         info = _gauge("gpu_info", "1 per GPU, naming it (NVML's device name, or the simulator's modelled one).",
                       labels=["gpu", "name", "simulated"])
-        simulator = any(o.source == "simulator" and not o.absent for o in outcomes)
-        hide_real = simulator and self.simulated_gpu_replaces_real
-        for outcome in outcomes:
-            if outcome.absent or (hide_real and outcome.source == "nvml"):
-                continue
+        for outcome in self._visible(outcomes):
             up.add_metric([outcome.source], float(outcome.error is None))
             took.add_metric([outcome.source], outcome.duration_s)
             for dev in outcome.devices:

@@ -11,7 +11,8 @@ mistaken for a real one, and ``{simulated="false"}`` selects hardware only.
 
 NVML also lists the compute processes on each GPU with their memory where the driver allows (not inside
 some containers, not for other users' processes without privileges); the runtime process's share is
-published as ``runtime_gpu_memory_used_bytes``.
+published as ``runtime_gpu_memory_used_bytes``. The driver version (NVML's) goes into the runtime's
+fingerprint, not into a series of its own.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class GpuDevice:
     total_bytes: float
     simulated: bool = False
     process_used_bytes: float | None = None
+    driver: str | None = None  # NVML's driver version (the fingerprint's hardware.driver); None: simulated
 
 
 class GpuReader(Protocol):
@@ -148,6 +150,7 @@ class NvmlGpuReader:
     def read(self, pid: int | None) -> Sequence[GpuDevice]:
         nvml = self._init()
         devices = []
+        driver = self._driver(nvml)
         try:
             for index in range(nvml.nvmlDeviceGetCount()):
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
@@ -160,11 +163,20 @@ class NvmlGpuReader:
                         used_bytes=float(memory.used),
                         total_bytes=float(memory.total),
                         process_used_bytes=self._process_memory(nvml, handle, pid),
+                        driver=driver,
                     )
                 )
         except nvml.NVMLError as exc:
             raise GpuUnavailable(f"NVML read failed: {exc}") from exc
         return devices
+
+    @staticmethod
+    def _driver(nvml: Any) -> str | None:
+        try:
+            version = nvml.nvmlSystemGetDriverVersion()
+        except nvml.NVMLError:
+            return None
+        return version.decode() if isinstance(version, bytes) else str(version)
 
     @staticmethod
     def _process_memory(nvml: Any, handle: Any, pid: int | None) -> float | None:

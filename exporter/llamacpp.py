@@ -49,6 +49,22 @@ def _role(props: EndpointReply) -> str | None:
     return "router" if data.get("role") == "router" else "single"
 
 
+def _restarted(health: EndpointReply, slots: EndpointReply, props: EndpointReply) -> bool:
+    """Whether the runtime behind a cached ``/props`` looks restarted: its ``/health`` did not answer 200 (down,
+    or loading its model), or ``/slots`` lists another slot count than ``total_slots``. The cache saves a
+    request per scrape; it must not hide a restart with other settings from the fingerprint for 30 s."""
+    if not health.ok:
+        return True
+    if not slots.ok:
+        return False
+    try:
+        listed = json.loads(slots.body)
+        total = json.loads(props.body).get("total_slots")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(listed, list) and isinstance(total, int) and len(listed) != total
+
+
 class _PropsCache:
     """Good ``/props`` answers by key (``""``: the node), each reused for ``ttl_s`` seconds."""
 
@@ -70,6 +86,10 @@ class _PropsCache:
         if reply.ok:
             with self._lock:
                 self._entries[key] = (self._clock(), reply)
+
+    def drop(self, key: str) -> None:
+        with self._lock:
+            self._entries.pop(key, None)
 
     def keep_only(self, keys: set[str]) -> None:
         """Forgets the models not loaded any more: a reloaded model may come back with other props."""
@@ -133,6 +153,11 @@ class LlamaCppAdapter:
         if not router:
             if "metrics" not in replies:
                 replies.update(self._fetcher.fetch_many({k: _PATHS[k] for k in ("metrics", "slots")}, left))
+            if props.cached and _restarted(replies["health"], replies["slots"], props):
+                self._props.drop("")  # what it says may have changed with the restart: ask again now
+                props = self._fetcher.fetch_many({"props": _PATHS["props"]}, budget_s - (self._clock() - start))[
+                    "props"]
+                self._props.put("", props)
             return llamacpp_snapshot(replies["health"], replies["metrics"], replies["slots"], props)
         if "models" not in replies:
             replies.update(self._fetcher.fetch_many({"models": "/v1/models"}, left))

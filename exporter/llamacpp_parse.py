@@ -167,10 +167,18 @@ def parse_slot_kv(body: str) -> tuple[SlotKv, ...] | None:
     return _slot_kv(_slot_list(body))
 
 
-def parse_props(body: str) -> PropsInfo:
+def _props_object(body: str) -> Mapping[str, Any]:
     data = json.loads(body)
     if not isinstance(data, Mapping):
         raise ValueError("/props did not return a JSON object")
+    return data
+
+
+def parse_props(body: str) -> PropsInfo:
+    return _props_info(_props_object(body))
+
+
+def _props_info(data: Mapping[str, Any]) -> PropsInfo:
     total = data.get("total_slots")
     model = str(data.get("model_alias") or data.get("model_path") or "")
     if "/" in model:
@@ -238,11 +246,13 @@ def llamacpp_snapshot(
     props_error = None
     if props.ok:
         try:
-            props_info = parse_props(props.body)
+            props_data = _props_object(props.body)
+            props_info = _props_info(props_data)
         except ValueError as exc:
             props_error = f"unreadable /props: {exc}"
     sources.append(_result(props, props_error))
     if props_info is not None:
+        fields["props"] = props_data  # whole, for the fingerprint (exporter.live_fingerprint)
         fields["slots_configured"] = props_info.total_slots
         info["model"] = props_info.model
         info["build_info"] = props_info.build_info

@@ -15,6 +15,13 @@ params (same address, several lanes), so the job names the rules match stay the 
 The output is YAML written by hand (every scalar JSON-quoted, which YAML reads verbatim), so the runtime
 needs no YAML library. Scrape timeout equals the interval (Prometheus requires timeout <= interval); the
 exporter answers within its own budget well before that.
+
+``remote_write`` URLs (``[prometheus] remote_write`` of the session config) make this Prometheus forward
+every sample it stores, rule results included, to a central PromQL store (VictoriaMetrics, Mimir, Thanos
+Receive; docs/fleet-store.md) that the recommender can then be pointed at instead. Their
+``queue_config.batch_send_deadline`` is short (``REMOTE_WRITE_DEADLINE_S``): Prometheus' default (5 s) holds
+a partly filled batch that long, and a session of a few seconds per window would end, and the store be asked,
+before its last samples were sent.
 """
 
 from __future__ import annotations
@@ -24,11 +31,13 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 __all__ = [
     "EXPORTER_JOB",
     "LOADGEN_JOB",
     "RECOMMENDER_JOB",
+    "REMOTE_WRITE_DEADLINE_S",
     "ScrapeTarget",
     "format_duration",
     "render_prometheus_config",
@@ -39,6 +48,9 @@ __all__ = [
 EXPORTER_JOB = "satbench_exporter"
 LOADGEN_JOB = "satbench_loadgen"
 RECOMMENDER_JOB = "satbench_recommender"
+
+# Longest a partly filled remote_write batch waits before it is sent (Prometheus' default is 5 s).
+REMOTE_WRITE_DEADLINE_S = 1.0
 
 _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _ADDRESS = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}$")
@@ -91,11 +103,25 @@ def _q(value: str) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+def _check_remote_write(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"remote_write URL {url!r} must be http(s)://host[:port]/path")
+    return url
+
+
 def render_prometheus_config(
-    targets: Sequence[ScrapeTarget], rule_files: Sequence[Path], scrape_interval_s: float = 1.0
+    targets: Sequence[ScrapeTarget],
+    rule_files: Sequence[Path],
+    scrape_interval_s: float = 1.0,
+    remote_write: Sequence[str] = (),
+    remote_write_deadline_s: float = REMOTE_WRITE_DEADLINE_S,
 ) -> str:
-    """The text of a ``prometheus.yml`` scraping ``targets`` (grouped by job) and loading ``rule_files``."""
+    """The text of a ``prometheus.yml`` scraping ``targets`` (grouped by job), loading ``rule_files`` and
+    forwarding every stored sample to each ``remote_write`` URL (batches sent within
+    ``remote_write_deadline_s``)."""
     interval = format_duration(scrape_interval_s)
+    urls = [_check_remote_write(url) for url in remote_write]
     jobs: dict[str, list[ScrapeTarget]] = {}
     for target in targets:
         jobs.setdefault(target.job, []).append(target)
@@ -121,4 +147,9 @@ def render_prometheus_config(
             if labels:
                 lines.append("        labels:")
                 lines += [f"          {_q(name)}: {_q(value)}" for name, value in sorted(labels.items())]
+    if urls:
+        deadline = format_duration(remote_write_deadline_s)
+        lines.append("remote_write:")
+        for url in urls:
+            lines += [f"  - url: {_q(url)}", "    queue_config:", f"      batch_send_deadline: {deadline}"]
     return "\n".join(lines) + "\n"

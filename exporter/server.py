@@ -8,10 +8,16 @@ Prometheus can scrape one router exporter once per lane with a ``__param_model``
 single-model node ignores the parameter (its adapter has one model), as does a collector without
 ``for_model``. A fresh registry per request is cheap (it only holds references) and keeps concurrent
 scrapes of different models apart.
+
+``GET /fingerprint`` answers the live fingerprint as JSON (``core.fingerprint``; the collector's
+``fingerprints``, read afresh): a single-model node's fingerprint itself; on a router node
+``{"router": true, "models": {NAME: fingerprint}}`` for its loaded models, or with ``?model=NAME`` that
+model's fingerprint (404 when it is not loaded).
 """
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -147,6 +153,8 @@ def metrics_app(collector: Collector, also: Sequence[Collector] = ()) -> WsgiApp
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         model = (parse_qs(environ.get("QUERY_STRING", "")).get("model") or [""])[0]
+        if environ.get("PATH_INFO") == "/fingerprint":
+            return fingerprint_answer(collector, model or None, start_response)
         for_model = getattr(collector, "for_model", None)
         registry = CollectorRegistry(auto_describe=False)
         registry.register(for_model(model) if model and for_model is not None else collector)
@@ -156,6 +164,32 @@ def metrics_app(collector: Collector, also: Sequence[Collector] = ()) -> WsgiApp
         return result
 
     return app
+
+
+def fingerprint_answer(
+    collector: Collector, model: str | None, start_response: Callable[..., Any]
+) -> Iterable[bytes]:
+    """The body of ``GET /fingerprint[?model=NAME]`` (see the module's docstring)."""
+    read = getattr(collector, "fingerprints", None)
+    status = "404 Not Found"
+    doc: Any = {"error": "this exporter publishes no fingerprint"}
+    if read is not None:
+        try:
+            found: dict[str | None, Any] = read(model)
+        except Exception as exc:  # an answer, never a traceback
+            status, doc = "500 Internal Server Error", {"error": f"{type(exc).__name__}: {exc}"}
+        else:
+            if None in found:
+                status, doc = "200 OK", found[None]
+            elif model is None:
+                status, doc = "200 OK", {"router": True, "models": found}
+            elif model in found:
+                status, doc = "200 OK", found[model]
+            else:
+                status, doc = "404 Not Found", {"error": f"model {model!r} is not loaded on this router"}
+    body = json.dumps(doc, indent=1, sort_keys=True).encode()
+    start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+    return [body]
 
 
 def serve(

@@ -12,7 +12,9 @@ whose own snapshot (``metrics``, ``slots``, ``props`` of that model) exists only
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from exporter.kvcache import SlotKv
 
@@ -70,7 +72,8 @@ class RuntimeSnapshot:
 
     Counters (``*_total``) are cumulative since the runtime started. ``busy_slot_decodes_total`` is the sum,
     over every batched decode step, of the slots that took part; divided by ``decode_steps_total`` it is the
-    mean batch size, and divided again by the slot count, the decode-weighted occupancy.
+    mean batch size, and divided again by the slot count, the decode-weighted occupancy. ``props`` is the
+    ``/props`` object this snapshot read (cached or not), kept whole for the fingerprint.
     """
 
     flavour: str
@@ -90,6 +93,7 @@ class RuntimeSnapshot:
     spec_drafts_total: float | None = None
     slot_kv: tuple[SlotKv, ...] | None = None
     info: tuple[tuple[str, str], ...] = ()
+    props: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)  # the /props object
     router: bool = False
     models: tuple[ModelView, ...] = ()
 

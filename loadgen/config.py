@@ -179,6 +179,9 @@ class LoadgenConfig(_Model):
     """Everything the ladder walk needs. Defaults make a short session (see module docstring)."""
 
     lanes: list[LaneConfig] = Field(default_factory=list)
+    # Lanes of one node run one after another (they share its hardware); up to this many nodes walk at once
+    # (they share none). 1: every lane in turn, as listed.
+    parallel_nodes: int = Field(default=1, ge=1, le=1024)
     ladder: LadderConfig = Field(default_factory=LadderConfig)
     workload: WorkloadConfig = Field(default_factory=WorkloadConfig)
     warmup_s: float = Field(default=2.0, ge=0.0)

@@ -18,12 +18,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from core.histograms import FastHistogram
+from core.lanes import split_key
 from core.records import RequestRecord
 
 __all__ = ["LoadgenMetrics", "MetricsServer"]
@@ -56,6 +58,17 @@ _HELP = {
     "queue": "TTFT - the server's prompt_ms (clamped at 0): the wait for a slot and for the running batch step to end.",
     "stall": "Longest inter-token gap of a request while another request of the lane was in prefill.",
 }
+
+
+
+def _add(family: Metric, key: str, names: list[str], values: list[str], *value: Any) -> None:
+    """Adds one sample set of lane ``key`` (``core.lanes``) to ``family``: labelled ``lane``, and ``node`` where
+    the key names one (a lane without a node has no ``node`` label at all, as before fleets)."""
+    node, lane = split_key(key)
+    head = ["lane"] if node is None else ["node", "lane"]
+    one = type(family)(family.name, family.documentation, labels=[*head, *names])  # type: ignore[call-arg]
+    one.add_metric([*([lane] if node is None else [node, lane]), *values], *value)  # type: ignore[attr-defined]
+    family.samples.extend(one.samples)
 
 
 class LoadgenMetrics(Collector):
@@ -134,38 +147,38 @@ class LoadgenMetrics(Collector):
         req = CounterMetricFamily("loadgen_requests", "Requests ended, by outcome.",
                                   labels=["lane", "outcome"])
         for (lane, outcome), n in list(self.requests.items()):
-            req.add_metric([lane, outcome], n)
+            _add(req, lane, ["outcome"], [outcome], n)
         yield req
         tok = CounterMetricFamily(
             "loadgen_output_tokens",
             "Output tokens received, by user: counted as they arrive, settled to the server's count at the end.",
             labels=["lane", "user"])
         for (lane, user), n in self._token_totals().items():
-            tok.add_metric([lane, user], n)
+            _add(tok, lane, ["user"], [user], n)
         yield tok
         totals = list(self.runtime_totals.items())
         for family, help_text, _ in RUNTIME_COUNTERS:
             counter = CounterMetricFamily(family, help_text, labels=["lane"])
             for (name, lane), n in totals:
                 if name == family:
-                    counter.add_metric([lane], n)
+                    _add(counter, lane, [], [], n)
             yield counter
         for kind, name in HISTOGRAMS.items():
             fam = HistogramMetricFamily(name, _HELP[kind], labels=["lane"])
             for (k, lane), h in list(self.hist.items()):
                 if k == kind:
                     buckets, total = h.buckets()
-                    fam.add_metric([lane], buckets, total)
+                    _add(fam, lane, [], [], buckets, total)
             yield fam
         infl = GaugeMetricFamily("loadgen_in_flight", "Requests in flight.", labels=["lane"])
         for lane, n in list(self.in_flight.items()):
-            infl.add_metric([lane], n)
+            _add(infl, lane, [], [], n)
         yield infl
         step = GaugeMetricFamily("loadgen_step_concurrency",
                                  "Concurrency of the step whose measured window is open; 0 outside a window.",
                                  labels=["lane", "run_id"])
         for (lane, run_id), c in list(self.step_concurrency.items()):
-            step.add_metric([lane, run_id], c)
+            _add(step, lane, ["run_id"], [run_id], c)
         yield step
         self.last_scrape = time.time()
         figures = GaugeMetricFamily(
@@ -174,7 +187,7 @@ class LoadgenMetrics(Collector):
             labels=["lane", "run_id", "concurrency", "figure"])
         for (lane, run_id, c), values in list(self.step_figures.items()):
             for name, value in values.items():
-                figures.add_metric([lane, run_id, str(c), name], value)
+                _add(figures, lane, ["run_id", "concurrency", "figure"], [run_id, str(c), name], value)
         yield figures
 
 

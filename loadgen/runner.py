@@ -102,13 +102,32 @@ class LadderRunner:
         clock = Clock.now()
         text = PromptText(max_prompt_tokens(self.config.workload) + 8, self.config.workload.seed)
         with RecordsWriter(self.out_dir / "records.jsonl") as writer:
-            for lane in self.config.lanes:
-                await self._run_lane(lane, writer, clock, text)
+            await self._run_nodes(writer, clock, text)
         self.part = self.part.model_copy(update={"finished_at": time.time()})
         self._write()
         await self._linger()
         await self._post_manifest()
         return self.manifest
+
+    async def _run_nodes(self, writer: RecordsWriter, clock: Clock, text: PromptText) -> None:
+        """Each node's lanes in turn; up to ``parallel_nodes`` nodes at once (they share no hardware)."""
+        by_node: dict[str | None, list[LaneConfig]] = {}
+        for lane in self.config.lanes:
+            by_node.setdefault(lane.node, []).append(lane)
+        if self.config.parallel_nodes == 1 or len(by_node) == 1:
+            for lane in self.config.lanes:
+                await self._run_lane(lane, writer, clock, text)
+            return
+        gate = asyncio.Semaphore(self.config.parallel_nodes)
+
+        async def walk(lanes: list[LaneConfig]) -> None:
+            async with gate:
+                for lane in lanes:
+                    await self._run_lane(lane, writer, clock, text)
+
+        async with asyncio.TaskGroup() as group:
+            for lanes in by_node.values():
+                group.create_task(walk(lanes))
 
     async def _linger(self) -> None:
         """Keeps /metrics up until it is scraped once after the last step's figures were published (at most
@@ -126,7 +145,7 @@ class LadderRunner:
         await client.open(self.config.ladder.max_rung)  # the extension may walk past the listed rungs
         try:
             evidence = {"url": lane.url, "api": lane.api, "model": lane.model, **await _lane_evidence(lane)}
-            self.part = self.part.with_lane(lane.name, evidence)
+            self.part = self.part.with_lane(lane.key, evidence)
             slots = (evidence.get("props") or {}).get("total_slots")
             slots = slots if isinstance(slots, int) and slots > 0 else None
             lane_figures: list[StepFigures] = []
@@ -137,7 +156,7 @@ class LadderRunner:
                                progress=self.progress)
                 window = dataclasses.replace(await step.run(), slots=slots)  # the FIFO bound needs them
                 figures = compute_step_figures(list(step.records()), window, batch_s=self.config.batch_s)
-                self.metrics.publish_step(lane.name, self.run_id, c, client_values(figures))
+                self.metrics.publish_step(lane.key, self.run_id, c, client_values(figures))
                 self._published_at = time.time()
                 lane_figures.append(figures)
                 self.figures.append(figures)
@@ -149,7 +168,7 @@ class LadderRunner:
                 why = extension_stop(lane_figures, ladder)
                 if why is not None:
                     top = lane_figures[-1].concurrency
-                    self.progress.done(f"  {lane.name}: the extended ladder stops at c={top}: {why}")
+                    self.progress.done(f"  {lane.key}: the extended ladder stops at c={top}: {why}")
         finally:
             await client.close()
 

@@ -104,12 +104,12 @@ class StepRun:
         self.window_end_ns: int | None = None
         self.stopping = False
         self._bins: dict[int, int] = {}
-        self._stall_hist = metrics.histogram("stall", lane.name)
-        self._itl_hist = metrics.histogram("itl", lane.name)
-        self._ttft_hist = metrics.histogram("ttft", lane.name)
-        self._e2e_hist = metrics.histogram("e2e", lane.name)
-        self._tpot_hist = metrics.histogram("tpot", lane.name)
-        self._queue_hist = metrics.histogram("queue", lane.name)
+        self._stall_hist = metrics.histogram("stall", lane.key)
+        self._itl_hist = metrics.histogram("itl", lane.key)
+        self._ttft_hist = metrics.histogram("ttft", lane.key)
+        self._e2e_hist = metrics.histogram("e2e", lane.key)
+        self._tpot_hist = metrics.histogram("tpot", lane.key)
+        self._queue_hist = metrics.histogram("queue", lane.key)
 
     @property
     def _batch_s(self) -> float:
@@ -118,7 +118,7 @@ class StepRun:
         return self.config.batch_s or self.config.min_window_s / START_BATCHES
 
     def _live_tokens(self) -> list[tuple[str, str, int]]:
-        lane = self.lane.name
+        lane = self.lane.key
         return [(lane, str(u), len(a.parser.token_ns)) for u, a in list(self.active.items())]
 
     async def run(self) -> StepWindow:
@@ -150,7 +150,7 @@ class StepRun:
             cpu_window = time.process_time() - cpu0
             await self._drain(users)
         finally:
-            self.metrics.set_step(self.lane.name, self.run_id, 0)
+            self.metrics.set_step(self.lane.key, self.run_id, 0)
             for task in users:
                 task.cancel()
             await asyncio.gather(*users, return_exceptions=True)
@@ -164,7 +164,7 @@ class StepRun:
         await self._tick_until(warm_ns + int(cfg.warmup_s * 1e9), "warmup", warm_ns)
         self.client.take_read_lags()  # the warm-up's
         self.window_start_ns = time.perf_counter_ns()
-        self.metrics.set_step(self.lane.name, self.run_id, self.c)
+        self.metrics.set_step(self.lane.key, self.run_id, self.c)
         start = self.window_start_ns
         max_end = start + int(cfg.max_window_s * 1e9)
         min_end = start + int(cfg.min_window_s * 1e9)
@@ -179,7 +179,7 @@ class StepRun:
             self._show("window", start, now)
             await asyncio.sleep(min(0.25, max(0.01, (max_end - now) / 1e9)))
         self.window_end_ns = time.perf_counter_ns()
-        self.metrics.set_step(self.lane.name, self.run_id, 0)
+        self.metrics.set_step(self.lane.key, self.run_id, 0)
 
     async def _tick_until(self, deadline_ns: int, phase: str, since_ns: int) -> None:
         while True:
@@ -192,7 +192,7 @@ class StepRun:
     def records(self) -> Iterator[RequestRecord]:
         """This step's records, read back from the records file (flushed as each request ended)."""
         for rec in read_records(self.writer.path):
-            if rec.run_id == self.run_id and rec.lane == self.lane.name and rec.concurrency == self.c:
+            if rec.run_id == self.run_id and rec.lane == self.lane.key and rec.concurrency == self.c:
                 yield rec
 
     def _stable(self, start_ns: int, batch_s: float) -> bool:
@@ -213,7 +213,7 @@ class StepRun:
             return
         elapsed = (now_ns - since_ns) / 1e9
         p95 = quantile(sorted(self.state.recent_ttft), 0.95)
-        self.progress.show(self.lane.name, self.c, phase, elapsed, self.state.requests,
+        self.progress.show(self.lane.key, self.c, phase, elapsed, self.state.requests,
                            self.state.tokens_done / max(elapsed, 1e-3), p95)
 
     async def _drain(self, users: list[asyncio.Task[None]]) -> None:
@@ -222,18 +222,18 @@ class StepRun:
             await asyncio.wait(users, timeout=self.config.drain_timeout_s)
 
     async def _user(self, user: int) -> None:
-        workload = UserWorkload(self.config.workload, self.lane.name, self.c, user)
+        workload = UserWorkload(self.config.workload, self.lane.key, self.c, user)
         backoff = 0.0
         prev_end = time.perf_counter_ns()
         tag = f"u{user}"
         while not self.stopping:
             spec = workload.next_spec()
             body = build_body(self.lane.api, self.lane.model, spec, self.text, self.config.workload, tag)
-            rid = f"{self.run_id}-{self.lane.name}-c{self.c}-u{user}-{spec.index}"
+            rid = f"{self.run_id}-{self.lane.key}-c{self.c}-u{user}-{spec.index}"
             parser = StreamParser(self.lane.api, self.config.max_event_bytes, keep_text=workload.converses)
             decided = time.perf_counter_ns()
             self.active[user] = _Active(decided, parser)
-            self.metrics.add_in_flight(self.lane.name, 1)
+            self.metrics.add_in_flight(self.lane.key, 1)
             try:
                 result = await self.client.send(body, rid, parser)
             except asyncio.CancelledError:
@@ -242,7 +242,7 @@ class StepRun:
                                                         error="cancelled at drain"), prev_end)
                 raise
             finally:
-                self.metrics.add_in_flight(self.lane.name, -1)
+                self.metrics.add_in_flight(self.lane.key, -1)
                 self.active.pop(user, None)
             self._finish(user, spec, rid, result, prev_end)
             if workload.converses:
@@ -256,7 +256,7 @@ class StepRun:
                 backoff = 0.0
 
     def _finish(self, user: int, spec: RequestSpec, rid: str, res: RawResult, prev_end_ns: int) -> None:
-        lane = self.lane.name
+        lane = self.lane.key
         tok = res.token_ns
         send = res.send_ns
         ttft = (tok[0] - send) / 1e9 if tok else None
@@ -398,6 +398,6 @@ class StepRun:
         if reason is None and ok < self.config.min_requests:
             reason = f"too few requests in window ({ok} < {self.config.min_requests})"
         drain_end = end if state.last_end is None else max(state.last_end, end)
-        return StepWindow(lane=self.lane.name, concurrency=self.c, start=start, end=end,
+        return StepWindow(lane=self.lane.key, concurrency=self.c, start=start, end=end,
                           warmup_start=self.clock.wall(warm_ns), drain_end=drain_end,
                           valid=reason is None, reason=reason, notes=tuple(notes))

@@ -5,7 +5,12 @@ answers only here, in the exception handlers (unknown run or lane: 404; nothing 
 reason; bad input: 400; validation: FastAPI's 422). A background task refreshes the analysis on the
 configured interval.
 
-``GET /recommendations`` is what every node polls, so it has a fast path: ``CachedDocumentASGI`` answers it
+``GET /recommendations`` serves schema v2 (``?schema=v1``: the v1 view, 409 where two nodes serve one lane
+name; ``default_schema`` v1 serves that view without the parameter). A second background task checks every
+answer against its lane's live fingerprint each ``validity_interval_s`` (``recommender.validity``).
+
+``GET /recommendations`` is what every node polls, so it has a fast path (gzipped, once per change, for a
+poller that accepts it): ``CachedDocumentASGI`` answers it
 with the store's pre-serialised bytes before FastAPI routes anything (about a tenth of the per-request
 CPU); it steps aside whenever the document is not fresh, so stale documents, 503s and every other route go
 through FastAPI. The FastAPI route stays, declares the response model for OpenAPI, and serves the same bytes.
@@ -20,7 +25,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
@@ -29,6 +34,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from core.manifest import RunManifest
 from recommender.deps import SettingsDep, StoreDep
+from recommender.document import AmbiguousForV1, as_v2, iso_utc
 from recommender.errors import (
     BadInput,
     NothingToServe,
@@ -46,9 +52,11 @@ from recommender.models import (
     RunInfo,
     RunRegistered,
 )
+from recommender.prometheus_source import HttpxPromClient
 from recommender.run_analysis import analyze_run_async
 from recommender.settings import RecommenderSettings
 from recommender.store import Analyzer, RecommendationStore
+from recommender.validity import check_answers
 
 __all__ = ["CachedDocumentASGI", "SettingsAnalyzer", "create_app"]
 
@@ -84,10 +92,11 @@ class SettingsAnalyzer:
             except (OSError, ValueError) as exc:
                 raise BadInput(f"{run_dir}/recommendations.json cannot be read: {exc}") from exc
             if isinstance(doc, dict) and isinstance(doc.get("lanes"), dict):
-                return doc
+                return as_v2(doc)  # a run folder from before fleets is served in today's schema
         return await analyze_run_async(manifest, prometheus_url=s.prometheus_url, run_dir=run_dir,
                                        policy=self._policy, source_config=s.source_config(),
-                                       prometheus_timeout_s=s.prometheus_timeout_s)
+                                       prometheus_timeout_s=s.prometheus_timeout_s,
+                                       prometheus_headers=s.prometheus_headers)
 
 
 def _status_of(exc: RecommenderError) -> int:
@@ -95,6 +104,26 @@ def _status_of(exc: RecommenderError) -> int:
         if isinstance(exc, kind):
             return code
     return 500
+
+
+async def _check_validity_forever(store: RecommendationStore, settings: RecommenderSettings, url: str,
+                                  clock: Callable[[], float]) -> None:
+    """Every ``interval_s``: each answer against its lane's live fingerprint (``recommender.validity``); an
+    unreachable Prometheus leaves the last verdicts standing (the refresh tick marks the document stale)."""
+    interval_s = settings.validity_interval_s or settings.scrape_interval_s
+    async with HttpxPromClient(url, timeout_s=settings.prometheus_timeout_s,
+                               headers=settings.prometheus_headers) as client:
+        while True:
+            answers = store.answers_to_check()
+            if answers:
+                try:
+                    now = clock()
+                    store.set_validity(await check_answers(client, answers, now=now), checked_at=now)
+                except (SourceUnavailable, PrometheusQueryError) as exc:
+                    log.info("validity check skipped: %s", exc)
+                except Exception:  # the loop must outlive any one failure
+                    log.exception("validity check failed")
+            await asyncio.sleep(interval_s)
 
 
 async def _refresh_forever(store: RecommendationStore, interval_s: float) -> None:
@@ -106,19 +135,36 @@ async def _refresh_forever(store: RecommendationStore, interval_s: float) -> Non
         await asyncio.sleep(interval_s)
 
 
+def _accepts_gzip(scope: Scope) -> bool:
+    for name, value in scope.get("headers") or ():
+        if name == b"accept-encoding":
+            return b"gzip" in value
+    return False
+
+
 class CachedDocumentASGI:
     """ASGI middleware: ``GET /recommendations`` straight from the store's cached bytes when fresh."""
 
-    def __init__(self, app: ASGIApp, store: RecommendationStore) -> None:
+    def __init__(self, app: ASGIApp, store: RecommendationStore, schema: str = "v2") -> None:
         self.app = app
         self.store = store
+        self.schema = schema
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (scope["type"] == "http" and scope["method"] == "GET" and scope["path"] == "/recommendations"
-                and self.store.state == "fresh"):
-            body = self.store.document_bytes()
-            await send({"type": "http.response.start", "status": 200, "headers": [
-                (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+                and not scope.get("query_string") and self.store.state == "fresh"
+                and (self.schema == "v2" or self.store.v1_ready())):
+            headers = [(b"content-type", b"application/json"), (b"vary", b"accept-encoding")]
+            if self.schema == "v2" and _accepts_gzip(scope):
+                body = self.store.document_gzip()
+                headers.append((b"content-encoding", b"gzip"))
+            else:
+                body = self.store.document_bytes(self.schema)
+            checked = self.store.validity_checked_at
+            if checked is not None:
+                headers.append((b"x-satbench-validity-checked-at", iso_utc(checked).encode()))
+            headers.append((b"content-length", str(len(body)).encode()))
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
             await send({"type": "http.response.body", "body": body})
             return
         await self.app(scope, receive, send)
@@ -135,13 +181,16 @@ def create_app(settings: RecommenderSettings, *, analyzer: Analyzer | None = Non
         store.load_runs_dir()
         for run_dir in settings.run_dirs:
             store.add_run_dir(run_dir)
-        task = None
+        tasks = []
         if background_refresh:
-            task = asyncio.create_task(_refresh_forever(store, settings.refresh_interval_s))
+            tasks.append(asyncio.create_task(_refresh_forever(store, settings.refresh_interval_s)))
+            if settings.prometheus_url is not None:
+                tasks.append(asyncio.create_task(_check_validity_forever(
+                    store, settings, settings.prometheus_url, clock)))
         try:
             yield
         finally:
-            if task is not None:
+            for task in tasks:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
@@ -151,7 +200,7 @@ def create_app(settings: RecommenderSettings, *, analyzer: Analyzer | None = Non
                   lifespan=lifespan)
     app.state.store = store
     app.state.settings = settings
-    app.add_middleware(CachedDocumentASGI, store=store)
+    app.add_middleware(CachedDocumentASGI, store=store, schema=settings.default_schema)
 
     @app.exception_handler(RecommenderError)
     async def recommender_error(request: Request, exc: RecommenderError) -> JSONResponse:
@@ -159,13 +208,20 @@ def create_app(settings: RecommenderSettings, *, analyzer: Analyzer | None = Non
 
     error_doc: dict[int | str, dict[str, Any]] = {503: {"description": "nothing computed yet (reason given)"}}
 
-    @app.get("/recommendations", response_model=RecommendationsDocument, responses=error_doc)
-    async def recommendations(store: StoreDep) -> Response:
-        return Response(content=store.document_bytes(), media_type="application/json")
+    @app.get("/recommendations", response_model=RecommendationsDocument,
+             responses={**error_doc, 409: {"description": "schema=v1 asked, and several nodes serve one lane "
+                                                          "name, which v1 cannot say (read v2)"}})
+    async def recommendations(store: StoreDep, schema: Literal["v1", "v2"] | None = None) -> Response:
+        try:
+            body = store.document_bytes(schema or settings.default_schema)
+        except AmbiguousForV1 as exc:
+            return JSONResponse({"detail": str(exc)}, status_code=409)
+        return Response(content=body, media_type="application/json")
 
-    @app.get("/recommendations/{lane}", response_model=LaneModel,
+    @app.get("/recommendations/{lane:path}", response_model=LaneModel,
              responses={**error_doc, 404: {"description": "no such lane"}})
     async def recommendation_of_lane(lane: str, store: StoreDep) -> dict[str, Any]:
+        """One answer by lane key: its name, or ``<node>/<lane>``."""
         return store.lane(lane)
 
     @app.post("/runs", response_model=RunRegistered, status_code=201,

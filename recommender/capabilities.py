@@ -1,19 +1,85 @@
-"""``satbench capabilities [--url URL]``: the per-lane fragment a node reports to capability reporting.
+"""``satbench capabilities``: the answer in the forms routers and gateways read.
 
-Reads ``GET /recommendations`` of a recommender and prints, per lane, ``max_useful_concurrency`` (the
-recommended concurrency), the throughput measured at it, the status, the run that measured it and when.
-A lane without an answer reports ``max_useful_concurrency: null`` with its status and reason, so a reader
-can tell "not measured" from "measured: 1". Exit status, the rule of ``satbench run`` too: 0 when every lane
-has an answer, 1 when some lane has none (also when no recommender answers: then no lane has one; the
-message says how to serve a finished run), 2 for bad input (a URL that is not one). The default URL is the
-recommender's default port, where ``satbench serve`` and a session's recommender listen.
+Reads ``GET /recommendations`` of a recommender (``--url``), or a saved document (``--file``, e.g.
+``runs/<id>/recommendations.json`` or the run folder itself), and prints it ``--format``:
+
+- ``json`` (default): the capability fragment, per lane ``max_useful_concurrency`` (the recommended
+  concurrency), the throughput measured at it, the binding constraint, the status, ``valid`` (True: checked
+  against the live runtime and it still holds; False: measured on something else; None: nobody could tell),
+  the run that measured it and when, the fingerprint digest and the runtime's URL. It is given twice, flat and
+  grouped (``capability_fragment``)::
+
+      {"schema": ..., "generated_at": ...,
+       "lanes": {"<key>": {...entry, "node": ..., "lane": ...}},
+       "nodes": {"<node>": {"labels": {...}, "lanes": {"<lane>": {...entry}}}}}
+
+  ``lanes`` is keyed by lane key, exactly as the document's ``lanes``: a session without nodes (every v1
+  document) keys it by bare lane name, so today's consumers (``fragment["lanes"]["dense"]
+  ["max_useful_concurrency"]``, capability reporting, the session tests) read what they always read, and a
+  fleet document's ``"gpu1/dense"`` reads the same way the document does. ``nodes`` is the same entries
+  grouped per node (lanes naming no node are on ``local``) with the node's labels (gpu class...), which is
+  what a fleet router that places per node wants.
+- ``prometheus``: the text exposition of the recommender's own ``/metrics`` for this document
+  (``recommender.metrics.answer_families``, the one function both use; ``satbench_recommended_concurrency``,
+  ``satbench_saturation_concurrency``, ``satbench_recommendation_valid``, ... with ``node`` and ``lane``), for
+  a textfile collector or a push to a gateway when no recommender runs.
+- ``litellm``: a LiteLLM proxy ``model_list`` with one deployment per (node, lane).
+
+The LiteLLM fields, as LiteLLM documents them:
+
+- ``model_list[].model_name``: the model group clients ask for; deployments sharing it are load-balanced
+  (https://docs.litellm.ai/docs/proxy/configs, https://docs.litellm.ai/docs/routing). Here: the lane's name,
+  so the lanes of one name on several nodes form one group; ``--model-name LANE=NAME`` renames a group.
+- ``litellm_params.model``: ``openai/<model>``, the documented route for an OpenAI-compatible server
+  (https://docs.litellm.ai/docs/providers/openai_compatible; llama-server serves ``/v1/chat/completions``);
+  ``<model>`` is the lane's ``model`` (what a router-mode llama-server routes by), else its name (a
+  one-model llama-server ignores it). ``--provider`` changes the prefix (``llamafile`` needs no key).
+- ``litellm_params.api_base``: the runtime's base URL with ``/v1`` (LiteLLM's openai client appends
+  ``/chat/completions``; https://docs.litellm.ai/docs/providers/llamafile shows ``http://localhost:8080/v1``).
+  From ``--api-base KEY=URL``, else the lane's ``url`` in the document, else the run folder's
+  ``manifest.json`` (``lanes.<key>.url``, ``clients.<key>.url``) when ``--file`` points into one.
+- ``litellm_params.api_key``: ``os.environ/<VAR>`` when the lane names ``api_key_env``, else ``"none"``: the
+  openai route requires a key, and an explicit placeholder keeps LiteLLM from sending the proxy's own
+  ``OPENAI_API_KEY`` to a llama-server.
+- ``litellm_params.max_parallel_requests``: the recommended concurrency, the per-deployment limit of
+  concurrent calls ("Max Parallel Requests (ASYNC)", https://docs.litellm.ai/docs/routing): requests beyond
+  it wait in the proxy instead of queueing inside the node, which only adds latency.
+- ``litellm_params.weight``: the same number, so the default ``simple-shuffle`` strategy sends each node a
+  share of the group's traffic proportional to what it can use (https://docs.litellm.ai/docs/routing).
+  ``rpm``/``tpm`` are left unset: satbench measures concurrency, not a rate, and LiteLLM derives a parallel
+  limit from them only where ``max_parallel_requests`` is missing.
+- ``model_info``: ``id`` (``satbench:<node>/<lane>``, unique per deployment) plus ``satbench_node``,
+  ``satbench_lane``, ``satbench_status``, ``satbench_validity``, ``satbench_recommended_concurrency``,
+  ``satbench_run_id``, ``satbench_measured_at``, ``satbench_fingerprint_digest``, ``satbench_reason``
+  (extra ``model_info`` keys are kept and shown by the proxy's ``/model/info``).
+
+The output is JSON, which is YAML (YAML 1.2 is a superset of JSON and PyYAML reads it), so it loads as
+LiteLLM's ``config.yaml`` or merges into one with no YAML library in satbench's runtime dependencies.
+
+A lane without a usable answer (never measured: no ``recommended_concurrency``; or measured on something
+else: ``validity.state == "changed"``) is still published, with ``max_parallel_requests: 1`` and ``weight: 1``:
+an operator's router must neither overload an unmeasured node (one request at a time cannot) nor drop it
+silently (it stays in the group, its ``model_info`` says why, and a line on stderr names it).
+``--unanswered omit`` leaves such lanes out instead. A stale answer served while the recommender's source is
+unreachable keeps its number: it was measured on this very runtime, only its age grew. A lane whose runtime
+URL is nowhere to be found is left out (a deployment without ``api_base`` would send to the wrong place),
+with its line on stderr.
+
+Exit status, the rule of ``satbench run`` too: 0 when every lane has a usable answer; 1 when some lane has
+none (never measured, or measured on something else), when the output leaves a lane out, or when no
+recommender answers (then no lane has one; the message says how to serve a finished run); 2 for bad input (a
+URL that is not one, a ``--file`` that is not a readable JSON document, a malformed ``--model-name`` or
+``--api-base``). The default URL is the recommender's default port, where ``satbench serve`` and a session's
+recommender listen. The document is printed on stdout in every case where there is one; the per-lane lines go
+to stderr.
 
 Example::
 
     $ satbench serve runs &
     $ satbench capabilities
-    {"lanes": {"dense": {"max_useful_concurrency": 4, "throughput_tok_s": 812.5, "status": "ok",
-               "run_id": "20261129T101500Z-3f2a", "measured_at": "2026-11-29T10:19:40Z"}}}
+    {"lanes": {"dense": {"max_useful_concurrency": 4, "throughput_tok_s": 812.5, "status": "ok", "valid": true,
+               "run_id": "20261129T101500Z-3f2a", "measured_at": "2026-11-29T10:19:40Z", ...}}, "nodes": ...}
+    $ satbench capabilities --file runs/20261129T101500Z-3f2a --format litellm > litellm-models.yaml
 """
 
 from __future__ import annotations
@@ -21,64 +87,287 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-__all__ = ["capability_fragment", "configure", "main"]
+from recommender.metrics import document_lanes, exposition, lane_identity, validity_state
+
+__all__ = ["FORMATS", "capability_fragment", "configure", "litellm_config", "main", "prometheus_text"]
+
+FORMATS = ("json", "prometheus", "litellm")
+SERIAL = 1  # max_parallel_requests of a lane without a usable answer
+
+
+# -- the document, read ---------------------------------------------------------------------------------------
+def _all_lanes(document: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """``(key, lane)`` of every lane, sorted by key: the document's ``lanes`` plus, as a lane without an
+    answer, each lane the ``nodes`` index lists that ``lanes`` does not answer (never dropped)."""
+    lanes = dict(document_lanes(document))
+    for node, info in sorted((document.get("nodes") or {}).items()):
+        for key in (info or {}).get("lanes") or []:
+            if str(key) not in lanes:
+                _, name = lane_identity(str(key), {"node": node})
+                lanes[str(key)] = {"node": str(node), "lane": name, "status": None, "recommended_concurrency": None,
+                                   "run_id": None, "reason": f"node {node} lists it but the document has no answer"}
+    return sorted(lanes.items())
+
+
+def _valid(lane: Mapping[str, Any]) -> bool | None:
+    state = validity_state(lane)
+    return None if state == "unknown" else state == "valid"
+
+
+def _unusable_why(lane: Mapping[str, Any]) -> str | None:
+    """Why the lane has no usable answer (never measured, or measured on something else), or None."""
+    if validity_state(lane) == "changed":
+        validity = lane.get("validity") or {}
+        changes = ", ".join(f"{c.get('field')} {c.get('measured')} -> {c.get('live')}"
+                            for c in validity.get("changes") or [])
+        return "measured on something else: " + (validity.get("reason") or changes or "the runtime changed")
+    if lane.get("recommended_concurrency") is None:
+        return f"no answer ({lane.get('reason') or 'status ' + str(lane.get('status'))})"
+    return None
+
+
+def _entry(document: Mapping[str, Any], key: str, lane: Mapping[str, Any]) -> dict[str, Any]:
+    node, name = lane_identity(key, lane)
+    entry: dict[str, Any] = {
+        "node": node,
+        "lane": name,
+        "max_useful_concurrency": lane.get("recommended_concurrency"),
+        "throughput_tok_s": lane.get("throughput_at_recommended_tok_s"),
+        "binding_constraint": lane.get("binding_constraint"),
+        "status": lane.get("status"),
+        "valid": _valid(lane),
+        "run_id": lane.get("run_id", document.get("run_id")),
+        "measured_at": lane.get("measured_at"),
+        "fingerprint_digest": (lane.get("fingerprint") or {}).get("digest"),
+        "url": lane.get("url"),
+    }
+    if lane.get("reason"):
+        entry["reason"] = lane["reason"]
+    return entry
 
 
 def capability_fragment(document: dict[str, Any]) -> dict[str, Any]:
-    """The capability fragment of a recommendations document (pure)."""
-    lanes: dict[str, Any] = {}
-    for name, lane in sorted((document.get("lanes") or {}).items()):
-        entry = {
-            "max_useful_concurrency": lane.get("recommended_concurrency"),
-            "throughput_tok_s": lane.get("throughput_at_recommended_tok_s"),
-            "binding_constraint": lane.get("binding_constraint"),
-            "status": lane.get("status"),
-            "run_id": lane.get("run_id", document.get("run_id")),
-            "measured_at": lane.get("measured_at"),
-        }
-        if lane.get("reason"):
-            entry["reason"] = lane["reason"]
-        lanes[name] = entry
-    return {"schema": document.get("schema"), "generated_at": document.get("generated_at"), "lanes": lanes}
+    """The capability fragment of a recommendations document, v1 or v2 (pure; module docstring)."""
+    lanes = {key: _entry(document, key, lane) for key, lane in _all_lanes(document)}
+    index = document.get("nodes") or {}
+    nodes: dict[str, Any] = {str(node): {"labels": dict((info or {}).get("labels") or {}), "lanes": {}}
+                             for node, info in sorted(index.items())}  # a node without lanes is said too
+    for entry in lanes.values():
+        group = nodes.setdefault(entry["node"], {
+            "labels": dict((index.get(entry["node"]) or {}).get("labels") or {}), "lanes": {}})
+        group["lanes"][entry["lane"]] = {k: v for k, v in entry.items() if k not in ("node", "lane")}
+    return {"schema": document.get("schema"), "generated_at": document.get("generated_at"), "lanes": lanes,
+            "nodes": nodes}
 
 
+def prometheus_text(document: dict[str, Any]) -> str:
+    """The text exposition the recommender's ``/metrics`` serves for ``document`` (``answer_families``)."""
+    return exposition(document)
+
+
+# -- LiteLLM --------------------------------------------------------------------------------------------------
+def _lookup(overrides: Mapping[str, str], *candidates: str) -> str | None:
+    """The first override given under one of ``candidates``."""
+    return next((overrides[c] for c in candidates if c in overrides), None)
+
+
+def _from_manifest(manifest: Mapping[str, Any] | None, key: str, field: str) -> Any:
+    for part in ("lanes", "clients"):
+        value = ((manifest or {}).get(part) or {}).get(key, {}).get(field)
+        if value:
+            return value
+    return None
+
+
+def _api_base(url: str) -> str:
+    base = url.rstrip("/")
+    return base if base.endswith("/v1") else f"{base}/v1"
+
+
+def litellm_config(
+    document: dict[str, Any],
+    *,
+    model_names: Mapping[str, str] | None = None,
+    api_bases: Mapping[str, str] | None = None,
+    manifest: Mapping[str, Any] | None = None,
+    provider: str = "openai",
+    unanswered: str = "serial",
+) -> tuple[dict[str, Any], list[str]]:
+    """``({"model_list": [...]}, notes)``: one LiteLLM deployment per (node, lane) of ``document`` (pure).
+
+    ``model_names`` renames model groups (keyed by lane name or key); ``api_bases`` gives runtime URLs (keyed
+    by lane key, ``node/lane`` or a local lane's name); ``manifest`` is the run's ``manifest.json``, read for
+    URLs, model names and ``api_key_env`` the document lacks. ``unanswered``: ``serial`` publishes a lane
+    without a usable answer with ``max_parallel_requests: 1``, ``omit`` leaves it out. ``notes`` has one
+    line per lane that is not published as measured (module docstring)."""
+    model_names, api_bases = model_names or {}, api_bases or {}
+    deployments: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for key, lane in _all_lanes(document):
+        node, name = lane_identity(key, lane)
+        why = _unusable_why(lane)
+        if why is not None and unanswered == "omit":
+            notes.append(f"lane {key}: {why}; left out of model_list (--unanswered omit)")
+            continue
+        url = _lookup(api_bases, key, f"{node}/{name}") or lane.get("url") or _from_manifest(manifest, key, "url")
+        if not url:
+            notes.append(f"lane {key}: {why + '; ' if why else ''}left out of model_list: no runtime URL (the "
+                         f"document's lane has no url; give --api-base {key}=URL)")
+            continue
+        limit = SERIAL if why is not None else int(lane["recommended_concurrency"])
+        if why is not None:
+            notes.append(f"lane {key}: {why}; published with max_parallel_requests {SERIAL}")
+        served = lane.get("model") or _from_manifest(manifest, key, "model") or name
+        key_env = lane.get("api_key_env") or _from_manifest(manifest, key, "api_key_env")
+        deployments.append({
+            "model_name": _lookup(model_names, key, f"{node}/{name}", name) or name,
+            "litellm_params": {
+                "model": f"{provider}/{served}",
+                "api_base": _api_base(str(url)),
+                "api_key": f"os.environ/{key_env}" if key_env else "none",
+                "max_parallel_requests": limit,
+                "weight": limit,
+            },
+            "model_info": {
+                "id": f"satbench:{node}/{name}",
+                "satbench_node": node,
+                "satbench_lane": name,
+                "satbench_status": lane.get("status"),
+                "satbench_validity": validity_state(lane),
+                "satbench_recommended_concurrency": lane.get("recommended_concurrency"),
+                "satbench_run_id": lane.get("run_id", document.get("run_id")),
+                "satbench_measured_at": lane.get("measured_at"),
+                "satbench_fingerprint_digest": (lane.get("fingerprint") or {}).get("digest"),
+                "satbench_reason": why or lane.get("reason"),
+            },
+        })
+    return {"model_list": deployments}, notes
+
+
+# -- the command ----------------------------------------------------------------------------------------------
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", default="http://127.0.0.1:9108", help="recommender base URL")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--url", default="http://127.0.0.1:9108", help="recommender base URL")
+    source.add_argument("--file", type=Path, default=None, metavar="PATH",
+                        help="a saved recommendations.json (or the run folder holding it) instead of --url")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the recommender")
+    parser.add_argument("--format", choices=FORMATS, default="json",
+                        help="json: the capability fragment per node; prometheus: the /metrics text; "
+                             "litellm: a LiteLLM proxy model_list (JSON, which YAML reads)")
+    parser.add_argument("--model-name", action="append", default=[], metavar="LANE=NAME",
+                        help="litellm: the model group of a lane (default: the lane's name); repeatable")
+    parser.add_argument("--api-base", action="append", default=[], metavar="NODE/LANE=URL",
+                        help="litellm: a lane's runtime URL where the document has none; repeatable")
+    parser.add_argument("--provider", default="openai",
+                        help="litellm: the provider prefix of litellm_params.model (default openai)")
+    parser.add_argument("--unanswered", choices=("serial", "omit"), default="serial",
+                        help="litellm: a lane without a usable answer gets max_parallel_requests 1 (serial) "
+                             "or is left out (omit)")
 
 
-def main(args: argparse.Namespace) -> int:
+def _pairs(values: Sequence[str], flag: str, *, urls: bool = False) -> dict[str, str]:
+    """``KEY=VALUE`` options as a dict (``ValueError`` naming the flag for a malformed one)."""
+    from core.config_files import check_http_url
+
+    out: dict[str, str] = {}
+    for value in values:
+        key, sep, item = value.partition("=")
+        if not sep or not key or not item:
+            raise ValueError(f"{flag} {value!r}: expected KEY=VALUE")
+        try:
+            out[key] = check_http_url(item) if urls else item
+        except ValueError as exc:
+            raise ValueError(f"{flag} {value!r}: the URL {exc}") from exc
+    return out
+
+
+def _read_file(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The document at ``path`` (a file, or a run folder's ``recommendations.json``) and the run's
+    ``manifest.json`` beside it, when there is a readable one."""
+    doc_path = path / "recommendations.json" if path.is_dir() else path
+    document = json.loads(doc_path.read_text(encoding="utf-8"))
+    if not isinstance(document, dict) or not isinstance(document.get("lanes"), dict):
+        raise ValueError("not a recommendations document (no lanes)")
+    manifest = None
+    try:
+        loaded = json.loads((doc_path.parent / "manifest.json").read_text(encoding="utf-8"))
+        manifest = loaded if isinstance(loaded, dict) else None
+    except (OSError, ValueError):
+        pass
+    return document, manifest
+
+
+def _fetch(url_arg: str, timeout: float) -> tuple[dict[str, Any] | None, int]:
     import httpx
 
     from core.config_files import check_http_url
 
     try:
-        base = check_http_url(args.url)
+        base = check_http_url(url_arg)
     except ValueError as exc:
         print(f"satbench capabilities: --url {exc}", file=sys.stderr)
-        return 2
+        return None, 2
     url = f"{base}/recommendations"
     try:
-        resp = httpx.get(url, timeout=args.timeout)
+        resp = httpx.get(url, timeout=timeout)
     except httpx.HTTPError as exc:
         print(f"satbench capabilities: no answer: cannot reach {url} ({type(exc).__name__}); a finished run's "
               "answer is served by: satbench serve RUN_DIR", file=sys.stderr)
-        return 1
+        return None, 1
     if resp.status_code != 200:
         detail = " ".join(resp.text[:300].split())
         print(f"satbench capabilities: no answer: {url} answered {resp.status_code}: {detail}", file=sys.stderr)
-        return 1
+        return None, 1
     try:
-        fragment = capability_fragment(resp.json())
-    except (ValueError, AttributeError) as exc:
+        document = resp.json()
+        if not isinstance(document, dict) or not isinstance(document.get("lanes"), dict):
+            raise ValueError("no lanes")
+    except ValueError as exc:
         print(f"satbench capabilities: no answer: {url} sent no recommendations document: {exc}",
               file=sys.stderr)
-        return 1
-    print(json.dumps(fragment, indent=2, sort_keys=True))
-    missing = [name for name, v in fragment["lanes"].items() if v["max_useful_concurrency"] is None]
-    for name in missing:
-        why = fragment["lanes"][name].get("reason") or f"status {fragment['lanes'][name].get('status')}"
-        print(f"satbench capabilities: lane {name}: no answer ({why})", file=sys.stderr)
-    return 1 if missing or not fragment["lanes"] else 0
+        return None, 1
+    return document, 0
+
+
+def main(args: argparse.Namespace) -> int:
+    fmt = getattr(args, "format", "json")
+    path: Path | None = getattr(args, "file", None)
+    try:
+        model_names = _pairs(getattr(args, "model_name", []), "--model-name")
+        api_bases = _pairs(getattr(args, "api_base", []), "--api-base", urls=True)
+    except ValueError as exc:
+        print(f"satbench capabilities: {exc}", file=sys.stderr)
+        return 2
+    manifest = None
+    if path is not None:
+        try:
+            document, manifest = _read_file(path)
+        except (OSError, ValueError) as exc:
+            print(f"satbench capabilities: --file {path}: {exc}", file=sys.stderr)
+            return 2
+    else:
+        fetched, code = _fetch(args.url, args.timeout)
+        if fetched is None:
+            return code
+        document = fetched
+    fragment = capability_fragment(document)
+    unusable = {key: why for key, lane in _all_lanes(document) if (why := _unusable_why(lane)) is not None}
+    left_out = False
+    if fmt == "litellm":
+        config, notes = litellm_config(document, model_names=model_names, api_bases=api_bases, manifest=manifest,
+                                       provider=getattr(args, "provider", "openai"),
+                                       unanswered=getattr(args, "unanswered", "serial"))
+        print(json.dumps(config, indent=2))
+        published = {d["model_info"]["id"] for d in config["model_list"]}
+        left_out = any(f"satbench:{e['node']}/{e['lane']}" not in published for e in fragment["lanes"].values())
+    else:
+        print(prometheus_text(document) if fmt == "prometheus" else json.dumps(fragment, indent=2, sort_keys=True),
+              end="" if fmt == "prometheus" else "\n")
+        notes = [f"lane {key}: {why}" for key, why in unusable.items()]
+    for line in notes:
+        print(f"satbench capabilities: {line}", file=sys.stderr)
+    return 1 if unusable or left_out or not fragment["lanes"] else 0

@@ -22,19 +22,41 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--refresh-interval", type=float, dest="refresh_interval_s",
                         help="seconds between re-analyses (default 60)")
     parser.add_argument("--policy", type=Path, help="policy file (JSON or TOML)")
+    parser.add_argument("--prometheus-header", action="append", default=None, metavar="NAME:VALUE",
+                        dest="prometheus_header",
+                        help="an HTTP header for every query (repeatable), e.g. 'X-Scope-OrgID: fleet' for Mimir")
+    parser.add_argument("--validity-interval", type=float, dest="validity_interval_s",
+                        help="seconds between checks of the answers against the live fingerprints "
+                             "(default: the scrape interval)")
+    parser.add_argument("--scrape-interval", type=float, dest="scrape_interval_s",
+                        help="the Prometheus scrape interval of the load generator and exporters (default 1)")
+    parser.add_argument("--default-schema", choices=("v1", "v2"), dest="default_schema",
+                        help="what GET /recommendations serves without ?schema= (default v2; v1 keeps an "
+                             "unmigrated consumer working)")
 
 
 def build_settings(args: argparse.Namespace) -> Any:
+    from recommender.errors import BadInput
     from recommender.settings import RecommenderSettings, load_policy_file
 
     overrides: dict[str, Any] = {}
-    for name in ("host", "port", "runs_dir", "refresh_interval_s"):
+    for name in ("host", "port", "runs_dir", "refresh_interval_s", "validity_interval_s", "scrape_interval_s",
+                 "default_schema"):
         value = getattr(args, name, None)
         if value is not None:
             overrides[name] = value
     url = getattr(args, "prometheus_url", None)
     if url is not None:
         overrides["prometheus_url"] = None if url.lower() == "none" else url
+    headers = getattr(args, "prometheus_header", None)
+    if headers:
+        parsed = {}
+        for item in headers:
+            name, sep, value = item.partition(":")
+            if not sep or not name.strip():
+                raise BadInput(f"--prometheus-header {item!r}: write NAME: VALUE")
+            parsed[name.strip()] = value.strip()
+        overrides["prometheus_headers"] = parsed
     if getattr(args, "policy", None) is not None:
         overrides["policy"] = load_policy_file(args.policy)
     return RecommenderSettings(**overrides)

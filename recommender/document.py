@@ -1,9 +1,20 @@
-"""The recommendations document (schema ``satbench.recommendations/v1``) as plain JSON-ready dicts.
+"""The recommendations document (schema ``satbench.recommendations/v2``) as plain JSON-ready dicts.
 
 This module only arranges what the analysis found; it decides nothing. The field names are the contract of
-DESIGN.md with capability reporting (``lanes.<lane>.recommended_concurrency`` is what consumers read);
-fields beyond that contract are additions, never renames. ``mark_stale`` turns a last good document into the
-one served while Prometheus is unreachable: every lane says ``stale`` and how old the answer is.
+DESIGN.md with capability reporting (``lanes.<key>.recommended_concurrency`` is what consumers read);
+fields beyond that contract are additions, never renames.
+
+v2 (a fleet): ``lanes`` is keyed by the lane key (``core.lanes``: the bare name for a lane that names no
+node, ``<node>/<lane>`` otherwise), each answer says its ``node`` and ``lane``, the ``fingerprint`` of what it
+was measured on and its ``validity`` against the live one, and ``nodes`` indexes the answers by node with the
+node's labels. A session without nodes therefore reads as v1 did, key for key. ``as_v1`` is the v1 view for a
+consumer that has not moved (``GET /recommendations?schema=v1``): keyed by bare lane name, refused
+(``AmbiguousForV1``) where two nodes serve one name, so it is told, never handed one node's answer for
+another's. ``answers`` is how every reader takes the answers of either version.
+
+``mark_stale`` turns a last good document into the one served while Prometheus is unreachable: every lane
+says ``stale`` and how old the answer is. ``mark_changed`` turns one answer stale because what it was
+measured on changed (its validity names what).
 """
 
 from __future__ import annotations
@@ -14,12 +25,33 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from core.lanes import LOCAL_NODE, split_key
 from recommender.analysis import LaneAnalysis
 from recommender.policy import Policy
 
-__all__ = ["SCHEMA_ID", "build_document", "iso_utc", "json_safe", "lane_fragment", "mark_stale"]
+__all__ = [
+    "SCHEMA_ID",
+    "SCHEMA_V1",
+    "AmbiguousForV1",
+    "answers",
+    "as_v1",
+    "as_v2",
+    "build_document",
+    "iso_utc",
+    "json_safe",
+    "lane_fragment",
+    "mark_changed",
+    "mark_stale",
+    "node_index",
+    "unchecked",
+]
 
-SCHEMA_ID = "satbench.recommendations/v1"
+SCHEMA_ID = "satbench.recommendations/v2"
+SCHEMA_V1 = "satbench.recommendations/v1"
+
+
+class AmbiguousForV1(ValueError):
+    """The document cannot be said in v1: two nodes serve one lane name (the message names them)."""
 
 
 def json_safe(value: Any) -> Any:
@@ -37,10 +69,18 @@ def iso_utc(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
-def lane_fragment(analysis: LaneAnalysis, *, run_id: str, measured_at: float | None) -> dict[str, Any]:
+def lane_fragment(analysis: LaneAnalysis, *, run_id: str, measured_at: float | None,
+                  where: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One answer. ``where``: the lane's ``node``, ``lane``, ``url``, ``fingerprint`` and ``validity``
+    (``recommender.run_analysis``); without it the node and name come from the key."""
     knee = analysis.knee
     pair = analysis.indistinguishable
+    node, name = split_key(analysis.lane)
+    place = {"node": node or LOCAL_NODE, "lane": name, "url": None, "model": None, "fingerprint": None,
+             "validity": unchecked("no fingerprint was taken when this lane was measured"),
+             **dict(where or {})}
     return {
+        **place,
         "status": analysis.status,
         "reason": analysis.reason,
         "recommended_concurrency": analysis.recommended_concurrency,
@@ -68,14 +108,16 @@ def build_document(
     policy: Policy,
     lanes: Mapping[str, dict[str, Any]],
     notes: list[str] | None = None,
+    node_labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> dict[str, Any]:
-    """The whole document. ``lanes`` maps lane name to a ``lane_fragment``."""
+    """The whole document. ``lanes`` maps lane key to a ``lane_fragment``; ``node_labels`` each node's labels."""
     return {
         "schema": SCHEMA_ID,
         "generated_at": iso_utc(generated_at),
         "run_id": run_id,
         "source": dict(source),
         "policy": policy.model_dump(),
+        "nodes": node_index(lanes, node_labels),
         "lanes": json_safe(dict(lanes)),
         "notes": list(notes or []),
         "stale": False,
@@ -89,8 +131,79 @@ def mark_stale(document: Mapping[str, Any], *, age_s: float, reason: str) -> dic
     stale["stale"] = True
     stale["age_s"] = round(age_s, 3)
     for lane in stale["lanes"].values():
-        lane["last_status"] = lane["status"]
+        if lane["status"] != "stale":  # already stale because its node changed: keep the status before
+            lane["last_status"] = lane["status"]
         lane["status"] = "stale"
         lane["reason"] = f"{reason}; serving the answer of {stale['generated_at']} ({age_s:.0f} s old)"
         lane["age_s"] = round(age_s, 3)
     return stale
+
+
+def unchecked(reason: str) -> dict[str, Any]:
+    """The validity of an answer not (yet) compared with a live fingerprint."""
+    return {"state": "unknown", "checked_at": None, "changes": [], "reason": reason}
+
+
+def node_index(lanes: Mapping[str, Mapping[str, Any]],
+               labels: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, Any]:
+    """``{node: {"labels": {...}, "lanes": [key, ...]}}`` over the answers ``lanes`` (keys sorted)."""
+    out: dict[str, Any] = {}
+    for key in sorted(lanes):
+        node = str(lanes[key].get("node") or split_key(key)[0] or LOCAL_NODE)
+        entry = out.setdefault(node, {"labels": dict((labels or {}).get(node) or {}), "lanes": []})
+        entry["lanes"].append(key)
+    return {node: out[node] for node in sorted(out)}
+
+
+def answers(document: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The answers of a v1 or v2 document by lane key (v1: the lane name is the key)."""
+    lanes = document.get("lanes")
+    return {str(k): v for k, v in lanes.items() if isinstance(v, dict)} if isinstance(lanes, dict) else {}
+
+
+def as_v2(document: Mapping[str, Any]) -> dict[str, Any]:
+    """A v1 document (a run folder written before fleets) said in v2: every lane on node ``local``, without a
+    fingerprint (its validity says why); a v2 document as it is."""
+    if document.get("schema") != SCHEMA_V1:
+        return dict(document)
+    lanes = {}
+    for key, lane in answers(document).items():
+        node, name = split_key(key)
+        lanes[key] = {"node": node or LOCAL_NODE, "lane": name, "url": None, "model": None, "fingerprint": None,
+                      "validity": unchecked("measured before answers carried a fingerprint (schema v1)"), **lane}
+    return {**document, "schema": SCHEMA_ID, "nodes": node_index(lanes), "lanes": lanes}
+
+
+def as_v1(document: Mapping[str, Any]) -> dict[str, Any]:
+    """The v1 view of a v2 document: lanes keyed by bare name, without the node index.
+
+    ``AmbiguousForV1`` where two nodes serve one lane name: v1 has one answer per name, and handing a v1
+    consumer one node's answer for a name it reads as the only one would break it silently."""
+    if document.get("schema") == SCHEMA_V1:
+        return dict(document)
+    by_name: dict[str, list[str]] = {}
+    for key, lane in answers(document).items():
+        by_name.setdefault(str(lane.get("lane") or split_key(key)[1]), []).append(key)
+    clashes = {name: keys for name, keys in by_name.items() if len(keys) > 1}
+    if clashes:
+        said = "; ".join(f"{name} on {', '.join(sorted(keys))}" for name, keys in sorted(clashes.items()))
+        raise AmbiguousForV1(f"schema v1 keys answers by lane name alone, and several nodes serve one: {said}; "
+                             f"read schema v2 ({SCHEMA_ID})")
+    lanes = answers(document)
+    out = {k: v for k, v in document.items() if k not in ("nodes", "lanes")}
+    out["schema"] = SCHEMA_V1
+    out["lanes"] = {name: lanes[keys[0]] for name, keys in sorted(by_name.items())}
+    return out
+
+
+def mark_changed(lane: Mapping[str, Any], validity: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of answer ``lane`` with ``validity``; stale (its last status kept) when what it was measured on
+    changed, and back to its own status when it no longer differs."""
+    out = dict(lane)
+    out["validity"] = dict(validity)
+    if validity.get("state") == "changed":
+        if out.get("status") != "stale":
+            out["last_status"] = out.get("status")
+        out["status"] = "stale"
+        out["reason"] = f"measured on something else: {validity.get('reason')}"
+    return out

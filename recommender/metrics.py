@@ -1,71 +1,172 @@
 """``/metrics`` of the recommender: the current answer as gauges, on a private registry.
 
-A custom collector reads the store at scrape time (no timers, no global registry):
-``satbench_recommended_concurrency{lane}`` and ``satbench_saturation_concurrency{lane}`` for lanes that have
-an answer, ``satbench_recommendation_status{lane,status,binding_constraint}`` (1, an info series: what the
-document says of each lane, also without an answer), ``satbench_verdict_ok{lane,check}`` (1 when no measured
-rung was flagged for ``decode_starvation``, ``prefill_starvation`` or ``fairness``, 0 when one was; absent
-where the document does not say), plus ``satbench_recommendations_stale`` (1 while the served answer is stale).
+A custom collector reads the store at scrape time (no timers, no global registry) and hands the document to
+one pure function, ``answer_families(document)``, which ``satbench capabilities --format prometheus`` calls
+too: the series a router scrapes here and the text an operator renders from a saved ``recommendations.json``
+are built by the same code, so they cannot disagree.
+
+Per lane (``lane`` is the lane's name, never its key; ``node`` where the lane names one, see below):
+
+- ``satbench_recommended_concurrency`` and ``satbench_saturation_concurrency``: for lanes that have the
+  figure (a lane without an answer has no sample: "not measured" is never "measured: 0");
+- ``satbench_recommendation_status{status,binding_constraint}``: 1, an info series, for every lane of the
+  document, also without an answer;
+- ``satbench_verdict_ok{check}``: 1 when no measured rung was flagged for ``decode_starvation``,
+  ``prefill_starvation`` or ``fairness``, 0 when one was; absent where the document does not say;
+- ``satbench_recommendation_valid``: 1 when the answer was checked against the live runtime and still holds
+  (``validity.state == "valid"``), 0 when it was measured on something else (``"changed"``: another build,
+  model, slot count, GPU...), **absent** when nobody could tell (``"unknown"``, or a v1 document without
+  ``validity``). Absent rather than NaN: NaN poisons PromQL arithmetic and compares false to everything,
+  while an absent sample makes ``x * on(node, lane) satbench_recommendation_valid`` drop the lane, the
+  conservative reading;
+- ``satbench_recommendation_validity{state}``: the same as a one-hot state set over ``valid``, ``changed`` and
+  ``unknown`` for every lane of the document, so a consumer tells "unknown" from "not in the document".
+
+With the status series a consumer tells the three cases of the contract apart: measured and valid
+(``recommended_concurrency`` present, ``valid == 1``), measured on something else (``valid == 0``, status
+``stale``), never measured (no ``recommended_concurrency`` sample; status ``insufficient_data``/``degraded``,
+or no series at all).
+
+Plus ``satbench_recommendations_stale`` (1 while the served answer is stale because the source is unreachable;
+no lane, no node: it is the document's).
+
+The node label follows the fleet contract (``core.lanes.key_labels``): a lane that names a node carries
+``node="<node>"``; a lane on the session's own host (node ``local``, a bare key) carries none, exactly as the
+exporter's and the load generator's series of that lane, so ``on(node, lane)`` joins across them and a session
+without nodes serves the very series it served before. Prometheus stores an empty label as absent, so a query
+that needs the name sees such a lane with ``node=""`` (or the scrape target's ``node`` label, when the scrape
+job sets one and keeps the exposed label with ``honor_labels: true``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
-from prometheus_client import CollectorRegistry
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from core.lanes import LOCAL_NODE, key_labels, lane_key, split_key
+from recommender.document import answers
 from recommender.errors import NothingToServe
 from recommender.store import RecommendationStore
 
-__all__ = ["RecommendationsCollector", "build_registry"]
+__all__ = [
+    "VALIDITY_STATES",
+    "RecommendationsCollector",
+    "answer_families",
+    "build_registry",
+    "document_lanes",
+    "exposition",
+    "lane_identity",
+    "validity_state",
+]
+
+VALIDITY_STATES = ("valid", "changed", "unknown")
 
 
-class RecommendationsCollector(Collector):
-    def __init__(self, store: RecommendationStore) -> None:
-        self._store = store
-
-    def collect(self) -> Iterator[Metric]:
-        rec = GaugeMetricFamily("satbench_recommended_concurrency",
-                                "Largest useful concurrency per lane under the policy.", labels=["lane"])
-        sat = GaugeMetricFamily("satbench_saturation_concurrency",
-                                "Concurrency where throughput stops paying per doubling.", labels=["lane"])
-        status = GaugeMetricFamily("satbench_recommendation_status",
-                                   "1 per lane, labelled with the answer's status and binding constraint.",
-                                   labels=["lane", "status", "binding_constraint"])
-        verdict = GaugeMetricFamily("satbench_verdict_ok",
-                                    "1 when no measured rung of the lane was flagged for the check, 0 when one was.",
-                                    labels=["lane", "check"])
-        stale = GaugeMetricFamily("satbench_recommendations_stale",
-                                  "1 while the served recommendations are stale (source unreachable).")
-        try:
-            lanes = self._store.document()["lanes"]
-        except NothingToServe:
-            lanes = {}
-        for lane, data in sorted(lanes.items()):
-            if data.get("recommended_concurrency") is not None:
-                rec.add_metric([lane], float(data["recommended_concurrency"]))
-            if data.get("saturation_concurrency") is not None:
-                sat.add_metric([lane], float(data["saturation_concurrency"]))
-            status.add_metric([lane, str(data.get("status") or "unknown"), str(data.get("binding_constraint") or "")],
-                              1.0)
-            for check, ok in _verdicts(data).items():
-                verdict.add_metric([lane, check], 1.0 if ok else 0.0)
-        stale.add_metric([], 1.0 if self._store.state == "stale" else 0.0)
-        yield rec
-        yield sat
-        yield status
-        yield verdict
-        yield stale
+def lane_identity(key: str, lane: Mapping[str, Any]) -> tuple[str, str]:
+    """``(node, lane name)`` of the document's lane ``key``: the v2 fields, else what the key says; a lane
+    naming no node (every v1 lane) is on ``LOCAL_NODE``."""
+    key_node, key_name = split_key(key)
+    node = lane.get("node") or key_node or LOCAL_NODE
+    return str(node), str(lane.get("lane") or key_name)
 
 
-def _verdicts(lane: dict) -> dict[str, bool]:
+def validity_state(lane: Mapping[str, Any]) -> str:
+    """``valid``, ``changed`` or ``unknown`` (also for a lane without ``validity``, as in v1 documents)."""
+    state = (lane.get("validity") or {}).get("state")
+    return state if state in ("valid", "changed") else "unknown"
+
+
+def document_lanes(document: Mapping[str, Any] | None) -> list[tuple[str, dict[str, Any]]]:
+    """The document's answers as ``(key, lane)`` sorted by key (``recommender.document.answers``: v1 and v2
+    both key ``lanes`` by lane key); none for ``None``."""
+    return sorted(answers(document or {}).items())
+
+
+def _labels(node: str, name: str, **more: str) -> dict[str, str]:
+    return {**key_labels(lane_key(None if node == LOCAL_NODE else node, name)), **more}
+
+
+def _gauge(name: str, documentation: str) -> Metric:
+    return Metric(name, documentation, "gauge")
+
+
+def answer_families(document: Mapping[str, Any] | None) -> list[Metric]:
+    """The ``satbench_*`` families of a recommendations document (v1 or v2; ``None``: nothing to serve yet).
+
+    Pure: the same document gives the same families, sample order included (lanes sorted by key)."""
+    rec = _gauge("satbench_recommended_concurrency", "Largest useful concurrency per lane under the policy.")
+    sat = _gauge("satbench_saturation_concurrency", "Concurrency where throughput stops paying per doubling.")
+    status = _gauge("satbench_recommendation_status",
+                    "1 per lane, labelled with the answer's status and binding constraint.")
+    verdict = _gauge("satbench_verdict_ok",
+                     "1 when no measured rung of the lane was flagged for the check, 0 when one was.")
+    valid = _gauge("satbench_recommendation_valid",
+                   "1 when the answer still holds for the live runtime, 0 when it was measured on something "
+                   "else; absent when unknown.")
+    validity = _gauge("satbench_recommendation_validity",
+                      "1 for the lane's validity state (valid, changed, unknown), 0 for the others.")
+    stale = _gauge("satbench_recommendations_stale",
+                   "1 while the served recommendations are stale (source unreachable).")
+    for key, data in document_lanes(document):
+        node, name = lane_identity(key, data)
+        labels = _labels(node, name)
+        if data.get("recommended_concurrency") is not None:
+            rec.add_sample(rec.name, labels, float(data["recommended_concurrency"]))
+        if data.get("saturation_concurrency") is not None:
+            sat.add_sample(sat.name, labels, float(data["saturation_concurrency"]))
+        status.add_sample(status.name, _labels(node, name, status=str(data.get("status") or "unknown"),
+                                               binding_constraint=str(data.get("binding_constraint") or "")), 1.0)
+        for check, ok in _verdicts(data).items():
+            verdict.add_sample(verdict.name, _labels(node, name, check=check), 1.0 if ok else 0.0)
+        state = validity_state(data)
+        if state != "unknown":
+            valid.add_sample(valid.name, labels, 1.0 if state == "valid" else 0.0)
+        for one in VALIDITY_STATES:
+            validity.add_sample(validity.name, _labels(node, name, state=one), 1.0 if one == state else 0.0)
+    stale.add_sample(stale.name, {}, 1.0 if (document or {}).get("stale") else 0.0)
+    return [rec, sat, status, verdict, valid, validity, stale]
+
+
+def _verdicts(lane: Mapping[str, Any]) -> dict[str, bool]:
     """Per check, whether every measured rung of the lane passed it (the document's lane summaries)."""
     starvation, fairness = lane.get("starvation") or {}, lane.get("fairness") or {}
     found = {"decode_starvation": starvation.get("decode_ok"), "prefill_starvation": starvation.get("prefill_ok"),
              "fairness": fairness.get("ok")}
     return {check: bool(ok) for check, ok in found.items() if ok is not None}
+
+
+class RecommendationsCollector(Collector):
+    """The store's current document (the stale copy while the source is unreachable) as ``answer_families``."""
+
+    def __init__(self, store: RecommendationStore) -> None:
+        self._store = store
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            document: dict[str, Any] | None = self._store.document()
+        except NothingToServe:
+            document = None
+        yield from answer_families(document)
+
+
+class _Families(Collector):
+    def __init__(self, families: Iterable[Metric]) -> None:
+        self._families = list(families)
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._families
+
+
+def exposition(document: Mapping[str, Any] | None) -> str:
+    """The Prometheus text exposition of ``answer_families(document)``: byte for byte what ``/metrics`` serves
+    while the store holds ``document``."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(answer_families(document)))
+    return generate_latest(registry).decode("utf-8")
 
 
 def build_registry(store: RecommendationStore) -> CollectorRegistry:

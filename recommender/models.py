@@ -3,10 +3,11 @@ and the service's small answers. The run registration body is ``core.manifest.Ru
 
 The analysis never sees these: it works on frozen dataclasses and returns plain dicts; the service declares
 these models so OpenAPI describes exactly what it serves, and ``recommender.schema`` writes the JSON Schema
-of ``RecommendationsDocument`` to ``recommender/schema/recommendations.v1.json``. Unknown fields are
-allowed in the document (v1 grows by addition, never by renaming). Shapes declared elsewhere are not
-declared again: a step is ``core.figures.StepFigures`` extended with its verdict, the policy is
-``recommender.policy.Policy``.
+of ``RecommendationsDocument`` to ``recommender/schema/recommendations.v2.json`` (v1's schema stays
+committed beside it for the v1 view, ``GET /recommendations?schema=v1``). Unknown fields are allowed in the
+document (a version grows by addition, never by renaming; a change of meaning is a new version). Shapes
+declared elsewhere are not declared again: a step is ``core.figures.StepFigures`` extended with its verdict,
+the policy is ``recommender.policy.Policy``.
 """
 
 from __future__ import annotations
@@ -21,14 +22,18 @@ from core.figures import StepFigures
 from recommender.policy import Policy
 
 __all__ = [
+    "ChangeModel",
     "Constraint",
+    "FingerprintModel",
     "HealthModel",
     "LaneModel",
     "LaneStatus",
+    "NodeModel",
     "RecommendationsDocument",
     "RunInfo",
     "RunRegistered",
     "StepModel",
+    "ValidityModel",
 ]
 
 Constraint = Literal[
@@ -154,7 +159,46 @@ class TunedModel(BaseModel):
     candidates: list[TunedCandidateModel]
 
 
+class ChangeModel(BaseModel):
+    field: str = Field(description="the fingerprint field that differs, e.g. settings.slots")
+    measured: Any
+    live: Any
+
+
+class ValidityModel(BaseModel):
+    """Whether what the answer was measured on is what the node runs now (its live fingerprint)."""
+
+    state: Literal["valid", "changed", "unknown"] = Field(
+        description="valid: the live fingerprint matches; changed: it differs (the answer is stale); "
+                    "unknown: no live fingerprint to compare (reason says why)")
+    checked_at: str | None = None
+    changes: list[ChangeModel] = Field(default_factory=list)
+    reason: str | None = None
+
+
+class FingerprintModel(BaseModel):
+    """What an answer was measured on (``core.fingerprint``): a null field is one the runtime or host cannot
+    tell, and ``unknown`` says why."""
+
+    model_config = ConfigDict(extra="allow")
+
+    digest: str | None = Field(None, description="sha256 over runtime, model, settings and hardware")
+    runtime: dict[str, Any] | None = None
+    model: dict[str, Any] | None = None
+    settings: dict[str, Any] | None = None
+    hardware: dict[str, Any] | None = None
+    workload: dict[str, Any] | None = Field(None, description="digest and values of the workload")
+    policy: dict[str, Any] | None = Field(None, description="digest and values of the policy")
+    unknown: dict[str, str] = Field(default_factory=dict, description="field -> why it is null")
+
+
 class LaneModel(BaseModel):
+    node: str = Field("local", description="the node (runtime host) the lane is on")
+    lane: str = Field("", description="the lane's name on its node")
+    url: str | None = Field(None, description="the runtime's base URL the lane was measured at")
+    model: str | None = Field(None, description="the model its requests name (a router node routes by it)")
+    fingerprint: FingerprintModel | None = Field(None, description="what the answer was measured on")
+    validity: ValidityModel | None = None
     status: LaneStatus
     reason: str | None = None
     recommended_concurrency: int | None = Field(description="what capability reporting reads")
@@ -181,17 +225,24 @@ class SourceModel(BaseModel):
     run_dir: str | None = None
 
 
+class NodeModel(BaseModel):
+    labels: dict[str, str] = Field(default_factory=dict, description="the node's labels (GPU class...)")
+    lanes: list[str] = Field(description="the keys of its answers in ``lanes``")
+
+
 class RecommendationsDocument(BaseModel):
-    """``GET /recommendations``: per lane, how much concurrency is useful, and the evidence."""
+    """``GET /recommendations``: per node and lane, how much concurrency is useful, and the evidence."""
 
-    model_config = ConfigDict(populate_by_name=True, title="satbench.recommendations/v1")
+    model_config = ConfigDict(populate_by_name=True, title="satbench.recommendations/v2")
 
-    schema_id: Literal["satbench.recommendations/v1"] = Field(alias="schema")
+    schema_id: Literal["satbench.recommendations/v2"] = Field(alias="schema")
     generated_at: str
     run_id: str
     source: SourceModel
     policy: Policy
-    lanes: dict[str, LaneModel]
+    nodes: dict[str, NodeModel] = Field(default_factory=dict, description="the answers by node")
+    lanes: dict[str, LaneModel] = Field(
+        description="answers by lane key: the lane's name, or <node>/<lane> for a lane that names a node")
     notes: list[str] = Field(default_factory=list)
     stale: bool = False
     age_s: float | None = None

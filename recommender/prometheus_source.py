@@ -86,9 +86,12 @@ class HttpxPromClient:
     """A ``PromQLClient`` over Prometheus' HTTP API. Use as an async context manager."""
 
     def __init__(self, base_url: str, *, timeout_s: float = 10.0,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 transport: httpx.AsyncBaseTransport | None = None,
+                 headers: Mapping[str, str] | None = None) -> None:
+        """``headers`` go with every query: a multi-tenant store's tenant (Mimir, Cortex: ``X-Scope-OrgID``)."""
         self.base_url = base_url.rstrip("/")
-        self._client = httpx.AsyncClient(base_url=self.base_url, timeout=timeout_s, transport=transport)
+        self._client = httpx.AsyncClient(base_url=self.base_url, timeout=timeout_s, transport=transport,
+                                         headers=dict(headers or {}))
 
     async def __aenter__(self) -> HttpxPromClient:
         return self

@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from core.figures import StepFigures
+from core.fingerprint import policy_part, workload_part
+from core.lanes import LOCAL_NODE, split_key
 from core.manifest import RunManifest
 from recommender.analysis import analyze_lane
-from recommender.document import build_document, lane_fragment
+from recommender.document import build_document, lane_fragment, mark_changed, unchecked
 from recommender.errors import BadInput, PrometheusQueryError, SourceUnavailable
 from recommender.policy import Policy
 from recommender.prometheus_source import (
@@ -31,20 +33,49 @@ from recommender.prometheus_source import (
     fetch_run_figures,
 )
 from recommender.records_source import figures_from_records, load_records, unusable_window_figures
+from recommender.validity import check_answers
 
-__all__ = ["analyze_run", "analyze_run_async", "document_from_figures"]
+__all__ = ["analyze_run", "analyze_run_async", "document_from_figures", "lane_place"]
 
 
 def document_from_figures(manifest: RunManifest, figures: dict[str, list[StepFigures]], *, policy: Policy,
                           source: dict[str, Any], generated_at: float, notes: list[str] | None = None
                           ) -> dict[str, Any]:
     lanes: dict[str, dict[str, Any]] = {}
+    labels: dict[str, dict[str, str]] = {}
     for lane in manifest.lane_names():
         ends = [w.end for w in manifest.windows(lane)]
         analysis = analyze_lane(lane, figures.get(lane, []), policy)
-        lanes[lane] = lane_fragment(analysis, run_id=manifest.run_id, measured_at=max(ends) if ends else None)
+        where = lane_place(manifest, lane, policy)
+        labels.setdefault(where["node"], dict(manifest.lanes.get(lane, {}).get("node_labels") or {}))
+        lanes[lane] = lane_fragment(analysis, run_id=manifest.run_id, measured_at=max(ends) if ends else None,
+                                    where=where)
+        why = manifest.lanes.get(lane, {}).get("unreachable")
+        if why and not ends:  # a fleet node that did not answer: never measured, and the answer says why
+            lanes[lane].update(status="insufficient_data", reason=f"not measured: {why}")
     return build_document(run_id=manifest.run_id, generated_at=generated_at, source=source, policy=policy,
-                          lanes=lanes, notes=notes)
+                          lanes=lanes, notes=notes, node_labels=labels)
+
+
+def lane_place(manifest: RunManifest, key: str, policy: Policy) -> dict[str, Any]:
+    """Where lane ``key`` was measured, from the manifest: node, name, runtime URL and the fingerprint the
+    session took from the lane's exporter when the walk began, completed with the workload and the policy
+    this answer was judged by (``core.fingerprint``). A lane without one says why its fingerprint is null."""
+    entry = manifest.lanes.get(key) or {}
+    node, name = split_key(key)
+    taken = entry.get("fingerprint")
+    workload = ((manifest.config.get("loadgen") or {}).get("workload") or {}) if manifest.config else {}
+    if isinstance(taken, dict) and taken.get("runtime") is not None:
+        fingerprint: dict[str, Any] | None = {**taken, "workload": workload_part(workload),
+                                              "policy": policy_part(policy.model_dump(mode="json"))}
+        validity = unchecked("not yet compared with the live fingerprint (the exporter's runtime_fingerprint_info)")
+    else:
+        fingerprint = None
+        why = entry.get("fingerprint_reason") or "the session took no fingerprint of this lane"
+        validity = unchecked(f"no fingerprint: {why}")
+    return {"node": str(entry.get("node") or node or LOCAL_NODE), "lane": str(entry.get("lane") or name),
+            "url": entry.get("url"), "model": entry.get("model") or None, "fingerprint": fingerprint,
+            "validity": validity}
 
 
 def _has_samples(figures: dict[str, list[StepFigures]]) -> bool:
@@ -89,6 +120,18 @@ async def _patch_from_records(manifest: RunManifest, figures: dict[str, list[Ste
     return patched
 
 
+async def _validity_now(manifest: RunManifest, client: PromQLClient,
+                        clock: Callable[[], float]) -> dict[str, dict[str, Any]]:
+    """Each answer's validity against the live fingerprints now (``recommender.validity``), so an answer is
+    checked the moment it is made; an unreadable fingerprint series leaves the answers unchecked."""
+    taken = {key: {"fingerprint": entry["fingerprint"]} for key, entry in manifest.lanes.items()
+             if isinstance(entry.get("fingerprint"), dict)}  # a lane without one keeps its own reason
+    try:
+        return await check_answers(client, taken, now=clock())
+    except (SourceUnavailable, PrometheusQueryError):
+        return {}
+
+
 async def analyze_run_async(
     manifest: RunManifest,
     *,
@@ -99,6 +142,7 @@ async def analyze_run_async(
     prom_client: PromQLClient | None = None,
     prometheus_timeout_s: float = 10.0,
     clock: Callable[[], float] = time.time,
+    prometheus_headers: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The recommendations document of ``manifest`` (see the module docstring for the source order)."""
     config = source_config or PrometheusSourceConfig(confidence=policy.confidence)
@@ -108,16 +152,22 @@ async def analyze_run_async(
     if prometheus_url is not None or prom_client is not None:
         url = prometheus_url or "(injected client)"
         try:
+            live: dict[str, dict[str, Any]] = {}
             if prom_client is not None:
                 figures = await _from_prometheus(manifest, prom_client, config)
+                live = await _validity_now(manifest, prom_client, clock)
             else:
-                async with HttpxPromClient(url, timeout_s=prometheus_timeout_s) as client:
+                async with HttpxPromClient(url, timeout_s=prometheus_timeout_s,
+                                           headers=prometheus_headers) as client:
                     figures = await _from_prometheus(manifest, client, config)
+                    live = await _validity_now(manifest, client, clock)
             if _has_samples(figures) or run_dir is None:
                 if run_dir is not None:
                     figures = await _patch_from_records(manifest, figures, run_dir, notes)
-                return document_from_figures(manifest, figures, policy=policy, generated_at=clock(),
-                                             source={"kind": "prometheus", "url": url}, notes=notes)
+                doc = document_from_figures(manifest, figures, policy=policy, generated_at=clock(),
+                                            source={"kind": "prometheus", "url": url}, notes=notes)
+                doc["lanes"] = {k: mark_changed(v, live[k]) if k in live else v for k, v in doc["lanes"].items()}
+                return doc
             notes.append(f"Prometheus at {url} holds no load-generator samples for this run's windows")
         except (SourceUnavailable, PrometheusQueryError) as exc:
             if run_dir is None:

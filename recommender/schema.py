@@ -1,6 +1,7 @@
 """The committed JSON Schema of the recommendations document, generated from the pydantic models.
 
-``python -m recommender.schema`` rewrites ``recommender/schema/recommendations.v1.json``;
+``python -m recommender.schema`` rewrites ``recommender/schema/recommendations.v2.json``
+(``recommendations.v1.json`` beside it is v1's, frozen: the schema of the v1 view);
 ``python -m recommender.schema --check`` exits 1 when the committed file differs from what the models
 generate (the drift test runs the same comparison). Output is sorted, indented JSON so diffs read well.
 
@@ -33,7 +34,7 @@ __all__ = [
     "write_design_sample",
 ]
 
-SCHEMA_PATH = Path(__file__).parent / "schema" / "recommendations.v1.json"
+SCHEMA_PATH = Path(__file__).parent / "schema" / "recommendations.v2.json"
 DESIGN_PATH = Path(__file__).resolve().parents[1] / "docs" / "DESIGN.md"
 _BEGIN, _END = "<!-- sample document: begin -->", "<!-- sample document: end -->"
 
@@ -60,6 +61,9 @@ def design_sample(doc: dict[str, Any]) -> dict[str, Any]:
         at = [s for s in steps if s.get("concurrency") == lane.get("recommended_concurrency")]
         lane["steps"] = at[:1] or steps[:1]
         out["lanes"] = {name: lane}
+        node = lane.get("node")
+        if isinstance(out.get("nodes"), dict) and node in out["nodes"]:
+            out["nodes"] = {node: {**out["nodes"][node], "lanes": [name]}}
     return _rounded(out)
 
 
@@ -89,7 +93,7 @@ def write_design_sample(doc: dict[str, Any], path: Path = DESIGN_PATH) -> None:
 def generate_schema() -> dict[str, Any]:
     schema = RecommendationsDocument.model_json_schema(by_alias=True, mode="serialization")
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["$id"] = "https://satbench.invalid/schema/recommendations.v1.json"
+    schema["$id"] = "https://satbench.invalid/schema/recommendations.v2.json"
     return schema
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -36,7 +36,13 @@ class RecommenderSettings(BaseSettings):
     recorded_answers: bool = Field(default=False, description="serve a finished run's recommendations.json as "
                                    "it was written, analysing only runs that have none")
     refresh_interval_s: float = Field(default=60.0, gt=0)
+    validity_interval_s: float | None = Field(default=None, gt=0, description="how often answers are checked "
+                                              "against the live fingerprints; null: every scrape interval")
+    default_schema: Literal["v1", "v2"] = Field(default="v2", description="what GET /recommendations serves "
+                                                "without ?schema=: v1 keeps an unmigrated consumer working")
     prometheus_timeout_s: float = Field(default=10.0, gt=0)
+    prometheus_headers: dict[str, str] = Field(default_factory=dict, description="HTTP headers sent with every "
+                                               "query (a multi-tenant store's X-Scope-OrgID)")
     ci_batches: int = Field(default=10, ge=2)
     ci_min_batches: int = Field(default=5, ge=2, description="fewest batches for a throughput interval")
     ci_min_e2e_multiple: float = Field(default=10.0, gt=0, description="shortest batch in mean latencies")

@@ -8,11 +8,15 @@ The current document merges, lane by lane, the newest analysed run that measured
 ``moe`` alone does not hide yesterday's ``dense`` answer); each lane names its own ``run_id``. When a source
 fails (``SourceUnavailable``) the last good document stays and is served marked ``stale`` with its age;
 with no good document yet there is nothing to serve (``NothingToServe``, a 503 at the edge).
-"""
+
+Validity (``recommender.validity``) is checked on its own faster tick and laid over the merged answers
+(``set_validity``): an answer whose node changed is served ``stale`` with what changed, and turns back
+when the node is back to what it measured. """
 
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import time
 from collections.abc import Callable
@@ -21,7 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from core.manifest import RunManifest, read_manifest
-from recommender.document import mark_stale
+from recommender.document import as_v1, mark_changed, mark_stale, node_index
 from recommender.errors import BadInput, NothingToServe, SourceUnavailable, UnknownLane, UnknownRun
 
 __all__ = ["Analyzer", "RecommendationStore", "RunEntry"]
@@ -55,6 +59,11 @@ class RecommendationStore:
         self._current_bytes: bytes | None = None
         self._good_at: float | None = None
         self._stale_reason: str | None = None
+        self._merged: dict[str, Any] | None = None  # the newest answers merged, before validity
+        self._validity: dict[str, dict[str, Any]] = {}
+        self._v1_bytes: bytes | None = None
+        self._gzip_bytes: bytes | None = None
+        self.validity_checked_at: float | None = None  # the latest validity tick (set_validity)
         self._lock = asyncio.Lock()
 
     # -- runs --------------------------------------------------------------------------------------
@@ -168,13 +177,53 @@ class RecommendationStore:
         assert newest is not None
         merged = dict(newest)
         lanes: dict[str, Any] = {}
+        labels: dict[str, dict[str, str]] = {}
         for entry in entries:
             assert entry.document is not None
             lanes.update(entry.document["lanes"])
+            for node, info in (entry.document.get("nodes") or {}).items():
+                labels[node] = dict(info.get("labels") or {})
         merged["lanes"] = {lane: lanes[lane] for lane in sorted(lanes)}
-        self._current = merged
-        self._current_bytes = json.dumps(merged, separators=(",", ":")).encode()
+        if "nodes" in newest or any("nodes" in (e.document or {}) for e in entries):
+            merged["nodes"] = node_index(merged["lanes"], labels)
+        self._merged = merged
         self._good_at = self._clock()
+        self._publish()
+
+    def _publish(self) -> None:
+        """The merged answers with each one's validity laid over them, serialised once."""
+        if self._merged is None:
+            return
+        current = dict(self._merged)
+        current["lanes"] = {key: mark_changed(lane, self._validity[key]) if key in self._validity else lane
+                            for key, lane in self._merged["lanes"].items()}
+        self._current = current
+        self._current_bytes = json.dumps(current, separators=(",", ":")).encode()
+        self._v1_bytes = None
+        self._gzip_bytes = None
+
+    # -- validity ----------------------------------------------------------------------------------
+    def answers_to_check(self) -> dict[str, dict[str, Any]]:
+        """The merged answers (before validity), by key: what the validity tick compares."""
+        return dict(self._merged["lanes"]) if self._merged is not None else {}
+
+    def set_validity(self, validity: dict[str, dict[str, Any]], *, checked_at: float | None = None) -> bool:
+        """Lays each answer's validity over the served document; True when some answer's state changed.
+
+        Only a change re-serialises (a 100-lane document is a megabyte: serialising it every tick would stall
+        the event loop that answers the pollers): an answer's ``validity.checked_at`` is the check that found
+        its current state, and ``checked_at`` (the latest tick) is served beside the document, in the
+        ``X-Satbench-Validity-Checked-At`` header and ``/healthz``."""
+        def state(v: dict[str, Any] | None) -> tuple[Any, ...]:
+            return (None,) if v is None else (v.get("state"), v.get("reason"))
+
+        moved = set(validity) != set(self._validity) or any(
+            state(self._validity.get(k)) != state(v) for k, v in validity.items())
+        self.validity_checked_at = checked_at if checked_at is not None else self._clock()
+        if moved:
+            self._validity = dict(validity)
+            self._publish()
+        return moved
 
     # -- serving -----------------------------------------------------------------------------------
     @property
@@ -195,8 +244,32 @@ class RecommendationStore:
         generated = self._good_at if self._good_at is not None else self._clock()
         return mark_stale(self._current, age_s=self._clock() - generated, reason=self._stale_reason)
 
-    def document_bytes(self) -> bytes:
-        """The serialised document: cached bytes when fresh, rendered with its age when stale."""
+    def document_gzip(self) -> bytes:
+        """The fresh document's bytes gzipped (level 1, once per publish): a poller that accepts gzip gets a
+        sixth of the bytes (a fleet's document is a megabyte)."""
+        if self._gzip_bytes is None:
+            self._gzip_bytes = gzip.compress(self.document_bytes(), compresslevel=1, mtime=0)
+        return self._gzip_bytes
+
+    def v1_ready(self) -> bool:
+        """Whether the v1 view can be served from cache (it can be said, and was already rendered)."""
+        if self._v1_bytes is None and self._current is not None:
+            try:
+                self._v1_bytes = json.dumps(as_v1(self._current), separators=(",", ":")).encode()
+            except ValueError:
+                return False
+        return self._v1_bytes is not None
+
+    def document_bytes(self, schema: str = "v2") -> bytes:
+        """The serialised document: cached bytes when fresh, rendered with its age when stale. ``schema``
+        ``v1``: its v1 view (``recommender.document.as_v1``; ``AmbiguousForV1`` where it cannot be said)."""
+        if schema == "v1":
+            if self._v1_bytes is None or self._stale_reason is not None:
+                body = json.dumps(as_v1(self.document()), separators=(",", ":")).encode()
+                if self._stale_reason is not None:
+                    return body
+                self._v1_bytes = body
+            return self._v1_bytes
         if self._current_bytes is not None and self._stale_reason is None:
             return self._current_bytes
         return json.dumps(self.document(), separators=(",", ":")).encode()

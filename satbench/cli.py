@@ -32,6 +32,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "run": ("satbench.session.cli", "a whole benchmark session: start what is missing, walk the ladder, answer"),
     "tune": ("satbench.tune.cli", "find each lane's server settings (-np, -b, -ub, -c), not only its concurrency"),
     "sim": ("simulator.cli", "the embedded llama.cpp-compatible runtime simulator"),
+    "sim-fleet": ("simulator.fleet", "many simulated nodes and lanes from one process (fleet tests and benches)"),
     "loadgen": ("loadgen.cli", "only the ladder walk, against running endpoints"),
     "exporter": ("exporter.cli", "the runtime exporter for one node (runtime_* and gpu_* metrics)"),
     "recommender": ("recommender.cli", "the recommendations service (GET /recommendations)"),
@@ -39,7 +40,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
                "rebuild report.html, README.md, steps.csv and records.csv from a run folder's raw files"),
     "models": ("satbench.models.cli", "write the tiny dense and MoE GGUF models"),
     "serve": ("satbench.serve", "serve finished runs' answers at GET /recommendations (no Prometheus needed)"),
-    "capabilities": ("recommender.capabilities", "print the per-lane capability fragment from a recommender"),
+    "capabilities": ("recommender.capabilities", "print the answer per node and lane where routers read it "
+                     "(json, prometheus, litellm)"),
 }
 
 

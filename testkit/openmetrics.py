@@ -7,6 +7,10 @@ to its user and its latencies observed when it *ends*. Histogram buckets are the
 leaves every ``histogram_quantile`` unchanged. ``extra_gauges`` adds arbitrary gauge samples (the escaping
 probe); ``missed_scrapes`` lists time ranges with no samples at all (a scrape target that did not answer);
 ``loadgen_step_figure`` (each step's exact figures, from its drain on) is written for ``publish_lanes``.
+
+A record's ``lane`` is a lane key (``core.lanes``): a bare name gives series labelled ``lane`` alone, a
+node-qualified key ``node-001/dense`` gives ``node="node-001",lane="dense"``, as the load generator labels
+them (``core.lanes.key_labels``).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from collections.abc import Collection, Iterable, Sequence
 
 from core.figures import client_values
 from core.histograms import LATENCY_BUCKETS_S
+from core.lanes import key_labels
 from core.manifest import RunManifest
 from core.records import RequestRecord
 from core.step_figures import compute_step_figures
@@ -31,6 +36,11 @@ def _esc(value: str) -> str:
 
 def _labels(pairs: Iterable[tuple[str, str]]) -> str:
     return "{" + ",".join(f'{k}="{_esc(v)}"' for k, v in pairs) + "}"
+
+
+def _lane_pairs(key: str) -> list[tuple[str, str]]:
+    """The ``node`` (where the key names one) and ``lane`` labels of lane ``key``."""
+    return list(key_labels(key).items())
 
 
 def _observations(rec: RequestRecord) -> dict[str, list[float]]:
@@ -94,12 +104,12 @@ def openmetrics_text(manifest: RunManifest, records: Sequence[RequestRecord], *,
     out: list[str] = []
     out.append("# TYPE loadgen_requests counter")
     for lane in lanes:
-        lab = _labels([("lane", lane), ("outcome", "ok")])
+        lab = _labels([*_lane_pairs(lane), ("outcome", "ok")])
         out.extend(f"loadgen_requests_total{lab} {v} {t:.3f}"
                    for t, v in zip(times, requests[lane], strict=True))
     out.append("# TYPE loadgen_output_tokens counter")
     for (lane, user) in sorted(users):
-        lab = _labels([("lane", lane), ("user", str(user))])
+        lab = _labels([*_lane_pairs(lane), ("user", str(user))])
         out.extend(f"loadgen_output_tokens_total{lab} {v} {t:.3f}"
                    for t, v in zip(times, tokens[(lane, user)], strict=True))
     for kind in kinds:
@@ -110,15 +120,16 @@ def openmetrics_text(manifest: RunManifest, records: Sequence[RequestRecord], *,
             if key not in spans:
                 continue
             lo, hi = spans[key]
+            pairs = _lane_pairs(lane)
             for t, (bucket_counts, total, total_sum) in zip(times, hist[key], strict=True):
                 acc = sum(bucket_counts[:lo])
                 for b in range(lo, hi + 1):
                     acc += bucket_counts[b]
-                    lab = _labels([("lane", lane), ("le", repr(bounds[b]))])
+                    lab = _labels([*pairs, ("le", repr(bounds[b]))])
                     out.append(f"{name}_bucket{lab} {acc} {t:.3f}")
-                out.append(f"{name}_bucket{_labels([('lane', lane), ('le', '+Inf')])} {total} {t:.3f}")
-                out.append(f"{name}_count{_labels([('lane', lane)])} {total} {t:.3f}")
-                out.append(f"{name}_sum{_labels([('lane', lane)])} {total_sum!r} {t:.3f}")
+                out.append(f"{name}_bucket{_labels([*pairs, ('le', '+Inf')])} {total} {t:.3f}")
+                out.append(f"{name}_count{_labels(pairs)} {total} {t:.3f}")
+                out.append(f"{name}_sum{_labels(pairs)} {total_sum!r} {t:.3f}")
     gauges: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
     for name, labels, value in extra_gauges:
         gauges[name].append((labels, value))
@@ -137,13 +148,16 @@ def _published(manifest: RunManifest, records: Sequence[RequestRecord], times: S
     """``loadgen_step_figure`` as the load generator publishes it: each step's exact figures from its drain
     on (``lanes``: only those lanes' steps; None: every lane)."""
     out = ["# TYPE loadgen_step_figure gauge"]
+    by_step: dict[tuple[str, int], list[RequestRecord]] = defaultdict(list)
+    for rec in records:  # a step's figures read only its lane's and concurrency's records: fleets stay linear
+        by_step[(rec.lane, rec.concurrency)].append(rec)
     for window in manifest.steps:
         if lanes is not None and window.lane not in lanes:
             continue
-        values = client_values(compute_step_figures(records, window))
+        values = client_values(compute_step_figures(by_step.get((window.lane, window.concurrency), []), window))
         since = window.drain_end if window.drain_end is not None else window.end
         for name, value in values.items():
-            lab = _labels([("concurrency", str(window.concurrency)), ("figure", name), ("lane", window.lane),
-                           ("run_id", manifest.run_id)])
+            lab = _labels(sorted([("concurrency", str(window.concurrency)), ("figure", name),
+                                  *_lane_pairs(window.lane), ("run_id", manifest.run_id)]))
             out.extend(f"loadgen_step_figure{lab} {value!r} {t:.3f}" for t in times if t > since)
     return out

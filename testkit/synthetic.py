@@ -9,6 +9,12 @@ non-trivial. ``starve_decode`` makes one gap per request as long as a prefill (a
 decodes during prefills); ``unfair_user0`` serves user 0 first, every other user's tokens three times
 slower (an unfair admission order). ``cached_prompt_tokens`` (and ``draft_tokens``/``draft_accepted_tokens``)
 are what every request reports its runtime reused, ``None`` (unreported) by default.
+
+A lane's ``name`` is its lane key (``core.lanes``): a bare name, or ``node-001/dense`` for a lane on a node
+(the manifest's entry then names its ``node`` and ``lane``, as a session's does). ``simulate_run`` walks
+the lanes one after the other by default; ``parallel=True`` starts every lane at ``t0`` and walks their
+ladders side by side, as a fleet's load generator does (each node is its own host), which keeps a run of
+many lanes short.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from core.lanes import split_key
 from core.manifest import RunManifest, StepWindow
 from core.records import Phase, RequestRecord
 
@@ -77,14 +84,18 @@ def _request(lane: SyntheticLane, c: int, user: int, sent_at: float, rng: random
 
 def simulate_run(lanes: Sequence[SyntheticLane], ladder: Sequence[int], *, t0: float, window_s: float,
                  warmup_s: float = 2.0, gap_s: float = 2.0, seed: int = 7,
-                 run_id: str = "20261129T000000Z-beef") -> tuple[RunManifest, list[RequestRecord]]:
-    """Lanes one after the other, each walking ``ladder``; returns the manifest and every record."""
+                 run_id: str = "20261129T000000Z-beef", parallel: bool = False
+                 ) -> tuple[RunManifest, list[RequestRecord]]:
+    """Each lane walks ``ladder``: the lanes one after the other, or all from ``t0`` with ``parallel``;
+    returns the manifest and every record."""
     rng = random.Random(seed)
     records: list[RequestRecord] = []
     steps: list[StepWindow] = []
-    t = t0
+    t = finished = t0
     rid = 0
     for lane in lanes:
+        if parallel:
+            t = t0
         for c in ladder:
             start = t + warmup_s
             end = start + window_s
@@ -100,6 +111,12 @@ def simulate_run(lanes: Sequence[SyntheticLane], ladder: Sequence[int], *, t0: f
             steps.append(StepWindow(lane=lane.name, concurrency=c, start=start, end=end, warmup_start=t,
                                     drain_end=drain_end, slots=lane.slots))
             t = drain_end + gap_s
-    manifest = RunManifest(run_id=run_id, created_at=t0, steps=tuple(steps), finished_at=t,
-                           lanes={lane.name: {"slots": lane.slots} for lane in lanes})
+        finished = max(finished, t)
+    manifest = RunManifest(run_id=run_id, created_at=t0, steps=tuple(steps), finished_at=finished,
+                           lanes={lane.name: _lane_entry(lane) for lane in lanes})
     return manifest, records
+
+
+def _lane_entry(lane: SyntheticLane) -> dict[str, object]:
+    node, name = split_key(lane.name)
+    return {"slots": lane.slots} if node is None else {"node": node, "lane": name, "slots": lane.slots}

@@ -7,15 +7,20 @@ panels of ``satbench.dashboards.panels``, built on the shapes and queries of ``s
 the committed JSON differs from what this module builds, so the JSON is never edited by hand. Queries read the
 recording rules of ``prometheus/rules/satbench.rules.yml`` where one exists (a test checks every rule name
 used here is defined there) and the raw metric names of DESIGN.md otherwise. Selectors, rates and
-aggregations are built by ``core.promql`` (``LANE`` is its Grafana matcher ``lane=~"$lane"``); the few
-compositions it has no builder for (``last_over_time`` over the dashboard's range, ``count_values``, ``and
-on``) are composed here from its selectors and validated names, never from pasted label values.
+aggregations are built by ``core.promql`` (``LANE`` is its Grafana matcher ``lane=~"$lane"``, ``NODE``
+``node=~"$node"``); the few compositions it has no builder for (``last_over_time`` over the dashboard's range,
+``count_values``, ``and on``, ``label_replace``) are composed in ``satbench.dashboards.shapes`` from its
+selectors and validated names, never from pasted label values.
 
-Variables: ``datasource`` (any Prometheus; every panel and target reads ``${datasource}``), ``lane``,
-``node`` (the exporter's Prometheus ``instance``: the session and compose give exporters no ``node`` label)
-and ``run_id`` (the run whose per-rung figures are shown, newest first). ``__inputs`` declares
-``DS_PROMETHEUS`` for Grafana's import, which writes the chosen datasource into the variable; under
-provisioning the variable resolves by name to the provisioned datasource (``PROVISIONED_DATASOURCE``).
+A lane is identified by (node, lane) (``core.lanes``): every per-lane query aggregates and joins by both, so
+two nodes serving one lane name draw apart. Variables: ``datasource`` (any Prometheus; every panel and target
+reads ``${datasource}``), ``node`` (the ``node`` label of the lanes' series; All is ``.*``, which also matches
+the series of lanes that name no node, node ``local``, which carry no ``node`` label), ``lane`` (the lanes of
+the selected nodes), ``instance`` (the exporters' Prometheus scrape targets, host:port, of the selected
+lanes: filters the panels that read the exporters' own series) and ``run_id`` (the run whose per-rung figures
+are shown, newest first). ``__inputs`` declares ``DS_PROMETHEUS`` for Grafana's import, which writes the
+chosen datasource into the variable; under provisioning the variable resolves by name to the provisioned
+datasource (``PROVISIONED_DATASOURCE``).
 
 Sections, top to bottom: the recommender's answer (stat panels), the figures at the recommended rung (stat
 panels coloured against the policy), the run's figures per rung (bar charts, concurrency on the x axis), the
@@ -23,7 +28,8 @@ live series (time series), and a collapsed row for the exporter's relay mode, wh
 that have relay data. Objectives (thresholds) come from ``recommender.policy.Policy``'s defaults
 (``objectives``), never typed in: a policy change regenerates the lines.
 
-Step windows appear as annotations: regions where ``loadgen_step_concurrency`` is above zero.
+Step windows appear as annotations: regions where ``loadgen_step_concurrency`` is above zero, per node and
+lane.
 """
 
 from __future__ import annotations
@@ -70,6 +76,7 @@ from satbench.dashboards.panels import (
     ttft_at_n_panel,
     ttft_panel,
     ttft_rung_panel,
+    validity_stat_panel,
     verdicts_stat_panel,
 )
 from satbench.dashboards.shapes import (
@@ -77,11 +84,15 @@ from satbench.dashboards.shapes import (
     GRAFANA_VERSION,
     IMPORT_INPUT,
     LANE,
+    LANE_LEGEND,
     LANE_VALUES,
+    NODE,
+    NODE_VALUES,
     PROVISIONED_DATASOURCE,
     Objective,
     Target,
     grafana_label_values,
+    named_node,
     objectives,
 )
 
@@ -115,8 +126,8 @@ class Section:
 
 
 OVERVIEW_SECTIONS = (
-    Section("The answer", (recommended_stat_panel, saturation_stat_panel, status_stat_panel, verdicts_stat_panel,
-                           stale_stat_panel, runtime_up_panel)),
+    Section("The answer", (recommended_stat_panel, validity_stat_panel, saturation_stat_panel, status_stat_panel,
+                           verdicts_stat_panel, stale_stat_panel, runtime_up_panel)),
     Section("At the recommended rung (run $run_id)", (
         throughput_at_n_panel, requests_at_n_panel, ttft_at_n_panel, itl_at_n_panel, pause_at_n_panel,
         jain_at_n_panel)),
@@ -198,14 +209,18 @@ def _templating() -> list[dict[str, Any]]:
             # import writes the chosen datasource's uid into the value; provisioning matches the name
             "current": {"selected": True, "text": PROVISIONED_DATASOURCE["name"], "value": "${" + IMPORT_INPUT + "}"},
         },
+        _query_variable("node", "node", NODE_VALUES, multi=True, sort=1,
+                        description="Runtime hosts (the node label of the lanes' series). Lanes that name no node "
+                                    "(node local) carry no node label: All shows them, a chosen node does not."),
         _query_variable("lane", "lane", LANE_VALUES, multi=True, sort=1,
-                        description="Model lanes (the lane label of the load generator's series)."),
-        _query_variable("node", "node (exporter instance)", grafana_label_values("runtime_up", "instance", LANE),
-                        multi=True, sort=1,
-                        description="The Prometheus instance (host:port) of each lane's exporter: one per node. "
+                        description="Model lanes of the selected nodes (the lane label of the load generator's "
+                                    "series; names are unique per node, not across nodes)."),
+        _query_variable("instance", "exporter instance",
+                        grafana_label_values("runtime_up", "instance", NODE, LANE), multi=True, sort=1,
+                        description="The Prometheus instance (host:port) of each selected lane's exporter. "
                                     "Filters the panels that read the exporters' own series."),
-        _query_variable("run_id", "run", grafana_label_values("loadgen_step_figure", "run_id", LANE), multi=False,
-                        sort=2, description="The run whose per-rung figures are shown (newest first)."),
+        _query_variable("run_id", "run", grafana_label_values("loadgen_step_figure", "run_id", NODE, LANE),
+                        multi=False, sort=2, description="The run whose per-rung figures are shown (newest first)."),
     ]
 
 
@@ -237,8 +252,9 @@ def build_overview() -> dict[str, Any]:
         ],
         "uid": "satbench-overview",
         "title": "satbench: saturation overview",
-        "description": "Per-lane answer, verdicts at the answer, figures per rung, live throughput, latency, "
-                       "occupancy and fairness; node-side latencies in relay mode.",
+        "description": "Per node and lane: the answer and whether it still holds, verdicts at the answer, "
+                       "figures per rung, live throughput, latency, occupancy and fairness; node-side latencies "
+                       "in relay mode.",
         "tags": ["satbench"],
         "editable": True,
         "schemaVersion": 39,
@@ -264,10 +280,10 @@ def build_overview() -> dict[str, Any]:
                     "datasource": DATASOURCE,
                     "enable": True,
                     "iconColor": "rgba(255, 152, 48, 0.6)",
-                    "expr": promql.step_windows(LANE),
+                    "expr": named_node(promql.step_windows(NODE, LANE)),
                     "step": "5s",
-                    "titleFormat": "step window {{lane}}",
-                    "textFormat": "lane {{lane}}",
+                    "titleFormat": f"step window {LANE_LEGEND}",
+                    "textFormat": "node {{node}}, lane {{lane}}",
                     "useValueForTime": False,
                 },
             ]

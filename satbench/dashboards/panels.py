@@ -1,6 +1,11 @@
 """The overview dashboard's panels, one factory per panel, by section: the answer (stat panels), the figures
 at the recommended rung, per rung of the selected run (bar charts), the live series, and node vs client
-(the exporter's relay mode). Every query is built in ``satbench.dashboards.shapes``/``core.promql``."""
+(the exporter's relay mode). Every query is built in ``satbench.dashboards.shapes``/``core.promql``.
+
+Every per-lane query keeps ``node`` beside ``lane`` (``BY_LANE``, ``by_lane``) and is filtered by the ``node``
+and ``lane`` variables (``NODE``, ``LANE``); the exporter's own series also by ``instance`` (``INSTANCE``, the
+scrape target). ``lane_target`` names the node of node-less lanes ``local`` in the result, so legends read
+``{{node}}/{{lane}}``."""
 
 from __future__ import annotations
 
@@ -9,12 +14,16 @@ from typing import Any
 from core import promql
 from satbench.dashboards.shapes import (
     BY_LANE,
+    INSTANCE,
     LANE,
     NODE,
+    VALIDITY_UNKNOWN,
     Objective,
     Target,
     at_recommended,
+    by_lane,
     error_ratio,
+    lane_target,
     objectives,
     only_relay_lanes,
     quantile_targets,
@@ -22,6 +31,7 @@ from satbench.dashboards.shapes import (
     stat_panel,
     state_mappings,
     timeseries_panel,
+    validity,
 )
 
 __all__ = [
@@ -60,6 +70,7 @@ __all__ = [
     "ttft_at_n_panel",
     "ttft_panel",
     "ttft_rung_panel",
+    "validity_stat_panel",
     "verdicts_stat_panel",
 ]
 
@@ -69,18 +80,33 @@ __all__ = [
 def recommended_stat_panel() -> dict[str, Any]:
     return stat_panel(
         "Recommended concurrency",
-        [Target(promql.max_by("satbench_recommended_concurrency", BY_LANE, LANE), "{{lane}}")],
+        [lane_target(promql.max_by("satbench_recommended_concurrency", BY_LANE, NODE, LANE))],
         "short",
-        "The recommender's answer per lane (GET /recommendations): the most requests in flight that still buy "
-        "throughput while every objective and verdict held. Cap the router's in-flight limit here.",
+        "The recommender's answer per node and lane (GET /recommendations): the most requests in flight that "
+        "still buy throughput while every objective and verdict held. Cap the router's in-flight limit here, "
+        "while \"Answer validity\" says valid.",
         decimals=0,
+    )
+
+
+def validity_stat_panel() -> dict[str, Any]:
+    return stat_panel(
+        "Answer validity",
+        [lane_target(validity())],
+        "short",
+        "Per node and lane, whether the answer still holds for what the node runs now: valid (the live "
+        "fingerprint matches the measured one), changed (measured on something else: another build, model, "
+        "slot count or GPU; the answer is served stale until the lane is measured again), or unknown (nothing "
+        "to compare) (satbench_recommendation_valid, satbench_recommendation_validity).",
+        mappings=state_mappings(("1", "valid", "green"), ("0", "changed", "red"),
+                                (f"{VALIDITY_UNKNOWN:g}", "unknown", "text")),
     )
 
 
 def saturation_stat_panel() -> dict[str, Any]:
     return stat_panel(
         "Saturation concurrency",
-        [Target(promql.max_by("satbench_saturation_concurrency", BY_LANE, LANE), "{{lane}}")],
+        [lane_target(promql.max_by("satbench_saturation_concurrency", BY_LANE, NODE, LANE))],
         "short",
         "Where throughput stopped paying per doubling. No value: the ladder ended before saturation (status "
         "unsaturated), and the recommended figure is a lower bound.",
@@ -91,10 +117,11 @@ def saturation_stat_panel() -> dict[str, Any]:
 def status_stat_panel() -> dict[str, Any]:
     return stat_panel(
         "Answer per lane",
-        [Target(promql.max_by("satbench_recommendation_status", ("lane", "status", "binding_constraint"), LANE),
-                "{{lane}}: {{status}}, bound by {{binding_constraint}}", instant=True)],  # only the current one
+        [lane_target(promql.max_by("satbench_recommendation_status", by_lane("status", "binding_constraint"),
+                                   NODE, LANE),
+                     "{{status}}, bound by {{binding_constraint}}", separator=": ", instant=True)],  # the current one
         "short",
-        "The document's status per lane (ok: settled; unsaturated: a lower bound, the ladder ended while "
+        "The document's status per node and lane (ok: settled; unsaturated: a lower bound, the ladder ended while "
         "throughput still grew; insufficient_data, degraded, stale) and the constraint that binds the answer "
         "(satbench_recommendation_status).",
         text_mode="name",
@@ -104,10 +131,10 @@ def status_stat_panel() -> dict[str, Any]:
 def verdicts_stat_panel() -> dict[str, Any]:
     return stat_panel(
         "Verdicts",
-        [Target(promql.aggregate("min", ("lane", "check"), promql.selector("satbench_verdict_ok", LANE)),
-                "{{lane}} {{check}}")],
+        [lane_target(promql.aggregate("min", by_lane("check"), promql.selector("satbench_verdict_ok", NODE, LANE)),
+                     "{{check}}")],
         "short",
-        "Per lane and check, whether every measured rung passed: decode starvation (each request's longest "
+        "Per node, lane and check, whether every measured rung passed: decode starvation (each request's longest "
         "pause, p99, against slo.tbt_p99_s), prefill starvation (queued waits against the FIFO bound), "
         "fairness (users' waits and pace, significant and material) (satbench_verdict_ok).",
         mappings=state_mappings(("1", "ok", "green"), ("0", "flagged", "red")),
@@ -128,9 +155,10 @@ def stale_stat_panel() -> dict[str, Any]:
 def runtime_up_panel() -> dict[str, Any]:
     return stat_panel(
         "Runtime up",
-        [Target(promql.max_by("runtime_up", ("lane", "instance"), LANE, NODE), "{{lane}} {{instance}}")],
+        [lane_target(promql.max_by("runtime_up", by_lane("instance"), NODE, LANE, INSTANCE), "{{instance}}")],
         "short",
-        "Per exporter (node): up when it could read the runtime at its last scrape.",
+        "Per lane's exporter (its scrape target, instance): up when it could read the runtime at its last "
+        "scrape.",
         mappings=state_mappings(("0", "down", "red"), ("1", "up", "green")),
     )
 
@@ -140,7 +168,7 @@ def runtime_up_panel() -> dict[str, Any]:
 
 def _at_n(title: str, figure: str, unit: str, description: str, objective: Objective | None = None,
           decimals: int | None = None) -> dict[str, Any]:
-    target = Target(at_recommended(figure), "{{lane}} (c={{concurrency}})", instant=True)
+    target = lane_target(at_recommended(figure), "(c={{concurrency}})", instant=True)
     return stat_panel(title, [target], unit, description, objective=objective, decimals=decimals, width=4)
 
 
@@ -182,8 +210,8 @@ def jain_at_n_panel() -> dict[str, Any]:
 
 def throughput_rung_panel() -> dict[str, Any]:
     return rung_chart("Output throughput per rung", "throughput_tok_s", "suffix:tok/s",
-                       "Output tokens per second of each rung of the selected run (run_id), per lane: where the "
-                       "bars stop growing is saturation.")
+                       "Output tokens per second of each rung of the selected run (run_id), per node and lane: "
+                       "where the bars stop growing is saturation.")
 
 
 def ttft_rung_panel() -> dict[str, Any]:
@@ -211,13 +239,13 @@ def throughput_panel() -> dict[str, Any]:
     return timeseries_panel(
         "Throughput (output tokens/s)",
         [
-            Target(promql.selector("lane:loadgen_output_tokens:rate10s", LANE), "{{lane}} received (client)"),
-            Target(promql.sum_rate_by("runtime_output_tokens_total", BY_LANE, LANE, NODE),
-                   "{{lane}} generated (runtime)"),
+            lane_target(promql.selector("lane:loadgen_output_tokens:rate10s", NODE, LANE), "received (client)"),
+            lane_target(promql.sum_rate_by("runtime_output_tokens_total", BY_LANE, NODE, LANE, INSTANCE),
+                        "generated (runtime)"),
         ],
         "suffix:tok/s",
-        "Output tokens per second per lane: received by the load generator (10 s rate), generated by the "
-        "runtime on the selected nodes.",
+        "Output tokens per second per node and lane: received by the load generator (10 s rate), generated by "
+        "the runtime (the selected exporter instances).",
     )
 
 
@@ -225,9 +253,9 @@ def requests_panel() -> dict[str, Any]:
     return timeseries_panel(
         "Requests/s by outcome",
         [
-            Target(promql.sum_rate_by("loadgen_requests_total", ("lane", "outcome"), LANE), "{{lane}} {{outcome}}"),
-            Target(error_ratio("loadgen_requests_total", LANE), "{{lane}} error ratio",
-                   unit="percentunit", axis="right", max_value=1.0, objective=objectives().get("errors")),
+            lane_target(promql.sum_rate_by("loadgen_requests_total", by_lane("outcome"), NODE, LANE), "{{outcome}}"),
+            lane_target(error_ratio("loadgen_requests_total", NODE, LANE), "error ratio",
+                        unit="percentunit", axis="right", max_value=1.0, objective=objectives().get("errors")),
         ],
         "reqps",
         "Finished requests per second; anything but outcome=ok is an error. The error ratio (right axis) has "
@@ -240,7 +268,7 @@ def ttft_panel() -> dict[str, Any]:
         "Time to first token",
         quantile_targets("loadgen_ttft_seconds"),
         "s",
-        "TTFT quantiles (client side) per lane; the dashed line is the policy's p95 objective slo.ttft_p95_s.",
+        "TTFT quantiles (client side) per node and lane; the dashed line is the policy's p95 objective slo.ttft_p95_s.",
         objective=objectives().get("ttft"),
     )
 
@@ -250,7 +278,7 @@ def itl_panel() -> dict[str, Any]:
         "Inter-token latency",
         quantile_targets("loadgen_itl_seconds"),
         "s",
-        "Gaps between successive content tokens, quantiles per lane; the dashed line is slo.itl_p95_s.",
+        "Gaps between successive content tokens, quantiles per node and lane; the dashed line is slo.itl_p95_s.",
         objective=objectives().get("itl"),
     )
 
@@ -258,7 +286,7 @@ def itl_panel() -> dict[str, Any]:
 def e2e_panel() -> dict[str, Any]:
     return timeseries_panel(
         "End-to-end latency", quantile_targets("loadgen_e2e_seconds"), "s",
-        "Request sent to last byte, per lane (a dashed line where the policy sets slo.e2e_p95_s).",
+        "Request sent to last byte, per node and lane (a dashed line where the policy sets slo.e2e_p95_s).",
         objective=objectives().get("e2e"),
     )
 
@@ -276,11 +304,12 @@ def queue_depth_panel() -> dict[str, Any]:
     return timeseries_panel(
         "Queue depth",
         [
-            Target(promql.sum_by("runtime_queue_depth", BY_LANE, LANE, NODE), "{{lane}} waiting (runtime)"),
-            Target(promql.selector("lane:loadgen_in_flight:sum", LANE), "{{lane}} in flight (client)"),
+            lane_target(promql.sum_by("runtime_queue_depth", BY_LANE, NODE, LANE, INSTANCE), "waiting (runtime)"),
+            lane_target(promql.selector("lane:loadgen_in_flight:sum", NODE, LANE), "in flight (client)"),
         ],
         "short",
-        "Requests waiting for a slot (runtime, selected nodes) and requests in flight (load generator).",
+        "Requests waiting for a slot (runtime, the selected exporter instances) and requests in flight (load "
+        "generator), per node and lane.",
     )
 
 
@@ -288,8 +317,8 @@ def occupancy_panel() -> dict[str, Any]:
     return timeseries_panel(
         "Batch occupancy",
         [
-            Target(promql.selector("lane:runtime_batch_occupancy_ratio:avg10s", LANE), "{{lane}} busy slots / slots"),
-            Target(promql.selector("lane:runtime_decode_occupancy_ratio:rate10s", LANE), "{{lane}} per decode step"),
+            lane_target(promql.selector("lane:runtime_batch_occupancy_ratio:avg10s", NODE, LANE), "busy slots / slots"),
+            lane_target(promql.selector("lane:runtime_decode_occupancy_ratio:rate10s", NODE, LANE), "per decode step"),
         ],
         "percentunit",
         "Busy slots / total slots (scrape-time average) and busy slots per batched decode step.",
@@ -298,14 +327,15 @@ def occupancy_panel() -> dict[str, Any]:
 
 
 def kv_cache_panel() -> dict[str, Any]:
-    hits = promql.sum_rate_by("loadgen_cached_prompt_tokens_total", BY_LANE, LANE)
-    prompts = promql.sum_rate_by("loadgen_prompt_tokens_total", BY_LANE, LANE)
+    hits = promql.sum_rate_by("loadgen_cached_prompt_tokens_total", BY_LANE, NODE, LANE)
+    prompts = promql.sum_rate_by("loadgen_prompt_tokens_total", BY_LANE, NODE, LANE)
     return timeseries_panel(
         "KV cache and prompt cache",
         [
-            Target(promql.aggregate("avg", BY_LANE, promql.selector("runtime_kv_cache_usage_ratio", LANE, NODE)),
-                   "{{lane}} KV in use (runtime)"),
-            Target(f"{hits} / {prompts}", "{{lane}} prompt cache hit share (client)"),
+            lane_target(promql.aggregate("avg", BY_LANE,
+                                         promql.selector("runtime_kv_cache_usage_ratio", NODE, LANE, INSTANCE)),
+                        "KV in use (runtime)"),
+            lane_target(f"{hits} / {prompts}", "prompt cache hit share (client)"),
         ],
         "percentunit",
         "KV cache in use by running requests over its capacity (the exporter, from /slots; an idle slot's cached "
@@ -318,9 +348,9 @@ def kv_cache_panel() -> dict[str, Any]:
 def slot_states_panel() -> dict[str, Any]:
     return timeseries_panel(
         "Slot states",
-        [Target(promql.sum_by("runtime_slots", ("lane", "state"), LANE, NODE), "{{lane}} {{state}}")],
+        [lane_target(promql.sum_by("runtime_slots", by_lane("state"), NODE, LANE, INSTANCE), "{{state}}")],
         "short",
-        "Slots idle, in prefill and in decode on the selected nodes, stacked per lane.",
+        "Slots idle, in prefill and in decode (the selected exporter instances), stacked per node and lane.",
         stack=True,
     )
 
@@ -329,20 +359,21 @@ def memory_panel() -> dict[str, Any]:
     return timeseries_panel(
         "Memory",
         [
-            Target(promql.sum_by("gpu_memory_used_bytes", BY_LANE, LANE, NODE), "{{lane}} GPU used"),
-            Target(promql.sum_by("gpu_memory_total_bytes", BY_LANE, LANE, NODE), "{{lane}} GPU total"),
-            Target(promql.sum_by("runtime_process_resident_memory_bytes", BY_LANE, LANE, NODE), "{{lane}} runtime RSS"),
+            lane_target(promql.sum_by("gpu_memory_used_bytes", BY_LANE, NODE, LANE, INSTANCE), "GPU used"),
+            lane_target(promql.sum_by("gpu_memory_total_bytes", BY_LANE, NODE, LANE, INSTANCE), "GPU total"),
+            lane_target(promql.sum_by("runtime_process_resident_memory_bytes", BY_LANE, NODE, LANE, INSTANCE),
+                        "runtime RSS"),
         ],
         "bytes",
-        "GPU memory (NVML, or the simulator's model of it: label simulated) and the runtime process's RSS, "
-        "summed over the selected nodes.",
+        "GPU memory (NVML, or the simulator's model of it: label simulated) and the runtime process's RSS per "
+        "node and lane, summed over the selected exporter instances.",
     )
 
 
 def fairness_panel() -> dict[str, Any]:
     return timeseries_panel(
         "Fairness (Jain's index over users)",
-        [Target(promql.selector("lane:loadgen_output_tokens:jain_index30s", LANE), "{{lane}}")],
+        [lane_target(promql.selector("lane:loadgen_output_tokens:jain_index30s", NODE, LANE))],
         "percentunit",
         "Jain's index of per-user output token rates over 30 s: 100 % is perfectly fair, 1/n is one user "
         "served (a dashed line where the policy sets jain_min).",
@@ -356,8 +387,8 @@ def decode_stall_panel() -> dict[str, Any]:
         "Decode stalls",
         [
             *quantile_targets("loadgen_decode_stall_seconds"),
-            Target(promql.sum_rate_by("loadgen_decode_stall_seconds_count", BY_LANE, LANE), "{{lane}} stalls/s",
-                   unit="cps", axis="right"),
+            lane_target(promql.sum_rate_by("loadgen_decode_stall_seconds_count", BY_LANE, NODE, LANE), "stalls/s",
+                        unit="cps", axis="right"),
         ],
         "s",
         "Longest inter-token gaps of decoding requests while another request was in prefill (p99, left) and "
@@ -371,7 +402,7 @@ def rung_panel() -> dict[str, Any]:
     return timeseries_panel(
         "Current rung (concurrency)",
         [
-            Target(promql.max_by("loadgen_step_concurrency", BY_LANE, LANE), "{{lane}}"),
+            lane_target(promql.max_by("loadgen_step_concurrency", BY_LANE, NODE, LANE)),
         ],
         "short",
         "Concurrency of the step window in progress (0 outside a window).",
@@ -382,11 +413,11 @@ def recommendation_panel() -> dict[str, Any]:
     return timeseries_panel(
         "Recommended and saturation concurrency",
         [
-            Target(promql.max_by("satbench_recommended_concurrency", BY_LANE, LANE), "{{lane}} recommended"),
-            Target(promql.max_by("satbench_saturation_concurrency", BY_LANE, LANE), "{{lane}} saturation"),
+            lane_target(promql.max_by("satbench_recommended_concurrency", BY_LANE, NODE, LANE), "recommended"),
+            lane_target(promql.max_by("satbench_saturation_concurrency", BY_LANE, NODE, LANE), "saturation"),
         ],
         "short",
-        "The recommender's answer per lane over time (GET /recommendations).",
+        "The recommender's answer per node and lane over time (GET /recommendations).",
     )
 
 
@@ -396,9 +427,9 @@ def recommendation_panel() -> dict[str, Any]:
 def _node_vs_client(metric: str) -> list[Target]:
     """Node-side quantiles (exporter relay mode) and the client's p95 of the same latency, same buckets, both
     only for lanes with relay data."""
-    node = promql.selector(promql.quantile_rule(f"runtime_{metric}_seconds"), LANE)
-    client = promql.selector(promql.quantile_rule(f"loadgen_{metric}_seconds"), LANE, quantile="0.95")
-    return [Target(node, "{{lane}} node p{{quantile}}"), Target(only_relay_lanes(client), "{{lane}} client p0.95")]
+    node = promql.selector(promql.quantile_rule(f"runtime_{metric}_seconds"), NODE, LANE)
+    client = promql.selector(promql.quantile_rule(f"loadgen_{metric}_seconds"), NODE, LANE, quantile="0.95")
+    return [lane_target(node, "node p{{quantile}}"), lane_target(only_relay_lanes(client), "client p0.95")]
 
 
 _GENERATION = promql.Matcher("route", "!=", "other")  # the relay's generation routes
@@ -450,15 +481,16 @@ def node_requests_panel() -> dict[str, Any]:
     return timeseries_panel(
         "Requests/s at the node vs the client",
         [
-            Target(
-                promql.sum_rate_by("runtime_relay_requests_total", ("lane", "outcome"), LANE, NODE, _GENERATION),
-                "{{lane}} node {{outcome}}",
+            lane_target(
+                promql.sum_rate_by("runtime_relay_requests_total", by_lane("outcome"), NODE, LANE, INSTANCE,
+                                   _GENERATION),
+                "node {{outcome}}",
             ),
-            Target(error_ratio("runtime_relay_requests_total", LANE, NODE, _GENERATION),
-                   "{{lane}} node error ratio", unit="percentunit", axis="right", max_value=1.0,
-                   objective=objectives().get("errors")),
-            Target(only_relay_lanes(promql.selector("lane:loadgen_requests:rate10s", LANE)),
-                   "{{lane}} client finished"),
+            lane_target(error_ratio("runtime_relay_requests_total", NODE, LANE, INSTANCE, _GENERATION),
+                        "node error ratio", unit="percentunit", axis="right", max_value=1.0,
+                        objective=objectives().get("errors")),
+            lane_target(only_relay_lanes(promql.selector("lane:loadgen_requests:rate10s", NODE, LANE)),
+                        "client finished"),
         ],
         "reqps",
         "Generation requests through the relay by outcome (cancelled: the client left first), beside the "

@@ -2,14 +2,25 @@
 queries (``Target``) and thresholds from the policy (``Objective``, ``objectives``), the queries composed
 here (``core.promql`` builds every selector inside them), and the panel shapes: time series, stat panels
 and per-rung bar charts, each with its units and overrides. ``satbench.dashboards.panels`` makes the panels
-of ``satbench.dashboards.overview`` from them."""
+of ``satbench.dashboards.overview`` from them.
+
+A lane is one model deployment on one node (``core.lanes``): lane names are unique per node, not across a
+fleet, so every query here keeps ``node`` beside ``lane`` (``BY_LANE``, joins ``on (node, lane, ...)``) and two
+nodes serving lane ``dense`` draw two series, never their sum. A lane that names no node is on node ``local``
+and its series carry no ``node`` label at all; ``lane_target`` names that node in the result
+(``named_node``: ``node="local"``), so a legend ``{{node}}/{{lane}}`` (``LANE_LEGEND``) reads ``local/dense``
+beside ``gpu1/dense`` instead of ``/dense``. Filters match the ``node`` variable with ``=~``: its All value
+``.*`` also matches a series without the label (an absent label is the empty string), which ``.+`` would not.
+"""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from core import promql
+from core.lanes import LOCAL_NODE
 from recommender.policy import Policy
 
 __all__ = [
@@ -18,18 +29,26 @@ __all__ = [
     "DATASOURCE",
     "GRAFANA_VERSION",
     "IMPORT_INPUT",
+    "INSTANCE",
     "LANE",
+    "LANE_LEGEND",
+    "LANE_NAME",
     "LANE_VALUES",
     "NODE",
+    "NODE_VALUES",
     "PROVISIONED_DATASOURCE",
     "RANGE",
     "RELAY_RATE",
     "RUN",
+    "VALIDITY_UNKNOWN",
     "Objective",
     "Target",
     "at_recommended",
+    "by_lane",
     "error_ratio",
     "grafana_label_values",
+    "lane_target",
+    "named_node",
     "objectives",
     "only_relay_lanes",
     "quantile_targets",
@@ -38,6 +57,7 @@ __all__ = [
     "state_mappings",
     "step_figure",
     "timeseries_panel",
+    "validity",
 ]
 
 GRAFANA_VERSION = "11.2.0"  # the image of docker-compose.yml; the schema the tests validate against
@@ -47,13 +67,20 @@ DATASOURCE: dict[str, str] = {"type": "prometheus", "uid": "${datasource}"}
 PROVISIONED_DATASOURCE: dict[str, str] = {"name": "Prometheus", "uid": "satbench-prometheus"}
 
 LANE = promql.grafana_matcher("lane")
-NODE = promql.grafana_matcher("instance", "node")
+NODE = promql.grafana_matcher("node")  # All (.*) keeps the lanes that name no node (no node label)
+INSTANCE = promql.grafana_matcher("instance")  # the exporter's scrape target (host:port), for its own series
 RUN = promql.grafana_matcher("run_id", op="=")  # a single value: an exact match
 RANGE = promql.GrafanaVar("__range")
-BY_LANE = ("lane",)
-BY_RUNG = ("lane", "concurrency")
-LANE_VALUES = promql.label_values("loadgen_step_concurrency", "lane")
+BY_LANE = ("node", "lane")  # a lane's identity: lane names are unique per node only
+BY_RUNG = (*BY_LANE, "concurrency")
+LANE_LEGEND = "{{node}}/{{lane}}"  # with named_node: local/dense, gpu1/dense
+LANE_NAME = "node_lane"  # the one label naming a lane (node/lane) where a panel groups by a single field
 RELAY_RATE = "lane:runtime_relay_requests:rate10s"
+
+
+def by_lane(*more: str) -> tuple[str, ...]:
+    """``BY_LANE`` and the labels ``more``: what a per-lane aggregation keeps (``("node", "lane", "state")``)."""
+    return (*BY_LANE, *more)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +140,40 @@ def grafana_label_values(metric: str, label: str, *matchers: promql.Matcher) -> 
     return plain if not matchers else f"label_values({promql.selector(metric, *matchers)}, {label})"
 
 
+NODE_VALUES = promql.label_values("loadgen_step_concurrency", "node")
+"""The ``node`` variable: every node a lane of the load generator names (node-less lanes add none)."""
+LANE_VALUES = grafana_label_values("loadgen_step_concurrency", "lane", NODE)
+"""The ``lane`` variable: the lanes of the selected nodes (All: of every node, node-less lanes included)."""
+
+_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+
+
+def _label(name: str) -> str:
+    if not _LABEL_NAME.match(name):
+        raise ValueError(f"not a Prometheus label name: {name!r}")
+    return name
+
+
+def _on(labels: tuple[str, ...]) -> str:
+    """The ``on (label, ...)`` of a vector match, names validated."""
+    return f"on ({', '.join(_label(name) for name in labels)})"
+
+
+def named_node(expr: str) -> str:
+    """``expr`` with ``node="local"`` (``core.lanes.LOCAL_NODE``) on the series of lanes that name no node.
+
+    ``label_replace`` with the regex ``""`` (anchored: only an empty or absent ``node``) and a literal
+    replacement, so the series of a named node keep theirs. Only for a panel's result: every join inside
+    ``expr`` still sees the labels as stored."""
+    local = promql.escape_label_value(LOCAL_NODE)
+    return f'label_replace({expr}, "node", "{local}", "node", "")'
+
+
+def _lane_name(expr: str) -> str:
+    """``named_node(expr)`` with ``LANE_NAME`` = ``node/lane`` joined (``label_join``), for a single field."""
+    return f'label_join({named_node(expr)}, "{_label(LANE_NAME)}", "/", "node", "lane")'
+
+
 def _last_in_range(metric: str, *matchers: promql.Matcher, **labels: str) -> str:
     """The last value of each series of ``metric`` within the dashboard's time range (``$__range``)."""
     return f"last_over_time({promql.selector(metric, *matchers, **labels)}[{RANGE}])"
@@ -120,15 +181,32 @@ def _last_in_range(metric: str, *matchers: promql.Matcher, **labels: str) -> str
 
 def step_figure(figure: str) -> str:
     """One published step figure (``loadgen_step_figure``, names as ``core.figures.client_values``) of the
-    selected run, per lane and rung: its last value in the range (the load generator keeps it until it exits)."""
-    return promql.aggregate("max", BY_RUNG, _last_in_range("loadgen_step_figure", LANE, RUN, figure=figure))
+    selected run, per node, lane and rung: its last value in the range (the load generator keeps it until it
+    exits)."""
+    return promql.aggregate("max", BY_RUNG, _last_in_range("loadgen_step_figure", NODE, LANE, RUN, figure=figure))
 
 
 def at_recommended(figure: str) -> str:
     """``step_figure(figure)`` at each lane's recommended rung only: ``count_values`` turns the recommender's
-    last answer into a ``concurrency`` label, which ``and on (lane, concurrency)`` matches against the rungs."""
-    answer = _last_in_range("satbench_recommended_concurrency", LANE)
-    return f'{step_figure(figure)} and on ({", ".join(BY_RUNG)}) count_values by (lane) ("concurrency", {answer})'
+    last answer into a ``concurrency`` label, which ``and on (node, lane, concurrency)`` matches against the
+    rungs, so each node's lane is matched with its own answer."""
+    answer = _last_in_range("satbench_recommended_concurrency", NODE, LANE)
+    by = ", ".join(_label(name) for name in BY_LANE)
+    return f'{step_figure(figure)} and {_on(BY_RUNG)} count_values by ({by}) ("concurrency", {answer})'
+
+
+VALIDITY_UNKNOWN = -1.0
+"""``validity``'s value for a lane nobody could check (no ``satbench_recommendation_valid`` sample)."""
+
+
+def validity() -> str:
+    """Per node and lane, whether the answer holds for the live runtime: ``satbench_recommendation_valid``
+    (1 valid, 0 measured on something else), and ``VALIDITY_UNKNOWN`` for the lanes of the document it has no
+    sample for, from the one-hot ``satbench_recommendation_validity{state="unknown"}`` (``or on (node, lane)``
+    adds only lanes the first part lacks), so "not checked" shows instead of nothing."""
+    valid = promql.max_by("satbench_recommendation_valid", BY_LANE, NODE, LANE)
+    unknown = promql.max_by("satbench_recommendation_validity", BY_LANE, NODE, LANE, state="unknown")
+    return f"{valid} or {_on(BY_LANE)} ({VALIDITY_UNKNOWN!r} * ({unknown} == 1))"
 
 
 def error_ratio(metric: str, *matchers: promql.Matcher) -> str:
@@ -142,13 +220,19 @@ def error_ratio(metric: str, *matchers: promql.Matcher) -> str:
 
 
 def only_relay_lanes(expr: str) -> str:
-    """``expr`` kept only for lanes whose exporter relays (their relay request rate exists)."""
-    return f"{expr} and on (lane) {promql.selector(RELAY_RATE, LANE)}"
+    """``expr`` kept only for lanes (per node) whose exporter relays (their relay request rate exists)."""
+    return f"{expr} and {_on(BY_LANE)} {promql.selector(RELAY_RATE, NODE, LANE)}"
+
+
+def lane_target(expr: str, legend: str = "", *, separator: str = " ", **options: Any) -> Target:
+    """A per-lane query: ``named_node(expr)``, its legend ``LANE_LEGEND``, then ``separator`` and ``legend``
+    where there is one (``"{{node}}/{{lane}} p{{quantile}}"``); ``options`` are ``Target``'s."""
+    return Target(named_node(expr), f"{LANE_LEGEND}{separator}{legend}" if legend else LANE_LEGEND, **options)
 
 
 def quantile_targets(metric: str) -> list[Target]:
     """The recording rule ``lane_quantile:<metric>:histogram_quantile10s`` (one series per quantile)."""
-    return [Target(promql.selector(promql.quantile_rule(metric), LANE), "{{lane}} p{{quantile}}")]
+    return [lane_target(promql.selector(promql.quantile_rule(metric), NODE, LANE), "p{{quantile}}")]
 
 
 # --- panel shapes ---------------------------------------------------------------------------------------------
@@ -284,10 +368,11 @@ def rung_chart(title: str, figure: str, unit: str, description: str,
                 objective: Objective | None = None) -> dict[str, Any]:
     """A bar chart of one step figure per rung of the selected run: concurrency on the x axis, a bar per lane.
 
-    The instant table query gives one row per (lane, concurrency); the transformations sort the rungs as
-    numbers and turn the rows into one column per lane (``groupingToMatrix``), the x field ``concurrency``.
+    The instant table query gives one row per (node, lane, concurrency), each with its ``LANE_NAME`` label
+    ``node/lane``; the transformations sort the rungs as numbers and turn the rows into one column per lane of
+    each node (``groupingToMatrix`` by ``LANE_NAME``), the x field ``concurrency``.
     """
-    target = Target(step_figure(figure), "{{lane}}", instant=True, format="table")
+    target = Target(_lane_name(step_figure(figure)), LANE_LEGEND, instant=True, format="table")
     custom: dict[str, Any] = {"lineWidth": 1, "fillOpacity": 80, "axisPlacement": "auto"}
     defaults: dict[str, Any] = {"unit": unit, "min": 0, "custom": custom}
     if objective is not None:
@@ -312,8 +397,9 @@ def rung_chart(title: str, figure: str, unit: str, description: str,
          "options": {"conversions": [{"targetField": "concurrency", "destinationType": "number"}], "fields": {}}},
         {"id": "sortBy", "options": {"fields": {}, "sort": [{"field": "concurrency", "desc": False}]}},
         {"id": "groupingToMatrix",
-         "options": {"columnField": "lane", "rowField": "concurrency", "valueField": "Value", "emptyValue": "null"}},
-        {"id": "organize", "options": {"renameByName": {"concurrency\\lane": "concurrency"}}},
+         "options": {"columnField": LANE_NAME, "rowField": "concurrency", "valueField": "Value",
+                     "emptyValue": "null"}},
+        {"id": "organize", "options": {"renameByName": {f"concurrency\\{LANE_NAME}": "concurrency"}}},
     ]
     return _panel("barchart", title, [target], description, defaults, options, (12, 8),
                   transformations=transformations)

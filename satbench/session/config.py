@@ -31,13 +31,15 @@ wins. ``ladder.max_concurrency`` (64) caps it; on the simulator profiles (4 and 
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from core.config_files import FieldError, HttpUrl, load_toml_model, merge_tables, validation_problems
-from core.lanes import Lane, duplicate_names, lane_named
+from core.lanes import LOCAL_NODE, NAME_PATTERN, Lane, duplicate_names, lane_named
 from loadgen.config import LadderConfig, LaneConfig, LoadgenConfig
 from recommender.policy import Policy
 from satbench.evidence import refuse_home_path
@@ -46,7 +48,9 @@ from simulator.profile import ProfileError, load_profile
 __all__ = [
     "DEFAULT_LOADGEN",
     "LLAMACPP_DEFAULTS",
+    "FleetSection",
     "LaneRuntime",
+    "NodeSection",
     "PrometheusSection",
     "RecommenderSection",
     "SessionConfig",
@@ -54,6 +58,8 @@ __all__ = [
     "load_session_config",
     "nodes_of",
 ]
+
+_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
 DEFAULT_LOADGEN: dict[str, Any] = {
     "ladder": {"concurrency": [1, 2, 4, 8], "extend": True},
@@ -101,10 +107,11 @@ class LaneRuntime(Lane):
     # "node vs client" row). The relay runs beside the exporter the session starts, on this host; the manifest
     # records the runtime's url and the relay's (relay_url), the load generator's own entry the URL it used.
     relay: bool = False
+    # ``node`` (core.lanes.Lane): the runtime host the lane is on, its identity in the answer (``<node>/<lane>``).
     # Lanes of a runtime this session starts (simulator or llamacpp) that name the same node are served by
     # one server in router mode (satbench.runtimes.router), one model per lane: the model id is the lane's
-    # ``model``, else its name. Unset: the lane gets a server of its own, as before.
-    node: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+$", min_length=1, max_length=64)
+    # ``model``, else its name. Unset: the lane gets a server of its own, as before. An external lane that
+    # names a node is only filed under it (a node of a fleet, [[nodes]]).
 
     @property
     def model_id(self) -> str:
@@ -119,7 +126,7 @@ class LaneRuntime(Lane):
     def at(self, url: str) -> LaneConfig:
         """The load generator's lane for this deployment, now that its runtime answers at ``url``."""
         fields = self.fields_of()
-        if self.node is not None:  # a router routes by model: the lane's requests must name its model
+        if self.node is not None and self.runtime != "external":  # a router routes by model: name the model
             fields["model"] = self.model_id
         return LaneConfig(**fields, url=url)
 
@@ -138,11 +145,10 @@ class LaneRuntime(Lane):
 
     @model_validator(mode="after")
     def _check_node(self) -> LaneRuntime:
-        if self.node is None:
+        if self.node == LOCAL_NODE:
+            raise FieldError([("node", f"{LOCAL_NODE!r} is reserved for lanes that name no node")])
+        if self.node is None or self.runtime == "external":  # an external lane is only filed under its node
             return self
-        if self.runtime == "external":
-            raise FieldError([("node", "only for runtimes the session starts (simulator, llamacpp): an external "
-                               "router node is two lanes with one url and each its own model")])
         if self.relay:
             raise FieldError([("relay", "not with node: the relay fronts one model's server, not a router")])
         if self.server_args:
@@ -158,13 +164,46 @@ class LaneRuntime(Lane):
         return self
 
 
+class NodeSection(_Model):
+    """One node of a fleet (``[[nodes]]``): a runtime host, its labels (a GPU class...) and its lanes."""
+
+    name: str = Field(pattern=NAME_PATTERN, min_length=1, max_length=64)
+    labels: dict[str, str] = Field(default_factory=dict)
+    lanes: list[dict[str, Any]] = Field(min_length=1)  # each validated as a LaneRuntime of this node
+
+    @field_validator("labels")
+    @classmethod
+    def _check_labels(cls, value: dict[str, str]) -> dict[str, str]:
+        bad = sorted(k for k in value if not _LABEL_NAME.match(k) or k in ("node", "lane"))
+        if bad:
+            raise ValueError(f"not usable as node label names: {', '.join(bad)} (Prometheus label names; "
+                             "node and lane are the answer's own)")
+        return value
+
+
+class FleetSection(_Model):
+    """``[fleet]``: lanes from Prometheus file-based service discovery besides ``[[nodes]]``.
+
+    Each ``file_sd`` file is a Prometheus ``file_sd_configs`` target file (JSON; YAML with PyYAML): every
+    target is a lane's exporter (``host:port``) with the labels ``node``, ``lane`` and ``url`` (the runtime's
+    base URL); optional ``api`` and ``model`` are the lane's, every other label (not ``__``-prefixed) is a
+    node label. The lanes are ``external``: the session measures them and starts none."""
+
+    file_sd: list[Path] = Field(default_factory=list)
+
+
 class PrometheusSection(_Model):
-    """``url`` set: use that Prometheus (it must scrape the lanes' exporters). Otherwise one is started."""
+    """``url`` set: use that Prometheus (it must scrape the lanes' exporters). Otherwise one is started.
+
+    ``remote_write``: URLs the started Prometheus forwards every sample to (a fleet's central PromQL store,
+    docs/fleet-store.md); a Prometheus given by ``url`` is configured by its owner instead.
+    """
 
     url: HttpUrl | None = None
     binary: str = "prometheus"
     scrape_interval_s: float = Field(default=1.0, gt=0.0, le=60.0)
     start_timeout_s: float = Field(default=30.0, gt=0.0)
+    remote_write: list[HttpUrl] = Field(default_factory=list)
 
 
 class RecommenderSection(_Model):
@@ -204,6 +243,9 @@ def _extension_from_policy(ladder: LadderConfig, policy: Policy) -> LadderConfig
 
 class SessionConfig(_Model):
     lanes: list[LaneRuntime] = Field(default_factory=_default_lanes)
+    # A fleet: each node's lanes join ``lanes`` with ``node`` set (``_with_nodes``); ``nodes`` keeps the labels.
+    nodes: list[NodeSection] = Field(default_factory=list)
+    fleet: FleetSection = Field(default_factory=FleetSection)
     # The policy is validated before loadgen, whose ladder extension takes its thresholds from it.
     policy: dict[str, Any] = Field(default_factory=dict)
     loadgen: LoadgenConfig = Field(default_factory=lambda: LoadgenConfig.model_validate(DEFAULT_LOADGEN),
@@ -242,7 +284,7 @@ class SessionConfig(_Model):
             raise FieldError([("lanes", "a session needs at least one lane")])
         dupes = duplicate_names(self.lanes)
         if dupes:
-            raise FieldError([("lanes", f"duplicate lane names: {', '.join(dupes)}")])
+            raise FieldError([("lanes", f"duplicate lane names: {', '.join(dupes)} (names are unique per node)")])
         if self.loadgen.lanes:
             raise FieldError([("loadgen.lanes", "put lanes in [[lanes]] at the top level, not in [loadgen]")])
         problems = _node_problems(self.lanes)
@@ -255,12 +297,44 @@ class SessionConfig(_Model):
     def lane(self, name: str) -> LaneRuntime:
         return lane_named(self.lanes, name)
 
+    def node_labels(self, node: str) -> dict[str, str]:
+        """The labels of ``node`` (``[[nodes]]`` or file_sd); none for a node the config gives none."""
+        for section in self.nodes:
+            if section.name == node:
+                return dict(section.labels)
+        return {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _with_nodes(cls, data: Any) -> Any:
+        """``[[nodes]]`` and ``[fleet] file_sd`` flattened into ``lanes`` (each lane naming its node)."""
+        if not isinstance(data, dict) or not (data.get("nodes") or (data.get("fleet") or {}).get("file_sd")):
+            return data
+        nodes = [dict(n) for n in data.get("nodes") or [] if isinstance(n, dict)]
+        fleet = data.get("fleet") or {}
+        for path in fleet.get("file_sd") or [] if isinstance(fleet, dict) else []:
+            nodes.extend(_file_sd_nodes(Path(path)))
+        names = [n.get("name") for n in nodes]
+        dupes = sorted({str(n) for n in names if names.count(n) > 1})
+        if dupes:
+            raise FieldError([("nodes", f"duplicate node names: {', '.join(dupes)} (each node once; its "
+                               "lanes in its own [[nodes.lanes]])")])
+        lanes = list(data.get("lanes") or [])
+        for node in nodes:
+            for lane in node.get("lanes") or []:
+                if isinstance(lane, dict):
+                    if lane.get("node", node.get("name")) != node.get("name"):
+                        raise FieldError([("nodes", f"node {node.get('name')}: lane {lane.get('name')} names "
+                                           f"another node ({lane.get('node')})")])
+                    lanes.append({**lane, "node": node.get("name")})
+        return {**data, "lanes": lanes, "nodes": nodes}
+
 
 def nodes_of(lanes: list[LaneRuntime]) -> dict[str, list[LaneRuntime]]:
-    """The router nodes of a session: node name -> its lanes, in config order."""
+    """The router nodes of a session (lanes of runtimes it starts that name a node): node -> its lanes."""
     out: dict[str, list[LaneRuntime]] = {}
     for lane in lanes:
-        if lane.node is not None:
+        if lane.node is not None and lane.runtime != "external":
             out.setdefault(lane.node, []).append(lane)
     return out
 
@@ -277,6 +351,45 @@ def _node_problems(lanes: list[LaneRuntime]) -> list[tuple[str, str]]:
             problems.append(("lanes", f"node {node}: two lanes name model {', '.join(dupes)}; give each its own "
                              "model (the id its requests name)"))
     return problems
+
+
+def _file_sd_nodes(path: Path) -> list[dict[str, Any]]:
+    """The nodes of a Prometheus file_sd target file (``FleetSection``), as ``[[nodes]]`` tables."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        if path.suffix in (".yml", ".yaml"):
+            try:
+                import yaml
+            except ImportError:
+                raise FieldError([("fleet.file_sd", f"{path}: YAML needs PyYAML (pip install pyyaml); "
+                                   "or write the targets as JSON")]) from None
+            groups = yaml.safe_load(text)
+        else:
+            groups = json.loads(text)
+    except (OSError, ValueError) as exc:
+        raise FieldError([("fleet.file_sd", f"cannot read {path}: {exc}")]) from None
+    if not isinstance(groups, list):
+        raise FieldError([("fleet.file_sd", f"{path}: a file_sd file is a list of target groups")])
+    nodes: dict[str, dict[str, Any]] = {}
+    for i, group in enumerate(groups):
+        labels = group.get("labels") if isinstance(group, dict) else None
+        targets = group.get("targets") if isinstance(group, dict) else None
+        if not isinstance(labels, dict) or not isinstance(targets, list) or not targets:
+            raise FieldError([("fleet.file_sd", f"{path} group {i}: needs targets (a list) and labels")])
+        missing = [k for k in ("node", "lane", "url") if not labels.get(k)]
+        if missing:
+            raise FieldError([("fleet.file_sd", f"{path} group {i}: labels need {', '.join(missing)} (the node, "
+                               "the lane and the runtime's base URL)")])
+        own = {k: str(v) for k, v in labels.items()
+               if k not in ("node", "lane", "url", "api", "model") and not str(k).startswith("__")}
+        node = nodes.setdefault(str(labels["node"]), {"name": str(labels["node"]), "labels": {}, "lanes": []})
+        node["labels"].update(own)
+        for j, target in enumerate(targets):
+            lane = {"name": str(labels["lane"]) if len(targets) == 1 else f"{labels['lane']}{j + 1}",
+                    "runtime": "external", "url": str(labels["url"]), "exporter_url": f"http://{target}"}
+            lane.update({k: str(labels[k]) for k in ("api", "model") if labels.get(k)})
+            node["lanes"].append(lane)
+    return list(nodes.values())
 
 
 def _with_default_loadgen(data: dict[str, Any]) -> dict[str, Any]:

@@ -58,7 +58,7 @@ def _simulator(lane: LaneRuntime, config: SessionConfig, processes: ProcessSet,
 def _external(lane: LaneRuntime, config: SessionConfig, processes: ProcessSet,
               stack: contextlib.ExitStack) -> RunningRuntime:
     assert lane.url is not None  # the config refuses an external lane without one
-    return check_external(lane.name, lane.url)
+    return check_external(lane.key, lane.url)
 
 
 def _llamacpp(lane: LaneRuntime, config: SessionConfig, processes: ProcessSet,
@@ -114,14 +114,24 @@ def _start_node(node: str, lanes: list[LaneRuntime], config: SessionConfig, proc
 
 
 def start_runtimes(config: SessionConfig, processes: ProcessSet, stack: contextlib.ExitStack,
-                    say: Say) -> list[LaneEndpoint]:
-    """Every lane's runtime, in config order: a server of its own, or its node's router (started once)."""
+                    say: Say, unreachable: dict[str, str] | None = None) -> list[LaneEndpoint]:
+    """Every lane's runtime, in config order: a server of its own, or its node's router (started once).
+
+    With ``unreachable`` given, an external lane of a fleet node whose runtime does not answer is left out
+    and recorded there (key -> why), so the other nodes are still measured; otherwise it stops the session.
+    """
     nodes = nodes_of(config.lanes)
     routers: dict[str, RouterNode] = {}
     endpoints = []
     for lane in config.lanes:
-        if lane.node is None:
-            endpoints.append(_start_runtime(lane, config, processes, stack, say))
+        if lane.node not in nodes:  # a server of its own (an external lane of a fleet node too)
+            try:
+                endpoints.append(_start_runtime(lane, config, processes, stack, say))
+            except StartError as exc:
+                if unreachable is None or lane.node is None or lane.runtime != "external":
+                    raise
+                unreachable[lane.key] = str(exc)
+                say(f"  node {lane.node}: lane {lane.name} is not measured: {exc}")
             continue
         if lane.node not in routers:
             routers[lane.node] = _start_node(lane.node, nodes[lane.node], config, processes, say)
@@ -131,7 +141,7 @@ def start_runtimes(config: SessionConfig, processes: ProcessSet, stack: contextl
 
 def shares_runtime(endpoint: LaneEndpoint, endpoints: Sequence[LaneEndpoint]) -> bool:
     """Whether another lane sends to the same server (a router node): its series are then per model."""
-    return endpoint.lane.node is not None or any(
+    return endpoint.lane.node in nodes_of([endpoint.lane]) or any(
         other is not endpoint and other.url == endpoint.url for other in endpoints)
 
 
@@ -161,8 +171,9 @@ def _start_exporter(endpoint: LaneEndpoint, processes: ProcessSet, timeout_s: fl
     relay_port = free_port() if endpoint.lane.relay else None
     if relay_port is not None:  # relay mode: the load generator then sends through it (LaneEndpoint.client_url)
         argv += ["--relay", f"127.0.0.1:{relay_port}"]
-    name = endpoint.lane.node or endpoint.lane.name
-    child = processes.start(f"exporter-{name}", argv)
+    router = nodes_of([endpoint.lane])
+    name = next(iter(router)) if router else endpoint.lane.key  # one exporter per router node, else per lane
+    child = processes.start(f"exporter-{name.replace('/', '-')}", argv)
     endpoint.exporter_url = f"http://127.0.0.1:{port}"
     wait_until_ready(child, f"{endpoint.exporter_url}/metrics", timeout_s=timeout_s)
     if relay_port is not None:
@@ -175,7 +186,8 @@ def start_recommender(
     config: SessionConfig, prom_url: str, run_dir: Path, processes: ProcessSet, port: int
 ) -> tuple[str, Any]:
     argv = python_cli("recommender", "--prometheus-url", prom_url, "--port", str(port),
-                       "--runs-dir", str(run_dir.parent.resolve()))
+                       "--runs-dir", str(run_dir.parent.resolve()),
+                       "--scrape-interval", repr(config.prometheus.scrape_interval_s))
     if config.policy:
         policy_path = run_dir / "policy.json"
         write_json_atomic(policy_path, config.policy)

@@ -14,9 +14,13 @@ Order of a session (``run_session``):
    generator's /metrics port (``loadgen.metrics_port``, else one picked before it starts). Wait until
    Prometheus has scraped every target once.
 3. Evidence for the manifest (``satbench.evidence``): command, redacted config, versions and git commit,
-   hardware, network round trips, runtime ``/props``, model files.
-4. Walk the ladder in-process (loadgen's ``run_ladder``), which writes records.jsonl, steps.json and the
-   manifest: this header joined with the load generator's own part (``core.manifest.LadderPart``).
+   hardware, network round trips, runtime ``/props``, model files, and each lane's fingerprint as its
+   exporter tells it (``GET /fingerprint``: what the answer will be valid for). A fleet node whose runtime
+   did not answer is left out of the walk; its lanes are in the manifest with the reason (``unreachable``)
+   and in the answer as never measured.
+4. Walk the ladder in-process (loadgen's ``run_ladder``; a node's lanes in turn, up to
+   ``loadgen.parallel_nodes`` nodes at once), which writes records.jsonl, steps.json and the manifest:
+   this header joined with the load generator's own part (``core.manifest.LadderPart``).
 5. Wait until Prometheus has scraped every exporter and the load generator after the last window's end
    (its samples are then in; at most two scrape intervals and a second), register the manifest with the
    recommender (``POST /runs``) and fetch its answer (``GET /runs/{run_id}``); if the service fails or
@@ -62,7 +66,7 @@ from satbench.session.parts import (
     start_runtimes,
     target_labels,
 )
-from satbench.session.processes import ProcessSet, install_signal_handlers, wait_until_ready
+from satbench.session.processes import ProcessSet, StartError, install_signal_handlers, wait_until_ready
 from satbench.session.prometheus import (
     find_prometheus,
     render_prometheus_config,
@@ -109,6 +113,7 @@ def _build_manifest(
     recommender_url: str,
     gpu_reader: evidence.GpuReader | None,
     redact: Callable[[Any], Any],
+    unreachable: dict[str, str] | None = None,
 ) -> RunManifest:
     """The session's part of the manifest: how each lane's runtime was started, and the run's setting.
 
@@ -119,12 +124,12 @@ def _build_manifest(
     network: dict[str, Any] = {}
     with httpx.Client(timeout=3.0) as client:
         for ep in endpoints:
-            network[ep.lane.name] = evidence.measure_round_trip(client, ep.url)
+            network[ep.lane.key] = evidence.measure_round_trip(client, ep.url)
             try:
                 files = model_files(ep, config)
             except ValueError as exc:
                 files = [{"error": str(exc)}]
-            lanes[ep.lane.name] = redact({
+            lanes[ep.lane.key] = redact({
                 **ep.runtime.evidence(),
                 "url": ep.url,
                 "exporter_url": ep.exporter_url,
@@ -133,12 +138,20 @@ def _build_manifest(
                 **({"node_reason": f"GPU and process figures come from the lane's own exporter "
                                    f"{ep.lane.exporter_url}, not from this host"}
                    if ep.lane.exporter_url is not None and ep.runtime.evidence().get("node_reason") else {}),
+                "node": ep.lane.node_name,
+                "lane": ep.lane.name,
+                "node_labels": config.node_labels(ep.lane.node_name),
                 "api": ep.lane.api,
                 "model": ep.lane.model,
                 "runtime_props": evidence.runtime_props(
                     client, ep.url, model=ep.lane.model_id if shares_runtime(ep, endpoints) else None),
                 "model_files": files,
+                **take_fingerprint(client, ep, shares_runtime(ep, endpoints)),
             })
+    for key, why in (unreachable or {}).items():  # a fleet node that did not answer: its lanes say why
+        lane = config.lane(key)
+        lanes[key] = redact({"node": lane.node_name, "lane": lane.name, "node_labels": config.node_labels(
+            lane.node_name), "url": lane.url, "api": lane.api, "model": lane.model, "unreachable": why})
     return RunManifest(
         run_id=run_id,
         created_at=time.time(),
@@ -151,6 +164,22 @@ def _build_manifest(
         prometheus=prometheus,
         recommender_url=recommender_url,
     )
+
+
+def take_fingerprint(client: httpx.Client, ep: LaneEndpoint, per_model: bool) -> dict[str, Any]:
+    """The lane's fingerprint as its exporter tells it now (``GET /fingerprint``, ``core.fingerprint``), the
+    one the answer is then valid for; ``fingerprint_reason`` says why there is none."""
+    if not ep.exporter_url:
+        return {"fingerprint": None, "fingerprint_reason": "the lane has no exporter"}
+    params = {"model": ep.lane.model_id} if per_model else {}
+    try:
+        resp = client.get(f"{ep.exporter_url}/fingerprint", params=params)
+        if resp.status_code == 200 and isinstance(body := resp.json(), dict):
+            return {"fingerprint": body}
+        why = f"its exporter answered /fingerprint with HTTP {resp.status_code}"
+    except (httpx.HTTPError, ValueError) as exc:
+        why = f"its exporter's /fingerprint did not answer ({type(exc).__name__})"
+    return {"fingerprint": None, "fingerprint_reason": why}
 
 
 def _answered(doc: dict[str, Any] | None) -> int:
@@ -234,7 +263,8 @@ def _start_monitoring(
     prom_info: dict[str, Any] = {"url": prom_url, "started": prom_binary is not None}
     if prom_binary is not None:
         rules = rule_files()
-        text = render_prometheus_config(targets, rules, config.prometheus.scrape_interval_s)
+        text = render_prometheus_config(targets, rules, config.prometheus.scrape_interval_s,
+                                        remote_write=config.prometheus.remote_write)
         started = start_prometheus(
             processes,
             prom_binary,
@@ -284,16 +314,20 @@ def run_session(
     started = False
     try:
         with contextlib.ExitStack() as stack:
-            endpoints = start_runtimes(config, processes, stack, say)
+            unreachable: dict[str, str] = {}
+            endpoints = start_runtimes(config, processes, stack, say, unreachable)
+            if not endpoints:
+                raise StartError("no lane's runtime answered: " + "; ".join(unreachable.values()))
             start_exporters(endpoints, processes, config.start_timeout_s)
-            say("  exporters: " + ", ".join(f"{ep.lane.name} {ep.exporter_url}" for ep in endpoints))
+            say("  exporters: " + ", ".join(f"{ep.lane.key} {ep.exporter_url}" for ep in endpoints))
             prom_url, rec_url, prom_info, metrics_port = _start_monitoring(
                 config, endpoints, run_dir, processes, prom_binary, say
             )
             pids = processes.pids()
             started = True
             say(f"  evidence: {run_dir}")
-            manifest = _build_manifest(run_id, command, config, endpoints, prom_info, rec_url, gpu_reader, redact)
+            manifest = _build_manifest(run_id, command, config, endpoints, prom_info, rec_url, gpu_reader, redact,
+                                       unreachable)
             manifest.write(run_dir / "manifest.json")
             ladder = config.loadgen.ladder
             extension = "" if ladder.max_rung == max(ladder.concurrency) else (
@@ -303,7 +337,7 @@ def run_session(
                 + "/".join(str(c) for c in ladder.concurrency)
                 + extension
                 + " on "
-                + ", ".join(ep.lane.name for ep in endpoints)
+                + ", ".join(ep.lane.key for ep in endpoints)
             )
             manifest = _walk(config, endpoints, run_dir, manifest, metrics_port)  # the runner wrote it too
             walked = time.time()
@@ -340,11 +374,11 @@ def _unanswered(config: SessionConfig, doc: dict[str, Any] | None) -> dict[str, 
     lanes = (doc or {}).get("lanes") or {}
     out: dict[str, str] = {}
     for lane in config.lanes:
-        answer = lanes.get(lane.name)
+        answer = lanes.get(lane.key)
         if not isinstance(answer, dict):
-            out[lane.name] = "no recommendations document" if doc is None else "not in the document"
+            out[lane.key] = "no recommendations document" if doc is None else "not in the document"
         elif answer.get("recommended_concurrency") is None:
-            out[lane.name] = str(answer.get("reason") or f"status {answer.get('status')}")
+            out[lane.key] = str(answer.get("reason") or f"status {answer.get('status')}")
     return out
 
 

@@ -2,12 +2,14 @@
 
 ``ReplayPrometheus`` starts a Prometheus with no targets and no rules on a copy of the run folder's TSDB
 (``runs/<id>/prometheus/data``: the session's own Prometheus has stopped when the session ends, and a running
-one holds the storage's lock). ``replay`` then substitutes Grafana's variables in every target (``$lane`` and
-``$node`` as "All", ``$run_id`` the session's run, ``$__rate_interval`` four scrapes and a margin, ``$__range``
-the session's span) and asks this one Prometheus (that every target names the ``${datasource}`` variable,
-which resolves to the provisioned Prometheus, is ``resolved_datasource``'s check, made per target by the
-tests): a range query over the session's time range (step 1 s) for range targets, an instant query at
-its end for instant ones. A target "returns data" when at least one series has a finite value.
+one holds the storage's lock). ``replay`` then substitutes Grafana's variables in every target (``$node``,
+``$lane`` and ``$instance`` as "All", ``.*``, which also matches the series of lanes that name no node: they
+have no ``node`` label; ``$run_id`` the session's run, ``$__rate_interval`` four scrapes and a margin,
+``$__range`` the session's span; ``values`` overrides any, say ``{"node": "gpu1"}``) and asks this one
+Prometheus (that every target names the ``${datasource}`` variable, which resolves to the provisioned
+Prometheus, is ``resolved_datasource``'s check, made per target by the tests): a range query over the
+session's time range (step 1 s) for range targets, an instant query at its end for instant ones. A target
+"returns data" when at least one series has a finite value.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from satbench.session.prometheus import find_prometheus, render_prometheus_confi
 from testkit.net import free_port
 
 RATE_INTERVAL = "5s"  # Grafana: max(4 x the datasource's 1 s scrape interval, the step + one scrape)
-ALL = ".*"  # the allValue of the lane and node variables
+ALL = ".*"  # the allValue of the node, lane and instance variables
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ class TargetResult:
 
 def substitute(expr: str, window: Window, values: dict[str, str] | None = None) -> str:
     """``expr`` with every Grafana variable replaced as Grafana would (``values`` overrides the defaults)."""
-    table = {"__rate_interval": RATE_INTERVAL, "__range": window.range, "lane": ALL, "node": ALL,
+    table = {"__rate_interval": RATE_INTERVAL, "__range": window.range, "node": ALL, "lane": ALL, "instance": ALL,
              "run_id": window.run_id, **(values or {})}
     out = expr
     for name in sorted(table, key=len, reverse=True):  # $run_id before a hypothetical $run
@@ -101,9 +103,9 @@ class ReplayPrometheus:
         assert resp.status_code == 200, f"{query}: {resp.text[:300]}"
         return _series_with_data(resp.json()["data"]["result"], instant)
 
-    def label_values(self, grafana_query: str, window: Window) -> list[str]:
+    def label_values(self, grafana_query: str, window: Window, values: dict[str, str] | None = None) -> list[str]:
         """The values Grafana's ``label_values(selector, label)`` lists over the window."""
-        m = re.fullmatch(r"label_values\((.+), (\w+)\)", substitute(grafana_query, window))
+        m = re.fullmatch(r"label_values\((.+), (\w+)\)", substitute(grafana_query, window, values))
         assert m, grafana_query
         selector, label = m.groups()
         resp = self.client.get(f"{self.url}/api/v1/series",
@@ -152,5 +154,7 @@ def replay(dashboard: dict[str, Any], prom: ReplayPrometheus, window: Window,
     return out
 
 
-def variable_values(dashboard: dict[str, Any], prom: ReplayPrometheus, window: Window) -> dict[str, list[str]]:
-    return {name: prom.label_values(q, window) for name, q in variable_queries(dashboard).items()}
+def variable_values(dashboard: dict[str, Any], prom: ReplayPrometheus, window: Window,
+                    values: dict[str, str] | None = None) -> dict[str, list[str]]:
+    """What each query variable lists, the variables it reads as ``values`` (else All)."""
+    return {name: prom.label_values(q, window, values) for name, q in variable_queries(dashboard).items()}

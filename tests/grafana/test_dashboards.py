@@ -48,8 +48,10 @@ DESIGN_METRICS = (
     "satbench_recommended_concurrency",
     "satbench_saturation_concurrency",
     "satbench_recommendations_stale",
+    "satbench_recommendation_valid",
+    "satbench_recommendation_validity",
 )
-VARIABLES = {"$lane", "$node", "$run_id", "$__rate_interval", "$__range"}
+VARIABLES = {"$lane", "$node", "$instance", "$run_id", "$__rate_interval", "$__range"}
 UNITS = {"percentunit", "reqps", "s", "bytes", "short", "cps", "suffix:tok/s"}
 RELAY_ROW = "Node vs client (relay mode)"
 
@@ -136,17 +138,64 @@ def test_every_panel_and_target_reads_the_datasource_variable() -> None:
 
 def test_template_variables() -> None:
     variables = {v["name"]: v for v in build_overview()["templating"]["list"]}
-    assert list(variables) == ["datasource", "lane", "node", "run_id"]
+    assert list(variables) == ["datasource", "node", "lane", "instance", "run_id"]
     ds = variables["datasource"]
     assert ds["type"] == "datasource" and ds["query"] == "prometheus"
     queries = variable_queries(build_overview())
     assert queries == {
-        "lane": "label_values(loadgen_step_concurrency, lane)",
-        "node": 'label_values(runtime_up{lane=~"$lane"}, instance)',
-        "run_id": 'label_values(loadgen_step_figure{lane=~"$lane"}, run_id)',
+        "node": "label_values(loadgen_step_concurrency, node)",
+        "lane": 'label_values(loadgen_step_concurrency{node=~"$node"}, lane)',
+        "instance": 'label_values(runtime_up{node=~"$node",lane=~"$lane"}, instance)',
+        "run_id": 'label_values(loadgen_step_figure{node=~"$node",lane=~"$lane"}, run_id)',
     }
-    assert variables["lane"]["allValue"] == variables["node"]["allValue"] == ".*"
+    # All is .*, never .+: a lane that names no node has no node label, and only .* matches an absent label
+    for name in ("node", "lane", "instance"):
+        assert variables[name]["multi"] and variables[name]["includeAll"] and variables[name]["allValue"] == ".*"
+    assert variables["instance"]["label"] == "exporter instance"
     assert not variables["run_id"]["multi"] and variables["run_id"]["sort"] == 2  # newest run first
+
+
+_AGGREGATION = re.compile(r"\b(?:sum|max|min|avg|count|count_values) by \(([^)]*)\)")
+_JOIN = re.compile(r"\b(?:and|or|unless|[*/+-]) on \(([^)]*)\)")
+
+
+def _lane_queries() -> list[tuple[str, str, str]]:
+    """(panel, legend, expr) of every target that is about lanes (all but the recommender's own state)."""
+    return [(p["title"], t["legendFormat"], t["expr"]) for p, t in panel_targets(build_overview())
+            if "lane" in t["expr"]]
+
+
+def test_every_lane_query_keeps_the_node_beside_the_lane() -> None:
+    """Two nodes serving one lane name are two series: every aggregation, join and count_values over lanes
+    keeps node and lane, every lane selector is filtered by both variables, every legend names both."""
+    queries = _lane_queries()
+    assert len(queries) > 40
+    for title, legend, expr in queries:
+        groups = _AGGREGATION.findall(expr) + _JOIN.findall(expr)
+        lane_groups = [g for g in groups if g not in ("le", "user")]
+        assert lane_groups or "lane:" in expr or "lane_quantile:" in expr, (title, expr)
+        for group in lane_groups:
+            labels = [x.strip() for x in group.split(",")]
+            assert labels[:2] == ["node", "lane"], (title, expr)
+        assert expr.count('node=~"$node"') == expr.count('lane=~"$lane"') >= 1, (title, expr)
+        assert legend.startswith("{{node}}/{{lane}}"), (title, legend)
+        # the result names node-less lanes' node: local/dense beside gpu1/dense, not /dense
+        assert expr.startswith(("label_replace(", "label_join(label_replace(")), title
+        assert ', "node", "local", "node", "")' in expr, title
+    annotation = {a["name"]: a for a in build_overview()["annotations"]["list"]}["Step windows"]
+    assert "max by (node, lane)" in annotation["expr"] and 'node=~"$node"' in annotation["expr"]
+    assert annotation["titleFormat"] == "step window {{node}}/{{lane}}"
+
+
+def test_exporter_series_are_filtered_by_the_instance_variable() -> None:
+    exporter = ("runtime_up", "runtime_output_tokens_total", "runtime_queue_depth", "runtime_slots{",
+                "gpu_memory_used_bytes", "runtime_relay_requests_total", "runtime_kv_cache_usage_ratio")
+    for title, _, expr in _lane_queries():
+        for metric in exporter:
+            if metric in expr:
+                assert 'instance=~"$instance"' in expr, (title, metric)
+    # recording rules and the load generator's and recommender's series have no exporter instance
+    assert not [t for t, _, e in _lane_queries() if "loadgen_" in e and "runtime_" not in e and "$instance" in e]
 
 
 def test_import_inputs_and_provisioning_resolve_the_datasource() -> None:
@@ -218,13 +267,30 @@ def test_thresholds_come_from_the_policy() -> None:
 
 def test_stat_panels_for_the_answer_and_its_verdicts() -> None:
     stats = {p["title"]: p for p in _panels() if p["type"] == "stat"}
-    assert {"Recommended concurrency", "Saturation concurrency", "Answer state", "Runtime up"} <= set(stats)
+    assert {"Recommended concurrency", "Answer validity", "Saturation concurrency", "Answer state",
+            "Runtime up"} <= set(stats)
     for title in ("TTFT p95 at the answer", "ITL p95 at the answer", "Longest pause p99 at the answer",
                   "Jain's index at the answer", "Output tok/s at the answer"):
         (target,) = stats[title]["targets"]
         assert target["instant"] and "count_values" in target["expr"], title
     mapping = stats["Answer state"]["fieldConfig"]["defaults"]["mappings"][0]["options"]
     assert mapping["1"]["text"] == "stale" and mapping["0"]["text"] == "fresh"
+
+
+def test_answer_validity_sits_next_to_the_recommended_concurrency() -> None:
+    """satbench_recommendation_valid per node and lane (1 valid, 0 changed), and "unknown" (-1) for the
+    lanes it has no sample for, so a changed answer reads as such next to the figure it qualifies."""
+    row = [p for p in build_overview()["panels"] if p["type"] != "row"]
+    titles = [p["title"] for p in row]
+    assert titles.index("Answer validity") == titles.index("Recommended concurrency") + 1
+    (target,) = _panel("Answer validity")["targets"]
+    assert "max by (node, lane) (satbench_recommendation_valid{" in target["expr"]
+    assert 'satbench_recommendation_validity{node=~"$node",lane=~"$lane",state="unknown"}' in target["expr"]
+    assert " or on (node, lane) (-1.0 * (" in target["expr"]
+    assert target["legendFormat"] == "{{node}}/{{lane}}"
+    mapping = _panel("Answer validity")["fieldConfig"]["defaults"]["mappings"][0]["options"]
+    assert {k: v["text"] for k, v in mapping.items()} == {"1": "valid", "0": "changed", "-1": "unknown"}
+    assert mapping["0"]["color"] == "red" and mapping["1"]["color"] == "green"
 
 
 def test_rung_charts_put_concurrency_on_the_x_axis() -> None:
@@ -236,7 +302,11 @@ def test_rung_charts_put_concurrency_on_the_x_axis() -> None:
         assert target["instant"] and target["format"] == "table" and "loadgen_step_figure" in target["expr"]
         ids = [t["id"] for t in p["transformations"]]
         assert ids == ["convertFieldType", "sortBy", "groupingToMatrix", "organize"]
-        assert p["transformations"][3]["options"]["renameByName"] == {"concurrency\\lane": "concurrency"}
+        # one bar per lane of each node: the column is node/lane, joined into one label by the query
+        assert p["transformations"][2]["options"]["columnField"] == "node_lane"
+        assert target["expr"].startswith("label_join(label_replace(")
+        assert target["expr"].endswith(', "node_lane", "/", "node", "lane")')
+        assert p["transformations"][3]["options"]["renameByName"] == {"concurrency\\node_lane": "concurrency"}
 
 
 def test_relay_panels_sit_in_a_collapsed_row_and_draw_only_relay_lanes() -> None:

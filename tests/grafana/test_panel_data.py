@@ -1,14 +1,19 @@
-"""Every dashboard query returns data from a real session: a short ``satbench run`` with a relay lane.
+"""Every dashboard query returns data from a real session: a short ``satbench run`` with a relay lane, and
+one lane name served by two nodes.
 
-The session (the short settings of ``tests/session/conftest.py``: ladder 1/2, 3 s windows) runs two simulator
-lanes: ``dense`` with one slot and ``relay = true`` (its exporter relays and the load generator sends through
-the relay; one slot saturates at c=1, so the recommender answers with a saturation figure too), and ``moe``
-as it is (eight slots: decode stalls at c=2, no relay). When it has ended, its Prometheus has stopped; a
-Prometheus is started on a copy of the run folder's TSDB (``panel_replay``) and every target of every panel
-(collapsed rows included), and the step-window annotation, is asked over the session's time range with
-Grafana's variables substituted (``$lane``/``$node`` All, ``$run_id`` the run, ``$__rate_interval``,
-``$__range``); every target names the ``${datasource}`` variable, which resolves to the provisioned one. Each
-target must return at least one series with a finite value; the relay row's only for the relay lane.
+The session (the short settings of ``tests/session/conftest.py``: ladder 1/2, 3 s windows) runs three
+simulator lanes: ``dense`` with one slot and ``relay = true`` (its exporter relays and the load generator sends
+through the relay; one slot saturates at c=1, so the recommender answers with a saturation figure too),
+``moe`` as it is (eight slots: decode stalls at c=2, no relay), both naming no node (node ``local``: their
+series carry no ``node`` label), and a second ``dense`` on node ``gpu1`` (its profile's slots, a router node of
+one model: its series carry ``node="gpu1"``). When it has ended, its Prometheus has stopped; a Prometheus is
+started on a copy of the run folder's TSDB (``panel_replay``) and every target of every panel (collapsed rows
+included), and the step-window annotation, is asked over the session's time range with Grafana's variables
+substituted (``$node``/``$lane``/``$instance`` All, ``$run_id`` the run, ``$__rate_interval``, ``$__range``);
+every target names the ``${datasource}`` variable, which resolves to the provisioned one. Each target must
+return at least one series with a finite value; the relay row's only for the relay lane. The two ``dense``
+lanes must draw apart (``local/dense`` and ``gpu1/dense``, never their sum), and with ``$node`` = ``gpu1``
+only that node's lane is drawn.
 """
 
 from __future__ import annotations
@@ -40,11 +45,19 @@ pytestmark = [
 ]
 
 RELAY_LANE, PLAIN_LANE = "dense", "moe"
+NODE = "gpu1"  # a second node serving lane dense
+LOCAL = "local"  # the node the dashboards name for lanes that name none
 LANES = (
     f'lanes=[{{name = "{RELAY_LANE}", profile = "dense", parallel = 1, relay = true}}, '
-    f'{{name = "{PLAIN_LANE}", profile = "moe"}}]'
+    f'{{name = "{PLAIN_LANE}", profile = "moe"}}, '
+    f'{{name = "{RELAY_LANE}", profile = "dense", node = "{NODE}"}}]'
 )
 RELAY_ROW = "Node vs client (relay mode)"
+ANSWER_STATE = "Answer state"  # the recommender's own state: no lane, no node
+# (panel, target) the gpu1 lane has no series for: with its profile's slots it does not saturate at c=2, and
+# the simulator in router mode (a node) models no GPU (no gpu_memory_* series).
+ONE_NODE_ONLY = {("Saturation concurrency", "A"), ("Recommended and saturation concurrency", "B"),
+                 ("Memory", "A"), ("Memory", "B")}
 
 
 @dataclass
@@ -54,6 +67,9 @@ class Replayed:
     window: Window
     results: dict[str, list[TargetResult]]  # dashboard file -> every target's result
     variables: dict[str, dict[str, list[str]]]
+    on_node: dict[str, list[TargetResult]]  # the same with $node = gpu1
+    node_variables: dict[str, dict[str, list[str]]]  # the variables' values with $node = gpu1
+    match_absent: dict[str, int]  # node matcher -> how many loadgen_step_concurrency series it selects
     relay_ok: float
     stdout: str
 
@@ -71,16 +87,23 @@ def relay_session(tmp_path_factory: pytest.TempPathFactory) -> Replayed:
     assert proc.returncode == 0, stderr[-3000:]
     (run_dir,) = [p for p in out_dir.iterdir() if p.is_dir()]
     window = Window.of_run(run_dir)
+    only = {"node": NODE}
     with replay_prometheus(run_dir, tmp_path_factory.mktemp("replay")) as prom:
         results = {name: replay(build(), prom, window) for name, build in DASHBOARDS.items()}
         variables = {name: variable_values(build(), prom, window) for name, build in DASHBOARDS.items()}
+        on_node = {name: replay(build(), prom, window, only) for name, build in DASHBOARDS.items()}
+        node_variables = {name: variable_values(build(), prom, window, only) for name, build in DASHBOARDS.items()}
+        match_absent = {op: len(prom.query(f'count by (node, lane) (loadgen_step_concurrency{{node{op}}})', window,
+                                           instant=False))
+                        for op in ('=~".*"', '=~".+"', '=""')}
         relay_ok = _relay_ok(prom, window)
     return Replayed(run_dir, json.loads((run_dir / "manifest.json").read_text()), window, results, variables,
-                    relay_ok, stdout)
+                    on_node, node_variables, match_absent, relay_ok, stdout)
 
 
 def _relay_ok(prom: ReplayPrometheus, window: Window) -> float:
-    query = f'sum(last_over_time(runtime_relay_requests_total{{lane="{RELAY_LANE}",route!="other",outcome="ok"}}[1h]))'
+    query = (f'sum(last_over_time(runtime_relay_requests_total{{node="",lane="{RELAY_LANE}",route!="other",'
+             'outcome="ok"}[1h]))')
     series = prom.client.get(f"{prom.url}/api/v1/query", params={"query": query, "time": window.end}).json()
     result = series["data"]["result"]
     return float(result[0]["value"][1]) if result else 0.0
@@ -122,17 +145,70 @@ def test_relay_row_draws_only_the_relay_lane(relay_session: Replayed) -> None:
     titles = {p["title"] for p in row["panels"]}
     relay = [r for r in relay_session.results["satbench-overview.json"] if r.panel in titles]
     assert relay and all(r.has_data for r in relay)
-    lanes = {s.get("lane") for r in relay for s in r.series}
-    assert lanes == {RELAY_LANE}, lanes
+    lanes = {_lane(s) for r in relay for s in r.series}
+    assert lanes == {(LOCAL, RELAY_LANE)}, lanes  # not gpu1's dense: its exporter does not relay
     others = [r for r in relay_session.results["satbench-overview.json"] if r.panel not in titles]
-    assert {s.get("lane") for r in others for s in r.series} >= {RELAY_LANE, PLAIN_LANE}
+    assert {_lane(s) for r in others for s in r.series} >= {(LOCAL, RELAY_LANE), (LOCAL, PLAIN_LANE),
+                                                           (NODE, RELAY_LANE)}
+
+
+def _lane(series: dict[str, str]) -> tuple[str | None, str | None]:
+    return series.get("node"), series.get("lane")
+
+
+def test_two_nodes_serving_one_lane_draw_apart(relay_session: Replayed) -> None:
+    """Every panel about lanes draws local/dense and gpu1/dense as two series (never their sum), names each
+    series' node (local for the lanes that name none), and keeps the series of both in one target."""
+    results = relay_session.results["satbench-overview.json"]
+    lane_results = [r for r in results if r.panel != ANSWER_STATE]
+    for r in lane_results:
+        assert all(s.get("node") in (LOCAL, NODE) and s.get("lane") for s in r.series), (r.panel, r.series)
+        if (r.panel, r.ref) in ONE_NODE_ONLY or r.panel in _relay_titles():
+            continue
+        drawn = {_lane(s) for s in r.series}
+        assert {(LOCAL, RELAY_LANE), (NODE, RELAY_LANE)} <= drawn, (r.panel, r.ref, sorted(drawn))
+    by_title = {(r.panel, r.ref): r for r in results}
+    recommended = by_title[("Recommended concurrency", "A")]
+    assert sorted(_lane(s) for s in recommended.series) == [(NODE, RELAY_LANE), (LOCAL, RELAY_LANE),
+                                                            (LOCAL, PLAIN_LANE)]
+    rungs = by_title[("Output throughput per rung", "A")]
+    assert {s["node_lane"] for s in rungs.series} == {f"{LOCAL}/{RELAY_LANE}", f"{LOCAL}/{PLAIN_LANE}",
+                                                      f"{NODE}/{RELAY_LANE}"}
+    assert len(rungs.series) == 3 * 2  # a bar per lane of each node and rung (ladder 1/2)
+
+
+def test_the_node_variable_selects_one_node(relay_session: Replayed) -> None:
+    """$node = gpu1: only gpu1's lane is drawn (a chosen node does not match the series without a node label);
+    every panel about lanes still has data, but those figures the gpu1 lane does not reach."""
+    for r in relay_session.on_node["satbench-overview.json"]:
+        if r.panel == ANSWER_STATE:
+            continue
+        assert {_lane(s) for s in r.series} <= {(NODE, RELAY_LANE)}, (r.panel, r.ref, r.series)
+        if (r.panel, r.ref) not in ONE_NODE_ONLY and r.panel not in _relay_titles():
+            assert r.has_data, (r.panel, r.ref, r.query)
+    assert relay_session.node_variables["satbench-overview.json"]["lane"] == [RELAY_LANE]
+
+
+def _relay_titles() -> set[str]:
+    (row,) = [p for p in DASHBOARDS["satbench-overview.json"]()["panels"] if p.get("title") == RELAY_ROW]
+    return {p["title"] for p in row["panels"]}
+
+
+def test_all_matches_series_without_a_node_label(relay_session: Replayed) -> None:
+    """The node variable's All value .* matches an absent node label (the empty string); .+ would drop the
+    lanes that name no node, and ="" selects only them."""
+    assert relay_session.match_absent == {'=~".*"': 3, '=~".+"': 1, '=""': 2}
 
 
 def test_variables_list_the_sessions_lanes_nodes_and_run(relay_session: Replayed) -> None:
     m = relay_session.manifest
-    exporters = sorted(lane["exporter_url"].removeprefix("http://") for lane in m["lanes"].values())
+    assert sorted(m["lanes"]) == sorted([RELAY_LANE, PLAIN_LANE, f"{NODE}/{RELAY_LANE}"])  # the lane keys
+    exporters = sorted({lane["exporter_url"].removeprefix("http://") for lane in m["lanes"].values()})
+    assert len(exporters) == 3
     assert relay_session.variables["satbench-overview.json"] == {
-        "lane": sorted([RELAY_LANE, PLAIN_LANE]), "node": exporters, "run_id": [m["run_id"]]}
+        "node": [NODE], "lane": sorted([RELAY_LANE, PLAIN_LANE]), "instance": exporters, "run_id": [m["run_id"]]}
+    gpu1_exporter = m["lanes"][f"{NODE}/{RELAY_LANE}"]["exporter_url"].removeprefix("http://")
+    assert relay_session.node_variables["satbench-overview.json"]["instance"] == [gpu1_exporter]
 
 
 def test_the_relay_lane_went_through_the_relay_and_the_manifest_says_so(relay_session: Replayed) -> None:

@@ -107,7 +107,7 @@ LANE = promql.grafana_matcher("lane")
         (promql.max_by("runtime_up", ("lane",), lane=HOSTILE),
          f'max by (lane) (runtime_up{{lane="{HOSTILE_ESCAPED}"}})'),
         (promql.quantile_rule("loadgen_ttft_seconds"), "lane_quantile:loadgen_ttft_seconds:histogram_quantile10s"),
-        (promql.step_windows(LANE), 'max by (lane) (loadgen_step_concurrency{lane=~"$lane"}) > 0'),
+        (promql.step_windows(LANE), 'max by (node, lane) (loadgen_step_concurrency{lane=~"$lane"}) > 0'),
         (promql.label_values("loadgen_step_concurrency", "lane"), "label_values(loadgen_step_concurrency, lane)"),
     ],
 )

@@ -33,7 +33,9 @@ def test_one_router_serves_two_lanes(tmp_path: Path) -> None:
     assert "node gpu0: simulator router at" in stdout and "holding dense (dense), big-moe (moe)" in stdout
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    dense, moe = manifest["lanes"]["dense"], manifest["lanes"]["moe"]
+    # lanes that name a node are keyed by it (core.lanes): gpu0/dense, gpu0/moe
+    dense, moe = manifest["lanes"]["gpu0/dense"], manifest["lanes"]["gpu0/moe"]
+    assert (dense["node"], dense["lane"]) == ("gpu0", "dense")
     # one router process, one exporter, two lanes, each naming its own model
     assert dense["router"] and moe["router"] and dense["pid"] == moe["pid"] and dense["url"] == moe["url"]
     assert dense["exporter_url"] == moe["exporter_url"]
@@ -42,17 +44,18 @@ def test_one_router_serves_two_lanes(tmp_path: Path) -> None:
     assert "parallel = 2" in moe["preset_text"]
     # each model's own /props: the moe lane's child got its 2 slots, the dense one its profile's
     assert moe["runtime_props"]["total_slots"] == 2 and dense["runtime_props"]["total_slots"] > 2
-    assert manifest["clients"]["moe"]["model"] == "big-moe"  # the load generator named the model
+    assert manifest["clients"]["gpu0/moe"]["model"] == "big-moe"  # the load generator named the model
     config = (run_dir / "prometheus" / "prometheus.yml").read_text()
     assert '"__param_model"' in config or "params:" in config
     doc = json.loads((run_dir / "recommendations.json").read_text())
     assert doc["source"]["kind"] == "prometheus"
-    for lane in ("dense", "moe"):
+    assert doc["nodes"] == {"gpu0": {"labels": {}, "lanes": ["gpu0/dense", "gpu0/moe"]}}
+    for lane in ("gpu0/dense", "gpu0/moe"):
         answer = doc["lanes"][lane]
         assert answer["recommended_concurrency"] is not None, answer
         # the runtime's series reached the lane: its exporter target was scraped with the lane's model
         assert all(s["occupancy_ratio"] is not None for s in answer["steps"]), answer["steps"]
     # each lane's occupancy is its own model's: at c=2 the moe child (2 slots) is fuller than dense (4+)
-    occ = {lane: {s["concurrency"]: s["occupancy_ratio"] for s in doc["lanes"][lane]["steps"]}
+    occ = {lane: {s["concurrency"]: s["occupancy_ratio"] for s in doc["lanes"][f"gpu0/{lane}"]["steps"]}
            for lane in ("dense", "moe")}
     assert occ["moe"][2] > occ["dense"][2], occ

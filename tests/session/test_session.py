@@ -71,7 +71,7 @@ def test_evidence_folder_is_complete(short_session: SessionRun) -> None:
     records = list(read_records(run_dir / "records.jsonl"))
     assert {r.lane for r in records} == {"dense", "moe"} and all(r.run_id == run_dir.name for r in records)
     recs = json.loads((run_dir / "recommendations.json").read_text())
-    assert recs["schema"] == "satbench.recommendations/v1" and set(recs["lanes"]) == {"dense", "moe"}
+    assert recs["schema"] == "satbench.recommendations/v2" and set(recs["lanes"]) == {"dense", "moe"}
     assert recs["source"]["kind"] == "prometheus"
     assert "prometheus: not every target" not in short_session.stdout  # the readiness checks did not time out
     assert "not scraped after its answer" not in short_session.stdout

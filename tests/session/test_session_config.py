@@ -128,8 +128,7 @@ def test_router_nodes_group_lanes_and_refuse_what_a_router_cannot_serve() -> Non
     bad = {
         "node n0 mixes runtimes llamacpp, simulator": [
             {"name": "a", "node": "n0"}, {"name": "b", "runtime": "llamacpp", "model_file": "m.gguf", "node": "n0"}],
-        "lanes[b].node: only for runtimes the session starts": [
-            {"name": "b", "runtime": "external", "url": "http://h:1", "node": "n0"}],
+        "lanes[b].node: 'local' is reserved": [{"name": "b", "node": "local"}],
         "two lanes name model x": [{"name": "a", "node": "n0", "model": "x"}, {"name": "b", "node": "n0",
                                                                              "model": "x"}],
         "lanes[a].relay: not with node": [{"name": "a", "node": "n0", "relay": True}],
@@ -138,7 +137,11 @@ def test_router_nodes_group_lanes_and_refuse_what_a_router_cannot_serve() -> Non
     for message, lanes in bad.items():
         with pytest.raises(SessionConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
             load_session_config(None, {"lanes": lanes, "model_dir": "/srv/models"})
-
+    # an external lane that names a node is filed under it (a fleet node), never sent to a router
+    fleet = SessionConfig.model_validate({"lanes": [{"name": "b", "runtime": "external", "url": "http://h:1",
+                                                     "node": "n0"}]})
+    assert fleet.lanes[0].key == "n0/b" and nodes_of(fleet.lanes) == {}
+    assert fleet.lanes[0].at("http://h:1").model == ""  # it names no model unless told
 
 def test_quick_start_names_a_router_nodes_lanes_by_model() -> None:
     import argparse

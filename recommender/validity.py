@@ -1,0 +1,81 @@
+"""Is an answer still about what the node runs? Its fingerprint against the live one, on every tick.
+
+An answer holds the fingerprint of what it was measured on (``core.fingerprint``: runtime build, model
+files, the settings that set capacity, hardware; the session took it from the lane's exporter when the walk
+began). Each lane's exporter publishes the live one as ``runtime_fingerprint_info`` (one series per lane,
+its labels the fields; ``lane`` and ``node`` come from the scrape target). ``check_answers`` reads them all in
+one instant query and compares field by field (``core.fingerprint.compare``: a field either side cannot tell
+is not compared), so a node rebuilt, its model swapped or its ``--parallel`` changed turns exactly its
+answers ``stale``, with a reason naming what changed, within a scrape interval and a tick.
+
+Three outcomes per answer (``validity.state``): ``valid`` (the live fingerprint matches), ``changed`` (it
+differs: the store serves the answer ``stale``, ``last_status`` kept), ``unknown`` (nothing to compare: no
+fingerprint in the answer, no live series for the lane, or no Prometheus; the answer keeps its status and
+the reason says which). While a runtime restarts its exporter may briefly publish two label sets; the
+answer counts as valid while any live series matches, and as changed once none does.
+
+Matching: a lane key ``node/lane`` takes the series with those ``node`` and ``lane`` labels; a bare key
+(a lane that names no node) the series with its ``lane`` and no ``node`` label (or ``node="local"``), else,
+where its exporter target carries a ``node`` label anyway, that one node's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from core.fingerprint import compare, describe_changes, from_info_labels
+from core.lanes import LOCAL_NODE
+from recommender.document import iso_utc, unchecked
+from recommender.prometheus_source import PromQLClient, VectorSample
+
+__all__ = ["FINGERPRINT_SERIES", "check_answers", "live_by_key", "validity_of"]
+
+FINGERPRINT_SERIES = "runtime_fingerprint_info"
+_COMPARED = ("runtime", "model", "settings", "hardware")
+
+
+def live_by_key(samples: list[VectorSample]) -> dict[str, list[dict[str, Any]]]:
+    """The live fingerprints of an instant query of ``runtime_fingerprint_info``, by lane key."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for sample in samples:
+        lane = sample.labels.get("lane")
+        if not lane:
+            continue
+        node = sample.labels.get("node") or LOCAL_NODE
+        key = lane if node == LOCAL_NODE else f"{node}/{lane}"
+        out.setdefault(key, []).append(from_info_labels(sample.labels))
+    return out
+
+
+def validity_of(answer: Mapping[str, Any], live: list[dict[str, Any]] | None, *, now: float) -> dict[str, Any]:
+    """The validity of one answer against its lane's live fingerprints (None: the lane has none)."""
+    measured = answer.get("fingerprint")
+    if not isinstance(measured, Mapping):
+        return unchecked("no fingerprint was taken when this lane was measured, so nothing to compare")
+    if not live:
+        return unchecked(f"no live fingerprint: Prometheus has no {FINGERPRINT_SERIES} series for this lane "
+                         "(its exporter is down, not scraped, or older than the fingerprint)")
+    part = {k: measured.get(k) for k in _COMPARED}
+    attempts = [compare(part, {k: fp.get(k) for k in _COMPARED}) for fp in live]
+    checked = iso_utc(now)
+    if any(not changes for changes in attempts):
+        return {"state": "valid", "checked_at": checked, "changes": [], "reason": None}
+    changes = min(attempts, key=len)
+    return {"state": "changed", "checked_at": checked, "changes": changes, "reason": describe_changes(changes)}
+
+
+async def check_answers(client: PromQLClient, lanes: Mapping[str, Mapping[str, Any]], *,
+                        now: float) -> dict[str, dict[str, Any]]:
+    """The validity of every answer in ``lanes`` (by key), from one instant query at ``now``."""
+    live = live_by_key(await client.query(FINGERPRINT_SERIES, now))
+    return {key: validity_of({**answer, "key": key}, _live_of(key, live), now=now) for key, answer in lanes.items()}
+
+
+def _live_of(key: str, live: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]] | None:
+    """The live fingerprints of lane ``key``; a bare key whose series carry a ``node`` target label anyway
+    (a lane that names no node, on a node the scrape config names) takes that node's, when only one has it."""
+    if key in live or "/" in key:
+        return live.get(key)
+    nodes = [k for k in live if k.rpartition("/")[2] == key]
+    return live[nodes[0]] if len(nodes) == 1 else None

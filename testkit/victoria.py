@@ -1,0 +1,183 @@
+"""A real, throw-away VictoriaMetrics for tests: ``with VictoriaMetricsProcess() as vm: vm.query(q)``.
+
+Why: the recommender speaks only the Prometheus HTTP API, so any PromQL store can serve it; a fleet keeps one
+such store for every site (docs/fleet-store.md). VictoriaMetrics single-node is the one that comes as a
+Debian package (``victoria-metrics``, like ``prometheus``), so the claim is checked against it: a session's
+Prometheus ``remote_write``s to ``write_url`` and the recommender is pointed at ``url``.
+
+The process listens on ``127.0.0.1:<free port>`` with its own storage in a temporary folder (it never touches
+a system VictoriaMetrics on :8428) and is stopped on exit (SIGTERM, then SIGKILL), even when a test fails.
+Its flags make it answer like a fresh Prometheus for data only seconds old:
+
+- ``-search.latencyOffset=0s``: by default VictoriaMetrics hides samples younger than 30 s from queries (it
+  expects late arrivals); releases before 1.88 floor the offset at 1 s, so an instant query at a time less than
+  1 s from now is moved 1 s back there (the recommender asks at windows' ends, which are older by then);
+- ``-search.disableCache``: no rollup-result cache, so a query repeated after more samples arrived is answered
+  from the samples, and ``query_range`` start/end are never aligned to the step for caching;
+- ``-retentionPeriod=100y``: the backfilled synthetic runs of other tests lie hours in the past; nothing is
+  dropped as too old (VictoriaMetrics refuses samples outside its retention).
+
+VictoriaMetrics buffers what it ingests and makes it searchable about once a second; ``flush`` forces that
+(``/internal/force_flush``) so that a test can ask straight after it waited for the writes (``wait_holds``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+import httpx
+
+from testkit.net import free_port, wait_http
+
+__all__ = [
+    "MISSING_REASON",
+    "VictoriaMetricsProcess",
+    "VictoriaMetricsQueryError",
+    "victoria_metrics_binary",
+]
+
+# Debian's package installs ``victoria-metrics``; upstream's release archives name it ``victoria-metrics-prod``.
+BINARY_NAMES = ("victoria-metrics", "victoria-metrics-prod")
+MISSING_REASON = "VictoriaMetrics is not installed (Debian: apt-get install victoria-metrics)"
+
+DEFAULT_FLAGS = (
+    "-search.latencyOffset=0s",
+    "-search.disableCache",
+    "-retentionPeriod=100y",
+    "-loggerLevel=WARN",
+)
+
+
+class VictoriaMetricsQueryError(RuntimeError):
+    pass
+
+
+def victoria_metrics_binary() -> str | None:
+    for name in BINARY_NAMES:
+        found = shutil.which(name)
+        if found is not None:
+            return found
+    return None
+
+
+class VictoriaMetricsProcess:
+    """A real VictoriaMetrics single-node on ``127.0.0.1:<free port>``.
+
+    ``url`` is its Prometheus-compatible query base (``/api/v1/query`` and ``/api/v1/query_range`` below it),
+    ``write_url`` its Prometheus remote-write endpoint.
+    """
+
+    def __init__(self, startup_timeout_s: float = 30.0, stop_timeout_s: float = 10.0,
+                 extra_args: Iterable[str] = ()) -> None:
+        self.startup_timeout_s = startup_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self.extra_args = tuple(extra_args)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.write_url = f"{self.url}/api/v1/write"
+        self.dir: Path | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._log: IO[bytes] | None = None
+
+    def __enter__(self) -> VictoriaMetricsProcess:
+        binary = victoria_metrics_binary()
+        if binary is None:
+            raise RuntimeError(MISSING_REASON)
+        self._tmp = tempfile.TemporaryDirectory(prefix="satbench-vm-")
+        root = self.dir = Path(self._tmp.name)
+        self._log = (root / "victoria-metrics.log").open("wb")
+        argv = [
+            binary,
+            f"-httpListenAddr=127.0.0.1:{self.port}",
+            f"-storageDataPath={root / 'data'}",
+            *DEFAULT_FLAGS,
+            *self.extra_args,
+        ]
+        self.proc = subprocess.Popen(argv, cwd=root, stdout=self._log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL)
+        try:
+            wait_http(self.url + "/health", timeout_s=self.startup_timeout_s)
+        except BaseException:
+            log = self._stop()
+            raise RuntimeError(f"victoria-metrics did not become ready: {' '.join(argv)}\n{log}") from None
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._stop()
+
+    def _stop(self) -> str:
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            proc.send_signal(signal.SIGTERM)  # it flushes its buffers and closes the storage cleanly
+            try:
+                proc.wait(timeout=self.stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=5)
+        text = self.log()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+            self.dir = None
+        return text
+
+    def log(self) -> str:
+        if self.dir is None:
+            return ""
+        path = self.dir / "victoria-metrics.log"
+        return path.read_text(errors="replace")[-3000:] if path.exists() else ""
+
+    def flush(self) -> None:
+        """Makes every sample ingested so far searchable now (instead of within about a second)."""
+        httpx.get(self.url + "/internal/force_flush", timeout=10.0).raise_for_status()
+
+    def _get(self, path: str, params: dict[str, Any]) -> Any:
+        resp = httpx.get(self.url + path, params=params, timeout=10.0)
+        try:
+            body = resp.json()
+        except ValueError:
+            raise VictoriaMetricsQueryError(f"{path} {params}: HTTP {resp.status_code}: {resp.text[:300]}") from None
+        if resp.status_code != 200 or body.get("status") != "success":
+            raise VictoriaMetricsQueryError(f"{path} {params}: HTTP {resp.status_code}: {body.get('error', body)}")
+        return body["data"]
+
+    def query(self, promql: str, time: float | None = None) -> list[dict[str, Any]]:
+        """Instant query; each result has ``metric`` (labels) and ``value`` ``[ts, "str"]`` (or ``values`` for
+        a range-vector selector such as ``up[1m]``: the raw samples)."""
+        params: dict[str, Any] = {"query": promql}
+        if time is not None:
+            params["time"] = f"{time:.3f}"
+        return list(self._get("/api/v1/query", params)["result"])
+
+    def query_range(self, promql: str, start: float, end: float, step_s: float) -> list[dict[str, Any]]:
+        params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step_s}"}
+        return list(self._get("/api/v1/query_range", params)["result"])
+
+    def wait_holds(self, check: Callable[[VictoriaMetricsProcess], bool], timeout_s: float = 20.0,
+                   what: str = "the expected samples") -> None:
+        """Flushes and calls ``check(self)`` until it is true (remote-written samples arrive in batches), or
+        raises TimeoutError after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.flush()
+            if check(self):
+                return
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"VictoriaMetrics did not hold {what} within {timeout_s:g} s\n{self.log()}")
+            time.sleep(0.2)

@@ -1,0 +1,128 @@
+"""Validity: an answer against its lane's live fingerprint, the v1 view of a v2 document, and the store laying
+validity over what it serves (stale while the node runs something else, valid again when it is back)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from core.fingerprint import info_labels, node_fingerprint
+from recommender.document import SCHEMA_ID, SCHEMA_V1, AmbiguousForV1, answers, as_v1, mark_changed, node_index
+from recommender.prometheus_source import VectorSample
+from recommender.store import RecommendationStore
+from recommender.validity import check_answers, live_by_key, validity_of
+
+
+def _fingerprint(slots: int, build: str = "b1") -> dict[str, Any]:
+    props = {"build_info": build, "model_path": "m.gguf", "total_slots": slots,
+             "default_generation_settings": {"n_ctx": 4096}}
+    return node_fingerprint(props=props, argv=None, hardware=None, model_files=None)
+
+
+def _answer(node: str, lane: str, slots: int = 4, status: str = "ok") -> dict[str, Any]:
+    return {"node": node, "lane": lane, "status": status, "reason": None, "recommended_concurrency": 4,
+            "fingerprint": _fingerprint(slots), "validity": None}
+
+
+def _document(lanes: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return {"schema": SCHEMA_ID, "run_id": "r", "generated_at": "2026-12-01T00:00:00Z", "lanes": lanes,
+            "nodes": node_index(lanes)}
+
+
+def _series(key: str, fp: dict[str, Any]) -> VectorSample:
+    node, _, lane = key.rpartition("/")
+    labels = {**info_labels(fp), "lane": lane, "job": "satbench_exporter", **({"node": node} if node else {})}
+    return VectorSample(labels, 1.0)
+
+
+def test_validity_names_what_changed_and_ignores_what_no_side_can_tell() -> None:
+    answer = _answer("a", "dense", slots=4)
+    assert validity_of(answer, [_fingerprint(4)], now=0)["state"] == "valid"
+    changed = validity_of(answer, [_fingerprint(2, build="b2")], now=0)
+    assert changed["state"] == "changed"
+    assert {"field": "settings.slots", "measured": 4, "live": 2} in changed["changes"]
+    assert "settings.slots 4 -> 2" in changed["reason"] and "runtime.build b1 -> b2" in changed["reason"]
+    # two label sets while a runtime restarts: valid while one of them matches
+    assert validity_of(answer, [_fingerprint(2), _fingerprint(4)], now=0)["state"] == "valid"
+    assert validity_of(answer, None, now=0)["state"] == "unknown"
+    assert validity_of({**answer, "fingerprint": None}, [_fingerprint(4)], now=0)["state"] == "unknown"
+
+
+def test_live_series_are_matched_to_lane_keys_by_node_and_lane() -> None:
+    live = live_by_key([_series("a/dense", _fingerprint(4)), _series("dense", _fingerprint(8)),
+                        VectorSample({**info_labels(_fingerprint(2)), "lane": "moe", "node": "local"}, 1.0)])
+    assert set(live) == {"a/dense", "dense", "moe"}  # node "local" is a bare key's
+    assert live["a/dense"][0]["settings"]["slots"] == 4 and live["dense"][0]["settings"]["slots"] == 8
+
+
+def test_the_v1_view_is_said_where_it_can_be_and_refused_where_it_cannot() -> None:
+    lanes = {"dense": _answer("local", "dense"), "moe": _answer("local", "moe")}
+    v1 = as_v1(_document(lanes))
+    assert v1["schema"] == SCHEMA_V1 and set(v1["lanes"]) == {"dense", "moe"} and "nodes" not in v1
+    fleet = _document({"a/dense": _answer("a", "dense"), "b/dense": _answer("b", "dense"),
+                       "b/moe": _answer("b", "moe")})
+    assert set(answers(fleet)) == {"a/dense", "b/dense", "b/moe"}
+    assert fleet["nodes"] == {"a": {"labels": {}, "lanes": ["a/dense"]},
+                              "b": {"labels": {}, "lanes": ["b/dense", "b/moe"]}}
+    with pytest.raises(AmbiguousForV1, match="dense on a/dense, b/dense"):
+        as_v1(fleet)
+
+
+def test_a_changed_answer_is_stale_and_comes_back_when_the_node_does() -> None:
+    answer = _answer("a", "dense")
+    changed = mark_changed(answer, {"state": "changed", "reason": "settings.slots 4 -> 2"})
+    assert changed["status"] == "stale" and changed["last_status"] == "ok" and "4 -> 2" in changed["reason"]
+    assert answer["status"] == "ok"  # the answer itself is untouched: the store lays validity over a copy
+
+
+def test_the_store_serves_validity_and_turns_exactly_the_changed_answer_stale() -> None:
+    lanes = {"a/dense": _answer("a", "dense"), "b/dense": _answer("b", "dense")}
+    doc = _document(lanes)
+
+    async def analyzer(manifest: Any, run_dir: Any) -> dict[str, Any]:
+        return doc
+
+    from core.manifest import RunManifest, StepWindow
+
+    async def scenario() -> None:
+        store = RecommendationStore(analyzer)
+        await store.register(RunManifest(run_id="r", steps=(StepWindow("a/dense", 1, 0.0, 1.0),)))
+        live = [_series("a/dense", _fingerprint(4)), _series("b/dense", _fingerprint(4))]
+
+        class Client:
+            async def query(self, expr: str, at: float) -> list[VectorSample]:
+                return live
+
+            async def query_range(self, expr: str, start: float, end: float, step_s: float) -> list[list[float]]:
+                return []
+
+        store.set_validity(await check_answers(Client(), store.answers_to_check(), now=10.0))
+        served = json.loads(store.document_bytes())
+        assert {k: v["validity"]["state"] for k, v in served["lanes"].items()} == {"a/dense": "valid",
+                                                                                   "b/dense": "valid"}
+        live[1] = _series("b/dense", _fingerprint(2))
+        assert store.set_validity(await check_answers(Client(), store.answers_to_check(), now=11.0))
+        served = json.loads(store.document_bytes())
+        assert served["lanes"]["b/dense"]["status"] == "stale" and served["lanes"]["a/dense"]["status"] == "ok"
+        with pytest.raises(AmbiguousForV1):
+            store.document_bytes("v1")
+        live[1] = _series("b/dense", _fingerprint(4))
+        store.set_validity(await check_answers(Client(), store.answers_to_check(), now=12.0))
+        assert json.loads(store.document_bytes())["lanes"]["b/dense"]["status"] == "ok"
+
+    asyncio.run(scenario())
+
+
+def test_a_run_folder_from_before_fleets_is_served_in_v2() -> None:
+    from recommender.document import as_v2
+
+    old = {"schema": SCHEMA_V1, "run_id": "r", "lanes": {"dense": {"status": "ok", "recommended_concurrency": 4}}}
+    new = as_v2(old)
+    lane = new["lanes"]["dense"]
+    assert new["schema"] == SCHEMA_ID and new["nodes"] == {"local": {"labels": {}, "lanes": ["dense"]}}
+    assert (lane["node"], lane["lane"], lane["recommended_concurrency"]) == ("local", "dense", 4)
+    assert lane["fingerprint"] is None and lane["validity"]["state"] == "unknown"
+    assert as_v1(new)["lanes"]["dense"]["recommended_concurrency"] == 4
