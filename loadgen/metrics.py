@@ -65,9 +65,11 @@ def _add(family: Metric, key: str, names: list[str], values: list[str], *value: 
     """Adds one sample set of lane ``key`` (``core.lanes``) to ``family``: labelled ``lane``, and ``node`` where
     the key names one (a lane without a node has no ``node`` label at all, as before fleets)."""
     node, lane = split_key(key)
-    head = ["lane"] if node is None else ["node", "lane"]
-    one = type(family)(family.name, family.documentation, labels=[*head, *names])  # type: ignore[call-arg]
-    one.add_metric([*([lane] if node is None else [node, lane]), *values], *value)  # type: ignore[attr-defined]
+    if node is None:  # the family's own label names: no copy on the scrape's hot path
+        family.add_metric([lane, *values], *value)  # type: ignore[attr-defined]
+        return
+    one = type(family)(family.name, family.documentation, labels=["node", "lane", *names])  # type: ignore[call-arg]
+    one.add_metric([node, lane, *values], *value)  # type: ignore[attr-defined]
     family.samples.extend(one.samples)
 
 
