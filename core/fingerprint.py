@@ -24,28 +24,36 @@ Sources, as llama-server tells them: ``/props`` gives ``build_info``, ``model_pa
 shows 4096, ``-np 8`` shows 2048; with a unified KV cache every slot shows the whole cache). Everything
 else that sets capacity (batch and micro-batch, flash attention, KV cache types, GPU layers) is only on
 the runtime's command line, which the exporter can read when the runtime runs on its host
-(:func:`settings_from_argv`, one table of flags, :data:`ARGV_FLAGS`). Where ``/props`` and the command
+(``core.llama_argv``: ``settings_from_argv``, one table of flags, ``ARGV_FLAGS``). Where ``/props`` and the command
 line disagree, ``/props`` wins for what it reports: it is what the server did, after ``--fit`` and the
 model's own limits. A value nobody can tell is ``None``, never a guess (a flag left out means "the
 build's default", and defaults move between builds), and ``unknown[field]`` says why.
 
-Model files are named, sized and hashed (:func:`model_file_facts`, llama.cpp's split naming
-``-00001-of-00003.gguf`` included). Hashing a multi-GB file takes seconds, so it is cached by (path, size,
+Model files are named, sized and hashed (``core.model_files``: ``model_file_facts``, llama.cpp's split
+naming ``-00001-of-00003.gguf`` included). Hashing a multi-GB file takes seconds, so it is cached by (path, size,
 mtime) and, in the exporter, done on a background thread (:class:`ModelHasher`): until it is done the
-sha256 is ``None`` with reason ``hashing``. Nothing else here does I/O.
+sha256 is ``None`` with reason ``hashing``. This module does no I/O; it re-exports those two modules' names
+so that one import serves a reader of the fingerprint.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import queue
 import re
-import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from core.llama_argv import (
+    ARGV_FLAGS,
+    FLASH_ATTN_VALUES,
+    SETTINGS_FIELDS,
+    is_llama_server_argv,
+    settings_from_argv,
+    to_int,
+)
+from core.model_files import ModelHasher, model_file_facts, split_paths
 
 __all__ = [
     "ARGV_FLAGS",
@@ -70,33 +78,12 @@ __all__ = [
     "workload_part",
 ]
 
-SETTINGS_FIELDS = ("slots", "ctx_per_slot", "batch", "ubatch", "flash_attn", "cache_type_k", "cache_type_v",
-                   "n_gpu_layers")
 HARDWARE_FIELDS = ("gpu", "gpu_count", "gpu_memory_bytes", "driver", "cpu")
 INFO_LABELS = ("build", "model", "model_size", "model_sha256", *SETTINGS_FIELDS, *HARDWARE_FIELDS, "digest")
 _DIGESTED = ("runtime", "model", "settings", "hardware")
 
-# setting -> (llama-server's spellings, its environment variable); the one table of flags read here.
-# ``ctx_size`` is the total context (-c), from which ``ctx_per_slot`` follows.
-ARGV_FLAGS: dict[str, tuple[tuple[str, ...], str]] = {
-    "slots": (("-np", "--parallel"), "LLAMA_ARG_N_PARALLEL"),
-    "ctx_size": (("-c", "--ctx-size"), "LLAMA_ARG_CTX_SIZE"),
-    "batch": (("-b", "--batch-size"), "LLAMA_ARG_BATCH"),
-    "ubatch": (("-ub", "--ubatch-size"), "LLAMA_ARG_UBATCH"),
-    "flash_attn": (("-fa", "--flash-attn"), "LLAMA_ARG_FLASH_ATTN"),
-    "cache_type_k": (("-ctk", "--cache-type-k"), "LLAMA_ARG_CACHE_TYPE_K"),
-    "cache_type_v": (("-ctv", "--cache-type-v"), "LLAMA_ARG_CACHE_TYPE_V"),
-    "n_gpu_layers": (("-ngl", "--gpu-layers", "--n-gpu-layers"), "LLAMA_ARG_N_GPU_LAYERS"),
-}
-_KV_ON = {"-kvu", "--kv-unified"}
-_KV_OFF = {"-no-kvu", "--no-kv-unified"}
-_BY_SPELLING = {name: setting for setting, (names, _) in ARGV_FLAGS.items() for name in names}
-_FA_VALUES: dict[str, bool | str] = {"on": True, "off": False, "auto": "auto", "true": True, "false": False,
-                                     "1": True, "0": False, "enabled": True, "disabled": False}
 _INT_SETTINGS = {"slots", "ctx_per_slot", "batch", "ubatch"}
 _INT_HARDWARE = {"gpu_count", "gpu_memory_bytes"}
-_SPLIT = re.compile(r"^(?P<prefix>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$")
-_HASH_CHUNK = 8 << 20
 
 
 # -- canonical JSON and digests ---------------------------------------------------------------------------
@@ -130,265 +117,6 @@ def workload_part(values: Mapping[str, Any]) -> dict[str, Any]:
 def policy_part(values: Mapping[str, Any]) -> dict[str, Any]:
     """``{"digest", "values"}`` of the policy that turned the measurements into the answer."""
     return _part(values)
-
-
-# -- the runtime's command line ---------------------------------------------------------------------------
-
-
-def is_llama_server_argv(argv: Sequence[str]) -> bool:
-    """llama-server (``llama-server``, the unified ``llama`` binary) or ``satbench sim``, which takes its
-    flags; another program's flags (a test runner replaying payloads) say nothing about the runtime."""
-    if not argv:
-        return False
-    program = argv[0].replace("\\", "/").rsplit("/", 1)[-1]
-    if program.startswith("llama"):
-        return True
-    head = argv[:4]
-    return any("satbench" in a for a in head) and "sim" in head
-
-
-def _int(value: str) -> int | None:
-    try:
-        return int(value)
-    except ValueError:
-        return None
-
-
-def settings_from_argv(argv: Sequence[str]) -> tuple[dict[str, Any], dict[str, str]]:
-    """The capacity settings a llama-server command line sets, and why each one it leaves ``None`` is.
-
-    Keys are :data:`SETTINGS_FIELDS`. A flag given twice counts as llama-server reads it (the last one). A
-    flag left out means the build's default (or an ``LLAMA_ARG_*`` variable of the runtime's environment,
-    not read here): ``None``, with that reason.
-    """
-    raw: dict[str, str] = {}
-    unified: bool | None = None
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        name, eq, inline = arg.partition("=") if arg.startswith("--") else (arg, "", "")
-        if arg in _KV_ON:
-            unified = True
-        elif arg in _KV_OFF:
-            unified = False
-        elif name in _BY_SPELLING:
-            setting = _BY_SPELLING[name]
-            nxt = argv[i + 1] if i + 1 < len(argv) else None
-            if eq:
-                raw[setting] = inline
-            elif setting == "flash_attn" and (nxt is None or nxt.lower() not in _FA_VALUES):
-                raw[setting] = "on"  # a bare -fa (builds before -fa took on|off|auto)
-            elif nxt is not None:
-                raw[setting] = nxt
-                i += 1
-        i += 1
-    out: dict[str, Any] = {}
-    why: dict[str, str] = {}
-
-    def absent(setting: str) -> str:
-        names, env = ARGV_FLAGS[setting]
-        return (f"the runtime's command line does not set it ({'/'.join(names)}: the build's default applies, "
-                f"or {env} in the runtime's environment, which is not read)")
-
-    for setting in ("batch", "ubatch"):
-        value = raw.get(setting)
-        number = _int(value) if value is not None else None
-        out[setting] = number if number is not None and number > 0 else None
-        if out[setting] is None:
-            why[setting] = absent(setting) if value is None else f"unreadable {setting} {value!r} on the command line"
-    fa = raw.get("flash_attn")
-    out["flash_attn"] = _FA_VALUES.get(fa.lower()) if fa is not None else None
-    if out["flash_attn"] is None:
-        why["flash_attn"] = absent("flash_attn") if fa is None else f"unreadable -fa {fa!r} on the command line"
-    for setting in ("cache_type_k", "cache_type_v"):
-        value = raw.get(setting)
-        out[setting] = value.lower() if value else None
-        if out[setting] is None:
-            why[setting] = absent(setting)
-    ngl = raw.get("n_gpu_layers")
-    if ngl is None:
-        out["n_gpu_layers"], why["n_gpu_layers"] = None, absent("n_gpu_layers")
-    elif (layers := _int(ngl)) is not None:
-        out["n_gpu_layers"] = layers
-    elif ngl.lower() in ("auto", "all"):
-        out["n_gpu_layers"] = ngl.lower()  # what it said; the layer count it stands for is not told
-    else:
-        out["n_gpu_layers"], why["n_gpu_layers"] = None, f"unreadable -ngl {ngl!r} on the command line"
-    np_raw = raw.get("slots")
-    slots = _int(np_raw) if np_raw is not None else None
-    if np_raw is None:
-        out["slots"], why["slots"] = None, absent("slots") + "; its default -1 lets the runtime pick"
-    elif slots is None or slots == 0 or slots < -1:
-        out["slots"], why["slots"] = None, f"unreadable -np {np_raw!r} on the command line"
-    elif slots == -1:
-        out["slots"], why["slots"] = None, "-np -1 (auto): the runtime picks the slot count"
-    else:
-        out["slots"] = slots
-    c_raw = raw.get("ctx_size")
-    ctx = _int(c_raw) if c_raw is not None else None
-    if c_raw is None:
-        out["ctx_per_slot"], why["ctx_per_slot"] = None, absent("ctx_size")
-    elif ctx is None or ctx < 0:
-        out["ctx_per_slot"], why["ctx_per_slot"] = None, f"unreadable -c {c_raw!r} on the command line"
-    elif ctx == 0:
-        out["ctx_per_slot"], why["ctx_per_slot"] = None, "-c 0: the context comes from the model"
-    elif unified is True:
-        out["ctx_per_slot"] = ctx  # a unified cache: every slot may use all of it
-    elif out["slots"] is not None:
-        out["ctx_per_slot"] = max(ctx // out["slots"], 1)
-    else:
-        out["ctx_per_slot"] = None
-        why["ctx_per_slot"] = f"-c {ctx} over a slot count the command line does not fix"
-    return out, why
-
-
-# -- model files ------------------------------------------------------------------------------------------
-
-
-def split_paths(path: str | os.PathLike[str]) -> list[Path]:
-    """Every file of a model: the file itself, or each split of llama.cpp's ``<name>-00001-of-00003.gguf``
-    (whichever split the path names)."""
-    p = Path(path)
-    m = _SPLIT.match(p.name)
-    if m is None:
-        return [p]
-    count = int(m["count"])
-    if count < 1 or not 1 <= int(m["index"]) <= count:
-        return [p]
-    return [p.with_name(f"{m['prefix']}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
-
-
-def _hash_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(_HASH_CHUNK):
-            h.update(chunk)  # hashlib releases the GIL on large buffers: a scrape thread keeps running
-    return h.hexdigest()
-
-
-_Key = tuple[str, int, int]
-
-
-class _HashCache:
-    """sha256 by (real path, size, mtime_ns): a file rewritten in place gets a new key."""
-
-    def __init__(self) -> None:
-        self._done: dict[_Key, str] = {}
-        self._lock = threading.Lock()
-
-    def get(self, key: _Key) -> str | None:
-        with self._lock:
-            return self._done.get(key)
-
-    def put(self, key: _Key, sha: str) -> None:
-        with self._lock:
-            self._done[key] = sha
-
-
-_CACHE = _HashCache()
-
-
-def _key(path: Path) -> tuple[_Key, int]:
-    st = path.stat()
-    return (os.path.realpath(path), st.st_size, st.st_mtime_ns), st.st_size
-
-
-class ModelHasher:
-    """Hashes model files on one background thread, so that a scrape never waits for a multi-GB read.
-
-    :meth:`sha256` answers at once: the digest when done (cached by path, size and mtime), else ``None``
-    and a reason (``hashing``, or why it failed) and the file is queued. ``hashed`` counts the files
-    actually read, so a test can prove a file is hashed once.
-    """
-
-    def __init__(self, cache: _HashCache | None = None) -> None:
-        self._cache = cache if cache is not None else _HashCache()
-        self._queue: queue.Queue[tuple[_Key, Path] | None] = queue.Queue()
-        self._pending: set[_Key] = set()
-        self._failed: dict[_Key, str] = {}
-        self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
-        self._thread: threading.Thread | None = None
-        self._closed = False
-        self.hashed = 0
-
-    def sha256(self, path: Path, key: _Key) -> tuple[str | None, str | None]:
-        done = self._cache.get(key)
-        if done is not None:
-            return done, None
-        with self._lock:
-            if key in self._failed:
-                return None, self._failed[key]
-            if self._closed:
-                return None, "not hashed (the exporter is stopping)"
-            if key not in self._pending:
-                self._pending.add(key)
-                self._queue.put((key, path))
-                if self._thread is None:
-                    self._thread = threading.Thread(target=self._run, name="model-hasher", daemon=True)
-                    self._thread.start()
-        return None, "hashing"
-
-    def _run(self) -> None:
-        while (item := self._queue.get()) is not None:
-            key, path = item
-            error: str | None = None
-            try:
-                sha = _hash_file(path)
-                after, _ = _key(path)
-                if after != key:
-                    error = "the file changed while it was hashed"
-            except OSError as exc:
-                error = f"cannot read {path}: {exc.strerror or exc}"
-            with self._lock:
-                self.hashed += 1
-                if error is None:
-                    self._cache.put(key, sha)
-                elif error.startswith("cannot read"):
-                    self._failed[key] = error
-                self._pending.discard(key)  # a changed file is queued again under its new key
-                self._idle.notify_all()
-
-    def wait(self, timeout_s: float = 30.0) -> bool:
-        """Until nothing is queued or being hashed (True), or ``timeout_s`` passes (False)."""
-        with self._lock:
-            return self._idle.wait_for(lambda: not self._pending, timeout=timeout_s)
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            thread = self._thread
-        if thread is not None:
-            self._queue.put(None)
-            thread.join(timeout=1.0)  # a file half hashed is left to the daemon thread
-
-
-def model_file_facts(path: str | os.PathLike[str], *, hasher: ModelHasher | None = None) -> list[dict[str, Any]]:
-    """``[{"name", "size", "sha256"}]`` of the model at ``path`` and its splits, in split order.
-
-    Without ``hasher`` each file is hashed here (once per path, size and mtime, process-wide). With one,
-    an entry not hashed yet has ``sha256`` None and ``unknown`` giving the reason (``hashing``), which
-    :func:`node_fingerprint` moves into the fingerprint's ``unknown``. Raises ``OSError`` (a split missing,
-    no permission) like ``os.stat``.
-    """
-    files = split_paths(path)
-    keyed = [(file, *_key(file)) for file in files]  # every split stats before anything is hashed
-    out: list[dict[str, Any]] = []
-    for file, key, size in keyed:
-        entry: dict[str, Any] = {"name": file.name, "size": size}
-        if hasher is None:
-            sha = _CACHE.get(key)
-            if sha is None:
-                sha = _hash_file(file)
-                _CACHE.put(key, sha)
-            entry["sha256"] = sha
-        else:
-            sha, reason = hasher.sha256(file, key)
-            entry["sha256"] = sha
-            if sha is None:
-                entry["unknown"] = reason or "not hashed"
-        out.append(entry)
-    return out
 
 
 # -- hardware ---------------------------------------------------------------------------------------------
@@ -556,11 +284,11 @@ def _parse_label(field: str, text: str) -> Any:
     if text == "":
         return None
     if field in _INT_SETTINGS or field in _INT_HARDWARE:
-        return _int(text)
+        return to_int(text)
     if field == "flash_attn":
-        return _FA_VALUES.get(text.lower(), text)
+        return FLASH_ATTN_VALUES.get(text.lower(), text)
     if field == "n_gpu_layers":
-        number = _int(text)
+        number = to_int(text)
         return number if number is not None else text
     return text
 
@@ -589,7 +317,7 @@ def from_info_labels(labels: Mapping[str, str]) -> dict[str, Any]:
         files = []
         for i, size in enumerate(sizes):
             sha = shas[i] if i < len(shas) and shas[i] else None
-            files.append({"name": names[i], "size": _int(size) or 0, "sha256": sha})
+            files.append({"name": names[i], "size": to_int(size) or 0, "sha256": sha})
             if sha is None:
                 unknown[f"model.files[{i}].sha256"] = gone
     else:

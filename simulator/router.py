@@ -22,6 +22,7 @@ apply per model). Its ``status.value`` is ``unloaded``, ``loading`` (for ``--mod
 load. At most ``--models-max`` models run (default 4, 0 = no limit): a load past it evicts the least
 recently used idle model; when every running model is busy, requests wait in a FIFO queue, all requests
 for one model sharing one entry (one eviction), and a client that leaves the queue gives up its place.
+(That scheduling is ``simulator.model_scheduler.ModelScheduler``; this module holds the HTTP side.)
 ``POST /models/load`` and ``/models/unload`` ``{"model": ...}`` answer ``{"success": true}``; ``GET
 /models/sse`` streams ``model_status`` and download events; ``POST /models {"model": "ORG/REPO:TAG"}``
 simulates a download (``download_progress`` then ``download_finished`` events; the model is then listed
@@ -43,18 +44,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import os
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
 from simulator.dropin import ServerOptions
 from simulator.model_cache import cache_models, hf_cache_dir, models_dir_models, read_preset
+from simulator.model_scheduler import FAKE_TIMING_S, LoadCancelled, ModelScheduler, RouterModel
 from simulator.profile import Profile, ProfileError, load_profile
 from simulator.server import (
     JSON_HEADERS,
@@ -67,48 +67,14 @@ from simulator.server import (
 )
 from simulator.state_views import BUILD_INFO
 
-__all__ = ["RouterApp", "create_router_app"]
+__all__ = ["FAKE_TIMING_S", "RouterApp", "RouterModel", "create_router_app"]
 
-FAKE_TIMING_S = 2.0
 _TRUE = {"1", "true", "on", "yes"}
 
 
 def _repo_tag(value: str) -> tuple[str, str]:
     repo, _, tag = value.partition(":")
     return repo, tag.upper()
-
-
-@dataclass(eq=False)
-class RouterModel:
-    """One model the router knows of, and its simulated instance while it runs."""
-
-    name: str
-    source: str  # preset | models_dir | cache
-    preset: dict[str, str] = field(default_factory=dict)
-    aliases: tuple[str, ...] = ()
-    tags: tuple[str, ...] = ()
-    hidden: bool = False
-    status: str = "unloaded"
-    child: SimulatorApp | None = None
-    loader: asyncio.Task[None] | None = None
-    req_count: int = 0
-    last_used: float = 0.0
-    stopping: bool = False
-
-    @property
-    def running(self) -> bool:
-        return self.status in ("loading", "loaded")
-
-
-@dataclass
-class _Entry:
-    model: str
-    waiters: int = 1
-    loading: bool = False
-
-
-class _Cancelled(Exception):
-    pass
 
 
 class RouterApp(SimulatorApp):
@@ -118,56 +84,31 @@ class RouterApp(SimulatorApp):
         super().__init__(profile, options=options)
         self.env = dict(os.environ) if env is None else env
         self.fake_timing = bool(self.env.get("LLAMA_SERVER_DEBUG_FAKE_TIMING"))
-        self.catalogue: dict[str, RouterModel] = {}
+        self.scheduler = ModelScheduler(options, self.fake_timing, self._child_profile)
         self._downloaded: dict[str, RouterModel] = {}
         self._removed: set[str] = set()
-        self._queue: list[_Entry] = []
         self._convs: dict[str, tuple[str, int]] = {}
         self._ticket = 0
-        self._subscribers: list[asyncio.Queue[dict[str, Any]]] = []
-        self._changed: asyncio.Event | None = None
-        self._app: web.Application | None = None
-        self._background: set[asyncio.Task[None]] = set()
         self.load_models()
 
     # -- lifecycle ----------------------------------------------------------------------------------------
 
     async def on_startup(self, app: web.Application) -> None:
-        self._app = app
-        self._changed = asyncio.Event()
+        self.scheduler.start(app)
 
     async def on_shutdown(self, app: web.Application) -> None:
-        for m in list(self.catalogue.values()):
-            await self.unload(m)
+        await self.scheduler.shutdown()
 
     async def on_cleanup(self, app: web.Application) -> None:
-        for t in list(self._background):
-            t.cancel()
+        self.scheduler.cleanup()
 
-    def _spawn(self, coro: Awaitable[None]) -> None:
-        task: asyncio.Task[None] = asyncio.ensure_future(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+    @property
+    def catalogue(self) -> dict[str, RouterModel]:
+        return self.scheduler.catalogue
 
-    def _notify(self) -> None:
-        if self._changed is not None:
-            self._changed.set()
-            self._changed = asyncio.Event()
-
-    async def _wait_change(self, timeout: float = 0.2) -> None:
-        ev = self._changed
-        if ev is None:
-            await asyncio.sleep(timeout)
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(ev.wait(), timeout)
-
-    def _event(self, event: str, model: str, data: Any = None) -> None:
-        msg: dict[str, Any] = {"model": model, "event": event}
-        if data is not None:
-            msg["data"] = data
-        for q in self._subscribers:
-            q.put_nowait(msg)
+    @catalogue.setter
+    def catalogue(self, value: dict[str, RouterModel]) -> None:
+        self.scheduler.catalogue = value
 
     # -- the catalogue ------------------------------------------------------------------------------------
 
@@ -205,8 +146,8 @@ class RouterApp(SimulatorApp):
             if new is not None:
                 new.status, new.child, new.loader = old.status, old.child, old.loader
                 new.req_count, new.last_used, new.stopping = old.req_count, old.last_used, old.stopping
-            elif old.running and self._app is not None:
-                self._spawn(self.unload(old))
+            elif old.running and self.scheduler.app is not None:
+                self.scheduler.spawn(self.scheduler.unload(old))
         self.catalogue = found
 
     def find(self, name: str) -> RouterModel | None:
@@ -244,166 +185,6 @@ class RouterApp(SimulatorApp):
                                     slot_ctx_tokens=0 if n <= 1 else max(total // n, 1))
         except (ValueError, ProfileError):
             return p
-
-    # -- loading, unloading and the queue (llama-server's server_lru_sched) ----------------------------------
-
-    def _n_running(self) -> int:
-        return sum(1 for m in self.catalogue.values() if m.running)
-
-    def _has_capacity(self) -> bool:
-        return self.options.models_max <= 0 or self._n_running() < self.options.models_max
-
-    def _queued(self, name: str) -> _Entry | None:
-        return next((e for e in self._queue if e.model == name), None)
-
-    def _pick_victim(self) -> RouterModel | None:
-        idle = [m for m in self.catalogue.values()
-                if m.req_count == 0 and m.status == "loaded" and not m.stopping and self._queued(m.name) is None]
-        return min(idle, key=lambda m: m.last_used) if idle else None
-
-    def _join(self, name: str) -> None:
-        e = self._queued(name)
-        if e is not None:
-            e.waiters += 1
-        else:
-            self._queue.append(_Entry(name))
-
-    def _leave(self, name: str) -> None:
-        e = self._queued(name)
-        if e is not None:
-            e.waiters -= 1
-            if e.waiters <= 0:
-                self._queue.remove(e)
-
-    def _try_claim(self, name: str) -> bool:
-        if not self._queue or self._queue[0].model != name or self._queue[0].loading or not self._has_capacity():
-            return False
-        self._queue[0].loading = True
-        return True
-
-    def _claim_done(self, name: str, ok: bool) -> None:
-        e = self._queued(name)
-        if e is not None and not ok:
-            e.loading = False
-
-    def _tick(self) -> None:
-        """Evicts idle models while queued requests outnumber the slots free or being freed."""
-        if self.options.models_max <= 0 or not self._queue:
-            return
-        running = [m for m in self.catalogue.values() if m.running]
-        n_stopping = sum(1 for m in running if m.stopping)
-        n_needed = sum(1 for e in self._queue if not e.loading)
-        n_claimed = sum(1 for e in self._queue if e.loading and (m := self.catalogue.get(e.model)) is not None
-                        and not m.running)  # fmt: skip
-        n_free = self.options.models_max - len(running) + n_stopping - n_claimed
-        while n_free < n_needed:
-            victim = self._pick_victim()
-            if victim is None:
-                return
-            victim.stopping = True
-            self._spawn(self.unload(victim))
-            n_free += 1
-
-    async def load(self, m: RouterModel) -> None:
-        """Starts loading a model (returns once it is ``loading``); raises RuntimeError past the limit."""
-        if self.fake_timing:
-            await asyncio.sleep(FAKE_TIMING_S)
-        if self.options.models_max > 0 and not self._has_capacity():
-            victim = self._pick_victim()
-            if victim is not None:
-                await self.unload(victim)
-        if m.status != "unloaded":
-            return
-        if not self._has_capacity():
-            raise RuntimeError("model limit reached, try again later")
-        m.status, m.last_used = "loading", time.monotonic()
-        m.loader = asyncio.get_running_loop().create_task(self._finish_load(m))
-        self._event("model_status", m.name, {"status": "loading"})
-        self._notify()
-
-    async def _finish_load(self, m: RouterModel) -> None:
-        await asyncio.sleep(self.options.model_load_s)
-        if m.status != "loading":
-            return
-        opts = dataclasses.replace(self.options, router=False, model_path=m.name, aliases=(), tags=m.tags,
-                                   api_keys=())  # fmt: skip
-        child = SimulatorApp(self._child_profile(m), options=opts)
-        child.model_id = m.name
-        assert self._app is not None
-        await child.on_startup(self._app)
-        m.child, m.status, m.loader = child, "loaded", None
-        self._event("model_status", m.name, {"status": "loaded"})
-        self._notify()
-
-    async def unload(self, m: RouterModel) -> None:
-        if m.status == "unloaded" and m.child is None:
-            m.stopping = False
-            return
-        m.stopping = True
-        if m.loader is not None:
-            m.loader.cancel()
-            m.loader = None
-        child, m.child = m.child, None
-        if child is not None and self._app is not None:
-            await child.on_shutdown(self._app)
-            await child.on_cleanup(self._app)
-        m.status, m.stopping = "unloaded", False
-        self._event("model_status", m.name, {"status": "unloaded"})
-        self._notify()
-        self._tick()
-
-    async def ensure_ready(self, m: RouterModel, should_stop: Callable[[], bool] | None) -> bool:
-        """Waits until the model is loaded, loading it when it is this request's turn; True if it waited."""
-        if not m.stopping and m.status == "loaded":
-            return False
-        queued = False
-        if m.status == "unloaded":
-            self._join(m.name)
-            self._tick()
-            queued = True
-        try:
-            saw_loading = did_load = False
-            while True:
-                if self.catalogue.get(m.name) is not m:
-                    break
-                if m.stopping:
-                    if not queued:
-                        self._join(m.name)
-                        self._tick()
-                        queued = True
-                    if should_stop is not None and should_stop():
-                        raise _Cancelled(m.name)
-                    await self._wait_change()
-                    continue
-                if m.status == "loaded":
-                    break
-                if m.status in ("downloading", "downloaded"):
-                    break
-                if m.status == "loading":
-                    saw_loading = True
-                elif m.status == "unloaded" and (did_load or saw_loading or not queued):
-                    break
-                if should_stop is not None and should_stop():
-                    raise _Cancelled(m.name)
-                if m.status == "unloaded" and self._try_claim(m.name):
-                    ok = True
-                    try:
-                        await self.load(m)
-                        did_load = True
-                    except RuntimeError:
-                        ok = False
-                    self._claim_done(m.name, ok)
-                    self._tick()
-                    continue
-                await self._wait_change()
-        except BaseException:
-            if queued:
-                self._leave(m.name)
-            self._tick()
-            raise
-        if queued:
-            self._leave(m.name)
-        return True
 
     # -- proxying ---------------------------------------------------------------------------------------------
 
@@ -447,8 +228,8 @@ class RouterApp(SimulatorApp):
             m.req_count -= 1
             if post:
                 m.last_used = time.monotonic()
-            self._tick()
-            self._notify()
+            self.scheduler.tick()
+            self.scheduler.notify()
 
     def proxy_get(self, route: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         async def handle(request: web.Request) -> web.StreamResponse:
@@ -458,8 +239,8 @@ class RouterApp(SimulatorApp):
                 return m
             if autoload:
                 try:
-                    await self.ensure_ready(m, self._client_gone(request))
-                except _Cancelled:
+                    await self.scheduler.ensure_ready(m, self._client_gone(request))
+                except LoadCancelled:
                     return _error(499, "the client closed the connection", "cancelled")
             return await self._proxy(request, m, route, post=False)
 
@@ -481,8 +262,8 @@ class RouterApp(SimulatorApp):
                 self._convs[conv_id] = (m.name, ticket)
             if autoload:
                 try:  # a dead socket does not cancel a session request, only a stop does
-                    await self.ensure_ready(m, None if ticket else self._client_gone(request))
-                except _Cancelled:
+                    await self.scheduler.ensure_ready(m, None if ticket else self._client_gone(request))
+                except LoadCancelled:
                     return _error(499, "the client closed the connection", "cancelled")
             if ticket and self._convs.get(conv_id, ("", 0))[1] != ticket:
                 return _error(400, "request cancelled by a stop while the model was loading",
@@ -557,7 +338,7 @@ class RouterApp(SimulatorApp):
         if m.running:
             return _error(400, "model is already running", "invalid_request_error")
         try:
-            await self.load(m)
+            await self.scheduler.load(m)
         except RuntimeError as exc:
             return _error(500, str(exc), "server_error")
         return _json({"success": True})
@@ -569,12 +350,12 @@ class RouterApp(SimulatorApp):
             return _error(400, "model is not found", "invalid_request_error")
         if not m.running and m.status != "downloading":
             return _error(400, "model is not running", "invalid_request_error")
-        await self.unload(m)
+        await self.scheduler.unload(m)
         return _json({"success": True})
 
     async def models_sse(self, request: web.Request) -> web.StreamResponse:
         q: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self._subscribers.append(q)
+        self.scheduler.subscribers.append(q)
         resp = web.StreamResponse(status=200, headers=SSE_HEADERS)
         try:
             with contextlib.suppress(ConnectionResetError):
@@ -583,7 +364,7 @@ class RouterApp(SimulatorApp):
                     msg = await q.get()
                     await resp.write(b"data: " + json.dumps(msg, separators=(",", ":")).encode() + b"\n\n")
         finally:
-            self._subscribers.remove(q)
+            self.scheduler.subscribers.remove(q)
         return resp
 
     async def models_download(self, request: web.Request) -> web.Response:
@@ -600,7 +381,7 @@ class RouterApp(SimulatorApp):
         self._removed.discard(name)
         m = RouterModel(name, "cache", {"hf-repo": name}, status="downloading")
         self.catalogue[name] = m
-        self._spawn(self._download(m))
+        self.scheduler.spawn(self._download(m))
         return _json({"success": True})
 
     async def _download(self, m: RouterModel, steps: int = 4) -> None:
@@ -608,12 +389,12 @@ class RouterApp(SimulatorApp):
         for i in range(1, steps + 1):
             await asyncio.sleep(self.options.model_load_s / steps)
             url = f"simulated://{m.name}"
-            self._event("download_progress", m.name, {"progress": {url: {"done": total * i // steps,
+            self.scheduler.event("download_progress", m.name, {"progress": {url: {"done": total * i // steps,
                                                                           "total": total}}})
         m.status = "unloaded"
         self._downloaded[m.name] = m
-        self._event("download_finished", m.name)
-        self._notify()
+        self.scheduler.event("download_finished", m.name)
+        self.scheduler.notify()
 
     async def models_delete(self, request: web.Request) -> web.Response:
         name = request.query.get("model", "")
@@ -624,7 +405,7 @@ class RouterApp(SimulatorApp):
             return _error(500, f"model name={name} is not found", "server_error")
         if m.source != "cache":
             return _error(500, f"model name={name} is not removable (not from cache)", "server_error")
-        await self.unload(m)
+        await self.scheduler.unload(m)
         self._downloaded.pop(name, None)
         self._removed.add(name)  # the simulator never deletes files: it only stops listing the model
         if name in self.catalogue:
@@ -658,7 +439,7 @@ class RouterApp(SimulatorApp):
         if owner is not None and owner.child is not None:
             owner.child.sessions.evict_and_cancel(conv_id)
         self._convs.pop(conv_id, None)  # cancels a request parked while the model loads
-        self._notify()
+        self.scheduler.notify()
         return web.Response(status=204, content_type="application/json", headers=JSON_HEADERS)
 
     async def router_streams_lookup(self, request: web.Request) -> web.Response:

@@ -64,19 +64,21 @@ from simulator.state_views import (
     slots_view,
     truth_record_json,
 )
-from simulator.streams import SessionWriter, StreamSession, StreamSessions
+from simulator.stream_routes import (
+    JSON_HEADERS,
+    SSE_HEADERS,
+    ConversationStreams,
+    error_response,
+    json_response,
+    wait_finished,
+)
+from simulator.streams import SessionWriter
 from simulator.tokens import BOS, BOS_ID, detokenize, ids_digest, piece_of, tokenize_pieces
 
 __all__ = ["RUNTIME_KEY", "SimulatorApp", "base_app", "create_app"]
 
 log = logging.getLogger(__name__)
 
-SSE_HEADERS = {
-    "Server": "llama.cpp",
-    "Access-Control-Allow-Origin": "",
-    "X-Accel-Buffering": "no",
-    "Content-Type": "text/event-stream",
-}
 METRICS_501 = "This server does not support metrics endpoint. Start it with `--metrics`"
 SLOTS_501 = "This server does not support slots endpoint. Start it with `--slots`"
 EMBEDDINGS_501 = "This server does not support embeddings. Start it with `--embeddings`"
@@ -87,7 +89,6 @@ GENERATION_PATHS = (
     "/chat/completions",
     "/v1/chat/completions",
 )
-JSON_HEADERS = {"Server": "llama.cpp", "Access-Control-Allow-Origin": ""}
 PUBLIC_PATHS = {"/health", "/v1/health", "/models", "/v1/models", "/api/tags"}
 UI_PATHS = ("/", "/index.html", "/sw.js", "/manifest.webmanifest")
 _LOCAL_ORIGIN = re.compile(r"^https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?$")
@@ -99,15 +100,8 @@ UI_HTML = (
 )
 
 
-def _json(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
-    body = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
-    return web.Response(
-        text=body, status=status, content_type="application/json", headers={**JSON_HEADERS, **(headers or {})}
-    )
-
-
-def _error(code: int, message: str, kind: str, **extra: Any) -> web.Response:
-    return _json(error_body(code, message, kind, **extra), status=code)
+_json = json_response
+_error = error_response
 
 
 def _not_found() -> web.Response:
@@ -137,7 +131,11 @@ class SimulatorApp:
         self.model_id = self.options.model_id(profile)
         self._rng = random.Random(profile.server.seed)
         self._task: asyncio.Task[None] | None = None
-        self.sessions = StreamSessions()
+        self.streams = ConversationStreams()
+        self.sessions = self.streams.sessions
+        self.stream_get = self.streams.stream_get
+        self.stream_delete = self.streams.stream_delete
+        self.streams_lookup = self.streams.streams_lookup
 
     # -- lifecycle ----------------------------------------------------------------------------------------
 
@@ -339,7 +337,7 @@ class SimulatorApp:
             if not stream_on:
                 try:
                     for s in streams:
-                        if not await self._wait(request, s):
+                        if not await wait_finished(request, s):
                             return _error(499, "the client closed the connection", "cancelled")
                 except ConnectionResetError:
                     return _error(503, "simulator shutting down", "unavailable_error")
@@ -348,11 +346,12 @@ class SimulatorApp:
             include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
             conv_id = request.headers.get("X-Conversation-Id", "")
             if conv_id:  # a resumable session: generated into its buffer, whatever becomes of this client
-                session = self.sessions.create_or_replace(conv_id)
-                session.producer = asyncio.get_running_loop().create_task(self._produce(
-                    request, session, tasks, kind, ids, include_usage, settings["timings_per_token"]))
+                per_token = settings["timings_per_token"]
                 handed_off = True
-                return await self._follow(request, session, 0, extra)
+                return await self.streams.start(
+                    request, conv_id,
+                    lambda w: self._stream(request, w, tasks, kind, ids, include_usage, per_token),
+                    lambda: self._cancel(tasks), extra)
             resp = web.StreamResponse(status=200, headers={**SSE_HEADERS, **extra})
             with contextlib.suppress(ConnectionResetError):  # the client went away: its slot is freed below
                 await self._stream(request, resp, tasks, kind, ids, include_usage, settings["timings_per_token"])
@@ -360,76 +359,6 @@ class SimulatorApp:
         finally:
             if not handed_off:
                 self._cancel(tasks)
-
-    async def _produce(self, request: web.Request, session: StreamSession, tasks: Sequence[_Task], kind: str,
-                       ids: ChatIds, include_usage: bool, per_token: bool) -> None:
-        try:
-            await self._stream(request, SessionWriter(session), tasks, kind, ids, include_usage, per_token)
-        except (ConnectionResetError, asyncio.CancelledError):
-            pass
-        finally:
-            self._cancel(tasks)
-            session.finish()
-
-    async def _follow(self, request: web.Request, session: StreamSession, offset: int,
-                      headers: dict[str, str] | None = None) -> web.StreamResponse:
-        """Streams a session's bytes from ``offset`` to this client until the session ends or it leaves."""
-        resp = web.StreamResponse(status=200, headers={**SSE_HEADERS, **(headers or {})})
-        with contextlib.suppress(ConnectionResetError):
-            await resp.prepare(request)
-            while True:
-                data = await session.read_from(offset)
-                if data is None:
-                    break
-                offset += len(data)
-                await resp.write(data)
-            await resp.write_eof()
-        return resp
-
-    # -- resumable conversation streams (simulator.streams) ------------------------------------------------
-
-    async def stream_get(self, request: web.Request) -> web.StreamResponse:
-        conv_id = request.query.get("conv_id", "")
-        if not conv_id:
-            return _error(400, "Missing conversation id in path", "invalid_request_error")
-        session = self.sessions.get(conv_id)
-        if session is None:
-            return _error(404, "Stream not found or expired", "not_found_error")
-        try:
-            offset = int(request.query.get("from", "0") or "0")
-            if offset < 0:
-                raise ValueError(offset)
-        except ValueError:
-            return _error(400, "Invalid 'from' offset", "invalid_request_error")
-        return await self._follow(request, session, offset)
-
-    async def stream_delete(self, request: web.Request) -> web.Response:
-        conv_id = request.query.get("conv_id", "")
-        if not conv_id:
-            return _error(400, "Missing conversation id in path", "invalid_request_error")
-        self.sessions.evict_and_cancel(conv_id)
-        return web.Response(status=204, content_type="application/json", headers=JSON_HEADERS)
-
-    async def streams_lookup(self, request: web.Request) -> web.Response:
-        try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return _json({"error": {"message": f"invalid body: {exc}", "type": "invalid_request_error"}}, 400)
-        raw = body.get("conversation_ids") if isinstance(body, dict) else None
-        ids = [v for v in raw if isinstance(v, str) and v] if isinstance(raw, list) else []
-        return _json(self.sessions.lookup(ids))
-
-    @staticmethod
-    async def _wait(request: web.Request, stream: Stream, poll_s: float = 0.2) -> bool:
-        """Waits for a non-streamed task to finish; False once the client has gone (as llama-server, which
-        then cancels the task and frees its slot)."""
-        while not stream.finished:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stream.next(), poll_s)
-            transport = request.transport
-            if not stream.finished and (transport is None or transport.is_closing()):
-                return False
-        return True
 
     def _cancel(self, tasks: Sequence[_Task]) -> None:
         for t in tasks:
@@ -572,7 +501,7 @@ class SimulatorApp:
                 return _error(400, str(exc), "exceed_context_size_error", n_prompt_tokens=exc.n_prompt_tokens,
                               n_ctx=exc.n_ctx)
             for s in streams:
-                if not await self._wait(request, s):
+                if not await wait_finished(request, s):
                     return _error(499, "the client closed the connection", "cancelled")
         except ConnectionResetError:
             return _error(503, "simulator shutting down", "unavailable_error")

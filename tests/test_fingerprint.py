@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from core import fingerprint as fpmod
+from core import model_files
 from core.fingerprint import (
     HARDWARE_FIELDS,
     INFO_LABELS,
@@ -350,13 +351,13 @@ def test_model_file_facts_of_splits(tmp_path: Path) -> None:
 
 def test_a_file_is_hashed_once_per_size_and_mtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[Path] = []
-    real = fpmod._hash_file
+    real = model_files._hash_file
 
     def counting(path: Path) -> str:
         calls.append(path)
         return real(path)
 
-    monkeypatch.setattr(fpmod, "_hash_file", counting)
+    monkeypatch.setattr(model_files, "_hash_file", counting)
     model = tmp_path / "one.gguf"
     model.write_bytes(b"x" * 1000)
     first = model_file_facts(model)
@@ -369,14 +370,14 @@ def test_a_file_is_hashed_once_per_size_and_mtime(tmp_path: Path, monkeypatch: p
 def test_the_background_hasher_says_hashing_until_done(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     gate = threading.Event()
     calls: list[Path] = []
-    real = fpmod._hash_file
+    real = model_files._hash_file
 
     def slow(path: Path) -> str:
         calls.append(path)
         assert gate.wait(10)
         return real(path)
 
-    monkeypatch.setattr(fpmod, "_hash_file", slow)
+    monkeypatch.setattr(model_files, "_hash_file", slow)
     model = tmp_path / "big.gguf"
     model.write_bytes(b"z" * 4096)
     hasher = ModelHasher()
@@ -400,7 +401,7 @@ def test_the_background_hasher_reports_an_unreadable_file(tmp_path: Path, monkey
     def refuse(path: Path) -> str:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(fpmod, "_hash_file", refuse)
+    monkeypatch.setattr(model_files, "_hash_file", refuse)
     model = tmp_path / "locked.gguf"
     model.write_bytes(b"q")
     hasher = ModelHasher()

@@ -128,6 +128,10 @@ def test_restart_keeps_the_port_and_changes_only_that_lane(fleet: FleetThread) -
     assert _props(url)["total_slots"] == 4 and urlsplit(url).port == urlsplit(fleet.url("node-001", "dense")).port
 
 
+# A connection the old app had accepted but not answered is dropped with it (as on any restart); asyncio may
+# then collect its transport unclosed, which pytest reports as an unraisable ResourceWarning. That is the
+# drop the test counts, not a leak of the fleet.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_a_lane_restarting_under_load_is_never_refused() -> None:
     with FleetThread(FleetSpec.uniform(1, {"d": "dense"}), startup_timeout_s=30) as fleet:
         url = fleet.url("node-001", "d")
