@@ -47,8 +47,6 @@ import math
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
-from scipy import stats
-
 from core.figures import Quantiles
 
 __all__ = [
@@ -121,6 +119,8 @@ def t_quantile(confidence: float, dof: int) -> float:
         raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
     if dof < 1:
         raise ValueError(f"need at least one degree of freedom, got {dof}")
+    from scipy import stats  # here, not at import: scipy.stats costs a second of every command's start
+
     return float(stats.t.ppf(0.5 + confidence / 2, dof))
 
 
@@ -235,4 +235,6 @@ def groups_differ(groups: Iterable[Sequence[float]]) -> float | None:
     values = [v for g in samples for v in g]
     if max(values) == min(values):
         return None
+    from scipy import stats
+
     return float(stats.kruskal(*samples).pvalue)

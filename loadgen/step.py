@@ -389,10 +389,13 @@ class StepRun:
             notes.append("errors: " + ", ".join(f"{k}={v}" for k, v in sorted(errors.items())))
         if retried:
             notes.append(f"retried on a fresh connection: {retried}")
-        reason = verdict(health, self.config.max_loop_lag_s, max_idle_share=self.config.max_idle_share)
+        # The runtime's absence is named first: users whose connections are refused wait between tries, which
+        # the client's own health reads as idle time, so "client left its users idle" would blame the client
+        # for a runtime that was gone.
         unreachable = state.window_unreachable
-        if reason is None and unreachable:
-            reason = f"runtime unreachable during the window ({unreachable} connections refused)"
+        reason = f"runtime unreachable during the window ({unreachable} connections refused)" if unreachable else None
+        if reason is None:
+            reason = verdict(health, self.config.max_loop_lag_s, max_idle_share=self.config.max_idle_share)
         if reason is None and errors and sum(errors.values()) > ok:
             reason = f"most requests failed ({sum(errors.values())} errors, {ok} ok)"
         if reason is None and ok < self.config.min_requests:

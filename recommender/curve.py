@@ -23,7 +23,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import isotonic_regression
 
 from core.statistics import gain_per_doubling
 
@@ -48,6 +47,8 @@ def monotone_fit(points: Sequence[CurvePoint]) -> list[float]:
     if not points:
         return []
     ys = np.asarray([p.throughput_tok_s for p in points], dtype=float)
+    from scipy.optimize import isotonic_regression  # here: scipy costs every command's start
+
     return [float(v) for v in isotonic_regression(ys, increasing=True).x]
 
 

@@ -37,7 +37,6 @@ from satbench.report.answer import (
 from satbench.report.context import limitations, policy_rows, policy_summary, run_lines, when, workload_lines
 from satbench.report.data import LaneReport, RunReport, load_run
 from satbench.report.exports import RECORDS_COLUMNS, STEPS_COLUMNS, records_rows, steps_rows, write_csv
-from satbench.report.plots import lane_figure_svg
 from satbench.report.tables import (
     LATENCY_FIGURES,
     lane_gpus,
@@ -215,6 +214,8 @@ def _verdict_titles(lane: LaneReport, headers: Sequence[str]) -> list[list[str]]
 
 
 def render_html(report: RunReport) -> str:
+    from satbench.report.plots import lane_figure_svg  # matplotlib loads only when a report is drawn
+
     m = report.manifest
     parts = [
         f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>satbench run "

@@ -115,7 +115,8 @@ def survivors(pids: set[int]) -> list[str]:
     return out
 
 
-@pytest.fixture(scope="module")
+# session-scoped: test_session and test_session_artefacts read one run (a session costs ~30 s of the suite)
+@pytest.fixture(scope="session")
 def short_session(tmp_path_factory: pytest.TempPathFactory) -> SessionRun:
     out_dir = tmp_path_factory.mktemp("runs")
     started = time.monotonic()
