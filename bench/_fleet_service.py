@@ -62,11 +62,12 @@ async def _get(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, reque
 
 
 async def _poller(port: int, rate: float, start: asyncio.Event, until: list[float], out: Polled,
-                  gzipped: bool = False) -> None:
+                  gzipped: bool = False, path: str = "/recommendations") -> None:
     """One persistent connection: one unmeasured request (set-up), then the measured ones at ``rate``;
     ``gzipped``: it accepts gzip, as an HTTP library does by default."""
     accept = b"Accept-Encoding: gzip\r\n" if gzipped else b""
-    request = b"GET /recommendations HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n" + accept + b"\r\n"
+    request = (f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n".encode() + accept
+               + b"\r\n")
     period = 1.0 / rate if rate > 0 else 0.0
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), HTTP_TIMEOUT_S)
@@ -92,10 +93,10 @@ async def _poller(port: int, rate: float, start: asyncio.Event, until: list[floa
         writer.close()
 
 
-async def _poll(port: int, pollers: int, rate: float, seconds: float, gzipped: bool) -> Polled:
+async def _poll(port: int, pollers: int, rate: float, seconds: float, gzipped: bool, path: str) -> Polled:
     out = Polled(seconds=seconds)
     start, until = asyncio.Event(), [0.0]
-    tasks = [asyncio.create_task(_poller(port, rate, start, until, out, gzipped)) for _ in range(pollers)]
+    tasks = [asyncio.create_task(_poller(port, rate, start, until, out, gzipped, path)) for _ in range(pollers)]
     await asyncio.sleep(min(5.0, 0.5 + pollers / 100))  # every connection opened and warmed
     until[0] = time.perf_counter() + seconds
     start.set()
@@ -103,10 +104,11 @@ async def _poll(port: int, pollers: int, rate: float, seconds: float, gzipped: b
     return out
 
 
-def poll(port: int, pollers: int, rate: float, seconds: float, server_pid: int, gzipped: bool = False) -> Polled:
+def poll(port: int, pollers: int, rate: float, seconds: float, server_pid: int, gzipped: bool = False,
+         path: str = "/recommendations") -> Polled:
     """The pollers' latencies, and the CPU the pollers (this process) and the server spent meanwhile."""
     client0, server0, t0 = time.process_time(), cpu_s(server_pid), time.perf_counter()
-    out = asyncio.run(_poll(port, pollers, rate, seconds, gzipped))
+    out = asyncio.run(_poll(port, pollers, rate, seconds, gzipped, path))
     out.client_cpu_s, out.server_cpu_s = time.process_time() - client0, cpu_s(server_pid) - server0
     out.wall_s = time.perf_counter() - t0
     return out
@@ -164,13 +166,16 @@ class ServiceFigures:
     lanes: int
     schema: str
     ready_s: float
+    capabilities: Polled  # GET /capabilities: each lane's capability only
+    capabilities_bytes: int
+    capabilities_floor: Polled
 
 
 def _recommender(manifest: RunManifest, prom_url: str, tmp: Path, pollers: int, rate: float,
-                 seconds: float) -> tuple[bytes, Polled, Polled, float]:
+                 seconds: float) -> tuple[bytes, Polled, Polled, float, bytes, Polled]:
     """One ``satbench recommender`` serving the run from a runs folder, as deployed (validity ticks every
     second): its document once it serves, the pollers against it plain and accepting gzip, and how long it
-    took to serve its first document after start."""
+    took to serve its first document after start; then ``GET /capabilities`` (its bytes, the pollers)."""
     runs = tmp / "runs-deployed"
     manifest.write(runs / manifest.run_id / "manifest.json")
     port = free_port()
@@ -195,7 +200,9 @@ def _recommender(manifest: RunManifest, prom_url: str, tmp: Path, pollers: int, 
         body = httpx.get(f"{url}/recommendations", timeout=HTTP_TIMEOUT_S).content
         plain = poll(port, pollers, rate, seconds, proc.pid)
         zipped = poll(port, pollers, rate, seconds, proc.pid, gzipped=True)
-        return body, plain, zipped, ready_s
+        cut = httpx.get(f"{url}/capabilities", timeout=HTTP_TIMEOUT_S).content
+        capabilities = poll(port, pollers, rate, seconds, proc.pid, path="/capabilities")
+        return body, plain, zipped, ready_s, cut, capabilities
 
 
 def _static_floor(body: bytes, name: str, tmp: Path, pollers: int, rate: float, seconds: float) -> Polled:
@@ -211,7 +218,8 @@ def _static_floor(body: bytes, name: str, tmp: Path, pollers: int, rate: float, 
 
 def measure_service(manifest: RunManifest, prom_url: str, tmp: Path, pollers: int, rate: float,
                     seconds: float) -> ServiceFigures:
-    body, service, zipped, ready_s = _recommender(manifest, prom_url, tmp, pollers, rate, seconds)
+    body, service, zipped, ready_s, cut, capabilities = _recommender(manifest, prom_url, tmp, pollers, rate,
+                                                                     seconds)
     doc = json.loads(body)
     serialise = []
     for _ in range(5):
@@ -221,5 +229,7 @@ def measure_service(manifest: RunManifest, prom_url: str, tmp: Path, pollers: in
     packed = gzip.compress(body, compresslevel=1, mtime=0)  # what the service sends a gzip poller
     floor = _static_floor(body, "plain", tmp, pollers, rate, seconds)
     zipped_floor = _static_floor(packed, "gzip", tmp, pollers, rate, seconds)
+    cut_floor = _static_floor(cut, "capabilities", tmp, pollers, rate, seconds)
     return ServiceFigures(len(body), len(packed), statistics.median(serialise), service, zipped, floor,
-                          zipped_floor, len(doc.get("lanes", {})), str(doc.get("schema")), ready_s)
+                          zipped_floor, len(doc.get("lanes", {})), str(doc.get("schema")), ready_s, capabilities,
+                          len(cut), cut_floor)

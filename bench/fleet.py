@@ -23,7 +23,8 @@ machine survives a move to other hardware better than the absolute figure does. 
    Twice: plain, and with ``Accept-Encoding: gzip`` (what an HTTP library sends by default; the service then
    sends its cached gzipped bytes, and the floor serves the same gzipped bytes).
 3. **The document's size**, raw and gzipped, and what serialising it costs (the service re-serialises it only
-   when some answer's validity changes).
+   when some answer's validity changes); then **GET /capabilities** (each lane's capability only, what a
+   router needs) under the same pollers, its p99 and size, against the bare server answering its bytes.
 4. **Exporter, Prometheus and simulator CPU**: ``satbench sim-fleet`` serving every lane, one exporter per lane
    (``bench/_fleet_exporters.py``: all in one process here; a real fleet runs one exporter per node, on its
    own host), and a real Prometheus scraping every exporter each ``--scrape-interval`` with the repo's rules
@@ -175,6 +176,13 @@ def service_rows(svc: ServiceFigures, pollers: int) -> list[Row]:
             note=f"{svc.doc_bytes / max(svc.lanes, 1) / 1024:.1f} KiB per lane"),
         Row("  gzipped (level 1, as served)", svc.doc_gzip, "B"),
         Row("  json.dumps of it (when an answer's validity changes)", svc.serialise_s, "ms"),
+        Row(f"GET /capabilities p99, {pollers} pollers", svc.capabilities.pct(0.99) or nan, "ms",
+            svc.capabilities_floor.pct(0.99), GOAL_P99_S,
+            note=f"p50 {fmt(svc.capabilities.pct(0.5), 'ms')}; {svc.capabilities.cpu_note()}; "
+                 f"{len(svc.capabilities.latencies)} ok, {sum(svc.capabilities.errors.values())} errors; floor: "
+                 "the bare server, the same bytes"),
+        Row("  its size (each lane's capability only)", svc.capabilities_bytes, "B",
+            note=f"{svc.capabilities_bytes / max(svc.lanes, 1):.0f} B per lane"),
     ]
 
 
@@ -298,9 +306,11 @@ def main() -> int:
         print(f"a real fleet runs one exporter per node, on its own host; here all {phases[3]} share one process "
               "(one GIL), so the CPU per scrape is the figure to carry, not the scrape duration")
     if svc is not None:
-        if svc.service.errors or svc.zipped.errors or svc.floor.errors or svc.zipped_floor.errors:
+        polled = (svc.service, svc.zipped, svc.floor, svc.zipped_floor, svc.capabilities, svc.capabilities_floor)
+        if any(p.errors for p in polled):
             print(f"poll errors: service {dict(svc.service.errors)}, accepting gzip {dict(svc.zipped.errors)}, "
-                  f"floors {dict(svc.floor.errors)} {dict(svc.zipped_floor.errors)}")
+                  f"floors {dict(svc.floor.errors)} {dict(svc.zipped_floor.errors)}, capabilities "
+                  f"{dict(svc.capabilities.errors)} (floor {dict(svc.capabilities_floor.errors)})")
         print(f"recommender served its first document {svc.ready_s:.1f} s after start (its own analysis "
               "included)")
     for failure in failures:

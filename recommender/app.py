@@ -33,6 +33,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from core.manifest import RunManifest
+from recommender.capabilities import capability_fragment
 from recommender.deps import SettingsDep, StoreDep
 from recommender.document import AmbiguousForV1, as_v2, iso_utc
 from recommender.errors import (
@@ -46,6 +47,7 @@ from recommender.errors import (
 )
 from recommender.metrics import build_registry
 from recommender.models import (
+    CapabilitiesModel,
     HealthModel,
     LaneModel,
     RecommendationsDocument,
@@ -142,32 +144,57 @@ def _accepts_gzip(scope: Scope) -> bool:
     return False
 
 
-class CachedDocumentASGI:
-    """ASGI middleware: ``GET /recommendations`` straight from the store's cached bytes when fresh."""
+class CapabilitiesCut:
+    """``GET /capabilities``' bytes: the served document's capability fragment (``capability_fragment``, what
+    ``satbench capabilities`` prints), cut once per document. A fresh document is one object until the store
+    publishes the next; a stale one is rendered anew each time (with its age), and so is its cut."""
 
-    def __init__(self, app: ASGIApp, store: RecommendationStore, schema: str = "v2") -> None:
+    def __init__(self, store: RecommendationStore) -> None:
+        self.store = store
+        self._doc: dict[str, Any] | None = None
+        self._body = b""
+
+    def body(self) -> bytes:
+        doc = self.store.document()
+        if doc is not self._doc:
+            self._doc, self._body = doc, json.dumps(capability_fragment(doc), separators=(",", ":")).encode()
+        return self._body
+
+
+class CachedDocumentASGI:
+    """ASGI middleware: ``GET /recommendations`` and ``GET /capabilities`` straight from cached bytes when the
+    document is fresh (FastAPI's routing would cost more than the answer)."""
+
+    def __init__(self, app: ASGIApp, store: RecommendationStore, cut: CapabilitiesCut, schema: str = "v2") -> None:
         self.app = app
         self.store = store
+        self.cut = cut
         self.schema = schema
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (scope["type"] == "http" and scope["method"] == "GET" and scope["path"] == "/recommendations"
-                and not scope.get("query_string") and self.store.state == "fresh"
-                and (self.schema == "v2" or self.store.v1_ready())):
+        if (scope["type"] != "http" or scope["method"] != "GET" or scope.get("query_string")
+                or self.store.state != "fresh"):
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"]
+        if path == "/recommendations" and (self.schema == "v2" or self.store.v1_ready()):
             headers = [(b"content-type", b"application/json"), (b"vary", b"accept-encoding")]
             if self.schema == "v2" and _accepts_gzip(scope):
                 body = self.store.document_gzip()
                 headers.append((b"content-encoding", b"gzip"))
             else:
                 body = self.store.document_bytes(self.schema)
-            checked = self.store.validity_checked_at
-            if checked is not None:
-                headers.append((b"x-satbench-validity-checked-at", iso_utc(checked).encode()))
-            headers.append((b"content-length", str(len(body)).encode()))
-            await send({"type": "http.response.start", "status": 200, "headers": headers})
-            await send({"type": "http.response.body", "body": body})
+        elif path == "/capabilities":
+            headers, body = [(b"content-type", b"application/json")], self.cut.body()
+        else:
+            await self.app(scope, receive, send)
             return
-        await self.app(scope, receive, send)
+        checked = self.store.validity_checked_at
+        if checked is not None:
+            headers.append((b"x-satbench-validity-checked-at", iso_utc(checked).encode()))
+        headers.append((b"content-length", str(len(body)).encode()))
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
 
 def create_app(settings: RecommenderSettings, *, analyzer: Analyzer | None = None,
@@ -200,7 +227,8 @@ def create_app(settings: RecommenderSettings, *, analyzer: Analyzer | None = Non
                   lifespan=lifespan)
     app.state.store = store
     app.state.settings = settings
-    app.add_middleware(CachedDocumentASGI, store=store, schema=settings.default_schema)
+    cut = CapabilitiesCut(store)
+    app.add_middleware(CachedDocumentASGI, store=store, cut=cut, schema=settings.default_schema)
 
     @app.exception_handler(RecommenderError)
     async def recommender_error(request: Request, exc: RecommenderError) -> JSONResponse:
@@ -223,6 +251,16 @@ def create_app(settings: RecommenderSettings, *, analyzer: Analyzer | None = Non
     async def recommendation_of_lane(lane: str, store: StoreDep) -> dict[str, Any]:
         """One answer by lane key: its name, or ``<node>/<lane>``."""
         return store.lane(lane)
+
+    @app.get("/capabilities", response_model=CapabilitiesModel, responses=error_doc)
+    async def capabilities(store: StoreDep) -> Response:
+        """Each lane's capability only (``satbench capabilities``' fragment): what a router polling a fleet
+        reads, under a kilobyte per lane where the document holds every step's evidence. (A fresh document's
+        is served by ``CachedDocumentASGI``; this route serves a stale one's, or the 503.)"""
+        headers = {}
+        if store.validity_checked_at is not None:
+            headers["X-Satbench-Validity-Checked-At"] = iso_utc(store.validity_checked_at)
+        return Response(content=cut.body(), media_type="application/json", headers=headers)
 
     @app.post("/runs", response_model=RunRegistered, status_code=201,
               responses={202: {"model": RunRegistered, "description": "registered; analysis pending"}})

@@ -22,6 +22,10 @@ from core.figures import StepFigures
 from recommender.policy import Policy
 
 __all__ = [
+    "CapabilitiesModel",
+    "CapabilityEntry",
+    "CapabilityLane",
+    "CapabilityNode",
     "ChangeModel",
     "Constraint",
     "FingerprintModel",
@@ -246,6 +250,43 @@ class RecommendationsDocument(BaseModel):
     notes: list[str] = Field(default_factory=list)
     stale: bool = False
     age_s: float | None = None
+
+
+class CapabilityEntry(BaseModel):
+    """One lane's capability (``recommender.capabilities``): what a router sets a per-deployment limit from."""
+
+    max_useful_concurrency: int | None = Field(description="the recommended concurrency; null: no answer")
+    throughput_tok_s: float | None = Field(description="output tokens/s measured at it")
+    binding_constraint: Constraint | None
+    status: LaneStatus | None = Field(description="null for a lane a node lists that has no answer")
+    valid: bool | None = Field(description="true: checked against the live runtime and it holds; false: "
+                                           "measured on something else; null: nobody could tell")
+    run_id: str | None
+    measured_at: str | None
+    fingerprint_digest: str | None
+    url: str | None = Field(description="the runtime's base URL")
+    reason: str | None = None
+
+
+class CapabilityLane(CapabilityEntry):
+    node: str
+    lane: str
+
+
+class CapabilityNode(BaseModel):
+    labels: dict[str, str] = Field(default_factory=dict)
+    lanes: dict[str, CapabilityEntry] = Field(description="by lane name on the node")
+
+
+class CapabilitiesModel(BaseModel):
+    """``GET /capabilities``: each lane's capability and nothing else, flat by lane key and grouped by node."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    schema_id: str | None = Field(alias="schema", description="the schema of the document it is cut from")
+    generated_at: str | None
+    lanes: dict[str, CapabilityLane]
+    nodes: dict[str, CapabilityNode]
 
 
 class RunRegistered(BaseModel):

@@ -160,8 +160,13 @@ def test_unreachable_source_serves_the_last_good_answer_as_stale(client: httpx.C
     assert "unreachable" in lane["reason"]
     jsonschema.validate(doc, json.loads(SCHEMA_PATH.read_text(encoding="utf-8")))
     assert "satbench_recommendations_stale 1.0" in client.get("/metrics").text
+    # the capabilities say it too: the number kept, the status stale with why, as the document
+    cut = client.get("/capabilities").json()["lanes"]["dense"]
+    assert (cut["status"], cut["max_useful_concurrency"]) == ("stale", 4) and "unreachable" in cut["reason"]
     analyzer.down = False
     until(lambda: client.get("/recommendations").json()["stale"] is False)
+    cut = client.get("/capabilities").json()["lanes"]["dense"]
+    assert (cut["status"], cut["max_useful_concurrency"]) == ("ok", 4)
 
 
 def test_first_registration_with_the_source_down_is_pending_then_503(client: httpx.Client,

@@ -10,6 +10,7 @@ import pytest
 
 from recommender import capabilities
 from recommender.app import create_app
+from recommender.models import CapabilitiesModel
 from recommender.settings import RecommenderSettings
 from testkit.net import free_port
 from tests.recommender.conftest import SyntheticRun
@@ -26,7 +27,13 @@ def test_registered_run_is_analysed_from_prometheus_and_reported(synthetic_run: 
         doc = httpx.get(f"{url}/recommendations").json()
         assert doc["source"] == {"kind": "prometheus", "url": synthetic_run.prometheus_url}
         assert capabilities.main(argparse.Namespace(url=url, timeout=5.0)) == 0
+        served = httpx.get(f"{url}/capabilities")
+        again = httpx.get(f"{url}/capabilities")
     fragment = json.loads(capsys.readouterr().out)
+    # the service's cut is the CLI's fragment, byte for byte the same on a second poll, in its declared model
+    assert served.status_code == 200 and served.json() == fragment and again.content == served.content
+    CapabilitiesModel.model_validate(served.json())
+    assert len(served.content) * 5 < len(json.dumps(doc))
     dense = fragment["lanes"]["dense"]
     assert dense["max_useful_concurrency"] == 4
     assert dense["run_id"] == synthetic_run.manifest.run_id
@@ -44,6 +51,8 @@ def test_unreachable_prometheus_without_records_is_a_503(synthetic_run: Syntheti
         resp = httpx.get(f"{url}/recommendations")
         assert resp.status_code == 503
         assert "unreachable" in resp.json()["detail"]
+        cut = httpx.get(f"{url}/capabilities")
+        assert cut.status_code == 503 and cut.json() == resp.json()
 
 
 def test_capabilities_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:

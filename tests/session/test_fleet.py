@@ -205,8 +205,18 @@ def test_restarting_one_lane_with_other_slots_turns_exactly_that_answer_stale(fl
     # the v1 view refuses: three nodes serve "dense"
     resp = httpx.get(f"{fleet.rec_url}/recommendations", params={"schema": "v1"}, timeout=10)
     assert resp.status_code == 409 and "dense on a/dense, b/dense" in resp.json()["detail"]
-    # capability formats render the served document
-    assert capability_fragment(doc)["nodes"]["b"]["lanes"]["dense"]["status"] == "stale"
+    # capability formats render the served document; GET /capabilities serves that fragment, cut from the
+    # document as served now (the validity tick may have run since the poll above: states only)
+    fragment = capability_fragment(doc)
+    assert fragment["nodes"]["b"]["lanes"]["dense"]["status"] == "stale"
+    served = httpx.get(f"{fleet.rec_url}/capabilities", timeout=10)
+    assert served.status_code == 200 and served.headers["x-satbench-validity-checked-at"].endswith("Z")
+    cut = served.json()
+    assert {k: (e["status"], e["valid"], e["max_useful_concurrency"]) for k, e in cut["lanes"].items()} == {
+        k: (e["status"], e["valid"], e["max_useful_concurrency"]) for k, e in fragment["lanes"].items()}
+    assert cut["lanes"]["b/dense"]["valid"] is False and cut["lanes"]["a/dense"]["valid"] is True
+    print(f"GET /capabilities {len(served.content)} bytes for {len(cut['lanes'])} lanes, "
+          f"GET /recommendations {len(json.dumps(doc))}")
     for fmt in ("litellm", "prometheus", "json"):
         done = subprocess.run(_cli("capabilities", "--url", fleet.rec_url, "--format", fmt), cwd=ROOT,
                               capture_output=True, text=True, timeout=30)
