@@ -60,6 +60,7 @@ __all__ = [
     "jain_index",
     "lag1_autocorrelation",
     "max_min_share",
+    "preload",
     "quantile",
     "quantiles",
     "relative_half_width",
@@ -110,6 +111,13 @@ def max_min_share(values: Iterable[float]) -> float | None:
     if not xs or min(xs) <= 0:
         return None
     return max(xs) / min(xs)
+
+
+def preload() -> None:
+    """Imports what the statistics below import on first use (scipy.stats, about a second here): called where
+    a blocked second would cost a measurement, before the load generator's first window (``run_ladder``), so
+    the first stability check of a window does not stall every user for the import."""
+    from scipy import optimize, stats  # noqa: F401
 
 
 @lru_cache(maxsize=256)

@@ -35,6 +35,7 @@ from core import __version__
 from core.figures import StepFigures, client_values
 from core.manifest import LadderPart, RunManifest, new_run_id, write_json_atomic
 from core.records import RecordsWriter
+from core.statistics import preload
 from core.step_figures import compute_step_figures
 from loadgen.client import LaneClient
 from loadgen.config import ConfigError, LaneConfig, LoadgenConfig
@@ -223,6 +224,7 @@ async def run_ladder(config: LoadgenConfig, out_dir: Path, *, run_id: str | None
                      manifest: RunManifest | None = None, progress: bool | None = None,
                      registry: CollectorRegistry | None = None) -> RunManifest:
     """Walks every lane's ladder; writes records.jsonl, steps.json, manifest.json into ``out_dir``."""
+    preload()  # scipy, imported on first use, would otherwise stall the first window's users (a second here)
     runner = LadderRunner(config, out_dir, run_id=run_id, manifest=manifest, progress=progress,
                           registry=registry)
     try:

@@ -33,6 +33,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from core.manifest import RunManifest
+from core.statistics import preload
 from recommender.capabilities import capability_fragment
 from recommender.deps import SettingsDep, StoreDep
 from recommender.document import AmbiguousForV1, as_v2, iso_utc
@@ -205,6 +206,7 @@ def create_app(settings: RecommenderSettings, *, analyzer: Analyzer | None = Non
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        preload()  # before serving: the first analysis would otherwise hold every poller for scipy's import
         store.load_runs_dir()
         for run_dir in settings.run_dirs:
             store.add_run_dir(run_dir)

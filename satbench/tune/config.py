@@ -143,7 +143,8 @@ def _tune_table(path: Path | None, overrides: dict[str, Any]) -> tuple[dict[str,
 
 
 def _selected_lanes(session: SessionConfig, tune: TuneConfig) -> tuple[LaneRuntime, ...]:
-    known = {lane.name: lane for lane in session.lanes}
+    """The lanes ``tune.lanes`` names, by lane key (``node/lane``), or by bare name where one node serves it."""
+    known = {lane.key: lane for lane in session.lanes}
     if tune.lanes is None:
         chosen = [lane for lane in session.lanes if lane.runtime in TUNABLE_RUNTIMES]
         if not chosen:
@@ -155,9 +156,16 @@ def _selected_lanes(session: SessionConfig, tune: TuneConfig) -> tuple[LaneRunti
     for name in tune.lanes:
         lane = known.get(name)
         if lane is None:
-            raise TuneConfigError(f"invalid tune config: tune.lanes: no lane {name!r} (lanes: {', '.join(known)})")
+            named = [key for key, lane in known.items() if lane.name == name]
+            if len(named) > 1:
+                raise TuneConfigError(f"invalid tune config: tune.lanes: {name!r} is a lane of several nodes "
+                                      f"({', '.join(named)}): name one by its key")
+            if not named:
+                raise TuneConfigError(f"invalid tune config: tune.lanes: no lane {name!r} "
+                                      f"(lanes: {', '.join(known)})")
+            lane = known[named[0]]
         if lane.runtime not in TUNABLE_RUNTIMES:
-            raise TuneConfigError(f"invalid tune config: tune.lanes: lane {name} is external; satbench tune starts "
+            raise TuneConfigError(f"invalid tune config: tune.lanes: lane {lane.key} is external; satbench tune starts "
                                   "each candidate's server itself and cannot restart an external one")
         out.append(lane)
     return tuple(out)

@@ -3,7 +3,7 @@
 Shape (schema ``satbench.tune/v1``)::
 
     {"schema", "tune_id", "generated_at", "command", "policy", "notes",
-     "lanes": {<lane>: {
+     "lanes": {<lane key>: {   (the lane's name, or <node>/<lane> for a lane that names a node)
         "runtime", "model", "fingerprint", "status" ("ok" | "no_feasible_candidate"), "reason",
         "grid": {"parallel", "pairs" [[batch, ubatch]...], "ctx_per_slot", "size", "prune"},
         "walked", "pruned", "refused", "skipped", "resumed",
@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from core.manifest import write_json_atomic
+from recommender.document import node_index
 from satbench.tune.answer import Choice, pareto
 from satbench.tune.grid import Candidate
 from satbench.tune.search import Outcome
@@ -116,6 +117,7 @@ def tuned_document(doc: dict[str, Any], tune_dir: Path) -> dict[str, Any] | None
     ``recommendations.json``) with the ``tuned`` block beside it; the same block is written into the winner's
     folder, so ``satbench serve <winner folder>`` serves the tuned answer. None when no lane has a winner."""
     lanes: dict[str, Any] = {}
+    labels: dict[str, dict[str, str]] = {}
     base: dict[str, Any] | None = None
     for name, lane in doc["lanes"].items():
         winner = lane.get("winner")
@@ -130,9 +132,13 @@ def tuned_document(doc: dict[str, Any], tune_dir: Path) -> dict[str, Any] | None
         answer["tuned"] = {"tune_id": doc["tune_id"], **tuned_lane(lane)["tuned"]}
         write_json_atomic(path, walked)
         lanes[name] = answer
+        for node, info in (walked.get("nodes") or {}).items():
+            labels.setdefault(node, dict((info or {}).get("labels") or {}))
         base = base or walked
     if base is None:
         return None
+    if "nodes" in base:  # the index of every tuned lane's node (each winner's walk indexes its own)
+        base = {**base, "nodes": node_index(lanes, labels)}
     return {**base, "run_id": doc["tune_id"], "generated_at": doc["generated_at"], "lanes": lanes,
             "notes": [*base.get("notes", []), "satbench tune: each lane's answer is its winning candidate's walk "
                       "(lanes.<lane>.run_id), its settings under lanes.<lane>.tuned"]}

@@ -70,10 +70,10 @@ def _question(lane: LaneRuntime, setup: TuneSetup, policy: Policy) -> dict[str, 
 def _tune_lane(lane: LaneRuntime, setup: TuneSetup, tune_dir: Path, policy: Policy,
                pairs: list[tuple[int, int]], say: Say) -> dict[str, Any]:
     candidates = grid(setup.tune.parallel, pairs, setup.ctx_per_slot)
-    say(f"lane {lane.name}: {len(candidates)} candidates"
+    say(f"lane {lane.key}: {len(candidates)} candidates"
         + (" (pruning dominated ones)" if setup.tune.prune else " (full grid)"))
-    walker = CandidateWalker(setup.session, lane, tune_dir / "candidates" / lane.name, policy=policy,
-                             ladder=setup.tune.ladder, say=say)
+    walker = CandidateWalker(setup.session, lane, tune_dir / "candidates" / lane.key, policy=policy,
+                             ladder=setup.tune.ladder, say=say, tune_id=tune_dir.name)
     outcomes = search(candidates, walker.measure, prune=setup.tune.prune)
     for o in outcomes:
         if o.state == "pruned":
@@ -94,13 +94,13 @@ def run_tune(setup: TuneSetup, *, command: list[str], out_dir: Path | None = Non
         tune_id = f"tune-{new_run_id()}"
         tune_dir = (out_dir or setup.session.out_dir) / tune_id
     tune_dir.mkdir(parents=True, exist_ok=True)
-    say(f"satbench tune {tune_id}: {', '.join(lane.name for lane in setup.lanes)} -> {tune_dir}")
+    say(f"satbench tune {tune_id}: {', '.join(lane.key for lane in setup.lanes)} -> {tune_dir}")
     pairs = setup.tune.pairs()
     lanes: dict[str, Any] = {}
     restore = install_signal_handlers()  # SIGTERM/SIGHUP unwind, so each candidate's server is stopped
     try:
         for lane in setup.lanes:
-            lanes[lane.name] = _tune_lane(lane, setup, tune_dir, policy, pairs, say)
+            lanes[lane.key] = _tune_lane(lane, setup, tune_dir, policy, pairs, say)
     finally:
         restore()
 
@@ -111,8 +111,10 @@ def run_tune(setup: TuneSetup, *, command: list[str], out_dir: Path | None = Non
     recommendations = tuned_document(doc, tune_dir)
     if recommendations is not None:
         write_json_atomic(tune_dir / "recommendations.json", recommendations)
-    for name, lane_doc in lanes.items():
-        (tune_dir / f"pareto-{name}.svg").write_text(pareto_svg(name, lane_doc), encoding="utf-8")
+    for name, lane_doc in lanes.items():  # lanes by key: a node's lane is pareto-<node>/<lane>.svg
+        svg = tune_dir / f"pareto-{name}.svg"
+        svg.parent.mkdir(parents=True, exist_ok=True)
+        svg.write_text(pareto_svg(name, lane_doc), encoding="utf-8")
     (tune_dir / "README.md").write_text(readme(doc), encoding="utf-8")
     (tune_dir / "report.html").write_text(report_html(doc), encoding="utf-8")
     for name, lane_doc in lanes.items():

@@ -84,8 +84,9 @@ class CandidateWalker:
     """Measures candidates of one lane into ``<lane_dir>/<candidate id>/`` (module docstring)."""
 
     def __init__(self, session: SessionConfig, lane: LaneRuntime, lane_dir: Path, *, policy: Policy,
-                 ladder: list[int], say: Say = print) -> None:
+                 ladder: list[int], say: Say = print, tune_id: str = "tune") -> None:
         self.session = session
+        self.tune_id = tune_id
         self.lane = lane
         self.lane_dir = lane_dir
         self.policy = policy
@@ -126,7 +127,7 @@ class CandidateWalker:
             self.say(f"  {candidate.id}: walking ({candidate.flags(self.lane.runtime)})")
             doc = self._walk(candidate, runtime, folder)
         write_json_atomic(done, doc)
-        outcome = outcome_from_lane(candidate, (doc.get("lanes") or {}).get(self.lane.name) or {}, rel)
+        outcome = outcome_from_lane(candidate, (doc.get("lanes") or {}).get(self.lane.key) or {}, rel)
         self.say(f"  {candidate.id}: c={outcome.recommended} ({outcome.binding}, {outcome.status})"
                  + ("" if outcome.throughput_tok_s is None else f", {outcome.throughput_tok_s:.1f} tok/s"))
         return outcome
@@ -136,7 +137,7 @@ class CandidateWalker:
             doc = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
-        lane = (doc.get("lanes") or {}).get(self.lane.name) if isinstance(doc, dict) else None
+        lane = (doc.get("lanes") or {}).get(self.lane.key) if isinstance(doc, dict) else None
         if not isinstance(lane, dict):
             return None
         return dataclasses.replace(outcome_from_lane(candidate, lane, rel), resumed=True)
@@ -149,14 +150,15 @@ class CandidateWalker:
         return LAUNCHERS[lane.runtime](lane, self.session, processes, stack)
 
     def _walk(self, candidate: Candidate, runtime: RunningRuntime, folder: Path) -> dict[str, Any]:
-        run_id = f"{folder.parent.parent.parent.name}-{self.lane.name}-{candidate.id}"[-128:].lstrip("-._")
+        # the walk's answers are keyed by the lane's key (a node's lane: node/lane), as a session's
+        run_id = f"{self.tune_id}-{self.lane.key.replace('/', '.')}-{candidate.id}"[-128:].lstrip("-._")
         loadgen = walk_loadgen(self.session, self.lane, runtime.url, candidate, self.ladder)
         header = RunManifest(
             run_id=run_id, created_at=time.time(), command=tuple(runtime.command),
-            config={"tune": {"lane": self.lane.name, "candidate": candidate.settings()},
+            config={"tune": {"lane": self.lane.key, "candidate": candidate.settings()},
                     "lane": self.lane.model_dump(mode="json"), "policy": self.session.policy,
                     "loadgen": loadgen.model_dump(mode="json")},
-            versions={"satbench": __version__}, lanes={self.lane.name: runtime.evidence()})
+            versions={"satbench": __version__}, lanes={self.lane.key: runtime.evidence()})
         with asyncio.Runner(loop_factory=fast_loop_factory()) as runner:
             try:
                 manifest = runner.run(run_ladder(loadgen, folder, run_id=run_id, manifest=header, progress=False))

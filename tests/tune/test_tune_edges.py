@@ -138,3 +138,64 @@ def test_a_search_with_no_feasible_candidate_exits_1(tmp_path: Path) -> None:
                           env={"SATBENCH_LLAMA_SERVER": str(script), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 1, proc.stderr
     assert "real: no feasible candidate" in proc.stdout and REFUSAL in proc.stdout
+
+
+TWO_NODES = """
+[[lanes]]
+name = "dense"
+profile = "dense"
+node = "a"
+
+[[lanes]]
+name = "dense"
+profile = "dense"
+node = "b"
+"""
+
+
+def test_a_lane_name_two_nodes_serve_is_named_by_its_key(tmp_path: Path) -> None:
+    path = tmp_path / "t.toml"
+    path.write_text(TWO_NODES + "[tune]\nlanes = ['dense']\n", encoding="utf-8")
+    with pytest.raises(TuneConfigError) as err:
+        load_tune_config(path)
+    assert "tune.lanes: 'dense' is a lane of several nodes (a/dense, b/dense)" in str(err.value)
+    path.write_text(TWO_NODES + "[tune]\nlanes = ['b/dense']\n", encoding="utf-8")
+    assert [lane.key for lane in load_tune_config(path).lanes] == ["b/dense"]
+
+
+def test_one_lane_name_on_two_nodes_is_tuned_apart_by_node(tmp_path: Path) -> None:
+    """Two nodes' ``dense`` lanes: each tuned on its own, keyed ``node/lane`` in every file the tune writes,
+    each answer its own node's (before, both wrote under ``dense`` and neither found its answer)."""
+    config = tmp_path / "tune.toml"
+    config.write_text(TWO_NODES + """
+[loadgen]
+warmup_s = 0.2
+min_window_s = 1.5
+max_window_s = 2.0
+min_requests = 4
+drain_timeout_s = 1.0
+
+[policy]
+min_requests_per_step = 4
+max_throughput_ci_ratio = 10.0  # plumbing, not accuracy: 1.5 s windows
+
+[tune]
+parallel = [1]
+ubatch = [256]
+ladder = [1]
+""", encoding="utf-8")
+    setup = load_tune_config(config)
+    result = run_tune(setup, command=["satbench", "tune"], out_dir=tmp_path / "runs", say=lambda _: None)
+    assert set(result.document["lanes"]) == {"a/dense", "b/dense"}
+    for key in ("a/dense", "b/dense"):
+        lane = result.document["lanes"][key]
+        assert lane["winner"] is not None and lane["recommended_concurrency"] is not None, (key, lane)
+        folder = Path(lane["winner"]["folder"])
+        assert folder.parent == result.tune_dir / "candidates" / key, folder
+        walked = json.loads((folder / "recommendations.json").read_text())
+        assert list(walked["lanes"]) == [key] and walked["lanes"][key]["tuned"]["flags"] == lane["flags"]
+        assert (result.tune_dir / f"pareto-{key}.svg").read_text().startswith("<svg")
+    doc = json.loads((result.tune_dir / "recommendations.json").read_text())
+    assert doc["nodes"] == {"a": {"labels": {}, "lanes": ["a/dense"]}, "b": {"labels": {}, "lanes": ["b/dense"]}}
+    assert {k: v["node"] for k, v in doc["lanes"].items()} == {"a/dense": "a", "b/dense": "b"}
+    assert result.exit_code == 0
