@@ -58,6 +58,7 @@ class LadderRunner:
                  registry: CollectorRegistry | None = None) -> None:
         if not config.lanes:
             raise ConfigError("invalid loadgen config: lanes: at least one lane is needed to run")
+        preload()  # scipy, imported on first use, would otherwise stall the first window's users (a second here)
         self.config = config
         self.out_dir = Path(out_dir)
         self.run_id = run_id or (manifest.run_id if manifest is not None else new_run_id())
@@ -224,7 +225,6 @@ async def run_ladder(config: LoadgenConfig, out_dir: Path, *, run_id: str | None
                      manifest: RunManifest | None = None, progress: bool | None = None,
                      registry: CollectorRegistry | None = None) -> RunManifest:
     """Walks every lane's ladder; writes records.jsonl, steps.json, manifest.json into ``out_dir``."""
-    preload()  # scipy, imported on first use, would otherwise stall the first window's users (a second here)
     runner = LadderRunner(config, out_dir, run_id=run_id, manifest=manifest, progress=progress,
                           registry=registry)
     try:

@@ -14,6 +14,8 @@ poller that accepts it): ``CachedDocumentASGI`` answers it
 with the store's pre-serialised bytes before FastAPI routes anything (about a tenth of the per-request
 CPU); it steps aside whenever the document is not fresh, so stale documents, 503s and every other route go
 through FastAPI. The FastAPI route stays, declares the response model for OpenAPI, and serves the same bytes.
+``GET /capabilities`` (each lane's capability only: ``recommender.capabilities.capability_fragment`` of the v2
+document, whatever ``default_schema`` is) takes the same fast path, cut once per document (``CapabilitiesCut``).
 """
 
 from __future__ import annotations

@@ -312,8 +312,8 @@ def _fetch(url_arg: str, timeout: float) -> tuple[dict[str, Any] | None, int]:
         print(f"satbench capabilities: --url {exc}", file=sys.stderr)
         return None, 2
     url = f"{base}/recommendations"
-    try:
-        resp = httpx.get(url, timeout=timeout)
+    try:  # v2 whatever the service's default: the fragment is keyed as GET /capabilities keys it
+        resp = httpx.get(url, params={"schema": "v2"}, timeout=timeout)
     except httpx.HTTPError as exc:
         print(f"satbench capabilities: no answer: cannot reach {url} ({type(exc).__name__}); a finished run's "
               "answer is served by: satbench serve RUN_DIR", file=sys.stderr)

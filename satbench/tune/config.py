@@ -152,7 +152,7 @@ def _selected_lanes(session: SessionConfig, tune: TuneConfig) -> tuple[LaneRunti
                                   "each candidate's server itself and cannot restart an external one (give a "
                                   "simulator or llamacpp lane)")
         return tuple(chosen)
-    out = []
+    out: list[LaneRuntime] = []
     for name in tune.lanes:
         lane = known.get(name)
         if lane is None:
@@ -164,6 +164,8 @@ def _selected_lanes(session: SessionConfig, tune: TuneConfig) -> tuple[LaneRunti
                 raise TuneConfigError(f"invalid tune config: tune.lanes: no lane {name!r} "
                                       f"(lanes: {', '.join(known)})")
             lane = known[named[0]]
+        if any(done.key == lane.key for done in out):
+            raise TuneConfigError(f"invalid tune config: tune.lanes: {name!r} names lane {lane.key} again")
         if lane.runtime not in TUNABLE_RUNTIMES:
             raise TuneConfigError(f"invalid tune config: tune.lanes: lane {lane.key} is external; satbench tune starts "
                                   "each candidate's server itself and cannot restart an external one")

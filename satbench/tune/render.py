@@ -63,7 +63,7 @@ def readme(doc: dict[str, Any]) -> str:
         if lane["pareto"]:
             lines += ["Pareto front (throughput per node vs per user):", "", *_pareto_table(lane)]
             lines += ["", f"![Pareto plot](pareto-{name}.svg)", ""]
-    lines += ["Evidence per candidate: `candidates/<lane>/<candidate>/` (command.txt, manifest.json, records.jsonl,"
+    lines += ["Evidence per candidate: `candidates/<lane key>/<candidate>/` (command.txt, manifest.json, records.jsonl,"
               " steps.json, recommendations.json).", ""]
     return "\n".join(lines)
 
@@ -176,6 +176,6 @@ def report_html(doc: dict[str, Any]) -> str:
                          f"<td>{_cell(c['binding_constraint'])}</td><td>{_cell(c['throughput_tok_s'])}</td>"
                          f"<td>{_cell(c['throughput_ci_tok_s'])}</td><td>{_cell(why)}</td></tr>")
         parts.append("</table>")
-    parts.append("<p>Evidence per candidate: <code>candidates/&lt;lane&gt;/&lt;candidate&gt;/</code> (command.txt, "
+    parts.append("<p>Evidence per candidate: <code>candidates/&lt;lane key&gt;/&lt;candidate&gt;/</code> (command.txt, "
                  "manifest.json, records.jsonl, steps.json, recommendations.json).</p></body></html>")
     return "\n".join(parts) + "\n"

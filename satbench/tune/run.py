@@ -1,6 +1,7 @@
 """One tune: for each lane, search its grid (``satbench.tune.search``) with one ladder walk per candidate
 (``satbench.tune.walk``), choose (``satbench.tune.answer``), write ``tune.json``, ``README.md`` and one
-``pareto-<lane>.svg`` into ``<out>/<tune_id>/``, and print a table per lane with the winner's flags last.
+``pareto-<lane key>.svg`` into ``<out>/<tune_id>/`` (a node's lane: ``pareto-<node>/<lane>.svg``), and print a
+table per lane with the winner's flags last. Lanes are keyed by lane key throughout (``core.lanes``).
 
 ``resume`` names an earlier tune folder: it is written to again, and every candidate whose folder already
 holds a ``recommendations.json`` is re-read instead of walked. The exit status is 0 when every tuned lane has a

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import json
 import shlex
 import time
@@ -151,14 +152,20 @@ class CandidateWalker:
 
     def _walk(self, candidate: Candidate, runtime: RunningRuntime, folder: Path) -> dict[str, Any]:
         # the walk's answers are keyed by the lane's key (a node's lane: node/lane), as a session's
-        run_id = f"{self.tune_id}-{self.lane.key.replace('/', '.')}-{candidate.id}"[-128:].lstrip("-._")
+        # a run id allows no "/", and names may hold ".": node.lane alone could be two lanes' (a.b/c, a/b.c),
+        # so a node's lane adds its key's digest
+        key = self.lane.key
+        tag = key if "/" not in key else f"{key.replace('/', '.')}.{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+        run_id = f"{self.tune_id}-{tag}-{candidate.id}"[-128:].lstrip("-._")
         loadgen = walk_loadgen(self.session, self.lane, runtime.url, candidate, self.ladder)
         header = RunManifest(
             run_id=run_id, created_at=time.time(), command=tuple(runtime.command),
             config={"tune": {"lane": self.lane.key, "candidate": candidate.settings()},
                     "lane": self.lane.model_dump(mode="json"), "policy": self.session.policy,
                     "loadgen": loadgen.model_dump(mode="json")},
-            versions={"satbench": __version__}, lanes={self.lane.key: runtime.evidence()})
+            versions={"satbench": __version__},
+            lanes={self.lane.key: {**runtime.evidence(), "node": self.lane.node_name, "lane": self.lane.name,
+                                   "node_labels": self.session.node_labels(self.lane.node_name)}})
         with asyncio.Runner(loop_factory=fast_loop_factory()) as runner:
             try:
                 manifest = runner.run(run_ladder(loadgen, folder, run_id=run_id, manifest=header, progress=False))

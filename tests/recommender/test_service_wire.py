@@ -42,6 +42,18 @@ def test_registered_run_is_analysed_from_prometheus_and_reported(synthetic_run: 
     assert dense["measured_at"].endswith("Z")
 
 
+def test_the_cli_fragment_is_the_services_cut_under_a_v1_default(synthetic_run: SyntheticRun,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    settings = RecommenderSettings(prometheus_url=synthetic_run.prometheus_url, refresh_interval_s=3600,
+                                   default_schema="v1")
+    with serve(create_app(settings)) as url:
+        assert httpx.post(f"{url}/runs", json=synthetic_run.manifest.to_dict(), timeout=60).status_code == 201
+        assert httpx.get(f"{url}/recommendations").json()["schema"] == "satbench.recommendations/v1"
+        assert capabilities.main(argparse.Namespace(url=url, timeout=5.0)) == 0
+        cut = httpx.get(f"{url}/capabilities").json()
+    assert json.loads(capsys.readouterr().out) == cut and cut["schema"] == "satbench.recommendations/v2"
+
+
 def test_unreachable_prometheus_without_records_is_a_503(synthetic_run: SyntheticRun) -> None:
     settings = RecommenderSettings(prometheus_url=f"http://127.0.0.1:{free_port()}", refresh_interval_s=3600,
                                    prometheus_timeout_s=2.0)

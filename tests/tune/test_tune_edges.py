@@ -161,13 +161,30 @@ def test_a_lane_name_two_nodes_serve_is_named_by_its_key(tmp_path: Path) -> None
     assert "tune.lanes: 'dense' is a lane of several nodes (a/dense, b/dense)" in str(err.value)
     path.write_text(TWO_NODES + "[tune]\nlanes = ['b/dense']\n", encoding="utf-8")
     assert [lane.key for lane in load_tune_config(path).lanes] == ["b/dense"]
+    one_node = '[[lanes]]\nname = "dense"\nprofile = "dense"\nnode = "a"\n'
+    path.write_text(one_node + "[tune]\nlanes = ['dense', 'a/dense']\n", encoding="utf-8")
+    with pytest.raises(TuneConfigError, match=r"tune\.lanes: 'a/dense' names lane a/dense again"):
+        load_tune_config(path)
 
 
 def test_one_lane_name_on_two_nodes_is_tuned_apart_by_node(tmp_path: Path) -> None:
     """Two nodes' ``dense`` lanes: each tuned on its own, keyed ``node/lane`` in every file the tune writes,
     each answer its own node's (before, both wrote under ``dense`` and neither found its answer)."""
     config = tmp_path / "tune.toml"
-    config.write_text(TWO_NODES + """
+    # node a as a [[nodes]] table with labels, node b as a lane naming it: both spellings of a fleet
+    config.write_text("""
+[[nodes]]
+name = "a"
+labels = { gpu = "h100" }
+[[nodes.lanes]]
+name = "dense"
+profile = "dense"
+
+[[lanes]]
+name = "dense"
+profile = "dense"
+node = "b"
+
 [loadgen]
 warmup_s = 0.2
 min_window_s = 1.5
@@ -196,6 +213,7 @@ ladder = [1]
         assert list(walked["lanes"]) == [key] and walked["lanes"][key]["tuned"]["flags"] == lane["flags"]
         assert (result.tune_dir / f"pareto-{key}.svg").read_text().startswith("<svg")
     doc = json.loads((result.tune_dir / "recommendations.json").read_text())
-    assert doc["nodes"] == {"a": {"labels": {}, "lanes": ["a/dense"]}, "b": {"labels": {}, "lanes": ["b/dense"]}}
+    assert doc["nodes"] == {"a": {"labels": {"gpu": "h100"}, "lanes": ["a/dense"]},
+                            "b": {"labels": {}, "lanes": ["b/dense"]}}
     assert {k: v["node"] for k, v in doc["lanes"].items()} == {"a/dense": "a", "b/dense": "b"}
     assert result.exit_code == 0
