@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import gzip
 import json
-import random
 import statistics
 import sys
 import time
@@ -28,6 +27,7 @@ from _fleet_common import HTTP_TIMEOUT_S, child, cpu_s  # noqa: E402
 
 from core.manifest import RunManifest  # noqa: E402
 from testkit.net import free_port, wait_http  # noqa: E402
+from testkit.pacing import paced  # noqa: E402
 
 GOAL_P99_S = 0.020
 FLEET_PY = Path(__file__).resolve().with_name("fleet.py")  # the --serve-static entry point
@@ -68,7 +68,6 @@ async def _poller(port: int, rate: float, start: asyncio.Event, until: list[floa
     accept = b"Accept-Encoding: gzip\r\n" if gzipped else b""
     request = (f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n".encode() + accept
                + b"\r\n")
-    period = 1.0 / rate if rate > 0 else 0.0
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), HTTP_TIMEOUT_S)
     except (OSError, TimeoutError) as exc:
@@ -76,12 +75,7 @@ async def _poller(port: int, rate: float, start: asyncio.Event, until: list[floa
         return
     try:
         await _get(reader, writer, request)
-        await start.wait()
-        next_at = time.perf_counter() + random.random() * period
-        while time.perf_counter() < until[0]:
-            if period:
-                await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
-                next_at += period
+        async for _ in paced(rate, start, until):
             took, status = await _get(reader, writer, request)
             if status.startswith(b"HTTP/1.1 200"):
                 out.latencies.append(took)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import random
 import statistics
 import subprocess
 import sys
@@ -37,6 +36,7 @@ from recommender.run_analysis import analyze_run  # noqa: E402
 from testkit.backfill import BackfilledPrometheus  # noqa: E402
 from testkit.net import free_port, wait_http  # noqa: E402
 from testkit.openmetrics import openmetrics_text  # noqa: E402
+from testkit.pacing import paced  # noqa: E402
 from testkit.synthetic import SyntheticLane, simulate_run  # noqa: E402
 
 LADDER = (1, 2, 4, 8, 12, 16, 24, 32)
@@ -67,15 +67,9 @@ async def client(host: str, port: int, path: str, rate: float, start: asyncio.Ev
     """One persistent connection: one unmeasured request (connection set-up), then the measured ones."""
     reader, writer = await asyncio.open_connection(host, port)
     request = f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: keep-alive\r\n\r\n".encode()
-    period = 1.0 / rate if rate > 0 else 0.0
     try:
         await get(reader, writer, request)
-        await start.wait()
-        next_at = time.perf_counter() + random.random() * period
-        while time.perf_counter() < until[0]:
-            if period:
-                await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
-                next_at += period
+        async for _ in paced(rate, start, until):
             out.append(await get(reader, writer, request))
     finally:
         writer.close()

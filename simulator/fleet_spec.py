@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import argparse
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from core.config_files import FieldError, format_validation_error, load_toml_model
-from core.lanes import LOCAL_NODE, NAME_PATTERN
+from core.lanes import LOCAL_NODE, NAME_PATTERN, duplicate_names
 from simulator.dropin import ServerOptions
 from simulator.profile import Profile, ProfileError, bundled_profiles
 
@@ -119,10 +119,6 @@ class LaneSpec(BaseModel):
         return {k: v for k, v in self.model_dump(exclude={"name"}).items() if v is not None}
 
 
-def _duplicates(names: Sequence[str]) -> list[str]:
-    return sorted({n for n in names if names.count(n) > 1})
-
-
 class NodeSpec(BaseModel):
     """One simulated runtime host: its name, labels (for whoever builds a session from the spec) and lanes."""
 
@@ -148,7 +144,7 @@ class NodeSpec(BaseModel):
 
     @model_validator(mode="after")
     def _unique_lanes(self) -> NodeSpec:
-        dup = _duplicates([lane.name for lane in self.lanes])
+        dup = duplicate_names(self.lanes)
         if dup:
             raise FieldError([("lanes", f"duplicate lane name(s) {', '.join(dup)}")])
         return self
@@ -177,7 +173,7 @@ class FleetSpec(BaseModel):
 
     @model_validator(mode="after")
     def _unique_nodes(self) -> FleetSpec:
-        dup = _duplicates([node.name for node in self.nodes])
+        dup = duplicate_names(self.nodes)
         if dup:
             raise FieldError([("nodes", f"duplicate node name(s) {', '.join(dup)}")])
         return self

@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import operator
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -222,7 +223,8 @@ class RouterApp(SimulatorApp):
             child = m.child
             if child is None:
                 return _error(503, f"model name={m.name} is not running", "unavailable_error")
-            handler: Callable[[web.Request], Awaitable[web.StreamResponse]] = getattr(child, route)
+            # a route is the child's attribute path (``generate``, ``tokens.tokenize``)
+            handler: Callable[[web.Request], Awaitable[web.StreamResponse]] = operator.attrgetter(route)(child)
             return await handler(request)
         finally:
             m.req_count -= 1
@@ -460,9 +462,10 @@ class RouterApp(SimulatorApp):
 _POST_ROUTES = {
     "/completion": "generate", "/completions": "generate", "/v1/completions": "generate",
     "/chat/completions": "generate", "/v1/chat/completions": "generate",
-    "/tokenize": "tokenize_route", "/detokenize": "detokenize_route", "/apply-template": "apply_template",
-    "/chat/completions/input_tokens": "input_tokens", "/v1/chat/completions/input_tokens": "input_tokens",
-    "/embedding": "embeddings", "/embeddings": "embeddings", "/v1/embeddings": "embeddings",
+    "/tokenize": "tokens.tokenize", "/detokenize": "tokens.detokenize", "/apply-template": "tokens.apply_template",
+    "/chat/completions/input_tokens": "tokens.input_tokens",
+    "/v1/chat/completions/input_tokens": "tokens.input_tokens",
+    "/embedding": "tokens.embeddings", "/embeddings": "tokens.embeddings", "/v1/embeddings": "tokens.embeddings",
 }  # fmt: skip
 _GET_ROUTES = {"/metrics": "metrics", "/slots": "slots"}
 

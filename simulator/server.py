@@ -1,4 +1,6 @@
-"""The HTTP edge of the simulator: llama-server's endpoints on aiohttp, plus the ``/sim/*`` ground truth.
+"""The HTTP edge of the simulator: llama-server's endpoints on aiohttp (generation here; the token utility
+routes in ``simulator.token_routes``, the conversation streams in ``simulator.stream_routes``, the ``/sim/*``
+ground truth in ``simulator.truth_routes``).
 
 Routes stay thin: parse the body, hand ``RequestSpec``s to the ``RealTimeRuntime``, and write what it
 emits using the ``payloads`` builders. aiohttp's own server is used because it streams thousands of small
@@ -14,9 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import math
 import random
 import re
 import time
@@ -27,23 +27,21 @@ from typing import Any
 
 from aiohttp import web
 
-from simulator.capacity import CapacityError, capacity_curve
 from simulator.dropin import ServerOptions
 from simulator.engine import ContextLimitError, Emission, Request, RequestSpec
-from simulator.faults import FaultSchedule, faults_from_json
+from simulator.faults import FaultSchedule
 from simulator.payloads import (
     ChatIds,
     completion_chunk,
     completion_final,
     completion_progress_chunk,
-    error_body,
     merge_settings,
     new_completion_id,
     pick_fields,
     sse,
     timings,
 )
-from simulator.profile import Profile, ProfileError
+from simulator.profile import Profile
 from simulator.requests import (
     RequestError,
     chat_prompt_text,
@@ -56,24 +54,24 @@ from simulator.requests import (
 from simulator.runtime import RealTimeRuntime, Stream
 from simulator.state_views import (
     BUILD_INFO,
-    active_record_json,
-    gpu_view,
     metrics_text,
     models_view,
     props_view,
     slots_view,
-    truth_record_json,
 )
 from simulator.stream_routes import (
     JSON_HEADERS,
     SSE_HEADERS,
     ConversationStreams,
     error_response,
+    json_body,
     json_response,
     wait_finished,
 )
 from simulator.streams import SessionWriter
-from simulator.tokens import BOS, BOS_ID, detokenize, ids_digest, piece_of, tokenize_pieces
+from simulator.token_routes import TokenRoutes
+from simulator.tokens import BOS, BOS_ID, detokenize, ids_digest
+from simulator.truth_routes import GroundTruthRoutes
 
 __all__ = ["RUNTIME_KEY", "SimulatorApp", "base_app", "create_app"]
 
@@ -81,7 +79,6 @@ log = logging.getLogger(__name__)
 
 METRICS_501 = "This server does not support metrics endpoint. Start it with `--metrics`"
 SLOTS_501 = "This server does not support slots endpoint. Start it with `--slots`"
-EMBEDDINGS_501 = "This server does not support embeddings. Start it with `--embeddings`"
 GENERATION_PATHS = (
     "/completion",
     "/completions",
@@ -136,6 +133,9 @@ class SimulatorApp:
         self.stream_get = self.streams.stream_get
         self.stream_delete = self.streams.stream_delete
         self.streams_lookup = self.streams.streams_lookup
+        self.tokens = TokenRoutes(self.runtime, model_id=self.model_id, n_embd=profile.model.n_embd,
+                                  embeddings_on=self.options.embeddings)
+        self.ground_truth = GroundTruthRoutes(self.runtime, profile, self.faults)
 
     # -- lifecycle ----------------------------------------------------------------------------------------
 
@@ -213,20 +213,7 @@ class SimulatorApp:
 
     # -- generation ---------------------------------------------------------------------------------------
 
-    async def _body(self, request: web.Request) -> dict[str, Any]:
-        try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise web.HTTPBadRequest(
-                text=json.dumps(error_body(400, f"invalid JSON body: {exc}", "invalid_request_error")),
-                content_type="application/json",
-            ) from exc
-        if not isinstance(body, dict):
-            raise web.HTTPBadRequest(
-                text=json.dumps(error_body(400, "body must be a JSON object", "invalid_request_error")),
-                content_type="application/json",
-            )
-        return body
+    _body = staticmethod(json_body)
 
     def _prompts(self, kind: str, body: dict[str, Any]) -> list[tuple[str, tuple[int, ...]]]:
         """(text, token ids) of each prompt of the request, after llama-server's checks."""
@@ -474,78 +461,7 @@ class SimulatorApp:
         if transport is not None:
             transport.abort()
 
-    # -- other llama-server endpoints ---------------------------------------------------------------------
-
-    async def embeddings(self, request: web.Request) -> web.Response:
-        if not self.options.embeddings:
-            return _error(501, EMBEDDINGS_501, "not_supported_error")
-        body = await self._body(request)
-        raw = body.get("input", body.get("content"))
-        try:
-            items = [raw] if isinstance(raw, str) or (isinstance(raw, list) and raw and isinstance(raw[0], int)) \
-                else list(raw or [])
-            if not items:
-                raise RequestError("\"input\" must be a string or a non-empty list")
-            all_ids = [prompt_ids(x) for x in items]
-        except (RequestError, TypeError) as exc:
-            return _error(400, str(exc), "invalid_request_error")
-        rid = request.headers.get("X-Request-ID") or uuid.uuid4().hex
-        streams: list[Stream] = []
-        try:
-            try:
-                for i, ids in enumerate(all_ids):
-                    spec = RequestSpec(f"{rid}-{i}", len(ids), 0, ignore_eos=True, prompt_ids=ids,
-                                       cache_prompt=False)
-                    streams.append(self.runtime.submit(spec))
-            except ContextLimitError as exc:
-                return _error(400, str(exc), "exceed_context_size_error", n_prompt_tokens=exc.n_prompt_tokens,
-                              n_ctx=exc.n_ctx)
-            for s in streams:
-                if not await wait_finished(request, s):
-                    return _error(499, "the client closed the connection", "cancelled")
-        except ConnectionResetError:
-            return _error(503, "simulator shutting down", "unavailable_error")
-        finally:
-            for s in streams:
-                self.runtime.cancel(s)
-        n = sum(len(ids) for ids in all_ids)
-        data = [{"object": "embedding", "index": i, "embedding": _embedding(ids, self.profile.model.n_embd)}
-                for i, ids in enumerate(all_ids)]
-        return _json({"model": self.model_id, "object": "list", "usage": {"prompt_tokens": n, "total_tokens": n},
-                      "data": data})
-
-    async def tokenize_route(self, request: web.Request) -> web.Response:
-        body = await self._body(request)
-        pieces = tokenize_pieces(str(body.get("content", "")))
-        if body.get("add_special") is True:
-            pieces.insert(0, (BOS_ID, BOS))
-        if body.get("with_pieces") is True:
-            return _json({"tokens": [{"id": i, "piece": p} for i, p in pieces]})
-        return _json({"tokens": [i for i, _ in pieces]})
-
-    async def detokenize_route(self, request: web.Request) -> web.Response:
-        body = await self._body(request)
-        tokens = body.get("tokens", [])
-        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
-            return _error(400, "\"tokens\" must be a list of token ids", "invalid_request_error")
-        return _json({"content": "".join(piece_of(t) for t in tokens)})
-
-    async def apply_template(self, request: web.Request) -> web.Response:
-        body = await self._body(request)
-        try:
-            check_messages(body.get("messages"))
-            return _json({"prompt": chat_prompt_text(body)})
-        except RequestError as exc:
-            return _error(400, str(exc), "invalid_request_error")
-
-    async def input_tokens(self, request: web.Request) -> web.Response:
-        body = await self._body(request)
-        try:
-            check_messages(body.get("messages"))
-            n = len(prompt_ids(chat_prompt_text(body)))
-        except RequestError as exc:
-            return _error(400, str(exc), "invalid_request_error")
-        return _json({"input_tokens": n, "object": "response.input_tokens"})
+    # -- the web UI -----------------------------------------------------------------------------------------
 
     async def ui(self, request: web.Request) -> web.Response:
         path = request.path
@@ -618,82 +534,6 @@ class SimulatorApp:
     async def models(self, request: web.Request) -> web.Response:
         return _json(models_view(self.profile, self.created, self.options))
 
-    # -- simulator ground truth ---------------------------------------------------------------------------
-
-    async def truth(self, request: web.Request) -> web.Response:
-        q = request.query
-        tm = self.runtime.time_map
-        try:
-            since = float(q.get("since", "0"))
-            limit = int(q.get("limit", "100000"))
-            capacity = self._capacity(q) if q.get("capacity", "1") != "0" else None
-        except (ValueError, CapacityError) as exc:
-            return _error(400, str(exc), "invalid_request_error")
-        engine = self.runtime.engine
-        records = [truth_record_json(r, tm) for r in engine.truth_since(since - tm.offset)]
-        truncated = len(records) > limit
-        history_full = len(engine.truth) == engine.truth.maxlen
-        return _json(
-            {
-                "simulated": True,
-                "profile": self.profile.name,
-                "now": round(time.time(), 6),
-                "started_at": tm.unix(tm.started_mono),
-                "since": since,
-                "history_limit": engine.truth.maxlen,
-                "history_full": history_full,
-                "truncated": truncated,
-                "waiting": len(engine.waiting),
-                "in_flight": engine.busy_slots,
-                "timing": self.runtime.timing_stats().to_json(),
-                "requests": records[-limit:] if truncated else records,
-                "active": [
-                    active_record_json(r, tm)
-                    for r in [*(s for s in engine.slots if s is not None), *engine.waiting]
-                ],
-                "capacity": capacity,
-            }
-        )
-
-    def _capacity(self, q: Any) -> dict[str, Any]:
-        p = int(q.get("prompt_tokens", "64"))
-        o = int(q.get("output_tokens", "64"))
-        conc = [int(x) for x in q.get("concurrency", "1,2,4,8").split(",") if x.strip()]
-        if not conc or len(conc) > 64 or any(c <= 0 or c > 4096 for c in conc):
-            raise ValueError("concurrency must be a comma list of 1..64 positive integers <= 4096")
-        points = capacity_curve(self.profile, p, o, conc)
-        return {"prompt_tokens": p, "output_tokens": o, "points": [pt.to_json() for pt in points]}
-
-    async def capacity(self, request: web.Request) -> web.Response:
-        try:
-            return _json(self._capacity(request.query))
-        except (ValueError, CapacityError) as exc:
-            return _error(400, str(exc), "invalid_request_error")
-
-    async def gpu(self, request: web.Request) -> web.Response:
-        return _json(gpu_view(self.runtime.engine, time.time()))
-
-    async def get_faults(self, request: web.Request) -> web.Response:
-        return _json({"now_s": round(self._t(), 6), "faults": self.faults.to_json()})
-
-    async def post_faults(self, request: web.Request) -> web.Response:
-        body = await self._body(request)
-        try:
-            faults, append = faults_from_json(body, self._t())
-        except (ValueError, ProfileError) as exc:
-            return _error(400, str(exc), "invalid_request_error")
-        self.faults.set(faults, append=append)
-        return await self.get_faults(request)
-
-
-def _embedding(ids: Sequence[int], n: int) -> list[float]:
-    """A deterministic unit vector for a token sequence (a stand-in: it means nothing)."""
-    rng = random.Random(ids_digest(ids))
-    v = [rng.gauss(0.0, 1.0) for _ in range(n)]
-    norm = math.sqrt(sum(x * x for x in v)) or 1.0
-    return [round(x / norm, 6) for x in v]
-
-
 RUNTIME_KEY = web.AppKey("simulator", SimulatorApp)
 
 
@@ -724,13 +564,13 @@ def create_app(
     r.add_get("/metrics", sim.metrics)
     r.add_get("/v1/models", sim.models)
     r.add_get("/models", sim.models)
-    r.add_post("/tokenize", sim.tokenize_route)
-    r.add_post("/detokenize", sim.detokenize_route)
-    r.add_post("/apply-template", sim.apply_template)
-    r.add_post("/chat/completions/input_tokens", sim.input_tokens)
-    r.add_post("/v1/chat/completions/input_tokens", sim.input_tokens)
+    r.add_post("/tokenize", sim.tokens.tokenize)
+    r.add_post("/detokenize", sim.tokens.detokenize)
+    r.add_post("/apply-template", sim.tokens.apply_template)
+    r.add_post("/chat/completions/input_tokens", sim.tokens.input_tokens)
+    r.add_post("/v1/chat/completions/input_tokens", sim.tokens.input_tokens)
     for path in ("/embedding", "/embeddings", "/v1/embeddings"):
-        r.add_post(path, sim.embeddings)
+        r.add_post(path, sim.tokens.embeddings)
     if sim.options.ui:
         for path in UI_PATHS:
             r.add_get(path, sim.ui)
@@ -740,9 +580,10 @@ def create_app(
     r.add_get("/v1/stream", sim.stream_get)
     r.add_delete("/v1/stream", sim.stream_delete)
     r.add_post("/v1/streams/lookup", sim.streams_lookup)
-    r.add_get("/sim/truth", sim.truth)
-    r.add_get("/sim/capacity", sim.capacity)
-    r.add_get("/sim/gpu", sim.gpu)
-    r.add_get("/sim/faults", sim.get_faults)
-    r.add_post("/sim/faults", sim.post_faults)
+    truth = sim.ground_truth
+    r.add_get("/sim/truth", truth.truth)
+    r.add_get("/sim/capacity", truth.capacity)
+    r.add_get("/sim/gpu", truth.gpu)
+    r.add_get("/sim/faults", truth.get_faults)
+    r.add_post("/sim/faults", truth.post_faults)
     return app

@@ -6,8 +6,8 @@ HTTP side: ``ConversationStreams`` starts a session's generation for a streamed 
 (``DELETE``) and lookup routes. ``SimulatorApp`` owns one and delegates to it, so ``simulator.server`` keeps
 the generation itself and this module never needs it: what to generate comes in as a callable.
 
-The llama-server wire vocabulary both share (the SSE and JSON headers, the JSON and error responses) lives
-here too, so that neither module imports the other; ``simulator.server`` re-exports it.
+The llama-server wire vocabulary every route module shares (the SSE and JSON headers, the JSON body reader,
+the JSON and error responses) lives here too, so that no route module imports ``simulator.server``.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ __all__ = [
     "SSE_HEADERS",
     "ConversationStreams",
     "error_response",
+    "json_body",
     "json_response",
     "wait_finished",
 ]
@@ -51,6 +52,23 @@ def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = 
 
 def error_response(code: int, message: str, kind: str, **extra: Any) -> web.Response:
     return json_response(error_body(code, message, kind, **extra), status=code)
+
+
+async def json_body(request: web.Request) -> dict[str, Any]:
+    """The request's JSON object body; a llama-server-shaped 400 when it is not JSON or not an object."""
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise web.HTTPBadRequest(
+            text=json.dumps(error_body(400, f"invalid JSON body: {exc}", "invalid_request_error")),
+            content_type="application/json",
+        ) from exc
+    if not isinstance(body, dict):
+        raise web.HTTPBadRequest(
+            text=json.dumps(error_body(400, "body must be a JSON object", "invalid_request_error")),
+            content_type="application/json",
+        )
+    return body
 
 
 async def wait_finished(request: web.Request, stream: Stream, poll_s: float = 0.2) -> bool:

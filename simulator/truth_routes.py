@@ -1,0 +1,99 @@
+"""The simulator's white-box routes, ``/sim/*``: what no llama-server has and every accuracy test needs.
+
+``/sim/truth`` is the engine's own record of every request (admission, first and last token, the slot, the
+prompt-cache hit) with its timing statistics and, by default, the closed-form capacity curve of a workload
+(``/sim/capacity`` alone: ``simulator.capacity``); ``/sim/gpu`` the modelled GPU memory; ``/sim/faults``
+reads and replaces the fault schedule the edge applies (``simulator.faults``). ``SimulatorApp`` holds one
+``GroundTruthRoutes`` (``app.ground_truth``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from aiohttp import web
+
+from simulator.capacity import CapacityError, capacity_curve
+from simulator.faults import FaultSchedule, faults_from_json
+from simulator.profile import Profile, ProfileError
+from simulator.runtime import RealTimeRuntime
+from simulator.state_views import active_record_json, gpu_view, truth_record_json
+from simulator.stream_routes import error_response, json_body, json_response
+
+__all__ = ["GroundTruthRoutes"]
+
+
+class GroundTruthRoutes:
+    """The ``/sim/*`` routes of one model's engine (``runtime``), its profile and its fault schedule."""
+
+    def __init__(self, runtime: RealTimeRuntime, profile: Profile, faults: FaultSchedule) -> None:
+        self.runtime = runtime
+        self.profile = profile
+        self.faults = faults
+
+    async def truth(self, request: web.Request) -> web.Response:
+        q = request.query
+        tm = self.runtime.time_map
+        try:
+            since = float(q.get("since", "0"))
+            limit = int(q.get("limit", "100000"))
+            capacity = self._capacity(q) if q.get("capacity", "1") != "0" else None
+        except (ValueError, CapacityError) as exc:
+            return error_response(400, str(exc), "invalid_request_error")
+        engine = self.runtime.engine
+        records = [truth_record_json(r, tm) for r in engine.truth_since(since - tm.offset)]
+        truncated = len(records) > limit
+        history_full = len(engine.truth) == engine.truth.maxlen
+        return json_response(
+            {
+                "simulated": True,
+                "profile": self.profile.name,
+                "now": round(time.time(), 6),
+                "started_at": tm.unix(tm.started_mono),
+                "since": since,
+                "history_limit": engine.truth.maxlen,
+                "history_full": history_full,
+                "truncated": truncated,
+                "waiting": len(engine.waiting),
+                "in_flight": engine.busy_slots,
+                "timing": self.runtime.timing_stats().to_json(),
+                "requests": records[-limit:] if truncated else records,
+                "active": [
+                    active_record_json(r, tm)
+                    for r in [*(s for s in engine.slots if s is not None), *engine.waiting]
+                ],
+                "capacity": capacity,
+            }
+        )
+
+    def _capacity(self, q: Any) -> dict[str, Any]:
+        p = int(q.get("prompt_tokens", "64"))
+        o = int(q.get("output_tokens", "64"))
+        conc = [int(x) for x in q.get("concurrency", "1,2,4,8").split(",") if x.strip()]
+        if not conc or len(conc) > 64 or any(c <= 0 or c > 4096 for c in conc):
+            raise ValueError("concurrency must be a comma list of 1..64 positive integers <= 4096")
+        points = capacity_curve(self.profile, p, o, conc)
+        return {"prompt_tokens": p, "output_tokens": o, "points": [pt.to_json() for pt in points]}
+
+    async def capacity(self, request: web.Request) -> web.Response:
+        try:
+            return json_response(self._capacity(request.query))
+        except (ValueError, CapacityError) as exc:
+            return error_response(400, str(exc), "invalid_request_error")
+
+    async def gpu(self, request: web.Request) -> web.Response:
+        return json_response(gpu_view(self.runtime.engine, time.time()))
+
+    async def get_faults(self, request: web.Request) -> web.Response:
+        now = self.runtime.seconds_since_start()
+        return json_response({"now_s": round(now, 6), "faults": self.faults.to_json()})
+
+    async def post_faults(self, request: web.Request) -> web.Response:
+        body = await json_body(request)
+        try:
+            faults, append = faults_from_json(body, self.runtime.seconds_since_start())
+        except (ValueError, ProfileError) as exc:
+            return error_response(400, str(exc), "invalid_request_error")
+        self.faults.set(faults, append=append)
+        return await self.get_faults(request)
