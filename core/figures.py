@@ -17,9 +17,11 @@ from typing import Any
 
 __all__ = [
     "CLIENT_FIGURES",
+    "TAIL_SIZE",
     "MemoryFigures",
     "Quantiles",
     "StepFigures",
+    "Tail",
     "client_figures",
     "client_values",
     "disagreements",
@@ -44,12 +46,53 @@ class Quantiles:
         return cls(p50=data.get("p50"), p95=data.get("p95"), p99=data.get("p99"), mean=data.get("mean"))
 
 
+TAIL_SIZE = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Tail:
+    """The upper tail of one per-request figure: how many requests it covers (``n``) and its largest values,
+    at most ``TAIL_SIZE``, in descending order. Enough to count how many requests exceed any limit above the
+    tail's smallest value, so a quantile objective is judged by a test of that count
+    (``core.statistics.exceedance_p_value``) at whatever limit and confidence the policy sets, from figures
+    the load generator published without knowing the policy."""
+
+    n: int = 0
+    top: tuple[float, ...] = ()
+
+    @classmethod
+    def of(cls, values: list[float]) -> Tail:
+        return cls(len(values), tuple(sorted(values, reverse=True)[:TAIL_SIZE]))
+
+    def above(self, limit: float) -> tuple[int, bool]:
+        """How many of the ``n`` exceed ``limit``, and whether that count is exact (False: at least that many,
+        every kept value exceeds and more were not kept)."""
+        k = sum(1 for v in self.top if v > limit)
+        return k, not (k == len(self.top) and self.n > len(self.top))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"n": self.n, "top": list(self.top)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Tail:
+        data = data or {}
+        return cls(int(data.get("n") or 0), tuple(float(v) for v in data.get("top") or ()))
+
+
 @dataclass(frozen=True, slots=True)
 class MemoryFigures:
     """Memory over the window. ``gpu_max`` is the fullest GPU's peak and ``gpu_total`` its size (what the
     headroom verdict reads: a GPU that fills is where a lane fails); ``gpu_sum_max`` and ``gpu_sum_total``
     are the lane's GPUs summed (a lane split over several), ``gpu_count`` how many, ``gpu_names`` their
-    names, and ``gpu_simulated`` true where the figures are the simulator's model, not a reading."""
+    names, and ``gpu_simulated`` true where the figures are the simulator's model, not a reading.
+
+    ``gpu_headroom_min_ratio`` is each GPU's free share at its own peak against its own size, the least over
+    the lane's GPUs (a lane fails where one of its GPUs fills); ``gpu_other_max`` the most memory the lane's
+    GPUs held for other processes than the runtime (device-wide use less the runtime's own, where NVML tells
+    both: another tenant); ``kv_usage_max_ratio`` the fullest the runtime's KV cache was (tokens held by
+    processing slots over its capacity, ``runtime_kv_cache_usage_ratio``). llama.cpp allocates its weights
+    and KV cache when it starts, so GPU memory is flat across rungs; what fills with concurrency is the KV
+    cache (see ``recommender.verdicts.memory_check``)."""
 
     gpu_max: float | None = None
     gpu_total: float | None = None
@@ -59,17 +102,24 @@ class MemoryFigures:
     gpu_count: int | None = None
     gpu_names: str | None = None
     gpu_simulated: bool | None = None
+    gpu_headroom_min_ratio: float | None = None
+    gpu_other_max: float | None = None
+    kv_usage_max_ratio: float | None = None
 
 
 _MEMORY_FIELDS = ("gpu_max", "gpu_total", "host_rss_max", "gpu_sum_max", "gpu_sum_total", "gpu_count", "gpu_names",
-                  "gpu_simulated")
-QUANTILE_FIGURES = ("latency_s", "ttft_s", "itl_s", "tpot_s", "queue_s", "pause_s")
+                  "gpu_simulated", "gpu_headroom_min_ratio", "gpu_other_max", "kv_usage_max_ratio")
+QUANTILE_FIGURES = ("latency_s", "ttft_s", "itl_s", "tpot_s", "queue_s", "pause_s", "pause_excess_s",
+                    "ttft_visible_s")
+TAIL_FIGURES = ("latency_tail", "ttft_tail", "pause_excess_tail")
 _OPTIONAL_NUMBERS = (
     "pause_requests", "prefill_events", "interference_share", "stall_per_prompt_s", "stall_ms_per_prompt_token",
     "queued_requests", "admission_wait_max_s", "admission_wait_bound_s", "user_wait_p_value", "user_wait_ratio",
     "user_itl_p_value", "user_itl_ratio", "user_wait_excess_s", "user_itl_excess_s", "input_throughput_tok_s",
     "cache_hit_share", "cached_prompt_tokens", "cache_reported_prompt_tokens", "spec_acceptance_rate",
-    "draft_tokens", "draft_accepted_tokens",
+    "draft_tokens", "draft_accepted_tokens", "throughput_se_tok_s", "throughput_dof", "decode_step_s",
+    "decode_step_gaps", "censored_requests", "admission_overruns", "admission_overrun_max_ratio", "users_unserved",
+    "users_starved", "reasoning_requests", "turn_mean", "stall_prompt_elasticity",
 )
 
 
@@ -107,9 +157,21 @@ class StepFigures:
     interference_share: float | None = None
     stall_per_prompt_s: float | None = None
     stall_ms_per_prompt_token: float | None = None
+    stall_prompt_elasticity: float | None = None
+    decode_step_s: float | None = None
+    decode_step_gaps: int | None = None
+    pause_excess_s: Quantiles = field(default_factory=Quantiles)
+    pause_excess_tail: Tail = field(default_factory=Tail)
+    ttft_tail: Tail = field(default_factory=Tail)
+    latency_tail: Tail = field(default_factory=Tail)
+    censored_requests: int | None = None
     queued_requests: int | None = None
     admission_wait_max_s: float | None = None
     admission_wait_bound_s: float | None = None
+    admission_overruns: int | None = None
+    admission_overrun_max_ratio: float | None = None
+    users_unserved: int | None = None
+    users_starved: int | None = None
     user_wait_p_value: float | None = None
     user_wait_ratio: float | None = None
     user_itl_p_value: float | None = None
@@ -123,8 +185,13 @@ class StepFigures:
     spec_acceptance_rate: float | None = None
     draft_tokens: int | None = None
     draft_accepted_tokens: int | None = None
+    ttft_visible_s: Quantiles = field(default_factory=Quantiles)
+    reasoning_requests: int | None = None
+    turn_mean: float | None = None
     errors_by_outcome: dict[str, int] = field(default_factory=dict)
     throughput_ci_tok_s: tuple[float, float] | None = None
+    throughput_se_tok_s: float | None = None
+    throughput_dof: float | None = None
     valid: bool = True
     reason: str | None = None
 
@@ -143,6 +210,8 @@ class StepFigures:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         for name in QUANTILE_FIGURES:
+            data[name] = getattr(self, name).to_dict()
+        for name in TAIL_FIGURES:
             data[name] = getattr(self, name).to_dict()
         data["throughput_ci_tok_s"] = (
             None if self.throughput_ci_tok_s is None else list(self.throughput_ci_tok_s)
@@ -175,7 +244,10 @@ class StepFigures:
             decode_stall_max_s=data.get("decode_stall_max_s"),
             prefill_wait_max_s=data.get("prefill_wait_max_s"),
             pause_s=Quantiles.from_dict(data.get("pause_s")),
-            **{name: data.get(name) for name in _OPTIONAL_NUMBERS},
+            pause_excess_s=Quantiles.from_dict(data.get("pause_excess_s")),
+            ttft_visible_s=Quantiles.from_dict(data.get("ttft_visible_s")),
+            **{name: Tail.from_dict(data.get(name)) for name in TAIL_FIGURES},  # type: ignore[arg-type]
+            **{name: data.get(name) for name in _OPTIONAL_NUMBERS},  # type: ignore[arg-type]
             errors_by_outcome=dict(data.get("errors_by_outcome") or {}),
             throughput_ci_tok_s=None if ci is None else (float(ci[0]), float(ci[1])),
             valid=bool(data.get("valid", True)),
@@ -189,10 +261,13 @@ class StepFigures:
 CLIENT_FIGURES = (
     "window_s", "requests", "errors", "throughput_tok_s", "requests_per_s", "latency_s", "ttft_s", "itl_s",
     "tpot_s", "queue_s", "jain", "max_min_share", "decode_stall_max_ratio", "decode_stall_max_s",
-    "prefill_wait_max_s", "pause_s", *_OPTIONAL_NUMBERS, "errors_by_outcome", "throughput_ci_tok_s",
+    "prefill_wait_max_s", "pause_s", "pause_excess_s", "ttft_visible_s", *TAIL_FIGURES, *_OPTIONAL_NUMBERS,
+    "errors_by_outcome", "throughput_ci_tok_s",
 )
 _COUNTS = ("requests", "errors", "errors_by_outcome", "pause_requests", "prefill_events", "queued_requests",
-           "cached_prompt_tokens", "cache_reported_prompt_tokens", "draft_tokens", "draft_accepted_tokens")
+           "cached_prompt_tokens", "cache_reported_prompt_tokens", "draft_tokens", "draft_accepted_tokens",
+           "decode_step_gaps", "censored_requests", "admission_overruns", "users_unserved", "users_starved",
+           "reasoning_requests")
 _INTERVAL = ("lo", "hi")
 
 
@@ -207,7 +282,12 @@ def client_values(step: StepFigures) -> dict[str, float]:
     out: dict[str, float] = {}
     for name in CLIENT_FIGURES:
         value = data.get(name)
-        if isinstance(value, list | tuple):  # an interval
+        if name in TAIL_FIGURES:  # a tail: its count and each kept value by rank
+            tail = getattr(step, name)
+            if tail.n:
+                out[f"{name}.n"] = float(tail.n)
+                out.update({f"{name}.{i}": float(v) for i, v in enumerate(tail.top)})
+        elif isinstance(value, list | tuple):  # an interval
             out.update({f"{name}.{k}": float(v) for k, v in zip(_INTERVAL, value, strict=True)})
         elif isinstance(value, dict):
             out.update({f"{name}.{k}": float(v) for k, v in value.items() if isinstance(v, int | float)})
@@ -225,7 +305,17 @@ def client_figures(values: Mapping[str, float]) -> dict[str, Any]:
         if name not in CLIENT_FIGURES:
             continue
         v: float | int = round(value) if name in _COUNTS else float(value)
-        if name == "throughput_ci_tok_s":
+        if name in TAIL_FIGURES:
+            count: int = out[name]["n"]
+            top: list[float | None] = list(out[name]["top"])
+            if sub == "n":
+                count = round(value)
+            elif sub.isdigit():
+                rank = int(sub)
+                top += [None] * (rank + 1 - len(top))
+                top[rank] = float(value)
+            out[name] = {"n": count, "top": top}
+        elif name == "throughput_ci_tok_s":
             if sub in _INTERVAL:
                 bounds = dict(zip(_INTERVAL, out[name] or (None, None), strict=True))
                 bounds[sub] = v
@@ -236,6 +326,9 @@ def client_figures(values: Mapping[str, float]) -> dict[str, Any]:
             out[name] = v
     if out["throughput_ci_tok_s"] is not None and None in out["throughput_ci_tok_s"]:
         out["throughput_ci_tok_s"] = None  # half an interval is none
+    for name in TAIL_FIGURES:  # a tail with a gap in its ranks keeps the ranks before the gap
+        top = out[name]["top"]
+        out[name] = {"n": out[name]["n"], "top": top[:top.index(None)] if None in top else top}
     return out
 
 

@@ -310,6 +310,23 @@ def window_sum_max(metric: str, lane: str, window_s: float, step_s: float) -> st
     return f"max_over_time(sum({selector(metric, *lane_matchers(lane))})[{duration(window_s)}:{duration(step_s)}])"
 
 
+def window_gpu_headroom_min(lane: str, window_s: float) -> str:
+    """The least free share of any of the lane's GPUs at its own peak over the window: each GPU's used memory
+    against its own size (``gpu_memory_used_bytes`` over ``gpu_memory_total_bytes``, matched on every label)."""
+    w = duration(window_s)
+    used = f"max_over_time({selector('gpu_memory_used_bytes', *lane_matchers(lane))}[{w}])"
+    total = f"max_over_time({selector('gpu_memory_total_bytes', *lane_matchers(lane))}[{w}])"
+    return f"min(1 - {used} / {total})"
+
+
+def window_gpu_other_max(lane: str, window_s: float, step_s: float) -> str:
+    """The most GPU memory the lane's GPUs held for other processes than the runtime over the window: device-wide
+    use less the runtime process's own (``runtime_gpu_memory_used_bytes``), where the exporter reads both."""
+    device = selector("gpu_memory_used_bytes", *lane_matchers(lane))
+    own = selector("runtime_gpu_memory_used_bytes", *lane_matchers(lane))
+    return f"max(max_over_time(({device} - {own})[{duration(window_s)}:{duration(step_s)}]))"
+
+
 def window_series_count(metric: str, lane: str, window_s: float) -> str:
     """How many series of ``metric`` the lane had during the window (say, its GPUs)."""
     return f"count(max_over_time({selector(metric, *lane_matchers(lane))}[{duration(window_s)}]))"

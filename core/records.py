@@ -4,8 +4,9 @@ This is the contract between the load generator (which writes one record as each
 offline consumer (step figures, the recommender's records source, the report). The fields are those of
 DESIGN.md; times are Unix seconds from a monotonic clock mapped once to wall time at run start. What the
 runtime reused is recorded as it said it (``cached_prompt_tokens``, ``draft_tokens``,
-``draft_accepted_tokens``; ``None`` where it said nothing): fields added later have defaults, so older files
-still load.
+``draft_accepted_tokens``; ``None`` where it said nothing); ``ttft_visible_s`` is the first *visible* token of a
+reasoning model's answer (``None`` when the stream had no thinking tokens, so the first token was visible):
+fields added later have defaults, so older files still load.
 
 The writer appends and flushes a line per record, so a crash leaves every finished request on disk; it
 fsyncs at each step end (``sync()``), so a killed process loses nothing that had ended before the last sync
@@ -67,6 +68,7 @@ class RequestRecord:
     cached_prompt_tokens: int | None = None
     draft_tokens: int | None = None
     draft_accepted_tokens: int | None = None
+    ttft_visible_s: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -29,20 +29,34 @@ prompt cache served (``usage.prompt_tokens_details.cached_tokens``, else ``timin
 with a draft model, the tokens drafted and accepted (``timings.draft_n``, ``draft_n_accepted``). ``None``
 where the server said nothing.
 
+Reasoning models (``openai-chat`` with llama-server's ``--reasoning-format``, or any server that streams
+``delta.reasoning_content``): a thinking delta is a token like any other, so TTFT is the first token of any
+kind and the gaps between thinking tokens are gaps; the first *visible* token (``content``) is kept beside it
+(``first_visible_ns``) and the thinking deltas are counted (``reasoning_events``).
+
+Hostile numbers are data, not exceptions: a final event that is not UTF-8 or not JSON, or whose counts are not
+finite (``NaN``, ``Infinity``, ``1e400``), negative, absurd (more than ``MAX_COUNT`` tokens, a cache hit larger
+than its prompt) or whose times are not finite, gives a summary with a ``problem``, which makes the request
+``malformed`` with that reason; it never raises.
+
 The answer's text is not kept on the hot path. A parser made with ``keep_text`` (a conversation workload,
 whose next request repeats the answer) keeps the stream's bytes and decodes the content once, at the end
-(``answer_text``).
+(``answer_text``), keeping at most ``max_event_bytes`` of it: a longer answer makes the stream ``malformed``
+rather than the client's memory grow with it.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from core.api import ApiFlavour
 
-__all__ = ["StreamParser", "StreamSummary", "parse_stream"]
+__all__ = ["MAX_COUNT", "StreamParser", "StreamSummary", "parse_stream"]
+
+MAX_COUNT = 1 << 30  # tokens: no context, prompt or answer of a real runtime comes near a billion tokens
 
 _DATA = b"data:"
 _DONE = b"[DONE]"
@@ -72,15 +86,19 @@ class StreamSummary:
 class StreamParser:
     """Feeds chunks as they arrive; keeps one arrival time (ns) per content event."""
 
-    __slots__ = ("_kept", "_marker", "_meta", "_mlen", "_rest", "api", "done", "error_text", "events",
-                 "keep_text", "malformed", "max_event_bytes", "saw_bytes", "token_ns")
+    __slots__ = ("_kept", "_kept_bytes", "_marker", "_meta", "_mlen", "_rest", "api", "done", "error_text",
+                 "events", "first_visible_ns", "keep_text", "malformed", "max_event_bytes", "reasoning_events",
+                 "saw_bytes", "token_ns")
 
     def __init__(self, api: ApiFlavour, max_event_bytes: int = 1 << 20, keep_text: bool = False) -> None:
         self.api = api
         self.max_event_bytes = max_event_bytes
         self.keep_text = keep_text
         self._kept: list[bytes] = []
+        self._kept_bytes = 0
         self.token_ns: list[int] = []
+        self.first_visible_ns: int | None = None
+        self.reasoning_events = 0
         self.done = False
         self.malformed: str | None = None
         self.error_text: str | None = None
@@ -102,6 +120,10 @@ class StreamParser:
         data = self._rest + chunk if self._rest else chunk
         self.saw_bytes = True
         if self.keep_text:
+            self._kept_bytes += len(chunk)
+            if self._kept_bytes > self.max_event_bytes:
+                self.malformed = f"answer over {self.max_event_bytes} bytes kept for the conversation"
+                return False
             self._kept.append(chunk)
         last = data.rfind(b"\n")
         self._rest = b""
@@ -147,6 +169,8 @@ class StreamParser:
             n = count(self._marker) - count(self._marker + b'"')
         if n != n_data:
             return False
+        if self.first_visible_ns is None:
+            self.first_visible_ns = t_ns
         self.token_ns.extend([t_ns] * n)
         self.events += n
         return True
@@ -182,24 +206,28 @@ class StreamParser:
         if self.api == "llamacpp":
             if b'"stop":false' in payload or b'"stop": false' in payload:
                 if b'"prompt_progress"' not in payload:
-                    self.token_ns.append(t_ns)
+                    self._visible(t_ns)
                 if b'"timings"' in payload:
                     self._meta = payload
                 return True
             if b'"stop":true' in payload or b'"stop": true' in payload:
                 if self._has_content(payload):
-                    self.token_ns.append(t_ns)
+                    self._visible(t_ns)
                 self._meta = payload
                 self.done = True
                 return False
             known = False
         else:
             m = payload.find(self._marker)
-            if m >= 0:
+            if m >= 0 and payload[m - 1] != 0x5F:  # not the tail of "reasoning_content"
                 if payload[m + self._mlen] != 0x22:
-                    self.token_ns.append(t_ns)
+                    self._visible(t_ns)
+                elif self._has_reasoning(payload):
+                    self._reasoning(t_ns)
             elif self._has_content(payload):
-                self.token_ns.append(t_ns)
+                self._visible(t_ns)
+            elif self._has_reasoning(payload):
+                self._reasoning(t_ns)
             if b'"timings"' in payload or b'"usage"' in payload:
                 self._meta = payload
             known = b'"choices"' in payload
@@ -211,26 +239,53 @@ class StreamParser:
             return False
         return True
 
+    def _visible(self, t_ns: int) -> None:
+        self.token_ns.append(t_ns)
+        if self.first_visible_ns is None:
+            self.first_visible_ns = t_ns
+
+    def _reasoning(self, t_ns: int) -> None:
+        self.token_ns.append(t_ns)
+        self.reasoning_events += 1
+
     def _has_content(self, payload: bytes) -> bool:
-        """Slow path: the content marker compact or with a space after the colon, non-empty."""
+        """Slow path: the content marker compact or with a space after the colon, non-empty (and not the tail
+        of a ``reasoning_content`` key)."""
         for marker in (self._marker, self._marker.replace(b":", b": ", 1)):
+            m = payload.find(marker)
+            while m > 0 and payload[m - 1] == 0x5F:
+                m = payload.find(marker, m + 1)
+            if m >= 0:
+                return payload[m + len(marker)] != 0x22
+        return False
+
+    def _has_reasoning(self, payload: bytes) -> bool:
+        """A chat delta carrying a non-empty ``reasoning_content`` (a thinking token)."""
+        if self.api != "openai-chat":
+            return False
+        for marker in (b'"reasoning_content":"', b'"reasoning_content": "'):
             m = payload.find(marker)
             if m >= 0:
                 return payload[m + len(marker)] != 0x22
         return False
 
     def summary(self) -> StreamSummary:
-        """The server's own counts from the last ``timings``/``usage`` event (decoded once, here)."""
-        meta: dict[str, Any] = {}
-        if self._meta is not None:
-            try:
-                loaded = json.loads(self._meta)
-                meta = loaded if isinstance(loaded, dict) else {}
-            except ValueError:
-                meta = {}
+        """The server's own counts from the last ``timings``/``usage`` event (decoded once, here); a final event
+        that cannot be read, or hostile numbers in it, give a summary with a ``problem`` (module docstring)."""
+        meta, problem = _decode_meta(self._meta)
         timings = meta.get("timings") if isinstance(meta.get("timings"), dict) else {}
         usage = meta.get("usage") if isinstance(meta.get("usage"), dict) else {}
         assert isinstance(timings, dict) and isinstance(usage, dict)
+        numbers = {k: v for k, v in {**timings, **usage}.items()
+                   if isinstance(v, int | float) and not isinstance(v, bool)}
+        if "tokens_predicted" in meta and isinstance(meta["tokens_predicted"], int | float):
+            numbers["tokens_predicted"] = meta["tokens_predicted"]
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int | float):
+            numbers["cached_tokens"] = details["cached_tokens"]
+        problem = problem or _number_problem(numbers)
+        if problem:
+            return StreamSummary(None, None, None, None, self.error_text, problem)
         prompt = _int(usage.get("prompt_tokens"))
         if prompt is None and timings.get("prompt_n") is not None:
             prompt = (_int(timings.get("prompt_n")) or 0) + (_int(timings.get("cache_n")) or 0)
@@ -239,21 +294,18 @@ class StreamParser:
             output = _int(timings.get("predicted_n"))
         if output is None:
             output = _int(meta.get("tokens_predicted"))
-        details = usage.get("prompt_tokens_details")
-        cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else None
+        cached = _int(numbers.get("cached_tokens"))
         if cached is None:
             cached = _int(timings.get("cache_n"))
-        numbers = {k: v for k, v in {**timings, **usage}.items() if isinstance(v, int | float)}
-        if cached is not None:
-            numbers["cached_tokens"] = cached
-        negative = sorted(k for k, v in numbers.items() if v < 0)
+        if cached is not None and prompt is not None and cached > prompt:
+            return StreamSummary(None, None, None, None, self.error_text,
+                                 f"server counts {cached} cached prompt tokens of a {prompt}-token prompt")
         return StreamSummary(
             prompt_tokens=prompt,
             output_tokens=output,
             prompt_ms=_float(timings.get("prompt_ms")),
             queue_ms=_float(timings.get("queue_ms")),
             error=self.error_text,
-            problem=f"negative server counts: {', '.join(negative)}" if negative else None,
             cached_prompt_tokens=cached,
             draft_tokens=_int(timings.get("draft_n")),
             draft_accepted_tokens=_int(timings.get("draft_n_accepted")),
@@ -312,14 +364,51 @@ def _error_text(payload: bytes) -> str:
     return str(err)[:200]
 
 
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"non-finite number {name}")
+
+
+def _decode_meta(raw: bytes | None) -> tuple[dict[str, Any], str | None]:
+    """The final event as a dict, or why it cannot be read (not UTF-8, not JSON, NaN/Infinity in it)."""
+    if raw is None:
+        return {}, None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return {}, "the server's final event is not UTF-8"
+    try:
+        loaded = json.loads(text, parse_constant=_reject_constant)
+    except ValueError as exc:
+        return {}, f"the server's final event cannot be read: {str(exc)[:80]}"
+    return (loaded, None) if isinstance(loaded, dict) else ({}, None)
+
+
+_TIMES = ("prompt_ms", "queue_ms", "predicted_ms", "prompt_per_token_ms", "predicted_per_token_ms",
+          "prompt_per_second", "predicted_per_second")
+
+
+def _number_problem(numbers: dict[str, int | float]) -> str | None:
+    """Why the server's counts cannot be believed: not finite, negative, or absurdly large."""
+    bad = sorted(k for k, v in numbers.items() if not math.isfinite(v))
+    if bad:
+        return f"non-finite server counts: {', '.join(bad)}"
+    negative = sorted(k for k, v in numbers.items() if v < 0)
+    if negative:
+        return f"negative server counts: {', '.join(negative)}"
+    huge = sorted(k for k, v in numbers.items() if k not in _TIMES and v > MAX_COUNT)
+    if huge:
+        return f"absurd server counts (over {MAX_COUNT} tokens): {', '.join(huge)}"
+    return None
+
+
 def _int(value: object) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return None
     return int(value)
 
 
 def _float(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return None
     return float(value)
 

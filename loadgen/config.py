@@ -144,9 +144,16 @@ class SharedPrefixConfig(_Model):
 
 class ConversationConfig(_Model):
     """Multi-turn conversations: a user's next request repeats its previous exchange and adds a new message,
-    for ``turns`` requests, then a new conversation begins; see ``loadgen.workload``."""
+    for ``turns`` requests, then a new conversation begins; see ``loadgen.workload``.
+
+    ``start = "steady"`` (the default): each user opens at a random turn of a conversation whose earlier
+    exchanges are synthesized, so the depths of the requests in flight are the stationary mix (uniform over the
+    turns) from the rung's first request, the same at every rung; the warm-up then lasts until every user has
+    had one answer (the synthesized history is prefilled once, outside the window). ``"fresh"``: every user
+    opens at turn 1 (depths then grow through the rung, more slowly at higher rungs)."""
 
     turns: int = Field(default=4, ge=1, le=1000)
+    start: Literal["steady", "fresh"] = "steady"
 
 
 class WorkloadConfig(_Model):
@@ -191,7 +198,16 @@ class LoadgenConfig(_Model):
     ci_rel_bound: float = Field(default=0.05, gt=0.0, le=1.0)
     batch_s: float | None = Field(default=None, gt=0.0)
     drain: Literal["wait", "cancel"] = "wait"
-    drain_timeout_s: float = Field(default=5.0, ge=0.0)
+    # how long the drain follows the window's requests to their end (the load kept on); None: the request
+    # timeout. A request still running then is cut off and its figures are lower bounds (``censored``).
+    drain_timeout_s: float | None = Field(default=None, ge=0.0)
+    # then how long requests sent after the window may take to end before they are cut off (they count for
+    # nothing: this only spares their records the cut)
+    drain_settle_s: float = Field(default=5.0, ge=0.0)
+    # sequential measuring: where a rung's gain over the rung below straddles this gain (the policy's
+    # min_gain_per_doubling: `satbench run` sets it), the window goes on, doubling, up to decide_max_window_s
+    decide_gain: float | None = Field(default=None, ge=0.0)
+    decide_max_window_s: float = Field(default=40.0, gt=0.0)
     request_timeout_s: float = Field(default=120.0, gt=0.0)
     connect_timeout_s: float = Field(default=5.0, gt=0.0)
     max_event_bytes: int = Field(default=1 << 20, ge=1024)

@@ -11,6 +11,11 @@ With ``extend``, once every listed rung is measured (and ``plateau_stop`` has no
 doubling past the highest rung measured (top*2, top*4, ...) for as long as ``extension_stop`` finds the
 newest rung still worth it, never above ``max_concurrency``; refinement, if asked for, comes after.
 ``extension_stop`` returns why the extension ends, as a short sentence for the progress line and the logs.
+
+A doubling counts as flat only where its gain is *significantly* below the threshold (the gain's interval,
+from the two rungs' throughput intervals, lies below it: ``core.statistics.doubling_decision``, the rule the
+recommender's answer uses); a gain whose interval straddles the threshold is not a plateau, so the walk goes
+on rather than stop below the truth on noise. Without intervals the point gain decides.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from core.figures import StepFigures
-from core.statistics import gain_per_doubling
+from core.statistics import doubling_decision, gain_interval, gain_per_doubling
 from loadgen.config import LadderConfig, LoadgenConfig
 
 __all__ = ["extension_stop", "next_step", "plateau_pair"]
@@ -26,6 +31,13 @@ __all__ = ["extension_stop", "next_step", "plateau_pair"]
 
 def _valid_sorted(previous: Sequence[StepFigures]) -> list[StepFigures]:
     return sorted((f for f in previous if f.valid), key=lambda f: f.concurrency)
+
+
+def _flat(a: StepFigures, b: StepFigures, min_gain: float) -> tuple[bool, float]:
+    """Is the doubling from ``a`` to ``b`` a plateau (significantly below ``min_gain``)? And its point gain."""
+    gain = gain_per_doubling(a.concurrency, a.throughput_tok_s, b.concurrency, b.throughput_tok_s)
+    interval = gain_interval(a.concurrency, a.throughput_ci_tok_s, b.concurrency, b.throughput_ci_tok_s)
+    return doubling_decision(gain, interval, min_gain) == "plateau", gain
 
 
 def plateau_pair(previous: Sequence[StepFigures], ladder: LadderConfig) -> tuple[int, int] | None:
@@ -36,8 +48,7 @@ def plateau_pair(previous: Sequence[StepFigures], ladder: LadderConfig) -> tuple
         a, b = steps[i - 1], steps[i]
         if b.concurrency <= a.concurrency:
             continue
-        gain = gain_per_doubling(a.concurrency, a.throughput_tok_s, b.concurrency, b.throughput_tok_s)
-        if gain < ladder.plateau_min_gain:
+        if _flat(a, b, ladder.plateau_min_gain)[0]:
             flat += 1
             if flat >= ladder.plateau_patience:
                 knee = i - ladder.plateau_patience
@@ -60,8 +71,8 @@ def extension_stop(previous: Sequence[StepFigures], ladder: LadderConfig) -> str
 
     The newest rung is the highest concurrency measured. In order: it is invalid; its error ratio, TTFT p95
     or ITL p95 broke ``extend_max_error_ratio``, ``extend_ttft_p95_s`` or ``extend_itl_p95_s`` (an unknown
-    quantile is not a breach); its throughput gained less than ``extend_min_gain`` per doubling over the
-    highest valid rung below it (no such rung: nothing to compare, not a stop); its doubling would pass
+    quantile is not a breach); its throughput gained significantly less than ``extend_min_gain`` per doubling
+    over the highest valid rung below it (no such rung: nothing to compare, not a stop); its doubling would pass
     ``max_concurrency``. It does not look at ``ladder.extend`` or at which listed rungs are still to come:
     ``next_step`` decides when to ask.
     """
@@ -81,8 +92,8 @@ def extension_stop(previous: Sequence[StepFigures], ladder: LadderConfig) -> str
     below = [f for f in previous if f.valid and f.concurrency < c]
     if below:
         prev = max(below, key=lambda f: f.concurrency)
-        gain = gain_per_doubling(prev.concurrency, prev.throughput_tok_s, c, newest.throughput_tok_s)
-        if gain < ladder.extend_min_gain:
+        flat, gain = _flat(prev, newest, ladder.extend_min_gain)
+        if flat:
             return f"throughput gained {_pct(gain)} per doubling, less than {_pct(ladder.extend_min_gain)}"
     if c >= ladder.max_concurrency:
         return f"reached ladder.max_concurrency {ladder.max_concurrency}"

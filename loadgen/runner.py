@@ -148,15 +148,24 @@ class LadderRunner:
         try:
             evidence = {"url": lane.url, "api": lane.api, "model": lane.model, **await _lane_evidence(lane)}
             self.part = self.part.with_lane(lane.key, evidence)
-            slots = (evidence.get("props") or {}).get("total_slots")
-            slots = slots if isinstance(slots, int) and slots > 0 else None
+            slots = _slots(evidence)
             lane_figures: list[StepFigures] = []
             while (c := next_step(lane_figures, self.config)) is not None:
+                below = [f for f in lane_figures if f.valid and f.concurrency < c]
                 step = StepRun(config=self.config, lane=lane, concurrency=c, run_id=self.run_id,
                                client=client,
                                writer=writer, clock=clock, metrics=self.metrics, text=text,
-                               progress=self.progress)
-                window = dataclasses.replace(await step.run(), slots=slots)  # the FIFO bound needs them
+                               progress=self.progress,
+                               reference=max(below, key=lambda f: f.concurrency) if below else None)
+                window = await step.run()
+                if slots is None and lane.model:  # a router loads the model on the rung's first request
+                    later = await _lane_evidence(lane, round_trips=0)
+                    slots = _slots(later)
+                    if "props" in later:
+                        evidence = {**evidence, "props": later["props"]}
+                        evidence.pop("evidence_error", None)
+                        self.part = self.part.with_lane(lane.key, evidence)
+                window = dataclasses.replace(window, slots=slots)  # the FIFO bound needs them
                 figures = compute_step_figures(list(step.records()), window, batch_s=self.config.batch_s)
                 self.metrics.publish_step(lane.key, self.run_id, c, client_values(figures))
                 self._published_at = time.time()
@@ -197,25 +206,36 @@ class LadderRunner:
             log.warning("could not POST the run manifest to %s/runs: %s", url, exc)
 
 
-async def _lane_evidence(lane: LaneConfig) -> dict[str, Any]:
-    """``/props`` (runtime build, slots) and the median of 5 ``/health`` round trips; absent on failure."""
+def _slots(evidence: dict[str, Any]) -> int | None:
+    slots = (evidence.get("props") or {}).get("total_slots")
+    return slots if isinstance(slots, int) and not isinstance(slots, bool) and slots > 0 else None
+
+
+async def _lane_evidence(lane: LaneConfig, round_trips: int = 5) -> dict[str, Any]:
+    """``/props`` (runtime build, slots) and the median of 5 ``/health`` round trips; absent on failure.
+
+    A lane that names its model asks ``/props?model=M&autoload=false``: a router-mode llama-server answers a bare
+    ``/props`` for the router, without ``total_slots``, and the model's own props (its slots) only when asked by
+    name (``autoload=false``: never load a model just to describe it); a single-model server ignores both."""
     out: dict[str, Any] = {}
     timeout = aiohttp.ClientTimeout(total=3.0)
+    params = {"model": lane.model, "autoload": "false"} if lane.model else None
     try:
         async with aiohttp.ClientSession(timeout=timeout) as session:
-            async with session.get(lane.url + "/props") as resp:
+            async with session.get(lane.url + "/props", params=params) as resp:
                 if resp.status == 200:
                     props = await resp.json(content_type=None)
                     if isinstance(props, dict):
                         out["props"] = {k: props[k] for k in ("build_info", "total_slots", "model_path")
                                         if k in props}
             rtts = []
-            for _ in range(5):
+            for _ in range(round_trips):
                 t0 = time.perf_counter()
                 async with session.get(lane.url + "/health") as resp:
                     await resp.read()
                 rtts.append(time.perf_counter() - t0)
-            out["rtt_s"] = sorted(rtts)[len(rtts) // 2]
+            if rtts:
+                out["rtt_s"] = sorted(rtts)[len(rtts) // 2]
     except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
         out.setdefault("evidence_error", str(exc)[:200])
     return out

@@ -3,11 +3,30 @@
 Each user sends its next request as soon as the previous one ended (after a short back-off only when a
 request failed without a single token, so a dead server is not hammered in a busy loop). A controller
 wakes four times a second (no busy polling) and ends the window when the minimum duration and the
-minimum request count are met and throughput is stable: the 95% interval of batch means merged until
-uncorrelated (``core.statistics.uncorrelated_batch_ci``, the step's own interval), over tokens that
-are certainly all known (those before the oldest in-flight request was sent), is within ``ci_rel_bound``
-of its mean; or at ``max_window_s``. Drain then lets in-flight requests end (``wait``, up to
-``drain_timeout_s``) or cancels them (``cancel``); a request cut off is recorded as ``dropped``.
+minimum request count are met and throughput is stable: the 95% interval of its batch rates
+(``core.statistics.autocorrelated_batch_ci``, the step's own interval), over tokens that are certainly all
+known (those before the oldest in-flight request was sent), is within ``ci_rel_bound`` of its mean; or at
+``max_window_s``.
+
+Sequential measuring: given the rung below (``reference``) and the gain a doubling must buy
+(``decide_gain``), a window whose gain over that rung is *undecided* (its interval straddles the gain:
+``core.statistics.doubling_decision``) goes on, to twice its length and again, up to
+``decide_max_window_s``, and ends at the first of those looks where the gain is decided (or where even an
+exact measurement of this rung could not decide it, the rung below being too noisy). Few looks at doubling
+lengths keep the error of peeking small (a group-sequential design; Pocock 1977), and certainty is bought
+only where the interval straddles the threshold.
+
+Drain (``wait``, the default): the users keep going, so the load stays what it was, until every request sent
+inside the window has ended, or ``drain_timeout_s`` (default: the request timeout) has passed; then the users
+stop, what they sent after the window gets ``drain_settle_s`` to end (it counts for nothing; a clean record
+is all it buys), and every request still in flight is cancelled and recorded ``dropped``; one sent inside the
+window is marked ``extra.censored``: followed as long as the drain allowed, its figures are lower bounds
+(``core.step_figures``). A quantile over the window's requests is then over all of them, never a tail cut
+short by a drain that favoured short requests. ``cancel`` ends at once (every request in flight censored).
+
+A virtual user never dies silently: an unexpected error in its loop is recorded as a ``malformed`` request
+with the error, and the user goes on; a window in which fewer than c users were alive at its end is invalid
+and says so.
 
 With ``gc_pause`` the cyclic garbage collector is off for the whole step (after one collection and a
 freeze of what exists), so a full collection never lands inside a window; it runs again between steps.
@@ -28,16 +47,27 @@ import bisect
 import collections
 import gc
 import itertools
+import math
 import time
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from core.figures import StepFigures
 from core.manifest import StepWindow
 from core.records import Phase, RecordsWriter, RequestRecord, read_records
 from core.sse import StreamParser, StreamSummary
-from core.statistics import quantile, relative_half_width, uncorrelated_batch_ci
-from core.step_figures import START_BATCHES, longest_stalled_gap
+from core.stalls import BURST_GAP_S, emission_gaps, longest_stalled_gap
+from core.statistics import (
+    autocorrelated_batch_ci,
+    batch_mean_estimate,
+    doubling_decision,
+    gain_interval,
+    gain_per_doubling,
+    quantile,
+    relative_half_width,
+)
+from core.step_figures import START_BATCHES
 from loadgen.client import LaneClient, RawResult
 from loadgen.config import LaneConfig, LoadgenConfig
 from loadgen.metrics import LoadgenMetrics
@@ -92,8 +122,9 @@ class StepRun:
 
     def __init__(self, *, config: LoadgenConfig, lane: LaneConfig, concurrency: int, run_id: str,
                  client: LaneClient, writer: RecordsWriter, clock: Clock, metrics: LoadgenMetrics,
-                 text: PromptText, progress: Progress) -> None:
+                 text: PromptText, progress: Progress, reference: StepFigures | None = None) -> None:
         self.config, self.lane, self.c, self.run_id = config, lane, concurrency, run_id
+        self.reference = reference
         self.client, self.writer, self.clock, self.metrics = client, writer, clock, metrics
         self.text, self.progress = text, progress
         self.state = StepState()
@@ -103,6 +134,9 @@ class StepRun:
         self.window_start_ns: int | None = None
         self.window_end_ns: int | None = None
         self.stopping = False
+        self.users_alive = concurrency
+        self.answered: set[int] = set()
+        self.decision: str | None = None
         self._bins: dict[int, int] = {}
         self._stall_hist = metrics.histogram("stall", lane.key)
         self._itl_hist = metrics.histogram("itl", lane.key)
@@ -148,6 +182,7 @@ class StepRun:
             probe_lags = probe.take()
             read_lags = [ns / 1e9 for ns in self.client.take_read_lags()]
             cpu_window = time.process_time() - cpu0
+            self.users_alive = sum(not task.done() for task in users)
             await self._drain(users)
         finally:
             self.metrics.set_step(self.lane.key, self.run_id, 0)
@@ -162,22 +197,37 @@ class StepRun:
     async def _control(self, warm_ns: int) -> None:
         cfg = self.config
         await self._tick_until(warm_ns + int(cfg.warmup_s * 1e9), "warmup", warm_ns)
+        conv = cfg.workload.conversation
+        if conv is not None and conv.start == "steady":  # every user's synthesized history prefilled once
+            warm_cap = warm_ns + int((cfg.warmup_s + cfg.max_window_s) * 1e9)
+            while len(self.answered) < self.c and time.perf_counter_ns() < warm_cap:
+                self._show("warmup", warm_ns, time.perf_counter_ns())
+                await asyncio.sleep(0.05)
         self.client.take_read_lags()  # the warm-up's
         self.window_start_ns = time.perf_counter_ns()
         self.metrics.set_step(self.lane.key, self.run_id, self.c)
         start = self.window_start_ns
         max_end = start + int(cfg.max_window_s * 1e9)
         min_end = start + int(cfg.min_window_s * 1e9)
+        cap = max(cfg.max_window_s, cfg.decide_max_window_s or 0.0) if self._deciding else cfg.max_window_s
+        cap_end = start + int(cap * 1e9)
+        look = min_end  # the next length at which an undecided gain is looked at again (doubling)
         batch = self._batch_s
         while True:
             now = time.perf_counter_ns()
-            if now >= max_end:
+            if now >= cap_end:
                 break
             enough = now >= min_end and self.state.window_ok >= cfg.min_requests
-            if enough and self._stable(start, batch):
-                break
+            if enough and (self._stable(start, batch) or now >= max_end):
+                if not self._deciding:
+                    break
+                if now >= look:
+                    self.decision = self._decide(start, batch)
+                    if self.decision != "undecided" or not self._deciding_worth(start, batch):
+                        break
+                    look = start + 2 * (now - start)
             self._show("window", start, now)
-            await asyncio.sleep(min(0.25, max(0.01, (max_end - now) / 1e9)))
+            await asyncio.sleep(min(0.25, max(0.01, (cap_end - now) / 1e9)))
         self.window_end_ns = time.perf_counter_ns()
         self.metrics.set_step(self.lane.key, self.run_id, 0)
 
@@ -195,18 +245,56 @@ class StepRun:
             if rec.run_id == self.run_id and rec.lane == self.lane.key and rec.concurrency == self.c:
                 yield rec
 
-    def _stable(self, start_ns: int, batch_s: float) -> bool:
-        """Batch-means check over bins that are complete (before the oldest in-flight request was sent)."""
+    def _live_rates(self, start_ns: int, batch_s: float) -> list[float]:
+        """Batch rates over the bins that are complete (before the oldest in-flight request was sent)."""
         now = time.perf_counter_ns()
         horizon = min([a.decided_ns for a in self.active.values()] + [now])
-        width = int(batch_s * 1e9)
-        k = (horizon - start_ns) // width
-        if k < 2:
+        k = (horizon - start_ns) // int(batch_s * 1e9)
+        return [self._bins.get(i, 0) / batch_s for i in range(max(0, k))]
+
+    def _stable(self, start_ns: int, batch_s: float) -> bool:
+        """The window's throughput interval within ``ci_rel_bound`` of its mean."""
+        rates = self._live_rates(start_ns, batch_s)
+        if len(rates) < 2:
             return False
-        rates = [self._bins.get(i, 0) / batch_s for i in range(k)]
-        mean = sum(rates) / k
-        ci = uncorrelated_batch_ci(rates)
+        mean = sum(rates) / len(rates)
+        ci = autocorrelated_batch_ci(rates)
         return ci is not None and relative_half_width(ci, mean) <= self.config.ci_rel_bound
+
+    @property
+    def _deciding(self) -> bool:
+        ref = self.reference
+        return (ref is not None and ref.throughput_ci_tok_s is not None and self.config.decide_gain is not None
+                and ref.concurrency < self.c and ref.throughput_tok_s > 0)
+
+    def _decide(self, start_ns: int, batch_s: float) -> str:
+        """``pays``, ``plateau`` or ``undecided``: this rung's gain over ``reference`` so far (module docstring)."""
+        ref, gain_min = self.reference, self.config.decide_gain
+        assert ref is not None and ref.throughput_ci_tok_s is not None and gain_min is not None
+        estimate = batch_mean_estimate(self._live_rates(start_ns, batch_s))
+        if estimate is None or estimate.mean <= 0:
+            return "undecided"
+        gain = gain_per_doubling(ref.concurrency, ref.throughput_tok_s, self.c, estimate.mean)
+        interval = gain_interval(ref.concurrency, ref.throughput_ci_tok_s, self.c, estimate.interval())
+        return doubling_decision(gain, interval, gain_min)
+
+    def _deciding_worth(self, start_ns: int, batch_s: float) -> bool:
+        """Could measuring on, up to ``decide_max_window_s``, still decide the gain? Not when the interval this
+        rung's would have by then (its half-width shrinking as one over the square root of the window's length)
+        still straddles the gain: the rung below, or the time left, is too little (a futility rule)."""
+        ref, gain_min = self.reference, self.config.decide_gain
+        assert ref is not None and ref.throughput_ci_tok_s is not None and gain_min is not None
+        estimate = batch_mean_estimate(self._live_rates(start_ns, batch_s))
+        if estimate is None or estimate.mean <= 0:
+            return True
+        elapsed = max(1e-9, (time.perf_counter_ns() - start_ns) / 1e9)
+        cap = max(self.config.max_window_s, self.config.decide_max_window_s)
+        low, high = estimate.interval()
+        half = (high - low) / 2 * math.sqrt(min(1.0, elapsed / cap))
+        projected = (estimate.mean - half, estimate.mean + half)
+        gain = gain_per_doubling(ref.concurrency, ref.throughput_tok_s, self.c, estimate.mean)
+        interval = gain_interval(ref.concurrency, ref.throughput_ci_tok_s, self.c, projected)
+        return interval is None or doubling_decision(gain, interval, gain_min) != "undecided"
 
     def _show(self, phase: str, since_ns: int, now_ns: int) -> None:
         if not self.progress.enabled:
@@ -217,12 +305,25 @@ class StepRun:
                            self.state.tokens_done / max(elapsed, 1e-3), p95)
 
     async def _drain(self, users: list[asyncio.Task[None]]) -> None:
+        """Follows the window's requests to their end with the load kept on, up to the drain's cap; then stops
+        (module docstring)."""
+        cfg = self.config
+        cap = cfg.request_timeout_s if cfg.drain_timeout_s is None else cfg.drain_timeout_s
+        deadline = time.perf_counter_ns() + int(cap * 1e9)
+        end = self.window_end_ns
+        assert end is not None
+        while cfg.drain == "wait" and time.perf_counter_ns() < deadline and any(
+                a.decided_ns <= end for a in self.active.values()) and not all(t.done() for t in users):
+            await asyncio.sleep(0.02)
         self.stopping = True
-        if self.config.drain == "wait" and self.config.drain_timeout_s > 0:
-            await asyncio.wait(users, timeout=self.config.drain_timeout_s)
+        if cfg.drain == "wait" and cfg.drain_settle_s > 0 and not any(
+                a.decided_ns <= end for a in self.active.values()):
+            # what was sent after the window counts for nothing: let it end (a clean record) for a short while
+            await asyncio.wait(users, timeout=min(cfg.drain_settle_s, max(0.0, (deadline - time.perf_counter_ns())
+                                                                          / 1e9)))
 
     async def _user(self, user: int) -> None:
-        workload = UserWorkload(self.config.workload, self.lane.key, self.c, user)
+        workload = UserWorkload(self.config.workload, self.lane.key, self.c, user, self.text)
         backoff = 0.0
         prev_end = time.perf_counter_ns()
         tag = f"u{user}"
@@ -238,13 +339,19 @@ class StepRun:
                 result = await self.client.send(body, rid, parser)
             except asyncio.CancelledError:
                 end = time.perf_counter_ns()
+                cut = self.window_end_ns is not None and self.window_start_ns is not None \
+                    and self.window_start_ns <= decided <= self.window_end_ns
                 self._finish(user, spec, rid, RawResult(decided, end, parser.token_ns, "dropped",
-                                                        error="cancelled at drain"), prev_end)
+                                                        error="cancelled at drain",
+                                                        extra={"censored": True} if cut else {}), prev_end, parser)
                 raise
+            except Exception as exc:  # a client bug on a hostile answer must not kill the user silently
+                result = RawResult(decided, time.perf_counter_ns(), parser.token_ns, "malformed",
+                                   error=f"client failed on the answer: {exc!r}"[:200])
             finally:
                 self.metrics.add_in_flight(self.lane.key, -1)
                 self.active.pop(user, None)
-            self._finish(user, spec, rid, result, prev_end)
+            self._finish(user, spec, rid, result, prev_end, parser)
             if workload.converses:
                 workload.answered(spec, parser.answer_text() if result.outcome == "ok" else None)
             prev_end = result.end_ns
@@ -255,11 +362,15 @@ class StepRun:
             else:
                 backoff = 0.0
 
-    def _finish(self, user: int, spec: RequestSpec, rid: str, res: RawResult, prev_end_ns: int) -> None:
+    def _finish(self, user: int, spec: RequestSpec, rid: str, res: RawResult, prev_end_ns: int,
+                parser: StreamParser | None = None) -> None:
         lane = self.lane.key
         tok = res.token_ns
         send = res.send_ns
         ttft = (tok[0] - send) / 1e9 if tok else None
+        visible = None
+        if parser is not None and parser.reasoning_events and parser.first_visible_ns is not None:
+            visible = (parser.first_visible_ns - send) / 1e9
         gaps = tuple((b - a) / 1e9 for a, b in itertools.pairwise(tok))
         summary = res.summary
         queue = None
@@ -272,6 +383,8 @@ class StepRun:
         if res.outcome == "ok" and summary is not None and summary.output_tokens is not None:
             output = summary.output_tokens
         extra: dict[str, object] = dict(res.extra)
+        if parser is not None and parser.reasoning_events:
+            extra["reasoning_tokens"] = parser.reasoning_events
         if spec.probe:
             extra["probe"] = True
         extra.update(spec.tags())
@@ -291,9 +404,10 @@ class StepRun:
             prompt_tokens=said.prompt_tokens, output_tokens=output, outcome=res.outcome,  # type: ignore[arg-type]
             status=res.status, error=res.error, retried=res.retried, extra=extra,
             cached_prompt_tokens=said.cached_prompt_tokens, draft_tokens=said.draft_tokens,
-            draft_accepted_tokens=said.draft_accepted_tokens,
+            draft_accepted_tokens=said.draft_accepted_tokens, ttft_visible_s=visible,
         )
         self.writer.write(record)
+        self.answered.add(user)
         self._count(record, tok, max(0.0, (send - prev_end_ns) / 1e9))
         self.metrics.request_done(lane, res.outcome, user, max(output, len(tok)))
         self.metrics.runtime_counts(lane, record)
@@ -308,8 +422,9 @@ class StepRun:
             self._ttft_hist.observe(ttft)
         if queue is not None:
             self._queue_hist.observe(queue)
-        if gaps:
-            self._itl_hist.observe_many(gaps)
+        emitted = [g for g in gaps if g >= BURST_GAP_S]  # tokens of one burst are one emission
+        if emitted:
+            self._itl_hist.observe_many(emitted)
             self.pending_stalls.append(tok)
         self._flush_stalls()
 
@@ -368,7 +483,7 @@ class StepRun:
                 continue
             first, last = tok[0], tok[-1]
             overlapping = [iv for iv in self.prefills if iv[1] > first and iv[0] < last]
-            stall = longest_stalled_gap(itertools.pairwise(tok), overlapping) if overlapping else None
+            stall = longest_stalled_gap(emission_gaps(tok, BURST_GAP_S * 1e9), overlapping) if overlapping else None
             if stall is not None:
                 self._stall_hist.observe(stall / 1e9)
         self.pending_stalls = keep
@@ -394,6 +509,10 @@ class StepRun:
         # for a runtime that was gone.
         unreachable = state.window_unreachable
         reason = f"runtime unreachable during the window ({unreachable} connections refused)" if unreachable else None
+        if reason is None and self.users_alive < self.c:
+            reason = f"only {self.users_alive} of {self.c} users were running at the window's end"
+        if self.decision is not None:
+            notes.append(f"gain over c={self.reference.concurrency if self.reference else '?'}: {self.decision}")
         if reason is None:
             reason = verdict(health, self.config.max_loop_lag_s, max_idle_share=self.config.max_idle_share)
         if reason is None and errors and sum(errors.values()) > ok:

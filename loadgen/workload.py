@@ -27,6 +27,11 @@ byte for byte as they were):
   text. After N turns, or after a request that failed, the user begins a new conversation (whose opening
   request may draw a shared prefix). The draws do not depend on the answers, so the same seed sends the same
   prompts wherever the runtime answers the same (a reproducible sampling: temperature 0 or a seed).
+  Steady start (``conversation.start = "steady"``, the default): a user's first conversation opens at a turn
+  drawn uniformly from 1..N, its earlier exchanges synthesized (each earlier message as drawn, each answer
+  the prepared text at the drawn output length), so the mix of depths is stationary from the first request
+  and every rung measures the same workload; the records' ``turn`` says each request's depth (the step
+  figure ``turn_mean`` checks it).
 """
 
 from __future__ import annotations
@@ -123,13 +128,26 @@ class UserWorkload:
     """The request stream of one user at one rung of one lane; ``answered(spec, text)`` after each request
     of a conversation workload (``converses``)."""
 
-    def __init__(self, config: WorkloadConfig, lane: str, concurrency: int, user: int) -> None:
+    def __init__(self, config: WorkloadConfig, lane: str, concurrency: int, user: int,
+                 text: PromptText | None = None) -> None:
         self.config = config
         self.user = user
         self.converses = config.conversation is not None
         self._rng = random.Random(f"{config.seed}:{lane}:{concurrency}:{user}")
         self._index = 0
         self._history: tuple[tuple[RequestSpec, str], ...] = ()
+        conv = config.conversation
+        if conv is not None and conv.start == "steady" and text is not None:
+            self._history = self._synthesized(self._rng.randrange(conv.turns), text)
+
+    def _synthesized(self, turns: int, text: PromptText) -> tuple[tuple[RequestSpec, str], ...]:
+        """``turns`` earlier exchanges of a conversation this user is already in (module docstring)."""
+        history: tuple[tuple[RequestSpec, str], ...] = ()
+        for _ in range(turns):
+            spec = self.next_spec()
+            history = (*history, (replace(spec, history=()), " " + text.prompt(spec.max_tokens)))
+            self._history = history
+        return history
 
     def next_spec(self) -> RequestSpec:
         cfg = self.config

@@ -6,15 +6,21 @@ it is the first candidate (an end rung can be the answer). Each next rung is acc
 1. it is usable (valid window, enough requests, stable throughput), else the answer stops below it: bound
    by the first limit the rung breaks if it breaks one (a stall that happened needs no stable throughput
    to count), else the lane is ``degraded`` with the reason;
-2. its throughput gain per doubling over the last accepted rung reaches ``min_gain_per_doubling``, else
-   ``throughput_plateau`` binds. The gain's interval (``core.statistics.gain_interval``, from the rungs'
-   throughput intervals) says whether the plateau is significant: where its upper end still reaches the
-   policy's gain the plateau is kept (more concurrency is not shown to pay) and a note says a longer window
-   would settle it; a doubling that measured at least the policy's gain is never a plateau;
+2. its throughput gain per doubling over the last accepted rung is not *significantly* below
+   ``min_gain_per_doubling``, else ``throughput_plateau`` binds. Decisions come from intervals: the gain's
+   interval (``core.statistics.gain_interval``, from the rungs' throughput intervals rebuilt at the policy's
+   ``confidence``) decides. Entirely below the policy's gain: a plateau. Entirely at or above it: the
+   doubling pays. Straddling it: *undecided*; the walk goes on (a plateau the data do not show never lowers
+   the answer, so a noisy window cannot answer below the truth more often than the interval's one-sided
+   error, 2.5 % at 95 %), and where the answer rests on that doubling (it is the doubling into the
+   recommended rung) the lane's status is ``undecided`` with the interval in ``undecided``: the answer may be
+   one doubling high, and longer windows would settle it (the load generator measures longer where it sees
+   the straddle: ``loadgen.step``). Without an interval the point gain decides, and a note says so;
 3. it breaks no policy limit, else the first broken limit (in ``VIOLATION_ORDER``) binds.
 
-If every rung is accepted, ``ladder_top`` binds and the lane's status is ``unsaturated``: the answer is
-the top rung, a lower bound, and a note names what would settle it (``ladder.extend`` or a higher rung).
+If every rung is accepted, ``ladder_top`` binds and the lane's status is ``unsaturated`` (``undecided`` where
+the last doubling straddled the gain): the answer is the top rung, a lower bound, and a note names what would
+settle it (``ladder.extend`` or a higher rung).
 ``saturation_concurrency`` is where throughput alone stops paying: the rung the plateau binds at, else
 (the walk stopped for latency) the first rung after which the monotone fit gains less than the policy
 asks, else ``None``. ``knee`` is the Kneedle knee, reported only where it is a real bend: the gain from it
@@ -24,17 +30,46 @@ to the top usable rung (on the monotone fit) is below the policy's. Not enough d
 
 from __future__ import annotations
 
+import dataclasses
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.figures import StepFigures
-from core.statistics import gain_interval, gain_per_doubling, indistinguishable
+from core.figures import MemoryFigures, StepFigures
+from core.statistics import MeanEstimate, doubling_decision, gain_interval, gain_per_doubling, indistinguishable
 from recommender.curve import CurvePoint, Knee, kneedle, monotone_fit, saturation_rung
 from recommender.policy import Policy
 from recommender.verdicts import StepVerdict, check_step
 
-__all__ = ["LaneAnalysis", "analyze_lane"]
+__all__ = ["LaneAnalysis", "Undecided", "analyze_lane", "at_confidence"]
+
+
+@dataclass(frozen=True, slots=True)
+class Undecided:
+    """A doubling whose gain interval straddles the policy's gain: neither shown to pay nor shown flat."""
+
+    smaller: int
+    larger: int
+    gain: float
+    interval: tuple[float, float]
+
+    def said(self, min_gain: float, confidence: float) -> str:
+        return (f"the doubling from c={self.smaller} to c={self.larger} gained {self.gain:+.1%} per doubling, its "
+                f"{confidence:.0%} interval [{self.interval[0]:+.1%}, {self.interval[1]:+.1%}] straddles the "
+                f"{min_gain:.0%} a doubling must buy: neither shown to pay nor shown flat; the answer takes "
+                f"c={self.larger} (a plateau the data do not show never lowers it) and may be one doubling high; "
+                f"longer windows (loadgen.max_window_s) would settle it")
+
+
+def at_confidence(step: StepFigures, confidence: float) -> StepFigures:
+    """``step`` with its throughput interval rebuilt at ``confidence`` from its standard error and degrees of
+    freedom (where the source gave them), so every decision uses the policy's confidence."""
+    ci, se, dof = step.throughput_ci_tok_s, step.throughput_se_tok_s, step.throughput_dof
+    if ci is None or se is None or dof is None:
+        return step
+    center = (ci[0] + ci[1]) / 2
+    return dataclasses.replace(step, throughput_ci_tok_s=MeanEstimate(center, se, dof).interval(confidence))
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +89,7 @@ class LaneAnalysis:
     next_rung_constraints: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
     gain_intervals: tuple[tuple[float, float] | None, ...] = ()
+    undecided: Undecided | None = None
 
     def _accepted(self) -> list[tuple[StepFigures, StepVerdict]]:
         pairs = [(s, v) for s, v in zip(self.steps, self.verdicts, strict=True) if v.usable]
@@ -177,29 +213,45 @@ def _dedupe(steps: Sequence[StepFigures]) -> tuple[list[StepFigures], list[str]]
 
 def analyze_lane(lane: str, steps: Sequence[StepFigures], policy: Policy) -> LaneAnalysis:
     """The answer for one lane under ``policy`` (see the module docstring for the walk)."""
-    ordered, notes = _dedupe(steps)
-    baseline = next((s.itl_s.p50 for s in ordered if s.concurrency == 1 and s.valid), None)
-    verdicts = [check_step(s, policy, baseline) for s in ordered]
+    deduped, notes = _dedupe(steps)
+    ordered = [at_confidence(s, policy.confidence) for s in deduped]
+    lowest = next((s for s in ordered if s.valid), None)
+    baseline = None if lowest is None else (lowest.decode_step_s or lowest.itl_s.p50)
+    lowest_memory: MemoryFigures | None = None if lowest is None else lowest.memory_bytes
+    shapes = [s.stall_prompt_elasticity for s in ordered if s.valid and s.stall_prompt_elasticity is not None]
+    elasticity = float(statistics.median(shapes)) if shapes else None  # the batch is the lane's, not a rung's
+    verdicts = [check_step(s, policy, baseline, lowest_memory, elasticity) for s in ordered]
     gains, intervals = _gains(ordered, verdicts)
     usable = [s for s, v in zip(ordered, verdicts, strict=True) if v.usable]
     points = [CurvePoint(s.concurrency, s.throughput_tok_s) for s in usable]
     knee = _real_knee(points, policy.min_gain_per_doubling)
     fitted = saturation_rung(points, policy.min_gain_per_doubling) if len(points) >= 2 else None
     for v in verdicts:
-        warn = v.checks.get("interference")
-        if warn is not None and warn.status == "warn":
-            notes.append(f"c={v.concurrency}: prefill interference: {warn.detail}")
+        for name in ("interference", "memory"):
+            warn = v.checks.get(name)
+            if warn is not None and warn.status == "warn":
+                notes.append(f"c={v.concurrency}: {name}: {warn.detail}")
+    open_doubling: Undecided | None = None  # the undecided doubling into the rung accepted last, if any
 
     def result(status: str, reason: str | None, recommended: StepFigures | None, binding: str | None,
                **extra: Any) -> LaneAnalysis:
         saturation = extra.pop("saturation", fitted)
+        more = list(extra.pop("more_notes", []))
+        undecided = open_doubling if recommended is not None and open_doubling is not None \
+            and open_doubling.larger == recommended.concurrency else None
+        if undecided is not None:
+            more.append(undecided.said(policy.min_gain_per_doubling, policy.confidence))
+            if status in ("ok", "unsaturated"):
+                status = "undecided"
+                said = undecided.said(policy.min_gain_per_doubling, policy.confidence)
+                reason = said if reason is None else f"{said}; {reason}"
         return LaneAnalysis(
             lane=lane, status=status, reason=reason,
             recommended_concurrency=None if recommended is None else recommended.concurrency,
             saturation_concurrency=saturation, binding_constraint=binding,
             throughput_at_recommended_tok_s=None if recommended is None else recommended.throughput_tok_s,
             knee=knee, steps=tuple(ordered), verdicts=tuple(verdicts), gains=tuple(gains),
-            notes=tuple(notes + list(extra.pop("more_notes", []))), gain_intervals=tuple(intervals), **extra,
+            notes=tuple(notes + more), gain_intervals=tuple(intervals), undecided=undecided, **extra,
         )
 
     if len(ordered) < 2:
@@ -226,14 +278,15 @@ def analyze_lane(lane: str, steps: Sequence[StepFigures], policy: Policy) -> Lan
         # the walk stops at the first rung it does not accept, so the previous usable rung is ``accepted``
         gain, interval = gains[i], intervals[i]
         assert gain is not None
-        if gain < policy.min_gain_per_doubling:
+        decision = doubling_decision(gain, interval, policy.min_gain_per_doubling)
+        if decision == "plateau":
             more = [f"throughput plateau after c={accepted.concurrency}: c={step.concurrency} gained "
                     f"{gain:+.1%} per doubling, less than policy.min_gain_per_doubling "
-                    f"{policy.min_gain_per_doubling:.0%}"]
-            if interval is not None and interval[1] >= policy.min_gain_per_doubling:
-                more.append(f"the plateau is not significant: the gain's {policy.confidence:.0%} interval "
-                            f"[{interval[0]:+.1%}, {interval[1]:+.1%}] reaches the policy's gain; longer windows "
-                            f"would settle it")
+                    f"{policy.min_gain_per_doubling:.0%}"
+                    + ("" if interval is None else f" (its {policy.confidence:.0%} interval "
+                       f"[{interval[0]:+.1%}, {interval[1]:+.1%}] lies below it)")]
+            if interval is None:
+                more.append("no throughput interval for this doubling: the point estimate decided the plateau")
             ci_a, ci_b = accepted.throughput_ci_tok_s, step.throughput_ci_tok_s
             pair = ((accepted.concurrency, step.concurrency)
                     if ci_a is not None and ci_b is not None and indistinguishable(ci_a, ci_b) else None)
@@ -241,6 +294,8 @@ def analyze_lane(lane: str, steps: Sequence[StepFigures], policy: Policy) -> Lan
                           indistinguishable=pair, more_notes=more, saturation=accepted.concurrency)
         if broken:
             return result("ok", None, accepted, broken[0], next_rung_constraints=broken)
+        open_doubling = None if decision == "pays" or interval is None else Undecided(
+            accepted.concurrency, step.concurrency, gain, interval)
         accepted = step
     last_gain = next((g for g in reversed(gains) if g is not None), None)
     gained = "" if last_gain is None else f" (the last doubling gained {last_gain:+.1%})"

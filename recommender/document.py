@@ -92,6 +92,9 @@ def lane_fragment(analysis: LaneAnalysis, *, run_id: str, measured_at: float | N
         "knee": None if knee is None else {
             "method": knee.method, "concurrency": knee.concurrency, "difference": knee.difference},
         "indistinguishable": None if pair is None else {"smaller": pair[0], "larger": pair[1]},
+        "undecided": None if analysis.undecided is None else {
+            "smaller": analysis.undecided.smaller, "larger": analysis.undecided.larger,
+            "gain": analysis.undecided.gain, "interval": list(analysis.undecided.interval)},
         "next_rung_constraints": list(analysis.next_rung_constraints),
         "notes": list(analysis.notes),
         "run_id": run_id,
@@ -175,7 +178,7 @@ def as_v2(document: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def as_v1(document: Mapping[str, Any]) -> dict[str, Any]:
-    """The v1 view of a v2 document: lanes keyed by bare name, without the node index.
+    """The v1 view of a v2 document: lanes keyed by bare name, without the node index, statuses in v1's words.
 
     ``AmbiguousForV1`` where two nodes serve one lane name: v1 has one answer per name, and handing a v1
     consumer one node's answer for a name it reads as the only one would break it silently."""
@@ -189,11 +192,21 @@ def as_v1(document: Mapping[str, Any]) -> dict[str, Any]:
         said = "; ".join(f"{name} on {', '.join(sorted(keys))}" for name, keys in sorted(clashes.items()))
         raise AmbiguousForV1(f"schema v1 keys answers by lane name alone, and several nodes serve one: {said}; "
                              f"read schema v2 ({SCHEMA_ID})")
-    lanes = answers(document)
+    lanes = {key: _v1_lane(lane) for key, lane in answers(document).items()}
     out = {k: v for k, v in document.items() if k not in ("nodes", "lanes")}
     out["schema"] = SCHEMA_V1
     out["lanes"] = {name: lanes[keys[0]] for name, keys in sorted(by_name.items())}
     return out
+
+
+def _v1_lane(lane: dict[str, Any]) -> dict[str, Any]:
+    """An answer in v1's words: v1 has no ``undecided`` status, so such an answer is ``ok`` there with its
+    reason (which says the doubling it rests on is undecided) and ``undecided`` kept beside it."""
+    if lane.get("status") == "undecided":
+        return {**lane, "status": "ok"}
+    if lane.get("last_status") == "undecided":
+        return {**lane, "last_status": "ok"}
+    return lane
 
 
 def mark_changed(lane: Mapping[str, Any], validity: Mapping[str, Any]) -> dict[str, Any]:

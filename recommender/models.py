@@ -44,8 +44,9 @@ Constraint = Literal[
     "throughput_plateau", "slo_ttft", "slo_itl", "slo_e2e", "fairness", "decode_starvation",
     "prefill_starvation", "errors", "memory", "ladder_top",
 ]
-# ``unsaturated``: the answer is the top rung, a lower bound (throughput still grew there: ``ladder_top``)
-LaneStatus = Literal["ok", "unsaturated", "insufficient_data", "degraded", "stale"]
+# ``unsaturated``: the answer is the top rung, a lower bound (throughput still grew there: ``ladder_top``);
+# ``undecided``: the answer rests on a doubling whose gain interval straddles the policy's gain (``undecided``)
+LaneStatus = Literal["ok", "unsaturated", "undecided", "insufficient_data", "degraded", "stale"]
 CheckStatus = Literal["ok", "flagged", "warn", "not_applicable", "insufficient_data", "unknown"]
 
 
@@ -91,7 +92,7 @@ class StepModel(StepFigures):
     gain_interval: Annotated[list[float] | None, Field(
         description="that gain's interval at the policy's confidence, from the rungs' throughput intervals")]
     checks: Annotated[dict[str, CheckModel], Field(
-        description="decode_starvation, prefill_starvation, fairness, interference: where the rung stands")]
+        description="decode_starvation, prefill_starvation, fairness, interference, memory: where the rung stands")]
 
 
 class FairnessModel(BaseModel):
@@ -135,6 +136,16 @@ class KneeModel(BaseModel):
 class PairModel(BaseModel):
     smaller: int
     larger: int
+
+
+class UndecidedModel(BaseModel):
+    """The doubling an ``undecided`` answer rests on: its gain per doubling and that gain's interval, which
+    straddles the policy's ``min_gain_per_doubling`` (the answer takes ``larger``)."""
+
+    smaller: int
+    larger: int
+    gain: float
+    interval: list[float]
 
 
 class TunedCandidateModel(BaseModel):
@@ -213,6 +224,7 @@ class LaneModel(BaseModel):
     starvation: StarvationModel
     knee: KneeModel | None = None
     indistinguishable: PairModel | None = None
+    undecided: UndecidedModel | None = Field(None, description="the undecided doubling the answer rests on")
     next_rung_constraints: list[Constraint] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     run_id: str

@@ -26,14 +26,18 @@ def _f(default: Any, description: str, **bounds: Any) -> Any:
 class SLO(BaseModel):
     """Latency objectives; ``None`` means not checked.
 
-    ``tbt_p99_s`` is the time-between-tokens objective that decode starvation is judged against: the p99
-    over a rung's requests of each request's longest pause between two tokens. Its default, 0.25 s, is a
-    pause a reader of a token stream notices (a stream at 20-50 ms per token is read as continuous; a
-    quarter-second hold is a visible stutter), and it is where the serving literature's relaxed objectives
-    sit: Sarathi-Serve (Agrawal et al., OSDI 2024) states P99 TBT objectives as 5x (strict) and 25x
-    (relaxed) a decode-only iteration, 25x of a 10 ms iteration being 250 ms; DistServe (Zhong et al., OSDI
-    2024) uses absolute TPOT objectives of 0.1-0.2 s per token for chat, and a single pause may be longer
-    than a mean. A few tens of milliseconds is never starvation, whatever its ratio to a fast step.
+    ``tbt_p99_s`` is the time-between-tokens objective that decode starvation is judged against, in time a
+    user feels: the p99 over a rung's requests of each request's *pause excess*, how much longer than its
+    own decode step another request's prefill held it (``core.stalls``). A decode that is slow everywhere
+    has no excess: its cadence is the ITL objective's business (``itl_p95_s``), at c=1 as at any rung. The
+    default, 0.25 s, is a hold a reader of a token stream notices (a stream at 20-50 ms per token is read as
+    continuous; a quarter-second hold is a visible stutter), and it is where the serving literature's relaxed
+    objectives sit: Sarathi-Serve (Agrawal et al., OSDI 2024) states P99 TBT objectives as 5x (strict) and
+    25x (relaxed) a decode-only iteration, 25x of a 10 ms iteration being 250 ms; DistServe (Zhong et al.,
+    OSDI 2024) uses absolute TPOT objectives of 0.1-0.2 s per token for chat. The policy's
+    ``max_pause_ratio`` (5x, the strict objective) judges the same excess against the lane's own step, so a
+    whole-prompt prefill that holds decodes ten times their step is starvation on a fast machine as on a
+    slow one (``Policy``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -41,8 +45,9 @@ class SLO(BaseModel):
     ttft_p95_s: float | None = _f(2.0, "TTFT p95 objective, seconds (null: unchecked)", gt=0)
     itl_p95_s: float | None = _f(0.2, "inter-token latency p95 objective, seconds (null: unchecked)", gt=0)
     e2e_p95_s: float | None = _f(None, "end-to-end latency p95 objective, seconds (null: unchecked)", gt=0)
-    tbt_p99_s: float | None = _f(0.25, "objective on the p99 over requests of each one's longest pause between "
-                                       "tokens, seconds: decode starvation (null: unchecked)", gt=0)
+    tbt_p99_s: float | None = _f(0.25, "objective on the p99 over requests of each one's pause excess (how much "
+                                       "longer than its decode step another request's prefill held it), seconds: "
+                                       "decode starvation (null: unchecked)", gt=0)
 
 
 class Policy(BaseModel):
@@ -54,8 +59,19 @@ class Policy(BaseModel):
     slo: SLO = Field(default_factory=SLO)
     # decode starvation (bounded wait, judged against slo.tbt_p99_s)
     max_pause_ratio: float | None = _f(
-        None, "bound on the pause p99 over the lane's decode-only iteration (its c=1 ITL p50); Sarathi-Serve's "
-              "5 (strict) or 25 (relaxed); null: reported, not binding", gt=1)
+        None, "bound on a prefill-held pause over the lane's decode step (the hold may reach (ratio - 1) steps, "
+              "never less than min_pause_excess_s): Sarathi-Serve's strict P99 TBT objective is 5x a "
+              "decode-only iteration, the relaxed one 25x; null: not bound by a ratio (a ratio moves with the "
+              "hardware: a CPU's 3 ms step makes a chunked prefill's 90 ms hold 30x)", gt=1)
+    min_pause_excess_s: float = _f(
+        0.1, "least hold that counts as starvation when it grows with the prompt (a whole-prompt prefill), "
+             "seconds: 0.1 s, the limit of a response that feels immediate (Card, Moran and Newell 1983; Nielsen "
+             "1993); a hold that does not grow with the prompt (a chunked prefill) counts only past "
+             "slo.tbt_p99_s", ge=0)
+    unbounded_stall_elasticity: float = _f(
+        0.8, "least elasticity of a prefill's hold in its prompt's length that makes the hold unbounded in the "
+             "prompt (a whole-prompt prefill: about 1; one chunked at C tokens: log(C/short)/log(long/short), "
+             "0.4-0.6 for 256-token chunks between 64- and 1500-token prompts)", gt=0)
     min_pause_requests: int = _f(10, "requests with a pause a rung needs for a decode-starvation verdict", ge=1)
     min_prefill_events: int = _f(3, "prefills beside a decode a rung needs for a decode-starvation verdict", ge=1)
     # prefill interference (reported and warned about; binding only when max_interference_share is set)
@@ -85,7 +101,15 @@ class Policy(BaseModel):
     max_min_share_max: float | None = _f(None, "largest best/worst user token ratio (null: unchecked)", ge=1)
     queue_p99_max_s: float | None = _f(None, "bound on the queue-wait p99, seconds (null: unchecked)", gt=0)
     max_error_ratio: float = _f(0.01, "largest tolerated failed/all requests", ge=0, le=1)
-    memory_headroom_min_ratio: float = _f(0.05, "least free fraction of GPU memory at the peak", ge=0, le=1)
+    memory_headroom_min_ratio: float = _f(0.05, "least free fraction of each GPU's memory at the peak; binds only "
+                                                "where the rung filled it (a runtime that allocates its memory "
+                                                "when it starts, as llama.cpp does, is flat across rungs: "
+                                                "reported, not a concurrency limit)", ge=0, le=1)
+    kv_usage_max_ratio: float = _f(0.95, "fullest the runtime's KV cache may be at a rung (tokens held by "
+                                         "processing slots over its capacity): past it, admissions wait for "
+                                         "KV space", gt=0, le=1)
     min_requests_per_step: int = _f(10, "requests a step window needs to count", ge=1)
     max_throughput_ci_ratio: float = _f(0.25, "largest interval half-width / mean for a stable step", gt=0)
-    confidence: float = _f(0.95, "confidence level of throughput intervals", gt=0, lt=1)
+    confidence: float = _f(0.95, "confidence level of every interval and test the verdicts use (throughput and "
+                                 "gain intervals; a quantile objective is broken when significantly more "
+                                 "requests than its share exceed it, at 1 - confidence)", gt=0, lt=1)

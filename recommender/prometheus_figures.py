@@ -5,7 +5,9 @@ the raw numbers over in a ``PromStepResults``. Here they become figures:
 
 * requests and errors: ``increase`` of ``loadgen_requests_total`` by outcome, rounded to whole requests
   (``increase`` extrapolates to the window edges, so it is fractional);
-* throughput: output-token increase over the window length; the interval comes from batch means;
+* throughput: output-token increase over the window length; the interval from its batches' rates by the
+  records' rule (``core.statistics.batch_mean_estimate``: autocorrelation counted, standard error and degrees
+  of freedom kept so the policy's confidence applies);
 * quantiles: ``histogram_quantile`` over bucket increases, so they carry the bucket resolution;
 * maxima (longest decode stall, longest wait for a first token): ``histogram_quantile(1, ...)``, the upper
   bound of the highest non-empty bucket, an over-estimate by at most one bucket width;
@@ -33,7 +35,7 @@ from dataclasses import dataclass, field
 
 from core.figures import MemoryFigures, Quantiles, StepFigures, client_figures
 from core.manifest import StepWindow
-from core.statistics import batch_means_ci, jain_index, max_min_share
+from core.statistics import MeanEstimate, batch_mean_estimate, jain_index, max_min_share
 from core.step_figures import window_validity
 
 __all__ = ["PromStepResults", "figures_from_prometheus", "finite", "memory_figures"]
@@ -65,25 +67,31 @@ class PromStepResults:
 
 def memory_figures(*, gpu_max: float | None, gpu_total: float | None, host_rss_max: float | None,
                    gpu_sum_max: float | None, gpu_sum_total: float | None, gpu_count: float | None,
-                   gpu_names: Sequence[str], gpu_simulated: bool | None) -> MemoryFigures:
+                   gpu_names: Sequence[str], gpu_simulated: bool | None, gpu_headroom_min: float | None = None,
+                   gpu_other_max: float | None = None, kv_usage_max: float | None = None) -> MemoryFigures:
     """The window's memory figures from the raw answers: NaN is unknown, the GPU count a whole number and the
-    names one sorted, comma-separated string."""
+    names one sorted, comma-separated string; memory held by other processes only where it is some."""
     count = finite(gpu_count)
+    other = finite(gpu_other_max)
     return MemoryFigures(gpu_max=finite(gpu_max), gpu_total=finite(gpu_total), host_rss_max=finite(host_rss_max),
                          gpu_sum_max=finite(gpu_sum_max), gpu_sum_total=finite(gpu_sum_total),
                          gpu_count=None if count is None else round(count),
-                         gpu_names=", ".join(sorted(set(gpu_names) - {""})) or None, gpu_simulated=gpu_simulated)
+                         gpu_names=", ".join(sorted(set(gpu_names) - {""})) or None, gpu_simulated=gpu_simulated,
+                         gpu_headroom_min_ratio=finite(gpu_headroom_min),
+                         gpu_other_max=None if other is None or other <= 0 else other,
+                         kv_usage_max_ratio=finite(kv_usage_max))
 
 
 def _clean(q: Quantiles) -> Quantiles:
     return Quantiles(p50=finite(q.p50), p95=finite(q.p95), p99=finite(q.p99))
 
 
-def _ci(batch_tokens: Sequence[float], batch_s: float | None,
-        confidence: float) -> tuple[float, float] | None:
-    if batch_s is None or batch_s <= 0 or len(batch_tokens) < 2:
+def _estimate(batch_tokens: Sequence[float], batch_s: float | None) -> MeanEstimate | None:
+    """The batches' mean rate and its autocorrelation-aware standard error: the records' rule
+    (``core.statistics.batch_mean_estimate``) over the batches Prometheus can give."""
+    if batch_s is None or batch_s <= 0:
         return None
-    return batch_means_ci([t / batch_s for t in batch_tokens], confidence)
+    return batch_mean_estimate([t / batch_s for t in batch_tokens])
 
 
 def _user_shares(user_tokens: Mapping[str, float], concurrency: int) -> list[float]:
@@ -143,6 +151,7 @@ def _from_histograms(window: StepWindow, r: PromStepResults, *, confidence: floa
     stall = finite(r.decode_stall_max_s)
     ratio = None if stall is None or not itl.p50 else stall / itl.p50
     users = _user_shares(r.user_tokens, window.concurrency)
+    estimate = _estimate(r.batch_tokens, r.batch_s)
     return StepFigures(
         lane=window.lane,
         concurrency=window.concurrency,
@@ -165,7 +174,9 @@ def _from_histograms(window: StepWindow, r: PromStepResults, *, confidence: floa
         decode_stall_max_s=stall,
         prefill_wait_max_s=finite(r.ttft_max_s),
         errors_by_outcome=by_outcome,
-        throughput_ci_tok_s=_ci(r.batch_tokens, r.batch_s, confidence),
+        throughput_ci_tok_s=None if estimate is None else estimate.interval(confidence),
+        throughput_se_tok_s=None if estimate is None else estimate.se,
+        throughput_dof=None if estimate is None else estimate.dof,
         valid=valid,
         reason=reason,
     )

@@ -162,6 +162,9 @@ def step_queries(lane: str, w: float, scrape_s: float = 1.0) -> dict[str, str]:
         "gpu_count": promql.window_series_count("gpu_memory_total_bytes", lane, w),
         "gpu_names": promql.window_gpu_names(lane, w),
         "rss": promql.window_gauge_max("runtime_process_resident_memory_bytes", lane, w),
+        "gpu_headroom": promql.window_gpu_headroom_min(lane, w),
+        "gpu_other": promql.window_gpu_other_max(lane, w, scrape_s),
+        "kv_usage": promql.window_gauge_max("runtime_kv_cache_usage_ratio", lane, w),
         "samples": promql.window_sample_count("loadgen_requests_total", lane, w),
         "e2e_mean": promql.window_mean("loadgen_e2e_seconds", lane, w),
     }
@@ -231,6 +234,8 @@ async def fetch_step_figures(client: PromQLClient, window: StepWindow, config: P
             host_rss_max=_single(got.get("rss", [])), gpu_sum_max=_single(got.get("gpu_sum", [])),
             gpu_sum_total=_single(got.get("gpu_sum_total", [])), gpu_count=_single(got.get("gpu_count", [])),
             gpu_names=[s.labels.get("name", "") for s in got.get("gpu_names", [])],
+            gpu_headroom_min=_single(got.get("gpu_headroom", [])), gpu_other_max=_single(got.get("gpu_other", [])),
+            kv_usage_max=_single(got.get("kv_usage", [])),
             gpu_simulated=None if not got.get("gpu_names") else any(
                 s.labels.get("simulated") == "true" for s in got["gpu_names"])),
         batch_tokens=batch_tokens,

@@ -10,17 +10,39 @@ would become.
 
 The judgments (definitions of the figures in ``core.step_figures``; the reasons in DESIGN.md):
 
-- ``decode_starvation``: the p99 over requests of each request's longest pause against the lane's
-  time-between-tokens objective (``slo.tbt_p99_s``); its ratio to the lane's decode-only iteration (the
-  ITL p50 at c=1, Sarathi-Serve's yardstick) is reported and binds only where ``max_pause_ratio`` is set.
-- ``prefill_starvation``: the longest wait of a request that found every slot busy against the bound
-  FIFO admission implies, times ``max_admission_wait_ratio``.
-- ``fairness``: users' waits differ *significantly* (Kruskal-Wallis, ``fairness_alpha``) *and materially*
-  (worst user's mean over the lane's, ``max_user_wait_ratio``), or their decode pace does (slowest user's
-  mean over the fastest's, ``max_user_itl_ratio``); Jain's index and the best/worst share
+- ``decode_starvation``: a request is held when another request's prefill made one of its pauses longer than
+  its decode step by more than the *stall limit*. Where the lane's holds grow with the prompt that caused them
+  (a whole-prompt prefill: ``stall_prompt_elasticity`` at least ``unbounded_stall_elasticity``), the hold is
+  unbounded in the prompt, and it counts once felt, past ``min_pause_excess_s`` (0.1 s); where they are
+  bounded (a chunked prefill) or of unknown shape (one prompt size), only past the time objective
+  ``slo.tbt_p99_s``; where the policy sets ``max_pause_ratio``, also past that many of the lane's steps. The
+  p99 objective is broken when *significantly* more than 1 % of the rung's requests were held (the binomial
+  count test of ``core.statistics.exceedance_p_value`` at ``1 - confidence``), so a p99 over 20 requests is
+  not their largest one; more than 1 % held but too few to show it is ``insufficient_data``. The cause is
+  part of the definition: a pause that no prefill overlapped is no starvation, and a slow step everywhere is
+  judged by the ITL objective (``core.stalls``). The shape does not move with the hardware (a faster machine
+  shortens the hold and the step in proportion), so the real pair ``-b 2048``/``-b 256`` is told apart on
+  any CPU, where a ratio to the step is not (a CPU's 3 ms step makes a 256-token chunk's 90 ms hold 30x).
+- ``prefill_starvation``: a request that found every slot busy waited past the bound FIFO admission puts on
+  it, from the slots that actually freed after it arrived (``core.admission``), by more than
+  ``max_admission_wait_ratio``; censored waits (requests still waiting when last seen) count as what they
+  are, lower bounds.
+- ``fairness``: users served nothing in the window while their requests waited past their FIFO bound; or
+  users' waits (censored ones included) differ *significantly* (permutation log-rank, ``fairness_alpha``)
+  *and materially* (worst user's mean over the lane's, ``max_user_wait_ratio``), or their decode pace does
+  (slowest user's mean over the fastest's, ``max_user_itl_ratio``); Jain's index and the best/worst share
   bind only where the policy sets them.
 - ``interference``: the share of decode time lost to others' prefills, warned about above
   ``interference_warn_share``, binding only where ``max_interference_share`` is set.
+- ``memory``: the runtime's KV cache fuller than ``kv_usage_max_ratio`` binds; a GPU with less free memory
+  than ``memory_headroom_min_ratio`` binds only where the rung filled it (the lowest rung had the headroom):
+  llama.cpp allocates its weights and KV cache when it starts, so a flat, full GPU is reported (``warn``),
+  never turned into a concurrency limit, and memory that other processes hold is said as such.
+
+SLO objectives on per-request quantiles (TTFT p95, e2e p95) are judged like the pause: broken when
+significantly more requests than the quantile's share exceed the objective (``core.figures.Tail``), or, where
+more requests exceed than the figures keep, by the quantile itself; ITL p95, over thousands of gaps, by its
+value.
 
 Each check has a status: ``ok``, ``flagged`` (binding: a violation), ``warn`` (reported, not binding),
 ``not_applicable`` (c=1 has no other request; a rung where every user has a slot queues nobody),
@@ -32,8 +54,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from core.figures import StepFigures
-from core.statistics import relative_half_width
+from core.figures import MemoryFigures, StepFigures, Tail
+from core.statistics import exceedance_p_value, relative_half_width
 from recommender.policy import Policy
 
 __all__ = [
@@ -45,6 +67,7 @@ __all__ = [
     "Violation",
     "check_step",
     "memory_headroom_ratio",
+    "stall_limit",
 ]
 
 CONSTRAINTS: tuple[str, ...] = (
@@ -96,7 +119,7 @@ class Check:
 # each check and the binding constraint its flag becomes (interference, where the policy bounds it, starves
 # decodes)
 CHECKS = {"decode_starvation": "decode_starvation", "prefill_starvation": "prefill_starvation",
-          "fairness": "fairness", "interference": "decode_starvation"}
+          "fairness": "fairness", "interference": "decode_starvation", "memory": "memory"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,8 +138,11 @@ class StepVerdict:
         return [v.constraint for v in self.violations]
 
 
-def memory_headroom_ratio(step: StepFigures) -> float | None:
-    mem = step.memory_bytes
+def memory_headroom_ratio(mem: MemoryFigures) -> float | None:
+    """The least free share of any of the lane's GPUs at its own peak (the fullest GPU's, where only that is
+    known)."""
+    if mem.gpu_headroom_min_ratio is not None:
+        return mem.gpu_headroom_min_ratio
     if mem.gpu_max is None or not mem.gpu_total:
         return None
     return 1.0 - mem.gpu_max / mem.gpu_total
@@ -144,34 +170,74 @@ def _above(constraint: str, measured: float | None, limit: float | None, what: s
     return Violation(constraint, float(measured), float(limit), f"{what} {measured:.4g} > {limit:.4g}")
 
 
-def decode_check(step: StepFigures, policy: Policy, baseline_itl_s: float | None) -> Check:
-    """Decode starvation: pauses against the time-between-tokens objective (module docstring)."""
+def stall_limit(policy: Policy, step_s: float | None, unbounded: bool | None = None) -> float | None:
+    """How long another request's prefill may hold a decode beyond its step before the hold counts (module
+    docstring): ``slo.tbt_p99_s``; ``min_pause_excess_s`` where the holds grow with the prompt (``unbounded``);
+    ``max_pause_ratio - 1`` steps where the policy sets a ratio (never under ``min_pause_excess_s``).
+    ``None`` where the policy bounds nothing."""
+    limits = [] if policy.slo.tbt_p99_s is None else [policy.slo.tbt_p99_s]
+    if unbounded:
+        limits.append(policy.min_pause_excess_s)
+    if policy.max_pause_ratio is not None and step_s is not None:
+        limits.append(max(policy.min_pause_excess_s, (policy.max_pause_ratio - 1) * step_s))
+    return min(limits) if limits else None
+
+
+def _exceeds(tail: Tail, point: float | None, limit: float, q: float, alpha: float) -> tuple[bool, str]:
+    """Is the q-quantile objective ``limit`` broken? Significantly more than a ``1 - q`` share of the ``n``
+    requests above it, or (more exceed than the tail keeps) the quantile itself above it. Also says the count."""
+    k, exact = tail.above(limit)
+    p = exceedance_p_value(k, tail.n, q)
+    said = f"{k}{'' if exact else '+'} of {tail.n} requests above it (p = {p:.2g})"
+    if p < alpha:
+        return True, said
+    return (not exact and point is not None and point > limit), said
+
+
+def decode_check(step: StepFigures, policy: Policy, baseline_step_s: float | None,
+                 elasticity: float | None = None) -> Check:
+    """Decode starvation: prefill-held pauses beyond the stall limit, significantly often (module docstring).
+    ``baseline_step_s``: the lane's decode step at its lowest rung, the cadence a policy ratio is taken
+    against (a hold is felt the same at every rung; a rung's own step grows with its batch), and the step of a
+    rung whose own cannot be told. ``elasticity``: the lane's holds' elasticity in the prompt (its rungs'
+    ``stall_prompt_elasticity``), else this rung's."""
     if step.concurrency < 2:
         return Check("not_applicable", detail="one user: no other request's prefill can pause a decode")
-    p99, n, events = step.pause_s.p99, step.pause_requests, step.prefill_events
-    if p99 is None or n is None or events is None:
+    tail, events = step.pause_excess_tail, step.prefill_events
+    if not tail.n or events is None:
         return Check("unknown", detail="this source did not measure per-request pauses")
-    limit = policy.slo.tbt_p99_s
-    if n < policy.min_pause_requests:
+    own = step.decode_step_s if step.decode_step_gaps else None
+    step_s = own if own is not None else (baseline_step_s or step.decode_step_s)
+    cadence = baseline_step_s or step_s
+    shape = elasticity if elasticity is not None else step.stall_prompt_elasticity
+    unbounded = None if shape is None else shape >= policy.unbounded_stall_elasticity
+    limit = stall_limit(policy, cadence, unbounded)
+    p99 = step.pause_excess_s.p99
+    if limit is None or step_s is None or cadence is None or p99 is None:
+        return Check("ok", p99, None, "no stall limit in the policy (slo.tbt_p99_s and max_pause_ratio unset)")
+    where = "" if own is not None else " (prefills overlap nearly every step: the lowest rung's step is used)"
+    grows = ("holds of unknown shape (one prompt size)" if shape is None else
+             f"holds {'grow with' if unbounded else 'bounded in'} the prompt (elasticity {shape:.2f}: "
+             f"{'a whole-prompt prefill' if unbounded else 'a chunked prefill'})")
+    said = (f"pause excess p99 {p99 * 1000:.0f} ms beyond the rung's {step_s * 1000:.1f} ms decode step{where}; "
+            f"{grows}; stall limit {limit * 1000:.0f} ms")
+    broken, count = _exceeds(tail, p99, limit, 0.99, 1 - policy.confidence)
+    if broken:
+        return Check("flagged", p99, limit, f"{said}: {count}, significantly more than 1 % held by another "
+                                             f"request's prefill")
+    held, _ = tail.above(limit)
+    if held > 0.01 * tail.n:
         return Check("insufficient_data", p99, limit,
-                     f"{n} requests with a pause (policy needs {policy.min_pause_requests})")
-    ratio = p99 / baseline_itl_s if baseline_itl_s else None
-    said = f"pause p99 {p99 * 1000:.0f} ms over {n} requests, {events} prefills beside a decode"
-    if ratio is not None and baseline_itl_s:
-        said += f", {ratio:.1f}x the decode-only step ({baseline_itl_s * 1000:.1f} ms at c=1)"
-    # a pause past the objective is felt whatever caused it; an absence of pauses proves something only
-    # where prefills ran beside decodes
-    if limit is not None and p99 > limit:
-        return Check("flagged", p99, limit, f"{said} > objective {limit * 1000:.0f} ms")
-    if ratio is not None and policy.max_pause_ratio is not None and ratio > policy.max_pause_ratio:
-        return Check("flagged", ratio, policy.max_pause_ratio,
-                     f"{said}: ratio > policy.max_pause_ratio {policy.max_pause_ratio:g}")
+                     f"{said}; {count}: more than 1 % held, too few requests to show it is more than chance "
+                     f"(a longer window would tell)")
+    if tail.n < policy.min_pause_requests:
+        return Check("insufficient_data", p99, limit,
+                     f"{said}; {tail.n} requests judged (policy needs {policy.min_pause_requests})")
     if events < policy.min_prefill_events:
         return Check("insufficient_data", p99, limit,
-                     f"{said}: too few prefills beside a decode to show the pauses bounded (policy needs "
-                     f"{policy.min_prefill_events})")
-    bound = "" if limit is None else f" <= objective {limit * 1000:.0f} ms"
-    return Check("ok", p99, limit, said + bound)
+                     f"{said}; {events} prefills beside a decode: too few to show the pauses bounded (policy "
+                     f"needs {policy.min_prefill_events})")
+    return Check("ok", p99, limit, f"{said}; {count}, over {events} prefills beside a decode")
 
 
 def interference_check(step: StepFigures, policy: Policy) -> Check:
@@ -198,24 +264,29 @@ def interference_check(step: StepFigures, policy: Policy) -> Check:
 
 
 def prefill_check(step: StepFigures, policy: Policy) -> Check:
-    """Prefill starvation: a queued request's wait against the FIFO bound (module docstring)."""
+    """Prefill starvation: a queued request's wait against its own FIFO bound (module docstring)."""
     absolute = policy.prefill_wait_max_s
     if absolute is not None and step.prefill_wait_max_s is not None and step.prefill_wait_max_s > absolute:
         return Check("flagged", step.prefill_wait_max_s, absolute,
                      f"longest wait for a first token {step.prefill_wait_max_s:.3g} s > "
                      f"policy.prefill_wait_max_s {absolute:g} s")
-    queued, wait, bound = step.queued_requests, step.admission_wait_max_s, step.admission_wait_bound_s
-    if queued is None or bound is None:
+    queued, ratio = step.queued_requests, step.admission_overrun_max_ratio
+    if queued is None:
         why = ("one user" if step.concurrency < 2 else
                "every user has a slot (c <= slots) or the runtime did not say its slots")
         return Check("not_applicable", detail=f"{why}: no request waits for admission")
-    if queued < policy.min_queued_requests or wait is None:
-        return Check("insufficient_data", wait, bound,
-                     f"{queued} queued requests (policy needs {policy.min_queued_requests})")
-    limit = bound * policy.max_admission_wait_ratio
-    said = (f"longest wait of {queued} queued requests {wait:.3g} s, FIFO admission bound {bound:.3g} s "
-            f"(x{policy.max_admission_wait_ratio:g} = {limit:.3g} s)")
-    return Check("flagged" if wait > limit else "ok", wait, limit, said)
+    limit = policy.max_admission_wait_ratio
+    if ratio is None:
+        return Check("insufficient_data", None, limit,
+                     f"{queued} queued requests, none whose FIFO bound could be told")
+    wait, bound = step.admission_wait_max_s or 0.0, step.admission_wait_bound_s or 0.0
+    said = (f"{step.admission_overruns} requests waited past their FIFO bound ({queued} found every slot busy); the "
+            f"worst waited {wait:.3g} s against {bound:.3g} s ({ratio:.2f}x, limit {limit:g}x)")
+    if ratio > limit:
+        return Check("flagged", ratio, limit, said)
+    if queued < policy.min_queued_requests:
+        return Check("insufficient_data", ratio, limit, f"{said}; policy needs {policy.min_queued_requests} queued")
+    return Check("ok", ratio, limit, said)
 
 
 def fairness_check(step: StepFigures, policy: Policy) -> Check:
@@ -233,6 +304,11 @@ def fairness_check(step: StepFigures, policy: Policy) -> Check:
                                                              f"{policy.queue_p99_max_s:.4g}")
     if step.concurrency < 2:
         return Check("not_applicable", detail="one user")
+    if step.users_starved:
+        return Check("flagged", float(step.users_starved), 0.0,
+                     f"{step.users_starved} of {step.concurrency} users were served nothing in the window while "
+                     f"their requests waited past their FIFO bound (others were served: Jain's index "
+                     f"{step.jain if step.jain is not None else float('nan'):.3f})")
     # (p-value, ratio, its bound, the difference in seconds, its floor, words)
     tests = [(step.user_wait_p_value, step.user_wait_ratio, policy.max_user_wait_ratio,
               step.user_wait_excess_s, policy.min_user_wait_gap_s,
@@ -258,9 +334,53 @@ def fairness_check(step: StepFigures, policy: Policy) -> Check:
     return Check("ok", r, bound, said)
 
 
-def check_step(step: StepFigures, policy: Policy, baseline_itl_s: float | None = None) -> StepVerdict:
+def memory_check(step: StepFigures, policy: Policy, lowest: MemoryFigures | None) -> Check:
+    """Memory: a full KV cache binds; a GPU short of headroom binds only where this rung filled it (module
+    docstring). ``lowest``: the lane's lowest measured rung's memory, what the runtime held before the load."""
+    mem = step.memory_bytes
+    kv = mem.kv_usage_max_ratio
+    if kv is not None and kv > policy.kv_usage_max_ratio:
+        return Check("flagged", kv, policy.kv_usage_max_ratio,
+                     f"KV cache {kv:.0%} full (tokens held by processing slots over its capacity) > "
+                     f"policy.kv_usage_max_ratio {policy.kv_usage_max_ratio:.0%}: admissions wait for KV space")
+    headroom = memory_headroom_ratio(mem)
+    kv_said = "" if kv is None else f"; KV cache at most {kv:.0%} full"
+    if headroom is None:
+        return Check("unknown", kv, policy.kv_usage_max_ratio, f"no GPU memory reading{kv_said}")
+    other = ("" if not mem.gpu_other_max else
+             f"; {mem.gpu_other_max / 2**30:.1f} GiB of it held by other processes than the runtime")
+    said = f"least free GPU memory {headroom:.1%} of its size{other}{kv_said}"
+    floor = policy.memory_headroom_min_ratio
+    if headroom >= floor:
+        return Check("ok", headroom, floor, said)
+    before = None if lowest is None else memory_headroom_ratio(lowest)
+    if before is None or before < floor:
+        return Check("warn", headroom, floor,
+                     f"{said} < {floor:.0%} at every rung: memory the runtime (or another process) holds from "
+                     f"its start, not a concurrency limit")
+    return Check("flagged", headroom, floor, f"{said} < {floor:.0%}; the lowest rung left {before:.1%}: this "
+                                             f"rung filled it")
+
+
+def _slo(constraint: str, what: str, tail: Tail, point: float | None, limit: float | None, q: float,
+         alpha: float) -> Violation | None:
+    """A per-request quantile objective (TTFT p95, e2e p95): by the count test where the figures keep a tail,
+    else by the quantile's value (module docstring)."""
+    if point is None or limit is None:
+        return None
+    if not tail.n:
+        return _above(constraint, point, limit, what)
+    broken, said = _exceeds(tail, point, limit, q, alpha)
+    if not broken:
+        return None
+    return Violation(constraint, float(point), float(limit), f"{what} {point:.4g} > {limit:.4g}: {said}")
+
+
+def check_step(step: StepFigures, policy: Policy, baseline_step_s: float | None = None,
+               lowest_memory: MemoryFigures | None = None, elasticity: float | None = None) -> StepVerdict:
     """The verdict on one step: usable or not (and why), every limit it breaks in binding order, and every
-    check. ``baseline_itl_s`` is the lane's decode-only iteration (ITL p50 at c=1), when measured."""
+    check. ``baseline_step_s`` is the lane's decode step at its lowest rung, ``lowest_memory`` that rung's
+    memory and ``elasticity`` its holds' shape over every rung, when measured."""
     reason = _unusable_reason(step, policy)
     if not step.valid:
         return StepVerdict(step.concurrency, False, reason, ())
@@ -270,19 +390,17 @@ def check_step(step: StepFigures, policy: Policy, baseline_itl_s: float | None =
         if v is not None and v.constraint not in found:
             found[v.constraint] = v
 
+    alpha = 1 - policy.confidence
     add(_above("errors", step.error_ratio, policy.max_error_ratio, "error ratio"))
-    headroom = memory_headroom_ratio(step)
-    if headroom is not None and headroom < policy.memory_headroom_min_ratio:
-        add(Violation("memory", headroom, policy.memory_headroom_min_ratio,
-                      f"GPU memory headroom {headroom:.2%} < {policy.memory_headroom_min_ratio:.2%}"))
-    add(_above("slo_ttft", step.ttft_s.p95, policy.slo.ttft_p95_s, "TTFT p95 (s)"))
+    add(_slo("slo_ttft", "TTFT p95 (s)", step.ttft_tail, step.ttft_s.p95, policy.slo.ttft_p95_s, 0.95, alpha))
     add(_above("slo_itl", step.itl_s.p95, policy.slo.itl_p95_s, "ITL p95 (s)"))
-    add(_above("slo_e2e", step.latency_s.p95, policy.slo.e2e_p95_s, "e2e p95 (s)"))
+    add(_slo("slo_e2e", "e2e p95 (s)", step.latency_tail, step.latency_s.p95, policy.slo.e2e_p95_s, 0.95, alpha))
     checks = {
-        "decode_starvation": decode_check(step, policy, baseline_itl_s),
+        "decode_starvation": decode_check(step, policy, baseline_step_s, elasticity),
         "prefill_starvation": prefill_check(step, policy),
         "fairness": fairness_check(step, policy),
         "interference": interference_check(step, policy),
+        "memory": memory_check(step, policy, lowest_memory),
     }
     for name, constraint in CHECKS.items():
         check = checks[name]

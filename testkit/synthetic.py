@@ -1,10 +1,12 @@
 """A synthetic closed-loop lane, written as the load generator would: records, step windows, manifest.
 
-The lane is a fluid model of a slot-batched server: ``slots`` requests decode together; a batch of ``b``
-makes each inter-token gap ``itl_s * (1 + itl_growth * (b - 1))``; a request waits in queue while every
-slot is busy (``(c / slots - 1)`` service times at concurrency ``c`` above ``slots``). Throughput therefore
-grows with ``c`` up to ``slots`` and stays flat after: the analytic answer is known in advance
-(``expected_throughput``, without the two faults below). Seeded lognormal jitter makes quantiles
+The lane is a model of a slot-batched server: ``slots`` requests decode together; a batch of ``b`` makes each
+inter-token gap ``itl_s * (1 + itl_growth * (b - 1))``; a request that finds every slot busy waits for the
+first one to free, first in first out (the requests of a rung are admitted in the order they were sent, each
+into the slot that frees first, so who was admitted when is a real schedule, ``(c / slots - 1)`` service
+times on average at concurrency ``c`` above ``slots``). Throughput therefore grows with ``c`` up to ``slots``
+and stays flat after: the analytic answer is known in advance (``expected_throughput``, without the two
+faults below). Seeded lognormal jitter makes quantiles
 non-trivial. ``starve_decode`` makes one gap per request as long as a prefill (a batcher that pauses
 decodes during prefills); ``unfair_user0`` serves user 0 first, every other user's tokens three times
 slower (an unfair admission order). ``cached_prompt_tokens`` (and ``draft_tokens``/``draft_accepted_tokens``)
@@ -19,6 +21,7 @@ many lanes short.
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
 from collections.abc import Sequence
@@ -61,12 +64,11 @@ class SyntheticLane:
         return c * self.output_tokens / (self.queue_s(c) + self.service_s(c))
 
 
-def _request(lane: SyntheticLane, c: int, user: int, sent_at: float, rng: random.Random, run_id: str,
-             rid: int, window: tuple[float, float]) -> RequestRecord:
+def _request(lane: SyntheticLane, c: int, user: int, sent_at: float, queue: float, rng: random.Random,
+             run_id: str, rid: int, window: tuple[float, float]) -> RequestRecord:
     def j() -> float:
         return math.exp(rng.gauss(0.0, lane.jitter))
 
-    queue = lane.queue_s(c) * j()
     ttft = queue + lane.prefill_s * j()
     slowdown = 3.0 if lane.unfair_user0 and c > 1 and user != 0 else 1.0
     gaps = [lane.gap(c) * slowdown * j() for _ in range(lane.output_tokens - 1)]
@@ -100,14 +102,20 @@ def simulate_run(lanes: Sequence[SyntheticLane], ladder: Sequence[int], *, t0: f
             start = t + warmup_s
             end = start + window_s
             drain_end = t
-            for user in range(c):
-                sent = t + user * lane.service_s(c) / c
-                while sent <= end:
-                    rec = _request(lane, c, user, sent, rng, run_id, rid, (start, end))
-                    rid += 1
-                    records.append(rec)
-                    sent = rec.ended_at or sent
-                    drain_end = max(drain_end, sent)
+            sends = [(t + user * lane.service_s(c) / c, user) for user in range(c)]
+            heapq.heapify(sends)
+            free = [t] * lane.slots  # when each slot frees: first in, first out into the first free
+            while sends:
+                sent, user = heapq.heappop(sends)
+                admitted = max(sent, heapq.heappop(free))
+                rec = _request(lane, c, user, sent, admitted - sent, rng, run_id, rid, (start, end))
+                rid += 1
+                records.append(rec)
+                ended = rec.ended_at or sent
+                heapq.heappush(free, ended)
+                drain_end = max(drain_end, ended)
+                if ended <= end:
+                    heapq.heappush(sends, (ended, user))
             steps.append(StepWindow(lane=lane.name, concurrency=c, start=start, end=end, warmup_start=t,
                                     drain_end=drain_end, slots=lane.slots))
             t = drain_end + gap_s

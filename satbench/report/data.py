@@ -170,10 +170,11 @@ _CONSTRAINT_UNITS = {
     "slo_itl": ("s", "ITL p95", "policy.slo.itl_p95_s"),
     "slo_e2e": ("s", "e2e p95", "policy.slo.e2e_p95_s"),
     "errors": ("share", "error ratio", "policy.max_error_ratio"),
-    "memory": ("share", "GPU memory headroom", "policy.memory_headroom_min_ratio"),
 }
 _WORDS = (  # (judgment, words in its detail, unit, figure, policy setting)
-    ("decode_starvation", "max_pause_ratio", "ratio", "pause p99 over the decode-only step", "policy.max_pause_ratio"),
+    ("decode_starvation", "stall limit", "s", "pause excess p99 (held beyond the decode step by a prefill)",
+     "the stall limit: policy.slo.tbt_p99_s, or (policy.max_pause_ratio - 1) decode steps, at least "
+     "policy.min_pause_excess_s"),
     ("decode_starvation", "max_interference_share", "share", "decode time lost to prefills",
      "policy.max_interference_share"),
     ("decode_starvation", "objective", "s", "pause p99", "policy.slo.tbt_p99_s"),
@@ -181,8 +182,11 @@ _WORDS = (  # (judgment, words in its detail, unit, figure, policy setting)
      "policy.max_interference_share"),
     ("interference", "of decode time lost", "share", "decode time lost to prefills", "policy.interference_warn_share"),
     ("prefill_starvation", "prefill_wait_max_s", "s", "longest wait for a first token", "policy.prefill_wait_max_s"),
-    ("prefill_starvation", "FIFO admission bound", "s", "longest queued wait",
-     "the FIFO admission bound x policy.max_admission_wait_ratio"),
+    ("prefill_starvation", "FIFO bound", "ratio", "worst wait over its FIFO admission bound",
+     "policy.max_admission_wait_ratio"),
+    ("fairness", "served nothing", "count", "users served nothing while passed over", "none"),
+    ("memory", "KV cache", "share", "KV cache usage", "policy.kv_usage_max_ratio"),
+    ("memory", "free GPU memory", "share", "least free share of a GPU", "policy.memory_headroom_min_ratio"),
     ("fairness", "Jain's index", "index", "Jain's index", "policy.jain_min"),
     ("fairness", "max/min user share", "ratio", "max/min user share", "policy.max_min_share_max"),
     ("fairness", "queue wait p99", "s", "queue wait p99", "policy.queue_p99_max_s"),

@@ -8,10 +8,10 @@ the axis it bounds, and the recommended and saturation rungs marked on every pan
 - latency in ms (the tables' unit): p50/p95 of e2e and TTFT, with the policy's TTFT/e2e p95 objectives
   where they fall inside the panel (else named in the title);
 - occupancy, with queue depth on a second axis coloured like its line;
-- decode pauses in ms: each rung's pause p99 (the decode-starvation figure) against the policy's
-  time-between-tokens objective, and the ITL p95;
-- prefill admission in ms: the longest queued wait against its limit (the FIFO bound times the policy's
-  ratio), rung by rung;
+- decode pauses in ms: each rung's pause p99, how much of it another request's prefill held beyond the decode
+  step (the decode-starvation figure, p99) against the stall limit (the policy's objective, or its ratio to
+  the lane's step at the lowest rung), and the ITL p95;
+- prefill admission in ms: the worst wait against its own FIFO bound times the policy's ratio, rung by rung;
 - fairness: Jain's index (with the policy's ``jain_min`` where set) on the left, the worst user's wait
   ratio and the slowest user's pace ratio with their limits on a second axis coloured like them.
 
@@ -35,6 +35,7 @@ from matplotlib.figure import Figure
 
 from core.figures import StepFigures
 from recommender.policy import Policy
+from recommender.verdicts import stall_limit
 from satbench.report.data import LaneReport
 
 __all__ = ["lane_figure_svg"]
@@ -173,14 +174,17 @@ def _occupancy(ax: Axes, lane: LaneReport, steps: list[StepFigures], conc: list[
 def _pauses(ax: Axes, lane: LaneReport, steps: list[StepFigures], conc: list[int], policy: Policy) -> None:
     _setup_axis(ax, conc, "Decode pauses (decode starvation)", "ms")
     pauses = _values(steps, "pause_s.p99", 1000.0)
+    held = _values(steps, "pause_excess_s.p99", 1000.0)
     itl = _values(steps, "itl_s.p95", 1000.0)
     ax.plot(conc, pauses, "-d", color="tab:red", label="longest pause per request, p99")
+    ax.plot(conc, held, "-s", color="tab:purple", label="held by a prefill beyond the step, p99")
     ax.plot(conc, itl, "--.", color="tab:brown", label="ITL p95")
-    objective = policy.slo.tbt_p99_s
+    lowest = next((s for s in steps if s.decode_step_s is not None), None)
+    limit = stall_limit(policy, None if lowest is None else lowest.decode_step_s)
     title = ""
-    if objective is not None:
-        text = f"objective {objective * 1000:g} ms (slo.tbt_p99_s)"
-        title = _threshold(ax, objective * 1000, pauses + itl, "tab:red", text, text)
+    if limit is not None:
+        text = f"stall limit {limit * 1000:.0f} ms"
+        title = _threshold(ax, limit * 1000, pauses + held + itl, "tab:purple", text, text)
     if title:
         ax.set_title(f"Decode pauses; {title}", fontsize=_FONT + 1)
     _mark_rungs(ax, lane, labelled=False)
@@ -194,9 +198,9 @@ def _admission(ax: Axes, lane: LaneReport, steps: list[StepFigures], conc: list[
     limits = [math.nan if s.admission_wait_bound_s is None
               else s.admission_wait_bound_s * policy.max_admission_wait_ratio * 1000 for s in steps]
     ax.plot(conc, _values(steps, "queue_s.p95", 1000.0), "--.", color="tab:gray", label="queue wait p95")
-    ax.plot(conc, waits, "-o", color="tab:blue", label="longest queued wait")
+    ax.plot(conc, waits, "-o", color="tab:blue", label="wait most over its FIFO bound")
     ax.plot(conc, limits, "-.", marker="_", markersize=14, markeredgewidth=2, color="tab:red", linewidth=1.2,
-            label=f"limit: FIFO bound x {policy.max_admission_wait_ratio:g}")
+            label=f"its limit: FIFO bound x {policy.max_admission_wait_ratio:g}")
     if not _known(waits):
         slots = "" if lane.slots is None else f" (c <= {lane.slots} slots)"
         ax.text(0.5, 0.5, f"no rung queued requests{slots}", transform=ax.transAxes, ha="center",

@@ -104,8 +104,9 @@ def _valid_cell(lane: LaneReport, step: StepFigures) -> str:
 def lane_table(lane: LaneReport) -> tuple[tuple[str, ...], list[list[str]]]:
     """The rungs table of one lane: per rung its validity (or why not), throughput (output, input, total;
     the output's interval), queue wait, occupancy, queue depth, memory (one unit per column, in its
-    header), Jain's index, the pause p99, the cache hit share and spec acceptance (columns only where some
-    rung measured them) and the verdicts (the document's checks of each rung)."""
+    header), Jain's index, the pause p99 and how much of it another request's prefill held beyond the decode
+    step (``held``, what decode starvation judges), the cache hit share and spec acceptance (columns only where
+    some rung measured them) and the verdicts (the document's checks of each rung)."""
     steps = lane.steps
     mems = [s.memory_bytes for s in steps]
     gpu_unit, gpu_scale = _memory_unit([m.gpu_max for m in mems] + [m.gpu_sum_max for m in mems], "GiB")
@@ -120,10 +121,11 @@ def lane_table(lane: LaneReport) -> tuple[tuple[str, ...], list[list[str]]]:
     headers = (
         "c", "valid", "output tok/s", "input tok/s", "total tok/s", "output tok/s 95% CI", "req/s",
         "queue p95 ms", "occupancy", "queue depth", gpu_header, f"host RSS {rss_unit}", "Jain", "pause p99 ms",
-        *(header for header, _ in reuse), "verdicts",
+        "held p99 ms", *(header for header, _ in reuse), "verdicts",
     )
     queue = _ms_cells([s.queue_s.p95 for s in steps])
     pause = _ms_cells([s.pause_s.p99 for s in steps])
+    held = _ms_cells([s.pause_excess_s.p99 for s in steps])
     rows = []
     for i, step in enumerate(steps):
         mem = step.memory_bytes
@@ -146,6 +148,7 @@ def lane_table(lane: LaneReport) -> tuple[tuple[str, ...], list[list[str]]]:
             _scaled(mem.host_rss_max, rss_scale),
             _number(step.jain, ".3f"),
             pause[i],
+            held[i],
             *(_number(getattr(step, attr), ".2f") for _, attr in reuse),
             verdict_label(lane.checks.get(step.concurrency)),
         ])

@@ -27,6 +27,8 @@ this session uses (``[policy]``, validated as ``recommender.policy.Policy``): ``
 ``min_gain_per_doubling``, ``extend_ttft_p95_s`` and ``extend_itl_p95_s`` from ``slo``,
 ``extend_max_error_ratio`` from ``max_error_ratio``; a value set in ``[loadgen.ladder]`` (or with ``--set``)
 wins. ``ladder.max_concurrency`` (64) caps it; on the simulator profiles (4 and 8 slots) it adds a rung or two.
+``loadgen.decide_gain`` (sequential measuring: a window whose gain over the rung below straddles it goes on)
+is the policy's ``min_gain_per_doubling`` too, unless set.
 """
 
 from __future__ import annotations
@@ -67,7 +69,9 @@ DEFAULT_LOADGEN: dict[str, Any] = {
     "min_window_s": 8.0,
     "max_window_s": 16.0,
     "min_requests": 12,
-    "drain_timeout_s": 3.0,
+    # a rung's window ends once its throughput is known within 8 %; where the gain over the rung below
+    # straddles the policy's gain, it goes on (loadgen.decide_gain): certainty where a decision needs it
+    "ci_rel_bound": 0.08,
     "max_loop_lag_s": 0.05,
     "workload": {"output_tokens": {"kind": "uniform", "low": 48, "high": 80}},
 }
@@ -270,8 +274,12 @@ class SessionConfig(_Model):
     def _extend_by_policy(cls, value: LoadgenConfig, info: ValidationInfo) -> LoadgenConfig:
         if "policy" not in info.data:  # the policy was refused, and its error says why
             return value
-        ladder = _extension_from_policy(value.ladder, Policy.model_validate(info.data["policy"]))
-        return value if ladder is value.ladder else value.model_copy(update={"ladder": ladder})
+        policy = Policy.model_validate(info.data["policy"])
+        ladder = _extension_from_policy(value.ladder, policy)
+        update: dict[str, Any] = {} if ladder is value.ladder else {"ladder": ladder}
+        if "decide_gain" not in value.model_fields_set:  # measure longer where a doubling straddles the gain
+            update["decide_gain"] = policy.min_gain_per_doubling
+        return value.model_copy(update=update) if update else value
 
     @field_validator("model_dir")
     @classmethod

@@ -145,7 +145,7 @@ def test_usage_cached_tokens_wins_over_cache_n_and_silence_is_none() -> None:
     summary = parse_stream("openai-chat", silent)[1]
     assert (summary.cached_prompt_tokens, summary.draft_tokens, summary.draft_accepted_tokens) == (None, None, None)
     negative = b'data: {"content":"","stop":true,"timings":{"cache_n":-1,"prompt_n":3}}\n\n'
-    assert "cached_tokens" in (parse_stream("llamacpp", negative)[1].problem or "")
+    assert "cache_n" in (parse_stream("llamacpp", negative)[1].problem or "")
 
 
 def _contents(api: str, data: bytes) -> str:
@@ -179,3 +179,47 @@ def test_a_keep_text_parser_returns_the_answer_as_received(llamacpp_fixtures: Pa
     assert expected and keeping.answer_text() == expected
     assert plain.answer_text() == ""  # the hot path keeps nothing
     assert len(keeping.token_ns) == len(plain.token_ns)
+
+
+HOSTILE_FINALS = [
+    (b'data: {"content":"","stop":true,"timings":{"prompt_n":5,"predicted_n":3,"prompt_ms":NaN}}\n\n', "non-finite"),
+    (b'data: {"content":"","stop":true,"timings":{"prompt_n":5,"predicted_n":3,"prompt_ms":Infinity}}\n\n',
+     "non-finite"),
+    (b'data: {"content":"","stop":true,"timings":{"prompt_n":1e400,"predicted_n":3}}\n\n', "non-finite"),
+    (b'data: {"content":"","stop":true,"timings":{"prompt_n":5,"cache_n":1e308,"predicted_n":3}}\n\n', "absurd"),
+    (b'data: {"content":"\xff\xfe","stop":true,"timings":{"prompt_n":5,"predicted_n":3}}\n\n', "UTF-8"),
+    (b'data: {"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":1,'
+     b'"prompt_tokens_details":{"cached_tokens":9}}}\n\ndata: [DONE]\n\n', "cached prompt tokens of a 4"),
+]
+
+
+@pytest.mark.parametrize(("final", "said"), HOSTILE_FINALS)
+def test_hostile_numbers_are_a_problem_never_an_exception(final: bytes, said: str) -> None:
+    api = "openai-chat" if b"choices" in final else "llamacpp"
+    head = (b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n' if api == "openai-chat"
+            else b'data: {"content":"a","stop":false}\n\n')
+    _, summary = parse_stream(api, head + final)  # type: ignore[arg-type]
+    assert summary.problem is not None
+    assert said in summary.problem or (said == "absurd" and "cached" in summary.problem)
+    assert summary.prompt_tokens is None and summary.cached_prompt_tokens is None
+
+
+def test_reasoning_deltas_are_tokens_and_the_first_visible_one_is_kept_apart() -> None:
+    stream = (b'data: {"choices":[{"delta":{"role":"assistant","content":null}}]}\n\n'
+              b'data: {"choices":[{"delta":{"reasoning_content":"think"}}]}\n\n'
+              b'data: {"choices":[{"delta":{"reasoning_content": "more"}}]}\n\n'
+              b'data: {"choices":[{"delta":{"content":"Hi"}}]}\n\n'
+              b'data: {"choices":[{"delta":{"content":" there"}}]}\n\ndata: [DONE]\n\n')
+    parser = StreamParser("openai-chat")
+    for i, line in enumerate(stream.split(b"\n\n")[:-1]):
+        parser.feed(line + b"\n\n", 1000 * (i + 1))
+    assert parser.token_ns == [2000, 3000, 4000, 5000]  # the role-only delta is no token
+    assert parser.first_visible_ns == 4000 and parser.reasoning_events == 2
+
+
+def test_a_conversation_keeps_a_bounded_answer() -> None:
+    parser = StreamParser("llamacpp", max_event_bytes=1024, keep_text=True)
+    event = b'data: {"content":"' + b"x" * 200 + b'","stop":false}\n\n'
+    fed = [parser.feed(event, i) for i in range(10)]
+    assert fed[:4] == [True] * 4 and not fed[-1]
+    assert parser.malformed is not None and "kept for the conversation" in parser.malformed

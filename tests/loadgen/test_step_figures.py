@@ -103,8 +103,9 @@ def test_pauses_interference_and_user_waits_by_hand() -> None:
     assert f.stall_per_prompt_s == pytest.approx(1.0)
     assert f.stall_ms_per_prompt_token == pytest.approx(100.0)  # prompts of 10 tokens
     assert f.queued_requests is None and f.admission_wait_bound_s is None  # slots unknown: not applicable
-    # waits: user 0 C (dropped, e2e 1.0), user 1 B (queue 0.5) and D (TTFT 1.0): worst mean 1.0 over 0.833
-    assert f.user_wait_ratio == pytest.approx(1.2)
+    # waits that overlap the window: user 0 A (sent 99, first token 101: 2.0) and C (dropped without a token:
+    # still waiting at its end, 1.0 censored), user 1 B (queue 0.5) and D (TTFT 1.0): worst mean 1.5 over 1.125
+    assert f.user_wait_ratio == pytest.approx(1.5 / 1.125)
     assert f.user_wait_p_value is not None and 0.0 < f.user_wait_p_value <= 1.0
 
 
@@ -117,14 +118,15 @@ def test_one_user_has_no_interference() -> None:
 
 @pytest.mark.parametrize(("queue", "within"), [(1.9, True), (6.0, False)])
 def test_the_fifo_admission_bound(queue: float, within: bool) -> None:
-    """One slot, two users: the second request finds the slot busy; FIFO admits it within one service time
-    (2 s, the time a request holds the slot) plus one step (the longest gap, 0.1 s)."""
+    """One slot, two users: the second request finds the slot busy and nobody ahead of it; FIFO admits it when
+    the slot frees (102.0, 1.9 s after it was sent) plus one step (the longest gap, 0.1 s) and the server's
+    handling of a request (50 ms)."""
     window = StepWindow(lane="a", concurrency=2, start=100.0, end=120.0, slots=1)
     first = rec(0, 100.0, 0.2, (0.1,) * 18, 2.0, 19)
     second = rec(1, 100.1, queue + 0.2, (0.1,) * 18, queue + 2.0, 19, queue=queue)
     f = compute_step_figures([first, second], window)
     assert f.queued_requests == 1
-    assert f.admission_wait_bound_s == pytest.approx(2.0 + 0.1)
+    assert f.admission_wait_bound_s == pytest.approx(1.9 + 0.1 + 0.05)
     assert f.admission_wait_max_s == pytest.approx(queue)
     assert (f.admission_wait_max_s <= f.admission_wait_bound_s) is within
     assert compute_step_figures([first, second], StepWindow(lane="a", concurrency=2, start=100.0, end=120.0,

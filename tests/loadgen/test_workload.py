@@ -99,7 +99,7 @@ def converse(cfg: WorkloadConfig, answers: list[str | None], api: str = "openai-
 
 
 def test_conversation_turns_extend_the_previous_exchange_then_reset() -> None:
-    cfg = WorkloadConfig(seed=5, prompt_tokens=LengthDist(value=20), conversation={"turns": 3})
+    cfg = WorkloadConfig(seed=5, prompt_tokens=LengthDist(value=20), conversation={"turns": 3, "start": "fresh"})
     bodies = converse(cfg, [" a1", " a2", " a3", " b1", None, " c1"])
     lengths = [len(b["messages"]) for b in bodies]
     assert lengths == [1, 3, 5, 1, 3, 1]  # 3 turns, a new conversation, one cut short by a failure
@@ -115,7 +115,7 @@ def test_conversation_turns_extend_the_previous_exchange_then_reset() -> None:
 
 
 def test_a_conversation_keeps_its_opening_prefix() -> None:
-    cfg = WorkloadConfig(prompt_tokens=LengthDist(value=120), conversation={"turns": 4},
+    cfg = WorkloadConfig(prompt_tokens=LengthDist(value=120), conversation={"turns": 4, "start": "fresh"},
                          shared_prefix={"share": 1.0, "prefixes": 1, "tokens": 100})
     bodies = converse(cfg, [" x", " y", " z"])
     assert [b["messages"][0]["role"] for b in bodies] == ["system"] * 3
@@ -123,6 +123,24 @@ def test_a_conversation_keeps_its_opening_prefix() -> None:
     prompts = [b["prompt"] for b in converse(cfg, [" x", " y"], "openai-completions")]
     assert prompts[1].startswith(prompts[0] + " x\nu1 r1: ")
     assert len(prompts[1].split()) == len(prompts[0].split()) + 1 + 120 - 2  # the new message is not cut
+
+
+def test_a_steady_start_opens_each_user_at_a_stationary_depth() -> None:
+    """With ``start = "steady"`` each user's first request is at a turn drawn uniformly from 1..N with its earlier
+    exchanges synthesized, so the depths of the first requests (and of every request after them) are the
+    stationary mix whatever the rung: over 400 users the mean opening depth is (N + 1) / 2 within noise."""
+    cfg = WorkloadConfig(seed=1, prompt_tokens=LengthDist(value=20), output_tokens=LengthDist(value=8),
+                         conversation={"turns": 4})
+    text = PromptText(200, cfg.seed)
+    depths = []
+    for user in range(400):
+        spec = UserWorkload(cfg, "dense", 16, user, text).next_spec()
+        depths.append(spec.turn)
+        assert all(len(answer.split()) == 8 for _, answer in spec.history)  # answers at the drawn length
+    assert set(depths) == {1, 2, 3, 4}
+    assert abs(sum(depths) / len(depths) - 2.5) < 0.2  # sd of the mean: 1.1 / sqrt(400) = 0.06
+    body = json.loads(build_body("openai-chat", "m", spec, text, cfg, "u399"))
+    assert len(body["messages"]) == 2 * spec.turn - 1
 
 
 def test_cache_workload_settings_are_checked_naming_the_setting() -> None:

@@ -5,9 +5,19 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from core.figures import MemoryFigures, Quantiles, StepFigures
+from core.figures import MemoryFigures, Quantiles, StepFigures, Tail
 
-__all__ = ["ladder", "step"]
+__all__ = ["held", "ladder", "step"]
+
+
+def held(k: int, n: int = 100, excess: float = 0.5, rest: float = 0.005) -> dict[str, Any]:
+    """Figures of a rung where ``k`` of ``n`` requests were held ``excess`` seconds beyond their decode step by
+    another request's prefill, the rest ``rest`` seconds."""
+    values = [excess] * k + [rest] * (n - k)
+    ordered = sorted(values)
+    p99 = ordered[min(n - 1, round(0.99 * (n - 1)))]
+    return {"pause_excess_tail": Tail.of(values), "pause_excess_s": Quantiles(rest, ordered[round(0.95 * (n - 1))],
+                                                                             p99)}
 
 
 def step(c: int, throughput: float, **changes: Any) -> StepFigures:
@@ -22,10 +32,16 @@ def step(c: int, throughput: float, **changes: Any) -> StepFigures:
         jain=0.99, max_min_share=1.1, decode_stall_max_ratio=1.5, prefill_wait_max_s=0.1,
         pause_s=Quantiles(0.015, 0.02, 0.03), pause_requests=100, prefill_events=50, interference_share=0.05,
         stall_per_prompt_s=0.005, user_wait_p_value=0.5, user_wait_ratio=1.1,
+        decode_step_s=0.010, decode_step_gaps=500, **held(0),
         queued_requests=None if c <= 4 else 60, admission_wait_max_s=None if c <= 4 else 1.0,
-        admission_wait_bound_s=None if c <= 4 else 1.2,
+        admission_wait_bound_s=None if c <= 4 else 1.2, admission_overruns=None if c <= 4 else 0,
+        admission_overrun_max_ratio=None if c <= 4 else 0.8, users_unserved=0, users_starved=None if c <= 4 else 0,
+        ttft_tail=Tail.of([0.05] * 95 + [0.09] * 5), latency_tail=Tail.of([0.8] * 95 + [1.1] * 5),
     )
-    return replace(base, **changes)
+    # a case that sets a quantile without its tail is judged by the quantile (as a source without tails is)
+    tails = {"ttft_s": "ttft_tail", "latency_s": "latency_tail"}
+    cleared = {tail: Tail() for name, tail in tails.items() if name in changes and tail not in changes}
+    return replace(base, **{**cleared, **changes})
 
 
 def ladder(curve: dict[int, float], **per_rung: dict[str, Any]) -> list[StepFigures]:

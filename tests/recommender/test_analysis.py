@@ -9,11 +9,11 @@ import pytest
 from core.figures import Quantiles
 from recommender.analysis import analyze_lane
 from recommender.policy import SLO, Policy
-from tests.recommender.figures_factory import ladder, step
+from tests.recommender.figures_factory import held, ladder, step
 
 POLICY = Policy(min_gain_per_doubling=0.10, slo=SLO(ttft_p95_s=1.0, itl_p95_s=0.05), jain_min=0.9,
                 prefill_wait_max_s=5.0, max_error_ratio=0.01)
-STALLED = {"pause_s": Quantiles(0.1, 0.4, 0.6)}  # p99 0.6 s: beyond the 0.25 s objective
+STALLED = held(30)  # 30 of 100 requests held 0.5 s beyond a 10 ms step by others' prefills
 CURVE = {1: 100.0, 2: 200.0, 4: 400.0, 8: 420.0, 16: 425.0}
 GROWING = {1: 100.0, 2: 200.0, 4: 400.0, 8: 800.0}
 
@@ -26,7 +26,8 @@ GROWING = {1: 100.0, 2: 200.0, 4: 400.0, 8: 800.0}
         (GROWING, {"c4": {"ttft_s": Quantiles(0.5, 1.5, 2.0)}}, 2, "slo_ttft", "ok"),
         (GROWING, {"c8": {"itl_s": Quantiles(0.02, 0.08, 0.1)}}, 4, "slo_itl", "ok"),
         (GROWING, {"c8": STALLED}, 4, "decode_starvation", "ok"),
-        (GROWING, {"c8": {"admission_wait_max_s": 9.0}}, 4, "prefill_starvation", "ok"),
+        (GROWING, {"c8": {"admission_wait_max_s": 9.0, "admission_overrun_max_ratio": 7.5}}, 4,
+         "prefill_starvation", "ok"),
         (GROWING, {"c4": {"user_wait_p_value": 1e-9, "user_wait_ratio": 4.0}}, 2, "fairness", "ok"),
         # a flat first doubling: the lowest rung, an end rung, is the answer
         ({1: 100.0, 2: 104.0, 4: 106.0}, {}, 1, "throughput_plateau", "ok"),
@@ -85,15 +86,25 @@ def test_no_knee_while_doublings_still_pay_and_the_top_says_unsaturated() -> Non
     assert result.reason is not None and "ladder.extend" in result.reason
 
 
-def test_a_plateau_inside_the_noise_binds_and_says_it_is_not_significant() -> None:
-    steps = ladder({1: 100.0, 2: 200.0, 4: 210.0, 8: 400.0},
-                   c2={"throughput_ci_tok_s": (150.0, 250.0)}, c4={"throughput_ci_tok_s": (160.0, 260.0)})
-    result = analyze_lane("dense", steps, POLICY)
-    assert (result.recommended_concurrency, result.binding_constraint) == (2, "throughput_plateau")
-    assert result.indistinguishable == (2, 4)
-    assert any("not significant" in n for n in result.notes)
-    rows = result.steps_as_dicts()
+def test_a_plateau_inside_the_noise_is_undecided_and_never_lowers_the_answer() -> None:
+    """2 -> 4 gained 5 % with intervals of +-25 %: neither shown to pay nor shown flat. The answer takes c=4 and
+    says it rests on an undecided doubling, whether the ladder ends there or a significant plateau follows."""
+    wide = {"c2": {"throughput_ci_tok_s": (150.0, 250.0)}, "c4": {"throughput_ci_tok_s": (160.0, 260.0)}}
+    top = analyze_lane("dense", ladder({1: 100.0, 2: 200.0, 4: 210.0}, **wide), POLICY)
+    assert (top.recommended_concurrency, top.status, top.binding_constraint) == (4, "undecided", "ladder_top")
+    assert top.undecided is not None and (top.undecided.smaller, top.undecided.larger) == (2, 4)
+    assert top.reason is not None and "straddles" in top.reason
+    flat = analyze_lane("dense", ladder({1: 100.0, 2: 200.0, 4: 210.0, 8: 211.0}, c2=wide["c2"],
+                                        c4={"throughput_ci_tok_s": (205.0, 215.0)},
+                                        c8={"throughput_ci_tok_s": (209.0, 213.0)}), POLICY)
+    assert (flat.recommended_concurrency, flat.status, flat.binding_constraint) == (
+        4, "undecided", "throughput_plateau")
+    rows = top.steps_as_dicts()
     assert rows[2]["gain_interval"][0] < 0.05 < 0.10 < rows[2]["gain_interval"][1]
+    # a significant plateau is decided
+    tight = analyze_lane("dense", ladder({1: 100.0, 2: 200.0, 4: 210.0}, c2={"throughput_ci_tok_s": (198.0, 202.0)},
+                                         c4={"throughput_ci_tok_s": (208.0, 212.0)}), POLICY)
+    assert (tight.recommended_concurrency, tight.status, tight.binding_constraint) == (2, "ok", "throughput_plateau")
 
 
 def test_a_doubling_that_measured_the_gain_is_never_a_plateau() -> None:
@@ -116,6 +127,20 @@ def test_decode_starvation_is_flagged_and_a_fair_batcher_is_not() -> None:
     assert good.binding_constraint == "ladder_top"  # long gaps against a fast step, pauses inside the objective
     assert good.starvation_summary()["ok"] is True
     assert good.starvation_summary()["pause_p99_max_s"] == pytest.approx(0.03)
+
+
+def test_a_uniformly_slow_decode_is_never_starvation() -> None:
+    """A 285 ms step at every rung (a large MoE on a small device): every pause is slow and no prefill makes it
+    longer; the ITL objective, relaxed for this lane, holds; the answer follows throughput."""
+    slow = {c: {"itl_s": Quantiles(0.285, 0.3, 0.31), "pause_s": Quantiles(0.29, 0.31, 0.33),
+                "decode_step_s": 0.285, **held(0, rest=0.002)} for c in (1, 2, 4, 8)}
+    curve = {1: 3.5, 2: 6.6, 4: 12.7, 8: 23.7}
+    result = analyze_lane("moe", ladder(curve, **{f"c{c}": v for c, v in slow.items()}),
+                          Policy(slo=SLO(itl_p95_s=1.0)))
+    assert (result.recommended_concurrency, result.binding_constraint) == (8, "ladder_top")
+    assert result.starvation_summary()["decode_ok"] is True
+    strict = analyze_lane("moe", ladder(curve, **{f"c{c}": v for c, v in slow.items()}), Policy())
+    assert (strict.status, strict.binding_constraint) == ("degraded", "slo_itl")  # slow at c=1 too: said so
 
 
 def test_unfair_admission_is_flagged_fairness() -> None:

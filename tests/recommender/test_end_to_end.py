@@ -56,7 +56,9 @@ from tests.recommender.server import serve
 REPO = Path(__file__).resolve().parents[2]
 LADDER = [1, 2, 4, 8]
 PROMPT_TOKENS, OUTPUT_TOKENS = 64, 16
-POLICY = Policy(slo=SLO(itl_p95_s=1.0, tbt_p99_s=1.0))
+# the capacity curve is the point: the moe profile's prefills hold its decodes ~10x their step (every prompt
+# activates most experts), which the default policy calls decode starvation; judged by time alone here
+POLICY = Policy(slo=SLO(itl_p95_s=1.0, tbt_p99_s=1.0), max_pause_ratio=None)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 

@@ -33,7 +33,7 @@ def test_figures_from_prometheus() -> None:
         decode_stall_max_s=0.05, ttft_max_s=0.4,
         memory=memory_figures(gpu_max=5.0, gpu_total=10.0, host_rss_max=float("nan"), gpu_sum_max=None,
                               gpu_sum_total=None, gpu_count=2.0, gpu_names=["H200", "", "H200"], gpu_simulated=False),
-        batch_tokens=(800.0, 810.0, 790.0, 800.0), batch_s=2.0,
+        batch_tokens=(800.0, 810.0, 790.0, 800.0, 805.0, 795.0), batch_s=2.0,
     )
     fig = figures_from_prometheus(WINDOW, results, confidence=0.95)
     assert (fig.requests, fig.errors, fig.errors_by_outcome) == (40, 1, {"timeout": 1})

@@ -55,6 +55,12 @@ def test_one_router_serves_two_lanes(tmp_path: Path) -> None:
         assert answer["recommended_concurrency"] is not None, answer
         # the runtime's series reached the lane: its exporter target was scraped with the lane's model
         assert all(s["occupancy_ratio"] is not None for s in answer["steps"]), answer["steps"]
+    # the load generator read each model's own slots (/props?model=M&autoload=false), so prefill starvation is
+    # judged on every rung past them, as on a node per model
+    moe_steps = doc["lanes"]["gpu0/moe"]["steps"]
+    assert manifest["clients"]["gpu0/moe"]["props"]["total_slots"] == 2
+    assert {s["concurrency"]: s["checks"]["prefill_starvation"]["status"] != "not_applicable" for s in moe_steps} \
+        == {s["concurrency"]: s["concurrency"] > 2 for s in moe_steps}
     # each lane's occupancy is its own model's: at c=2 the moe child (2 slots) is fuller than dense (4+)
     occ = {lane: {s["concurrency"]: s["occupancy_ratio"] for s in doc["lanes"][f"gpu0/{lane}"]["steps"]}
            for lane in ("dense", "moe")}

@@ -1,0 +1,215 @@
+"""How a lane's decodes pause, and whether another request's prefill made them: the decode-starvation figures.
+
+Definitions (DESIGN.md "decode starvation"; the verdict is ``recommender.verdicts.decode_check``):
+
+- **emission**: tokens that arrive together are one emission. Speculative decoding delivers the tokens of one
+  verify step a few microseconds apart, and a network segment can carry several token events; a reader gets
+  them at once, so a gap shorter than ``BURST_GAP_S`` (1 ms) is not a gap between emissions. A decode step of
+  llama.cpp takes more than a millisecond on any hardware it runs on (the per-step launch and sampling
+  overhead alone is about that on a datacentre GPU), while the events of one step arrive within tens of
+  microseconds, so the threshold separates the two. ITL, pauses, stalls and interference are over emission
+  gaps; TPOT stays per token.
+- **prefill interval** of a request: from its admission (sent plus the server's queue time, where known;
+  else sent) to its first token. A gap of another request that overlaps it is *stalled*.
+- **decode step** ``d`` of a rung: the median of its emission gaps that overlap no prefill, the step a decode
+  has when no prompt is admitted beside it, at that rung's batch. With fewer than ``MIN_CLEAN_GAPS`` such
+  gaps (prefills overlap nearly every step), the median of all its gaps stands in (an upper estimate of the
+  step, so excesses are then underestimated; ``decode_step_gaps`` is 0 and the verdict says so).
+- **pause excess** of a request: the longest of its stalled gaps less ``d`` (0 when none of its gaps was
+  stalled): how much longer another request's prefill held it than its own decode cadence. A uniformly slow
+  decode has no excess whatever its step (a 285 ms step is slow, not starved); a whole-prompt prefill of a
+  long prompt holds every running decode for the whole prompt, so the excess grows with the prompt; a
+  chunked prefill holds it for at most a chunk. Quantiles over requests (``pause_excess_s``) and the largest
+  ones (``pause_excess_tail``) for the verdict's count.
+- **shape**: does a hold grow with the prompt that caused it? ``stall_prompt_elasticity`` is the elasticity of
+  the stalled gaps' excess in the prompt tokens prefilled beside them (a cache hit is not prefilled): the
+  gaps are split at the geometric middle of the prompt sizes that stalled them, and
+  ``log(excess_hi / excess_lo) / log(prompt_hi / prompt_lo)`` of the two groups' medians, where the sizes
+  differ at least twofold and each group has two gaps (else ``None``: one prompt size cannot show a shape).
+  A prefill of fewer than ``MIN_SHAPE_TOKENS`` (16) tokens, a prompt the cache served nearly whole, is left
+  out: its cost is the step's fixed overhead, whatever the prefill's shape.
+  A whole-prompt prefill holds a decode for the whole prompt, so the hold grows with it: about 1 (0.9-1.0
+  with a step's fixed overhead). A prefill chunked at C tokens holds it for at most a chunk: about
+  ``log(C / prompt_lo) / log(prompt_hi / prompt_lo)``, 0.4 for 256-token chunks between 64- and 1500-token
+  prompts. The first is unbounded in the prompt, the definition of decode starvation's cause; the second is
+  bounded, interference (``recommender.verdicts``). The shape, unlike a ratio of the hold to the decode step,
+  does not move with the hardware: a faster machine shortens both the hold and the step, in proportion.
+- **prefill interference**: a stalled gap lost what it lasted beyond ``d``; ``interference_share`` is the time
+  lost over all decode time (the sum of the window's gaps), ``stall_per_prompt_s`` the mean loss of one
+  stalled gap, ``stall_ms_per_prompt_token`` that over the mean prompt of the admitted requests, and
+  ``prefill_events`` the prefills that began inside the window while another request was decoding.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "BURST_GAP_S",
+    "MIN_CLEAN_GAPS",
+    "Overlap",
+    "StallFigures",
+    "emission_gaps",
+    "longest_stalled_gap",
+    "prompt_elasticity",
+    "stall_figures",
+]
+
+BURST_GAP_S = 0.001
+MIN_CLEAN_GAPS = 10
+MIN_SHAPE_TOKENS = 16
+
+
+def emission_gaps(times: Sequence[float], burst: float = BURST_GAP_S) -> list[tuple[float, float]]:
+    """(start, end) of each gap between emissions of one request: consecutive token times at least ``burst``
+    apart (module docstring; ``burst`` in the times' unit, ``BURST_GAP_S`` for seconds)."""
+    return [(a, b) for a, b in itertools.pairwise(times) if b - a >= burst]
+
+
+class Overlap:
+    """Does a gap (a, b) overlap one of the intervals (s, e), ``s < b and e > a``? A bisect into the
+    intervals sorted by start, against the running maximum of their ends."""
+
+    def __init__(self, intervals: Iterable[tuple[float, float]]) -> None:
+        ordered = sorted(intervals)
+        self.starts = [s for s, _ in ordered]
+        self.run_max: list[float] = []
+        top = -math.inf
+        for _, e in ordered:
+            top = max(top, e)
+            self.run_max.append(top)
+
+    def __call__(self, a: float, b: float) -> bool:
+        i = bisect.bisect_left(self.starts, b)
+        return i > 0 and self.run_max[i - 1] > a
+
+
+def longest_stalled_gap(gaps: Iterable[tuple[float, float]],
+                        prefills: Sequence[tuple[float, float]]) -> float | None:
+    """Length of the longest gap (a, b) that overlaps some prefill interval (s, e): s < b and e > a.
+
+    Only a gap longer than the best so far is tested, so the usual case costs one comparison per gap.
+    """
+    if not prefills:
+        return None
+    overlaps = Overlap(prefills)
+    best = 0.0
+    for a, b in gaps:
+        if b - a > best and overlaps(a, b):
+            best = b - a
+    return best if best > 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class StallFigures:
+    decode_step_s: float | None
+    decode_step_gaps: int
+    excesses: list[float]  # per judged request, its pause excess
+    longest_stalled_s: float | None
+    prefill_events: int
+    interference_share: float | None
+    stall_per_prompt_s: float | None
+    stall_ms_per_prompt_token: float | None
+    prompt_elasticity: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decoding:
+    """One request's decode as the stall figures need it: its emission gaps inside the window, all its
+    emission gaps (for its own pause), whether it is judged (sent in the window, ended or followed), and the
+    (first token, end) of its decode."""
+
+    window_gaps: list[tuple[float, float]]
+    gaps: list[tuple[float, float]]
+    judged: bool
+    decode: tuple[float, float] | None
+
+
+def stall_figures(decodings: Sequence[Decoding], prefills: Sequence[tuple[float, float, int | None]],
+                  start: float, end: float, concurrency: int) -> StallFigures:
+    """The stall figures of one step (module docstring). ``prefills``: (admitted, first token or end, prompt
+    tokens) of every request of the step."""
+    overlaps = Overlap((s, e) for s, e, _ in prefills)
+    window_gaps = [g for d in decodings for g in d.window_gaps]
+    clean = [b - a for a, b in window_gaps if not overlaps(a, b)] if concurrency > 1 else \
+        [b - a for a, b in window_gaps]
+    if len(clean) >= MIN_CLEAN_GAPS:
+        step: float | None = float(statistics.median(clean))
+        clean_n = len(clean)
+    else:
+        step = float(statistics.median(b - a for a, b in window_gaps)) if window_gaps else None
+        clean_n = 0
+    excesses: list[float] = []
+    longest: float | None = None
+    for d in decodings:
+        if not d.judged:
+            continue
+        worst = 0.0
+        if concurrency > 1 and step is not None:
+            for a, b in d.gaps:
+                if b - a - step > worst and overlaps(a, b):
+                    worst = b - a - step
+        excesses.append(worst)
+    for a, b in window_gaps:
+        if (longest is None or b - a > longest) and overlaps(a, b):
+            longest = b - a
+    if concurrency < 2:
+        return StallFigures(step, clean_n, excesses, None, 0, None, None, None)
+    elasticity = None if step is None else prompt_elasticity(window_gaps, prefills, step)
+    firsts = sorted(d.decode[0] for d in decodings if d.decode is not None)
+    ends = sorted(d.decode[1] for d in decodings if d.decode is not None)
+    events = [(s, n) for s, _, n in prefills if start <= s <= end
+              and bisect.bisect_right(firsts, s) - bisect.bisect_right(ends, s) > 0]
+    total = sum(b - a for a, b in window_gaps)
+    if not events or step is None or total <= 0:
+        return StallFigures(step, clean_n, excesses, longest, len(events), None, None, None, elasticity)
+    losses = [b - a - step for a, b in window_gaps if b - a > step and overlaps(a, b)]
+    per_stall = sum(losses) / len(losses) if losses else 0.0
+    sizes = [n for _, n in events if n]
+    per_token = 1000.0 * per_stall * len(sizes) / sum(sizes) if sizes else None
+    return StallFigures(step, clean_n, excesses, longest, len(events), sum(losses) / total, per_stall, per_token,
+                        elasticity)
+
+
+def prompt_elasticity(gaps: Sequence[tuple[float, float]], prefills: Sequence[tuple[float, float, int | None]],
+                      step: float) -> float | None:
+    """How a stalled gap's excess grows with the prompt tokens prefilled beside it (module docstring). A prefill
+    counts for a gap when they share at least half of the gap or half of the prefill: a whole-prompt prefill
+    lies inside the gap it stalls, a chunked one spans the gaps of its chunks, and a gap that only grazes a
+    prefill's edge was not stalled by it."""
+    ordered = sorted((s, e, n) for s, e, n in prefills if n and n >= MIN_SHAPE_TOKENS and e > s)
+    if not ordered:
+        return None
+    starts = [s for s, _, _ in ordered]
+    longest = max(e - s for s, e, _ in ordered)
+    pairs: list[tuple[int, float]] = []
+    for a, b in gaps:
+        excess = b - a - step
+        if excess <= 0:
+            continue
+        lo, hi = bisect.bisect_left(starts, a - longest), bisect.bisect_left(starts, b)
+        tokens = 0
+        for s, e, n in ordered[lo:hi]:
+            shared = min(b, e) - max(a, s)
+            if shared > 0 and (shared >= 0.5 * (b - a) or shared >= 0.5 * (e - s)):
+                tokens += n
+        if tokens:
+            pairs.append((tokens, excess))
+    if len(pairs) < 4:
+        return None
+    sizes = sorted(n for n, _ in pairs)
+    middle = math.sqrt(sizes[len(sizes) // 10] * sizes[(9 * len(sizes)) // 10])
+    low = [(n, x) for n, x in pairs if n <= middle]
+    high = [(n, x) for n, x in pairs if n > middle]
+    if len(low) < 2 or len(high) < 2:
+        return None
+    n_lo, n_hi = statistics.median(n for n, _ in low), statistics.median(n for n, _ in high)
+    x_lo, x_hi = statistics.median(x for _, x in low), statistics.median(x for _, x in high)
+    if n_hi < 2 * n_lo or x_lo <= 0:
+        return None
+    return math.log(x_hi / x_lo) / math.log(n_hi / n_lo)
