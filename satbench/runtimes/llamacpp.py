@@ -11,8 +11,24 @@ its own session with stdout and stderr going to a log file, and polls ``GET /hea
 before the model is loaded and answers 503 ``{"error": {"message": "Loading model"}}`` until it is ready, then
 200 (the 503 answers seen are counted in ``loading_answers``). If the process dies or the deadline passes
 first, the error carries the tail of its log. Once ready, ``GET /props`` is read once (build info, slot
-count, model path) for the run manifest. Leaving the context stops the server: SIGTERM, a grace period,
-then SIGKILL.
+count, model path) for the run manifest, and the server's own start-up lines are read back from its log
+(:func:`parse_startup_log`, ``startup``): what it actually built, which a command line cannot promise. The
+wording is llama.cpp's own (``tools/server``, ``src/llama-model.cpp``, ``src/llama-kv-cache.cpp``), as this
+build prints it:
+
+- ``load_model: initializing, n_slots = 4, n_ctx_slot = 1024, kv_unified = 'false'`` (the server, at the
+  default verbosity): slots, each slot's context, the KV layout;
+- ``load_tensors: offloaded 33/33 layers to GPU`` (only where a GPU backend is compiled in, and only from
+  ``-lv 4``: the library's lines sit one verbosity above the server's): layers moved off the GPU by
+  ``--fit`` or a full device show as ``N < M``;
+- ``llama_kv_cache: size =   16.00 MiB (  1024 cells,   4 layers,  4/4 seqs), K (f16):    8.00 MiB, V (f16):
+  8.00 MiB`` (from ``-lv 4``; one line per cache, two for a sliding-window model): the KV bytes it
+  allocated, cells per stream and ``n_seq_max/n_stream`` (one stream: unified).
+
+A line that is absent (an older build, a lower verbosity) is ``None``, never a guess. ``LLAMA_ARG_*``
+variables of the environment apply wherever the command line is silent (the command line wins where both
+set a flag: checked on this build), so a caller that must control a setting says it on the command line.
+Leaving the context stops the server: SIGTERM, a grace period, then SIGKILL.
 
 Flag names are those of the llama.cpp server of late 2026 (``--parallel``, ``-c``, ``-b``, ``-ub``,
 ``--metrics``, ``--slots``, ``-t``). ``-c`` is the whole KV context, shared by the slots: each slot gets
@@ -23,6 +39,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -44,9 +61,11 @@ __all__ = [
     "LlamaServerError",
     "LlamaServerNotFoundError",
     "LlamaServerSpec",
+    "StartupLog",
     "build_command",
     "find_llama_server",
     "package_build_info",
+    "parse_startup_log",
 ]
 
 SERVER_ENV = "SATBENCH_LLAMA_SERVER"
@@ -171,6 +190,48 @@ def build_command(binary: Path | str, spec: LlamaServerSpec, port: int | None = 
     return tuple(argv)
 
 
+_SLOTS = re.compile(r"initializing, n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = '(true|false)'")
+_OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+_KV_SIZE = re.compile(r"llama_kv_cache: size =\s*([\d.]+) MiB \(\s*(\d+) cells,\s*(\d+) layers,\s*(\d+)/(\d+) seqs\), "
+                      r"K \(([\w.]+)\):\s*[\d.]+ MiB, V \(([\w.]+)\)")
+
+
+@dataclass(frozen=True, slots=True)
+class StartupLog:
+    """What a llama-server said it built, read from its log (module docstring); ``None``: the line is absent."""
+
+    slots: int | None = None
+    n_ctx_slot: int | None = None
+    kv_unified: bool | None = None
+    offloaded_layers: tuple[int, int] | None = None
+    kv_cache_bytes: int | None = None
+    kv_cells: int | None = None
+    kv_seqs: tuple[int, int] | None = None  # n_seq_max / n_stream
+    kv_types: tuple[str, str] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"slots": self.slots, "n_ctx_slot": self.n_ctx_slot, "kv_unified": self.kv_unified,
+                "offloaded_layers": None if self.offloaded_layers is None else list(self.offloaded_layers),
+                "kv_cache_bytes": self.kv_cache_bytes, "kv_cells": self.kv_cells,
+                "kv_seqs": None if self.kv_seqs is None else list(self.kv_seqs),
+                "kv_types": None if self.kv_types is None else list(self.kv_types)}
+
+
+def parse_startup_log(text: str) -> StartupLog:
+    """The start-up facts of a llama-server log (module docstring); the last ``initializing`` line counts."""
+    slots = ctx = unified = offloaded = kv_bytes = cells = seqs = types = None
+    for m in _SLOTS.finditer(text):
+        slots, ctx, unified = int(m[1]), int(m[2]), m[3] == "true"
+    for m in _OFFLOADED.finditer(text):
+        offloaded = (int(m[1]), int(m[2]))
+    sizes = list(_KV_SIZE.finditer(text))
+    if sizes:
+        kv_bytes = round(sum(float(m[1]) for m in sizes) * (1 << 20))
+        first = sizes[0]
+        cells, seqs, types = int(first[2]), (int(first[4]), int(first[5])), (first[6], first[7])
+    return StartupLog(slots, ctx, unified, offloaded, kv_bytes, cells, seqs, types)
+
+
 def _log_tail(path: Path, limit: int = 2000) -> str:
     try:
         data = path.read_bytes()[-limit:]
@@ -195,6 +256,7 @@ class LlamaServer:
         self._command: tuple[str, ...] = ()
         self._url = ""
         self._props: dict[str, Any] = {}
+        self._startup = StartupLog()
         self.ready_after_s: float | None = None
         self.loading_answers = 0
 
@@ -213,6 +275,11 @@ class LlamaServer:
     @property
     def props(self) -> dict[str, Any]:
         return self._props
+
+    @property
+    def startup(self) -> StartupLog:
+        """What the server said it built (its log, read once it was ready)."""
+        return self._startup
 
     def start(self) -> LlamaServer:
         if self._proc is not None:
@@ -237,6 +304,7 @@ class LlamaServer:
         try:
             self._wait_ready(started)
             self._props = self._read_props()
+            self._startup = self._read_startup()
         except BaseException:
             self.stop()
             raise
@@ -277,6 +345,19 @@ class LlamaServer:
             return {"error": f"GET /props failed: {type(exc).__name__}: {exc}"}
         return data if isinstance(data, dict) else {"error": "GET /props did not return an object"}
 
+    def _read_startup(self, wait_s: float = 1.0) -> StartupLog:
+        """The start-up lines of the log; the server's logger writes from its own thread, so a line may land
+        a moment after ``/health`` answers: read again until the ``initializing`` line is there or ``wait_s``."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                facts = parse_startup_log(self.log_path.read_text(encoding="utf-8", errors="replace"))
+            except OSError:
+                facts = StartupLog()
+            if facts.slots is not None or time.monotonic() > deadline:
+                return facts
+            time.sleep(0.05)
+
     def evidence(self) -> dict[str, Any]:
         """What the run manifest records about this runtime."""
         props = self._props
@@ -294,6 +375,7 @@ class LlamaServer:
             "n_ctx_slot": (props.get("default_generation_settings") or {}).get("n_ctx"),
             "ready_after_s": self.ready_after_s,
             "health_503_while_loading": self.loading_answers,
+            "startup": self._startup.to_json(),
             "log": str(self.log_path),
         }
 
