@@ -2,8 +2,8 @@
 
 Writes the config (and copies of the rule files, referenced by their copied paths) into a temporary
 directory, starts the ``prometheus`` binary on a free loopback port with its own TSDB directory, waits for
-``/-/ready`` and kills the process on exit, even when the test fails. It never touches a system Prometheus
-that may already listen on :9090.
+``/-/ready`` and kills the process on exit, even when the test fails (``testkit.process.ChildProcess``). It
+never touches a system Prometheus that may already listen on :9090.
 
 ``rule_files`` given here are appended to the config's ``rule_files`` (a config that already lists rule
 files keeps them). ``query`` returns the ``data.result`` list of an instant query, ``query_range`` that of a
@@ -12,7 +12,6 @@ range query; both raise :class:`PrometheusQueryError` on an error answer.
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import subprocess
 import tempfile
@@ -20,11 +19,12 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import Any
 
 import httpx
 
-from testkit.net import free_port, wait_http
+from testkit.net import free_port
+from testkit.process import ChildProcess
 
 __all__ = ["PrometheusProcess", "PrometheusQueryError", "prometheus_binary", "promtool_binary"]
 
@@ -58,9 +58,12 @@ class PrometheusProcess:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.dir: Path | None = None
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.child: ChildProcess | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
-        self._log: IO[bytes] | None = None
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return None if self.child is None else self.child.proc
 
     def _write_config(self, root: Path) -> Path:
         text = self.config_text
@@ -88,7 +91,6 @@ class PrometheusProcess:
         self._tmp = tempfile.TemporaryDirectory(prefix="satbench-prom-")
         root = self.dir = Path(self._tmp.name)
         config = self._write_config(root)
-        self._log = (root / "prometheus.log").open("wb")
         argv = [
             binary,
             f"--config.file={config}",
@@ -98,41 +100,30 @@ class PrometheusProcess:
             "--log.level=warn",
             *self.extra_args,
         ]
-        self.proc = subprocess.Popen(argv, cwd=root, stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
+        self.child = ChildProcess(argv, name="prometheus", ready_url=self.url + "/-/ready", cwd=root,
+                                  log_path=root / "prometheus.log", startup_timeout_s=self.startup_timeout_s)
         try:
-            wait_http(self.url + "/-/ready", timeout_s=self.startup_timeout_s)
+            self.child.start()
         except BaseException:
-            log = self._stop()
-            raise RuntimeError(f"prometheus did not become ready: {' '.join(argv)}\n{log}") from None
+            self._cleanup()
+            raise
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._stop()
+        if self.child is not None:
+            self.child.stop()
+        self._cleanup()
 
-    def _stop(self) -> str:
-        proc, self.proc = self.proc, None
-        if proc is not None:
-            proc.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10)
-        text = ""
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-            if self.dir is not None:
-                text = (self.dir / "prometheus.log").read_text(errors="replace")[-3000:]
+    def _cleanup(self) -> None:
+        self.child = None
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
-        return text
 
     def log(self) -> str:
-        if self.dir is None:
-            return ""
-        return (self.dir / "prometheus.log").read_text(errors="replace")[-3000:]
+        return "" if self.child is None else self.child.log()
 
     def _get(self, path: str, params: dict[str, Any]) -> Any:
         resp = httpx.get(self.url + path, params=params, timeout=10.0)

@@ -1,25 +1,24 @@
 """Run the simulator in tests: as a subprocess (``SimulatorProcess``) or in a thread (``InProcessSimulator``).
 
 ``SimulatorProcess`` starts ``python -m satbench.cli sim`` on a free loopback port, waits for ``/health`` and
-always kills the process on exit, even when the test fails. Keyword overrides map to command-line flags
-(``slots``, ``seed``, ``admission``, ``batch``, ``ubatch``, ``time_scale``); ``profile`` is ``dense``, ``moe``
-or a TOML path. ``InProcessSimulator`` serves the same app from a background thread and also exposes the
-``SimulatorApp`` (engine, runtime, faults) for white-box assertions.
+always kills the process on exit, even when the test fails (``testkit.process.ChildProcess``). Keyword
+overrides map to command-line flags (``slots``, ``seed``, ``admission``, ``batch``, ``ubatch``,
+``time_scale``); ``profile`` is ``dense``, ``moe`` or a TOML path. ``InProcessSimulator`` serves the same app
+from a background thread (``testkit.process.LoopThread``) and also exposes the ``SimulatorApp`` (engine,
+runtime, faults) for white-box assertions.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import subprocess
 import sys
-import tempfile
-import threading
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import Any
 
-from testkit.net import free_port, wait_http
+from testkit.net import free_port
+from testkit.process import ChildProcess, LoopThread
 
 __all__ = ["InProcessSimulator", "SimulatorProcess"]
 
@@ -44,51 +43,30 @@ class SimulatorProcess:
         self.profile = profile
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.startup_timeout_s = startup_timeout_s
         self.argv = [sys.executable, "-m", "satbench.cli", "sim", "--profile", profile]
         self.argv += ["--port", str(self.port)]
         for key, value in overrides.items():
             if value is not None:
                 self.argv += [_FLAGS[key], str(value)]
-        self.proc: subprocess.Popen[bytes] | None = None
-        self._stderr: IO[bytes] | None = None
+        self.child = ChildProcess(self.argv, name="simulator", ready_url=self.url + "/health", cwd=REPO_ROOT,
+                                  startup_timeout_s=startup_timeout_s)
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return self.child.proc
 
     def __enter__(self) -> SimulatorProcess:
-        self._stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(
-            self.argv, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=self._stderr, stdin=subprocess.DEVNULL
-        )
-        try:
-            wait_http(self.url + "/health", timeout_s=self.startup_timeout_s)
-        except BaseException:
-            err = self._kill()
-            raise RuntimeError(f"simulator did not start: {' '.join(self.argv)}\n{err}") from None
+        self.child.start()
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._kill()
-
-    def _kill(self) -> str:
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return ""
-        proc.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=10)
-        err = self._stderr
-        if err is None:
-            return ""
-        self._stderr = None
-        err.seek(0)
-        text = err.read().decode(errors="replace")[-2000:]
-        err.close()
-        return text
+        self.child.stop()
 
 
 class InProcessSimulator:
-    """The simulator app on a free port, served by an event loop in a daemon thread."""
+    """The simulator app on a free port, served by an event loop in a daemon thread (``LoopThread``)."""
 
     def __init__(self, profile: str = "dense", **overrides: Any) -> None:
         from simulator.profile import load_profile
@@ -97,33 +75,23 @@ class InProcessSimulator:
         self.options: Any = None  # the drop-in command line's serving options (``DropIn``), else the defaults
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self._loop = asyncio.new_event_loop()
-        self._stop: asyncio.Event | None = None
-        self._thread = threading.Thread(target=self._run, name="simulator", daemon=True)
         self.app: Any = None
+        self._thread = LoopThread("simulator", ready_url=self.url + "/health", stop_timeout_s=10.0)
 
-    def _run(self) -> None:
+    async def _serve(self, stop: asyncio.Event) -> None:
         from simulator.cli import serve
 
-        asyncio.set_event_loop(self._loop)
-        self._stop = asyncio.Event()
         extra = {} if self.options is None else {"options": self.options}
-        main = serve(self.profile, "127.0.0.1", self.port, self._stop, on_app=self._set_app, **extra)
-        self._loop.run_until_complete(main)
-        self._loop.close()
+        await serve(self.profile, "127.0.0.1", self.port, stop, on_app=self._set_app, **extra)
 
     def _set_app(self, app: Any) -> None:
         self.app = app
 
     def __enter__(self) -> InProcessSimulator:
-        self._thread.start()
-        wait_http(self.url + "/health", timeout_s=20.0)
+        self._thread.start(self._serve)
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        stop = self._stop
-        if stop is not None:
-            self._loop.call_soon_threadsafe(stop.set)
-        self._thread.join(timeout=10)
+        self._thread.stop()

@@ -23,20 +23,19 @@ VictoriaMetrics buffers what it ingests and makes it searchable about once a sec
 
 from __future__ import annotations
 
-import contextlib
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import Any
 
 import httpx
 
-from testkit.net import free_port, wait_http
+from testkit.net import free_port
+from testkit.process import ChildProcess
 
 __all__ = [
     "MISSING_REASON",
@@ -85,9 +84,12 @@ class VictoriaMetricsProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.write_url = f"{self.url}/api/v1/write"
         self.dir: Path | None = None
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.child: ChildProcess | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
-        self._log: IO[bytes] | None = None
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return None if self.child is None else self.child.proc
 
     def __enter__(self) -> VictoriaMetricsProcess:
         binary = victoria_metrics_binary()
@@ -95,7 +97,6 @@ class VictoriaMetricsProcess:
             raise RuntimeError(MISSING_REASON)
         self._tmp = tempfile.TemporaryDirectory(prefix="satbench-vm-")
         root = self.dir = Path(self._tmp.name)
-        self._log = (root / "victoria-metrics.log").open("wb")
         argv = [
             binary,
             f"-httpListenAddr=127.0.0.1:{self.port}",
@@ -103,45 +104,33 @@ class VictoriaMetricsProcess:
             *DEFAULT_FLAGS,
             *self.extra_args,
         ]
-        self.proc = subprocess.Popen(argv, cwd=root, stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
+        # SIGTERM first: it flushes its buffers and closes the storage cleanly
+        self.child = ChildProcess(argv, name="victoria-metrics", ready_url=self.url + "/health", cwd=root,
+                                  log_path=root / "victoria-metrics.log", startup_timeout_s=self.startup_timeout_s,
+                                  stop_timeout_s=self.stop_timeout_s, graceful=True)
         try:
-            wait_http(self.url + "/health", timeout_s=self.startup_timeout_s)
+            self.child.start()
         except BaseException:
-            log = self._stop()
-            raise RuntimeError(f"victoria-metrics did not become ready: {' '.join(argv)}\n{log}") from None
+            self._cleanup()
+            raise
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._stop()
+        if self.child is not None:
+            self.child.stop()
+        self._cleanup()
 
-    def _stop(self) -> str:
-        proc, self.proc = self.proc, None
-        if proc is not None:
-            proc.send_signal(signal.SIGTERM)  # it flushes its buffers and closes the storage cleanly
-            try:
-                proc.wait(timeout=self.stop_timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=5)
-        text = self.log()
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+    def _cleanup(self) -> None:
+        self.child = None
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
             self.dir = None
-        return text
 
     def log(self) -> str:
-        if self.dir is None:
-            return ""
-        path = self.dir / "victoria-metrics.log"
-        return path.read_text(errors="replace")[-3000:] if path.exists() else ""
+        return "" if self.child is None else self.child.log()
 
     def flush(self) -> None:
         """Makes every sample ingested so far searchable now (instead of within about a second)."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -24,7 +23,8 @@ from prometheus_client import CollectorRegistry
 
 from loadgen.metrics import MetricsServer
 from satbench.cli import build_parser
-from testkit.net import free_port, wait_http
+from testkit.net import free_port
+from testkit.process import ChildProcess
 from testkit.sim import SimulatorProcess
 from tests.faults.hostile import hostile_server
 
@@ -59,15 +59,10 @@ def _listening(pid: int) -> set[str]:
 
 
 @contextmanager
-def _child(argv: list[str], ready_url: str, env: dict[str, str] | None = None) -> Iterator[int]:
-    proc = subprocess.Popen([sys.executable, "-m", "satbench.cli", *argv], cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_http(ready_url, timeout_s=30)
-        yield proc.pid
-    finally:
-        proc.kill()
-        proc.wait(timeout=10)
+def _child(argv: list[str], ready_url: str) -> Iterator[int]:
+    with ChildProcess([sys.executable, "-m", "satbench.cli", *argv], name=argv[0], ready_url=ready_url,
+                      cwd=REPO) as child:
+        yield child.pid
 
 
 def test_started_servers_listen_on_loopback_only() -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ import httpx
 
 from core.records import read_records
 from loadgen.runner import run_ladder
+from testkit.process import ChildProcess
 from testkit.sim import SimulatorProcess
 from tests.faults.conftest import short_config
 
@@ -29,37 +29,24 @@ REPO = Path(__file__).resolve().parents[2]
 KILL_MARGIN_S = 0.05
 
 
-def _on_port(port: int) -> SimulatorProcess:
-    proc = SimulatorProcess("dense", seed=7)
-    proc.port, proc.url = port, f"http://127.0.0.1:{port}"
-    proc.argv[proc.argv.index("--port") + 1] = str(port)
-    return proc
-
-
 def test_a_runtime_that_dies_and_returns_is_refused_then_served(tmp_path: Path) -> None:
-    first = SimulatorProcess("dense", seed=7).__enter__()
-    port = first.port
-    second = _on_port(port)
     times: dict[str, float] = {}
 
-    async def scenario() -> None:
-        config = short_config(first.url, ladder={"concurrency": [2]}, min_window_s=6.0, max_window_s=7.0,
+    async def scenario(sim: SimulatorProcess) -> None:
+        config = short_config(sim.url, ladder={"concurrency": [2]}, min_window_s=6.0, max_window_s=7.0,
                               request_timeout_s=5.0)
         task = asyncio.create_task(run_ladder(config, tmp_path, run_id="refused-run"))
         await asyncio.sleep(1.0)
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, first.__exit__, None, None, None)
+        await loop.run_in_executor(None, sim.child.stop)  # killed; started again on the same port
         times["killed"] = time.time()
         await asyncio.sleep(0.8)
-        await loop.run_in_executor(None, second.__enter__)
+        await loop.run_in_executor(None, sim.child.start)
         times["back"] = time.time()
         await task
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        first.__exit__(None, None, None)
-        second.__exit__(None, None, None)
+    with SimulatorProcess("dense", seed=7) as sim:
+        asyncio.run(scenario(sim))
     records = list(read_records(tmp_path / "records.jsonl", strict=True))
     refused = [r for r in records if r.outcome == "refused"]
     assert refused and all(r.status is None for r in refused), {r.outcome for r in records}
@@ -78,10 +65,8 @@ def test_sigkill_keeps_every_request_that_had_ended(tmp_path: Path) -> None:
             "max_loop_lag_s = 5.0\n[ladder]\nconcurrency = [4]\n"
             "[workload]\nprompt_tokens = { value = 16 }\noutput_tokens = { value = 12 }\n"
             f'[[lanes]]\nname = "dense"\nurl = "{sim.url}"\napi = "llamacpp"\n')
-        proc = subprocess.Popen([sys.executable, "-m", "satbench.cli", "loadgen", "--config", str(cfg),
-                                 "--out", str(out), "--run-id", "kill-run"], cwd=REPO,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
+        with ChildProcess([sys.executable, "-m", "satbench.cli", "loadgen", "--config", str(cfg), "--out", str(out),
+                           "--run-id", "kill-run"], name="loadgen", cwd=REPO) as child:
             records_path = out / "records.jsonl"
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
@@ -90,10 +75,7 @@ def test_sigkill_keeps_every_request_that_had_ended(tmp_path: Path) -> None:
                 time.sleep(0.1)
             time.sleep(0.3)
             killed_at = time.time()
-            os.kill(proc.pid, signal.SIGKILL)
-        finally:
-            proc.kill()
-            proc.wait(timeout=10)
+            os.kill(child.pid, signal.SIGKILL)
         truth = httpx.get(f"{sim.url}/sim/truth", params={"capacity": "0"}, timeout=30).json()
     finished = {r["request_id"]: r["last_token"] for r in truth["requests"]
                 if r["finish_reason"] != "cancelled" and r["last_token"] is not None}

@@ -10,7 +10,6 @@ at hand the window is taken from the records instead, and a note says so.
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,8 @@ from recommender.policy import Policy
 from recommender.prometheus_figures import PromStepResults, figures_from_prometheus
 from recommender.prometheus_source import PrometheusSourceConfig
 from recommender.run_analysis import analyze_run_async
-from testkit.net import free_port, wait_http
+from testkit.net import free_port
+from testkit.process import ChildProcess
 from testkit.prom import prometheus_binary
 from testkit.sim import SimulatorProcess
 from tests.faults.conftest import short_config
@@ -40,21 +40,19 @@ class RestartablePrometheus:
     def __init__(self, root: Path, target_port: int) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.root = root
         (root / "prometheus.yml").write_text(
             f"global:\n  scrape_interval: {int(SCRAPE_S * 1000)}ms\nscrape_configs:\n  - job_name: loadgen\n"
             f"    static_configs:\n      - targets: ['127.0.0.1:{target_port}']\n")
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
         binary = prometheus_binary()
         assert binary is not None
-        self.proc = subprocess.Popen(
-            [binary, f"--config.file={self.root / 'prometheus.yml'}",
-             f"--storage.tsdb.path={self.root / 'data'}",
+        self.child = ChildProcess(
+            [binary, f"--config.file={root / 'prometheus.yml'}", f"--storage.tsdb.path={root / 'data'}",
              f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=error"],
-            cwd=self.root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_http(self.url + "/-/ready", timeout_s=30)
+            name="prometheus", ready_url=self.url + "/-/ready", cwd=root, log_path=root / "prometheus.log",
+            graceful=True)
+
+    def start(self) -> None:
+        self.child.start()
 
     def wait_scraped(self, timeout_s: float = 30.0) -> None:
         """Prometheus applies a new target list only every few seconds; wait for the first scrape."""
@@ -67,14 +65,7 @@ class RestartablePrometheus:
         raise TimeoutError("Prometheus never scraped the load generator")
 
     def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+        self.child.stop()
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import subprocess
 import tempfile
 import threading
 import time
@@ -30,7 +29,8 @@ from prometheus_client import CollectorRegistry
 
 from exporter.promconfig import LOADGEN_JOB, ScrapeTarget, render_prometheus_config
 from loadgen.metrics import LoadgenMetrics, MetricsServer
-from testkit.net import free_port, wait_http
+from testkit.net import free_port
+from testkit.process import ChildProcess
 from testkit.prom import PrometheusProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
@@ -134,9 +134,6 @@ class Alertmanager:
         )
         self._tmp = tempfile.TemporaryDirectory(prefix="satbench-am-")
         self.dir = Path(self._tmp.name)
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
         (self.dir / "alertmanager.yml").write_text(self.config)
         argv = [
             self.binary,
@@ -146,24 +143,17 @@ class Alertmanager:
             "--cluster.listen-address=",
             "--log.level=warn",
         ]
-        with (self.dir / "alertmanager.log").open("wb") as log:
-            self.proc = subprocess.Popen(argv, cwd=self.dir, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL)
-        try:
-            wait_http(self.url + "/-/ready", timeout_s=20)
-        except TimeoutError:
-            raise RuntimeError(f"alertmanager did not become ready: {' '.join(argv)}\n{self.log()}") from None
+        self.child = ChildProcess(argv, name="alertmanager", ready_url=self.url + "/-/ready", cwd=self.dir,
+                                  log_path=self.dir / "alertmanager.log", startup_timeout_s=20)
+
+    def start(self) -> None:
+        self.child.start()
 
     def log(self) -> str:
-        path = self.dir / "alertmanager.log"
-        return path.read_text(errors="replace")[-3000:] if path.exists() else ""
+        return self.child.log()
 
     def close(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is not None:
-            proc.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10)
+        self.child.stop()
         self._tmp.cleanup()
 
 
