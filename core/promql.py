@@ -340,8 +340,13 @@ def window_gpu_names(lane: str, window_s: float) -> str:
 
 def published_step_figures(lane: str, run_id: str, concurrency: int, lookback_s: float) -> str:
     """The exact figures the load generator published for one finished step (``loadgen_step_figure``), the
-    last value of each within ``lookback_s`` of the evaluation time."""
-    sel = selector("loadgen_step_figure", *lane_matchers(lane), run_id=run_id, concurrency=str(concurrency))
+    last value of each within ``lookback_s`` of the evaluation time. The load generator labels its own series
+    with ``node`` exactly where the lane names one, so a bare key asks for no ``node`` (``node=""``): the same
+    lane name on a node in the same run published its own figures at the same rung, and its tail values would
+    join this lane's."""
+    node, _ = split_key(lane)
+    own = () if node is not None else (Matcher("node", "=", ""),)
+    sel = selector("loadgen_step_figure", *lane_matchers(lane), *own, run_id=run_id, concurrency=str(concurrency))
     return f"last_over_time({sel}[{duration(lookback_s)}])"
 
 

@@ -5,10 +5,11 @@
 ``python -m recommender.schema --check`` exits 1 when the committed file differs from what the models
 generate (the drift test runs the same comparison). Output is sorted, indented JSON so diffs read well.
 
-DESIGN.md's sample document is a real one: ``design_sample(doc)`` trims a real run's document to one lane
-and its answer's rung (numbers rounded to four significant digits), ``python -m recommender.schema
---design-sample RUN_DIR`` writes it between DESIGN.md's sample markers, and the session test checks that
-the committed sample validates against the schema and has the keys of the session's real document
+The sample document DESIGN.md points to (``docs/recommendations-sample.json``, a file of its own so that the
+design reads as prose) is a real one: ``design_sample(doc)`` trims a real run's document to one lane and its
+answer's rung (numbers rounded to four significant digits, the checkout's path written ``<repo>``),
+``python -m recommender.schema --design-sample RUN_DIR`` writes it, and the session test checks that the
+committed sample validates against the schema and has the keys of the session's real document
 (``key_shape``), so the sample cannot fall behind the output.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,7 @@ from typing import Any
 from recommender.models import RecommendationsDocument
 
 __all__ = [
-    "DESIGN_PATH",
+    "SAMPLE_PATH",
     "SCHEMA_PATH",
     "design_sample",
     "generate_schema",
@@ -35,13 +37,19 @@ __all__ = [
 ]
 
 SCHEMA_PATH = Path(__file__).parent / "schema" / "recommendations.v2.json"
-DESIGN_PATH = Path(__file__).resolve().parents[1] / "docs" / "DESIGN.md"
-_BEGIN, _END = "<!-- sample document: begin -->", "<!-- sample document: end -->"
+SAMPLE_PATH = Path(__file__).resolve().parents[1] / "docs" / "recommendations-sample.json"
+
+
+# where the run's runtime looked for files: this checkout, possibly through a process's root (/proc/PID/root)
+_HERE = re.compile(r"(/proc/\d+/root)?" + re.escape(str(Path(__file__).resolve().parents[1])))
 
 
 def _rounded(value: Any) -> Any:
+    """Numbers to four significant digits, and this machine's paths as ``<repo>``."""
     if isinstance(value, float):
         return float(f"{value:.4g}")
+    if isinstance(value, str):
+        return _HERE.sub("<repo>", value)
     if isinstance(value, dict):
         return {k: _rounded(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -50,7 +58,8 @@ def _rounded(value: Any) -> Any:
 
 
 def design_sample(doc: dict[str, Any]) -> dict[str, Any]:
-    """A real document trimmed for DESIGN.md: the first lane with an answer, only its recommended rung."""
+    """A real document trimmed for DESIGN.md: the first lane with an answer, only its recommended rung, and
+    only its node in the node index."""
     lanes = doc.get("lanes") or {}
     name = next((n for n, lane in lanes.items() if lane.get("recommended_concurrency") is not None),
                 next(iter(lanes), None))
@@ -62,8 +71,9 @@ def design_sample(doc: dict[str, Any]) -> dict[str, Any]:
         lane["steps"] = at[:1] or steps[:1]
         out["lanes"] = {name: lane}
         node = lane.get("node")
-        if isinstance(out.get("nodes"), dict) and node in out["nodes"]:
-            out["nodes"] = {node: {**out["nodes"][node], "lanes": [name]}}
+        if isinstance(out.get("nodes"), dict):
+            nodes = out["nodes"]
+            out["nodes"] = {node: {**nodes[node], "lanes": [name]}} if node in nodes else {}
     return _rounded(out)
 
 
@@ -76,18 +86,12 @@ def key_shape(value: Any) -> Any:
     return None
 
 
-def read_design_sample(path: Path = DESIGN_PATH) -> dict[str, Any]:
-    text = path.read_text(encoding="utf-8")
-    block = text[text.index(_BEGIN) + len(_BEGIN):text.index(_END)]
-    body = block.strip().removeprefix("```json").removesuffix("```")
-    return dict(json.loads(body))
+def read_design_sample(path: Path = SAMPLE_PATH) -> dict[str, Any]:
+    return dict(json.loads(path.read_text(encoding="utf-8")))
 
 
-def write_design_sample(doc: dict[str, Any], path: Path = DESIGN_PATH) -> None:
-    text = path.read_text(encoding="utf-8")
-    head, tail = text[:text.index(_BEGIN) + len(_BEGIN)], text[text.index(_END):]
-    body = json.dumps(design_sample(doc), indent=2)
-    path.write_text(f"{head}\n```json\n{body}\n```\n{tail}", encoding="utf-8")
+def write_design_sample(doc: dict[str, Any], path: Path = SAMPLE_PATH) -> None:
+    path.write_text(json.dumps(design_sample(doc), indent=2) + "\n", encoding="utf-8")
 
 
 def generate_schema() -> dict[str, Any]:
@@ -105,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--check", action="store_true", help="fail when the committed schema is out of date")
     parser.add_argument("--design-sample", type=Path, metavar="RUN_DIR",
-                        help="write DESIGN.md's sample document from this run's recommendations.json")
+                        help="write the sample document (docs/recommendations-sample.json) from this run's "
+                             "recommendations.json")
     args = parser.parse_args(argv)
     if args.design_sample is not None:
         write_design_sample(json.loads((args.design_sample / "recommendations.json").read_text(encoding="utf-8")))

@@ -1,7 +1,7 @@
 """Every dashboard query returns data from a real session: a short ``satbench run`` with a relay lane, and
 one lane name served by two nodes.
 
-The session (the short settings of ``tests/session/conftest.py``: ladder 1/2, 3 s windows) runs three
+The session is the suite's shared one (``testkit.session``: ladder 1/2, 3 s windows); it runs three
 simulator lanes: ``dense`` with one slot and ``relay = true`` (its exporter relays and the load generator sends
 through the relay; one slot saturates at c=1, so the recommender answers with a saturation figure too),
 ``moe`` as it is (eight slots: decode stalls at c=2, no relay), both naming no node (node ``local``: their
@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from satbench.dashboards.overview import DASHBOARDS, PROVISIONED_DATASOURCE, all_panels
+from testkit.session import RELAY_LANE, SECOND_NODE, SharedSession
 from tests.grafana.panel_replay import (
     ReplayPrometheus,
     TargetResult,
@@ -36,22 +37,16 @@ from tests.grafana.panel_replay import (
     resolved_datasource,
     variable_values,
 )
-from tests.session.conftest import start_session
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("prometheus") is None,
                        reason="Prometheus is not installed (apt-get install prometheus)"),
-    pytest.mark.timeout(300),
+    pytest.mark.timeout(300),  # the first test to ask for the shared session waits for it
 ]
 
-RELAY_LANE, PLAIN_LANE = "dense", "moe"
-NODE = "gpu1"  # a second node serving lane dense
+PLAIN_LANE = "moe"
+NODE = SECOND_NODE  # a second node serving lane dense
 LOCAL = "local"  # the node the dashboards name for lanes that name none
-LANES = (
-    f'lanes=[{{name = "{RELAY_LANE}", profile = "dense", parallel = 1, relay = true}}, '
-    f'{{name = "{PLAIN_LANE}", profile = "moe"}}, '
-    f'{{name = "{RELAY_LANE}", profile = "dense", node = "{NODE}"}}]'
-)
 RELAY_ROW = "Node vs client (relay mode)"
 ANSWER_STATE = "Answer state"  # the recommender's own state: no lane, no node
 # (panel, target) the gpu1 lane has no series for: with its profile's slots it does not saturate at c=2, and
@@ -75,17 +70,10 @@ class Replayed:
 
 
 @pytest.fixture(scope="module")
-def relay_session(tmp_path_factory: pytest.TempPathFactory) -> Replayed:
-    out_dir = tmp_path_factory.mktemp("runs")
-    proc, watcher = start_session(out_dir, "--set", LANES)
-    try:
-        stdout, stderr = proc.communicate(timeout=150)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        watcher.stop()
-    assert proc.returncode == 0, stderr[-3000:]
-    (run_dir,) = [p for p in out_dir.iterdir() if p.is_dir()]
+def relay_session(shared_session: SharedSession, tmp_path_factory: pytest.TempPathFactory) -> Replayed:
+    run = shared_session.run
+    assert run.returncode == 0, run.stderr[-3000:]
+    run_dir, stdout = run.run_dir, run.stdout
     window = Window.of_run(run_dir)
     only = {"node": NODE}
     with replay_prometheus(run_dir, tmp_path_factory.mktemp("replay")) as prom:

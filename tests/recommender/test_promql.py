@@ -58,6 +58,11 @@ def test_builders() -> None:
     assert promql.window_gauge_max("gpu_memory_used_bytes", "d", 2.0).startswith("max(max_over_time(")
     multi = promql.window_quantiles("loadgen_itl_seconds", (0.5, 0.95), "d", 1.0)
     assert multi.count("histogram_quantile") == 2 and '"quantile", "0.95"' in multi
+    # the load generator's own figures: a bare lane is not the same name on a node (its series carry node)
+    assert promql.published_step_figures("dense", "r1", 2, 60.0) == (
+        'last_over_time(loadgen_step_figure{lane="dense",node="",run_id="r1",concurrency="2"}[60000ms])')
+    assert promql.published_step_figures("gpu1/dense", "r1", 2, 60.0) == (
+        'last_over_time(loadgen_step_figure{node="gpu1",lane="dense",run_id="r1",concurrency="2"}[60000ms])')
 
 
 def test_named_union() -> None:

@@ -4,9 +4,10 @@ Why: the recommender speaks only the Prometheus HTTP API (instant and range quer
 central store for every site's samples and point the recommender at it (docs/fleet-store.md). This proves it
 against a real VictoriaMetrics single-node (Debian ``victoria-metrics``, started by ``testkit.victoria``).
 
-A short real session (the settings of ``tests/session/conftest.py``: ladder 1/2, 3 s windows; ``dense`` with one
-slot, so it saturates, and ``moe``) runs with ``prometheus.remote_write`` set to the VictoriaMetrics. When it
-has ended, its Prometheus has stopped (and a running one would hold the storage lock), so a Prometheus is
+The suite's shared real session (``testkit.session``: ladder 1/2, 3 s windows; ``dense`` with one slot, so it
+saturates, ``moe``, and ``dense`` again on node ``gpu1``) runs with ``prometheus.remote_write`` set to a
+VictoriaMetrics (``tests/conftest.py`` starts it before the session and stops it after the suite). When it has
+ended, its Prometheus has stopped (and a running one would hold the storage lock), so a Prometheus is
 started on a copy of the run folder's TSDB (``tests/grafana/panel_replay``), which holds what the session's
 Prometheus held. Once VictoriaMetrics holds every sample that Prometheus holds (stale markers aside), the
 run's manifest is analysed from PromQL alone (``analyze_run(..., run_dir=None)``) against each, and the two
@@ -42,15 +43,16 @@ import pytest
 import yaml
 
 from core import promql
+from core.lanes import key_labels
 from core.manifest import RunManifest, StepWindow, read_manifest
 from exporter.promconfig import LOADGEN_JOB, ScrapeTarget, render_prometheus_config
 from recommender.policy import Policy
 from recommender.prometheus_source import HttpxPromClient, PrometheusSourceConfig, fetch_step_figures
 from recommender.run_analysis import analyze_run
 from testkit.prom import prometheus_binary, promtool_binary
-from testkit.victoria import MISSING_REASON, VictoriaMetricsProcess, victoria_metrics_binary
+from testkit.session import SharedSession
+from testkit.victoria import MISSING_REASON, victoria_metrics_binary
 from tests.grafana.panel_replay import replay_prometheus
-from tests.session.conftest import start_session
 
 pytestmark = [
     pytest.mark.skipif(prometheus_binary() is None, reason="Prometheus is not installed (apt-get install prometheus)"),
@@ -58,12 +60,10 @@ pytestmark = [
     pytest.mark.timeout(240),
 ]
 
-LANES = ('lanes=[{name = "dense", profile = "dense", parallel = 1}, {name = "moe", profile = "moe"}]')
 REL_TOL = 1e-9
 ABS_TOL = 1e-9
 CLOCK_KEYS = frozenset({"generated_at", "checked_at", "age_s"})  # stamped by the analysing clock, not the data
 ANSWER = ("status", "recommended_concurrency", "saturation_concurrency", "binding_constraint")
-SESSION_TIMEOUT_S = 150.0
 ARRIVAL_TIMEOUT_S = 30.0
 
 Samples = dict[str, list[tuple[int, float]]]  # series (labels as sorted JSON) -> [(ms, value)], no NaN
@@ -121,38 +121,29 @@ def _fallback(url: str, manifest: RunManifest, policy: Policy) -> list[dict[str,
 
 
 @pytest.fixture(scope="module")
-def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stores]:
-    with VictoriaMetricsProcess() as vm:
-        out_dir = tmp_path_factory.mktemp("runs")
-        proc, watcher = start_session(out_dir, "--set", LANES,
-                                      "--set", f'prometheus.remote_write=["{vm.write_url}"]')
-        try:
-            _, stderr = proc.communicate(timeout=SESSION_TIMEOUT_S)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            watcher.stop()
-        runs = [p for p in out_dir.iterdir() if p.is_dir()]
-        assert len(runs) == 1 and (runs[0] / "manifest.json").exists(), f"rc {proc.returncode}\n{stderr[-3000:]}"
-        run_dir = runs[0]
-        config = (run_dir / "prometheus" / "prometheus.yml").read_text()
-        assert yaml.safe_load(config)["remote_write"][0]["url"] == vm.write_url
-        manifest = read_manifest(run_dir / "manifest.json")
-        policy = Policy.model_validate((manifest.config or {}).get("policy") or {})
-        session_doc = json.loads((run_dir / "recommendations.json").read_text())
-        at = time.time()
-        span_s = math.ceil(at - manifest.created_at) + 30
-        with replay_prometheus(run_dir, tmp_path_factory.mktemp("replay")) as prom:
-            selector = '{job=~"satbench_.+"}'
-            prom_samples = _raw(prom.url, selector, at, span_s)
-            vm.wait_holds(lambda v: not _sample_problems(prom_samples, _raw(v.url, selector, at, span_s)),
-                          timeout_s=ARRIVAL_TIMEOUT_S, what="every sample of the session's Prometheus")
-            vm_samples = _raw(vm.url, selector, at, span_s)
-            prom_doc, vm_doc, vm_prefixed_doc = (analyze_run(manifest, prometheus_url=url, run_dir=None, policy=policy)
-                                                 for url in (prom.url, vm.url, f"{vm.url}/prometheus"))
-            yield Stores(run_dir, manifest, policy, prom.url, vm.url, session_doc, prom_doc, vm_doc, vm_prefixed_doc,
-                         prom_samples, vm_samples, _fallback(prom.url, manifest, policy),
-                         _fallback(vm.url, manifest, policy))
+def stores(shared_session: SharedSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stores]:
+    vm, run = shared_session.store, shared_session.run
+    assert vm is not None, MISSING_REASON
+    run_dir = run.run_dir
+    assert (run_dir / "manifest.json").exists(), f"rc {run.returncode}\n{run.stderr[-3000:]}"
+    config = (run_dir / "prometheus" / "prometheus.yml").read_text()
+    assert yaml.safe_load(config)["remote_write"][0]["url"] == vm.write_url
+    manifest = read_manifest(run_dir / "manifest.json")
+    policy = Policy.model_validate((manifest.config or {}).get("policy") or {})
+    session_doc = json.loads((run_dir / "recommendations.json").read_text())
+    at = time.time()
+    span_s = math.ceil(at - manifest.created_at) + 30
+    with replay_prometheus(run_dir, tmp_path_factory.mktemp("replay")) as prom:
+        selector = '{job=~"satbench_.+"}'
+        prom_samples = _raw(prom.url, selector, at, span_s)
+        vm.wait_holds(lambda v: not _sample_problems(prom_samples, _raw(v.url, selector, at, span_s)),
+                      timeout_s=ARRIVAL_TIMEOUT_S, what="every sample of the session's Prometheus")
+        vm_samples = _raw(vm.url, selector, at, span_s)
+        prom_doc, vm_doc, vm_prefixed_doc = (analyze_run(manifest, prometheus_url=url, run_dir=None, policy=policy)
+                                             for url in (prom.url, vm.url, f"{vm.url}/prometheus"))
+        yield Stores(run_dir, manifest, policy, prom.url, vm.url, session_doc, prom_doc, vm_doc, vm_prefixed_doc,
+                     prom_samples, vm_samples, _fallback(prom.url, manifest, policy),
+                     _fallback(vm.url, manifest, policy))
 
 
 def _differences(a: Any, b: Any, path: str = "") -> list[str]:
@@ -278,9 +269,10 @@ def test_increase_is_where_the_engines_part(stores: Stores) -> None:
     the window. Both rules are checked on every window where both apply."""
     checked = 0
     for window in stores.manifest.steps:
+        labels = key_labels(window.lane)  # a lane that names no node has no node label
         series = [points for key, points in stores.prom_samples.items()
-                  if json.loads(key).get("__name__") == "loadgen_requests_total"
-                  and json.loads(key).get("lane") == window.lane and json.loads(key).get("outcome") == "ok"]
+                  if (m := json.loads(key)).get("__name__") == "loadgen_requests_total" and m.get("outcome") == "ok"
+                  and m.get("lane") == labels["lane"] and m.get("node") == labels.get("node")]
         assert len(series) == 1, window
         t_ms, w_ms = round(window.end * 1000), round(window.duration_s * 1000)
         expect_prom = _prometheus_increase(series[0], t_ms, w_ms)

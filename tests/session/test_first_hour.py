@@ -22,8 +22,8 @@ from satbench.runtimes.external import ExternalRuntime, is_this_host
 from satbench.session.config import load_session_config
 from satbench.session.run import _unanswered
 from testkit.net import free_port, wait_http
+from testkit.session import ROOT, SHORT
 from testkit.sim import SimulatorProcess
-from tests.session.conftest import ROOT, SHORT
 
 
 def _satbench(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:

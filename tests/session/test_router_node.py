@@ -10,28 +10,24 @@ from pathlib import Path
 
 import pytest
 
-from tests.session.conftest import start_session, survivors
+from testkit.session import run_session, survivors
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("prometheus") is None, reason="Prometheus is not installed (apt-get install prometheus)"
-)
+pytestmark = [
+    pytest.mark.skipif(shutil.which("prometheus") is None,
+                       reason="Prometheus is not installed (apt-get install prometheus)"),
+    pytest.mark.slow,
+]
 
 LANES = ('lanes=[{name = "dense", profile = "dense", node = "gpu0"}, '
          '{name = "moe", profile = "moe", node = "gpu0", model = "big-moe", parallel = 2}]')
 
 
 def test_one_router_serves_two_lanes(tmp_path: Path) -> None:
-    proc, watcher = start_session(tmp_path, "--set", LANES)
-    try:
-        stdout, stderr = proc.communicate(timeout=150)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    pids = watcher.stop()
-    assert proc.returncode == 0, (stdout[-3000:], stderr[-3000:])
-    assert not survivors(pids)
-    assert "node gpu0: simulator router at" in stdout and "holding dense (dense), big-moe (moe)" in stdout
-    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    run = run_session(tmp_path, "--set", LANES)
+    assert run.returncode == 0, (run.stdout[-3000:], run.stderr[-3000:])
+    assert not survivors(run.descendants)
+    assert "node gpu0: simulator router at" in run.stdout and "holding dense (dense), big-moe (moe)" in run.stdout
+    run_dir = run.run_dir
     manifest = json.loads((run_dir / "manifest.json").read_text())
     # lanes that name a node are keyed by it (core.lanes): gpu0/dense, gpu0/moe
     dense, moe = manifest["lanes"]["gpu0/dense"], manifest["lanes"]["gpu0/moe"]

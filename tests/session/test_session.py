@@ -1,5 +1,9 @@
 """End to end: ``satbench run`` with real subprocesses and a real Prometheus leaves complete evidence,
-answers per lane, and leaves no child behind, also on Ctrl-C and on failure."""
+answers per lane, and leaves no child behind, also on Ctrl-C and on failure.
+
+The finished run is the suite's shared session (``testkit.session.SHARED_LANES``: a one-slot relay lane with a
+planted key, ``moe`` as its profile is, ``dense`` again on node ``gpu1``); Ctrl-C and the failed starts run
+sessions of their own."""
 
 from __future__ import annotations
 
@@ -16,11 +20,23 @@ from core.figures import StepFigures, client_values, disagreements
 from core.records import read_records
 from satbench.report.data import load_run
 from satbench.report.render import format_recommendation, lane_table
-from tests.session.conftest import PLANTED_KEY_ENV, PLANTED_SECRET, SessionRun, start_session, survivors
-
-pytestmark = pytest.mark.skipif(
-    shutil.which("prometheus") is None, reason="Prometheus is not installed (apt-get install prometheus)"
+from testkit.session import (
+    PLANTED_KEY_ENV,
+    PLANTED_SECRET,
+    RELAY_LANE,
+    SECOND_NODE,
+    SharedSession,
+    start_session,
+    survivors,
 )
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which("prometheus") is None,
+                       reason="Prometheus is not installed (apt-get install prometheus)"),
+    pytest.mark.slow,
+    pytest.mark.timeout(300),  # the first test to ask for the shared session waits for it
+]
+KEYS = (RELAY_LANE, "moe", f"{SECOND_NODE}/{RELAY_LANE}")  # the shared session's lanes, in walking order
 
 EVIDENCE = (
     "manifest.json",
@@ -32,11 +48,12 @@ EVIDENCE = (
 )
 
 
-def test_session_succeeds_and_prints_an_answer_per_lane(short_session: SessionRun) -> None:
-    assert short_session.returncode == 0, short_session.stderr[-2000:]
-    out = short_session.stdout
-    assert "walking the ladder 1/2 on dense, moe" in out
-    for lane in ("dense", "moe"):
+def test_session_succeeds_and_prints_an_answer_per_lane(shared_session: SharedSession) -> None:
+    run = shared_session.run
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = run.stdout
+    assert f"walking the ladder 1/2 on {', '.join(KEYS)}" in out
+    for lane in KEYS:
         assert f"\nlane {lane}\n" in out
         assert any(
             line.strip().startswith(f"{lane}:") for line in out.split("recommendations:")[-1].splitlines()
@@ -44,8 +61,9 @@ def test_session_succeeds_and_prints_an_answer_per_lane(short_session: SessionRu
     assert "verdicts" in out and "pause p99" in out and "Jain" in out
 
 
-def test_evidence_folder_is_complete(short_session: SessionRun) -> None:
-    (run_dir,) = short_session.run_dirs
+def test_evidence_folder_is_complete(shared_session: SharedSession) -> None:
+    run = shared_session.run
+    run_dir = run.run_dir
     for name in EVIDENCE:
         assert (run_dir / name).stat().st_size > 0, name
     manifest = json.loads((run_dir / "manifest.json").read_text())
@@ -55,26 +73,27 @@ def test_evidence_folder_is_complete(short_session: SessionRun) -> None:
     hw = manifest["hardware"]
     assert hw["cpu_cores_logical"] >= 1 and hw["ram_bytes"] > 0 and hw["cpu_model"]
     assert hw["gpu"] is not None or hw["gpu_reason"]
-    for lane in ("dense", "moe"):
+    for lane in KEYS:
         info = manifest["lanes"][lane]
         assert info["runtime"] == "simulator" and info["runtime_props"]["build_info"]
-    # the settings that ran: moe asked for 2 slots and got them; dense kept its profile's (config: null)
-    settings = {lane["name"]: lane["parallel"] for lane in manifest["config"]["lanes"]}
-    assert settings == {"dense": None, "moe": 2}
-    assert manifest["lanes"]["moe"]["runtime_props"]["total_slots"] == 2
-    assert manifest["lanes"]["dense"]["runtime_props"]["total_slots"] > 2
-    assert "--slots" in manifest["lanes"]["moe"]["command"] and "--slots" not in manifest["lanes"]["dense"]["command"]
-    assert all(manifest["network"][lane]["rtt_median_s"] > 0 for lane in ("dense", "moe"))
+    # the settings that ran: the relay lane asked for 1 slot and got it; moe and gpu1's dense kept their
+    # profiles' (config: null)
+    settings = {(lane.get("node"), lane["name"]): lane["parallel"] for lane in manifest["config"]["lanes"]}
+    assert settings == {(None, RELAY_LANE): 1, (None, "moe"): None, (SECOND_NODE, RELAY_LANE): None}
+    relay, moe = manifest["lanes"][RELAY_LANE], manifest["lanes"]["moe"]
+    assert relay["runtime_props"]["total_slots"] == 1 and moe["runtime_props"]["total_slots"] > 2
+    assert "--slots" in relay["command"] and "--slots" not in moe["command"]
+    assert all(manifest["network"][lane]["rtt_median_s"] > 0 for lane in KEYS)
     assert manifest["prometheus"]["started"] and Path(manifest["prometheus"]["config_path"]).exists()
     windows = [(s["lane"], s["concurrency"]) for s in manifest["steps"]]
-    assert windows == [("dense", 1), ("dense", 2), ("moe", 1), ("moe", 2)]
+    assert windows == [(lane, c) for lane in KEYS for c in (1, 2)]
     records = list(read_records(run_dir / "records.jsonl"))
-    assert {r.lane for r in records} == {"dense", "moe"} and all(r.run_id == run_dir.name for r in records)
+    assert {r.lane for r in records} == set(KEYS) and all(r.run_id == run_dir.name for r in records)
     recs = json.loads((run_dir / "recommendations.json").read_text())
-    assert recs["schema"] == "satbench.recommendations/v2" and set(recs["lanes"]) == {"dense", "moe"}
+    assert recs["schema"] == "satbench.recommendations/v2" and set(recs["lanes"]) == set(KEYS)
     assert recs["source"]["kind"] == "prometheus"
-    assert "prometheus: not every target" not in short_session.stdout  # the readiness checks did not time out
-    assert "not scraped after its answer" not in short_session.stdout
+    assert "prometheus: not every target" not in run.stdout  # the readiness checks did not time out
+    assert "not scraped after its answer" not in run.stdout
     steps = [s for lane in recs["lanes"].values() for s in lane["steps"]]
     assert steps and all(s["tpot_s"]["p50"] is not None for s in steps)  # TPOT on the Prometheus path too
     # the records' throughput interval runs with these windows (3 s) wherever a step counted its requests
@@ -83,14 +102,15 @@ def test_evidence_folder_is_complete(short_session: SessionRun) -> None:
     assert "## Recommendations" in (run_dir / "README.md").read_text()
 
 
-def test_the_workload_is_stated_and_no_planted_secret_is_written(short_session: SessionRun) -> None:
-    (run_dir,) = short_session.run_dirs
+def test_the_workload_is_stated_and_no_planted_secret_is_written(shared_session: SharedSession) -> None:
+    run = shared_session.run
+    run_dir = run.run_dir
     manifest = json.loads((run_dir / "manifest.json").read_text())
     work = manifest["config"]["loadgen"]["workload"]
     assert work["prompt_tokens"]["kind"] and work["output_tokens"]["kind"] == "uniform"
     assert isinstance(work["prefill_probe_tokens"], int) and isinstance(work["seed"], int)
-    dense = next(lane for lane in manifest["config"]["lanes"] if lane["name"] == "dense")
-    assert dense["api_key_env"] == PLANTED_KEY_ENV and dense["server_args"] == ["--api-key", "***"]
+    keyed = next(lane for lane in manifest["config"]["lanes"] if lane.get("api_key_env"))
+    assert keyed["api_key_env"] == PLANTED_KEY_ENV and keyed["server_args"] == ["--api-key", "***"]
     for name in ("README.md", "report.html"):
         text = (run_dir / name).read_text()
         assert "prompt tokens: " in text and "output tokens: 48..80 (uniform)" in text, name
@@ -99,11 +119,14 @@ def test_the_workload_is_stated_and_no_planted_secret_is_written(short_session: 
     assert len(files) > 10  # logs, Prometheus storage, records, manifest, report...
     holding = [str(p.relative_to(run_dir)) for p in files if planted in p.read_bytes()]
     assert holding == [], f"the planted secret is written in {holding}"
-    assert PLANTED_SECRET not in short_session.stdout + short_session.stderr
+    assert PLANTED_SECRET not in run.stdout + run.stderr
+    # the key reached the runtime through the relay: its requests were served, not refused
+    records = [r for r in read_records(run_dir / "records.jsonl") if r.lane == RELAY_LANE]
+    assert records and sum(r.ok for r in records) >= len(records) - 1
 
 
-def test_every_client_figure_of_the_prometheus_path_agrees_with_the_records(short_session: SessionRun) -> None:
-    (run_dir,) = short_session.run_dirs
+def test_every_client_figure_of_the_prometheus_path_agrees_with_the_records(shared_session: SharedSession) -> None:
+    run_dir = shared_session.run.run_dir
     recs = json.loads((run_dir / "recommendations.json").read_text())
     assert recs["source"]["kind"] == "prometheus"
     records = {(s["lane"], s["concurrency"]): StepFigures.from_dict(s)
@@ -115,11 +138,11 @@ def test_every_client_figure_of_the_prometheus_path_agrees_with_the_records(shor
             exact = records[(lane, raw["concurrency"])]
             assert disagreements(prom, exact) == {}, (lane, raw["concurrency"])
             compared += len(client_values(exact))
-    assert compared >= 4 * 20  # four steps, every quantile, count, rate and maximum
+    assert compared >= 2 * len(KEYS) * 20  # every step, every quantile, count, rate and maximum
 
 
-def test_report_readme_and_document_show_the_same_numbers(short_session: SessionRun) -> None:
-    (run_dir,) = short_session.run_dirs
+def test_report_readme_and_document_show_the_same_numbers(shared_session: SharedSession) -> None:
+    run_dir = shared_session.run.run_dir
     recs = json.loads((run_dir / "recommendations.json").read_text())
     report = load_run(run_dir)
     readme, page = (run_dir / "README.md").read_text(), (run_dir / "report.html").read_text()
@@ -143,8 +166,8 @@ def _shape_differences(sample: object, real: object, path: str = "") -> list[str
     if isinstance(sample, dict) and isinstance(real, dict):
         if sample and real and all(str(k).isdigit() for k in (*sample, *real)):  # a map by rung: rungs vary
             return _shape_differences(next(iter(sample.values())), next(iter(real.values())), f"{path}.<c>")
-        out = [f"{path}.{k}: only in DESIGN.md" for k in sorted(set(sample) - set(real))]
-        out += [f"{path}.{k}: missing from DESIGN.md" for k in sorted(set(real) - set(sample))]
+        out = [f"{path}.{k}: only in the sample" for k in sorted(set(sample) - set(real))]
+        out += [f"{path}.{k}: missing from the sample" for k in sorted(set(real) - set(sample))]
         for key in sorted(set(sample) & set(real)):
             out += _shape_differences(sample[key], real[key], f"{path}.{key}")
         return out
@@ -153,28 +176,30 @@ def _shape_differences(sample: object, real: object, path: str = "") -> list[str
     return []
 
 
-def test_design_md_sample_is_a_real_document(short_session: SessionRun) -> None:
-    """DESIGN.md's sample validates against the committed schema and has the keys of this session's real
-    document; SATBENCH_WRITE_DESIGN_SAMPLE=1 rewrites it from this run."""
+def test_design_md_sample_is_a_real_document(shared_session: SharedSession) -> None:
+    """The sample document DESIGN.md points to (docs/recommendations-sample.json) validates against the committed
+    schema and has the keys of this session's real document; SATBENCH_WRITE_DESIGN_SAMPLE=1 rewrites it from
+    this run."""
     import os
 
     import jsonschema
 
     from recommender.schema import SCHEMA_PATH, design_sample, key_shape, read_design_sample, write_design_sample
 
-    (run_dir,) = short_session.run_dirs
+    run_dir = shared_session.run.run_dir
     real = json.loads((run_dir / "recommendations.json").read_text())
     if os.environ.get("SATBENCH_WRITE_DESIGN_SAMPLE"):
         write_design_sample(real)
     sample = read_design_sample()
     jsonschema.validate(sample, json.loads(SCHEMA_PATH.read_text()))
     assert _shape_differences(key_shape(sample), key_shape(design_sample(real))) == [], (
-        "DESIGN.md's sample is behind the real document: python -m recommender.schema --design-sample RUN_DIR")
+        "the sample document is behind the real one: python -m recommender.schema --design-sample RUN_DIR")
 
 
-def test_no_child_survives_the_session(short_session: SessionRun) -> None:
-    assert len(short_session.descendants) >= 6  # 2 simulators, 2 exporters, recommender, Prometheus
-    assert survivors(short_session.descendants) == []
+def test_no_child_survives_the_session(shared_session: SharedSession) -> None:
+    run = shared_session.run
+    assert len(run.descendants) >= 8  # 3 simulators, 3 exporters (one relaying), recommender, Prometheus
+    assert survivors(run.descendants) == []
 
 
 def test_ctrl_c_stops_every_child(tmp_path: Path) -> None:
