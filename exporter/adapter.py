@@ -9,6 +9,11 @@ not answered when the budget runs out (the abandoned request still ends by itsel
 so a hung runtime costs a scrape at most its budget, never the scraper's timeout. A path may carry query
 parameters (``(path, {"model": name})``), which httpx escapes.
 
+Every fetch ends by its deadline and reads at most ``max_body_bytes`` (:mod:`exporter.bounded_http`: the
+deadline clamps every socket operation, headers included, and the body is cut at the cap), so a runtime
+that trickles bytes or sends a gigabyte of ``/slots`` costs one bounded fetch, its worker thread is free
+again at the deadline, and :meth:`EndpointFetcher.close` returns within one scrape budget.
+
 ``fetch`` takes ``model`` only from callers that were asked for one model of a router node (the exporter's
 ``/metrics?model=NAME``); an adapter of a runtime without router mode may leave it out of its signature.
 """
@@ -22,9 +27,12 @@ from typing import Protocol
 
 import httpx
 
+from exporter.bounded_http import TooLarge, bounded_transport, deadline, read_bounded
 from exporter.snapshot import EndpointReply, RuntimeSnapshot
 
-__all__ = ["Clock", "EndpointFetcher", "Path", "RuntimeAdapter"]
+__all__ = ["MAX_BODY_BYTES", "Clock", "EndpointFetcher", "Path", "RuntimeAdapter"]
+
+MAX_BODY_BYTES = 16 << 20  # a /slots of 256 busy slots is about 1 MB; a /metrics a few kB
 
 Clock = Callable[[], float]
 Path = str | tuple[str, Mapping[str, str]]
@@ -41,7 +49,8 @@ class RuntimeAdapter(Protocol):
 
 
 class EndpointFetcher:
-    """GETs ``base_url + path`` for several endpoints concurrently, each bounded by one shared deadline."""
+    """GETs ``base_url + path`` for several endpoints concurrently, each bounded by one shared deadline and
+    ``max_body_bytes``."""
 
     def __init__(
         self,
@@ -49,19 +58,28 @@ class EndpointFetcher:
         client: httpx.Client | None = None,
         clock: Clock = time.monotonic,
         max_workers: int = 16,
+        max_body_bytes: int = MAX_BODY_BYTES,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self._own_client = client is None
-        self._client = client if client is not None else httpx.Client()
+        self._client = client if client is not None else httpx.Client(transport=bounded_transport())
         self._clock = clock
+        self.max_body_bytes = max_body_bytes
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="exporter-fetch")
 
     def get(self, name: str, path: Path, timeout_s: float) -> EndpointReply:
+        """One GET that ends within ``timeout_s`` in all (connect, headers and body) and reads at most
+        ``max_body_bytes``; never raises."""
         start = self._clock()
         route, params = (path, None) if isinstance(path, str) else path
         try:
-            resp = self._client.get(self.base_url + route, params=params, timeout=httpx.Timeout(timeout_s))
-            body = resp.text
+            with deadline(time.monotonic() + timeout_s), self._client.stream(
+                    "GET", self.base_url + route, params=params, timeout=httpx.Timeout(timeout_s),
+                    headers={"Accept-Encoding": "identity"}) as resp:
+                raw = read_bounded(resp, self.max_body_bytes)
+                body = raw.decode(resp.encoding or "utf-8", errors="replace")
+        except TooLarge as exc:
+            return EndpointReply(name, None, "", self._clock() - start, f"refused: {exc}")
         except httpx.TimeoutException:
             return EndpointReply(name, None, "", self._clock() - start, f"timed out after {timeout_s:g}s")
         except httpx.HTTPError as exc:
@@ -90,7 +108,7 @@ class EndpointFetcher:
         return replies
 
     def close(self) -> None:
-        """Waits for requests in flight (each ends within its own timeout), then closes the client."""
+        """Waits for requests in flight (each ends by its own deadline), then closes the client."""
         self._pool.shutdown(wait=True, cancel_futures=True)
         if self._own_client:
             self._client.close()

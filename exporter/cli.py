@@ -28,7 +28,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="runtime PID for host RSS (default: found by the URL's local port)")
     parser.add_argument("--flavour", default="auto", choices=["llamacpp", "auto"], help="runtime API flavour")
     parser.add_argument("--gpu", default="auto", choices=["auto", "nvml", "none"],
-                        help="real GPUs via NVML (auto: try, gpu_up 0 if absent, skipped for a simulator)")
+                        help="real GPUs via NVML (auto: try when the runtime is on this host, gpu_up 0 if "
+                             "absent, skipped for a simulator)")
     parser.add_argument("--budget-s", type=float, default=0.5,
                         help="time budget of one scrape; slower sources count as down (default 0.5)")
     parser.add_argument("--relay", metavar="HOST:PORT", default=None,
@@ -41,7 +42,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None,
                         help="router mode: publish only this model (a scrape's ?model= still picks another)")
     parser.add_argument("--kv-unified", default="auto", choices=["auto", "yes", "no"],
-                        help="KV cache shared by all slots? auto (default): the runtime's argv, else split")
+                        help="KV cache shared by all slots? auto (default): what the runtime tells, else unknown")
+    parser.add_argument("--models-root", action="append", default=[], metavar="DIR",
+                        help="a folder whose model files may be sized and hashed for the fingerprint "
+                             "(repeatable; besides these only files the runtime itself has open are read)")
+    parser.add_argument("--max-body-bytes", type=int, default=16 << 20,
+                        help="the most bytes read of one runtime answer (default 16 MiB)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -52,6 +58,7 @@ def main(args: argparse.Namespace) -> int:
             runtime_url=args.runtime_url, host=args.host, port=args.port, runtime_pid=args.runtime_pid,
             flavour=args.flavour, gpu=args.gpu, budget_s=args.budget_s, props_ttl_s=args.props_ttl_s,
             router=args.router, model=args.model, kv_unified=args.kv_unified,
+            models_roots=tuple(args.models_root), max_body_bytes=args.max_body_bytes,
         )
     except ValueError as exc:
         print(f"satbench exporter: {exc}", file=sys.stderr)

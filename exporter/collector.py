@@ -132,7 +132,8 @@ class RuntimeCollector(Collector):
         """The live fingerprint(s), read now: ``{None: fp}`` on a single-model node, ``{model: fp}`` per
         loaded model of a router (``model`` narrows a router to that one). Publishes nothing."""
         got = self._gather(self._clock(), model)
-        return self._fingerprints.build(got.snapshot, got.process, got.process_error, self._readings(got.gpus))
+        return self._fingerprints.build(got.snapshot, got.process, got.process_error, self._readings(got.gpus),
+                                        wait_s=self._fingerprints.sample_wait_s)
 
     def _gather(self, start: float, model: str | None) -> _Gathered:
         deadline = start + self.budget_s + _GRACE_S
@@ -154,8 +155,10 @@ class RuntimeCollector(Collector):
 
     def _scrape(self, start: float, model: str | None) -> list[Metric]:
         got = self._gather(start, model)
+        self._fingerprints.note(got.snapshot)
         argv = got.process.cmdline if got.process is not None else None
-        families = runtime_series(got.snapshot, self.budget_s, argv, self.kv_unified, self._occupancy)
+        environ = dict(got.process.environ) if got.process is not None and got.process.environ is not None else None
+        families = runtime_series(got.snapshot, self.budget_s, argv, self.kv_unified, self._occupancy, environ)
         families += self._process_families(got.process, got.process_s)
         families += self._gpu_families(got.gpus)
         try:

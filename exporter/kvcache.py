@@ -12,12 +12,20 @@ prompt cache. So, per scrape::
     ratio    = active / capacity
 
 The ratio means what vLLM's ``vllm:kv_cache_usage_perc`` means: blocks held by running requests, with
-cached-but-free prefix blocks counted as free. ``/slots`` cannot tell the two layouts apart (a split cache
-of 2048 over 2 slots and a unified 1024 both show 1024 per slot), so the layout comes from the operator
-(``--kv-unified yes|no``) or from the runtime's command line (:func:`layout_from_argv`: ``-kvu``,
-``-no-kvu``, and ``-np`` absent or -1, for which the build's help says "default: enabled if number of
-slots is auto"; only a llama-server or ``satbench sim`` argv counts); failing both, split is assumed and
-said so (``assumed_split``). In router mode the child's argv is the one ``/v1/models`` lists.
+cached-but-free prefix blocks counted as free.
+
+The layout, from what the runtime tells, never assumed (:func:`resolve_layout`). ``/slots`` alone cannot
+tell the layouts apart (a split cache of 2048 over 2 slots and a unified 1024 both show 1024 per slot), and
+llama.cpp's own default is the unified one (``-np`` left out is "auto": 4 slots over one unified cache), so
+assuming "split" made a remote exporter read a quarter of the usage of the same ``/slots`` (0.15 against
+0.61). In order: the operator (``--kv-unified yes|no``); ``/props`` where the runtime says it (the
+simulator does); the runtime's command line and ``LLAMA_ARG_*`` environment read by llama-server's own rule
+(``core.llama_argv.settings_from_argv``, the rule the drop-in simulator applies too); ``/slots`` itself,
+where it proves the layout (one slot: both are one; busy slots holding more tokens than the largest
+``n_ctx``: only split caches can). Failing all, the layout is ``unknown`` and published as such, with the
+capacity a unified cache would have (the largest ``n_ctx``, the least it can be) and the ratio over it (the
+most the usage can be: an alert on a full cache fires rather than stays silent). In router mode the
+child's argv is the one ``/v1/models`` lists.
 
 Limits: context shifting (``--context-shift``) discards ``n_discard`` tokens and keeps generating, so
 ``n_prompt_tokens`` can read below what was generated; under unified KV an idle slot's tokens may already
@@ -27,16 +35,16 @@ only the window of each sequence in their SWA layers, so the token counts overst
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from core.llama_argv import is_llama_server_argv, settings_from_argv
 
 __all__ = ["KV_LAYOUTS", "KV_SETTINGS", "KvUsage", "SlotKv", "kv_usage", "layout_from_argv", "resolve_layout"]
 
 KV_SETTINGS = ("auto", "yes", "no")
-KV_LAYOUTS = ("unified", "split", "assumed_split")
-_ON = {"-kvu", "--kv-unified"}
-_OFF = {"-no-kvu", "--no-kv-unified"}
-_PARALLEL = {"-np", "--parallel"}
+KV_LAYOUTS = ("unified", "split", "unknown")
 
 
 @dataclass(frozen=True)
@@ -62,54 +70,50 @@ class KvUsage:
         return min(1.0, max(0.0, self.active_tokens / self.capacity_tokens))
 
 
-def _is_llama_server(argv: Sequence[str]) -> bool:
-    """llama-server (``llama-server``, the unified ``llama`` binary) or the satbench simulator, which takes
-    llama-server's flags; any other program's flags (a test runner serving replayed payloads) tell nothing."""
-    program = argv[0].replace("\\", "/").rsplit("/", 1)[-1]
-    if program.startswith("llama"):
-        return True
-    head = argv[:4]
-    return any("satbench" in a for a in head) and "sim" in head
-
-
-def layout_from_argv(argv: Sequence[str]) -> str | None:
-    """``unified`` or ``split`` as llama-server decides it from its command line; None for another program."""
-    if not argv or not _is_llama_server(argv):
+def layout_from_argv(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> str | None:
+    """``unified`` or ``split`` as llama-server decides it from its command line and environment
+    (``core.llama_argv``; ``environ`` None: it could not be read, so what it may set is unknown); None for
+    another program, or where they do not decide it."""
+    if not argv or not is_llama_server_argv(argv):
         return None
-    explicit: str | None = None
-    parallel: str | None = None
-    for i, arg in enumerate(argv):
-        name, _, inline = arg.partition("=")
-        if arg in _ON:
-            explicit = "unified"
-        elif arg in _OFF:
-            explicit = "split"
-        elif name in _PARALLEL:
-            parallel = inline if inline else (argv[i + 1] if i + 1 < len(argv) else None)
-    if explicit is not None:
-        return explicit
-    try:
-        slots = int(parallel) if parallel is not None else -1
-    except ValueError:
-        return None
-    return "unified" if slots == -1 else "split"
+    unified = settings_from_argv(argv, environ)[0]["kv_unified"]
+    return None if unified is None else "unified" if unified else "split"
 
 
-def resolve_layout(setting: str, argv: Sequence[str] | None) -> str:
-    """The layout to compute capacity with: the operator's ``yes``/``no``, else the argv's, else assumed."""
+def _from_props(props: Mapping[str, Any] | None) -> str | None:
+    for value in ((props or {}).get("kv_unified"), ((props or {}).get("simulator") or {}).get("kv_unified")):
+        if isinstance(value, bool):
+            return "unified" if value else "split"
+    return None
+
+
+def _from_slots(slots: Sequence[SlotKv]) -> str | None:
+    if len(slots) == 1:
+        return "split"  # one slot: both layouts are the same cache
+    if slots and sum(s.tokens for s in slots if s.busy) > max(s.n_ctx for s in slots):
+        return "split"  # more than a unified cache could hold
+    return None
+
+
+def resolve_layout(setting: str, argv: Sequence[str] | None, *, environ: Mapping[str, str] | None = None,
+                   props: Mapping[str, Any] | None = None, slots: Sequence[SlotKv] = ()) -> str:
+    """The layout to compute capacity with (module docstring): ``unified``, ``split`` or ``unknown``."""
     if setting == "yes":
         return "unified"
     if setting == "no":
         return "split"
-    found = layout_from_argv(argv) if argv else None
-    return found if found is not None else "assumed_split"
+    for found in (_from_props(props), layout_from_argv(argv, environ) if argv else None, _from_slots(slots)):
+        if found is not None:
+            return found
+    return "unknown"
 
 
 def kv_usage(slots: Sequence[SlotKv], layout: str) -> KvUsage | None:
-    """Active, idle and capacity tokens of one model's slots (None when there is no slot)."""
+    """Active, idle and capacity tokens of one model's slots (None when there is no slot); an ``unknown``
+    layout is counted as unified (the least capacity, the most usage)."""
     if not slots:
         return None
     active = sum(s.tokens for s in slots if s.busy)
     idle = sum(s.tokens for s in slots if not s.busy)
-    capacity = max(s.n_ctx for s in slots) if layout == "unified" else sum(s.n_ctx for s in slots)
+    capacity = sum(s.n_ctx for s in slots) if layout == "split" else max(s.n_ctx for s in slots)
     return KvUsage(active, idle, capacity, layout)

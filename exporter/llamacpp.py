@@ -1,7 +1,8 @@
 """The llama.cpp adapter: one llama-server, serving one model or, in router mode, several.
 
 Single model: ``/health``, ``/metrics``, ``/slots`` and ``/props`` are fetched concurrently within the scrape
-budget; ``/props`` (slot count, model, build) changes only on restart, so a good answer is reused for
+budget; ``/props`` (slot count, model, build) and ``/v1/models`` (the model's ``meta``: what a remote
+exporter can tell of the model, for the fingerprint) change only on restart, so a good answer is reused for
 ``props_ttl_s`` seconds instead of being fetched on every scrape.
 
 Router mode (:mod:`exporter.router`) is told (``router=True``) or detected from ``/props`` ``role:
@@ -33,6 +34,7 @@ __all__ = ["PROPS_TTL_S", "LlamaCppAdapter"]
 
 PROPS_TTL_S = 30.0
 _PATHS = {"health": "/health", "metrics": "/metrics", "slots": "/slots", "props": "/props"}
+_MODELS_KEY = "#models"  # the cached /v1/models of a single-model node
 _PER_MODEL = ("metrics", "slots", "props")
 
 
@@ -83,7 +85,9 @@ class _PropsCache:
             return EndpointReply(reply.name, reply.status, reply.body, 0.0, None, cached=True)
 
     def put(self, key: str, reply: EndpointReply) -> None:
-        if reply.ok:
+        """Keeps a good answer, and a 404 of ``/v1/models`` (an older build has none: asking every scrape
+        would not change that until a restart)."""
+        if reply.ok or (key == _MODELS_KEY and reply.status == 404 and reply.error is None):
             with self._lock:
                 self._entries[key] = (self._clock(), reply)
 
@@ -94,7 +98,7 @@ class _PropsCache:
     def keep_only(self, keys: set[str]) -> None:
         """Forgets the models not loaded any more: a reloaded model may come back with other props."""
         with self._lock:
-            for key in [k for k in self._entries if k and k not in keys]:
+            for key in [k for k in self._entries if k and k != _MODELS_KEY and k not in keys]:
                 del self._entries[key]
 
 
@@ -133,10 +137,11 @@ class LlamaCppAdapter:
         start = self._clock()
         router = self._router if self._router is not None else self._detected
         props = self._props.get("")
+        models = self._props.get(_MODELS_KEY)
         paths: dict[str, Path] = {"health": _PATHS["health"]}
         if props is None:
             paths["props"] = _PATHS["props"]
-        if router is not False:
+        if router is not False or models is None:
             paths["models"] = "/v1/models"
         if router is not True:
             paths["metrics"], paths["slots"] = _PATHS["metrics"], _PATHS["slots"]
@@ -153,12 +158,18 @@ class LlamaCppAdapter:
         if not router:
             if "metrics" not in replies:
                 replies.update(self._fetcher.fetch_many({k: _PATHS[k] for k in ("metrics", "slots")}, left))
+            if models is None and "models" in replies:
+                models = replies["models"]
+                self._props.put(_MODELS_KEY, models)
             if props.cached and _restarted(replies["health"], replies["slots"], props):
                 self._props.drop("")  # what it says may have changed with the restart: ask again now
-                props = self._fetcher.fetch_many({"props": _PATHS["props"]}, budget_s - (self._clock() - start))[
-                    "props"]
+                self._props.drop(_MODELS_KEY)
+                again = self._fetcher.fetch_many({"props": _PATHS["props"], "models": "/v1/models"},
+                                                 budget_s - (self._clock() - start))
+                props, models = again["props"], again["models"]
                 self._props.put("", props)
-            return llamacpp_snapshot(replies["health"], replies["metrics"], replies["slots"], props)
+                self._props.put(_MODELS_KEY, models)
+            return llamacpp_snapshot(replies["health"], replies["metrics"], replies["slots"], props, models)
         if "models" not in replies:
             replies.update(self._fetcher.fetch_many({"models": "/v1/models"}, left))
             left = budget_s - (self._clock() - start)
@@ -179,7 +190,9 @@ class LlamaCppAdapter:
         if listed is not None:
             self._props.keep_only(set(loaded))
         targets = [name for name in loaded if only is None or name == only]
-        per_model = self._fetch_models(targets, replies["health"], left)
+        meta = {v.name: v.meta for v in listed or ()}
+        per_model = {name: dataclasses.replace(snap, model_meta=meta.get(name))
+                     for name, snap in self._fetch_models(targets, replies["health"], left).items()}
         return router_snapshot(FLAVOUR, replies["health"], props, models, listed, models_error, per_model, only)
 
     def _fetch_models(

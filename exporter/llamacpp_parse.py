@@ -231,13 +231,29 @@ def _finite(samples: Mapping[str, float], name: str) -> float | None:
     return value if value is not None and math.isfinite(value) and value >= 0 else None
 
 
+def model_meta(models: EndpointReply | None) -> Mapping[str, Any] | None:
+    """The ``meta`` of the first model a single-model server lists in ``/v1/models`` (its tensors' size,
+    parameters, ftype: what a remote exporter can tell of the model), None when it lists none."""
+    if models is None or not models.ok:
+        return None
+    try:
+        data = json.loads(models.body)
+    except ValueError:
+        return None
+    items = data.get("data") if isinstance(data, Mapping) else None
+    first = items[0] if isinstance(items, list) and items and isinstance(items[0], Mapping) else {}
+    meta = first.get("meta")
+    return meta if isinstance(meta, Mapping) else None
+
+
 def llamacpp_snapshot(
     health: EndpointReply,
     metrics: EndpointReply,
     slots: EndpointReply,
     props: EndpointReply,
+    models: EndpointReply | None = None,
 ) -> RuntimeSnapshot:
-    """Combines the four replies of one scrape; each unusable reply only removes its own fields."""
+    """Combines the replies of one scrape; each unusable reply only removes its own fields."""
     sources: list[SourceResult] = [_result(health)]
     fields: dict[str, Any] = {}
     info: dict[str, str] = {"flavour": FLAVOUR}
@@ -288,6 +304,9 @@ def llamacpp_snapshot(
                 fields["slots_configured"] = counts.total
     sources.append(_result(slots, slots_error))
 
+    meta = model_meta(models)
+    if meta is not None:
+        fields["model_meta"] = meta
     health_up = sources[0].up
     return RuntimeSnapshot(
         flavour=FLAVOUR,

@@ -6,8 +6,11 @@ gone (checked by PID and creation time, so a recycled PID is not mistaken for th
 another host has no local process: the reader then raises :class:`ProcessUnavailable` and
 ``runtime_process_up`` is 0.
 
-The process's command line is read once per process found (``cmdline``; None when the OS refuses it): it
-tells how the runtime lays its KV cache out (:func:`exporter.kvcache.layout_from_argv`).
+The process's command line and the ``LLAMA_ARG_*`` variables of its environment (``/proc/PID/environ``:
+how the official images configure llama-server) are read once per process found (``cmdline``, ``environ``;
+None, with ``environ_error``, when the OS refuses them; only the names ``core.llama_argv.ENV_NAMES`` are
+kept, since an environment holds keys and tokens): they tell the settings of the fingerprint and how the
+runtime lays its KV cache out (:mod:`exporter.kvcache`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 import psutil
+
+from core.llama_argv import ENV_NAMES
 
 __all__ = [
     "FakeProcessReader",
@@ -40,6 +45,8 @@ class ProcessReading:
     pid: int
     rss_bytes: float
     cmdline: tuple[str, ...] | None = None
+    environ: tuple[tuple[str, str], ...] | None = None  # the LLAMA_ARG_* variables, sorted
+    environ_error: str | None = None
 
 
 class ProcessReader(Protocol):
@@ -83,6 +90,8 @@ class PsutilProcessReader:
         self._port = port
         self._found: psutil.Process | None = None
         self._cmdline: tuple[str, ...] | None = None
+        self._environ: tuple[tuple[str, str], ...] | None = None
+        self._environ_error: str | None = None
         self._lock = threading.Lock()
 
     def _find(self) -> psutil.Process:
@@ -90,6 +99,7 @@ class PsutilProcessReader:
             return self._found
         self._found = None
         self._cmdline = None
+        self._environ, self._environ_error = None, None
         if self._pid is not None:
             try:
                 self._found = psutil.Process(self._pid)
@@ -124,4 +134,10 @@ class PsutilProcessReader:
                     self._cmdline = tuple(process.cmdline())
                 except psutil.Error:
                     self._cmdline = None
-            return ProcessReading(pid=process.pid, rss_bytes=float(rss), cmdline=self._cmdline)
+                try:
+                    env = process.environ()
+                    self._environ = tuple(sorted((k, v) for k, v in env.items() if k in ENV_NAMES))
+                except psutil.Error as exc:
+                    self._environ_error = f"the OS does not show process {process.pid}'s environment ({exc})"
+            return ProcessReading(pid=process.pid, rss_bytes=float(rss), cmdline=self._cmdline,
+                                  environ=self._environ, environ_error=self._environ_error)

@@ -51,7 +51,9 @@ def parse_models(body: str) -> tuple[ModelView, ...]:
             raw = status.get("args")
             if isinstance(raw, list):
                 args = tuple(str(a) for a in raw)
-        out.append(ModelView(name=item["id"], status=value, args=args))
+        meta = item.get("meta")
+        out.append(ModelView(name=item["id"], status=value, args=args,
+                             meta=meta if isinstance(meta, Mapping) else None))
     return tuple(out)
 
 

@@ -84,6 +84,7 @@ def _sources(
 def _model_series(
     fs: FamilySet, snap: RuntimeSnapshot, labels: Mapping[str, str], key: str | None,
     argv: Sequence[str] | None, kv_setting: str, occupancy: OccupancyBook,
+    environ: Mapping[str, str] | None = None,
 ) -> None:
     """Every series a runtime (or one model of a router) tells, with ``labels`` added."""
     if snap.info:
@@ -121,7 +122,8 @@ def _model_series(
             fs.gauge("runtime_decode_occupancy_ratio",
                      "Mean busy slots / slots per decode step, since this exporter's previous scrape.",
                      step.interval_ratio, labels)
-    kv = kv_usage(snap.slot_kv or (), resolve_layout(kv_setting, argv))
+    slot_kv = snap.slot_kv or ()
+    kv = kv_usage(slot_kv, resolve_layout(kv_setting, argv, environ=environ, props=snap.props, slots=slot_kv))
     if kv is not None:
         if kv.ratio is not None:
             fs.gauge("runtime_kv_cache_usage_ratio",
@@ -133,13 +135,13 @@ def _model_series(
                      float(tokens), {"state": state, **labels})
         fs.gauge("runtime_kv_cache_capacity_tokens",
                  "KV capacity in tokens: sum of slots' n_ctx (split) or the largest (unified); kv_layout says "
-                 "which, and assumed_split when neither --kv-unified nor the runtime's argv told.",
+                 "which, unknown when nothing the runtime tells decides it (then the largest: the least it can be).",
                  float(kv.capacity_tokens), {"kv_layout": kv.layout, **labels})
 
 
 def _router_series(
     fs: FamilySet, snap: RuntimeSnapshot, budget_s: float, process_argv: Sequence[str] | None,
-    kv_setting: str, occupancy: OccupancyBook,
+    kv_setting: str, occupancy: OccupancyBook, environ: Mapping[str, str] | None,
 ) -> None:
     node = {s.name: s for s in snap.sources}
     models = node.get("models")
@@ -157,19 +159,21 @@ def _router_series(
             continue
         sources = {s.name: s for s in view.snapshot.sources}
         _sources(fs, sources, _PER_MODEL, labels, budget_s)
-        _model_series(fs, view.snapshot, labels, view.name, view.args or process_argv, kv_setting, occupancy)
+        _model_series(fs, view.snapshot, labels, view.name, view.args or process_argv, kv_setting, occupancy,
+                      environ)
 
 
 def runtime_series(
     snap: RuntimeSnapshot, budget_s: float, process_argv: Sequence[str] | None, kv_setting: str,
-    occupancy: OccupancyBook,
+    occupancy: OccupancyBook, environ: Mapping[str, str] | None = None,
 ) -> list[Metric]:
-    """The families of one scrape. ``process_argv``: the runtime's command line when its process is known."""
+    """The families of one scrape. ``process_argv`` and ``environ``: the runtime's command line and its
+    ``LLAMA_ARG_*`` environment when its process is known (None: not read)."""
     fs = FamilySet()
     fs.gauge("runtime_up", "1 when the runtime /health answers 200.", float(snap.up))
     if snap.router:
-        _router_series(fs, snap, budget_s, process_argv, kv_setting, occupancy)
+        _router_series(fs, snap, budget_s, process_argv, kv_setting, occupancy, environ)
         return fs.families()
     _sources(fs, {s.name: s for s in snap.sources}, RUNTIME_SOURCES, {}, budget_s)
-    _model_series(fs, snap, {}, None, process_argv, kv_setting, occupancy)
+    _model_series(fs, snap, {}, None, process_argv, kv_setting, occupancy, environ)
     return fs.families()

@@ -18,10 +18,12 @@ model's fingerprint (404 when it is not loaded).
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -30,10 +32,11 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
-from exporter.adapter import EndpointFetcher, RuntimeAdapter
+from exporter.adapter import MAX_BODY_BYTES, EndpointFetcher, RuntimeAdapter
 from exporter.collector import DEFAULT_BUDGET_S, RuntimeCollector
 from exporter.gpu import GpuReader, NvmlGpuReader
 from exporter.kvcache import KV_SETTINGS
+from exporter.live_fingerprint import LiveFingerprints
 from exporter.llamacpp import PROPS_TTL_S, LlamaCppAdapter
 from exporter.process import ProcessReader, PsutilProcessReader, local_port_of
 from exporter.sim_gpu import SimulatedGpuReader
@@ -59,6 +62,8 @@ class ExporterConfig:
     router: str = "auto"
     model: str | None = None
     kv_unified: str = "auto"
+    models_roots: tuple[str, ...] = ()
+    max_body_bytes: int = MAX_BODY_BYTES
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.runtime_url)
@@ -84,6 +89,11 @@ class ExporterConfig:
             raise ValueError("--model names a model of a router node; it cannot go with --router no")
         if self.kv_unified not in KV_SETTINGS:
             raise ValueError(f"--kv-unified must be one of {', '.join(KV_SETTINGS)}, got {self.kv_unified!r}")
+        for root in self.models_roots:
+            if not root or not os.path.isabs(root):
+                raise ValueError(f"--models-root must be an absolute folder, got {root!r}")
+        if not 1024 <= self.max_body_bytes <= 1 << 30:
+            raise ValueError(f"--max-body-bytes must be within 1024..1073741824, got {self.max_body_bytes}")
 
     @property
     def router_mode(self) -> bool | None:
@@ -101,21 +111,24 @@ def build_adapter(config: ExporterConfig, fetcher: EndpointFetcher) -> RuntimeAd
 
 
 def build_collector(config: ExporterConfig) -> RuntimeCollector:
-    """The real sources of one node; one HTTP fetcher is shared, and closed with the collector."""
-    fetcher = EndpointFetcher(config.runtime_url)
+    """The real sources of one node; one HTTP fetcher is shared, and closed with the collector. With ``--gpu
+    auto`` a runtime on another host (no ``--runtime-pid``, a URL that is not this host's) gets no NVML
+    reader: this host's GPUs are not the node's."""
+    fetcher = EndpointFetcher(config.runtime_url, max_body_bytes=config.max_body_bytes)
     adapter = build_adapter(config, fetcher)
-    gpu_readers: list[GpuReader] = []
-    if config.gpu in ("auto", "nvml"):
-        gpu_readers.append(NvmlGpuReader())
-    gpu_readers.append(SimulatedGpuReader(fetcher, timeout_s=config.budget_s))
     process_reader: ProcessReader | None = None
     if config.runtime_pid is not None:
         process_reader = PsutilProcessReader(pid=config.runtime_pid)
     elif (port := local_port_of(config.runtime_url)) is not None:
         process_reader = PsutilProcessReader(port=port)
+    gpu_readers: list[GpuReader] = []
+    if config.gpu == "nvml" or (config.gpu == "auto" and process_reader is not None):
+        gpu_readers.append(NvmlGpuReader())
+    gpu_readers.append(SimulatedGpuReader(fetcher, timeout_s=config.budget_s))
     return RuntimeCollector(
         adapter, gpu_readers, process_reader, budget_s=config.budget_s,
         simulated_gpu_replaces_real=config.gpu == "auto", kv_unified=config.kv_unified,
+        fingerprints=LiveFingerprints(models_roots=[Path(r) for r in config.models_roots]),
     )
 
 

@@ -94,6 +94,7 @@ class RuntimeSnapshot:
     slot_kv: tuple[SlotKv, ...] | None = None
     info: tuple[tuple[str, str], ...] = ()
     props: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)  # the /props object
+    model_meta: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)  # /v1/models meta
     router: bool = False
     models: tuple[ModelView, ...] = ()
 
@@ -126,6 +127,7 @@ class ModelView:
     status: str
     args: tuple[str, ...] = ()
     snapshot: RuntimeSnapshot | None = None
+    meta: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)  # /v1/models meta
 
     @property
     def loaded(self) -> bool:

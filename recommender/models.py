@@ -180,15 +180,25 @@ class ChangeModel(BaseModel):
     live: Any
 
 
+class ComparedModel(BaseModel):
+    """How much of the fingerprint was compared (``core.fingerprint_compare.COMPARED_FIELDS``)."""
+
+    fields: int = Field(description="fields known on both sides, and so compared")
+    of: int = Field(description="fields a fingerprint has")
+    not_compared: list[str] = Field(default_factory=list, description="the fields one side could not tell")
+
+
 class ValidityModel(BaseModel):
     """Whether what the answer was measured on is what the node runs now (its live fingerprint)."""
 
     state: Literal["valid", "changed", "unknown"] = Field(
-        description="valid: the live fingerprint matches; changed: it differs (the answer is stale); "
-                    "unknown: no live fingerprint to compare (reason says why)")
+        description="valid: nothing differs and everything that decides capacity (build, model, slots, context "
+                    "and KV layout, batch sizes) was compared; changed: a field differs (the answer is stale); "
+                    "unknown: not all of that could be compared, or no live fingerprint (reason says why)")
     checked_at: str | None = None
     changes: list[ChangeModel] = Field(default_factory=list)
     reason: str | None = None
+    compared: ComparedModel | None = Field(None, description="how much was compared: n of m fields")
 
 
 class FingerprintModel(BaseModel):

@@ -2,17 +2,21 @@
 
 An answer holds the fingerprint of what it was measured on (``core.fingerprint``: runtime build, model
 files, the settings that set capacity, hardware; the session took it from the lane's exporter when the walk
-began). Each lane's exporter publishes the live one as ``runtime_fingerprint_info`` (one series per lane,
-its labels the fields; ``lane`` and ``node`` come from the scrape target). ``check_answers`` reads them all in
-one instant query and compares field by field (``core.fingerprint.compare``: a field either side cannot tell
-is not compared), so a node rebuilt, its model swapped or its ``--parallel`` changed turns exactly its
-answers ``stale``, with a reason naming what changed, within a scrape interval and a tick.
+began, and the service takes a posted run's from Prometheus, never from the body). Each lane's exporter
+publishes the live one as ``runtime_fingerprint_info`` (one series per lane, its labels the fields; ``lane``
+and ``node`` come from the scrape target). ``check_answers`` reads them all in one instant query and weighs
+each answer's (``core.fingerprint_compare.assess``), so a node rebuilt, its model swapped or its
+``--parallel`` changed turns exactly its answers ``stale``, with a reason naming what changed, within a
+scrape interval and a tick.
 
-Three outcomes per answer (``validity.state``): ``valid`` (the live fingerprint matches), ``changed`` (it
-differs: the store serves the answer ``stale``, ``last_status`` kept), ``unknown`` (nothing to compare: no
-fingerprint in the answer, no live series for the lane, or no Prometheus; the answer keeps its status and
-the reason says which). While a runtime restarts its exporter may briefly publish two label sets; the
-answer counts as valid while any live series matches, and as changed once none does.
+Three outcomes per answer (``validity.state``): ``valid`` (nothing differs, and everything that decides
+capacity was compared: the build, the model, the slots, the context and KV layout, the batch sizes),
+``changed`` (a field differs: the store serves the answer ``stale``, ``last_status`` kept), ``unknown`` (no
+fingerprint in the answer, no live series for the lane, no Prometheus, the runtime down or loading, or what
+decides capacity not all compared: the answer keeps its status and the reason says which).
+``validity.compared`` says how much was (``{"fields": n, "of": m, "not_compared": [...]}``). While a runtime
+restarts its exporter may briefly publish two label sets; the answer takes the best state any of them
+gives (valid, then changed, then unknown).
 
 Matching: a lane key ``node/lane`` takes the series with those ``node`` and ``lane`` labels; a bare key
 (a lane that names no node) the series with its ``lane`` and no ``node`` label (or ``node="local"``), else,
@@ -24,15 +28,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from core.fingerprint import compare, describe_changes, from_info_labels
+from core.fingerprint_compare import assess
+from core.fingerprint_labels import from_info_labels
 from core.lanes import LOCAL_NODE
 from recommender.document import iso_utc, unchecked
+from recommender.errors import PrometheusQueryError, SourceUnavailable
 from recommender.prometheus_source import PromQLClient, VectorSample
 
-__all__ = ["FINGERPRINT_SERIES", "check_answers", "live_by_key", "validity_of"]
+__all__ = ["FINGERPRINT_SERIES", "check_answers", "fingerprints_when_measured", "live_by_key", "validity_of"]
 
 FINGERPRINT_SERIES = "runtime_fingerprint_info"
-_COMPARED = ("runtime", "model", "settings", "hardware")
+_COMPARED = ("runtime", "model", "settings", "hardware", "unknown")
+_RANK = {"valid": 0, "changed": 1, "unknown": 2}
 
 
 def live_by_key(samples: list[VectorSample]) -> dict[str, list[dict[str, Any]]]:
@@ -57,12 +64,10 @@ def validity_of(answer: Mapping[str, Any], live: list[dict[str, Any]] | None, *,
         return unchecked(f"no live fingerprint: Prometheus has no {FINGERPRINT_SERIES} series for this lane "
                          "(its exporter is down, not scraped, or older than the fingerprint)")
     part = {k: measured.get(k) for k in _COMPARED}
-    attempts = [compare(part, {k: fp.get(k) for k in _COMPARED}) for fp in live]
-    checked = iso_utc(now)
-    if any(not changes for changes in attempts):
-        return {"state": "valid", "checked_at": checked, "changes": [], "reason": None}
-    changes = min(attempts, key=len)
-    return {"state": "changed", "checked_at": checked, "changes": changes, "reason": describe_changes(changes)}
+    attempts = [assess(part, {k: fp.get(k) for k in _COMPARED}) for fp in live]
+    best = min(attempts, key=lambda a: (_RANK[a["state"]], len(a["changes"])))
+    return {"state": best["state"], "checked_at": iso_utc(now), "changes": best["changes"],
+            "reason": best["reason"], "compared": best["compared"]}
 
 
 async def check_answers(client: PromQLClient, lanes: Mapping[str, Mapping[str, Any]], *,
@@ -70,6 +75,36 @@ async def check_answers(client: PromQLClient, lanes: Mapping[str, Mapping[str, A
     """The validity of every answer in ``lanes`` (by key), from one instant query at ``now``."""
     live = live_by_key(await client.query(FINGERPRINT_SERIES, now))
     return {key: validity_of({**answer, "key": key}, _live_of(key, live), now=now) for key, answer in lanes.items()}
+
+
+async def fingerprints_when_measured(client: PromQLClient, starts: Mapping[str, float]
+                                     ) -> dict[str, tuple[dict[str, Any] | None, str | None]]:
+    """For each lane key, the live fingerprint its exporter published when the lane's first window began
+    (``starts``: key -> Unix seconds), and why there is none: what a posted run's answers are taken to be
+    measured on, instead of a fingerprint the body says. One instant query per distinct start time; a source
+    failure is the reason of every lane it leaves without one."""
+    out: dict[str, tuple[dict[str, Any] | None, str | None]] = {}
+    by_time: dict[float, list[str]] = {}
+    for key, at in starts.items():
+        by_time.setdefault(at, []).append(key)
+    for at, keys in sorted(by_time.items()):
+        try:
+            live = live_by_key(await client.query(FINGERPRINT_SERIES, at))
+        except (SourceUnavailable, PrometheusQueryError) as exc:
+            for key in keys:
+                out[key] = (None, f"Prometheus could not be asked for the lane's {FINGERPRINT_SERIES}: {exc}")
+            continue
+        for key in keys:
+            found = _live_of(key, live)
+            if not found:
+                out[key] = (None, f"Prometheus holds no {FINGERPRINT_SERIES} of this lane when its first window "
+                                  f"began ({iso_utc(at)}): its exporter was not scraped then")
+            elif len(found) > 1:
+                out[key] = (None, f"its exporter published {len(found)} fingerprints when its first window began "
+                                  "(a restart): which one it was measured on cannot be told")
+            else:
+                out[key] = (found[0], None)
+    return out
 
 
 def _live_of(key: str, live: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]] | None:

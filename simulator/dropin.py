@@ -5,8 +5,9 @@ that shape serving are honoured:
 
 | llama-server flag | simulator |
 |---|---|
-| ``-np/--parallel N`` | ``[server] slots`` |
-| ``-c/--ctx-size N`` | ``[server] ctx_tokens``; each slot gets ``N / parallel`` unless ``-kvu/--kv-unified`` |
+| ``-np/--parallel N`` | ``[server] slots``; ``-1`` (llama-server's default, "auto") is 4 slots over a unified cache |
+| ``-c/--ctx-size N`` | ``[server] ctx_tokens``; each slot gets ``N / parallel`` unless the cache is unified |
+| ``-kvu/--kv-unified``, ``-no-kvu`` | one KV cache shared by the slots (each may use all of ``-c``) |
 | ``-b/--batch-size``, ``-ub/--ubatch-size`` | ``[server] batch``, ``ubatch`` (``ubatch <= batch``) |
 | ``--context-shift`` | generation goes on past a full context |
 | ``-a/--alias A[,B]``, ``--tags``, ``-m``, ``-hf``, ``-hff`` | the model's id, aliases, tags and path |
@@ -25,6 +26,13 @@ of the HF cache, ``--models-dir`` and ``--models-preset`` is a separate simulate
 in ``--model-load-s`` seconds (satbench's flag, default 0.3). Without ``--router`` a command line with no
 model keeps serving the profile's model, as ``satbench sim`` always has.
 
+The KV layout follows llama-server's own rule (``core.llama_argv.server_layout``, the one the exporter
+reads a command line with, so the two cannot disagree): ``-np`` left out or ``-1`` is "auto", 4 slots over
+one unified cache whatever ``-kvu`` says; an explicit count splits the cache unless ``-kvu``. The
+``LLAMA_ARG_*`` environment variables of those flags (``LLAMA_ARG_N_PARALLEL``, ``LLAMA_ARG_CTX_SIZE``,
+``LLAMA_ARG_BATCH``, ``LLAMA_ARG_UBATCH``, ``LLAMA_ARG_KV_UNIFIED``) are read as llama-server reads them,
+the command line winning. ``/props`` says the layout it serves (``simulator.kv_unified``).
+
 Every other flag is accepted and named once at start-up as ignored. Given any llama-server flag that
 ``satbench sim`` does not share (``--host``, ``--port``, ``--seed`` and ``--slots N`` are shared), the
 server takes llama-server's defaults (``/metrics`` off until ``--metrics``, the web UI on, sampling
@@ -35,11 +43,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.llama_argv import ARGV_FLAGS, environment_settings, server_layout
 from simulator.llama_flags import LLAMA_SERVER_FLAGS
 from simulator.model_cache import cached_preset, hf_cache_dir
 from simulator.profile import Profile, ProfileError
@@ -138,9 +148,35 @@ def _split(value: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in value.split(",") if v.strip())
 
 
-def apply_llama_flags(profile: Profile, args: argparse.Namespace) -> tuple[Profile, ServerOptions]:
-    """The profile and server options after satbench's own flags (already applied) and llama-server's."""
+# the settings a drop-in simulator honours from the environment, as (canonical flag, spelling) of the command
+# line they stand for
+_FROM_ENV = {"slots": "--parallel", "ctx_size": "--ctx-size", "batch": "--batch-size", "ubatch": "--ubatch-size",
+             "kv_unified": "--kv-unified"}
+
+
+def _environment_flags(environ: Mapping[str, str], given: Sequence[tuple[str, str, Any]]) -> list[tuple[str, str, Any]]:
+    """The ``LLAMA_ARG_*`` variables of the honoured flags as flags, for each the command line does not give
+    (llama-server reads the environment first and lets the command line win)."""
+    on_argv = {dest for dest, _, _ in given}
+    out: list[tuple[str, str, Any]] = []
+    for setting, value in environment_settings(environ).items():
+        dest = _FROM_ENV.get(setting)
+        if dest is None or dest in on_argv:
+            continue
+        name = ARGV_FLAGS[setting].env[0]
+        if setting == "kv_unified":
+            out.append((dest, name if value == "1" else name.replace("LLAMA_ARG_", "LLAMA_ARG_NO_"), None))
+        else:
+            out.append((dest, name, value))
+    return out
+
+
+def apply_llama_flags(profile: Profile, args: argparse.Namespace,
+                      environ: Mapping[str, str] | None = None) -> tuple[Profile, ServerOptions]:
+    """The profile and server options after satbench's own flags (already applied), llama-server's, and the
+    ``LLAMA_ARG_*`` variables of ``environ`` (default: this process's environment)."""
     given: list[tuple[str, str, Any]] = list(getattr(args, LLAMA_DEST, None) or [])
+    given = _environment_flags(os.environ if environ is None else environ, given) + given
     slots_flag = bool(getattr(args, "slots_flag", False))
     drop_in = bool(given) or getattr(args, "slots_endpoint", None) is not None or slots_flag
     sampling_seed = args.seed if drop_in and args.seed is not None else None
@@ -154,12 +190,12 @@ def apply_llama_flags(profile: Profile, args: argparse.Namespace) -> tuple[Profi
     server: dict[str, Any] = {}
     ctx: int | None = None
     parallel: int | None = args.slots
-    kv_unified = False
+    kv_unified: bool | None = None
     ignored: list[str] = []
     api_keys: list[str] = []
     router_flags: list[tuple[str, str, Any, bool]] = []
     for dest, spelled, value in given:
-        off = spelled.startswith(("--no-", "-no-"))
+        off = spelled.startswith(("--no-", "-no-", "LLAMA_ARG_NO_"))
         if dest == "--ctx-size":
             ctx = _int(spelled, value)
         elif dest == "--parallel":
@@ -247,13 +283,16 @@ def apply_llama_flags(profile: Profile, args: argparse.Namespace) -> tuple[Profi
     if sampling_seed is not None and sampling_seed >= 0:
         opts["seed"] = sampling_seed
     s = profile.server
-    slots = parallel if parallel is not None else s.slots
+    if parallel is not None and (parallel == 0 or parallel < -1):
+        raise ProfileError(f"--parallel: expected a slot count or -1 (auto), got {parallel}")
     if ctx is not None and ctx > 0:
         server["ctx_tokens"] = ctx
-    if drop_in and (ctx is not None or parallel is not None or kv_unified):
+    if drop_in:  # llama-server's defaults and its rule: -np auto is 4 slots over one unified cache
+        slots, unified = server_layout(parallel, kv_unified)
         total = server.get("ctx_tokens", s.ctx_tokens)
-        server["slot_ctx_tokens"] = 0 if kv_unified or slots <= 1 else max(total // max(slots, 1), 1)
-    if parallel is not None:
+        server["slots"] = slots
+        server["slot_ctx_tokens"] = 0 if unified else max(total // slots, 1)
+    elif parallel is not None:
         server["slots"] = parallel
     if "batch" in server or "ubatch" in server:
         batch = server.get("batch", s.batch)

@@ -73,6 +73,12 @@ class ServerModel:
     def n_ctx_slot(self) -> int:
         return self.slot_ctx_tokens or self.ctx_tokens
 
+    @property
+    def kv_unified(self) -> bool:
+        """One KV cache shared by every slot (``slot_ctx_tokens`` 0: each may use all of ``ctx_tokens``), as
+        llama-server's ``-kvu`` (and its ``-np`` auto); else each slot owns ``slot_ctx_tokens`` of it."""
+        return self.slot_ctx_tokens == 0
+
 
 @dataclass(frozen=True)
 class CostModel:

@@ -105,6 +105,8 @@ def props_view(
             "admission": profile.server.admission,
             "batch": profile.server.batch,
             "ubatch": profile.server.ubatch,
+            "ctx_size": profile.server.ctx_tokens,
+            "kv_unified": profile.server.kv_unified,
             "time_scale": profile.server.time_scale,
             "note": SIM_NOTE,
         },

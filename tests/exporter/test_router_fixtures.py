@@ -123,7 +123,10 @@ def test_kv_usage_on_the_busy_slot_fixture_with_split_kv() -> None:
     kv = kv_usage(slots or (), "split")
     assert kv is not None and (kv.active_tokens, kv.idle_tokens, kv.capacity_tokens) == (241, 41, 2048)
     assert kv.ratio == pytest.approx(241 / 2048)
-    registry, _ = make(RouterRuntime.recorded(busy=True))  # the model's argv says --parallel 2: split
+    # the model's argv says --parallel 2, and the router's environment (read: it holds no LLAMA_ARG_*) adds
+    # nothing: split
+    router = FakeProcessReader(ProcessReading(7, 1e8, ("llama-server", "--models-dir", "models"), environ=()))
+    registry, _ = make(RouterRuntime.recorded(busy=True), process_reader=router)
     value = registry.get_sample_value
     dense = {"model": DENSE}
     assert value("runtime_kv_cache_tokens", {"state": "active", **dense}) == 241
@@ -131,52 +134,89 @@ def test_kv_usage_on_the_busy_slot_fixture_with_split_kv() -> None:
     assert value("runtime_kv_cache_capacity_tokens", {"kv_layout": "split", **dense}) == 2048
     assert value("runtime_kv_cache_usage_ratio", dense) == pytest.approx(241 / 2048)
     assert value("runtime_slots", {"state": "decode", **dense}) == 1
+    # a remote router: its environment may hold LLAMA_ARG_KV_UNIFIED, so the layout is unknown, published with
+    # the least capacity it can have and the most usage, never a quarter of it
+    registry, _ = make(RouterRuntime.recorded(busy=True))
+    value = registry.get_sample_value
+    assert value("runtime_kv_cache_capacity_tokens", {"kv_layout": "unknown", **dense}) == 1024
+    assert value("runtime_kv_cache_usage_ratio", dense) == pytest.approx(241 / 1024)
 
 
 @pytest.mark.parametrize(
     ("argv", "layout"),
     [
-        (["llama-server", "-m", "x.gguf"], "unified"),  # -np auto: unified by default
+        (["llama-server", "-m", "x.gguf"], "unified"),  # -np auto: 4 slots, unified (tools/server/server.cpp)
         (["llama-server", "-np", "-1"], "unified"),
+        (["llama-server", "-np", "-1", "-no-kvu"], "unified"),  # auto forces it
         (["llama-server", "-np", "4"], "split"),
         (["llama-server", "--parallel=2"], "split"),
         (["llama-server", "-np", "4", "-kvu"], "unified"),
         (["llama-server", "--kv-unified", "--no-kv-unified", "-np", "4"], "split"),  # the last one wins
-        (["llama-server", "-no-kvu"], "split"),
+        (["llama-server", "-no-kvu"], "unified"),  # -np left out is auto, which is unified whatever -kvu says
         (["llama-server", "--kv-unified-per-slot", "512", "-np", "2"], "split"),  # not --kv-unified
         (["/opt/llama.cpp/bin/llama", "serve", "-np", "2"], "split"),  # the unified binary
         (["python", "-m", "satbench.cli", "sim", "-np", "2"], "split"),  # the simulator takes the same flags
-        (["python", "-m", "satbench.cli", "sim"], "unified"),
+        (["python", "-m", "satbench.cli", "sim"], None),  # its profile's layout: its /props says it
         (["python", "-m", "pytest", "-x"], None),  # another program: its flags tell nothing
         (["llama-server", "-np", "many"], None),
         ([], None),
     ],
 )
-def test_layout_from_argv(argv: list[str], layout: str | None) -> None:
-    assert layout_from_argv(argv) == layout
+def test_layout_from_argv_with_the_environment_read(argv: list[str], layout: str | None) -> None:
+    assert layout_from_argv(argv, {}) == layout
 
 
-def test_the_operator_overrides_the_argv_and_nothing_known_is_assumed_split() -> None:
+@pytest.mark.parametrize(
+    ("argv", "environ", "layout"),
+    [
+        (["llama-server"], {"LLAMA_ARG_N_PARALLEL": "2"}, "split"),  # the official images configure it so
+        (["llama-server"], {"LLAMA_ARG_N_PARALLEL": "2", "LLAMA_ARG_KV_UNIFIED": "true"}, "unified"),
+        (["llama-server", "-np", "2"], {"LLAMA_ARG_KV_UNIFIED": "1"}, "unified"),
+        (["llama-server", "-np", "2", "-no-kvu"], {"LLAMA_ARG_KV_UNIFIED": "1"}, "split"),  # the command line wins
+        (["llama-server", "-np", "3"], {"LLAMA_ARG_N_PARALLEL": "-1"}, "split"),
+        (["llama-server"], {"LLAMA_ARG_N_PARALLEL": "4", "LLAMA_ARG_NO_KV_UNIFIED": "1"}, "split"),
+        # an environment that cannot be read: only what the command line decides alone is known
+        (["llama-server", "-np", "-1"], None, "unified"),
+        (["llama-server", "-np", "4", "-kvu"], None, "unified"),
+        (["llama-server", "-np", "4"], None, None),
+        (["llama-server", "-m", "x.gguf"], None, None),
+    ],
+)
+def test_layout_from_argv_and_the_llama_arg_environment(argv: list[str], environ: dict[str, str] | None,
+                                                         layout: str | None) -> None:
+    assert layout_from_argv(argv, environ) == layout
+
+
+def test_the_operator_overrides_and_nothing_known_is_unknown_not_assumed() -> None:
     assert resolve_layout("yes", ["-np", "4"]) == "unified"
     assert resolve_layout("no", []) == "split"
-    assert resolve_layout("auto", None) == "assumed_split"
+    assert resolve_layout("auto", None) == "unknown"
+    assert resolve_layout("auto", None, props={"simulator": {"kv_unified": False}}) == "split"  # the runtime says
+    assert resolve_layout("auto", None, slots=(SlotKv(2048, 0, False),)) == "split"  # one slot: one cache
+    proven = (SlotKv(1024, 900, True), SlotKv(1024, 800, True))  # more than one unified 1024 could hold
+    assert resolve_layout("auto", None, slots=proven) == "split"
+    assert resolve_layout("auto", None, slots=(SlotKv(1024, 900, True), SlotKv(1024, 0, False))) == "unknown"
     unified = kv_usage((SlotKv(2048, 100, True), SlotKv(2048, 50, False)), "unified")
     assert unified is not None and unified.capacity_tokens == 2048 and unified.ratio == pytest.approx(100 / 2048)
     assert kv_usage((), "split") is None
 
 
-def test_single_model_kv_layout_comes_from_the_process_argv_or_is_labelled_assumed() -> None:
+def test_single_model_kv_layout_comes_from_the_process_argv_or_is_labelled_unknown() -> None:
     runtime = RouterRuntime.recorded(busy=True)
     runtime.routes[("/metrics", "")] = (200, (ROUTER / "metrics_busy_tiny-llama-dense.txt").read_text())
     runtime.routes[("/slots", "")] = (200, (ROUTER / "slots_busy_tiny-llama-dense.json").read_text())
     runtime.routes[("/props", "")] = (200, (ROUTER / "props_tiny-llama-dense.json").read_text())
-    unified = FakeProcessReader(ProcessReading(7, 1e8, ("llama-server", "-c", "1024")))
+    unified = FakeProcessReader(ProcessReading(7, 1e8, ("llama-server", "-c", "1024"), environ=()))
     registry, _ = make(runtime, process_reader=unified)
     assert registry.get_sample_value("runtime_kv_cache_capacity_tokens", {"kv_layout": "unified"}) == 1024
     assert registry.get_sample_value("runtime_kv_cache_usage_ratio") == pytest.approx(241 / 1024)
     assert registry.get_sample_value("runtime_model_loaded") is None  # single model: no router series
+    env = FakeProcessReader(ProcessReading(7, 1e8, ("llama-server", "-c", "2048"),
+                                           environ=(("LLAMA_ARG_N_PARALLEL", "2"),)))
+    registry, _ = make(runtime, process_reader=env)  # the official images' way: -np from the environment
+    assert registry.get_sample_value("runtime_kv_cache_capacity_tokens", {"kv_layout": "split"}) == 2048
     registry, _ = make(runtime)
-    assert registry.get_sample_value("runtime_kv_cache_capacity_tokens", {"kv_layout": "assumed_split"}) == 2048
+    assert registry.get_sample_value("runtime_kv_cache_capacity_tokens", {"kv_layout": "unknown"}) == 1024
     registry, _ = make(runtime, process_reader=unified, kv_unified="no")
     assert registry.get_sample_value("runtime_kv_cache_capacity_tokens", {"kv_layout": "split"}) == 2048
 

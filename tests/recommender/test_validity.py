@@ -9,17 +9,22 @@ from typing import Any
 
 import pytest
 
-from core.fingerprint import info_labels, node_fingerprint
+from core.fingerprint import node_fingerprint
+from core.fingerprint_labels import info_labels
 from recommender.document import SCHEMA_ID, SCHEMA_V1, AmbiguousForV1, answers, as_v1, mark_changed, node_index
 from recommender.prometheus_source import VectorSample
 from recommender.store import RecommendationStore
 from recommender.validity import check_answers, live_by_key, validity_of
 
 
-def _fingerprint(slots: int, build: str = "b1") -> dict[str, Any]:
-    props = {"build_info": build, "model_path": "m.gguf", "total_slots": slots,
+def _fingerprint(slots: int, build: str = "b1", *, beside: bool = True) -> dict[str, Any]:
+    """A node's fingerprint as its exporter tells it: ``beside`` the runtime (its command line and environment
+    read, so every setting that decides capacity is known), else from ``/props`` alone (a remote exporter)."""
+    props = {"build_info": build, "model_path": "m.gguf", "total_slots": slots, "model_ftype": "Q8_0",
              "default_generation_settings": {"n_ctx": 4096}}
-    return node_fingerprint(props=props, argv=None, hardware=None, model_files=None)
+    argv = ["llama-server", "-np", str(slots), "-c", str(4096 * slots), "-b", "512", "-ub", "128"] if beside else None
+    return node_fingerprint(props=props, argv=argv, environ={} if beside else None, hardware=None,
+                            model_files=None, model_meta={"n_params": 8_000_000_000, "ftype": "Q8_0"})
 
 
 def _answer(node: str, lane: str, slots: int = 4, status: str = "ok") -> dict[str, Any]:
@@ -49,6 +54,13 @@ def test_validity_names_what_changed_and_ignores_what_no_side_can_tell() -> None
     assert validity_of(answer, [_fingerprint(2), _fingerprint(4)], now=0)["state"] == "valid"
     assert validity_of(answer, None, now=0)["state"] == "unknown"
     assert validity_of({**answer, "fingerprint": None}, [_fingerprint(4)], now=0)["state"] == "unknown"
+    # a remote exporter cannot tell the batch sizes or the KV layout: nothing differs, yet nothing says the
+    # answer holds, and the validity says how much was compared and what was not
+    remote = validity_of(answer, [_fingerprint(4, beside=False)], now=0)
+    assert remote["state"] == "unknown" and remote["changes"] == []
+    assert "settings.batch" in remote["reason"] and "settings.kv_unified" in remote["reason"]
+    assert remote["compared"]["fields"] < remote["compared"]["of"]
+    assert "settings.batch" in remote["compared"]["not_compared"]
 
 
 def test_live_series_are_matched_to_lane_keys_by_node_and_lane() -> None:
