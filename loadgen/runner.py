@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -197,9 +198,12 @@ class LadderRunner:
         if not url:
             return
         try:
+            # the recommender's write token, where this process was handed one (recommender.settings names it)
+            token = os.environ.get("SATBENCH_RECOMMENDER_WRITE_TOKEN")
+            headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10.0)) as session, \
                     session.post(url + "/runs", data=json.dumps(self.manifest.to_dict(), default=str),
-                                 headers={"Content-Type": "application/json"}) as resp:
+                                 headers=headers) as resp:
                 if resp.status >= 300:
                     log.warning("recommender refused the run manifest: HTTP %s", resp.status)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:

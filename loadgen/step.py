@@ -5,16 +5,16 @@ request failed without a single token, so a dead server is not hammered in a bus
 wakes four times a second (no busy polling) and ends the window when the minimum duration and the
 minimum request count are met and throughput is stable: the 95% interval of its batch rates
 (``core.statistics.autocorrelated_batch_ci``, the step's own interval), over tokens that are certainly all
-known (those before the oldest in-flight request was sent), is within ``ci_rel_bound`` of its mean; or at
-``max_window_s``.
+known (those before the first token of the oldest request still streaming), is within ``ci_rel_bound`` of
+its mean; or at ``max_window_s``.
 
 Sequential measuring: given the rung below (``reference``) and the gain a doubling must buy
 (``decide_gain``), a window whose gain over that rung is *undecided* (its interval straddles the gain:
-``core.statistics.doubling_decision``) goes on, to twice its length and again, up to
-``decide_max_window_s``, and ends at the first of those looks where the gain is decided (or where even an
-exact measurement of this rung could not decide it, the rung below being too noisy). Few looks at doubling
-lengths keep the error of peeking small (a group-sequential design; Pocock 1977), and certainty is bought
-only where the interval straddles the threshold.
+``core.statistics.doubling_decision``) goes on, to one and a half times its length and again, up to
+``decide_max_window_s``, and ends at the first of those looks where the gain is decided (or where the window
+the cap allows could not decide it either: a futility rule). A few looks at growing lengths keep the error
+of peeking small (a group-sequential design; Pocock 1977), and certainty is bought only where the interval
+straddles the threshold.
 
 Drain (``wait``, the default): the users keep going, so the load stays what it was, until every request sent
 inside the window has ended, or ``drain_timeout_s`` (default: the request timeout) has passed; then the users
@@ -137,6 +137,7 @@ class StepRun:
         self.users_alive = concurrency
         self.answered: set[int] = set()
         self.decision: str | None = None
+        self.looks: list[str] = []
         self._bins: dict[int, int] = {}
         self._stall_hist = metrics.histogram("stall", lane.key)
         self._itl_hist = metrics.histogram("itl", lane.key)
@@ -218,6 +219,7 @@ class StepRun:
             if now >= cap_end:
                 break
             enough = now >= min_end and self.state.window_ok >= cfg.min_requests
+            # the rung is measured to its own precision first: it is the next rung's reference
             if enough and (self._stable(start, batch) or now >= max_end):
                 if not self._deciding:
                     break
@@ -225,7 +227,7 @@ class StepRun:
                     self.decision = self._decide(start, batch)
                     if self.decision != "undecided" or not self._deciding_worth(start, batch):
                         break
-                    look = start + 2 * (now - start)
+                    look = start + int(1.5 * (now - start))
             self._show("window", start, now)
             await asyncio.sleep(min(0.25, max(0.01, (cap_end - now) / 1e9)))
         self.window_end_ns = time.perf_counter_ns()
@@ -246,9 +248,12 @@ class StepRun:
                 yield rec
 
     def _live_rates(self, start_ns: int, batch_s: float) -> list[float]:
-        """Batch rates over the bins that are complete (before the oldest in-flight request was sent)."""
+        """Batch rates over the bins that are complete: a request's tokens are binned when it ends, so the bins
+        from the first token of the oldest request still streaming on are not (one still waiting for its
+        first token adds nothing before now)."""
         now = time.perf_counter_ns()
-        horizon = min([a.decided_ns for a in self.active.values()] + [now])
+        streaming = [a.parser.token_ns[0] for a in list(self.active.values()) if a.parser.token_ns]
+        horizon = min([*streaming, now])
         k = (horizon - start_ns) // int(batch_s * 1e9)
         return [self._bins.get(i, 0) / batch_s for i in range(max(0, k))]
 
@@ -268,20 +273,27 @@ class StepRun:
                 and ref.concurrency < self.c and ref.throughput_tok_s > 0)
 
     def _decide(self, start_ns: int, batch_s: float) -> str:
-        """``pays``, ``plateau`` or ``undecided``: this rung's gain over ``reference`` so far (module docstring)."""
+        """``pays``, ``plateau`` or ``undecided``: this rung's gain over ``reference`` so far (module docstring);
+        each look is kept for the window's notes."""
         ref, gain_min = self.reference, self.config.decide_gain
         assert ref is not None and ref.throughput_ci_tok_s is not None and gain_min is not None
+        elapsed = (time.perf_counter_ns() - start_ns) / 1e9
         estimate = batch_mean_estimate(self._live_rates(start_ns, batch_s))
         if estimate is None or estimate.mean <= 0:
+            self.looks.append(f"{elapsed:.0f} s: undecided (no interval yet)")
             return "undecided"
         gain = gain_per_doubling(ref.concurrency, ref.throughput_tok_s, self.c, estimate.mean)
         interval = gain_interval(ref.concurrency, ref.throughput_ci_tok_s, self.c, estimate.interval())
-        return doubling_decision(gain, interval, gain_min)
+        decision = doubling_decision(gain, interval, gain_min)
+        said = "" if interval is None else f" [{interval[0]:+.1%}, {interval[1]:+.1%}]"
+        self.looks.append(f"{elapsed:.0f} s: {decision} ({gain:+.1%}{said})")
+        return decision
 
     def _deciding_worth(self, start_ns: int, batch_s: float) -> bool:
-        """Could measuring on, up to ``decide_max_window_s``, still decide the gain? Not when the interval this
-        rung's would have by then (its half-width shrinking as one over the square root of the window's length)
-        still straddles the gain: the rung below, or the time left, is too little (a futility rule)."""
+        """Could measuring on, up to ``decide_max_window_s``, still decide the gain? Not when the gain's interval
+        by then (this rung's half-width shrinking as one over the square root of the window's length) would
+        still straddle the policy's gain with the measured gain within half its half-width of it (a gain at the
+        threshold, which no cap settles), nor when the rung below alone makes it straddle (a futility rule)."""
         ref, gain_min = self.reference, self.config.decide_gain
         assert ref is not None and ref.throughput_ci_tok_s is not None and gain_min is not None
         estimate = batch_mean_estimate(self._live_rates(start_ns, batch_s))
@@ -294,7 +306,12 @@ class StepRun:
         projected = (estimate.mean - half, estimate.mean + half)
         gain = gain_per_doubling(ref.concurrency, ref.throughput_tok_s, self.c, estimate.mean)
         interval = gain_interval(ref.concurrency, ref.throughput_ci_tok_s, self.c, projected)
-        return interval is None or doubling_decision(gain, interval, gain_min) != "undecided"
+        exact = gain_interval(ref.concurrency, ref.throughput_ci_tok_s, self.c, (estimate.mean, estimate.mean))
+        if interval is None or exact is None or doubling_decision(gain, interval, gain_min) != "undecided":
+            return True
+        if doubling_decision(gain, exact, gain_min) == "undecided":
+            return False  # the rung below alone straddles it
+        return abs(gain - gain_min) > (interval[1] - interval[0]) / 4
 
     def _show(self, phase: str, since_ns: int, now_ns: int) -> None:
         if not self.progress.enabled:
@@ -511,8 +528,8 @@ class StepRun:
         reason = f"runtime unreachable during the window ({unreachable} connections refused)" if unreachable else None
         if reason is None and self.users_alive < self.c:
             reason = f"only {self.users_alive} of {self.c} users were running at the window's end"
-        if self.decision is not None:
-            notes.append(f"gain over c={self.reference.concurrency if self.reference else '?'}: {self.decision}")
+        if self.looks and self.reference is not None:
+            notes.append(f"gain over c={self.reference.concurrency}, looked at " + "; ".join(self.looks))
         if reason is None:
             reason = verdict(health, self.config.max_loop_lag_s, max_idle_share=self.config.max_idle_share)
         if reason is None and errors and sum(errors.values()) > ok:

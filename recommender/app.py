@@ -9,6 +9,14 @@ configured interval.
 name; ``default_schema`` v1 serves that view without the parameter). A second background task checks every
 answer against its lane's live fingerprint each ``validity_interval_s`` (``recommender.validity``).
 
+Writes are guarded (``recommender.write_guard``): ``POST /runs`` needs the service's write token (settings
+``write_token``, else one made up at start, ``app.state.write_token``) and a body of at most
+``max_body_bytes``; reads stay open. A posted run is taken at its word only for its step windows, within
+bounds (``max_steps``, ``max_lanes``, ``max_window_s``, ``max_span_s``: 413 past them), never for when it
+was made (it ranks by the service's clock: ``recommender.store``) nor for what it was measured on: each
+lane's fingerprint is what its exporter published to Prometheus when its first window began
+(``recommender.validity.fingerprints_when_measured``), whatever the body says.
+
 ``GET /recommendations`` is what every node polls, so it has a fast path (gzipped, once per change, for a
 poller that accepts it): ``CachedDocumentASGI`` answers it
 with the store's pre-serialised bytes before FastAPI routes anything (about a tenth of the per-request
@@ -24,13 +32,15 @@ import asyncio
 import contextlib
 import json
 import logging
+import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from fastapi import FastAPI, HTTPException, Request, Response
+from fastapi import Depends, FastAPI, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
+from fastapi.security import HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -45,6 +55,7 @@ from recommender.errors import (
     PrometheusQueryError,
     RecommenderError,
     SourceUnavailable,
+    TooLarge,
     UnknownLane,
     UnknownRun,
 )
@@ -61,9 +72,11 @@ from recommender.prometheus_source import HttpxPromClient
 from recommender.run_analysis import analyze_run_async
 from recommender.settings import RecommenderSettings
 from recommender.store import Analyzer, RecommendationStore
-from recommender.validity import check_answers
+from recommender.validity import check_answers, fingerprints_when_measured
+from recommender.write_guard import WriteGuardASGI
 
-__all__ = ["CachedDocumentASGI", "SettingsAnalyzer", "create_app"]
+__all__ = ["CachedDocumentASGI", "FingerprintSource", "SettingsAnalyzer", "check_bounds", "create_app",
+           "prometheus_fingerprints", "with_measured_fingerprints"]
 
 log = logging.getLogger("satbench.recommender")
 
@@ -72,6 +85,7 @@ _STATUS: dict[type[RecommenderError], int] = {
     UnknownLane: 404,
     NothingToServe: 503,
     SourceUnavailable: 503,
+    TooLarge: 413,
     BadInput: 400,
     PrometheusQueryError: 502,
 }
@@ -102,6 +116,57 @@ class SettingsAnalyzer:
                                        policy=self._policy, source_config=s.source_config(),
                                        prometheus_timeout_s=s.prometheus_timeout_s,
                                        prometheus_headers=s.prometheus_headers)
+
+
+def check_bounds(manifest: RunManifest, settings: RecommenderSettings) -> None:
+    """``TooLarge`` (413) when a posted run asks the service to read or analyse more than it will."""
+    steps = manifest.steps
+    if len(steps) > settings.max_steps:
+        raise TooLarge(f"{len(steps)} step windows: a run may list at most {settings.max_steps} (max_steps)")
+    lanes = manifest.lane_names()
+    if len(lanes) > settings.max_lanes:
+        raise TooLarge(f"{len(lanes)} lanes: a run may name at most {settings.max_lanes} (max_lanes)")
+    longest = max((w.end - w.start for w in steps), default=0.0)
+    if longest > settings.max_window_s:
+        raise TooLarge(f"a step window of {longest:.0f} s: at most {settings.max_window_s:g} s (max_window_s)")
+    span = max(w.end for w in steps) - min(w.start for w in steps) if steps else 0.0
+    if span > settings.max_span_s:
+        raise TooLarge(f"windows spanning {span:.0f} s: at most {settings.max_span_s:g} s (max_span_s)")
+
+
+Taken = dict[str, tuple[dict[str, Any] | None, str | None]]
+FingerprintSource = Callable[[Mapping[str, float]], Awaitable[Taken]]
+
+
+def prometheus_fingerprints(settings: RecommenderSettings) -> FingerprintSource:
+    """The fingerprints lanes were measured on, from the settings' Prometheus (none without one)."""
+
+    async def source(starts: Mapping[str, float]) -> Taken:
+        if settings.prometheus_url is None:
+            return {key: (None, "the service reads no Prometheus, so the lane's live fingerprint cannot be taken")
+                    for key in starts}
+        async with HttpxPromClient(settings.prometheus_url, timeout_s=settings.prometheus_timeout_s,
+                                   headers=settings.prometheus_headers) as client:
+            return await fingerprints_when_measured(client, starts)
+
+    return source
+
+
+async def with_measured_fingerprints(manifest: RunManifest, source: FingerprintSource, now: float) -> RunManifest:
+    """``manifest`` as the service takes it: ``created_at`` no later than ``now`` (the service's clock), and
+    each lane's fingerprint the one its exporter published when the lane's first window began (``source``:
+    Prometheus; ``fingerprint_reason`` says why there is none), whatever the body said."""
+    lanes = {key: {k: v for k, v in dict(entry).items() if k not in ("fingerprint", "fingerprint_reason")}
+             for key, entry in manifest.lanes.items()}
+    starts = {key: min(w.start for w in manifest.windows(key)) for key in manifest.lane_names()
+              if manifest.windows(key)}
+    taken = await source(starts)
+    for key, (fp, why) in taken.items():
+        entry = lanes.setdefault(key, {})
+        entry["fingerprint"] = fp
+        if fp is None:
+            entry["fingerprint_reason"] = why
+    return manifest.model_copy(update={"lanes": lanes, "created_at": min(manifest.created_at, now)})
 
 
 def _status_of(exc: RecommenderError) -> int:
@@ -201,9 +266,14 @@ class CachedDocumentASGI:
 
 
 def create_app(settings: RecommenderSettings, *, analyzer: Analyzer | None = None,
-               clock: Callable[[], float] = time.time, background_refresh: bool = True) -> FastAPI:
+               clock: Callable[[], float] = time.time, background_refresh: bool = True,
+               fingerprints: FingerprintSource | None = None) -> FastAPI:
+    """The service. ``analyzer``, ``clock`` and ``fingerprints`` (where a posted run's fingerprints come from)
+    are injected; their defaults read the settings' Prometheus."""
+    fingerprint_source = fingerprints or prometheus_fingerprints(settings)
     store = RecommendationStore(analyzer or SettingsAnalyzer(settings), runs_dir=settings.runs_dir,
-                                clock=clock)
+                                clock=clock, retry_after_s=settings.refresh_interval_s)
+    write_token = settings.write_token.get_secret_value() if settings.write_token else secrets.token_urlsafe(32)
     registry = build_registry(store)
 
     @contextlib.asynccontextmanager
@@ -231,8 +301,12 @@ def create_app(settings: RecommenderSettings, *, analyzer: Analyzer | None = Non
                   lifespan=lifespan)
     app.state.store = store
     app.state.settings = settings
+    app.state.write_token = write_token
     cut = CapabilitiesCut(store)
     app.add_middleware(CachedDocumentASGI, store=store, cut=cut, schema=settings.default_schema)
+    app.add_middleware(WriteGuardASGI, token=write_token, max_body_bytes=settings.max_body_bytes)
+    bearer = HTTPBearer(auto_error=False, description="the service's write token (SATBENCH_RECOMMENDER_WRITE_TOKEN); "
+                                                      "checked before the body is read")
 
     @app.exception_handler(RecommenderError)
     async def recommender_error(request: Request, exc: RecommenderError) -> JSONResponse:
@@ -266,12 +340,17 @@ def create_app(settings: RecommenderSettings, *, analyzer: Analyzer | None = Non
             headers["X-Satbench-Validity-Checked-At"] = iso_utc(store.validity_checked_at)
         return Response(content=cut.body(), media_type="application/json", headers=headers)
 
-    @app.post("/runs", response_model=RunRegistered, status_code=201,
-              responses={202: {"model": RunRegistered, "description": "registered; analysis pending"}})
+    @app.post("/runs", response_model=RunRegistered, status_code=201, dependencies=[Depends(bearer)],
+              responses={202: {"model": RunRegistered, "description": "registered; analysis pending"},
+                         401: {"description": "no write token, or another one"},
+                         413: {"description": "a body, or a run, larger than the service reads"}})
     async def register_run(body: RunManifest, store: StoreDep, response: Response) -> RunRegistered:
+        """Registers a run by its step windows and analyses it; its fingerprints are taken from Prometheus
+        and it ranks as the newest run (module docstring)."""
         if not body.steps:
             raise HTTPException(status_code=422, detail="the manifest lists no step windows")
-        entry = await store.register(body)
+        check_bounds(body, settings)
+        entry = await store.register(await with_measured_fingerprints(body, fingerprint_source, clock()))
         if entry.document is None:
             response.status_code = 202
             return RunRegistered(run_id=entry.manifest.run_id, analyzed=False, reason=entry.reason, lanes={})

@@ -19,6 +19,15 @@ Reads ``GET /recommendations`` of a recommender (``--url``), or a saved document
   fleet document's ``"gpu1/dense"`` reads the same way the document does. ``nodes`` is the same entries
   grouped per node (lanes naming no node are on ``local``) with the node's labels (gpu class...), which is
   what a fleet router that places per node wants.
+
+  Lanes of one node share its hardware (its GPUs, memory bandwidth, CPU), and each one was measured with the
+  others idle: two lanes on one GPU each sent up to its own answer oversubscribe it. So every entry names
+  the lanes it shares hardware with (``shares_hardware_with``, lane keys), and a node of several lanes says
+  so (``shared_hardware``) with the rule for what they can take together (``capacity_rule``): keep the sum,
+  over its lanes, of requests in flight over each lane's ``max_useful_concurrency`` at or below 1 (the GPU's
+  time is shared; a lane at its answer has it all). ``max_useful_concurrency_together`` is that budget split
+  evenly, each lane's answer over the node's lane count (at least 1): what a router may send every lane of
+  the node at once. It is a rule, not a measurement: satbench measures a node's lanes one after another.
 - ``prometheus``: the text exposition of the recommender's own ``/metrics`` for this document
   (``recommender.metrics.answer_families``, the one function both use; ``satbench_recommended_concurrency``,
   ``satbench_saturation_concurrency``, ``satbench_recommendation_valid``, ... with ``node`` and ``lane``), for
@@ -50,8 +59,11 @@ The LiteLLM fields, as LiteLLM documents them:
   limit from them only where ``max_parallel_requests`` is missing.
 - ``model_info``: ``id`` (``satbench:<node>/<lane>``, unique per deployment) plus ``satbench_node``,
   ``satbench_lane``, ``satbench_status``, ``satbench_validity``, ``satbench_recommended_concurrency``,
-  ``satbench_run_id``, ``satbench_measured_at``, ``satbench_fingerprint_digest``, ``satbench_reason``
-  (extra ``model_info`` keys are kept and shown by the proxy's ``/model/info``).
+  ``satbench_run_id``, ``satbench_measured_at``, ``satbench_fingerprint_digest``, ``satbench_reason``,
+  ``satbench_shares_hardware_with`` and ``satbench_concurrency_together`` (extra ``model_info`` keys are kept
+  and shown by the proxy's ``/model/info``). ``--node-share together`` publishes each lane's share of its
+  node (``max_useful_concurrency_together``) as ``max_parallel_requests``, for a proxy that sends every lane
+  of a node traffic at once; the default, ``alone``, publishes the answer as measured.
 
 The output is JSON, which is YAML (YAML 1.2 is a superset of JSON and PyYAML reads it), so it loads as
 LiteLLM's ``config.yaml`` or merges into one with no YAML library in satbench's runtime dependencies.
@@ -97,6 +109,9 @@ __all__ = ["FORMATS", "capability_fragment", "configure", "litellm_config", "mai
 
 FORMATS = ("json", "prometheus", "litellm")
 SERIAL = 1  # max_parallel_requests of a lane without a usable answer
+CAPACITY_RULE = ("its lanes share its hardware, and each lane's max_useful_concurrency was measured with the "
+                 "others idle: run together, keep the sum over its lanes of requests in flight / "
+                 "max_useful_concurrency at or below 1 (max_useful_concurrency_together splits it evenly)")
 
 
 # -- the document, read ---------------------------------------------------------------------------------------
@@ -150,9 +165,22 @@ def _entry(document: Mapping[str, Any], key: str, lane: Mapping[str, Any]) -> di
     return entry
 
 
+def _share(lanes: dict[str, dict[str, Any]]) -> None:
+    """Each entry's ``shares_hardware_with`` and ``max_useful_concurrency_together`` (module docstring)."""
+    by_node: dict[str, list[str]] = {}
+    for key, entry in lanes.items():
+        by_node.setdefault(entry["node"], []).append(key)
+    for key, entry in lanes.items():
+        peers = by_node[entry["node"]]
+        answer = entry["max_useful_concurrency"]
+        entry["shares_hardware_with"] = sorted(k for k in peers if k != key)
+        entry["max_useful_concurrency_together"] = None if answer is None else max(1, int(answer) // len(peers))
+
+
 def capability_fragment(document: dict[str, Any]) -> dict[str, Any]:
     """The capability fragment of a recommendations document, v1 or v2 (pure; module docstring)."""
     lanes = {key: _entry(document, key, lane) for key, lane in _all_lanes(document)}
+    _share(lanes)
     index = document.get("nodes") or {}
     nodes: dict[str, Any] = {str(node): {"labels": dict((info or {}).get("labels") or {}), "lanes": {}}
                              for node, info in sorted(index.items())}  # a node without lanes is said too
@@ -160,6 +188,9 @@ def capability_fragment(document: dict[str, Any]) -> dict[str, Any]:
         group = nodes.setdefault(entry["node"], {
             "labels": dict((index.get(entry["node"]) or {}).get("labels") or {}), "lanes": {}})
         group["lanes"][entry["lane"]] = {k: v for k, v in entry.items() if k not in ("node", "lane")}
+    for group in nodes.values():
+        group["shared_hardware"] = len(group["lanes"]) > 1
+        group["capacity_rule"] = CAPACITY_RULE if group["shared_hardware"] else None
     return {"schema": document.get("schema"), "generated_at": document.get("generated_at"), "lanes": lanes,
             "nodes": nodes}
 
@@ -196,17 +227,20 @@ def litellm_config(
     manifest: Mapping[str, Any] | None = None,
     provider: str = "openai",
     unanswered: str = "serial",
+    node_share: str = "alone",
 ) -> tuple[dict[str, Any], list[str]]:
     """``({"model_list": [...]}, notes)``: one LiteLLM deployment per (node, lane) of ``document`` (pure).
 
     ``model_names`` renames model groups (keyed by lane name or key); ``api_bases`` gives runtime URLs (keyed
     by lane key, ``node/lane`` or a local lane's name); ``manifest`` is the run's ``manifest.json``, read for
     URLs, model names and ``api_key_env`` the document lacks. ``unanswered``: ``serial`` publishes a lane
-    without a usable answer with ``max_parallel_requests: 1``, ``omit`` leaves it out. ``notes`` has one
-    line per lane that is not published as measured (module docstring)."""
+    without a usable answer with ``max_parallel_requests: 1``, ``omit`` leaves it out. ``node_share``
+    ``together`` publishes each lane's share of its node instead of its answer alone. ``notes`` has one line
+    per lane that is not published as measured (module docstring)."""
     model_names, api_bases = model_names or {}, api_bases or {}
     deployments: list[dict[str, Any]] = []
     notes: list[str] = []
+    shares = capability_fragment(document)["lanes"]
     for key, lane in _all_lanes(document):
         node, name = lane_identity(key, lane)
         why = _unusable_why(lane)
@@ -218,7 +252,10 @@ def litellm_config(
             notes.append(f"lane {key}: {why + '; ' if why else ''}left out of model_list: no runtime URL (the "
                          f"document's lane has no url; give --api-base {key}=URL)")
             continue
-        limit = SERIAL if why is not None else int(lane["recommended_concurrency"])
+        share = shares[key]
+        measured = int(lane["recommended_concurrency"]) if why is None else SERIAL
+        together = share["max_useful_concurrency_together"] if why is None else SERIAL
+        limit = together if node_share == "together" else measured
         if why is not None:
             notes.append(f"lane {key}: {why}; published with max_parallel_requests {SERIAL}")
         served = lane.get("model") or _from_manifest(manifest, key, "model") or name
@@ -243,6 +280,8 @@ def litellm_config(
                 "satbench_measured_at": lane.get("measured_at"),
                 "satbench_fingerprint_digest": (lane.get("fingerprint") or {}).get("digest"),
                 "satbench_reason": why or lane.get("reason"),
+                "satbench_shares_hardware_with": share["shares_hardware_with"],
+                "satbench_concurrency_together": together,
             },
         })
     return {"model_list": deployments}, notes
@@ -264,6 +303,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="litellm: a lane's runtime URL where the document has none; repeatable")
     parser.add_argument("--provider", default="openai",
                         help="litellm: the provider prefix of litellm_params.model (default openai)")
+    parser.add_argument("--node-share", choices=("alone", "together"), default="alone",
+                        help="litellm: each lane's answer as measured, its node's other lanes idle (alone), or its "
+                             "share while every lane of its node runs at once (together)")
     parser.add_argument("--unanswered", choices=("serial", "omit"), default="serial",
                         help="litellm: a lane without a usable answer gets max_parallel_requests 1 (serial) "
                              "or is left out (omit)")
@@ -360,7 +402,8 @@ def main(args: argparse.Namespace) -> int:
     if fmt == "litellm":
         config, notes = litellm_config(document, model_names=model_names, api_bases=api_bases, manifest=manifest,
                                        provider=getattr(args, "provider", "openai"),
-                                       unanswered=getattr(args, "unanswered", "serial"))
+                                       unanswered=getattr(args, "unanswered", "serial"),
+                                       node_share=getattr(args, "node_share", "alone"))
         print(json.dumps(config, indent=2))
         published = {d["model_info"]["id"] for d in config["model_list"]}
         left_out = any(f"satbench:{e['node']}/{e['lane']}" not in published for e in fragment["lanes"].values())

@@ -2,6 +2,10 @@
 
 Settings come from the environment (``SATBENCH_RECOMMENDER_*``), then the flags; the policy from
 ``--policy FILE`` (JSON or TOML). ``--prometheus-url none`` serves from run folders' records only.
+
+Writes (``POST /runs``) need the write token: ``SATBENCH_RECOMMENDER_WRITE_TOKEN``, or ``--write-token-file``
+(never a flag's value, which every user of the host can read); without either, one is made up at start and
+printed once on stderr for the operator to hand to the load generators (the same variable).
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "(default: the scrape interval)")
     parser.add_argument("--scrape-interval", type=float, dest="scrape_interval_s",
                         help="the Prometheus scrape interval of the load generator and exporters (default 1)")
+    parser.add_argument("--write-token-file", type=Path, dest="write_token_file", metavar="PATH",
+                        help="a file holding the bearer token writes need (default: "
+                             "$SATBENCH_RECOMMENDER_WRITE_TOKEN, else one made up and printed at start)")
     parser.add_argument("--default-schema", choices=("v1", "v2"), dest="default_schema",
                         help="what GET /recommendations serves without ?schema= (default v2; v1 keeps an "
                              "unmigrated consumer working)")
@@ -59,6 +66,15 @@ def build_settings(args: argparse.Namespace) -> Any:
         overrides["prometheus_headers"] = parsed
     if getattr(args, "policy", None) is not None:
         overrides["policy"] = load_policy_file(args.policy)
+    token_file = getattr(args, "write_token_file", None)
+    if token_file is not None:
+        try:
+            token = token_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise BadInput(f"--write-token-file {token_file}: {exc.strerror or exc}") from exc
+        if len(token) < 16:
+            raise BadInput(f"--write-token-file {token_file}: a token of at least 16 characters is needed")
+        overrides["write_token"] = token
     return RecommenderSettings(**overrides)
 
 
@@ -81,5 +97,9 @@ def main(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     app = create_app(settings)
+    if settings.write_token is None:
+        print("satbench recommender: writes (POST /runs) need Authorization: Bearer "
+              f"{app.state.write_token} (made up at start; set SATBENCH_RECOMMENDER_WRITE_TOKEN to choose one)",
+              file=sys.stderr, flush=True)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)
     return 0

@@ -15,6 +15,7 @@ __all__ = [
     "RecommenderError",
     "RecordsUnavailable",
     "SourceUnavailable",
+    "TooLarge",
     "UnknownLane",
     "UnknownRun",
 ]
@@ -42,6 +43,10 @@ class PrometheusQueryError(RecommenderError):
 
 class BadInput(RecommenderError):
     """The caller sent something the recommender cannot use."""
+
+
+class TooLarge(BadInput):
+    """A write asks for more than the service reads or analyses (steps, lanes, window lengths): a 413."""
 
 
 class UnknownRun(RecommenderError):

@@ -288,6 +288,10 @@ class CapabilityEntry(BaseModel):
     fingerprint_digest: str | None
     url: str | None = Field(description="the runtime's base URL")
     reason: str | None = None
+    shares_hardware_with: list[str] = Field(default_factory=list, description="the other lanes (keys) of its "
+                                            "node: its answer was measured with them idle")
+    max_useful_concurrency_together: int | None = Field(None, description="its share while every lane of its "
+                                                         "node runs at once (the node's capacity_rule, split evenly)")
 
 
 class CapabilityLane(CapabilityEntry):
@@ -298,6 +302,8 @@ class CapabilityLane(CapabilityEntry):
 class CapabilityNode(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
     lanes: dict[str, CapabilityEntry] = Field(description="by lane name on the node")
+    shared_hardware: bool = Field(False, description="its lanes share its hardware")
+    capacity_rule: str | None = Field(None, description="what its lanes can take together, where they share it")
 
 
 class CapabilitiesModel(BaseModel):

@@ -4,6 +4,12 @@ Environment variables prefixed ``SATBENCH_RECOMMENDER_`` (nested with ``__``, e.
 ``SATBENCH_RECOMMENDER_POLICY__JAIN_MIN=0.8``) and a policy file (JSON or TOML, the ``policy`` table of a
 session config works too) feed one ``RecommenderSettings``; ``recommender.cli`` builds it and passes it to
 ``create_app(settings)``. Nothing reads settings from module state.
+
+``write_token`` (``SATBENCH_RECOMMENDER_WRITE_TOKEN``, the same variable a load generator or session reads to
+send it) is the bearer token every write (``POST /runs``) needs; unset, the service makes one up at start
+and nobody can write until it is handed out (``satbench recommender`` prints it, ``satbench run`` hands its
+own to its own clients). Reads stay open. ``max_body_bytes``, ``max_steps``, ``max_lanes``,
+``max_window_s`` and ``max_span_s`` bound what a write may ask the service to read and analyse.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from core.config_files import validation_problems
@@ -21,7 +27,9 @@ from recommender.errors import BadInput
 from recommender.policy import Policy
 from recommender.prometheus_source import PrometheusSourceConfig
 
-__all__ = ["RecommenderSettings", "load_policy_file"]
+__all__ = ["WRITE_TOKEN_ENV", "RecommenderSettings", "load_policy_file"]
+
+WRITE_TOKEN_ENV = "SATBENCH_RECOMMENDER_WRITE_TOKEN"
 
 
 class RecommenderSettings(BaseSettings):
@@ -50,6 +58,13 @@ class RecommenderSettings(BaseSettings):
     scrape_interval_s: float = Field(default=1.0, gt=0, description="Prometheus scrape interval of loadgen")
     min_scrape_coverage: float = Field(default=0.8, ge=0, le=1, description="share of scrapes a window needs")
     policy: Policy = Field(default_factory=Policy)
+    write_token: SecretStr | None = Field(default=None, description="the bearer token writes (POST /runs) need; "
+                                          "unset: one is generated at start and writes wait until it is handed out")
+    max_body_bytes: int = Field(default=8 << 20, ge=1024, le=1 << 30, description="the largest write body read")
+    max_steps: int = Field(default=2048, ge=1, description="most step windows one posted run may list")
+    max_lanes: int = Field(default=512, ge=1, description="most lanes one posted run may name")
+    max_window_s: float = Field(default=3600.0, gt=0, description="longest step window a posted run may list")
+    max_span_s: float = Field(default=7 * 86400.0, gt=0, description="longest time a posted run's windows span")
 
     def source_config(self) -> PrometheusSourceConfig:
         return PrometheusSourceConfig(ci_batches=self.ci_batches, min_batch_s=self.min_batch_s,

@@ -5,8 +5,18 @@ store analyses a run when it is registered and again on each refresh tick, and k
 twice: as a dict and pre-serialised as bytes, so ``GET /recommendations`` is a memory copy.
 
 The current document merges, lane by lane, the newest analysed run that measured the lane (a run of
-``moe`` alone does not hide yesterday's ``dense`` answer); each lane names its own ``run_id``. When a source
-fails (``SourceUnavailable``) the last good document stays and is served marked ``stale`` with its age;
+``moe`` alone does not hide yesterday's ``dense`` answer); each lane names its own ``run_id``. "Newest" is
+the service's own order, never a time a body claims: a posted run ranks by when the service registered it,
+and a run folder found on disk by its manifest's ``created_at``, clamped to when the service read it (a
+posted ``created_at`` of 4e9 would otherwise win forever, and was persisted so).
+
+A run whose analysis failed keeps its reason, and ``GET /runs/{id}`` answers it from the store until
+``retry_after_s`` has passed (the refresh tick retries the current runs anyway): a failed run cannot make
+every read cost an analysis. A read of a run id the store does not know looks for its folder under
+``runs_dir`` (the operator's own folder, written by sessions and load generators), so a run written there
+after the service started is served without a write.
+
+When a source fails (``SourceUnavailable``) the last good document stays and is served marked ``stale`` with its age;
 with no good document yet there is nothing to serve (``NothingToServe``, a 503 at the edge).
 
 Validity (``recommender.validity``) is checked on its own faster tick and laid over the merged answers
@@ -17,14 +27,16 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import itertools
 import json
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from core.manifest import RunManifest, read_manifest
+from core.manifest import RUN_ID_PATTERN, RunManifest, read_manifest
 from recommender.document import as_v1, mark_changed, mark_stale, node_index
 from recommender.errors import BadInput, NothingToServe, SourceUnavailable, UnknownLane, UnknownRun
 
@@ -35,22 +47,34 @@ class Analyzer(Protocol):
     async def __call__(self, manifest: RunManifest, run_dir: Path | None) -> dict[str, Any]: ...
 
 
+_ORDER = itertools.count()
+
+
 @dataclass(slots=True)
 class RunEntry:
     manifest: RunManifest
     registered_at: float
     document: dict[str, Any] | None = None
     reason: str | None = None
+    ranked_at: float | None = None  # the service's time for "newest": registration, or a clamped created_at
+    order: int = 0
+    failed_at: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.ranked_at is None:
+            self.ranked_at = min(self.manifest.created_at, self.registered_at)
+        self.order = next(_ORDER)
 
     @property
-    def sort_key(self) -> tuple[float, str]:
-        return (self.manifest.created_at, self.manifest.run_id)
+    def sort_key(self) -> tuple[float, int]:
+        return (self.ranked_at if self.ranked_at is not None else self.registered_at, self.order)
 
 
 class RecommendationStore:
     def __init__(self, analyzer: Analyzer, *, runs_dir: Path | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, retry_after_s: float = 60.0) -> None:
         self._analyzer = analyzer
+        self.retry_after_s = retry_after_s
         self._runs_dir = runs_dir
         self._clock = clock
         self._runs: dict[str, RunEntry] = {}
@@ -102,6 +126,13 @@ class RecommendationStore:
 
     def run(self, run_id: str) -> RunEntry:
         entry = self._runs.get(run_id)
+        if entry is None and self._runs_dir is not None and re.fullmatch(RUN_ID_PATTERN, run_id):
+            try:
+                manifest = read_manifest(self._runs_dir / run_id / "manifest.json")
+            except (OSError, ValueError, KeyError, TypeError):
+                manifest = None
+            if manifest is not None and manifest.run_id == run_id:
+                entry = self._runs[run_id] = RunEntry(manifest, self._clock())
         if entry is None:
             raise UnknownRun(f"no run {run_id!r} is registered")
         return entry
@@ -111,16 +142,20 @@ class RecommendationStore:
         return len(self._runs)
 
     async def register(self, manifest: RunManifest) -> RunEntry:
-        """Registers (or replaces) a run and analyses it now; a source failure leaves it pending."""
-        entry = RunEntry(manifest, self._clock())
+        """Registers (or replaces) a run and analyses it now; a source failure leaves it pending. It ranks as
+        the newest run: the service's own clock, not the manifest's."""
+        now = self._clock()
+        entry = RunEntry(manifest, now, ranked_at=now)
         self._runs[manifest.run_id] = entry
         self._persist(manifest)
         await self._analyze([entry])
         return entry
 
     async def ensure_analyzed(self, run_id: str) -> RunEntry:
+        """The run, analysed now unless it is, or its last analysis failed less than ``retry_after_s`` ago."""
         entry = self.run(run_id)
-        if entry.document is None:
+        recent = entry.failed_at is not None and self._clock() - entry.failed_at < self.retry_after_s
+        if entry.document is None and not recent:
             await self._analyze([entry])
         return entry
 
@@ -154,13 +189,13 @@ class RecommendationStore:
             failure: str | None = None
             for entry, result in zip(entries, results, strict=True):
                 if isinstance(result, SourceUnavailable):
-                    entry.reason = str(result)
+                    entry.reason, entry.failed_at = str(result), self._clock()
                     failure = str(result)
                 elif isinstance(result, BaseException):
-                    entry.reason = f"analysis failed: {result!r}"
+                    entry.reason, entry.failed_at = f"analysis failed: {result!r}", self._clock()
                     failure = entry.reason
                 else:
-                    entry.document, entry.reason = result, None
+                    entry.document, entry.reason, entry.failed_at = result, None, None
             self._rebuild(failure)
 
     def _rebuild(self, failure: str | None) -> None:

@@ -67,11 +67,14 @@ DEFAULT_LOADGEN: dict[str, Any] = {
     "ladder": {"concurrency": [1, 2, 4, 8], "extend": True},
     "warmup_s": 2.0,
     "min_window_s": 8.0,
-    "max_window_s": 16.0,
+    "max_window_s": 12.0,
     "min_requests": 12,
     # a rung's window ends once its throughput is known within 8 %; where the gain over the rung below
     # straddles the policy's gain, it goes on (loadgen.decide_gain): certainty where a decision needs it
     "ci_rel_bound": 0.08,
+    "decide_max_window_s": 24.0,
+    # what the users sent after the window counts for nothing: a second to end cleanly, then it is cut off
+    "drain_settle_s": 1.0,
     "max_loop_lag_s": 0.05,
     "workload": {"output_tokens": {"kind": "uniform", "low": 48, "high": 80}},
 }

@@ -6,6 +6,7 @@ ProcessSet."""
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from typing import Any
 
 from core.manifest import write_json_atomic
 from core.net import free_port
+from recommender.settings import WRITE_TOKEN_ENV
 from satbench.runtimes import RunningRuntime
 from satbench.runtimes.external import check_external, is_this_host
 from satbench.runtimes.llamacpp import LlamaServer, LlamaServerError, LlamaServerSpec, find_llama_server
@@ -183,8 +185,11 @@ def _start_exporter(endpoint: LaneEndpoint, processes: ProcessSet, timeout_s: fl
 
 
 def start_recommender(
-    config: SessionConfig, prom_url: str, run_dir: Path, processes: ProcessSet, port: int
+    config: SessionConfig, prom_url: str, run_dir: Path, processes: ProcessSet, port: int, *,
+    write_token: str | None = None,
 ) -> tuple[str, Any]:
+    """The session's recommender; ``write_token`` (the bearer its writes need) is handed to it in its
+    environment, never on its command line (which every user of the host can read)."""
     argv = python_cli("recommender", "--prometheus-url", prom_url, "--port", str(port),
                        "--runs-dir", str(run_dir.parent.resolve()),
                        "--scrape-interval", repr(config.prometheus.scrape_interval_s))
@@ -192,7 +197,8 @@ def start_recommender(
         policy_path = run_dir / "policy.json"
         write_json_atomic(policy_path, config.policy)
         argv += ["--policy", str(policy_path)]
-    child = processes.start("recommender", argv)
+    env = {**os.environ, WRITE_TOKEN_ENV: write_token} if write_token else None
+    child = processes.start("recommender", argv, env=env)
     return f"http://127.0.0.1:{port}", child
 
 

@@ -23,7 +23,9 @@ Order of a session (``run_session``):
    this header joined with the load generator's own part (``core.manifest.LadderPart``).
 5. Wait until Prometheus has scraped every exporter and the load generator after the last window's end
    (its samples are then in; at most two scrape intervals and a second), register the manifest with the
-   recommender (``POST /runs``) and fetch its answer (``GET /runs/{run_id}``); if the service fails or
+   recommender (``POST /runs``, with the write token: the session's own recommender gets one made up for
+   this session, handed to it in its environment; a configured one, ``recommender.url``, the token in
+   ``SATBENCH_RECOMMENDER_WRITE_TOKEN``) and fetch its answer (``GET /runs/{run_id}``); if the service fails or
    answers no lane, the same analysis runs in-process (it can read this run's records) and the document
    notes it. Write recommendations.json, report.html, README.md, steps.csv and records.csv, print the
    tables per lane and the recommendations last; the exit status is 0 only when every lane has an answer.
@@ -35,6 +37,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import secrets
 import shlex
 import shutil
 import time
@@ -53,6 +57,7 @@ from loadgen.runner import run_ladder
 from recommender.errors import RecommenderError
 from recommender.policy import Policy
 from recommender.run_analysis import analyze_run
+from recommender.settings import WRITE_TOKEN_ENV
 from satbench import evidence
 from satbench.models.tiny import describe_model_files
 from satbench.report.data import load_run
@@ -188,7 +193,8 @@ def _answered(doc: dict[str, Any] | None) -> int:
 
 
 def _recommend(
-    manifest: RunManifest, rec_url: str, prom_url: str, run_dir: Path, config: SessionConfig, say: Say
+    manifest: RunManifest, rec_url: str, prom_url: str, run_dir: Path, config: SessionConfig, say: Say,
+    write_token: str | None = None,
 ) -> dict[str, Any] | None:
     """The recommender service's answer for the run; the same analysis in-process (which can also read this
     run folder's records) if the service fails or answers no lane (a service elsewhere, without this run's
@@ -196,7 +202,8 @@ def _recommend(
     service: dict[str, Any] | None = None
     try:
         with httpx.Client(timeout=60.0) as client:
-            resp = client.post(f"{rec_url}/runs", json=manifest.to_dict())
+            auth = {"Authorization": f"Bearer {write_token}"} if write_token else {}
+            resp = client.post(f"{rec_url}/runs", json=manifest.to_dict(), headers=auth)
             resp.raise_for_status()
             info = client.get(f"{rec_url}/runs/{manifest.run_id}")
             info.raise_for_status()
@@ -241,6 +248,7 @@ def _start_monitoring(
     processes: ProcessSet,
     prom_binary: str | None,
     say: Say,
+    write_token: str,
 ) -> tuple[str, str, dict[str, Any], int]:
     """Recommender and Prometheus (unless configured as URLs); returns their URLs, evidence, loadgen port."""
     metrics_port = config.loadgen.metrics_port or free_port()  # fixed where a running Prometheus scrapes it
@@ -248,7 +256,8 @@ def _start_monitoring(
     prom_url = (config.prometheus.url or f"http://127.0.0.1:{prom_port}").rstrip("/")
     rec_child = None
     if config.recommender.url is None:
-        rec_url, rec_child = start_recommender(config, prom_url, run_dir, processes, free_port())
+        rec_url, rec_child = start_recommender(config, prom_url, run_dir, processes, free_port(),
+                                               write_token=write_token)
     else:
         rec_url = config.recommender.url.rstrip("/")
     targets = [
@@ -309,6 +318,8 @@ def run_session(
     redact = _redactor(config, command)
     say(f"  command: {shlex.join(redact(list(command)))}")
     processes = ProcessSet(run_dir / "logs")
+    # the recommender's write token: this session's own, unless one is configured for a running recommender
+    write_token = os.environ.get(WRITE_TOKEN_ENV) or secrets.token_urlsafe(32)
     restore = install_signal_handlers()
     pids: list[int] = []
     started = False
@@ -321,7 +332,7 @@ def run_session(
             start_exporters(endpoints, processes, config.start_timeout_s)
             say("  exporters: " + ", ".join(f"{ep.lane.key} {ep.exporter_url}" for ep in endpoints))
             prom_url, rec_url, prom_info, metrics_port = _start_monitoring(
-                config, endpoints, run_dir, processes, prom_binary, say
+                config, endpoints, run_dir, processes, prom_binary, say, write_token
             )
             pids = processes.pids()
             started = True
@@ -348,7 +359,7 @@ def run_session(
             if not wait_scraped_since(prom_url, walked, (EXPORTER_JOB, LOADGEN_JOB), timeout_s=settle_s):
                 say(f"  prometheus: not every target scraped after the walk within {settle_s:g} s")
             say("asking the recommender")
-            doc = _recommend(manifest, rec_url, prom_url, run_dir, config, say)
+            doc = _recommend(manifest, rec_url, prom_url, run_dir, config, say, write_token)
             if doc is not None:
                 write_json_atomic(run_dir / "recommendations.json", doc)
                 if prom_binary is not None and not wait_scraped_since(  # our Prometheus keeps the answer too

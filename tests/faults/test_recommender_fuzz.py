@@ -1,8 +1,10 @@
-"""Schemathesis against the recommender's own OpenAPI: no generated request gets a 5xx.
+"""Schemathesis against the recommender's own OpenAPI, with and without the write token: no generated request
+gets a 5xx.
 
 The app serves a real analysis (records source, a synthetic run in ``runs_dir``) so the 200 paths are
 exercised too, not only 404s. Examples are bounded so the whole fuzz takes seconds; 503 ("nothing computed
-yet") is a documented answer, not a server error, so only 500/502/504 and undocumented 5xx fail.
+yet") is a documented answer, not a server error, so only 500/502/504 and undocumented 5xx fail. Without the
+token every write is a 401; with it the writes reach validation, the bounds and the analysis.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ _MANIFEST, _RECORDS = simulate_run((SyntheticLane("dense", slots=4),), (1, 2, 4,
 _MANIFEST.write(_RUNS / _MANIFEST.run_id / "manifest.json")
 write_records(_RUNS / _MANIFEST.run_id / "records.jsonl", _RECORDS)
 
-APP = create_app(RecommenderSettings(prometheus_url=None, runs_dir=_RUNS), background_refresh=False)
+TOKEN = "fuzz-token"
+APP = create_app(RecommenderSettings(prometheus_url=None, runs_dir=_RUNS, write_token=TOKEN), background_refresh=False)
 asyncio.run(APP.state.store.register(_MANIFEST))
 schema = schemathesis.openapi.from_asgi("/openapi.json", APP)
 
@@ -45,9 +48,13 @@ def test_the_fuzzed_app_serves_a_document() -> None:
     assert APP.state.store.document()["lanes"]["dense"]["status"] == "ok"
 
 
+@pytest.mark.parametrize("token", [TOKEN, None], ids=["with-token", "without-token"])
 @schema.parametrize()
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
-def test_no_request_gets_a_server_error(case: schemathesis.Case) -> None:
-    response = case.call()
+def test_no_request_gets_a_server_error(case: schemathesis.Case, token: str | None) -> None:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    response = case.call(headers=headers)
     assert response.status_code < 500 or response.status_code == 503, (
         f"{case.method} {case.formatted_path} -> {response.status_code}: {response.text[:300]}")
+    if token is None and case.method.upper() not in ("GET", "HEAD", "OPTIONS"):
+        assert response.status_code == 401

@@ -127,8 +127,34 @@ def test_json_of_a_v1_document_reads_as_it_always_did() -> None:
     assert moe["max_useful_concurrency"] is None and moe["reason"] == "1 step window(s)"
     assert fragment["nodes"] == {"local": {"labels": {}, "lanes": {
         name: {k: v for k, v in entry.items() if k not in ("node", "lane")}
-        for name, entry in fragment["lanes"].items()}}}
+        for name, entry in fragment["lanes"].items()}, "shared_hardware": True,
+        "capacity_rule": capabilities.CAPACITY_RULE}}
     assert fragment["schema"] == "satbench.recommendations/v1"
+
+
+def test_lanes_of_one_node_say_they_share_its_hardware_and_what_they_can_take_together() -> None:
+    fragment = capabilities.capability_fragment(fleet_document())
+    a = fragment["nodes"]["gpu-a"]
+    assert a["shared_hardware"] is True and "measured with the others idle" in a["capacity_rule"]
+    dense, moe = a["lanes"]["dense"], a["lanes"]["moe"]
+    assert dense["shares_hardware_with"] == ["gpu-a/moe"] and moe["shares_hardware_with"] == ["gpu-a/dense"]
+    # the node's budget, sum of in-flight / answer <= 1, split evenly between its two lanes
+    assert (dense["max_useful_concurrency"], dense["max_useful_concurrency_together"]) == (8, 4)
+    assert moe["max_useful_concurrency_together"] == max(1, moe["max_useful_concurrency"] // 2)
+    budget = sum(e["max_useful_concurrency_together"] / e["max_useful_concurrency"] for e in (dense, moe))
+    assert budget <= 1.0
+    never = fragment["nodes"]["gpu-b"]["lanes"]["moe"]
+    assert never["max_useful_concurrency_together"] is None and never["shares_hardware_with"] == ["gpu-b/dense"]
+    alone = capabilities.capability_fragment({"schema": "satbench.recommendations/v2", "lanes": {
+        "solo/dense": {"node": "solo", "lane": "dense", "recommended_concurrency": 6}}})
+    assert alone["nodes"]["solo"]["shared_hardware"] is False and alone["nodes"]["solo"]["capacity_rule"] is None
+    assert alone["lanes"]["solo/dense"]["max_useful_concurrency_together"] == 6
+    config, _ = capabilities.litellm_config(fleet_document(), node_share="together")
+    shared = by_id(config)["satbench:gpu-a/dense"]
+    assert shared["litellm_params"]["max_parallel_requests"] == shared["litellm_params"]["weight"] == 4
+    assert shared["model_info"]["satbench_shares_hardware_with"] == ["gpu-a/moe"]
+    assert by_id(capabilities.litellm_config(fleet_document())[0])["satbench:gpu-a/dense"]["litellm_params"][
+        "max_parallel_requests"] == 8  # alone, the default: the answer as measured
 
 
 def test_a_lane_the_node_index_lists_without_an_answer_is_reported_not_dropped() -> None:
@@ -181,10 +207,11 @@ def test_prometheus_text_is_what_the_recommenders_metrics_serves(document: dict[
         return copy.deepcopy(document)
 
     settings = RecommenderSettings(prometheus_url=f"http://127.0.0.1:{free_port()}", refresh_interval_s=3600,
-                                   prometheus_timeout_s=1.0)
+                                   prometheus_timeout_s=1.0, write_token="formats-token")
     manifest = RunManifest(run_id="r-fleet", created_at=1.0, steps=(StepWindow("dense", 1, 10.0, 40.0),))
     with serve(create_app(settings, analyzer=analyzer, background_refresh=False)) as url:
-        assert httpx.post(f"{url}/runs", json=manifest.to_dict(), timeout=30).status_code == 201
+        assert httpx.post(f"{url}/runs", json=manifest.to_dict(), timeout=30,
+                          headers={"Authorization": "Bearer formats-token"}).status_code == 201
         served = httpx.get(f"{url}/recommendations", timeout=10).json()
         scraped = httpx.get(f"{url}/metrics", timeout=10).text
         assert capabilities.main(parse_args("--url", url, "--format", "prometheus")) == 1  # some lane unanswered

@@ -1,5 +1,7 @@
 """The service on a real uvicorn server with a fake analyzer: routes, errors, staleness, metrics, OpenAPI,
-schema drift. The background refresh runs every 20 ms, so staleness is reached the way production does."""
+schema drift. The background refresh runs every 20 ms, so staleness is reached the way production does.
+The test client holds the service's write token; what a write without it gets is
+``tests/recommender/test_service_writes.py``'s."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Any
 import httpx
 import jsonschema
 import pytest
+from pydantic import SecretStr
 
 from core.figures import StepFigures
 from core.manifest import RunManifest, StepWindow
@@ -72,12 +75,21 @@ def analyzer(clock: FakeClock) -> FakeAnalyzer:
     return FakeAnalyzer(clock)
 
 
+TOKEN = "service-test-token"
+
+
+async def no_fingerprints(starts: Any) -> dict[str, Any]:
+    """No exporter was scraped: every lane's fingerprint is unknown (what the service takes is tested apart)."""
+    return {key: (None, "no exporter in this test") for key in starts}
+
+
 @pytest.fixture
 def client(analyzer: FakeAnalyzer, clock: FakeClock, tmp_path: Path) -> Iterator[httpx.Client]:
     settings = RecommenderSettings(prometheus_url="http://prom.test", runs_dir=tmp_path,
-                                   refresh_interval_s=0.02)
-    app = create_app(settings, analyzer=analyzer, clock=clock)
-    with serve(app) as url, httpx.Client(base_url=url, timeout=10) as test_client:
+                                   refresh_interval_s=0.02, write_token=SecretStr(TOKEN))
+    app = create_app(settings, analyzer=analyzer, clock=clock, fingerprints=no_fingerprints)
+    with serve(app) as url, httpx.Client(base_url=url, timeout=10,
+                                         headers={"Authorization": f"Bearer {TOKEN}"}) as test_client:
         yield test_client
 
 
@@ -178,8 +190,9 @@ def test_first_registration_with_the_source_down_is_pending_then_503(client: htt
     assert resp.status_code == 503 and "unreachable" in resp.json()["detail"]
 
 
-def test_newest_run_per_lane_is_served(client: httpx.Client) -> None:
+def test_newest_run_per_lane_is_served(client: httpx.Client, clock: FakeClock) -> None:
     client.post("/runs", json=manifest_dict("r1", created_at=1.0))
+    clock.now += 1  # newest by the service's clock
     client.post("/runs", json=manifest_dict("r2", lanes=("moe",), created_at=2.0))
     doc = client.get("/recommendations").json()
     assert doc["run_id"] == "r2"

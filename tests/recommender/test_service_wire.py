@@ -16,12 +16,16 @@ from testkit.net import free_port
 from tests.recommender.conftest import SyntheticRun
 from tests.recommender.server import serve
 
+TOKEN = "wire-test-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
 
 def test_registered_run_is_analysed_from_prometheus_and_reported(synthetic_run: SyntheticRun,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    settings = RecommenderSettings(prometheus_url=synthetic_run.prometheus_url, refresh_interval_s=3600)
+    settings = RecommenderSettings(prometheus_url=synthetic_run.prometheus_url, refresh_interval_s=3600,
+                                   write_token=TOKEN)
     with serve(create_app(settings)) as url:
-        resp = httpx.post(f"{url}/runs", json=synthetic_run.manifest.to_dict(), timeout=60)
+        resp = httpx.post(f"{url}/runs", json=synthetic_run.manifest.to_dict(), timeout=60, headers=AUTH)
         assert resp.status_code == 201, resp.text
         assert resp.json()["lanes"]["dense"] == 4 and resp.json()["lanes"]["moe"] == 8
         doc = httpx.get(f"{url}/recommendations").json()
@@ -45,9 +49,10 @@ def test_registered_run_is_analysed_from_prometheus_and_reported(synthetic_run: 
 def test_the_cli_fragment_is_the_services_cut_under_a_v1_default(synthetic_run: SyntheticRun,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     settings = RecommenderSettings(prometheus_url=synthetic_run.prometheus_url, refresh_interval_s=3600,
-                                   default_schema="v1")
+                                   default_schema="v1", write_token=TOKEN)
     with serve(create_app(settings)) as url:
-        assert httpx.post(f"{url}/runs", json=synthetic_run.manifest.to_dict(), timeout=60).status_code == 201
+        assert httpx.post(f"{url}/runs", json=synthetic_run.manifest.to_dict(), timeout=60,
+                          headers=AUTH).status_code == 201
         assert httpx.get(f"{url}/recommendations").json()["schema"] == "satbench.recommendations/v1"
         assert capabilities.main(argparse.Namespace(url=url, timeout=5.0)) == 0
         cut = httpx.get(f"{url}/capabilities").json()
@@ -56,9 +61,9 @@ def test_the_cli_fragment_is_the_services_cut_under_a_v1_default(synthetic_run: 
 
 def test_unreachable_prometheus_without_records_is_a_503(synthetic_run: SyntheticRun) -> None:
     settings = RecommenderSettings(prometheus_url=f"http://127.0.0.1:{free_port()}", refresh_interval_s=3600,
-                                   prometheus_timeout_s=2.0)
+                                   prometheus_timeout_s=2.0, write_token=TOKEN)
     with serve(create_app(settings)) as url:
-        resp = httpx.post(f"{url}/runs", json=synthetic_run.manifest.to_dict(), timeout=30)
+        resp = httpx.post(f"{url}/runs", json=synthetic_run.manifest.to_dict(), timeout=30, headers=AUTH)
         assert resp.status_code == 202
         resp = httpx.get(f"{url}/recommendations")
         assert resp.status_code == 503
