@@ -19,7 +19,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from core.config_files import validation_problems
@@ -65,6 +65,18 @@ class RecommenderSettings(BaseSettings):
     max_lanes: int = Field(default=512, ge=1, description="most lanes one posted run may name")
     max_window_s: float = Field(default=3600.0, gt=0, description="longest step window a posted run may list")
     max_span_s: float = Field(default=7 * 86400.0, gt=0, description="longest time a posted run's windows span")
+
+    @field_validator("write_token", mode="before")
+    @classmethod
+    def _token_or_none(cls, value: object) -> object:
+        """An empty token is no token (one is made up), never one that an empty ``Bearer`` matches; a
+        short one is refused: it could be guessed."""
+        text = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if text is None or (isinstance(text, str) and not text.strip()):
+            return None
+        if isinstance(text, str) and len(text.strip()) < 16:
+            raise ValueError("write_token must be at least 16 characters")
+        return text.strip() if isinstance(text, str) else value
 
     def source_config(self) -> PrometheusSourceConfig:
         return PrometheusSourceConfig(ci_batches=self.ci_batches, min_batch_s=self.min_batch_s,

@@ -66,9 +66,9 @@ def silent_port() -> Iterator[int]:
 def _client(prometheus_url: str, runs_dir: Path | None) -> Iterator[httpx.Client]:
     """The service on a real uvicorn on loopback (no background refresh: the test drives analysis)."""
     settings = RecommenderSettings(prometheus_url=prometheus_url, runs_dir=runs_dir, prometheus_timeout_s=0.5,
-                                   write_token="faults-token")
+                                   write_token="faults-write-token-0")
     with serve(create_app(settings, background_refresh=False)) as url, \
-            httpx.Client(base_url=url, timeout=30, headers={"Authorization": "Bearer faults-token"}) as client:
+            httpx.Client(base_url=url, timeout=30, headers={"Authorization": "Bearer faults-write-token-0"}) as client:
         yield client
 
 

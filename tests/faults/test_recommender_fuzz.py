@@ -31,7 +31,7 @@ _MANIFEST, _RECORDS = simulate_run((SyntheticLane("dense", slots=4),), (1, 2, 4,
 _MANIFEST.write(_RUNS / _MANIFEST.run_id / "manifest.json")
 write_records(_RUNS / _MANIFEST.run_id / "records.jsonl", _RECORDS)
 
-TOKEN = "fuzz-token"
+TOKEN = "fuzz-write-token-0000"
 APP = create_app(RecommenderSettings(prometheus_url=None, runs_dir=_RUNS, write_token=TOKEN), background_refresh=False)
 asyncio.run(APP.state.store.register(_MANIFEST))
 schema = schemathesis.openapi.from_asgi("/openapi.json", APP)

@@ -207,11 +207,11 @@ def test_prometheus_text_is_what_the_recommenders_metrics_serves(document: dict[
         return copy.deepcopy(document)
 
     settings = RecommenderSettings(prometheus_url=f"http://127.0.0.1:{free_port()}", refresh_interval_s=3600,
-                                   prometheus_timeout_s=1.0, write_token="formats-token")
+                                   prometheus_timeout_s=1.0, write_token="formats-write-token-0")
     manifest = RunManifest(run_id="r-fleet", created_at=1.0, steps=(StepWindow("dense", 1, 10.0, 40.0),))
     with serve(create_app(settings, analyzer=analyzer, background_refresh=False)) as url:
         assert httpx.post(f"{url}/runs", json=manifest.to_dict(), timeout=30,
-                          headers={"Authorization": "Bearer formats-token"}).status_code == 201
+                          headers={"Authorization": "Bearer formats-write-token-0"}).status_code == 201
         served = httpx.get(f"{url}/recommendations", timeout=10).json()
         scraped = httpx.get(f"{url}/metrics", timeout=10).text
         assert capabilities.main(parse_args("--url", url, "--format", "prometheus")) == 1  # some lane unanswered

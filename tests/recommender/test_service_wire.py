@@ -16,7 +16,7 @@ from testkit.net import free_port
 from tests.recommender.conftest import SyntheticRun
 from tests.recommender.server import serve
 
-TOKEN = "wire-test-token"
+TOKEN = "wire-test-write-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 

@@ -83,11 +83,17 @@ def test_a_write_without_the_token_is_refused_and_reads_stay_open(url: str, tmp_
 
 
 def test_a_generated_token_is_needed_when_none_is_configured(analyzer: FakeAnalyzer) -> None:
-    app = create_app(RecommenderSettings(prometheus_url=None), analyzer=analyzer, background_refresh=False)
+    # an empty token (an unset variable in a compose file) is no token, never one an empty Bearer matches
+    app = create_app(RecommenderSettings(prometheus_url=None, write_token=SecretStr("")), analyzer=analyzer,
+                     background_refresh=False)
     token = app.state.write_token
     assert len(token) >= 32
+    with pytest.raises(ValueError, match="at least 16 characters"):
+        RecommenderSettings(write_token=SecretStr("guessable"))
     with serve(app) as base:
         assert httpx.post(f"{base}/runs", json=manifest_dict("r1"), timeout=10).status_code == 401
+        head = b"POST /runs HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer\r\nContent-Length: 2\r\n\r\n"
+        assert _raw_post(base, head, iter([b"{}"]))[0] == 401  # an empty Bearer (httpx will not send one)
         ok = httpx.post(f"{base}/runs", json=manifest_dict("r1"), timeout=10,
                         headers={"Authorization": f"Bearer {token}"})
         assert ok.status_code == 201
