@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.figures import StepFigures, disagreements
+from core.figures import StepFigures, Tail, disagreements
 from core.manifest import RunManifest, StepWindow
 from core.records import read_records
 from core.step_figures import compute_step_figures
+from recommender.analysis import analyze_lane
 from recommender.policy import Policy
-from recommender.verdicts import check_step
 
 __all__ = [
     "CHECK_NAMES",
@@ -240,9 +240,8 @@ def _judgments(answer: dict[str, Any], steps: tuple[StepFigures, ...], rules: Po
     out = _judgments_of_document(answer)
     if any(j.checks for j in out.values()) or not steps:
         return out
-    baseline = next((s.itl_s.p50 for s in steps if s.concurrency == 1 and s.valid), None)
-    for step in steps:
-        verdict = check_step(step, rules, baseline)
+    lane = analyze_lane(steps[0].lane, steps, rules)  # the walk's own verdicts: baselines and shape as it sees them
+    for step, verdict in zip(lane.steps, lane.verdicts, strict=True):
         c = step.concurrency
         doc = out.get(c) or RungJudgment()
         out[c] = RungJudgment(
@@ -330,6 +329,8 @@ def merge_steps(primary: StepFigures | None, secondary: StepFigures | None) -> S
         mine, theirs = getattr(primary, f.name), getattr(secondary, f.name)
         if mine is None and theirs is not None:
             updates[f.name] = theirs
+        elif isinstance(mine, Tail) and isinstance(theirs, Tail) and not mine.n and theirs.n:
+            updates[f.name] = theirs  # an empty tail is an unknown one
         elif dataclasses.is_dataclass(mine) and dataclasses.is_dataclass(theirs):
             sub = {
                 g.name: getattr(theirs, g.name)

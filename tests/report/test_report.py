@@ -153,7 +153,7 @@ def test_rungs_table_has_one_unit_per_column(tmp_path: Path) -> None:
                  "host RSS GiB", "Jain", "pause p99 ms", "verdicts"):
         assert name in headers, name
     col = {h: [r[i] for r in rows] for i, h in enumerate(headers)}
-    assert col["verdicts"][-1] == "decode starved"  # pause p99 400 ms > 250 ms
+    assert col["verdicts"][-1] == "decode starved"  # a fifth of the requests held 390 ms > 250 ms
     assert col["pause p99 ms"] == ["50.0", "100.0", "200.0", "400.0"]  # one column, one unit, one format
     assert col["host RSS GiB"] == ["1.12", "1.12", "1.12", "1.13"]  # 1.2 GB: GiB, the column's largest value
     assert col["input tok/s"][0] == "200.0"  # from steps.json: the document lacks it
@@ -274,7 +274,7 @@ def test_the_policy_the_verdicts_used_is_stated(tmp_path: Path) -> None:
 def test_plots_draw_each_threshold_on_its_own_axis(tmp_path: Path) -> None:
     report = load_run(make_run_dir(tmp_path, policy={"slo": {"tbt_p99_s": 0.25}, "jain_min": 0.9}))
     svg = lane_figure_svg(report.lanes[0], report.rules)
-    assert "Decode pauses" in svg and "objective 250 ms (slo.tbt_p99_s)" in svg
+    assert "Decode pauses" in svg and "stall limit 250 ms" in svg
     assert "Jain limit 0.9 (jain_min)" in svg and "ratio limit 1.5x (right)" in svg
     assert "Latency" in svg and "TTFT p95 objective 2000 ms" in svg
     assert svg == lane_figure_svg(report.lanes[0], report.rules)  # same run, same bytes
@@ -337,7 +337,7 @@ def test_csv_exports_read_back(tmp_path: Path) -> None:
             assert row["recommended"] == ("true" if step.concurrency == 4 else "false")
     dense8 = steps[3]
     assert dense8["decode_starvation_status"] == "flagged" and dense8["verdicts"] == "decode starved"
-    assert float(dense8["decode_starvation_measured"]) == pytest.approx(0.4)
+    assert float(dense8["decode_starvation_measured"]) == pytest.approx(0.39)  # the pause excess p99
     assert dense8["gain_per_doubling"] == "0.02" and dense8["violations"] == "decode_starvation"
     moe8 = steps[-1]
     assert (moe8["valid"], moe8["reason"]) == ("false", "too few requests")
