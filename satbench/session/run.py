@@ -25,7 +25,9 @@ Order of a session (``run_session``):
    (its samples are then in; at most two scrape intervals and a second), register the manifest with the
    recommender (``POST /runs``, with the write token: the session's own recommender gets one made up for
    this session, handed to it in its environment; a configured one, ``recommender.url``, the token in
-   ``SATBENCH_RECOMMENDER_WRITE_TOKEN``) and fetch its answer (``GET /runs/{run_id}``); if the service fails or
+   ``SATBENCH_RECOMMENDER_WRITE_TOKEN``; one that refuses the write is still asked for the run by id, which
+   it reads from its runs folder where that is this session's) and fetch its answer (``GET
+   /runs/{run_id}``); if the service fails or
    answers no lane, the same analysis runs in-process (it can read this run's records) and the document
    notes it. Write recommendations.json, report.html, README.md, steps.csv and records.csv, print the
    tables per lane and the recommendations last; the exit status is 0 only when every lane has an answer.
@@ -204,7 +206,12 @@ def _recommend(
         with httpx.Client(timeout=60.0) as client:
             auth = {"Authorization": f"Bearer {write_token}"} if write_token else {}
             resp = client.post(f"{rec_url}/runs", json=manifest.to_dict(), headers=auth)
-            resp.raise_for_status()
+            if resp.status_code == 401:  # a running service with another token: where it reads this run's
+                # folder (its runs_dir), asking for the run by id (a read) registers it from there
+                say("  recommender refused the write (its write token is not this session's: set "
+                    "SATBENCH_RECOMMENDER_WRITE_TOKEN); asking it for the run by id")
+            else:
+                resp.raise_for_status()
             info = client.get(f"{rec_url}/runs/{manifest.run_id}")
             info.raise_for_status()
             doc = info.json().get("recommendations")
