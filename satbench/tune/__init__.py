@@ -1,8 +1,11 @@
-"""``satbench tune``: find each lane's server settings (slots, batch, micro-batch, context), not only its
-concurrency. ``config`` (the ``[tune]`` table), ``grid`` (candidates and their order), ``search`` (the pruned
-walk over the grid, pure), ``answer`` (winner, runner-up, margin, Pareto front), ``document`` (``tune.json``
-and ``tuned_lane``), ``walk`` (one candidate: start, ladder walk, judge), ``render`` (tables, SVG), ``run``
-and ``cli``. See docs/tune.md.
+"""``satbench tune``: find each lane's server settings (slots, batch, micro-batch, context, KV layout), not only
+its concurrency. ``config`` (the ``[tune]`` table), ``grid`` (candidates, their walk order and their rank),
+``context`` (each slot's context from the server's own count), ``memory`` (what a candidate needs, from the
+GGUF, against a budget), ``search`` (the pruned walk over the grid, pure), ``answer`` (the pairwise winner,
+runner-up, margin, Pareto front), ``evidence`` (longer walks where the deciding comparison is undecided),
+``readback`` (what a started server built, against the candidate), ``document`` (``tune.json`` and
+``tuned_lane``), ``walk`` (one candidate: check, start, read back, ladder walk, judge), ``render`` (tables,
+SVG), ``run`` and ``cli``. See docs/tune.md.
 """
 
 from __future__ import annotations

@@ -12,10 +12,25 @@ line naming the setting (``tune.parallel: ...``), as every config of this projec
   ``llamacpp``; an ``external`` lane cannot be tuned, its server is not ours to restart);
 - ``parallel`` (default 2, 4, 8, 16), ``ubatch`` (default 128, 256, 512), ``batch`` (default: equal to each
   ubatch; when listed, every pair with batch >= ubatch is a candidate);
-- ``ctx_per_slot``: each slot's context (``-c`` is this times ``parallel``); default from the workload's longest
-  request: its longest prompt (the prefill probe included) plus its longest output, rounded up to 256;
+- ``ctx_per_slot``: each slot's context (``-c`` is this times ``parallel``); default from the server's own
+  count of the workload's longest request plus its longest output and ``ctx_margin`` (``satbench.tune.context``);
+- ``ctx_margin``: tokens of headroom over that count (default 64);
 - ``ladder``: the rungs each walk lists before the extension doubles them (default 1, 2);
-- ``prune``: skip the candidates a measured one dominates (default true; false walks the whole grid).
+- ``prune``: skip the candidates a measured one dominates (default true; false walks the whole grid);
+- ``memory_bytes``: the memory a candidate may use (CPU or unified memory, or a share of a GPU); unset, the
+  free memory of the GPUs seen, or a simulator's simulated ones; ``memory_reserve_bytes`` kept free of it
+  (default 1 GiB, llama.cpp's ``--fit-target``); ``kv_layout``: ``auto`` (default) adds a unified-KV candidate
+  where the split one cannot fit, ``split`` never does (``satbench.tune.memory``, ``satbench.tune.grid``);
+- ``evidence_walks``: walks the tune may add per lane where the comparison that decides the winner is not
+  significant, each with windows ``evidence_window_factor`` (default 2) times longer than the last (default
+  4; 0 decides at once by the default) (``satbench.tune.evidence``).
+
+The grid owns what it searches. A lane's ``server_args`` may not set ``-np``/``--parallel``, ``-c``/``--ctx-size``,
+``-b``/``--batch-size``, ``-ub``/``--ubatch-size``, the KV layout (``-kvu``, ``-no-kvu``, ``--kv-unified-per-slot``)
+or ``--fit`` (the tune sets ``--fit off``, so a candidate that does not fit is refused by the server rather than
+served with layers moved to the CPU): such a config is refused in one line naming the flag, because llama-server
+keeps the last value of a flag given twice and the server would not be the candidate. Refused rather than
+overridden: a flag the operator wrote and the tune silently dropped would be a second way to be wrong.
 """
 
 from __future__ import annotations
@@ -23,7 +38,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -32,10 +47,20 @@ from loadgen.config import WorkloadConfig
 from loadgen.workload import max_prompt_tokens
 from satbench.session.config import LaneRuntime, SessionConfig, SessionConfigError, load_session_config
 
-__all__ = ["TUNABLE_RUNTIMES", "TuneConfig", "TuneConfigError", "TuneSetup", "default_ctx_per_slot",
-           "load_tune_config"]
+__all__ = ["OWNED_FLAGS", "TUNABLE_RUNTIMES", "TuneConfig", "TuneConfigError", "TuneSetup", "default_ctx_per_slot",
+           "load_tune_config", "owned_flag"]
 
 TUNABLE_RUNTIMES = ("simulator", "llamacpp")
+# llama-server's spellings (common/arg.cpp) of what the tune sets on every candidate, and what sets each
+OWNED_FLAGS: dict[str, str] = {
+    **dict.fromkeys(("-np", "--parallel"), "tune.parallel"),
+    **dict.fromkeys(("-c", "--ctx-size"), "tune.ctx_per_slot"),
+    **dict.fromkeys(("-b", "--batch-size"), "tune.batch"),
+    **dict.fromkeys(("-ub", "--ubatch-size"), "tune.ubatch"),
+    **dict.fromkeys(("-kvu", "--kv-unified", "-no-kvu", "--no-kv-unified", "--kv-unified-per-slot"),
+                    "tune.kv_layout"),
+    **dict.fromkeys(("-fit", "--fit"), "the tune's --fit off"),
+}
 
 
 class TuneConfigError(ValueError):
@@ -63,8 +88,14 @@ class TuneConfig(BaseModel):
     ubatch: list[int] = Field(default_factory=lambda: [128, 256, 512])
     batch: list[int] | None = None
     ctx_per_slot: int | None = Field(default=None, ge=16)
+    ctx_margin: int = Field(default=64, ge=0)
     ladder: list[int] = Field(default_factory=lambda: [1, 2])
     prune: bool = True
+    memory_bytes: int | None = Field(default=None, ge=1)
+    memory_reserve_bytes: int = Field(default=1 << 30, ge=0)
+    kv_layout: Literal["auto", "split"] = "auto"
+    evidence_walks: int = Field(default=4, ge=0, le=64)
+    evidence_window_factor: float = Field(default=2.0, gt=1.0, le=16.0)
 
     @field_validator("parallel")
     @classmethod
@@ -97,7 +128,9 @@ class TuneConfig(BaseModel):
 
 @dataclass(frozen=True, slots=True)
 class TuneSetup:
-    """What ``satbench tune`` runs: the session it builds on, its ``[tune]`` table and the lanes to tune."""
+    """What ``satbench tune`` runs: the session it builds on, its ``[tune]`` table and the lanes to tune.
+    ``ctx_per_slot``: the nominal context (``default_ctx_per_slot``), or the config's where it sets one; the
+    tune replaces a nominal one by the server's count per lane."""
 
     session: SessionConfig
     tune: TuneConfig
@@ -105,8 +138,18 @@ class TuneSetup:
     ctx_per_slot: int
 
 
+def owned_flag(server_args: list[str]) -> tuple[str, str] | None:
+    """The first flag of ``server_args`` the tune owns (``OWNED_FLAGS``), with the key that owns it."""
+    for arg in server_args:
+        name = arg.split("=", 1)[0] if arg.startswith("--") else arg
+        if name in OWNED_FLAGS:
+            return name, OWNED_FLAGS[name]
+    return None
+
+
 def default_ctx_per_slot(workload: WorkloadConfig) -> int:
-    """The longest request's context (longest prompt, probe included, plus longest output), rounded up to 256."""
+    """The nominal longest request's context (longest prompt, probe included, plus longest output), rounded up
+    to 256: the fallback where no server can count it (``satbench.tune.context``)."""
     out = workload.output_tokens
     longest_out = out.value if out.kind == "fixed" else out.high
     need = max_prompt_tokens(workload) + longest_out
@@ -173,6 +216,16 @@ def _selected_lanes(session: SessionConfig, tune: TuneConfig) -> tuple[LaneRunti
     return tuple(out)
 
 
+def _check_server_args(lanes: tuple[LaneRuntime, ...]) -> None:
+    for lane in lanes:
+        hit = owned_flag(lane.server_args)
+        if hit is not None:
+            flag, key = hit
+            raise TuneConfigError(f"invalid tune config: lanes.{lane.key}.server_args: sets {flag}, which the tune "
+                                  f"sets on every candidate ({key}); llama-server keeps the last of a flag given "
+                                  "twice, so every candidate would be that one server: remove it")
+
+
 def load_tune_config(path: Path | None, overrides: dict[str, Any] | None = None) -> TuneSetup:
     """Reads the file (or nothing: the default session), splits off ``[tune]``, validates both."""
     table, session_overrides = _tune_table(path, overrides or {})
@@ -187,5 +240,6 @@ def load_tune_config(path: Path | None, overrides: dict[str, Any] | None = None)
     except SessionConfigError as exc:
         raise TuneConfigError(str(exc)) from None
     lanes = _selected_lanes(session, tune)
+    _check_server_args(lanes)
     ctx = tune.ctx_per_slot or default_ctx_per_slot(session.loadgen.workload)
     return TuneSetup(session=session, tune=tune, lanes=lanes, ctx_per_slot=ctx)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-__all__ = ["lane_table", "pareto_svg", "readme", "report_html"]
+__all__ = ["facts", "lane_table", "pareto_svg", "readme", "report_html"]
 
 
 def _num(value: Any, fmt: str = ".1f") -> str:
@@ -34,6 +34,7 @@ def lane_table(name: str, lane: dict[str, Any]) -> list[str]:
     rows.append("")
     rows.append(f"walked {lane['walked']} of {lane['grid']['size']} candidates ({lane['pruned']} pruned, "
                 f"{lane['refused']} refused, {lane['skipped']} skipped, {lane['resumed']} resumed)")
+    rows += [f"- {line}" for line in facts(lane)]
     if lane["winner"] is None:
         rows.append(f"no answer: {lane['reason']}")
         return rows
@@ -43,9 +44,28 @@ def lane_table(name: str, lane: dict[str, Any]) -> list[str]:
     if m is not None and lane["runner_up"] is not None:
         ratio = "" if m["ratio"] is None else f" ({m['ratio']:+.1%})"
         rows.append(f"runner-up {lane['runner_up']['id']}: margin {m['tok_s']:+.1f} tok/s{ratio} "
-                    f"± {m['uncertainty_tok_s']:.1f} (95%, quadrature): "
+                    f"± {_num(m['uncertainty_tok_s'])} (at the policy's confidence): "
                     f"{'significant' if m['significant'] else 'not significant'}")
     return rows
+
+
+def facts(lane: dict[str, Any]) -> list[str]:
+    """What the lane's answer rests on, one line each: the context, the memory, the decision, the findings."""
+    out = []
+    context = lane.get("context")
+    if context:
+        out.append(f"context per slot {context['ctx_per_slot']}: {context['detail']}")
+    memory = lane.get("memory") or {}
+    model, budget = memory.get("model"), memory.get("budget")
+    if model:
+        kv = model["kv_arithmetic"] or f"KV bytes not modelled ({model['why']})"
+        out.append(f"memory from the {model['source']}: {kv}; weights {_num(model['weights_bytes'], ',')} B"
+                   + ("" if budget is None else f"; budget {budget['usable_bytes']:,} B usable ({budget['source']})"))
+    decision = lane.get("decision")
+    if decision:
+        out.append(f"decision: {decision['said']}")
+    out += [f"finding: {f}" for f in lane.get("findings") or []]
+    return out
 
 
 def _pareto_table(lane: dict[str, Any]) -> list[str]:
@@ -149,11 +169,14 @@ def report_html(doc: dict[str, Any]) -> str:
             if m is not None and r is not None:
                 ratio = "" if m["ratio"] is None else f" ({m['ratio']:+.1%})"
                 parts.append(f"<p>runner-up {escape(r['id'])}: margin {m['tok_s']:+.1f} tok/s{ratio} &plusmn; "
-                             f"{m['uncertainty_tok_s']:.1f} (95%): "
+                             f"{_num(m['uncertainty_tok_s'])} (at the policy's confidence): "
                              f"{'significant' if m['significant'] else 'not significant'}</p>")
         parts.append(f"<p>walked {lane['walked']} of {lane['grid']['size']} candidates ({lane['pruned']} pruned, "
                      f"{lane['refused']} refused, {lane['skipped']} skipped, {lane['resumed']} resumed); "
                      f"fingerprint <code>{escape(str(lane['fingerprint']))}</code></p>")
+        said = facts(lane)
+        if said:
+            parts.append("<ul>" + "".join(f"<li>{escape(line)}</li>" for line in said) + "</ul>")
         if lane["pareto"]:
             parts.append(pareto_svg(name, lane))
             parts.append("<table><tr><th>candidate</th><th>c</th><th>per node tok/s</th><th>per user tok/s</th>"

@@ -1,29 +1,44 @@
 """The search over a tune's grid: which candidates to walk, which a measured one dominates, in a pure loop.
 
-``search(candidates, measure)`` takes the candidates in grid order (``satbench.tune.grid``) and, for each,
-either skips it because a measured candidate dominates it (``dominator``) or calls ``measure`` (a ladder
-walk, a resumed folder, or in tests a table of answers). Each candidate's ``Outcome`` says what happened:
-``measured`` (its answer, binding constraint, throughput and interval at the recommended rung), ``refused``
-(the runtime would not start it: the server's own message), ``skipped`` (it cannot fit, said before a start)
-or ``pruned`` (which measured candidate dominated it, and why).
+``search(candidates, measure, rules=)`` takes the candidates in walk order (``satbench.tune.grid``) and, for
+each, either prunes it because a measured candidate dominates it (``dominator``) or calls ``measure`` (a
+ladder walk, a resumed folder, or in tests a table of answers). Each candidate's ``Outcome`` says what
+happened: ``measured`` (its answer, binding constraint, throughput and interval at the recommended rung, and
+the evidence the pruning reads), ``refused`` (the runtime would not start it, or started something else: the
+reason), ``skipped`` (it cannot fit, said before a start) or ``pruned`` (which measured candidate dominated
+it, and why).
 
-Dominance rests on two monotonicity assumptions, stated where they are used:
+Dominance rests on two monotonicity assumptions, and acts only on a *significant* measurement: a pruning
+removes candidates that are then never measured, so an error there is not corrected by the answer's own
+comparisons, and one noisy verdict must not remove a quadrant of the grid. Never on a missing interval
+(infinite uncertainty, not none), never on a binding the walk does not show to be more than chance (errors,
+``ladder_top``):
 
-1. **Slots past the knee buy nothing.** At a given batch and ubatch, throughput cannot grow past the knee by
-   adding slots. So once a candidate's answer is below its slot count for a reason other than the slot cap
-   (binding constraint not ``ladder_top``, recommended < parallel), every candidate with more slots at the
-   same batch, ubatch and context is dominated: its rungs up to that answer run the same users on the same
-   busy slots, and the rung that stopped the walk stops it too.
+1. **Slots past the knee buy nothing.** At a given batch, ubatch, context and KV layout, throughput cannot
+   grow past the knee by adding slots: the rungs up to the answer run the same users on the same busy slots.
+   So once a candidate answered below its slot count, every candidate with more slots there is dominated,
+   where the walk showed why: a *throughput plateau* whose gain interval (the doubling past the answer, from
+   the two rungs' throughput intervals) lies entirely below the policy's ``min_gain_per_doubling``; or a
+   latency objective (``slo_ttft``, ``slo_itl``, ``slo_e2e``) broken, by the recommender's own test, at a rung
+   no larger than the slots (every user had a slot, as in the larger candidate).
 2. **A decode pause grows with the batch.** Every decoding slot waits for the whole batch of prompt chunks
-   (``-b`` tokens), so (a) if a candidate at batch b holds every constraint (feasible, bound only by the
-   throughput plateau or the ladder's top, no rung flagged for decode starvation or ITL), smaller batches at
-   the same slots are dominated: their pauses were not binding, and they can only lose prefill efficiency
-   (more steps per prompt, more micro-batches); (b) if a candidate is flagged for decode starvation or the
-   ITL objective at concurrency c <= its slots, candidates with the same or a larger batch and the same or
-   more slots are dominated: their pause at c is at least as long, and below c every user has a slot in both.
+   (``-b`` tokens), so (a) if a candidate at batch b holds every constraint (feasible, bound by the throughput
+   plateau or the ladder's top) and its pauses were *shown* bounded at every accepted rung from 2 users (the
+   decode-starvation check ``ok``: enough requests and prefills judged, not merely unflagged), smaller batches
+   at the same slots are dominated: their pauses were not binding and they can only lose prefill efficiency;
+   (b) if a candidate's decode pauses were flagged at concurrency c <= its slots, candidates with the same or
+   a larger batch and the same or more slots are dominated, their pause at c being at least as long. Here the
+   flag must stand on its count: the requests held past the stall limit, ``held`` of ``requests`` (at least
+   ``min_pause_requests``), significantly more than the p99's 1 % share at ``(1 - confidence) / family``,
+   the family being the grid's size. A verdict's own test runs at ``1 - confidence`` per rung; a tune makes
+   one such verdict per rung of every candidate, and a p99 over a hundred requests is their largest or
+   second-largest, so one in twenty chance flags is expected in a grid of twelve, and a pruning acts on
+   the whole quadrant (Bonferroni keeps the chance that any false flag prunes below ``1 - confidence``).
+   A rung flagged for the ITL objective counts as paused for (a) (it is no evidence of bounded pauses) but
+   does not prune by (b): ITL p95 is judged by its value, without a count to test.
 
-"Dominated" means it cannot beat the measured one by the margin the answer asks of it
-(``satbench.tune.answer``): a significant gain of at least the policy's ``min_gain_per_doubling``.
+So a pruned search agrees with the full grid wherever the full grid's choice is significant and the
+assumptions hold (``tests/tune/test_pruning_noise.py``, ``bench/tune_noise.py``).
 """
 
 from __future__ import annotations
@@ -32,13 +47,42 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from core.statistics import exceedance_p_value, gain_interval
 from satbench.tune.grid import Candidate
 
-__all__ = ["FEASIBLE_STATUSES", "Outcome", "dominator", "outcome_from_lane", "search"]
+__all__ = ["FEASIBLE_STATUSES", "Outcome", "PauseCount", "PruneRules", "dominator", "outcome_from_lane",
+           "search"]
 
-FEASIBLE_STATUSES = ("ok", "unsaturated")
+# undecided: the answer may be one doubling high (the doubling into it straddles the gain), every hard
+# constraint held at it; an unknown status is not feasible and is recorded as it came
+FEASIBLE_STATUSES = ("ok", "unsaturated", "undecided")
 PAUSE_CONSTRAINTS = ("decode_starvation", "slo_itl")
-_THROUGHPUT_BOUND = ("throughput_plateau", "ladder_top")
+LATENCY_CONSTRAINTS = ("slo_ttft", "slo_itl", "slo_e2e")
+_BOUND_BY_THROUGHPUT = ("throughput_plateau", "ladder_top")
+_PAUSE_OK = ("ok", "not_applicable")
+
+
+@dataclass(frozen=True, slots=True)
+class PauseCount:
+    """A rung flagged for decode starvation, with the count behind the flag (None where not published)."""
+
+    concurrency: int
+    held: int | None = None
+    requests: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PruneRules:
+    """What a pruning needs to act: the policy's gain and confidence, the family its test corrects for."""
+
+    min_gain: float = 0.10
+    confidence: float = 0.95
+    family: int = 1
+    min_pause_requests: int = 10
+
+    @property
+    def alpha(self) -> float:
+        return (1.0 - self.confidence) / max(1, self.family)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,33 +102,44 @@ class Outcome:
     folder: str | None = None
     resumed: bool = False
     rungs: tuple[int, ...] = field(default_factory=tuple)
+    throughput_se_tok_s: float | None = None
+    throughput_dof: float | None = None
+    pause_counts: tuple[PauseCount, ...] = ()
+    pauses_bounded: bool = False
+    plateau: tuple[float, float] | None = None  # gain interval of the doubling past the answer
+    next_rung: int | None = None
+    truncated: int = 0  # requests the server cut short at its context
+    window_factor: float = 1.0
+    facts: dict[str, Any] = field(default_factory=dict)  # memory, read-back, resume: what tune.json records
 
     @property
     def feasible(self) -> bool:
-        """Measured, with an answer, every hard constraint held at it (status ok or unsaturated)."""
+        """Measured, with an answer, every hard constraint held at it (status ok, unsaturated or undecided)."""
         return (self.state == "measured" and self.recommended is not None and self.throughput_tok_s is not None
                 and self.status in FEASIBLE_STATUSES)
 
     @property
     def half_width_tok_s(self) -> float:
-        """Half the 95% interval of the throughput at the recommended rung (0 where none was measured)."""
+        """Half the interval of the throughput at the recommended rung (infinite where none was measured)."""
         ci = self.throughput_ci_tok_s
-        return 0.0 if ci is None else (ci[1] - ci[0]) / 2.0
+        return float("inf") if ci is None else (ci[1] - ci[0]) / 2.0
 
 
-def outcome_from_lane(candidate: Candidate, lane: dict[str, Any], folder: str | None = None) -> Outcome:
-    """A measured candidate's outcome from its recommendations document's lane entry."""
-    rec = lane.get("recommended_concurrency")
-    steps = [s for s in lane.get("steps") or [] if isinstance(s, dict)]
-    at = next((s for s in steps if s.get("concurrency") == rec), None)
-    ci = (at or {}).get("throughput_ci_tok_s")
-    starved = sorted({int(s["concurrency"]) for s in steps if _pause_flagged(s)})
-    return Outcome(
-        candidate=candidate, state="measured", status=lane.get("status"), recommended=rec,
-        binding=lane.get("binding_constraint"), throughput_tok_s=lane.get("throughput_at_recommended_tok_s"),
-        throughput_ci_tok_s=None if ci is None else (float(ci[0]), float(ci[1])), starved_at=tuple(starved),
-        reason=lane.get("reason"), folder=folder, rungs=tuple(int(s["concurrency"]) for s in steps),
-    )
+def _ci(value: Any) -> tuple[float, float] | None:
+    if not isinstance(value, list | tuple) or len(value) != 2 or None in value:
+        return None
+    return float(value[0]), float(value[1])
+
+
+def _pause_count(step: dict[str, Any]) -> PauseCount | None:
+    check = (step.get("checks") or {}).get("decode_starvation") or {}
+    if check.get("status") != "flagged":
+        return None
+    tail = step.get("pause_excess_tail") or {}
+    limit, top, n = check.get("limit"), tail.get("top"), tail.get("n")
+    if not isinstance(limit, int | float) or not isinstance(top, list) or not isinstance(n, int):
+        return PauseCount(int(step["concurrency"]))
+    return PauseCount(int(step["concurrency"]), sum(1 for v in top if v > limit), n)
 
 
 def _pause_flagged(step: dict[str, Any]) -> bool:
@@ -93,40 +148,93 @@ def _pause_flagged(step: dict[str, Any]) -> bool:
         v.get("constraint") in PAUSE_CONSTRAINTS for v in step.get("violations") or [])
 
 
-def _same_batch(a: Candidate, b: Candidate) -> bool:
-    return (a.batch, a.ubatch, a.ctx_per_slot) == (b.batch, b.ubatch, b.ctx_per_slot)
+def outcome_from_lane(candidate: Candidate, lane: dict[str, Any], folder: str | None = None) -> Outcome:
+    """A measured candidate's outcome from its recommendations document's lane entry."""
+    rec = lane.get("recommended_concurrency")
+    steps = sorted((s for s in lane.get("steps") or [] if isinstance(s, dict) and "concurrency" in s),
+                   key=lambda s: int(s["concurrency"]))
+    at = next((s for s in steps if s.get("concurrency") == rec), None) or {}
+    ci = _ci(at.get("throughput_ci_tok_s"))
+    above = next((s for s in steps if rec is not None and int(s["concurrency"]) > rec), None)
+    plateau = None
+    if above is not None and rec is not None:
+        plateau = gain_interval(rec, ci, int(above["concurrency"]), _ci(above.get("throughput_ci_tok_s")))
+    accepted = [s for s in steps if rec is not None and 2 <= int(s["concurrency"]) <= rec]
+    bounded = bool(accepted) and all(
+        ((s.get("checks") or {}).get("decode_starvation") or {}).get("status") in _PAUSE_OK
+        and not _pause_flagged(s) for s in accepted)
+    counts = tuple(c for c in (_pause_count(s) for s in steps) if c is not None)
+    se, dof = at.get("throughput_se_tok_s"), at.get("throughput_dof")
+    return Outcome(
+        candidate=candidate, state="measured", status=lane.get("status"), recommended=rec,
+        binding=lane.get("binding_constraint"), throughput_tok_s=lane.get("throughput_at_recommended_tok_s"),
+        throughput_ci_tok_s=ci, starved_at=tuple(sorted({int(s["concurrency"]) for s in steps if _pause_flagged(s)})),
+        reason=lane.get("reason"), folder=folder, rungs=tuple(int(s["concurrency"]) for s in steps),
+        throughput_se_tok_s=float(se) if isinstance(se, int | float) else None,
+        throughput_dof=float(dof) if isinstance(dof, int | float) else None,
+        pause_counts=counts, pauses_bounded=bounded, plateau=plateau,
+        next_rung=None if above is None else int(above["concurrency"]))
 
 
-def dominator(candidate: Candidate, measured: Iterable[Outcome]) -> tuple[Outcome, str] | None:
+def _same_point(a: Candidate, b: Candidate) -> bool:
+    return (a.batch, a.ubatch, a.ctx_per_slot, a.kv_unified) == (b.batch, b.ubatch, b.ctx_per_slot, b.kv_unified)
+
+
+def significant_pause(count: PauseCount, rules: PruneRules) -> bool:
+    """Whether a pause flag stands on its count at the pruning's level (module docstring)."""
+    if count.held is None or count.requests is None or count.requests < rules.min_pause_requests:
+        return False
+    return exceedance_p_value(count.held, count.requests, 0.99) < rules.alpha
+
+
+def _knee(m: Outcome, candidate: Candidate, rules: PruneRules) -> str | None:
+    mc, rec = m.candidate, m.recommended
+    if rec is None or rec >= mc.parallel or candidate.parallel <= mc.parallel or not _same_point(candidate, mc):
+        return None
+    if m.binding == "throughput_plateau" and m.plateau is not None and m.plateau[1] < rules.min_gain:
+        return (f"{mc.id} answered c={rec} below its {mc.parallel} slots: the doubling to c={m.next_rung} gained "
+                f"[{m.plateau[0]:+.1%}, {m.plateau[1]:+.1%}] per doubling, entirely below the "
+                f"{rules.min_gain:.0%} it must buy; more slots at the same batch cannot raise throughput past it")
+    if m.binding in LATENCY_CONSTRAINTS and m.next_rung is not None and m.next_rung <= mc.parallel:
+        return (f"{mc.id} answered c={rec} below its {mc.parallel} slots: {m.binding} broke at c={m.next_rung}, "
+                f"where every user had a slot, as they would with more slots at the same batch")
+    return None
+
+
+def dominator(candidate: Candidate, measured: Iterable[Outcome],
+              rules: PruneRules | None = None) -> tuple[Outcome, str] | None:
     """The first measured outcome that dominates ``candidate`` and why (module docstring), or None."""
+    rules = rules or PruneRules()
     for m in measured:
         if m.state != "measured":
             continue
         mc = m.candidate
-        rec = m.recommended
-        if (rec is not None and m.binding not in (None, "ladder_top") and rec < mc.parallel
-                and _same_batch(candidate, mc) and candidate.parallel > mc.parallel):
-            return m, (f"{mc.id} answered c={rec} below its {mc.parallel} slots ({m.binding}): more slots at "
-                       f"the same batch cannot raise throughput past that knee")
-        if (m.feasible and m.binding in _THROUGHPUT_BOUND and not m.starved_at
+        why = _knee(m, candidate, rules)
+        if why is not None:
+            return m, why
+        if (m.feasible and m.binding in _BOUND_BY_THROUGHPUT and m.pauses_bounded and not m.starved_at
                 and candidate.parallel == mc.parallel and candidate.ctx_per_slot == mc.ctx_per_slot
-                and candidate.batch < mc.batch and candidate.ubatch <= mc.ubatch):
-            return m, (f"{mc.id} held every constraint at batch {mc.batch} ({m.binding} at c={rec}): a smaller "
-                       f"batch only loses prefill efficiency")
-        flagged = [c for c in m.starved_at if c <= mc.parallel]
+                and candidate.kv_unified == mc.kv_unified and candidate.batch < mc.batch
+                and candidate.ubatch <= mc.ubatch):
+            return m, (f"{mc.id} held every constraint at batch {mc.batch} ({m.binding} at c={m.recommended}), its "
+                       f"pauses shown bounded at every rung: a smaller batch only loses prefill efficiency")
+        flagged = [p for p in m.pause_counts if p.concurrency <= mc.parallel and significant_pause(p, rules)]
         if (flagged and candidate.ctx_per_slot == mc.ctx_per_slot and candidate.batch >= mc.batch
                 and candidate.parallel >= mc.parallel and candidate != mc):
-            return m, (f"{mc.id} paused decodes past the objective at c={flagged[0]} with batch {mc.batch}: "
-                       f"a batch as large, with as many slots, pauses them as long")
+            p = flagged[0]
+            return m, (f"{mc.id} paused decodes past the stall limit at c={p.concurrency} with batch {mc.batch} "
+                       f"({p.held} of {p.requests} requests held, significant at {rules.alpha:.2g}): a batch as "
+                       f"large, with as many slots, pauses them as long")
     return None
 
 
 def search(candidates: Sequence[Candidate], measure: Callable[[Candidate], Outcome], *,
-           prune: bool = True) -> list[Outcome]:
+           prune: bool = True, rules: PruneRules | None = None) -> list[Outcome]:
     """Every candidate's outcome, in grid order: pruned where a measured one dominates it, else measured."""
+    rules = rules or PruneRules(family=len(candidates))
     outcomes: list[Outcome] = []
     for candidate in candidates:
-        hit = dominator(candidate, outcomes) if prune else None
+        hit = dominator(candidate, outcomes, rules) if prune else None
         if hit is not None:
             by, why = hit
             outcomes.append(Outcome(candidate, "pruned", reason=why, dominated_by=by.candidate.id))

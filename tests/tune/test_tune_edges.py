@@ -1,8 +1,8 @@
-"""Bad input, a runtime that refuses a candidate, and ``--resume``.
+"""Bad input, a runtime that refuses a candidate, ``--resume``, and the controls around a start.
 
-The refusing runtime is a llamacpp lane whose ``llama-server`` (``$SATBENCH_LLAMA_SERVER``) is a script: for
-``--parallel 4`` it prints llama.cpp's out-of-memory refusal and exits, otherwise it runs the simulator with
-the same command line (``satbench sim`` takes llama-server's flags), so the llamacpp launcher runs for real.
+The refusing runtime is a llamacpp lane whose ``llama-server`` is a stand-in script (``tests/tune/standins.py``):
+for ``--parallel 4`` it prints llama.cpp's out-of-memory refusal and exits, otherwise it runs the simulator
+with the same command line, so the llamacpp launcher runs for real.
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ import pytest
 from satbench.cli import main as satbench_main
 from satbench.tune.config import TuneConfigError, default_ctx_per_slot, load_tune_config
 from satbench.tune.run import run_tune
-
-REFUSAL = "llama_kv_cache: failed to allocate KV cache of 9216.00 MiB: cudaMalloc failed: out of memory"
+from tests.tune.standins import REFUSAL, fake_llama_server
 
 
 @pytest.mark.parametrize(("table", "named"), [
@@ -62,18 +61,6 @@ def test_the_default_context_per_slot_covers_the_longest_request() -> None:
     assert setup.tune.pairs() == [(128, 128), (256, 256), (512, 512)]
 
 
-def fake_llama_server(tmp_path: Path) -> Path:
-    script = tmp_path / "llama-server"
-    script.write_text(f"""#!/bin/sh
-case " $* " in
-  *" --parallel 4 "*) echo "{REFUSAL}" >&2; echo "main: error: unable to load model" >&2; exit 1;;
-esac
-exec {sys.executable} -m satbench.cli sim "$@"
-""", encoding="utf-8")
-    script.chmod(0o755)
-    return script
-
-
 def test_a_refused_candidate_is_marked_with_the_servers_message_and_resume_skips_measured_ones(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SATBENCH_LLAMA_SERVER", str(fake_llama_server(tmp_path)))
@@ -95,6 +82,10 @@ min_window_s = 1.5
 max_window_s = 3.0
 min_requests = 10
 drain_timeout_s = 1.0
+
+[policy]
+min_requests_per_step = 4
+max_throughput_ci_ratio = 10.0  # plumbing, not accuracy: 1.5 s windows on a loaded machine
 
 [tune]
 parallel = [2, 4]

@@ -1,4 +1,8 @@
-"""Acceptance over real HTTP on the simulator: a tune picks the settings the engine's analytic truth picks.
+"""Acceptance over real HTTP on the simulator: a tune picks the settings the scenario's truth calls for.
+
+The expected winner is stated from the engine's own figures in virtual time (``tests/tune/truth.py``: which
+candidate's pause is over the objective, whose ITL is under it, how much a doubling of slots gains), never
+from the recommender's walk or the tune's ``choose`` run on the truth.
 
 Windows are short (a 2-4 s window, a 0.2 s warm-up) so that each test ends in well under a minute; the grids
 are small and fixed. The workloads are chosen far from any decision boundary: the starving lane's whole-prompt
@@ -12,18 +16,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import jsonschema
 
 from recommender.policy import Policy
 from recommender.schema import SCHEMA_PATH
-from satbench.tune.config import load_tune_config
-from satbench.tune.grid import grid
-from satbench.tune.run import run_tune
+from satbench.tune.config import TuneSetup, load_tune_config
+from satbench.tune.grid import Candidate
+from satbench.tune.run import TuneResult, run_tune
 from simulator.profile import load_profile
 from simulator.tuning import TuneWorkload
-from tests.tune.truth import truth_choice
+from tests.tune.truth import gain_per_doubling, truth_at
 
 HERE = Path(__file__).parent
 TIMING = """
@@ -42,7 +45,7 @@ def write_config(tmp_path: Path, body: str) -> Path:
     return path
 
 
-def tune(tmp_path: Path, body: str) -> tuple[Any, dict[str, Any]]:
+def tune(tmp_path: Path, body: str) -> tuple[TuneSetup, TuneResult]:
     setup = load_tune_config(write_config(tmp_path, body))
     result = run_tune(setup, command=["satbench", "tune"], out_dir=tmp_path / "runs", say=lambda _: None)
     return setup, result
@@ -76,21 +79,25 @@ ladder = [2]
     assert (lane["winner"]["batch"], lane["winner"]["ubatch"]) == (256, 256), lane["candidates"]
     whole = next(c for c in lane["candidates"] if c["batch"] == 2048)
     assert whole["state"] == "measured" and 2 in whole["starved_at"], whole
-    assert lane["flags"] == "satbench sim --slots 4 --batch 256 --ubatch 256 -c 8192"
+    ctx = lane["context"]["ctx_per_slot"]
+    assert lane["context"]["source"] == "server" and ctx >= 2000 + 40 + 64  # the probe, its output, the margin
+    assert lane["flags"] == f"satbench sim --slots 4 --batch 256 --ubatch 256 -c {4 * ctx}"
 
-    policy = Policy.model_validate(setup.session.policy)
+    # the truth: the whole prompt in one batch pauses decodes past the 250 ms objective from 2 users on, the
+    # 256-token chunk keeps every pause under it at every rung the walk can take
     workload = TuneWorkload(prompt_tokens=16, output_tokens=32, output_spread=8, probe_tokens=2000, probe_every=5)
-    candidates = grid(setup.tune.parallel, setup.tune.pairs(), setup.ctx_per_slot)
-    truth = truth_choice(load_profile(str(HERE / "slow_prefill.toml")), workload, candidates, setup.tune.ladder,
-                         policy)
-    assert truth.winner is not None and truth.winner.candidate.id == lane["winner"]["id"]
+    profile = load_profile(str(HERE / "slow_prefill.toml"))
+    objective = Policy.model_validate(setup.session.policy).slo.tbt_p99_s or 0.25
+    assert (truth_at(profile, workload, Candidate(4, 2048, 2048, ctx), 2).pause_p99_s or 0) > objective
+    assert all((truth_at(profile, workload, Candidate(4, 256, 256, ctx), c).pause_p99_s or 0) < objective
+               for c in (2, 4, 8))
     folder = Path(lane["winner"]["folder"])
     for name in ("command.txt", "manifest.json", "records.jsonl", "steps.json", "recommendations.json"):
         assert (folder / name).is_file(), name
     assert "--batch 256" in (folder / "command.txt").read_text()
     tune_dir = result.tune_dir
     assert (tune_dir / "tune.json").is_file() and (tune_dir / "pareto-chunk.svg").read_text().startswith("<svg")
-    assert "np4-b256-ub256-c8192" in (tune_dir / "README.md").read_text()
+    assert f"np4-b256-ub256-c{4 * ctx}" in (tune_dir / "README.md").read_text()
     # the recommendations document carries the tuned configuration under the lane, as the schema says
     doc = json.loads((tune_dir / "recommendations.json").read_text())
     jsonschema.validate(doc, json.loads(SCHEMA_PATH.read_text(encoding="utf-8")))
@@ -125,17 +132,27 @@ ladder = [2]
     setup, result = tune(tmp_path, body)
     lane = result.document["lanes"]["knee"]
     assert result.exit_code == 0, lane
-    assert (lane["winner"]["parallel"], lane["recommended_concurrency"]) == (4, 4), lane["candidates"]
+    assert lane["winner"]["parallel"] == 4, lane["candidates"]
+    # the recommender's own rule: where the doubling past 4 users straddles the gain (its interval, from 2-4 s
+    # windows, reaching the 10 %), the answer takes 8 and says it is undecided, one doubling high at most
+    assert lane["recommended_concurrency"] == 4 or (lane["recommended_concurrency"] == 8
+                                                    and lane["winner"]["status"] == "undecided"), lane["winner"]
 
+    # the truth: 4 slots at 4 users hold the ITL objective and gain well over the policy's 10 % on 2 slots at
+    # 2; 8 users on 8 slots break it, and 8 slots at 4 users run what 4 slots do: no doubling pays past 4
     policy = Policy.model_validate(setup.session.policy)
-    candidates = grid(setup.tune.parallel, setup.tune.pairs(), setup.ctx_per_slot)
     workload = TuneWorkload(prompt_tokens=32, output_tokens=10, output_spread=2)
-    truth = truth_choice(load_profile(str(HERE / "knee.toml")), workload, candidates, setup.tune.ladder, policy)
-    assert truth.winner is not None
-    assert (truth.winner.candidate.id, truth.winner.recommended) == (lane["winner"]["id"], 4)
+    profile, ctx = load_profile(str(HERE / "knee.toml")), lane["context"]["ctx_per_slot"]
+    two, four = (truth_at(profile, workload, Candidate(p, 512, 512, ctx), p) for p in (2, 4))
+    eight_at_4, eight = (truth_at(profile, workload, Candidate(8, 512, 512, ctx), c) for c in (4, 8))
+    objective = policy.slo.itl_p95_s
+    assert objective is not None and four.itl_p95_s < objective < eight.itl_p95_s
+    assert gain_per_doubling(two, four, 2, 4) > policy.min_gain_per_doubling
+    assert gain_per_doubling(four, eight_at_4, 4, 8) < policy.min_gain_per_doubling
+    assert lane["winner"]["id"] == f"np4-b512-ub512-c{4 * ctx}"
 
     # pruning: more slots past the knee are not walked, and the answer is the full grid's (the truth's)
     assert lane["walked"] < lane["grid"]["size"]
     pruned = {c["id"]: c for c in lane["candidates"] if c["state"] == "pruned"}
-    assert set(pruned) == {"np16-b512-ub512-c4096"}
-    assert pruned["np16-b512-ub512-c4096"]["dominated_by"] == "np8-b512-ub512-c2048"
+    assert set(pruned) == {f"np16-b512-ub512-c{16 * ctx}"}
+    assert pruned[f"np16-b512-ub512-c{16 * ctx}"]["dominated_by"] == f"np8-b512-ub512-c{8 * ctx}"

@@ -1,0 +1,104 @@
+"""Decisions that wait for evidence: where the comparison that decides the winner is not significant, measure
+the contenders longer before falling back to a stated default.
+
+``settle(outcomes, decide, remeasure, walks, factor)``: ``decide`` is the answer's rule
+(``satbench.tune.answer.choose`` with the policy), whose ``Choice.open`` lists the challengers that would
+have replaced the winner on the point estimates but whose difference interval holds zero. While there are
+such and budget is left, round ``k`` walks the winner and the open challengers again (the most promising
+first, as many as the budget allows: at least two, or the round is not a comparison) with windows
+``factor ** k`` times the session's: a throughput interval narrows with the square root of its window, so a
+doubling narrows the difference's interval by about 30 % (``1 - 1 / sqrt(2)``). The new measurement replaces
+the old one (it covers a longer stretch of the same server, and pooling two walks whose recommended rungs
+may differ would mix two questions), and the answer is chosen again. ``walks`` (``tune.evidence_walks``)
+bounds the walks added per lane.
+
+When the budget is spent and the comparison is still open, the winner stands: it is the candidate the rank
+prefers (``satbench.tune.grid``: fewer slots, the larger batch, split KV), so the fallback is the cheaper
+setting, and ``Decision`` says which way it went, over which challenger, by how much and why, for
+``tune.json`` and the report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from satbench.tune.answer import Choice, compare
+from satbench.tune.grid import Candidate
+from satbench.tune.search import Outcome
+
+__all__ = ["Decision", "settle"]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """How the winner was settled: at once, by longer walks, or by the default after the budget."""
+
+    settled: bool
+    rounds: int = 0
+    walks: int = 0
+    budget: int = 0
+    rewalked: tuple[str, ...] = ()
+    defaults: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+
+    def said(self) -> str:
+        if self.settled and not self.rounds:
+            return "every comparison that decided the winner was significant"
+        longer = f"{self.walks} longer walks in {self.rounds} rounds ({', '.join(self.rewalked)})"
+        if self.settled:
+            return f"settled by {longer}"
+        why = "; ".join(d["why"] for d in self.defaults)
+        spent = longer if self.rounds else f"no longer walk (tune.evidence_walks = {self.budget})"
+        return f"not settled after {spent}: {why}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"settled": self.settled, "rounds": self.rounds, "walks": self.walks, "budget": self.budget,
+                "rewalked": list(self.rewalked), "defaults": list(self.defaults), "said": self.said()}
+
+
+def _direction(winner: Candidate, other: Candidate) -> str:
+    if other.parallel > winner.parallel:
+        return "fewer slots (less KV memory, a shorter tail)"
+    if other.batch < winner.batch or other.ubatch < winner.ubatch:
+        return "the larger batch (fewer steps per prompt)"
+    if other.kv_unified and not winner.kv_unified:
+        return "split KV (each slot its own context)"
+    return "the candidate ranked first"
+
+
+def _defaults(choice: Choice, min_gain: float, confidence: float) -> tuple[dict[str, Any], ...]:
+    out = []
+    winner = choice.winner
+    assert winner is not None
+    for other in choice.open:
+        c = compare(other, winner, min_gain, confidence)
+        out.append({"kept": winner.candidate.id, "over": other.candidate.id,
+                    "direction": _direction(winner.candidate, other.candidate),
+                    "difference_tok_s": c.difference_tok_s,
+                    "half_width_tok_s": None if c.half_width_tok_s == float("inf") else c.half_width_tok_s,
+                    "why": (f"kept {winner.candidate.id} over {other.candidate.id}, the default ("
+                            f"{_direction(winner.candidate, other.candidate)}): {c.said(min_gain)}")})
+    return tuple(out)
+
+
+def settle(outcomes: Sequence[Outcome], decide: Callable[[Sequence[Outcome]], Choice],
+           remeasure: Callable[[Candidate, float], Outcome], *, walks: int, factor: float,
+           min_gain: float, confidence: float) -> tuple[list[Outcome], Choice, Decision]:
+    """The outcomes (re-walked ones replaced), the final choice and how it was settled (module docstring)."""
+    current = list(outcomes)
+    choice = decide(current)
+    used = rounds = 0
+    rewalked: list[str] = []
+    while choice.winner is not None and choice.open and walks - used >= 2:
+        rounds += 1
+        contenders = [choice.winner, *sorted(choice.open, key=lambda o: -(o.throughput_tok_s or 0.0))]
+        for old in contenders[: walks - used]:
+            new = replace(remeasure(old.candidate, factor ** rounds), candidate=old.candidate)
+            current = [new if o.candidate == old.candidate else o for o in current]
+            used += 1
+            rewalked.append(f"{old.candidate.id} x{factor ** rounds:g}")
+        choice = decide(current)
+    settled = choice.winner is None or not choice.open
+    defaults = () if settled else _defaults(choice, min_gain, confidence)
+    return current, choice, Decision(settled, rounds, used, walks, tuple(rewalked), defaults)
