@@ -13,8 +13,9 @@ it does not have. So after each start the tune reads back
 
 and a mismatch marks the candidate ``refused`` with the reason: another slot count, less context per slot
 than the candidate's (more is a padding, noted), another KV layout, or fewer layers on the GPU than asked
-(every one, unless the lane's ``server_args`` set ``-ngl`` lower). An answer that cannot be read (no
-``/props``) is a refusal too: what is measured must be what is named.
+(every one, unless the lane's ``server_args`` set ``-ngl`` lower). A figure the server does not publish (no
+``/props``, a log without those lines) is no mismatch: the candidate is measured and its read-back says
+what went unverified (``notes``).
 """
 
 from __future__ import annotations
@@ -39,8 +40,7 @@ def verify(candidate: Candidate, props: Mapping[str, Any], startup: StartupLog |
     want_ctx = candidate.ctx_per_slot  # a unified slot may hold the whole pool, capped at the trained context
     if "error" in props or not isinstance(slots, int) or not isinstance(n_ctx, int):
         said = props.get("error") or "no total_slots or default_generation_settings.n_ctx"
-        problems.append(f"the server's /props could not be read back ({said}): what it runs cannot be checked "
-                        "against the candidate")
+        notes.append(f"the server's /props could not be read back ({said}): its slots and context are unverified")
     else:
         if slots != candidate.parallel:
             problems.append(f"the server runs {slots} slots (/props total_slots), the candidate asked for "

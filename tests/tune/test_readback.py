@@ -56,8 +56,8 @@ CANDIDATE = Candidate(4, 256, 256, 1024)
     (props(4, 1280), None, None, None),  # more context than asked: a padding, noted
     (props(8, 512), None, None, "runs 8 slots"),  # a wrapper that dropped --parallel
     (props(4, 512), None, None, "each slot holds 512 tokens"),
-    ({"error": "GET /props failed: ConnectError"}, None, None, "could not be read back"),
-    ({}, None, None, "could not be read back"),
+    ({"error": "GET /props failed: ConnectError"}, None, None, None),  # unverified, noted, not a mismatch
+    ({}, parse_startup_log(ENV_UNIFIED_LOG), None, "n_slots = 2"),  # the log alone still tells
     (props(4, 1024), parse_startup_log(ENV_UNIFIED_LOG), None, "kv_unified = true"),
     (props(4, 1024), parse_startup_log(GPU_LOG), None, "offloaded 20/33 layers"),
     (props(4, 1024), parse_startup_log(GPU_LOG), 20, None),  # the lane asked for 20 layers
@@ -69,6 +69,11 @@ def test_a_started_server_that_is_not_the_candidate_is_refused(answer: dict[str,
     if said is not None:
         assert any(said in p for p in problems), problems
     assert record["problems"] == problems
+
+
+def test_what_the_server_does_not_publish_is_said_unverified() -> None:
+    problems, record = verify(CANDIDATE, {"error": "GET /props failed: ConnectError"}, None)
+    assert problems == [] and record["total_slots"] is None and "unverified" in record["notes"][0]
 
 
 def test_a_unified_candidate_reads_back_its_whole_pool_per_slot() -> None:
