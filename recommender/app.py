@@ -359,7 +359,16 @@ def create_app(settings: RecommenderSettings, *, analyzer: Analyzer | None = Non
 
     @app.get("/runs/{run_id}", response_model=RunInfo, responses={404: {"description": "unknown run"}})
     async def run_info(run_id: str, store: StoreDep) -> RunInfo:
-        entry = await store.ensure_analyzed(run_id)
+        """A run by its id; a fleet run of shards (``core.shards``) by its id is its shards' answers together, and
+        each shard by its own key (``<run_id>.shard-I-of-N``)."""
+        try:
+            entry = await store.ensure_analyzed(run_id)
+        except UnknownRun:
+            shards, fleet = await store.fleet_run(run_id)
+            return RunInfo(run_id=run_id, registered_at=min(e.registered_at for e in shards),
+                           analyzed=fleet is not None, reason="; ".join(e.reason for e in shards if e.reason) or None,
+                           manifest=shards[0].manifest.to_dict(),
+                           recommendations=None if fleet is None else RecommendationsDocument.model_validate(fleet))
         doc = None if entry.document is None else RecommendationsDocument.model_validate(entry.document)
         return RunInfo(run_id=run_id, registered_at=entry.registered_at, analyzed=entry.document is not None,
                        reason=entry.reason, manifest=entry.manifest.to_dict(), recommendations=doc)

@@ -16,6 +16,13 @@ every read cost an analysis. A read of a run id the store does not know looks fo
 ``runs_dir`` (the operator's own folder, written by sessions and load generators), so a run written there
 after the service started is served without a write.
 
+The shards of a fleet run (``core.shards``) share a run id and register one by one, each under its own key
+(``<run_id>.shard-I-of-N``, also its folder's name), and are analysed each on its own; their answers merge as
+any runs' do. ``recommender.fleet_runs`` checks that a shard can join the run it names, and the document
+says per fleet which shard of its newest run has not reported (``shards``, a note, and an answer saying so
+for each of its lanes that nothing else answers). ``GET /runs/{run_id}`` of a fleet run is its shards
+together (``fleet_run``).
+
 When a source fails (``SourceUnavailable``) the last good document stays and is served marked ``stale`` with its age;
 with no good document yet there is nothing to serve (``NothingToServe``, a 503 at the edge).
 
@@ -26,6 +33,8 @@ when the node is back to what it measured. """
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import glob
 import gzip
 import itertools
 import json
@@ -37,10 +46,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from core.manifest import RUN_ID_PATTERN, RunManifest, read_manifest
+from core.shards import shard_key
 from recommender.document import as_v1, mark_changed, mark_stale, node_index
 from recommender.errors import BadInput, NothingToServe, SourceUnavailable, UnknownLane, UnknownRun
+from recommender.fleet_runs import FleetRun, ShardEntry, check_join, fleet_runs, missing_answers, stamp_of
+from recommender.policy import Policy
 
-__all__ = ["Analyzer", "RecommendationStore", "RunEntry"]
+__all__ = ["Analyzer", "RecommendationStore", "RunEntry", "entry_key"]
 
 
 class Analyzer(Protocol):
@@ -48,6 +60,12 @@ class Analyzer(Protocol):
 
 
 _ORDER = itertools.count()
+
+
+def entry_key(manifest: RunManifest) -> str:
+    """The run's key in the store and its folder's name: the run id, a shard's ``core.shards.shard_key``."""
+    stamp = stamp_of(manifest)
+    return manifest.run_id if stamp is None else shard_key(manifest.run_id, stamp)
 
 
 @dataclass(slots=True)
@@ -107,9 +125,10 @@ class RecommendationStore:
         for path in sorted(self._runs_dir.glob("*/manifest.json")):
             try:
                 manifest = read_manifest(path)
-            except (OSError, ValueError, KeyError, TypeError):
+                key = entry_key(manifest)
+            except (OSError, ValueError, KeyError, TypeError, BadInput):
                 continue
-            self._runs.setdefault(manifest.run_id, RunEntry(manifest, self._clock()))
+            self._runs.setdefault(key, RunEntry(manifest, self._clock()))
             found += 1
         return found
 
@@ -120,8 +139,9 @@ class RecommendationStore:
             manifest = read_manifest(path / "manifest.json")
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise BadInput(f"{path} is not a run folder (no readable manifest.json: {exc})") from exc
-        self._runs[manifest.run_id] = RunEntry(manifest, self._clock())
-        self._dirs[manifest.run_id] = path
+        key = entry_key(manifest)
+        self._runs[key] = RunEntry(manifest, self._clock())
+        self._dirs[key] = path
         return manifest
 
     def run(self, run_id: str) -> RunEntry:
@@ -137,6 +157,49 @@ class RecommendationStore:
             raise UnknownRun(f"no run {run_id!r} is registered")
         return entry
 
+    def shards_of(self, run_id: str) -> list[RunEntry]:
+        """The registered shards of fleet run ``run_id`` (found under ``runs_dir`` too), by index."""
+        found = [e for key, e in self._runs.items() if e.manifest.run_id == run_id and key != run_id]
+        if not found and self._runs_dir is not None and re.fullmatch(RUN_ID_PATTERN, run_id):
+            for path in sorted(self._runs_dir.glob(f"{glob.escape(run_id)}.shard-*/manifest.json")):
+                with contextlib.suppress(OSError, ValueError, KeyError, TypeError, BadInput, UnknownRun):
+                    found.append(self.run(path.parent.name))
+        return sorted(found, key=lambda e: entry_key(e.manifest))
+
+    async def fleet_run(self, run_id: str) -> tuple[list[RunEntry], dict[str, Any] | None]:
+        """Fleet run ``run_id``: its shards (each analysed unless it is, or failed recently) and the document of
+        their answers together, with its missing shards said (``recommender.fleet_runs``); ``UnknownRun`` where
+        no shard of it is registered."""
+        shards = self.shards_of(run_id)
+        if not shards:
+            raise UnknownRun(f"no run {run_id!r} is registered")
+        for entry in shards:
+            await self.ensure_analyzed(entry_key(entry.manifest))
+        docs = [e.document for e in shards if e.document is not None]
+        if not docs:
+            return shards, None
+        doc = dict(docs[-1])
+        lanes: dict[str, Any] = {}
+        labels: dict[str, dict[str, str]] = {}
+        for one in docs:
+            lanes.update(one["lanes"])
+            labels.update({n: dict(i.get("labels") or {}) for n, i in (one.get("nodes") or {}).items()})
+        runs = fleet_runs(self._shard_entries(shards))
+        lanes.update(missing_answers(runs, lanes, Policy.model_validate(doc["policy"])))
+        doc.update(run_id=run_id, lanes={k: lanes[k] for k in sorted(lanes)}, nodes=node_index(lanes, labels),
+                   shards={r.run_id: r.summary() for r in runs},
+                   notes=[*doc.get("notes", []), *(n for r in runs if (n := r.note()))])
+        return shards, doc
+
+    @staticmethod
+    def _shard_entries(entries: list[RunEntry]) -> list[ShardEntry]:
+        out = []
+        for e in entries:
+            stamp = stamp_of(e.manifest)
+            if stamp is not None:
+                out.append(ShardEntry(e.manifest, stamp, e.sort_key, e.document is not None, e.reason))
+        return out
+
     @property
     def run_count(self) -> int:
         return len(self._runs)
@@ -145,8 +208,10 @@ class RecommendationStore:
         """Registers (or replaces) a run and analyses it now; a source failure leaves it pending. It ranks as
         the newest run: the service's own clock, not the manifest's."""
         now = self._clock()
+        key = entry_key(manifest)
+        check_join(manifest, stamp_of(manifest), (e.manifest for k, e in self._runs.items() if k != key))
         entry = RunEntry(manifest, now, ranked_at=now)
-        self._runs[manifest.run_id] = entry
+        self._runs[key] = entry
         self._persist(manifest)
         await self._analyze([entry])
         return entry
@@ -162,7 +227,7 @@ class RecommendationStore:
     def _persist(self, manifest: RunManifest) -> None:
         if self._runs_dir is None:
             return
-        path = self._runs_dir / manifest.run_id / "manifest.json"
+        path = self._runs_dir / entry_key(manifest) / "manifest.json"
         if not path.exists():
             manifest.write(path)
 
@@ -183,7 +248,7 @@ class RecommendationStore:
     async def _analyze(self, entries: list[RunEntry]) -> None:
         async with self._lock:
             results = await asyncio.gather(
-                *(self._analyzer(e.manifest, self.run_dir(e.manifest.run_id)) for e in entries),
+                *(self._analyzer(e.manifest, self.run_dir(entry_key(e.manifest))) for e in entries),
                 return_exceptions=True,
             )
             failure: str | None = None
@@ -218,12 +283,21 @@ class RecommendationStore:
             lanes.update(entry.document["lanes"])
             for node, info in (entry.document.get("nodes") or {}).items():
                 labels[node] = dict(info.get("labels") or {})
+        runs = self._fleet_gaps()
+        if runs:
+            lanes.update(missing_answers(runs, lanes, Policy.model_validate(newest["policy"])))
+            merged["shards"] = {r.run_id: r.summary() for r in runs}
+            merged["notes"] = [*merged.get("notes", []), *(n for r in runs if (n := r.note()))]
         merged["lanes"] = {lane: lanes[lane] for lane in sorted(lanes)}
         if "nodes" in newest or any("nodes" in (e.document or {}) for e in entries):
             merged["nodes"] = node_index(merged["lanes"], labels)
         self._merged = merged
         self._good_at = self._clock()
         self._publish()
+
+    def _fleet_gaps(self) -> list[FleetRun]:
+        """Per fleet, its newest run's shards that did not report, or failed, among the runs registered."""
+        return fleet_runs(self._shard_entries(list(self._runs.values())))
 
     def _publish(self) -> None:
         """The merged answers with each one's validity laid over them, serialised once."""

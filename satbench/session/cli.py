@@ -5,6 +5,11 @@ With no config: two simulator lanes (dense, moe), ladder 1/2/4/8, a local Promet
 (``--name``, ``--api``, ``--model``, ``--api-key-env`` and ``--slots`` apply to the lanes given this way), every
 other setting at its default or the config's: the quick start for one's own node.
 
+A fleet: ``--shard INDEX/COUNT`` (or a Kubernetes Indexed Job's environment) walks one shard's share of the
+config's nodes under a run id every shard shares (``--run-id``, ``--run-started-at``); ``--remeasure URL`` walks
+only the lanes the served document calls stale or unknown (``satbench.fleet``). A walk left empty by either
+is said and exits 0 without starting anything.
+
 Exit status, the one rule of every ``satbench`` command that answers: 0 when every lane has an answer, 1
 when some lane has none (each said by name; a part that cannot start counts: nothing was answered), 2 for
 bad input (config, flags, an out folder that is not a folder), refused before anything starts and before a
@@ -52,6 +57,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
                       help="environment variable that holds the API key (the key itself is never written)")
     node.add_argument("--slots", type=int, default=None,
                       help="the node's slot count, where it does not report one in /props")
+    fleet = parser.add_argument_group("a fleet walked by shards, answers kept fresh (docs/kubernetes.md)")
+    fleet.add_argument("--shard", default=None, metavar="INDEX/COUNT",
+                       help="walk this shard's share of the fleet's nodes (0-based; default: JOB_COMPLETION_INDEX "
+                            "and SATBENCH_SHARD_COUNT where set)")
+    fleet.add_argument("--run-id", default=None, metavar="ID",
+                       help="the run id every shard shares (default: SATBENCH_RUN_ID)")
+    fleet.add_argument("--run-started-at", default=None, metavar="TIME",
+                       help="derive the shared run id from this start time (Unix seconds or ISO 8601)")
+    fleet.add_argument("--remeasure", default=None, metavar="URL",
+                       help="walk only the lanes the recommender at URL calls stale or unknown")
 
 
 def _lane_name(base: str, url: str) -> str:
@@ -102,6 +117,21 @@ def _check_out_dir(out: Path) -> None:
         raise ValueError(f"out_dir: {probe} is not writable (choose another --out)")
 
 
+def fleet_plan(args: argparse.Namespace, config: Any, environ: dict[str, str] | None = None) -> Any:
+    """The lanes to walk (``satbench.fleet.plan``): the shard (``--shard``, else an Indexed Job's environment),
+    the shared run id (``--run-id``, else ``SATBENCH_RUN_ID``) and the served document of ``--remeasure``."""
+    from satbench.fleet.plan import plan_walk
+    from satbench.fleet.remeasure import read_document
+    from satbench.fleet.shards import RUN_ID_ENV, parse_shard, shard_from_env
+
+    env = os.environ if environ is None else environ
+    shard = parse_shard(args.shard) if args.shard else shard_from_env(env)
+    run_id = args.run_id or (None if args.run_started_at else env.get(RUN_ID_ENV) or None)
+    document = read_document(args.remeasure) if args.remeasure else None
+    return plan_walk(config, shard=shard, run_id=run_id, started_at=args.run_started_at,
+                     remeasure_url=args.remeasure, document=document)
+
+
 def main(args: argparse.Namespace) -> int:
     from loadgen.cli import parse_overrides
     from satbench.session.config import SessionConfigError, load_session_config
@@ -115,16 +145,24 @@ def main(args: argparse.Namespace) -> int:
             overrides["lanes"] = lanes
         config = load_session_config(args.config, overrides)
         _check_out_dir(args.out or config.out_dir)
+        plan = fleet_plan(args, config)
     except (SessionConfigError, ValueError) as exc:
         print(f"satbench run: {exc}", file=sys.stderr)
         return 2
+    for line in plan.lines:
+        print(line, flush=True)
+    if plan.empty:
+        print("satbench run: nothing to walk" + (" (every answer it would re-measure is valid)"
+                                                 if plan.remeasure is not None else " (this shard has no node)"))
+        return 0
     argv0 = sys.argv[0] if sys.argv else "satbench"
     launcher = (
         [sys.executable, "-m", "satbench.cli"] if argv0.endswith(("satbench/cli.py", "-c")) else [argv0]
     )
     command = [*launcher, *sys.argv[1:]]
     try:
-        result = run_session(config, command=command, out_dir=args.out, say=lambda m: print(m, flush=True))
+        result = run_session(plan.config, command=command, out_dir=args.out, say=lambda m: print(m, flush=True),
+                             run_id=plan.run_id, shard=plan.stamp, remeasure=plan.remeasure)
     except StartError as exc:
         print(f"satbench run: cannot start: {exc}", file=sys.stderr)
         return 1

@@ -4,7 +4,9 @@ Order of a session (``run_session``):
 
 1. Refuse early: a Prometheus binary must exist when one is to be started (the reason names the install
    command); the run folder ``<out>/<run_id>/`` is created (and removed again if a part cannot start:
-   nothing was measured, and the one-line reason quotes the failing child's log).
+   nothing was measured, and the one-line reason quotes the failing child's log). The run id is the one
+   given (the shards of a fleet run share it) or a new one; a shard's folder is ``<run_id>.shard-I-of-N``
+   (``core.shards``), and its config holds only the lanes it walks (``satbench.fleet.plan``).
 2. Start (``satbench.session.parts``), each as its own process group (``satbench.session.processes``):
    one runtime per lane through its launcher (``LAUNCHERS``: the simulator, a real ``llama-server``, or an
    ``external`` lane only checked to answer ``/health``), or one router per ``node``, each a
@@ -54,6 +56,7 @@ import httpx
 from core.loops import fast_loop_factory
 from core.manifest import RunManifest, new_run_id, write_json_atomic
 from core.net import free_port
+from core.shards import ShardStamp, shard_key
 from exporter.promconfig import EXPORTER_JOB, LOADGEN_JOB, RECOMMENDER_JOB, ScrapeTarget
 from loadgen.runner import run_ladder
 from recommender.errors import RecommenderError
@@ -121,6 +124,7 @@ def _build_manifest(
     gpu_reader: evidence.GpuReader | None,
     redact: Callable[[Any], Any],
     unreachable: dict[str, str] | None = None,
+    fleet: dict[str, Any] | None = None,
 ) -> RunManifest:
     """The session's part of the manifest: how each lane's runtime was started, and the run's setting.
 
@@ -170,6 +174,7 @@ def _build_manifest(
         network=network,
         prometheus=prometheus,
         recommender_url=recommender_url,
+        **(fleet or {}),  # a shard's stamp (core.shards), the lanes --remeasure chose: extra manifest keys
     )
 
 
@@ -210,9 +215,9 @@ def _recommend(
                 # folder (its runs_dir), asking for the run by id (a read) registers it from there
                 say("  recommender refused the write (its write token is not this session's: set "
                     "SATBENCH_RECOMMENDER_WRITE_TOKEN); asking it for the run by id")
-            else:
-                resp.raise_for_status()
-            info = client.get(f"{rec_url}/runs/{manifest.run_id}")
+            elif resp.status_code >= 400:  # the service's one line says why (a shard refused: core.shards)
+                raise ValueError(f"POST /runs answered HTTP {resp.status_code}: {resp.text[:300]}")
+            info = client.get(f"{rec_url}/runs/{run_dir.name}")  # a shard's own entry (core.shards.shard_key)
             info.raise_for_status()
             doc = info.json().get("recommendations")
         if isinstance(doc, dict) and _answered(doc):
@@ -315,11 +320,18 @@ def run_session(
     out_dir: Path | None = None,
     say: Say = print,
     gpu_reader: evidence.GpuReader | None = None,
+    run_id: str | None = None,
+    shard: ShardStamp | None = None,
+    remeasure: dict[str, Any] | None = None,
 ) -> SessionResult:
-    """Runs a whole session (see the module docstring); raises StartError with a one-line reason."""
+    """Runs a whole session (see the module docstring); raises StartError with a one-line reason. ``run_id``: one
+    given (shards share it), else a new one; ``shard``: this walk is that shard of a fleet run, its folder named
+    ``core.shards.shard_key``; ``remeasure``: the lanes ``--remeasure`` chose, for the manifest."""
     prom_binary = find_prometheus(config.prometheus.binary) if config.prometheus.url is None else None
-    run_id = new_run_id()
-    run_dir = (out_dir or config.out_dir) / run_id
+    run_id = run_id or new_run_id()
+    run_dir = (out_dir or config.out_dir) / (run_id if shard is None else shard_key(run_id, shard))
+    fleet = {k: v for k, v in (("shard", None if shard is None else shard.model_dump()),
+                               ("remeasure", remeasure)) if v is not None}
     run_dir.mkdir(parents=True, exist_ok=False)
     say(f"satbench run {run_id}: starting")
     redact = _redactor(config, command)
@@ -345,7 +357,7 @@ def run_session(
             started = True
             say(f"  evidence: {run_dir}")
             manifest = _build_manifest(run_id, command, config, endpoints, prom_info, rec_url, gpu_reader, redact,
-                                       unreachable)
+                                       unreachable, fleet)
             manifest.write(run_dir / "manifest.json")
             ladder = config.loadgen.ladder
             extension = "" if ladder.max_rung == max(ladder.concurrency) else (
