@@ -74,6 +74,7 @@ __all__ = [
     "batch_rates",
     "doubling_decision",
     "exceedance_p_value",
+    "exceedances_differ",
     "gain_interval",
     "gain_per_doubling",
     "groups_differ",
@@ -87,6 +88,7 @@ __all__ = [
     "quantiles",
     "relative_half_width",
     "t_quantile",
+    "welch_difference",
 ]
 
 
@@ -307,6 +309,30 @@ def groups_differ(groups: Iterable[Sequence[float]]) -> float | None:
     from scipy import stats
 
     return float(stats.kruskal(*samples).pvalue)
+
+
+def welch_difference(se_a: float, dof_a: float, se_b: float, dof_b: float) -> tuple[float, float]:
+    """The standard error of a difference of two independent means and its Welch-Satterthwaite degrees of
+    freedom, ``(sa**2 + sb**2)**2 / (sa**4 / da + sb**4 / db)`` (Welch 1947), written in each variance's share
+    so that it cannot underflow; two exact means (both errors 0) differ with no error and the larger dof."""
+    se = math.hypot(se_a, se_b)
+    if se == 0:
+        return 0.0, max(dof_a, dof_b)
+    wa, wb = (se_a / se) ** 2, (se_b / se) ** 2
+    return se, 1.0 / (wa * wa / max(dof_a, 1.0) + wb * wb / max(dof_b, 1.0))
+
+
+def exceedances_differ(k_a: int, n_a: int, k_b: int, n_b: int) -> float:
+    """One-sided p-value that the second sample exceeds a limit more often than the first: Fisher's exact test
+    on ``[[k_b, n_b - k_b], [k_a, n_a - k_a]]`` (Fisher 1935), each count the observations above one common
+    limit (a quantile of the first, read off a ``core.figures.Tail``). Both samples' sizes enter, so a
+    quantile measured on few requests is not taken as exact; 1.0 where either sample is empty."""
+    if n_a <= 0 or n_b <= 0:
+        return 1.0
+    from scipy import stats
+
+    table = [[min(k_b, n_b), n_b - min(k_b, n_b)], [min(k_a, n_a), n_a - min(k_a, n_a)]]
+    return float(stats.fisher_exact(table, alternative="greater").pvalue)
 
 
 def exceedance_p_value(k: int, n: int, q: float) -> float:

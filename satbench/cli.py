@@ -40,6 +40,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
                "rebuild report.html, README.md, steps.csv and records.csv from a run folder's raw files"),
     "models": ("satbench.models.cli", "write the tiny dense and MoE GGUF models"),
     "serve": ("satbench.serve", "serve finished runs' answers at GET /recommendations (no Prometheus needed)"),
+    "compare": ("satbench.compare.cli", "what changed from run A to run B, lane by lane, judged by the runs' own "
+                "intervals (exits 1 on a significant regression)"),
     "capabilities": ("recommender.capabilities", "print the answer per node and lane where routers read it "
                      "(json, prometheus, litellm)"),
 }
