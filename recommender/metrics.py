@@ -20,7 +20,13 @@ Per lane (``lane`` is the lane's name, never its key; ``node`` where the lane na
   while an absent sample makes ``x * on(node, lane) satbench_recommendation_valid`` drop the lane, the
   conservative reading;
 - ``satbench_recommendation_validity{state}``: the same as a one-hot state set over ``valid``, ``changed`` and
-  ``unknown`` for every lane of the document, so a consumer tells "unknown" from "not in the document".
+  ``unknown`` for every lane of the document, so a consumer tells "unknown" from "not in the document";
+- ``satbench_recommendation_measured_timestamp_seconds``: when the answer's last window ended (its
+  ``measured_at``), for lanes that were measured. How old each answer is, is ``time() - ...`` at whatever
+  instant a query or an alert asks (a CronJob that keeps the fleet fresh is watched by
+  ``time() - satbench_recommendation_measured_timestamp_seconds > 86400``): a timestamp, as Prometheus'
+  exporter guidelines advise for "how long ago", rather than an age that would be as old as the last scrape
+  and would make the families depend on the clock (``answer_families`` stays pure).
 
 With the status series a consumer tells the three cases of the contract apart: measured and valid
 (``recommended_concurrency`` present, ``valid == 1``), measured on something else (``valid == 0``, status
@@ -40,6 +46,8 @@ job sets one and keeps the exposed label with ``honor_labels: true``).
 
 from __future__ import annotations
 
+import calendar
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -111,6 +119,8 @@ def answer_families(document: Mapping[str, Any] | None) -> list[Metric]:
                       "1 for the lane's validity state (valid, changed, unknown), 0 for the others.")
     stale = _gauge("satbench_recommendations_stale",
                    "1 while the served recommendations are stale (source unreachable).")
+    measured = _gauge("satbench_recommendation_measured_timestamp_seconds",
+                      "When the answer's last window ended (Unix seconds): its age is time() minus this.")
     for key, data in document_lanes(document):
         node, name = lane_identity(key, data)
         labels = _labels(node, name)
@@ -118,6 +128,9 @@ def answer_families(document: Mapping[str, Any] | None) -> list[Metric]:
             rec.add_sample(rec.name, labels, float(data["recommended_concurrency"]))
         if data.get("saturation_concurrency") is not None:
             sat.add_sample(sat.name, labels, float(data["saturation_concurrency"]))
+        at = _unix(data.get("measured_at"))
+        if at is not None:
+            measured.add_sample(measured.name, labels, at)
         status.add_sample(status.name, _labels(node, name, status=str(data.get("status") or "unknown"),
                                                binding_constraint=str(data.get("binding_constraint") or "")), 1.0)
         for check, ok in _verdicts(data).items():
@@ -128,7 +141,17 @@ def answer_families(document: Mapping[str, Any] | None) -> list[Metric]:
         for one in VALIDITY_STATES:
             validity.add_sample(validity.name, _labels(node, name, state=one), 1.0 if one == state else 0.0)
     stale.add_sample(stale.name, {}, 1.0 if (document or {}).get("stale") else 0.0)
-    return [rec, sat, status, verdict, valid, validity, stale]
+    return [rec, sat, status, verdict, valid, validity, measured, stale]
+
+
+def _unix(iso: Any) -> float | None:
+    """``2026-12-01T16:13:16Z`` (``recommender.document.iso_utc``) as Unix seconds; None for anything else."""
+    if not isinstance(iso, str):
+        return None
+    try:
+        return float(calendar.timegm(time.strptime(iso, "%Y-%m-%dT%H:%M:%SZ")))
+    except ValueError:
+        return None
 
 
 def _verdicts(lane: Mapping[str, Any]) -> dict[str, bool]:
