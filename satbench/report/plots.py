@@ -110,8 +110,9 @@ def _throughput(ax: Axes, lane: LaneReport, steps: list[StepFigures], conc: list
     _setup_axis(ax, conc, "Throughput", "tokens / s")
     output = _values(steps, "throughput_tok_s")
     ax.plot(conc, output, marker="o", color="tab:blue", label="output tok/s")
-    lows = [s.throughput_tok_s - s.throughput_ci_tok_s[0] if s.throughput_ci_tok_s else 0.0 for s in steps]
-    highs = [s.throughput_ci_tok_s[1] - s.throughput_tok_s if s.throughput_ci_tok_s else 0.0 for s in steps]
+    # clamped: a figure read from another source than its interval (a store still filling) may lie outside it
+    lows = [max(0.0, s.throughput_tok_s - s.throughput_ci_tok_s[0]) if s.throughput_ci_tok_s else 0.0 for s in steps]
+    highs = [max(0.0, s.throughput_ci_tok_s[1] - s.throughput_tok_s) if s.throughput_ci_tok_s else 0.0 for s in steps]
     if any(lows) or any(highs):
         ax.errorbar(conc, output, yerr=[lows, highs], fmt="none", ecolor="tab:blue", capsize=3, linewidth=1)
     total = [math.nan if s.total_throughput_tok_s is None else s.total_throughput_tok_s for s in steps]

@@ -1,0 +1,265 @@
+"""A fleet beyond one machine, end to end: three shard processes, one VictoriaMetrics, the central recommender.
+
+The test stands up what a Kubernetes deployment of satbench stands up (docs/kubernetes.md), on loopback: a
+simulated fleet (nodes a, b, c, one ``dense`` lane each, with 1, 2 and 1 slots: answers 1, 2 and 1 on the
+ladder 1/2), one exporter per lane (the sidecars), one agent that scrapes the exporters and the load
+generators with ``node`` and ``lane`` labels and remote-writes to VictoriaMetrics (vmagent's part, played by
+a Prometheus), and the central recommender reading VictoriaMetrics. Then, in order:
+
+1. three ``satbench run --shard I/3`` processes with one run id: the fleet document the central recommender
+   serves for the run equals, lane by lane and figure by figure (1e-9), the analysis of the three manifests
+   as one (what one process walking the fleet over the same windows is answered);
+2. one process walking the same fleet answers every lane as the shards did, and ``satbench compare`` of the
+   two says "no significant change" (exit 0);
+3. node b restarted with another slot count: exactly its answer turns stale, and ``--remeasure`` walks it
+   alone;
+4. node a slowed (the simulator's time scale doubled) and the shards walked again, shard 1 killed mid-run:
+   its lane is named missing while the others are served, and ``satbench compare`` of the first fleet run
+   with shard 0's names the regression of node a with its figure and exits 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from core.manifest import RunManifest, read_manifest
+from core.net import free_port
+from exporter.promconfig import EXPORTER_JOB, LOADGEN_JOB, ScrapeTarget, render_prometheus_config
+from recommender.policy import Policy
+from recommender.run_analysis import analyze_run
+from satbench.session.processes import ProcessSet, wait_until_ready
+from simulator.fleet import FleetSpec
+from testkit.fleet import FleetThread
+from testkit.prom import PrometheusProcess
+from testkit.victoria import MISSING_REASON, VictoriaMetricsProcess, victoria_metrics_binary
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(420),
+    pytest.mark.skipif(shutil.which("prometheus") is None, reason="Prometheus is not installed"),
+    pytest.mark.skipif(victoria_metrics_binary() is None, reason=MISSING_REASON),
+]
+
+ROOT = Path(__file__).resolve().parents[2]
+SLOTS = {"a": 1, "b": 2, "c": 1}
+ANSWERS = {"a/dense": 1, "b/dense": 2, "c/dense": 1}
+POLICY = {"min_requests_per_step": 2, "max_throughput_ci_ratio": 1.0}
+TOKEN = "fleet-acceptance-write-token"
+SCRAPE_S = 1.0
+
+
+@dataclass
+class Stack:
+    sims: FleetThread
+    tmp: Path
+    config: Path
+    vm: VictoriaMetricsProcess
+    rec_url: str
+    loadgen_ports: list[int]
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "satbench.cli", *args]
+
+
+def _config(urls: dict[str, dict[str, str]], exporters: dict[str, str], agent_url: str, rec_url: str) -> str:
+    out = [f'prometheus = {{ url = "{agent_url}", scrape_interval_s = {SCRAPE_S} }}',
+           f'recommender = {{ url = "{rec_url}" }}', "",
+           "[loadgen]", "parallel_nodes = 3", "warmup_s = 0.5", "min_window_s = 3", "max_window_s = 3",
+           "drain_timeout_s = 1", "min_requests = 2", "max_loop_lag_s = 0.5",
+           "[loadgen.ladder]", "concurrency = [1, 2]", "extend = false",
+           "[policy]", *(f"{k} = {v}" for k, v in POLICY.items()), ""]
+    for node in urls:
+        out += ["[[nodes]]", f'name = "{node}"', "[[nodes.lanes]]", 'name = "dense"', 'runtime = "external"',
+                f'url = "{urls[node]["dense"]}"', f'exporter_url = "{exporters[f"{node}/dense"]}"', ""]
+    return "\n".join(out)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    tmp = tmp_path_factory.mktemp("fleet-shards")
+    processes = ProcessSet(tmp / "logs")
+    spec = FleetSpec.model_validate({"nodes": [
+        {"name": node, "lanes": [{"name": "dense", "profile": "dense", "slots": slots}]}
+        for node, slots in SLOTS.items()]})
+    with FleetThread(spec) as sims, VictoriaMetricsProcess() as vm:
+        try:
+            urls = sims.urls()
+            exporters = {f"{node}/dense": f"http://127.0.0.1:{free_port()}" for node in urls}
+            children = [processes.start(f"exporter-{key.replace('/', '-')}", _cli(
+                "exporter", "--runtime-url", urls[key.split("/")[0]]["dense"], "--port", url.rsplit(":", 1)[1],
+                "--gpu", "none")) for key, url in exporters.items()]
+            for child, url in zip(children, exporters.values(), strict=True):
+                wait_until_ready(child, f"{url}/metrics", timeout_s=30)
+            ports = [free_port() for _ in range(4)]  # the three shards' load generators, and one more
+            targets = [ScrapeTarget(EXPORTER_JOB, url.removeprefix("http://"),
+                                    {"node": key.split("/")[0], "lane": "dense"}) for key, url in exporters.items()]
+            targets += [ScrapeTarget(LOADGEN_JOB, f"127.0.0.1:{port}") for port in ports]
+            agent_config = render_prometheus_config(targets, [], SCRAPE_S, remote_write=[vm.write_url])
+            with PrometheusProcess(agent_config) as agent:
+                rec_port = free_port()
+                (tmp / "policy.json").write_text(json.dumps(POLICY))
+                rec = processes.start("recommender", _cli(
+                    "recommender", "--prometheus-url", vm.url, "--port", str(rec_port), "--runs-dir",
+                    str(tmp / "central"), "--validity-interval", "0.5", "--scrape-interval", str(SCRAPE_S),
+                    "--refresh-interval", "2", "--policy", str(tmp / "policy.json")),
+                    env={**os.environ, "SATBENCH_RECOMMENDER_WRITE_TOKEN": TOKEN})
+                rec_url = f"http://127.0.0.1:{rec_port}"
+                wait_until_ready(rec, f"{rec_url}/healthz", timeout_s=30)
+                config = tmp / "fleet.toml"
+                config.write_text(_config(urls, exporters, agent.url, rec_url))
+                yield Stack(sims, tmp, config, vm, rec_url, ports)
+        finally:
+            processes.stop_all()
+
+
+def _start(stack: Stack, port: int, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(_cli("run", "--config", str(stack.config), "--out", str(stack.tmp / "runs"),
+                                 "--set", f"loadgen.metrics_port={port}", *args),
+                            cwd=ROOT, env={**os.environ, "SATBENCH_RECOMMENDER_WRITE_TOKEN": TOKEN},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _finish(proc: subprocess.Popen[str], timeout_s: float = 150) -> tuple[int, str]:
+    out, _ = proc.communicate(timeout=timeout_s)
+    return proc.returncode, out
+
+
+def _get(url: str) -> dict[str, Any]:
+    resp = httpx.get(url, timeout=30)
+    resp.raise_for_status()
+    return dict(resp.json())
+
+
+def _shards(stack: Stack, run_id: str) -> list[tuple[int, str]]:
+    procs = [_start(stack, stack.loadgen_ports[i], "--shard", f"{i}/3", "--run-id", run_id) for i in range(3)]
+    return [_finish(p) for p in procs]
+
+
+def _settled(stack: Stack, run_id: str) -> dict[str, Any]:
+    """The fleet run as the central recommender answers it once every sample is in VictoriaMetrics and its
+    refresh tick (2 s) has analysed the shards again, twice."""
+    stack.vm.flush()
+    seen: list[str] = []
+    deadline = time.monotonic() + 30
+    while len(seen) < 3 and time.monotonic() < deadline:  # the answer of now, and two refreshes after it
+        doc = dict(_get(f"{stack.rec_url}/runs/{run_id}")["recommendations"])
+        if doc["generated_at"] not in seen:
+            seen.append(doc["generated_at"])
+        time.sleep(0.2)
+    return doc
+
+
+def _figures(value: Any, path: str = "") -> dict[str, float]:
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items() for k, v in _figures(item, f"{path}.{key}").items()}
+    if isinstance(value, list):
+        return {k: v for i, item in enumerate(value) for k, v in _figures(item, f"{path}[{i}]").items()}
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return {path: float(value)}
+    return {}
+
+
+def _union(manifests: list[RunManifest]) -> RunManifest:
+    first = manifests[0]
+    return first.model_copy(update={"steps": tuple(w for m in manifests for w in m.steps),
+                                    "lanes": {k: v for m in manifests for k, v in m.lanes.items()}})
+
+
+def test_fleet_shards_remeasure_and_compare(stack: Stack) -> None:
+    # 1. three shards, one run id: one fleet document, equal to one analysis of the same windows
+    results = _shards(stack, "fleet-r1")
+    for rc, out in results:
+        assert rc == 0, out[-3000:]
+    assert any("shard 0/3 of run fleet-r1: 1 of 3 nodes, 1 of 3 lanes (a)" in out for _, out in results)
+    fleet = _settled(stack, "fleet-r1")
+    assert {k: v["recommended_concurrency"] for k, v in fleet["lanes"].items()} == ANSWERS
+    assert fleet["lanes"]["a/dense"]["run_id"] == "fleet-r1"
+    folders = sorted(p.name for p in (stack.tmp / "runs").iterdir())
+    assert folders == [f"fleet-r1.shard-{i}-of-3" for i in range(3)]
+    manifests = [read_manifest(stack.tmp / "runs" / name / "manifest.json") for name in folders]
+    one = analyze_run(_union(manifests), prometheus_url=stack.vm.url, run_dir=None,
+                      policy=Policy.model_validate(POLICY))
+    for key, lane in one["lanes"].items():
+        served = fleet["lanes"][key]
+        for field in ("recommended_concurrency", "saturation_concurrency", "status", "binding_constraint"):
+            assert served[field] == lane[field], (key, field)
+        ours, theirs = _figures(lane["steps"]), _figures(served["steps"])
+        assert ours.keys() == theirs.keys(), key
+        for name, value in ours.items():
+            assert theirs[name] == pytest.approx(value, rel=1e-9, abs=1e-12), (key, name)
+    (stack.tmp / "fleet-r1.json").write_text(json.dumps(fleet))
+
+    # 2. one process walking the same fleet: the same answers, and no significant change
+    rc, out = _finish(_start(stack, stack.loadgen_ports[3]))
+    assert rc == 0, out[-3000:]
+    (single,) = [p for p in (stack.tmp / "runs").iterdir() if ".shard-" not in p.name]
+    doc = _settled(stack, single.name)
+    assert {k: v["recommended_concurrency"] for k, v in doc["lanes"].items()} == ANSWERS
+    (stack.tmp / "single.json").write_text(json.dumps(doc))
+    same = subprocess.run(_cli("compare", str(stack.tmp / "fleet-r1.json"), str(stack.tmp / "single.json")),
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    print(same.stdout)
+    assert same.returncode == 0 and same.stdout.strip().endswith("no significant change"), same.stdout
+
+    # 3. node b runs other slots: exactly its answer is stale, and --remeasure walks it alone
+    def states() -> dict[str, str]:
+        return {k: v["validity"]["state"] for k, v in _get(f"{stack.rec_url}/recommendations")["lanes"].items()}
+
+    deadline = time.monotonic() + 15
+    while set(states().values()) != {"valid"} and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert states() == dict.fromkeys(ANSWERS, "valid")
+    stack.sims.restart("b", "dense", slots=1)
+    deadline = time.monotonic() + 15
+    while states()["b/dense"] != "changed" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert states() == {"a/dense": "valid", "b/dense": "changed", "c/dense": "valid"}
+    rc, out = _finish(_start(stack, stack.loadgen_ports[3], "--remeasure", stack.rec_url))
+    assert rc == 0, out[-3000:]
+    assert "re-measuring 1 of 3 lanes" in out and "b/dense: stale: settings.slots 2 -> 1" in out, out[:2000]
+    remeasured = [p for p in (stack.tmp / "runs").iterdir() if ".shard-" not in p.name and p != single]
+    (folder,) = remeasured
+    assert {w.lane for w in read_manifest(folder / "manifest.json").steps} == {"b/dense"}
+    served = _get(f"{stack.rec_url}/recommendations")["lanes"]
+    assert served["b/dense"]["run_id"] == folder.name and served["b/dense"]["recommended_concurrency"] == 1
+
+    # 4. node a slowed, the shards again, shard 1 killed mid-run
+    stack.sims.restart("a", "dense", time_scale=2.0)
+    procs = [_start(stack, stack.loadgen_ports[i], "--shard", f"{i}/3", "--run-id", "fleet-r3") for i in range(3)]
+    killed = stack.tmp / "runs" / "fleet-r3.shard-1-of-3" / "manifest.json"
+    deadline = time.monotonic() + 60
+    while not killed.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)
+    procs[1].send_signal(signal.SIGTERM)
+    for i, proc in enumerate(procs):
+        rc, out = _finish(proc)
+        assert (rc != 0) if i == 1 else (rc == 0), (i, out[-3000:])
+    doc = _get(f"{stack.rec_url}/recommendations")
+    assert doc["shards"]["fleet-r3"]["missing"] == {"1": ["b/dense"]}
+    assert any("fleet run fleet-r3: shard 1/3 has not reported (b/dense)" in n for n in doc["notes"])
+    assert doc["lanes"]["a/dense"]["run_id"] == "fleet-r3" and doc["lanes"]["c/dense"]["run_id"] == "fleet-r3"
+    assert doc["lanes"]["b/dense"]["run_id"] == folder.name  # the last answer that measured it stands
+    (stack.tmp / "fleet-r3.json").write_text(json.dumps(_settled(stack, "fleet-r3")))
+    slower = subprocess.run(_cli("compare", str(stack.tmp / "fleet-r1.json"), str(stack.tmp / "fleet-r3.json"),
+                                 "--lane", "a/dense", "--lane", "c/dense"),
+                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    print(slower.stdout)
+    assert slower.returncode == 1, slower.stdout
+    regressions = slower.stdout.split("regression (", 1)[1].splitlines()[1:]
+    assert regressions and all(line.strip().startswith("a/dense: ") for line in regressions), slower.stdout
+    assert any(line.strip().startswith("a/dense: output tok/s at c=1 ") for line in regressions), slower.stdout
