@@ -103,3 +103,16 @@ def test_bad_fleet_flags_are_one_line_before_anything_starts(tmp_path: Path, arg
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().startswith(said) and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_shard_with_no_node_says_so_and_starts_nothing(tmp_path: Path) -> None:
+    config = tmp_path / "fleet.toml"
+    config.write_text("\n".join(f'[[nodes]]\nname = "n{i}"\n[[nodes.lanes]]\nname = "dense"\nruntime = "external"\n'
+                                f'url = "http://127.0.0.1:9/n{i}"\n' for i in range(2)))
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "JOB_COMPLETION_INDEX": "2", "SATBENCH_SHARD_COUNT": "3",
+           "SATBENCH_RUN_ID": "night-7"}
+    done = subprocess.run([sys.executable, "-m", "satbench.cli", "run", "--config", str(config), "--out",
+                           str(tmp_path / "runs")], cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "shard 2/3 of run night-7: 0 of 2 nodes, 0 of 2 lanes" in done.stdout
+    assert "nothing to walk (this shard has no node)" in done.stdout and not (tmp_path / "runs").exists()
