@@ -110,7 +110,7 @@ class MemoryFigures:
 _MEMORY_FIELDS = ("gpu_max", "gpu_total", "host_rss_max", "gpu_sum_max", "gpu_sum_total", "gpu_count", "gpu_names",
                   "gpu_simulated", "gpu_headroom_min_ratio", "gpu_other_max", "kv_usage_max_ratio")
 QUANTILE_FIGURES = ("latency_s", "ttft_s", "itl_s", "tpot_s", "queue_s", "pause_s", "pause_excess_s",
-                    "ttft_visible_s")
+                    "ttft_visible_s", "schedule_lag_s", "ttft_intended_s", "latency_intended_s")
 TAIL_FIGURES = ("latency_tail", "ttft_tail", "pause_excess_tail")
 _OPTIONAL_NUMBERS = (
     "pause_requests", "prefill_events", "interference_share", "stall_per_prompt_s", "stall_ms_per_prompt_token",
@@ -119,7 +119,9 @@ _OPTIONAL_NUMBERS = (
     "cache_hit_share", "cached_prompt_tokens", "cache_reported_prompt_tokens", "spec_acceptance_rate",
     "draft_tokens", "draft_accepted_tokens", "throughput_se_tok_s", "throughput_dof", "decode_step_s",
     "decode_step_gaps", "censored_requests", "admission_overruns", "admission_overrun_max_ratio", "users_unserved",
-    "users_starved", "reasoning_requests", "turn_mean", "stall_prompt_elasticity",
+    "users_starved", "reasoning_requests", "turn_mean", "stall_prompt_elasticity", "rate_rps", "offered_rps",
+    "backlog_growth_rps", "backlog_growth_se", "backlog_growth_dof", "judged_requests", "attained_requests",
+    "goodput_rps", "goodput_tok_s", "attainment", "attainment_se", "attainment_dof", "waits_settled",
 )
 
 
@@ -188,6 +190,23 @@ class StepFigures:
     ttft_visible_s: Quantiles = field(default_factory=Quantiles)
     reasoning_requests: int | None = None
     turn_mean: float | None = None
+    rate_rps: float | None = None
+    offered_rps: float | None = None
+    schedule_lag_s: Quantiles = field(default_factory=Quantiles)
+    ttft_intended_s: Quantiles = field(default_factory=Quantiles)
+    latency_intended_s: Quantiles = field(default_factory=Quantiles)
+    backlog_growth_rps: float | None = None
+    backlog_growth_se: float | None = None
+    backlog_growth_dof: float | None = None
+    judged_requests: int | None = None
+    attained_requests: int | None = None
+    goodput_rps: float | None = None
+    goodput_tok_s: float | None = None
+    attainment: float | None = None
+    attainment_se: float | None = None
+    attainment_dof: float | None = None
+    waits_settled: int | None = None  # an open rung: 1 where its waits settled (core.attainment.warmup_cut), 0 not
+    objective_misses: dict[str, int] = field(default_factory=dict)
     errors_by_outcome: dict[str, int] = field(default_factory=dict)
     throughput_ci_tok_s: tuple[float, float] | None = None
     throughput_se_tok_s: float | None = None
@@ -246,6 +265,10 @@ class StepFigures:
             pause_s=Quantiles.from_dict(data.get("pause_s")),
             pause_excess_s=Quantiles.from_dict(data.get("pause_excess_s")),
             ttft_visible_s=Quantiles.from_dict(data.get("ttft_visible_s")),
+            schedule_lag_s=Quantiles.from_dict(data.get("schedule_lag_s")),
+            ttft_intended_s=Quantiles.from_dict(data.get("ttft_intended_s")),
+            latency_intended_s=Quantiles.from_dict(data.get("latency_intended_s")),
+            objective_misses=dict(data.get("objective_misses") or {}),
             **{name: Tail.from_dict(data.get(name)) for name in TAIL_FIGURES},  # type: ignore[arg-type]
             **{name: data.get(name) for name in _OPTIONAL_NUMBERS},  # type: ignore[arg-type]
             errors_by_outcome=dict(data.get("errors_by_outcome") or {}),
@@ -262,12 +285,13 @@ CLIENT_FIGURES = (
     "window_s", "requests", "errors", "throughput_tok_s", "requests_per_s", "latency_s", "ttft_s", "itl_s",
     "tpot_s", "queue_s", "jain", "max_min_share", "decode_stall_max_ratio", "decode_stall_max_s",
     "prefill_wait_max_s", "pause_s", "pause_excess_s", "ttft_visible_s", *TAIL_FIGURES, *_OPTIONAL_NUMBERS,
-    "errors_by_outcome", "throughput_ci_tok_s",
+    "errors_by_outcome", "throughput_ci_tok_s", "schedule_lag_s", "ttft_intended_s", "latency_intended_s",
+    "objective_misses",
 )
 _COUNTS = ("requests", "errors", "errors_by_outcome", "pause_requests", "prefill_events", "queued_requests",
            "cached_prompt_tokens", "cache_reported_prompt_tokens", "draft_tokens", "draft_accepted_tokens",
            "decode_step_gaps", "censored_requests", "admission_overruns", "users_unserved", "users_starved",
-           "reasoning_requests")
+           "reasoning_requests", "judged_requests", "attained_requests", "objective_misses", "waits_settled")
 _INTERVAL = ("lo", "hi")
 
 

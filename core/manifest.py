@@ -31,7 +31,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, FiniteFloat
+from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 __all__ = [
@@ -67,12 +67,14 @@ class StepWindow:
     is false when the step must not be used for an answer; ``reason`` then says why (client could not keep
     up, runtime down, too few requests...). ``notes`` carry non-fatal observations (errors seen, retries).
     ``slots`` is how many requests the runtime serves at once, as it reported (``/props`` ``total_slots``):
-    the bound FIFO admission puts on a queued request's wait needs it.
+    the bound FIFO admission puts on a queued request's wait needs it. An open-loop rung (``core.arrivals``)
+    has its ``rate_rps`` and, as ``concurrency``, its in-flight cap (0: none); a closed rung has no rate, and
+    ``(lane, concurrency, rate_rps)`` names a rung.
     A pydantic dataclass: positional like any dataclass, and validated on construction, at every edge.
     """
 
     lane: Annotated[str, Field(min_length=1, max_length=200)]
-    concurrency: Annotated[int, Field(ge=1, le=1_000_000)]
+    concurrency: Annotated[int, Field(ge=0, le=1_000_000)]
     start: FiniteFloat
     end: FiniteFloat
     warmup_start: FiniteFloat | None = None
@@ -81,6 +83,15 @@ class StepWindow:
     reason: str | None = None
     notes: tuple[str, ...] = ()
     slots: Annotated[int, Field(ge=1)] | None = None  # the runtime's slots (/props total_slots), if it said
+    rate_rps: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None  # an open-loop rung's rate
+    steady: bool | None = None  # an open-loop rung: its waits settled in the window (core.attainment.warmup_cut)
+
+    @model_validator(mode="after")
+    def _closed_rungs_have_users(self) -> StepWindow:
+        if self.concurrency == 0 and self.rate_rps is None:
+            raise ValueError("concurrency: a closed rung has at least one user (0 is an open-loop rung's "
+                             "uncapped in-flight count, with its rate_rps)")
+        return self
 
     @property
     def duration_s(self) -> float:

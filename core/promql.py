@@ -32,6 +32,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from core.arrivals import rate_label
 from core.lanes import split_key
 
 __all__ = [
@@ -338,15 +339,17 @@ def window_gpu_names(lane: str, window_s: float) -> str:
     return f"count by (name, simulated) (max_over_time({sel}[{duration(window_s)}]))"
 
 
-def published_step_figures(lane: str, run_id: str, concurrency: int, lookback_s: float) -> str:
+def published_step_figures(lane: str, run_id: str, concurrency: int, lookback_s: float,
+                           rate: float | None = None) -> str:
     """The exact figures the load generator published for one finished step (``loadgen_step_figure``), the
     last value of each within ``lookback_s`` of the evaluation time. The load generator labels its own series
     with ``node`` exactly where the lane names one, so a bare key asks for no ``node`` (``node=""``): the same
     lane name on a node in the same run published its own figures at the same rung, and its tail values would
-    join this lane's."""
+    join this lane's. A rung is also its rate (``rate_rps``, empty for a closed rung: ``core.arrivals``)."""
     node, _ = split_key(lane)
     own = () if node is not None else (Matcher("node", "=", ""),)
-    sel = selector("loadgen_step_figure", *lane_matchers(lane), *own, run_id=run_id, concurrency=str(concurrency))
+    sel = selector("loadgen_step_figure", *lane_matchers(lane), *own, run_id=run_id, concurrency=str(concurrency),
+                   rate_rps=rate_label(rate))
     return f"last_over_time({sel}[{duration(lookback_s)}])"
 
 

@@ -5,8 +5,10 @@ offline consumer (step figures, the recommender's records source, the report). T
 DESIGN.md; times are Unix seconds from a monotonic clock mapped once to wall time at run start. What the
 runtime reused is recorded as it said it (``cached_prompt_tokens``, ``draft_tokens``,
 ``draft_accepted_tokens``; ``None`` where it said nothing); ``ttft_visible_s`` is the first *visible* token of a
-reasoning model's answer (``None`` when the stream had no thinking tokens, so the first token was visible):
-fields added later have defaults, so older files still load.
+reasoning model's answer (``None`` when the stream had no thinking tokens, so the first token was visible);
+an open-loop request (a rate rung, ``core.arrivals``) carries its rung's ``rate_rps`` and the time it was
+meant to be sent (``intended_at``), ``None`` both in a closed loop: fields added later have defaults, so older
+files still load.
 
 The writer appends and flushes a line per record, so a crash leaves every finished request on disk; it
 fsyncs at each step end (``sync()``), so a killed process loses nothing that had ended before the last sync
@@ -69,6 +71,8 @@ class RequestRecord:
     draft_tokens: int | None = None
     draft_accepted_tokens: int | None = None
     ttft_visible_s: float | None = None
+    rate_rps: float | None = None
+    intended_at: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -94,6 +98,11 @@ class RequestRecord:
             t += gap
             times.append(t)
         return times
+
+    @property
+    def lag_s(self) -> float:
+        """How late the request was sent against its schedule (0 in a closed loop)."""
+        return 0.0 if self.intended_at is None else max(0.0, self.sent_at - self.intended_at)
 
     @property
     def tpot_s(self) -> float | None:

@@ -110,6 +110,7 @@ class StallFigures:
     decode_step_s: float | None
     decode_step_gaps: int
     excesses: list[float]  # per judged request, its pause excess
+    excess_of: dict[int, float]  # the same by the decoding's index
     longest_stalled_s: float | None
     prefill_events: int
     interference_share: float | None
@@ -145,8 +146,9 @@ def stall_figures(decodings: Sequence[Decoding], prefills: Sequence[tuple[float,
         step = float(statistics.median(b - a for a, b in window_gaps)) if window_gaps else None
         clean_n = 0
     excesses: list[float] = []
+    excess_of: dict[int, float] = {}
     longest: float | None = None
-    for d in decodings:
+    for i, d in enumerate(decodings):
         if not d.judged:
             continue
         worst = 0.0
@@ -155,11 +157,12 @@ def stall_figures(decodings: Sequence[Decoding], prefills: Sequence[tuple[float,
                 if b - a - step > worst and overlaps(a, b):
                     worst = b - a - step
         excesses.append(worst)
+        excess_of[i] = worst
     for a, b in window_gaps:
         if (longest is None or b - a > longest) and overlaps(a, b):
             longest = b - a
     if concurrency < 2:
-        return StallFigures(step, clean_n, excesses, None, 0, None, None, None)
+        return StallFigures(step, clean_n, excesses, excess_of, None, 0, None, None, None)
     elasticity = None if step is None else prompt_elasticity(window_gaps, prefills, step)
     firsts = sorted(d.decode[0] for d in decodings if d.decode is not None)
     ends = sorted(d.decode[1] for d in decodings if d.decode is not None)
@@ -167,13 +170,13 @@ def stall_figures(decodings: Sequence[Decoding], prefills: Sequence[tuple[float,
               and bisect.bisect_right(firsts, s) - bisect.bisect_right(ends, s) > 0]
     total = sum(b - a for a, b in window_gaps)
     if not events or step is None or total <= 0:
-        return StallFigures(step, clean_n, excesses, longest, len(events), None, None, None, elasticity)
+        return StallFigures(step, clean_n, excesses, excess_of, longest, len(events), None, None, None, elasticity)
     losses = [b - a - step for a, b in window_gaps if b - a > step and overlaps(a, b)]
     per_stall = sum(losses) / len(losses) if losses else 0.0
     sizes = [n for _, n in events if n]
     per_token = 1000.0 * per_stall * len(sizes) / sum(sizes) if sizes else None
-    return StallFigures(step, clean_n, excesses, longest, len(events), sum(losses) / total, per_stall, per_token,
-                        elasticity)
+    return StallFigures(step, clean_n, excesses, excess_of, longest, len(events), sum(losses) / total, per_stall,
+                        per_token, elasticity)
 
 
 def prompt_elasticity(gaps: Sequence[tuple[float, float]], prefills: Sequence[tuple[float, float, int | None]],

@@ -36,6 +36,17 @@ What counts (DESIGN.md "Metric definitions"):
 - ``pause_s``: per judged request, its longest emission gap; quantiles over requests (``pause_requests``).
 - prompt cache and speculative decoding (``cache_hit_share``, ``spec_acceptance_rate`` and their token
   sums): over the successful requests that ended inside the window, ``core.runtime_counts``.
+- open loop (a rate rung, ``core.arrivals``): the judged requests are those *meant* to be sent in the window
+  (``intended_at``); ``offered_rps`` is how many over the window's length, ``schedule_lag_s`` how late they
+  left (the client's own lag: a rung whose client fell behind is marked invalid by the load generator), and
+  ``ttft_intended_s``/``latency_intended_s`` their TTFT and e2e from the intended time. ``backlog_growth_rps``
+  is how fast the backlog (requests meant to be sent and not yet ended) grew over the window, with a standard
+  error that is a stable queue's wander (``backlog_growth``): a queue that grows is a rate the lane does not
+  sustain.
+- goodput (``core.objectives``, given ``objectives``): per judged request whether it attained every
+  objective (TTFT and e2e from the intended time in open loop); ``attained_requests`` of
+  ``judged_requests``, ``attainment`` their share, ``goodput_rps``/``goodput_tok_s`` the attained requests and
+  their tokens over the window's length, ``objective_misses`` the misses per objective (``error`` for failed).
 - throughput interval: the rates of ``k = floor(W / batch_s)`` equal batches (default ``batch_s = W / 32``)
   and the autocorrelation-aware estimate of their mean (``core.statistics.batch_mean_estimate``, which says
   why); the interval at ``confidence`` in ``throughput_ci_tok_s``, and its standard error and degrees of
@@ -47,10 +58,14 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from typing import Any
 
 from core.admission import admission_figures
+from core.attainment import attainment_estimate
+from core.attainment import backlog_growth as growth_of
 from core.figures import StepFigures, Tail
 from core.manifest import StepWindow
+from core.objectives import Objectives
 from core.records import RequestRecord
 from core.runtime_counts import runtime_count_figures
 from core.stalls import Decoding, emission_gaps, longest_stalled_gap, stall_figures
@@ -116,12 +131,21 @@ def window_validity(window: StepWindow, requests: int) -> tuple[bool, str | None
     return window.valid, window.reason
 
 
+def backlog_growth(records: Sequence[RequestRecord], start: float, end: float) -> MeanEstimate | None:
+    """How fast the backlog (requests meant to be sent by t and not ended by t) grew over ``[start, end]``
+    (``core.attainment.backlog_growth``); ``None`` for a closed rung (nothing has an intended time)."""
+    return growth_of([(r.intended_at, r.ended_at if r.ended_at is not None else math.inf) for r in records
+                      if r.intended_at is not None], start, end)
+
+
 def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *, batch_s: float | None = None,
-                         confidence: float = 0.95) -> StepFigures:
-    """Exact figures of one step window from the records of its lane and concurrency (others are ignored)."""
+                         confidence: float = 0.95, objectives: Objectives | None = None) -> StepFigures:
+    """Exact figures of one step window from the records of its rung, its lane, concurrency and rate (others
+    are ignored); goodput where ``objectives`` are given."""
     start, end = window.start, window.end
     length = max(end - start, 1e-9)
-    mine = [r for r in records if r.lane == window.lane and r.concurrency == window.concurrency]
+    mine = [r for r in records if r.lane == window.lane and r.concurrency == window.concurrency
+            and r.rate_rps == window.rate_rps]
 
     arrivals: list[tuple[float, int]] = []
     per_user: dict[int, int] = {u: 0 for u in range(window.concurrency)}
@@ -136,6 +160,10 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
     pauses: list[float] = []
     paces: list[tuple[int, float]] = []
     turns: list[int] = []
+    lags: list[float] = []
+    ttft_intended: list[float] = []
+    e2e_intended: list[float] = []
+    judged_records: list[tuple[int, RequestRecord, bool]] = []  # (decoding index, record, cut off)
     ok_count = cut = reasoning = 0
     errors_by_outcome: dict[str, int] = {}
     prompt_in: list[int] = []  # prompt tokens of the prefills that ended (first token) inside the window
@@ -154,7 +182,8 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
                 arrivals.append((t, n))
                 per_user[rec.user] = per_user.get(rec.user, 0) + n
         gaps = emission_gaps(times)
-        sent_in = start <= rec.sent_at <= end
+        meant = rec.intended_at if rec.intended_at is not None else rec.sent_at
+        sent_in = start <= meant <= end
         cut_off = censored(rec)
         judged = sent_in and (rec.ok or cut_off)
         decodings.append(Decoding([(a, b) for a, b in gaps if start <= b <= end], gaps, judged,
@@ -170,10 +199,20 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
             wait = rec.ttft_s if rec.ttft_s is not None else rec.e2e_s
             if wait is not None:
                 waits.append(wait)
+        if sent_in and rec.intended_at is not None:
+            lags.append(rec.lag_s)
+            if not judged and not rec.ok:  # a failed open-loop request counts against goodput
+                judged_records.append((len(decodings) - 1, rec, False))
         if not judged:
             continue
+        judged_records.append((len(decodings) - 1, rec, cut_off))
         cut += cut_off
         turns.append(int(rec.extra.get("turn", 1)))
+        if rec.intended_at is not None:
+            if rec.ttft_s is not None or rec.e2e_s is not None:
+                ttft_intended.append((rec.ttft_s if rec.ttft_s is not None else rec.e2e_s or 0.0) + rec.lag_s)
+            if rec.e2e_s is not None:
+                e2e_intended.append(rec.e2e_s + rec.lag_s)
         if rec.e2e_s is not None:
             e2e.append(rec.e2e_s)
         if rec.ttft_s is not None or rec.e2e_s is not None:  # no first token yet: at least the time so far
@@ -200,6 +239,8 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
     slack = max((b - a for a, b in window_gaps), default=0.0)
     admission = admission_figures(mine, window, per_user, paces, slack)
     estimate = throughput_estimate(arrivals, start, end, batch_s)
+    growth = backlog_growth(mine, start, end)
+    goodput = _goodput(objectives, judged_records, stalls.excess_of, start, end)
     return StepFigures(
         lane=window.lane,
         concurrency=window.concurrency,
@@ -250,6 +291,16 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
         ttft_visible_s=quantiles(visible),
         reasoning_requests=reasoning,
         turn_mean=sum(turns) / len(turns) if turns and max(turns) > 1 else None,
+        rate_rps=window.rate_rps,
+        waits_settled=None if window.steady is None else int(window.steady),
+        offered_rps=None if window.rate_rps is None else len(lags) / length,
+        schedule_lag_s=quantiles(lags),
+        ttft_intended_s=quantiles(ttft_intended),
+        latency_intended_s=quantiles(e2e_intended),
+        backlog_growth_rps=None if growth is None else growth.mean,
+        backlog_growth_se=None if growth is None else growth.se,
+        backlog_growth_dof=None if growth is None else growth.dof,
+        **goodput,
         **runtime_count_figures(finished),  # type: ignore[arg-type]
         errors_by_outcome=dict(sorted(errors_by_outcome.items())),
         throughput_ci_tok_s=None if estimate is None else estimate.interval(confidence),
@@ -258,3 +309,35 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
         valid=valid,
         reason=reason,
     )
+
+
+def _goodput(objectives: Objectives | None, judged: Sequence[tuple[int, RequestRecord, bool]],
+             excess_of: dict[int, float], start: float, end: float) -> dict[str, Any]:
+    """Attainment and goodput of the judged requests (module docstring): each with its decoding's index (for
+    its pause excess), its record and whether the drain cut it off. The attainment's standard error is the
+    one the load generator's looks used (``core.attainment.attainment_estimate``)."""
+    if objectives is None or not judged:
+        return {}
+    length = max(end - start, 1e-9)
+    tokens = 0
+    misses: dict[str, int] = {}
+    outcomes: list[tuple[float, bool]] = []
+    for index, rec, cut in judged:
+        excess = excess_of.get(index)
+        ttft = rec.ttft_s if rec.ttft_s is not None else (rec.e2e_s if cut else None)
+        missed = objectives.misses(
+            ok=rec.ok or cut, finished=not cut,
+            ttft_s=None if ttft is None else ttft + rec.lag_s, tpot_s=rec.tpot_s if rec.ok else None,
+            pause_excess_s=excess, e2e_s=None if rec.e2e_s is None else rec.e2e_s + rec.lag_s,
+            prompt_tokens=rec.prompt_tokens)
+        for name in missed:
+            misses[name] = misses.get(name, 0) + 1
+        meant = rec.intended_at if rec.intended_at is not None else rec.sent_at
+        outcomes.append((min(max(meant, start), end), not missed))
+        if not missed:
+            tokens += rec.output_tokens
+    estimate = attainment_estimate(outcomes, start, end)
+    return {"judged_requests": estimate.judged, "attained_requests": estimate.attained,
+            "attainment": estimate.share, "attainment_se": estimate.se, "attainment_dof": estimate.dof,
+            "goodput_rps": estimate.attained / length, "goodput_tok_s": tokens / length,
+            "objective_misses": dict(sorted(misses.items()))}

@@ -27,20 +27,23 @@ of the file before validation. API keys are never stored: a lane names an enviro
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from core.config_files import FieldError, HttpUrl, load_toml_model
 from core.lanes import Lane, duplicate_names, lane_named
+from core.objectives import Objectives
 
 __all__ = [
+    "ArrivalConfig",
     "ConfigError",
     "ConversationConfig",
     "LadderConfig",
     "LaneConfig",
     "LengthDist",
     "LoadgenConfig",
+    "ObjectivesConfig",
     "SharedPrefixConfig",
     "WorkloadConfig",
     "load_config",
@@ -156,6 +159,69 @@ class ConversationConfig(_Model):
     start: Literal["steady", "fresh"] = "steady"
 
 
+class ArrivalConfig(_Model):
+    """How requests arrive (``core.arrivals``): ``closed`` (the default: c users, each sending when its last
+    request ended) or open loop at a rate: ``constant``, ``poisson`` or ``gamma`` (``burstiness``, the gamma
+    shape: 1 is Poisson, below 1 burstier; or ``cv``, the coefficient of variation of the gaps). Open loop walks
+    a rate ladder after the closed one (``loadgen.rates``): the listed ``rates`` (requests/s), else ``relative``
+    factors of the lane's measured closed-loop capacity (the most requests/s a closed rung served), extended by
+    1.25x steps up to ``max_relative`` until one fails, then bisected ``search_steps`` times between the last
+    rate that passed and the first that failed. A rate passes when the lane sustains it (its backlog does not
+    grow) and at least ``target`` of its requests attain every objective (``objectives``; the session sets
+    both from the policy). ``max_in_flight`` caps the requests in flight (a request that finds the cap full
+    waits in the client, and the wait counts); ``max_lag_s`` is the p99 schedule lag past which a rung's
+    client is said to have fallen behind (the rung is invalid). A rate rung's window is looked at from the
+    ladder's ``min_window_s`` on, at 1.5x growing lengths, until its verdict is decided or ``max_window_s``
+    (``core.attainment``); its warm-up is ``warmup_s``, by default the longest of the ladder's warm-up, twice the
+    mean latency of the closed rung that served most and the TTFT objective (a queue fills in about a latency,
+    and the waits an objective judges take about their own length to build)."""
+
+    process: Literal["closed", "constant", "poisson", "gamma"] = "closed"
+    burstiness: float | None = Field(default=None, gt=0)
+    cv: float | None = Field(default=None, gt=0)
+    max_in_flight: int | None = Field(default=None, ge=1, le=100_000)
+    rates: list[Annotated[float, Field(gt=0, allow_inf_nan=False)]] | None = None
+    relative: list[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
+        default_factory=lambda: [0.5, 0.75, 1.0, 1.25])
+    max_relative: float = Field(default=2.0, gt=0)
+    search_steps: int = Field(default=3, ge=0, le=8)
+    target: float = Field(default=0.9, gt=0, le=1)
+    max_lag_s: float = Field(default=0.05, gt=0)
+    max_window_s: float = Field(default=90.0, gt=0, le=3600)
+    warmup_s: float | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _check_arrival(self) -> ArrivalConfig:
+        problems = []
+        if self.burstiness is not None and self.cv is not None:
+            problems.append(("burstiness", "set burstiness (the gamma shape) or cv, not both"))
+        if (self.burstiness is not None or self.cv is not None) and self.process != "gamma":
+            problems.append(("burstiness" if self.burstiness is not None else "cv",
+                             f"only the gamma process has a burstiness (process is {self.process!r})"))
+        if self.rates is not None and not self.rates:
+            problems.append(("rates", "list at least one rate, or leave it out to search relative to capacity"))
+        if problems:
+            raise FieldError(problems)
+        return self
+
+    @property
+    def open(self) -> bool:
+        return self.process != "closed"
+
+
+class ObjectivesConfig(_Model):
+    """Per-request objectives for goodput (``core.objectives``): the session sets them from its policy."""
+
+    ttft_s: float | None = Field(default=None, gt=0)
+    ttft_s_per_1k_prompt: float = Field(default=0.0, ge=0)
+    tpot_s: float | None = Field(default=None, gt=0)
+    pause_excess_s: float | None = Field(default=None, gt=0)
+    e2e_s: float | None = Field(default=None, gt=0)
+
+    def objectives(self) -> Objectives:
+        return Objectives(**self.model_dump())
+
+
 class WorkloadConfig(_Model):
     """What each user sends: seeded, so the same config replays the same requests.
 
@@ -191,6 +257,8 @@ class LoadgenConfig(_Model):
     parallel_nodes: int = Field(default=1, ge=1, le=1024)
     ladder: LadderConfig = Field(default_factory=LadderConfig)
     workload: WorkloadConfig = Field(default_factory=WorkloadConfig)
+    arrival: ArrivalConfig = Field(default_factory=ArrivalConfig)
+    objectives: ObjectivesConfig | None = None
     warmup_s: float = Field(default=2.0, ge=0.0)
     min_window_s: float = Field(default=8.0, gt=0.0)
     max_window_s: float = Field(default=20.0, gt=0.0)
@@ -233,6 +301,9 @@ class LoadgenConfig(_Model):
         dupes = duplicate_names(self.lanes)
         if dupes:
             problems.append(("lanes", f"duplicate lane names: {', '.join(dupes)}"))
+        if self.arrival.open and self.workload.conversation is not None:
+            problems.append(("workload.conversation", "a conversation needs closed-loop users; open-loop arrivals "
+                             "(arrival.process) send independent requests"))
         if problems:
             raise FieldError(problems)
         return self

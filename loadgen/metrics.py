@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from core.arrivals import rate_label
 from core.histograms import FastHistogram
 from core.lanes import split_key
 from core.records import RequestRecord
@@ -82,7 +83,7 @@ class LoadgenMetrics(Collector):
         self.runtime_totals: dict[tuple[str, str], int] = {}
         self.in_flight: dict[str, int] = {}
         self.step_concurrency: dict[tuple[str, str], int] = {}
-        self.step_figures: dict[tuple[str, str, int], dict[str, float]] = {}
+        self.step_figures: dict[tuple[str, str, int, str], dict[str, float]] = {}
         # wall time at which the latest collect() read the published step figures: a scrape that read them
         # at or after a publication carries it (set before the read, so a scrape under way when a step is
         # published never counts as having seen it)
@@ -120,9 +121,11 @@ class LoadgenMetrics(Collector):
     def add_in_flight(self, lane: str, delta: int) -> None:
         self.in_flight[lane] = self.in_flight.get(lane, 0) + delta
 
-    def publish_step(self, lane: str, run_id: str, concurrency: int, values: dict[str, float]) -> None:
-        """A finished step's exact client figures (``core.figures.client_values``), kept for every later scrape."""
-        self.step_figures[(lane, run_id, concurrency)] = dict(values)
+    def publish_step(self, lane: str, run_id: str, concurrency: int, values: dict[str, float],
+                     rate: float | None = None) -> None:
+        """A finished step's exact client figures (``core.figures.client_values``), kept for every later scrape;
+        an open-loop rung's carry its rate (``rate_rps``, ``core.arrivals.rate_label``)."""
+        self.step_figures[(lane, run_id, concurrency, rate_label(rate))] = dict(values)
 
     def set_step(self, lane: str, run_id: str, concurrency: int) -> None:
         self.step_concurrency[(lane, run_id)] = concurrency
@@ -186,10 +189,11 @@ class LoadgenMetrics(Collector):
         figures = GaugeMetricFamily(
             "loadgen_step_figure",
             "A finished step's figure, computed exactly from its records (core.step_figures), by name.",
-            labels=["lane", "run_id", "concurrency", "figure"])
-        for (lane, run_id, c), values in list(self.step_figures.items()):
+            labels=["lane", "run_id", "concurrency", "rate_rps", "figure"])
+        for (lane, run_id, c, rate), values in list(self.step_figures.items()):
             for name, value in values.items():
-                _add(figures, lane, ["run_id", "concurrency", "figure"], [run_id, str(c), name], value)
+                _add(figures, lane, ["run_id", "concurrency", "rate_rps", "figure"], [run_id, str(c), rate, name],
+                     value)
         yield figures
 
 

@@ -67,3 +67,16 @@ def rung_line(figures: StepFigures) -> str:
     line = (f"  {figures.lane} c={figures.concurrency}: {figures.throughput_tok_s:.1f} tok/s, TTFT p95 {ttft}, "
             f"ITL p95 {itl}, {figures.requests} requests, {figures.errors} errors in {figures.window_s:.1f} s")
     return line + ("" if figures.valid else f" (invalid: {figures.reason})")
+
+
+def rate_line(figures: StepFigures, passed: bool | None) -> str:
+    """The line a finished rate rung leaves: offered and served rates, goodput, latency from intended send."""
+    ttft = "-" if figures.ttft_intended_s.p95 is None else f"{figures.ttft_intended_s.p95 * 1e3:.0f} ms"
+    lag = "-" if figures.schedule_lag_s.p99 is None else f"{figures.schedule_lag_s.p99 * 1e3:.1f} ms"
+    share = "" if figures.attainment is None else f", {figures.attainment:.0%} within objectives"
+    offered = 0.0 if figures.offered_rps is None else figures.offered_rps
+    verdict = {True: "passes", False: "fails", None: "not judged"}[passed]
+    line = (f"  {figures.lane} {figures.rate_rps:g} req/s: offered {offered:.2f}/s, served {figures.requests_per_s:.2f}"
+            f"/s{share}, TTFT p95 from intended {ttft}, schedule lag p99 {lag}, {figures.errors} errors in "
+            f"{figures.window_s:.1f} s: {verdict}")
+    return line + ("" if figures.valid else f" (invalid: {figures.reason})")

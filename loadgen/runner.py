@@ -33,8 +33,9 @@ import aiohttp
 from prometheus_client import CollectorRegistry
 
 from core import __version__
+from core.attainment import capacity_bound
 from core.figures import StepFigures, client_values
-from core.manifest import LadderPart, RunManifest, new_run_id, write_json_atomic
+from core.manifest import LadderPart, RunManifest, StepWindow, new_run_id, write_json_atomic
 from core.records import RecordsWriter
 from core.statistics import preload
 from core.step_figures import compute_step_figures
@@ -42,7 +43,9 @@ from loadgen.client import LaneClient
 from loadgen.config import ConfigError, LaneConfig, LoadgenConfig
 from loadgen.ladder import extension_stop, next_step
 from loadgen.metrics import LoadgenMetrics, MetricsServer
-from loadgen.progress import Progress, progress_wanted, rung_line
+from loadgen.open_step import OpenStepRun
+from loadgen.progress import Progress, progress_wanted, rate_line, rung_line
+from loadgen.rates import RateOutcome, judge, next_rate
 from loadgen.step import Clock, StepRun
 from loadgen.workload import PromptText, max_prompt_tokens
 
@@ -167,12 +170,8 @@ class LadderRunner:
                         evidence.pop("evidence_error", None)
                         self.part = self.part.with_lane(lane.key, evidence)
                 window = dataclasses.replace(window, slots=slots)  # the FIFO bound needs them
-                figures = compute_step_figures(list(step.records()), window, batch_s=self.config.batch_s)
-                self.metrics.publish_step(lane.key, self.run_id, c, client_values(figures))
-                self._published_at = time.time()
+                figures = self._step_done(step, window)
                 lane_figures.append(figures)
-                self.figures.append(figures)
-                self.part = self.part.with_step(window)
                 self.progress.done(rung_line(figures))
                 self._write()
             ladder = self.config.ladder
@@ -181,8 +180,50 @@ class LadderRunner:
                 if why is not None:
                     top = lane_figures[-1].concurrency
                     self.progress.done(f"  {lane.key}: the extended ladder stops at c={top}: {why}")
+            if self.config.arrival.open:
+                await self._walk_rates(lane, lane_figures, client, writer, clock, text, slots)
         finally:
             await client.close()
+
+    def _step_done(self, step: StepRun, window: StepWindow) -> StepFigures:
+        """A finished rung's exact figures, published and kept (``steps.json``, the manifest's window)."""
+        objectives = None if self.config.objectives is None else self.config.objectives.objectives()
+        figures = compute_step_figures(list(step.records()), window, batch_s=self.config.batch_s,
+                                       objectives=objectives)
+        self.metrics.publish_step(step.lane.key, self.run_id, window.concurrency, client_values(figures),
+                                  rate=window.rate_rps)
+        self._published_at = time.time()
+        self.figures.append(figures)
+        self.part = self.part.with_step(window)
+        return figures
+
+    async def _walk_rates(self, lane: LaneConfig, closed: list[StepFigures], client: LaneClient,
+                          writer: RecordsWriter, clock: Clock, text: PromptText, slots: int | None) -> None:
+        """The open-loop rate search of one lane (``loadgen.rates``), after its closed ladder: relative rates
+        take the most requests/s a valid closed rung served as the lane's capacity."""
+        arrival = self.config.arrival
+        capacity = max((f.requests_per_s for f in closed if f.valid), default=None)
+        if not arrival.rates and not capacity:
+            self.progress.done(f"  {lane.key}: no rate search: no closed rung measured a capacity to scale")
+            return
+        bound = capacity_bound([(f.concurrency, f.requests_per_s) for f in closed if f.valid], slots)
+        warmup = arrival.warmup_s
+        if warmup is None:
+            top = max((f for f in closed if f.valid), key=lambda f: f.requests_per_s, default=None)
+            latency = top.latency_s.mean if top is not None else None
+            ttft = self.config.objectives.ttft_s if self.config.objectives is not None else None
+            warmup = max(self.config.warmup_s, 2 * (latency or 0.0), ttft or 0.0)
+        outcomes: list[RateOutcome] = []
+        while (rate := next_rate(outcomes, arrival, capacity)) is not None:
+            step = OpenStepRun(rate=rate, capacity_rps=bound, warmup_s=warmup, config=self.config, lane=lane,
+                               run_id=self.run_id, client=client, writer=writer, clock=clock, metrics=self.metrics,
+                               text=text, progress=self.progress)
+            window = dataclasses.replace(await step.run(), slots=slots)
+            figures = self._step_done(step, window)
+            outcome = judge(figures, arrival, bound)
+            outcomes.append(outcome)
+            self.progress.done(rate_line(figures, outcome.passed))
+            self._write()
 
     @property
     def manifest(self) -> RunManifest:

@@ -125,6 +125,7 @@ class StepRun:
                  text: PromptText, progress: Progress, reference: StepFigures | None = None) -> None:
         self.config, self.lane, self.c, self.run_id = config, lane, concurrency, run_id
         self.reference = reference
+        self.rate: float | None = None  # an open-loop rung's rate (``loadgen.open_step``)
         self.client, self.writer, self.clock, self.metrics = client, writer, clock, metrics
         self.text, self.progress = text, progress
         self.state = StepState()
@@ -244,7 +245,8 @@ class StepRun:
     def records(self) -> Iterator[RequestRecord]:
         """This step's records, read back from the records file (flushed as each request ended)."""
         for rec in read_records(self.writer.path):
-            if rec.run_id == self.run_id and rec.lane == self.lane.key and rec.concurrency == self.c:
+            if rec.run_id == self.run_id and rec.lane == self.lane.key and rec.concurrency == self.c \
+                    and rec.rate_rps == self.rate:
                 yield rec
 
     def _live_rates(self, start_ns: int, batch_s: float) -> list[float]:
@@ -380,10 +382,11 @@ class StepRun:
                 backoff = 0.0
 
     def _finish(self, user: int, spec: RequestSpec, rid: str, res: RawResult, prev_end_ns: int,
-                parser: StreamParser | None = None) -> None:
+                parser: StreamParser | None = None, intended_ns: int | None = None) -> None:
         lane = self.lane.key
         tok = res.token_ns
         send = res.send_ns
+        meant = send if intended_ns is None else intended_ns
         ttft = (tok[0] - send) / 1e9 if tok else None
         visible = None
         if parser is not None and parser.reasoning_events and parser.first_visible_ns is not None:
@@ -412,7 +415,7 @@ class StepRun:
         phase: Phase = "warmup"
         if closed:
             phase = "drain"
-        elif self.window_start_ns is not None and send >= self.window_start_ns:
+        elif self.window_start_ns is not None and meant >= self.window_start_ns:
             phase = "window"
         record = RequestRecord(
             run_id=self.run_id, lane=lane, concurrency=self.c, user=user, request_id=rid,
@@ -421,7 +424,8 @@ class StepRun:
             prompt_tokens=said.prompt_tokens, output_tokens=output, outcome=res.outcome,  # type: ignore[arg-type]
             status=res.status, error=res.error, retried=res.retried, extra=extra,
             cached_prompt_tokens=said.cached_prompt_tokens, draft_tokens=said.draft_tokens,
-            draft_accepted_tokens=said.draft_accepted_tokens, ttft_visible_s=visible,
+            draft_accepted_tokens=said.draft_accepted_tokens, ttft_visible_s=visible, rate_rps=self.rate,
+            intended_at=None if intended_ns is None else self.clock.wall(intended_ns),
         )
         self.writer.write(record)
         self.answered.add(user)
@@ -539,4 +543,4 @@ class StepRun:
         drain_end = end if state.last_end is None else max(state.last_end, end)
         return StepWindow(lane=self.lane.key, concurrency=self.c, start=start, end=end,
                           warmup_start=self.clock.wall(warm_ns), drain_end=drain_end,
-                          valid=reason is None, reason=reason, notes=tuple(notes))
+                          valid=reason is None, reason=reason, notes=tuple(notes), rate_rps=self.rate)

@@ -55,8 +55,11 @@ The LiteLLM fields, as LiteLLM documents them:
   it wait in the proxy instead of queueing inside the node, which only adds latency.
 - ``litellm_params.weight``: the same number, so the default ``simple-shuffle`` strategy sends each node a
   share of the group's traffic proportional to what it can use (https://docs.litellm.ai/docs/routing).
-  ``rpm``/``tpm`` are left unset: satbench measures concurrency, not a rate, and LiteLLM derives a parallel
-  limit from them only where ``max_parallel_requests`` is missing.
+- ``litellm_params.rpm``: where the run walked open-loop rates (``--arrival``) and the lane has a usable rate
+  answer, its ``max_rate_rps`` x 60, rounded down: the deployment's requests per minute within the
+  objectives (LiteLLM's per-deployment rate limit, read by its usage-based routing and cooldowns). Left
+  unset otherwise; ``tpm`` is always left unset: LiteLLM counts prompt and output tokens together, while the
+  rate answer's goodput counts output tokens of requests that met their objectives.
 - ``model_info``: ``id`` (``satbench:<node>/<lane>``, unique per deployment) plus ``satbench_node``,
   ``satbench_lane``, ``satbench_status``, ``satbench_validity``, ``satbench_recommended_concurrency``,
   ``satbench_run_id``, ``satbench_measured_at``, ``satbench_fingerprint_digest``, ``satbench_reason``,
@@ -160,6 +163,11 @@ def _entry(document: Mapping[str, Any], key: str, lane: Mapping[str, Any]) -> di
         "fingerprint_digest": (lane.get("fingerprint") or {}).get("digest"),
         "url": lane.get("url"),
     }
+    rate = lane.get("rate") or {}
+    if rate:  # the rate answer, where the run walked open-loop rates (recommender.rate_analysis)
+        entry.update(max_rate_rps=rate.get("max_rate_rps"), max_rate_rpm=rate.get("max_rate_rpm"),
+                     rate_status=rate.get("status"), goodput_rps=rate.get("goodput_rps"),
+                     rate_binding_objective=rate.get("binding_objective"))
     if lane.get("reason"):
         entry["reason"] = lane["reason"]
     return entry
@@ -268,6 +276,7 @@ def litellm_config(
                 "api_key": f"os.environ/{key_env}" if key_env else "none",
                 "max_parallel_requests": limit,
                 "weight": limit,
+                **({"rpm": rpm} if (rpm := _rpm(lane, why)) is not None else {}),
             },
             "model_info": {
                 "id": f"satbench:{node}/{name}",
@@ -285,6 +294,15 @@ def litellm_config(
             },
         })
     return {"model_list": deployments}, notes
+
+
+def _rpm(lane: Mapping[str, Any], why: str | None) -> int | None:
+    """The lane's rate answer in requests per minute, where it has a usable one (module docstring)."""
+    rate = lane.get("rate") or {}
+    rpm = rate.get("max_rate_rpm")
+    if why is not None or rate.get("status") not in ("settled", "unsaturated") or not isinstance(rpm, int):
+        return None
+    return max(1, rpm)
 
 
 # -- the command ----------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from typing import Any
 from core.lanes import LOCAL_NODE, split_key
 from recommender.analysis import LaneAnalysis
 from recommender.policy import Policy
+from recommender.rate_analysis import RateAnswer
 
 __all__ = [
     "SCHEMA_ID",
@@ -70,7 +71,7 @@ def iso_utc(t: float) -> str:
 
 
 def lane_fragment(analysis: LaneAnalysis, *, run_id: str, measured_at: float | None,
-                  where: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                  where: Mapping[str, Any] | None = None, rate: RateAnswer | None = None) -> dict[str, Any]:
     """One answer. ``where``: the lane's ``node``, ``lane``, ``url``, ``fingerprint`` and ``validity``
     (``recommender.run_analysis``); without it the node and name come from the key."""
     knee = analysis.knee
@@ -100,6 +101,7 @@ def lane_fragment(analysis: LaneAnalysis, *, run_id: str, measured_at: float | N
         "run_id": run_id,
         "measured_at": None if measured_at is None else iso_utc(measured_at),
         "steps": analysis.steps_as_dicts(),
+        "rate": None if rate is None else rate.to_dict(),
     }
 
 

@@ -28,6 +28,11 @@ Per lane (``lane`` is the lane's name, never its key; ``node`` where the lane na
   exporter guidelines advise for "how long ago", rather than an age that would be as old as the last scrape
   and would make the families depend on the clock (``answer_families`` stays pure).
 
+- ``satbench_max_rate_rps{status}`` and ``satbench_goodput_rps``: the rate answer (``recommender.rate_analysis``)
+  where the run walked open-loop rates: the highest request rate the lane serves within its objectives for
+  the policy's share of requests, labelled with its status (``settled``, ``unsaturated``), and the goodput
+  there; absent for a lane whose run walked no rates, or none passed.
+
 With the status series a consumer tells the three cases of the contract apart: measured and valid
 (``recommended_concurrency`` present, ``valid == 1``), measured on something else (``valid == 0``, status
 ``stale``), never measured (no ``recommended_concurrency`` sample; status ``insufficient_data``/``degraded``,
@@ -121,6 +126,10 @@ def answer_families(document: Mapping[str, Any] | None) -> list[Metric]:
                    "1 while the served recommendations are stale (source unreachable).")
     measured = _gauge("satbench_recommendation_measured_timestamp_seconds",
                       "When the answer's last window ended (Unix seconds): its age is time() minus this.")
+    max_rate = _gauge("satbench_max_rate_rps",
+                      "Highest open-loop request rate the lane serves within its objectives (requests/s).")
+    goodput = _gauge("satbench_goodput_rps",
+                     "Requests/s that met every objective at the lane's rate answer.")
     for key, data in document_lanes(document):
         node, name = lane_identity(key, data)
         labels = _labels(node, name)
@@ -131,6 +140,12 @@ def answer_families(document: Mapping[str, Any] | None) -> list[Metric]:
         at = _unix(data.get("measured_at"))
         if at is not None:
             measured.add_sample(measured.name, labels, at)
+        rate = data.get("rate") or {}
+        if rate.get("max_rate_rps") is not None:
+            max_rate.add_sample(max_rate.name, _labels(node, name, status=str(rate.get("status") or "")),
+                                float(rate["max_rate_rps"]))
+        if rate.get("goodput_rps") is not None:
+            goodput.add_sample(goodput.name, labels, float(rate["goodput_rps"]))
         status.add_sample(status.name, _labels(node, name, status=str(data.get("status") or "unknown"),
                                                binding_constraint=str(data.get("binding_constraint") or "")), 1.0)
         for check, ok in _verdicts(data).items():
@@ -141,7 +156,7 @@ def answer_families(document: Mapping[str, Any] | None) -> list[Metric]:
         for one in VALIDITY_STATES:
             validity.add_sample(validity.name, _labels(node, name, state=one), 1.0 if one == state else 0.0)
     stale.add_sample(stale.name, {}, 1.0 if (document or {}).get("stale") else 0.0)
-    return [rec, sat, status, verdict, valid, validity, measured, stale]
+    return [rec, sat, status, verdict, valid, validity, measured, max_rate, goodput, stale]
 
 
 def _unix(iso: Any) -> float | None:

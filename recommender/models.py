@@ -148,6 +148,51 @@ class UndecidedModel(BaseModel):
     interval: list[float]
 
 
+class RatePointModel(BaseModel):
+    """One rate rung of the rate search, judged (``recommender.rate_analysis``)."""
+
+    rate_rps: float
+    offered_rps: float | None
+    valid: bool
+    sustained: bool | None = Field(description="not above the closed ladder's capacity and the backlog did not "
+                                               "grow by more than a tenth of the rate")
+    attainment: float | None = Field(description="share of the window's requests that attained every objective")
+    attainment_interval: list[float] | None = Field(description="its interval at the policy's confidence (batch "
+                                                                "means over intended time, at least Wilson's)")
+    goodput_rps: float | None
+    goodput_tok_s: float | None
+    passed: bool | None = Field(description="sustained and attainment at least the target; null: not judged")
+    missed_most: str | None = Field(description="the objective its requests missed most (ttft, tpot, pause, e2e, "
+                                                "error)")
+    latency_mean_s: float | None = Field(description="mean e2e latency from the intended send time")
+    ttft_p95_s: float | None = Field(description="TTFT p95 from the intended send time")
+    judged_requests: int = Field(default=0, description="requests meant to be sent in the window, judged")
+    reason: str | None = Field(default=None, description="the verdict in words (core.attainment.rate_verdict)")
+
+
+class RateModel(BaseModel):
+    """The rate answer: the highest request rate the lane sustains with at least ``attainment_target`` of its
+    requests within every objective (goodput), from open-loop rungs; absent without them."""
+
+    status: Literal["settled", "unsaturated", "none"] = Field(
+        description="settled: bracketed by a failing rate; unsaturated: every rate passed (a lower bound); none")
+    reason: str | None
+    max_rate_rps: float | None = Field(description="what an autoscaler or rate limiter reads (requests/s)")
+    max_rate_rpm: int | None = Field(description="the same per minute (LiteLLM rpm)")
+    interval: list[float] | None = Field(description="the bracket the answer was read in: the last offered rate "
+                                                     "at or above the target and the next below it")
+    goodput_rps: float | None
+    goodput_tok_s: float | None
+    attainment: float | None
+    attainment_target: float
+    binding_objective: str | None = Field(description="what failed first above the answer: sustained (the "
+                                                      "backlog grew), ttft, tpot, pause, e2e or error")
+    curve: list[RatePointModel]
+    littles_law: dict[str, Any] | None = Field(description="the closed rung at the concurrency answer's c / W "
+                                                           "against the rate answer, with the in-flight count")
+    notes: list[str] = Field(default_factory=list)
+
+
 class TunedCandidateModel(BaseModel):
     id: str
     state: Literal["measured", "refused", "skipped", "pruned"]
@@ -243,6 +288,7 @@ class LaneModel(BaseModel):
     last_status: LaneStatus | None = Field(None, description="status before the answer went stale")
     age_s: float | None = None
     tuned: TunedModel | None = Field(None, description="present where the answer comes from satbench tune")
+    rate: RateModel | None = Field(None, description="the rate answer, where the run walked open-loop rates")
 
 
 class SourceModel(BaseModel):

@@ -16,7 +16,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["SLO", "Policy"]
+from core.objectives import Objectives
+
+__all__ = ["SLO", "Policy", "objectives_of"]
 
 
 def _f(default: Any, description: str, **bounds: Any) -> Any:
@@ -45,6 +47,10 @@ class SLO(BaseModel):
     ttft_p95_s: float | None = _f(2.0, "TTFT p95 objective, seconds (null: unchecked)", gt=0)
     itl_p95_s: float | None = _f(0.2, "inter-token latency p95 objective, seconds (null: unchecked)", gt=0)
     e2e_p95_s: float | None = _f(None, "end-to-end latency p95 objective, seconds (null: unchecked)", gt=0)
+    ttft_per_1k_prompt_s: float = _f(0.0, "TTFT a request may take per thousand prompt tokens beyond ttft_p95_s, "
+                                          "seconds, in its own objective (goodput: core.objectives): a deadline "
+                                          "that grows with the prompt, as Etalon and Andes argue; 0: one deadline",
+                                     ge=0)
     tbt_p99_s: float | None = _f(0.25, "objective on the p99 over requests of each one's pause excess (how much "
                                        "longer than its decode step another request's prefill held it), seconds: "
                                        "decode starvation (null: unchecked)", gt=0)
@@ -110,6 +116,18 @@ class Policy(BaseModel):
                                          "KV space", gt=0, le=1)
     min_requests_per_step: int = _f(10, "requests a step window needs to count", ge=1)
     max_throughput_ci_ratio: float = _f(0.25, "largest interval half-width / mean for a stable step", gt=0)
+    attainment_target: float = _f(0.9, "least share of requests that must attain every per-request objective at "
+                                       "a rate for the lane to sustain it (goodput; DistServe's 90 %)", gt=0, le=1)
     confidence: float = _f(0.95, "confidence level of every interval and test the verdicts use (throughput and "
                                  "gain intervals; a quantile objective is broken when significantly more "
                                  "requests than its share exceed it, at 1 - confidence)", gt=0, lt=1)
+
+
+def objectives_of(policy: Policy) -> Objectives:
+    """The per-request objectives of ``policy`` (``core.objectives``): TTFT within ``slo.ttft_p95_s`` (plus
+    ``ttft_per_1k_prompt_s`` per thousand prompt tokens), the request's TPOT within ``slo.itl_p95_s``, its pause
+    excess within ``slo.tbt_p99_s`` and its e2e within ``slo.e2e_p95_s``: each rung-level objective held by every
+    request, which is what a request-level SLO means (DistServe)."""
+    slo = policy.slo
+    return Objectives(ttft_s=slo.ttft_p95_s, ttft_s_per_1k_prompt=slo.ttft_per_1k_prompt_s, tpot_s=slo.itl_p95_s,
+                      pause_excess_s=slo.tbt_p99_s, e2e_s=slo.e2e_p95_s)

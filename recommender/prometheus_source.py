@@ -186,7 +186,7 @@ async def fetch_step_figures(client: PromQLClient, window: StepWindow, config: P
         after = window.drain_end if window.drain_end is not None else window.end
         at_s = after + config.published_lookback_s
         span_s = at_s - window.start + config.scrape_interval_s
-        query = promql.published_step_figures(lane, run_id, window.concurrency, span_s)
+        query = promql.published_step_figures(lane, run_id, window.concurrency, span_s, window.rate_rps)
         async with gate:
             samples = await client.query(query, at_s)
         return {s.labels["figure"]: s.value for s in samples if "figure" in s.labels and math.isfinite(s.value)}

@@ -1,6 +1,6 @@
 """Step figures from a run folder's raw records: the offline source, exact where Prometheus is binned.
 
-Reads ``records.jsonl`` once, groups the records by (lane, concurrency) and hands each step window to
+Reads ``records.jsonl`` once, groups the records by rung (lane, concurrency, rate) and hands each step window to
 ``core.step_figures.compute_step_figures``, the very function the load generator uses for
 ``steps.json``: quantiles are exact order statistics, not bucket interpolations. Server-side figures
 (occupancy, queue depth, memory) are not in the records and stay ``None``.
@@ -13,6 +13,7 @@ from pathlib import Path
 
 from core.figures import StepFigures
 from core.manifest import RunManifest, StepWindow
+from core.objectives import Objectives
 from core.records import RequestRecord, read_records
 from core.step_figures import compute_step_figures
 from recommender.errors import RecordsUnavailable
@@ -25,7 +26,7 @@ RECORDS_FILE = "records.jsonl"
 def unusable_window_figures(window: StepWindow, reason: str) -> StepFigures:
     return StepFigures(lane=window.lane, concurrency=window.concurrency, window_s=max(0.0, window.duration_s),
                        requests=0, errors=0, throughput_tok_s=0.0, requests_per_s=0.0, valid=False,
-                       reason=reason)
+                       reason=reason, rate_rps=window.rate_rps)
 
 
 def load_records(run_dir: Path) -> list[RequestRecord]:
@@ -36,17 +37,19 @@ def load_records(run_dir: Path) -> list[RequestRecord]:
         raise RecordsUnavailable(f"cannot read {path.name} in the run folder: {exc.strerror or exc}") from exc
 
 
-def figures_from_records(manifest: RunManifest, records: list[RequestRecord]) -> dict[str, list[StepFigures]]:
-    """Exact figures of every step window of the manifest, per lane."""
-    groups: dict[tuple[str, int], list[RequestRecord]] = defaultdict(list)
+def figures_from_records(manifest: RunManifest, records: list[RequestRecord], objectives: Objectives | None = None
+                         ) -> dict[str, list[StepFigures]]:
+    """Exact figures of every step window of the manifest, per lane (goodput where ``objectives`` are given)."""
+    groups: dict[tuple[str, int, float | None], list[RequestRecord]] = defaultdict(list)
     for rec in records:
         if rec.run_id in ("", manifest.run_id):
-            groups[(rec.lane, rec.concurrency)].append(rec)
+            groups[(rec.lane, rec.concurrency, rec.rate_rps)].append(rec)
     out: dict[str, list[StepFigures]] = {lane: [] for lane in manifest.lane_names()}
     for window in manifest.steps:
         if window.end <= window.start:
             fig = unusable_window_figures(window, "empty step window (end <= start)")
         else:
-            fig = compute_step_figures(groups.get((window.lane, window.concurrency), []), window)
+            fig = compute_step_figures(groups.get((window.lane, window.concurrency, window.rate_rps), []), window,
+                                       objectives=objectives)
         out.setdefault(window.lane, []).append(fig)
     return out

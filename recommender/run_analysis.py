@@ -18,20 +18,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from core.attainment import capacity_bound
 from core.figures import StepFigures
 from core.fingerprint import policy_part, workload_part
 from core.lanes import LOCAL_NODE, split_key
 from core.manifest import RunManifest
+from core.objectives import Objectives
 from recommender.analysis import analyze_lane
 from recommender.document import build_document, lane_fragment, mark_changed, unchecked
 from recommender.errors import BadInput, PrometheusQueryError, SourceUnavailable
-from recommender.policy import Policy
+from recommender.policy import Policy, objectives_of
 from recommender.prometheus_source import (
     HttpxPromClient,
     PrometheusSourceConfig,
     PromQLClient,
     fetch_run_figures,
 )
+from recommender.rate_analysis import rate_answer
 from recommender.records_source import figures_from_records, load_records, unusable_window_figures
 from recommender.validity import check_answers
 
@@ -45,11 +48,17 @@ def document_from_figures(manifest: RunManifest, figures: dict[str, list[StepFig
     labels: dict[str, dict[str, str]] = {}
     for lane in manifest.lane_names():
         ends = [w.end for w in manifest.windows(lane)]
-        analysis = analyze_lane(lane, figures.get(lane, []), policy)
+        steps = figures.get(lane, [])
+        closed = [s for s in steps if s.rate_rps is None]
+        analysis = analyze_lane(lane, closed, policy)
+        slots = max((w.slots for w in manifest.windows(lane) if w.slots), default=None)
+        capacity = capacity_bound([(s.concurrency, s.requests_per_s) for s in closed if s.valid], slots)
+        at_answer = next((s for s in closed if s.concurrency == analysis.recommended_concurrency), None)
+        rate = rate_answer([s for s in steps if s.rate_rps is not None], policy, at_answer, capacity)
         where = lane_place(manifest, lane, policy)
         labels.setdefault(where["node"], dict(manifest.lanes.get(lane, {}).get("node_labels") or {}))
         lanes[lane] = lane_fragment(analysis, run_id=manifest.run_id, measured_at=max(ends) if ends else None,
-                                    where=where)
+                                    where=where, rate=rate)
         why = manifest.lanes.get(lane, {}).get("unreachable")
         if why and not ends:  # a fleet node that did not answer: never measured, and the answer says why
             lanes[lane].update(status="insufficient_data", reason=f"not measured: {why}")
@@ -94,24 +103,24 @@ async def _from_prometheus(manifest: RunManifest, client: PromQLClient,
 
 
 async def _patch_from_records(manifest: RunManifest, figures: dict[str, list[StepFigures]], run_dir: Path,
-                              notes: list[str]) -> dict[str, list[StepFigures]]:
+                              notes: list[str], objectives: Objectives) -> dict[str, list[StepFigures]]:
     """Steps Prometheus could not support, replaced by the records' exact figures where those are valid."""
-    valid_windows = {(w.lane, w.concurrency) for w in manifest.steps if w.valid and w.end > w.start}
-    bad = {(f.lane, f.concurrency): f for figs in figures.values() for f in figs
-           if not f.valid and (f.lane, f.concurrency) in valid_windows}
+    valid_windows = {(w.lane, w.concurrency, w.rate_rps) for w in manifest.steps if w.valid and w.end > w.start}
+    bad = {(f.lane, f.concurrency, f.rate_rps): f for figs in figures.values() for f in figs
+           if not f.valid and (f.lane, f.concurrency, f.rate_rps) in valid_windows}
     if not bad:
         return figures
     try:
         records = await asyncio.to_thread(load_records, run_dir)
     except SourceUnavailable:
         return figures
-    from_records = figures_from_records(manifest, records)
-    exact = {(f.lane, f.concurrency): f for figs in from_records.values() for f in figs}
+    from_records = figures_from_records(manifest, records, objectives)
+    exact = {(f.lane, f.concurrency, f.rate_rps): f for figs in from_records.values() for f in figs}
     patched: dict[str, list[StepFigures]] = {}
     for lane, figs in figures.items():
         patched[lane] = []
         for fig in figs:
-            key = (fig.lane, fig.concurrency)
+            key = (fig.lane, fig.concurrency, fig.rate_rps)
             replacement = exact.get(key)
             if key in bad and replacement is not None and replacement.valid:
                 notes.append(f"{fig.lane} c={fig.concurrency}: figures from the run's records ({fig.reason})")
@@ -163,7 +172,7 @@ async def analyze_run_async(
                     live = await _validity_now(manifest, client, clock)
             if _has_samples(figures) or run_dir is None:
                 if run_dir is not None:
-                    figures = await _patch_from_records(manifest, figures, run_dir, notes)
+                    figures = await _patch_from_records(manifest, figures, run_dir, notes, objectives_of(policy))
                 doc = document_from_figures(manifest, figures, policy=policy, generated_at=clock(),
                                             source={"kind": "prometheus", "url": url}, notes=notes)
                 doc["lanes"] = {k: mark_changed(v, live[k]) if k in live else v for k, v in doc["lanes"].items()}
@@ -175,7 +184,7 @@ async def analyze_run_async(
             notes.append(f"Prometheus unusable ({exc})")
     assert run_dir is not None
     records = await asyncio.to_thread(load_records, run_dir)
-    figures = figures_from_records(manifest, records)
+    figures = figures_from_records(manifest, records, objectives_of(policy))
     if notes:
         notes[-1] += "; figures computed from the run's records instead"
     return document_from_figures(manifest, figures, policy=policy, generated_at=clock(),

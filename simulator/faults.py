@@ -11,7 +11,10 @@ server asks ``hit(kind, t)`` at the point where a fault could apply, and a seede
 - ``malformed_sse``: a broken ``data:`` line is sent after ``after_tokens`` tokens;
 - ``slow_metrics``: ``/metrics`` answers after ``delay_s`` seconds;
 - ``slots_disabled``: ``/slots`` answers 501 as llama-server started with ``--no-slots``;
-- ``metrics_disabled``: ``/metrics`` answers 501 as llama-server started without ``--metrics``.
+- ``metrics_disabled``: ``/metrics`` answers 501 as llama-server started without ``--metrics``;
+- ``engine_pause``: the whole engine stops for ``delay_s`` (no step runs: every slot and the queue wait), from
+  the window's start and again every ``every_s`` seconds (a host that stalls: a GC pause, a swap storm, a
+  co-tenant), for the load generator's coordinated-omission check.
 """
 
 from __future__ import annotations
@@ -50,6 +53,10 @@ class FaultSchedule:
         if f is None or (f.rate < 1.0 and self._rng.random() >= f.rate):
             return None
         return f
+
+    def pause_left(self, t_s: float) -> float:
+        """How long the engine must still pause at server time ``t_s`` (``engine_pause`` faults)."""
+        return max((f.pause_left(t_s) for f in self._faults if f.kind == "engine_pause"), default=0.0)
 
     def to_json(self) -> list[dict[str, Any]]:
         out = []

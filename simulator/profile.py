@@ -38,6 +38,7 @@ FAULT_KINDS = (
     "slow_metrics",
     "slots_disabled",
     "metrics_disabled",
+    "engine_pause",
 )
 
 
@@ -109,7 +110,8 @@ class FaultSpec:
     """One fault active in ``[start_s, start_s + duration_s)`` of server time (seconds since start).
 
     ``rate`` is the fraction of eligible requests hit; ``delay_s`` is the stall or slowdown length;
-    ``after_tokens`` is where a stream is dropped, stalled or corrupted; ``status`` is the 5xx code.
+    ``after_tokens`` is where a stream is dropped, stalled or corrupted; ``status`` is the 5xx code;
+    ``every_s`` repeats an ``engine_pause`` every so many seconds of its window (``None``: once, at its start).
     """
 
     kind: str
@@ -119,9 +121,20 @@ class FaultSpec:
     delay_s: float = 5.0
     after_tokens: int = 4
     status: int = 500
+    every_s: float | None = None
 
     def active(self, t_s: float) -> bool:
         return self.start_s <= t_s < self.start_s + self.duration_s
+
+    def pause_left(self, t_s: float) -> float:
+        """An ``engine_pause``: how much of its pause is left at ``t_s`` (0 outside one). The engine pauses
+        ``delay_s`` from its window's start, and again every ``every_s``."""
+        if not self.active(t_s):
+            return 0.0
+        since = t_s - self.start_s
+        if self.every_s is not None:
+            since %= self.every_s
+        return max(0.0, self.delay_s - since)
 
 
 @dataclass(frozen=True)
@@ -211,6 +224,8 @@ def fault_from_mapping(raw: Mapping[str, Any]) -> FaultSpec:
         raise ProfileError("fault: rate must lie in [0, 1]")
     if spec.duration_s <= 0 or spec.delay_s < 0 or spec.after_tokens < 0:
         raise ProfileError("fault: duration_s must be > 0, delay_s and after_tokens >= 0")
+    if spec.every_s is not None and spec.every_s <= spec.delay_s:
+        raise ProfileError("fault: every_s must be longer than delay_s (the pause would never end)")
     if kind == "http_5xx" and not 500 <= spec.status <= 599:
         raise ProfileError("fault: status must be a 5xx code")
     return spec

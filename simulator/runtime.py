@@ -99,6 +99,7 @@ class RealTimeRuntime:
         self._slips = 0
         self._slipped = 0.0
         self._stopped = False
+        self.pause_left: Callable[[float], float] = lambda t_s: 0.0  # the server's engine_pause faults
 
     # -- called by the HTTP layer -------------------------------------------------------------------------
 
@@ -132,6 +133,11 @@ class RealTimeRuntime:
         next_start: float | None = None
         while not self._stopped:
             now = self.clock()
+            paused = self.pause_left(now - self.time_map.started_mono)
+            if paused > 0:  # an engine_pause fault: no step runs until it ends
+                await asyncio.sleep(paused)
+                next_start = None
+                continue
             start = now if next_start is None else next_start
             if now - start > self.max_lag_s:
                 self._slips += 1

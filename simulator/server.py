@@ -124,6 +124,7 @@ class SimulatorApp:
         self.options = options or ServerOptions()
         self.runtime = runtime or RealTimeRuntime(profile)
         self.faults = FaultSchedule(profile.faults, profile.server.seed)
+        self.runtime.pause_left = self.faults.pause_left  # engine_pause faults stop the engine's loop
         self.created = int(time.time())
         self.model_id = self.options.model_id(profile)
         self._rng = random.Random(profile.server.seed)

@@ -28,8 +28,8 @@ import itertools
 import math
 import random
 from collections.abc import Callable
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
 
 from core.manifest import StepWindow
 from core.records import RequestRecord

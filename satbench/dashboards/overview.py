@@ -41,14 +41,17 @@ from typing import Any
 
 from core import promql
 from satbench.dashboards.panels import (
+    attainment_rate_panel,
     decode_stall_panel,
     e2e_panel,
     fairness_panel,
+    goodput_rate_panel,
     itl_at_n_panel,
     itl_panel,
     itl_rung_panel,
     jain_at_n_panel,
     kv_cache_panel,
+    max_rate_stat_panel,
     memory_panel,
     node_e2e_panel,
     node_itl_panel,
@@ -75,6 +78,7 @@ from satbench.dashboards.panels import (
     throughput_rung_panel,
     ttft_at_n_panel,
     ttft_panel,
+    ttft_rate_panel,
     ttft_rung_panel,
     validity_stat_panel,
     verdicts_stat_panel,
@@ -132,6 +136,8 @@ OVERVIEW_SECTIONS = (
         throughput_at_n_panel, requests_at_n_panel, ttft_at_n_panel, itl_at_n_panel, pause_at_n_panel,
         jain_at_n_panel)),
     Section("Per rung (run $run_id)", (throughput_rung_panel, ttft_rung_panel, itl_rung_panel, pause_rung_panel)),
+    Section("Open-loop rates (run $run_id; satbench run --arrival)", (
+        max_rate_stat_panel, attainment_rate_panel, ttft_rate_panel, goodput_rate_panel), collapsed=True),
     Section("Live", (
         throughput_panel, requests_panel, ttft_panel, itl_panel, e2e_panel, queue_time_panel, queue_depth_panel,
         occupancy_panel, kv_cache_panel, slot_states_panel, memory_panel, fairness_panel, decode_stall_panel,

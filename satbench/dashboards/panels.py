@@ -35,14 +35,17 @@ from satbench.dashboards.shapes import (
 )
 
 __all__ = [
+    "attainment_rate_panel",
     "decode_stall_panel",
     "e2e_panel",
     "fairness_panel",
+    "goodput_rate_panel",
     "itl_at_n_panel",
     "itl_panel",
     "itl_rung_panel",
     "jain_at_n_panel",
     "kv_cache_panel",
+    "max_rate_stat_panel",
     "memory_panel",
     "node_e2e_panel",
     "node_itl_panel",
@@ -69,6 +72,7 @@ __all__ = [
     "throughput_rung_panel",
     "ttft_at_n_panel",
     "ttft_panel",
+    "ttft_rate_panel",
     "ttft_rung_panel",
     "validity_stat_panel",
     "verdicts_stat_panel",
@@ -230,6 +234,41 @@ def pause_rung_panel() -> dict[str, Any]:
     return rung_chart("Longest pause p99 per rung", "pause_s.p99", "s",
                        "Each request's longest pause between tokens, p99 over the rung's requests; the dashed line "
                        "is slo.tbt_p99_s, the decode-starvation objective.", objectives().get("pause"))
+
+
+# --- open-loop rates of the selected run -------------------------------------------------------------------
+
+
+def max_rate_stat_panel() -> dict[str, Any]:
+    return stat_panel(
+        "Max rate within objectives",
+        [lane_target(promql.max_by("satbench_max_rate_rps", BY_LANE, NODE, LANE))],
+        "reqps",
+        "The rate answer per node and lane: the highest open-loop request rate served with at least the "
+        "policy's attainment_target of requests meeting every objective (satbench_max_rate_rps; x 60 is "
+        "LiteLLM's rpm). Only where the run walked open-loop rates (satbench run --arrival).",
+        decimals=2,
+    )
+
+
+def attainment_rate_panel() -> dict[str, Any]:
+    return rung_chart("Attainment per offered rate", "attainment", "percentunit",
+                      "Share of each open-loop rung's requests that met every objective (TTFT and e2e from the "
+                      "intended send time, TPOT, pause), per rate asked (rate_rps); the dashed line is the "
+                      "policy's attainment_target.", objectives().get("attainment"), x="rate_rps")
+
+
+def ttft_rate_panel() -> dict[str, Any]:
+    return rung_chart("TTFT p95 from the intended send, per rate", "ttft_intended_s.p95", "s",
+                      "Open loop: time to first token counted from when each request was meant to be sent, so a "
+                      "client or server stall cannot hide it (coordinated omission); the dashed line is "
+                      "slo.ttft_p95_s.", objectives().get("ttft"), x="rate_rps")
+
+
+def goodput_rate_panel() -> dict[str, Any]:
+    return rung_chart("Goodput per offered rate", "goodput_rps", "reqps",
+                      "Requests per second that met every objective, per open-loop rung (rate_rps): where it "
+                      "stops following the rate asked, the lane is past its rate answer.", x="rate_rps")
 
 
 # --- live series --------------------------------------------------------------------------------------------

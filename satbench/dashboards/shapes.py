@@ -25,6 +25,7 @@ from recommender.policy import Policy
 
 __all__ = [
     "BY_LANE",
+    "BY_RATE",
     "BY_RUNG",
     "DATASOURCE",
     "GRAFANA_VERSION",
@@ -52,6 +53,7 @@ __all__ = [
     "objectives",
     "only_relay_lanes",
     "quantile_targets",
+    "rate_figure",
     "rung_chart",
     "stat_panel",
     "state_mappings",
@@ -73,6 +75,7 @@ RUN = promql.grafana_matcher("run_id", op="=")  # a single value: an exact match
 RANGE = promql.GrafanaVar("__range")
 BY_LANE = ("node", "lane")  # a lane's identity: lane names are unique per node only
 BY_RUNG = (*BY_LANE, "concurrency")
+BY_RATE = (*BY_LANE, "rate_rps")
 LANE_LEGEND = "{{node}}/{{lane}}"  # with named_node: local/dense, gpu1/dense
 LANE_NAME = "node_lane"  # the one label naming a lane (node/lane) where a panel groups by a single field
 RELAY_RATE = "lane:runtime_relay_requests:rate10s"
@@ -117,7 +120,8 @@ def objectives(policy: Policy | None = None) -> dict[str, Objective]:
 
     ``ttft``, ``itl``, ``e2e``: the latency objectives on p95 (``slo.*_p95_s``); ``pause``: the
     time-between-tokens objective on each request's longest pause, p99 over requests (``slo.tbt_p99_s``);
-    ``jain``: the least Jain's index (``jain_min``, below is bad); ``errors``: ``max_error_ratio``.
+    ``jain``: the least Jain's index (``jain_min``, below is bad); ``errors``: ``max_error_ratio``;
+    ``attainment``: the least share of requests meeting every objective at a rate (``attainment_target``).
     """
     policy = policy or Policy()
     candidates = {
@@ -127,6 +131,7 @@ def objectives(policy: Policy | None = None) -> dict[str, Objective]:
         "pause": ("slo.tbt_p99_s", policy.slo.tbt_p99_s, True),
         "jain": ("jain_min", policy.jain_min, False),
         "errors": ("max_error_ratio", policy.max_error_ratio, True),
+        "attainment": ("attainment_target", policy.attainment_target, False),
     }
     return {name: Objective(src, float(v), bad) for name, (src, v, bad) in candidates.items() if v is not None}
 
@@ -181,9 +186,16 @@ def _last_in_range(metric: str, *matchers: promql.Matcher, **labels: str) -> str
 
 def step_figure(figure: str) -> str:
     """One published step figure (``loadgen_step_figure``, names as ``core.figures.client_values``) of the
-    selected run, per node, lane and rung: its last value in the range (the load generator keeps it until it
-    exits)."""
-    return promql.aggregate("max", BY_RUNG, _last_in_range("loadgen_step_figure", NODE, LANE, RUN, figure=figure))
+    selected run, per node, lane and closed-loop rung (no ``rate_rps``): its last value in the range (the load
+    generator keeps it until it exits)."""
+    return promql.aggregate("max", BY_RUNG, _last_in_range("loadgen_step_figure", NODE, LANE, RUN, figure=figure,
+                                                           rate_rps=""))
+
+
+def rate_figure(figure: str) -> str:
+    """``step_figure`` of the selected run's open-loop rungs, per node, lane and rate (``rate_rps``)."""
+    return promql.aggregate("max", BY_RATE, _last_in_range("loadgen_step_figure", NODE, LANE, RUN,
+                                                           promql.Matcher("rate_rps", "!=", ""), figure=figure))
 
 
 def at_recommended(figure: str) -> str:
@@ -365,21 +377,23 @@ def state_mappings(*states: tuple[str, str, str]) -> list[dict[str, Any]]:
 
 
 def rung_chart(title: str, figure: str, unit: str, description: str,
-                objective: Objective | None = None) -> dict[str, Any]:
-    """A bar chart of one step figure per rung of the selected run: concurrency on the x axis, a bar per lane.
+                objective: Objective | None = None, x: str = "concurrency") -> dict[str, Any]:
+    """A bar chart of one step figure per rung of the selected run: concurrency on the x axis (``x="rate_rps"``:
+    the open-loop rungs by rate), a bar per lane.
 
     The instant table query gives one row per (node, lane, concurrency), each with its ``LANE_NAME`` label
     ``node/lane``; the transformations sort the rungs as numbers and turn the rows into one column per lane of
     each node (``groupingToMatrix`` by ``LANE_NAME``), the x field ``concurrency``.
     """
-    target = Target(_lane_name(step_figure(figure)), LANE_LEGEND, instant=True, format="table")
+    query = step_figure(figure) if x == "concurrency" else rate_figure(figure)
+    target = Target(_lane_name(query), LANE_LEGEND, instant=True, format="table")
     custom: dict[str, Any] = {"lineWidth": 1, "fillOpacity": 80, "axisPlacement": "auto"}
     defaults: dict[str, Any] = {"unit": unit, "min": 0, "custom": custom}
     if objective is not None:
         defaults["thresholds"] = objective.thresholds()
         custom["thresholdsStyle"] = {"mode": "dashed"}
     options = {
-        "xField": "concurrency",
+        "xField": x,
         "orientation": "vertical",
         "showValue": "auto",
         "stacking": "none",
@@ -394,12 +408,12 @@ def rung_chart(title: str, figure: str, unit: str, description: str,
     }
     transformations = [
         {"id": "convertFieldType",
-         "options": {"conversions": [{"targetField": "concurrency", "destinationType": "number"}], "fields": {}}},
-        {"id": "sortBy", "options": {"fields": {}, "sort": [{"field": "concurrency", "desc": False}]}},
+         "options": {"conversions": [{"targetField": x, "destinationType": "number"}], "fields": {}}},
+        {"id": "sortBy", "options": {"fields": {}, "sort": [{"field": x, "desc": False}]}},
         {"id": "groupingToMatrix",
-         "options": {"columnField": LANE_NAME, "rowField": "concurrency", "valueField": "Value",
+         "options": {"columnField": LANE_NAME, "rowField": x, "valueField": "Value",
                      "emptyValue": "null"}},
-        {"id": "organize", "options": {"renameByName": {f"concurrency\\{LANE_NAME}": "concurrency"}}},
+        {"id": "organize", "options": {"renameByName": {f"{x}\\{LANE_NAME}": x}}},
     ]
     return _panel("barchart", title, [target], description, defaults, options, (12, 8),
                   transformations=transformations)

@@ -110,6 +110,10 @@ def answer_facts(lane: LaneReport) -> list[tuple[str, str]]:
     facts.append(("slots", "unknown" if lane.slots is None else f"{lane.slots} (the runtime's total_slots)"))
     if lane.throughput_at_recommended is not None:
         facts.append(("throughput there", f"{lane.throughput_at_recommended:.1f} output tok/s at c={lane.recommended}"))
+    if lane.rate:  # the open-loop answer beside it (satbench.report.rates)
+        from satbench.report.rates import rate_facts
+
+        facts += rate_facts(lane.rate)[:2]
     return facts
 
 

@@ -102,6 +102,8 @@ class LaneReport:
     knee: int | None = None
     slots: int | None = None  # the runtime's slots (/props total_slots), where it said
     notes: tuple[str, ...] = ()
+    rate_steps: tuple[StepFigures, ...] = ()  # the open-loop rungs, by rate (satbench.report.rates)
+    rate: dict[str, Any] | None = None  # the document's rate answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -433,8 +435,10 @@ def load_run(run_dir: Path) -> RunReport:
             except (KeyError, TypeError, ValueError):
                 continue
             server_steps[fig.concurrency] = fig
-        mine = {s.concurrency: s for s in client_steps if s.lane == name}
-        windows = {w.concurrency: w for w in manifest.windows(name)}
+        mine = {s.concurrency: s for s in client_steps if s.lane == name and s.rate_rps is None}
+        rate_steps = tuple(sorted((s for s in client_steps if s.lane == name and s.rate_rps is not None),
+                                  key=lambda s: s.rate_rps or 0.0))
+        windows = {w.concurrency: w for w in manifest.windows(name) if w.rate_rps is None}
         for c in sorted(set(mine) & set(server_steps)):
             differ = disagreements(server_steps[c], mine[c])
             if differ:
@@ -466,6 +470,8 @@ def load_run(run_dir: Path) -> RunReport:
                 knee=knee_c if isinstance(knee_c, int) else None,
                 slots=_slots(manifest, name),
                 notes=tuple(str(n) for n in answer.get("notes") or []),
+                rate_steps=rate_steps,
+                rate=answer.get("rate") if isinstance(answer.get("rate"), dict) else None,
             )
         )
     return RunReport(

@@ -38,7 +38,7 @@ from recommender.policy import Policy
 from recommender.verdicts import stall_limit
 from satbench.report.data import LaneReport
 
-__all__ = ["lane_figure_svg"]
+__all__ = ["figure_svg", "lane_figure_svg"]
 
 _FONT = 8
 
@@ -253,8 +253,14 @@ def lane_figure_svg(lane: LaneReport, policy: Policy) -> str:
         _admission(ax_adm, lane, steps, conc, policy)
         _fairness(ax_fair, lane, steps, conc, policy)
         fig.suptitle(f"lane {lane.lane}", fontsize=12, fontweight="bold")
-        buf = io.StringIO()
-        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
+        return figure_svg(fig)
+
+
+def figure_svg(fig: Figure) -> str:
+    """``fig`` as an inline ``<svg>`` string (no XML prolog), the same bytes for the same figure (no date, no
+    creator; the hash salt is the caller's ``rc_context``)."""
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
     svg = buf.getvalue()
     start = svg.find("<svg")
     return svg[start:] if start >= 0 else svg

@@ -127,6 +127,15 @@ def render_markdown(report: RunReport) -> str:
             continue
         lines += ["### Rungs", "", *_md_table(*lane_table(lane)), "", "### Latency (ms)", "",
                   *_md_table(*latency_table(lane))]
+        if lane.rate_steps:
+            from satbench.report.rates import co_sentence, rate_facts, rate_table
+
+            lines += ["", "### Open-loop rates", ""]
+            lines += [f"- **{k}**: {v}" for k, v in rate_facts(lane.rate)]
+            lines += ["", *_md_table(*rate_table(lane.rate_steps, lane.rate))]
+            said = co_sentence(lane.steps, lane.recommended, lane.rate_steps, lane.rate)
+            if said:
+                lines += ["", said]
     lines += ["", "## Limitations", ""] + [f"- {item}" for item in limitations(report)]
     lines += [
         "",
@@ -249,6 +258,20 @@ def render_html(report: RunReport) -> str:
                                  left=(1, len(headers) - 1)))
         parts.append("<h3>Latency (ms)</h3>")
         parts.append(_html_table(*latency_table(lane), "latency"))
+        if lane.rate_steps:
+            from satbench.report.rates import co_sentence, rate_facts, rate_figure_svg, rate_table
+
+            parts.append("<h3>Open-loop rates</h3>")
+            facts = rate_facts(lane.rate)
+            if facts:
+                parts.append("<ul>" + "".join(f"<li><b>{_esc(k)}</b>: {_esc(v)}</li>" for k, v in facts) + "</ul>")
+            parts.append(rate_figure_svg(lane.lane, lane.rate_steps, lane.rate, report.rules.attainment_target,
+                                         report.rules.slo.ttft_p95_s))
+            headers, rows = rate_table(lane.rate_steps, lane.rate)
+            parts.append(_html_table(headers, rows, "rates", left=(len(headers) - 1,)))
+            said = co_sentence(lane.steps, lane.recommended, lane.rate_steps, lane.rate)
+            if said:
+                parts.append(f"<p>{_esc(said)}</p>")
     parts.append(
         "<h2>Limitations</h2><ul>"
         + "".join(f"<li>{_esc(x)}</li>" for x in limitations(report))

@@ -41,6 +41,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="override a config value by dotted path, value as TOML (e.g. loadgen.warmup_s=1)",
     )
+    load = parser.add_argument_group("open-loop load: the rate answer beside the concurrency answer")
+    load.add_argument("--arrival", default=None, choices=["closed", "constant", "poisson", "gamma"],
+                      help="after the closed ladder, walk open-loop rates with these arrivals and answer the "
+                           "highest rate each lane sustains within its objectives (loadgen.arrival)")
+    load.add_argument("--rate", action="append", type=float, default=[], metavar="RPS",
+                      help="an open-loop rate to measure, requests/s (repeat; default: relative to the lane's "
+                           "measured capacity, then a search)")
     node = parser.add_argument_group("your own node (replaces the config's lanes)")
     node.add_argument("--url", action="append", default=[], metavar="URL",
                       help="base URL of a running llama-server (or any server of --api); repeat for more lanes")
@@ -140,6 +147,11 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         overrides: dict[str, Any] = parse_overrides(args.set)
+        if args.arrival:
+            overrides["loadgen.arrival.process"] = args.arrival
+        if args.rate:
+            overrides["loadgen.arrival.process"] = overrides.get("loadgen.arrival.process") or "poisson"
+            overrides["loadgen.arrival.rates"] = list(args.rate)
         lanes = quick_lanes(args)
         if lanes is not None:
             overrides["lanes"] = lanes

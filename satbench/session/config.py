@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
 
@@ -42,8 +43,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from core.config_files import FieldError, HttpUrl, load_toml_model, merge_tables, validation_problems
 from core.lanes import LOCAL_NODE, NAME_PATTERN, Lane, duplicate_names, lane_named
-from loadgen.config import LadderConfig, LaneConfig, LoadgenConfig
-from recommender.policy import Policy
+from loadgen.config import LadderConfig, LaneConfig, LoadgenConfig, ObjectivesConfig
+from recommender.policy import Policy, objectives_of
 from satbench.evidence import refuse_home_path
 from simulator.profile import ProfileError, load_profile
 
@@ -282,6 +283,10 @@ class SessionConfig(_Model):
         update: dict[str, Any] = {} if ladder is value.ladder else {"ladder": ladder}
         if "decide_gain" not in value.model_fields_set:  # measure longer where a doubling straddles the gain
             update["decide_gain"] = policy.min_gain_per_doubling
+        if "objectives" not in value.model_fields_set:  # goodput by the policy's per-request objectives
+            update["objectives"] = ObjectivesConfig.model_validate(asdict(objectives_of(policy)))
+        if "target" not in value.arrival.model_fields_set:
+            update["arrival"] = value.arrival.model_copy(update={"target": policy.attainment_target})
         return value.model_copy(update=update) if update else value
 
     @field_validator("model_dir")

@@ -294,19 +294,23 @@ def test_answer_validity_sits_next_to_the_recommended_concurrency() -> None:
 
 
 def test_rung_charts_put_concurrency_on_the_x_axis() -> None:
+    """Closed-loop rungs by concurrency (their series carry no rate_rps), open-loop rungs by rate."""
     charts = [p for p in _panels() if p["type"] == "barchart"]
-    assert {p["title"] for p in charts} >= {"Output throughput per rung", "TTFT p95 per rung", "ITL p95 per rung"}
+    assert {p["title"] for p in charts} >= {"Output throughput per rung", "TTFT p95 per rung", "ITL p95 per rung",
+                                            "Attainment per offered rate"}
     for p in charts:
-        assert p["options"]["xField"] == "concurrency"
+        x = "rate_rps" if "rate" in p["title"] else "concurrency"
+        assert p["options"]["xField"] == x
         (target,) = p["targets"]
         assert target["instant"] and target["format"] == "table" and "loadgen_step_figure" in target["expr"]
+        assert ('rate_rps!=""' if x == "rate_rps" else 'rate_rps=""') in target["expr"]
         ids = [t["id"] for t in p["transformations"]]
         assert ids == ["convertFieldType", "sortBy", "groupingToMatrix", "organize"]
         # one bar per lane of each node: the column is node/lane, joined into one label by the query
         assert p["transformations"][2]["options"]["columnField"] == "node_lane"
         assert target["expr"].startswith("label_join(label_replace(")
         assert target["expr"].endswith(', "node_lane", "/", "node", "lane")')
-        assert p["transformations"][3]["options"]["renameByName"] == {"concurrency\\node_lane": "concurrency"}
+        assert p["transformations"][3]["options"]["renameByName"] == {f"{x}\\node_lane": x}
 
 
 def test_relay_panels_sit_in_a_collapsed_row_and_draw_only_relay_lanes() -> None:

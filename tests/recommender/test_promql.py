@@ -60,9 +60,11 @@ def test_builders() -> None:
     assert multi.count("histogram_quantile") == 2 and '"quantile", "0.95"' in multi
     # the load generator's own figures: a bare lane is not the same name on a node (its series carry node)
     assert promql.published_step_figures("dense", "r1", 2, 60.0) == (
-        'last_over_time(loadgen_step_figure{lane="dense",node="",run_id="r1",concurrency="2"}[60000ms])')
+        'last_over_time(loadgen_step_figure{lane="dense",node="",run_id="r1",concurrency="2",rate_rps=""}[60000ms])')
     assert promql.published_step_figures("gpu1/dense", "r1", 2, 60.0) == (
-        'last_over_time(loadgen_step_figure{node="gpu1",lane="dense",run_id="r1",concurrency="2"}[60000ms])')
+        'last_over_time(loadgen_step_figure{node="gpu1",lane="dense",run_id="r1",concurrency="2",rate_rps=""}[60000ms])')
+    assert promql.published_step_figures("dense", "r1", 0, 60.0, rate=2.5).endswith(
+        'concurrency="0",rate_rps="2.5"}[60000ms])')  # an open-loop rung is its rate
 
 
 def test_named_union() -> None:

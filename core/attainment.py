@@ -1,0 +1,268 @@
+"""A rate rung's verdict: is the rate sustained within its objectives, decided from an honest interval.
+
+The figure is the *attainment*: the share of the requests meant to be sent in the window that attained every
+per-request objective (``core.objectives``). Near a lane's capacity it is far from a sum of independent
+trials: a burst of arrivals queues a run of requests that all miss, and the next quiet spell lets a run all
+attain, so the misses come in clumps whose length grows without bound as the rate nears capacity (a queue's
+relaxation time grows as 1 / (1 - rho)^2; Kingman's heavy-traffic limit). A binomial interval over the
+requests would be far too narrow there. ``attainment_estimate`` is the ratio estimator over bins of intended
+send time (about four requests a bin, 64 bins at most) with the batch-means standard error of its residuals,
+corrected for lag-one autocorrelation as the throughput's is (``core.statistics.batch_mean_estimate``), and its
+interval is never narrower than Wilson's score interval of the counts (the bound that holds where every
+request attained and the bins have no spread).
+
+``rate_verdict`` judges a rate from that interval, the backlog's growth (``core.step_figures.backlog_growth``)
+and the lane's closed-loop capacity (``capacity_bound``):
+
+- ``fail`` where the rate is above the capacity the closed ladder measured (the most requests/s a rung at or
+  above the slot count served: open traffic cannot be served faster than with every slot busy, and a rate
+  a few per cent above it grows its queue too slowly for any session's window to see), or where the whole
+  attainment interval lies below the target;
+- ``pass`` where the whole interval lies at or above the target and the backlog did not grow significantly;
+- ``undecided`` otherwise, and where the backlog grew significantly before the window's last look (a burst
+  grows it for a while; a rate above capacity keeps growing it); the load generator then measures on
+  (``loadgen.open_step``: looks at 1.5x growing lengths up to ``arrival.max_window_s``), and a finished
+  window (``final=True``) fails on a significant growth and is otherwise judged by its point share where
+  its interval straddles the target: the best estimate there is, where the interval says the rate sits
+  near the boundary.
+
+The load generator's looks, its judgment of the finished rung (``loadgen.rates.judge``) and the
+recommender's (``recommender.rate_analysis``) all call this one function.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from core.figures import StepFigures
+from core.statistics import MeanEstimate, batch_mean_estimate, wilson_interval
+
+__all__ = ["AttainmentEstimate", "RateVerdict", "attainment_estimate", "backlog_growth", "capacity_bound", "rate_look",
+           "rate_verdict", "step_attainment", "step_growth", "step_steady",
+           "warmup_cut"]
+
+MAX_BINS = 64
+PER_BIN = 4.0
+BACKLOG_SAMPLES = 64
+GROWTH_MARGIN = 0.1  # a look passes a rate only where its backlog's growth is shown below this share of it
+
+
+@dataclass(frozen=True, slots=True)
+class AttainmentEstimate:
+    """``attained`` of ``judged`` requests, with the autocorrelation-aware standard error of their share."""
+
+    attained: int
+    judged: int
+    se: float | None = None
+    dof: float | None = None
+
+    @property
+    def share(self) -> float | None:
+        return None if self.judged <= 0 else self.attained / self.judged
+
+    def interval(self, confidence: float = 0.95) -> tuple[float, float] | None:
+        """The hull of the batch-means interval and Wilson's score interval, clipped to [0, 1]."""
+        wilson = wilson_interval(self.attained, self.judged, confidence)
+        share = self.share
+        if wilson is None or share is None:
+            return None
+        low, high = wilson
+        if self.se is not None and self.dof is not None:
+            b_low, b_high = MeanEstimate(share, self.se, self.dof).interval(confidence)
+            low, high = min(low, b_low), max(high, b_high)
+        return max(0.0, low), min(1.0, high)
+
+
+def attainment_estimate(outcomes: Sequence[tuple[float, bool]], start: float, end: float) -> AttainmentEstimate:
+    """The attainment of ``outcomes`` (each request's intended send time and whether it attained) meant to be
+    sent within ``[start, end]`` (module docstring)."""
+    mine = [(t, ok) for t, ok in outcomes if start <= t <= end]
+    judged = len(mine)
+    attained = sum(1 for _, ok in mine if ok)
+    length = end - start
+    if judged == 0 or length <= 0:
+        return AttainmentEstimate(attained, judged)
+    bins = max(1, min(MAX_BINS, int(judged / PER_BIN)))
+    width = length / bins
+    counts = [0] * bins
+    hits = [0] * bins
+    for t, ok in mine:
+        i = min(bins - 1, int((t - start) / width))
+        counts[i] += 1
+        hits[i] += ok
+    share = attained / judged
+    mean_count = judged / bins
+    residuals = [(h - share * n) / mean_count for h, n in zip(hits, counts, strict=True)]
+    estimate = batch_mean_estimate(residuals)
+    if estimate is None:
+        return AttainmentEstimate(attained, judged)
+    return AttainmentEstimate(attained, judged, estimate.se, estimate.dof)
+
+
+def capacity_bound(closed: Sequence[tuple[int, float]], slots: int | None) -> float | None:
+    """The most requests/s the closed ladder served with every slot busy: of its valid rungs ``(concurrency,
+    requests_per_s)`` at or above ``slots``, the one that served most. ``None`` where the slots are unknown or
+    no rung reached them (the ladder did not saturate: what it served is no bound)."""
+    if not slots:
+        return None
+    return max((rps for c, rps in closed if c >= slots and rps > 0), default=None)
+
+
+@dataclass(frozen=True, slots=True)
+class RateVerdict:
+    verdict: str  # "pass", "fail" or "undecided"
+    sustained: bool | None
+    interval: tuple[float, float] | None
+    reason: str
+    start: float | None = None  # a look's: where its warm-up cut put the window's start
+    steady: bool | None = None  # a look's: whether the waits had settled (warmup_cut)
+
+
+def rate_verdict(rate: float, attainment: AttainmentEstimate | None, growth: MeanEstimate | None, *,
+                 target: float, confidence: float = 0.95, capacity_rps: float | None = None,
+                 final: bool = False, steady: bool | None = None) -> RateVerdict:
+    """A rate's verdict (module docstring); ``final`` judges an undecided window by its point share.
+    ``steady=False``: the waits had not settled (``warmup_cut``)."""
+    interval = None if attainment is None else attainment.interval(confidence)
+    if steady is False and not final:
+        return RateVerdict("undecided", None, interval, "the waits from the intended send still climbed in the "
+                                                        "window's second half: measuring on")
+    grew = None
+    if growth is not None:
+        grew = growth.interval(confidence)[0] > 0.0
+    if capacity_rps is not None and rate > capacity_rps * (1 + 1e-4):  # a rate at capacity, rounded, is not above
+        return RateVerdict("fail", False, interval, f"above the {capacity_rps:.3g} req/s the closed ladder served "
+                                                    "with every slot busy")
+    if grew:
+        assert growth is not None
+        said = f"the backlog grew {growth.mean:+.2f} req/s"
+        if final and growth.mean > GROWTH_MARGIN * rate:
+            return RateVerdict("fail", False, interval, said + f", more than {GROWTH_MARGIN:.0%} of the rate")
+        if not final:
+            return RateVerdict("undecided", None, interval, said + ": measuring on (a burst grows it for a while)")
+    sustained = None if growth is None else not grew or growth.mean <= GROWTH_MARGIN * rate
+    if interval is None or attainment is None or attainment.share is None:
+        return RateVerdict("undecided" if not final else ("pass" if sustained else "undecided"), sustained, None,
+                           "no request judged")
+    share = attainment.share
+    said = f"attainment {share:.1%} [{interval[0]:.1%}, {interval[1]:.1%}] of {attainment.judged}"
+    if interval[1] < target:
+        return RateVerdict("fail", sustained, interval, said + f" < {target:.0%}")
+    if interval[0] >= target:
+        bounded = growth is None or growth.interval(confidence)[1] <= GROWTH_MARGIN * rate
+        if bounded or final:
+            return RateVerdict("pass", sustained, interval, said + f" >= {target:.0%}")
+        assert growth is not None
+        return RateVerdict("undecided", sustained, interval, said + f" >= {target:.0%}, but the backlog's growth "
+                           f"({growth.mean:+.2f} req/s) is not yet shown below {GROWTH_MARGIN:.0%} of the rate")
+    if not final:
+        return RateVerdict("undecided", sustained, interval, said + f" straddles {target:.0%}")
+    return RateVerdict("pass" if share >= target else "fail", sustained, interval,
+                       said + f" straddles {target:.0%}: judged by its point share")
+
+
+def backlog_growth(times: Sequence[tuple[float, float]], start: float, end: float) -> MeanEstimate | None:
+    """How fast the backlog (requests meant to be sent by t and not ended by t) grew over ``[start, end]``, per
+    second, as ``MeanEstimate(slope, se, dof)``, from each request's ``(intended send, end)`` (``inf``: not
+    ended). The slope is the least-squares line through the backlog sampled at 64 points; ``se`` is sqrt(2)
+    times the residuals' standard deviation over the window's length: the spread of the change between two
+    instants of a queue that is stable (its level wanders and comes back; arrival noise does not accumulate),
+    so a slope whose interval lies above zero is growth no stable queue shows. An overloaded queue grows by
+    the excess rate, a line far above its wander within a few seconds. ``None`` without a request."""
+    length = end - start
+    if not times or length <= 0:
+        return None
+    sends = sorted(t for t, _ in times)
+    ends = sorted(e for _, e in times)
+    xs = [start + length * i / (BACKLOG_SAMPLES - 1) for i in range(BACKLOG_SAMPLES)]
+    ys = [bisect.bisect_right(sends, t) - bisect.bisect_right(ends, t) for t in xs]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+    residual = math.sqrt(sum((y - my - slope * (x - mx)) ** 2 for x, y in zip(xs, ys, strict=True))
+                         / (len(xs) - 2))
+    return MeanEstimate(slope, max(math.sqrt(2.0) * residual, 0.5) / length, float(len(xs) - 2))
+
+
+def rate_look(done: Sequence[tuple[float, float, float, bool]], pending: Sequence[tuple[float, float, bool]],
+              start: float, now: float, rate: float, *, target: float, confidence: float = 0.95,
+              capacity_rps: float | None = None) -> RateVerdict:
+    """A look at a rate rung still running. ``done`` holds each ended request of the rung (its warm-up too) as
+    ``(intended send, wait, end, attained)``, ``pending`` each one still in flight as ``(intended send, wait
+    so far, already missed)`` (its TTFT deadline passed without a token); the wait is to the first token, or
+    to the end without one. The warm-up cut (``warmup_cut``) moves the window's start past the idle start;
+    the attainment counts the requests meant to be sent before the oldest pending one not yet missed (a later
+    request that ended is a short one: counting it alone would favour short requests), the backlog every one.
+    The verdict's ``start`` is where the window began."""
+    cut = warmup_cut([(t, w) for t, w, _, _ in done] + [(t, w) for t, w, _ in pending])
+    begin = max(start, cut.at) if cut.at is not None and cut.steady else start
+    horizon = min([t for t, _, missed in pending if not missed and t >= begin] + [now])
+    outcomes = [(t, ok) for t, _, _, ok in done] + [(t, False) for t, _, missed in pending if missed]
+    estimate = attainment_estimate(outcomes, begin, horizon)
+    growth = backlog_growth([(t, e) for t, _, e, _ in done if t >= begin]
+                            + [(t, math.inf) for t, _, _ in pending if t >= begin], begin, now)
+    verdict = rate_verdict(rate, estimate, growth, target=target, confidence=confidence,
+                           capacity_rps=capacity_rps, steady=cut.steady)
+    return dataclasses.replace(verdict, start=begin, steady=cut.steady)
+
+
+def step_attainment(step: StepFigures) -> AttainmentEstimate | None:
+    """A finished rung's attainment as its figures carry it (``None`` without objectives)."""
+    if step.judged_requests is None or step.attained_requests is None:
+        return None
+    return AttainmentEstimate(step.attained_requests, step.judged_requests, step.attainment_se, step.attainment_dof)
+
+
+def step_steady(step: StepFigures) -> bool | None:
+    """Whether a finished open rung's waits settled (``None``: not told)."""
+    return None if step.waits_settled is None else bool(step.waits_settled)
+
+
+def step_growth(step: StepFigures) -> MeanEstimate | None:
+    """A finished rung's backlog growth as its figures carry it (``None`` for a closed rung)."""
+    if step.backlog_growth_rps is None or step.backlog_growth_se is None or step.backlog_growth_dof is None:
+        return None
+    return MeanEstimate(step.backlog_growth_rps, step.backlog_growth_se, step.backlog_growth_dof)
+
+
+MSER_BATCH = 5
+MSER_MIN_BATCHES = 10
+
+
+@dataclass(frozen=True, slots=True)
+class WarmupCut:
+    """Where the initial transient ends (``at``: the intended send time of the first request kept) and whether
+    the series settled within its first half (``steady``); ``None`` fields: too few requests to tell."""
+
+    at: float | None
+    steady: bool | None
+
+
+def warmup_cut(waits: Sequence[tuple[float, float]]) -> WarmupCut:
+    """MSER-5 (White 1997; Hoad, Robinson and Davies 2010, the warm-up rule their comparison recommends) over
+    each request's wait from its intended send time, in the order meant: the batches of five are cut where
+    the standard error of the mean of what remains is least. A rung that starts from an idle server begins
+    below its steady state (an empty queue); the cut drops that start. Where the least lies in the second half
+    of the series the waits had not settled by the end (still climbing: a queue that grows, or one whose
+    relaxation is longer than the window): not steady."""
+    ordered = sorted(waits)
+    n = len(ordered) // MSER_BATCH
+    if n < MSER_MIN_BATCHES:
+        return WarmupCut(None, None)
+    ys = [sum(w for _, w in ordered[i * MSER_BATCH:(i + 1) * MSER_BATCH]) / MSER_BATCH for i in range(n)]
+    best, best_d = math.inf, 0
+    suffix_sum = suffix_sq = 0.0
+    stats = [0.0] * n
+    for d in range(n - 1, -1, -1):
+        suffix_sum += ys[d]
+        suffix_sq += ys[d] * ys[d]
+        m = n - d
+        stats[d] = (suffix_sq - suffix_sum * suffix_sum / m) / (m * m)
+    for d in range(0, n - MSER_MIN_BATCHES // 2 + 1):
+        if stats[d] < best - 1e-15:
+            best, best_d = stats[d], d
+    return WarmupCut(ordered[best_d * MSER_BATCH][0], best_d <= n // 2)

@@ -1,0 +1,132 @@
+"""The open-loop part of a lane's report: its rate answer, each rate rung, and the plot of attainment and
+latency against the offered rate, with the difference to the closed loop explained.
+
+A closed loop's users wait for their answers, so when the server stalls its users stop sending: the requests
+that open traffic would have sent during the stall are never sent, and the closed loop's latency reads
+better than what open traffic sees at the same throughput (coordinated omission, Tene 2013). An open-loop rung
+times every request from when it was *meant* to be sent, so the wait a stall causes lands on every request
+scheduled during it. ``co_sentence`` sets the two side by side for a lane: the closed loop's TTFT p95 at the
+concurrency answer and the open loop's at the rate answer, both from the records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from core.figures import StepFigures
+
+__all__ = ["co_sentence", "rate_facts", "rate_figure_svg", "rate_table"]
+
+RATE_HEADERS = ("rate asked (req/s)", "offered (req/s)", "window (s)", "requests", "attainment",
+                "goodput (req/s)", "TTFT p95 from intended (ms)", "e2e p95 from intended (ms)",
+                "schedule lag p99 (ms)", "verdict")
+
+
+def _ms(value: float | None) -> str:
+    return "" if value is None else f"{value * 1000:.0f}"
+
+
+def rate_table(steps: Sequence[StepFigures], rate: dict[str, Any] | None) -> tuple[tuple[str, ...], list[list[str]]]:
+    """One row per rate rung: what was asked and offered, the attainment with its interval, goodput, the
+    latency from the intended send time, the client's schedule lag and the verdict the answer used."""
+    verdicts = {round(float(p["rate_rps"]), 6): p for p in (rate or {}).get("curve") or []
+                if isinstance(p, dict) and p.get("rate_rps") is not None}
+    rows = []
+    for s in sorted(steps, key=lambda s: s.rate_rps or 0.0):
+        point = verdicts.get(round(s.rate_rps or 0.0, 6), {})
+        interval = point.get("attainment_interval")
+        share = "" if s.attainment is None else f"{s.attainment:.1%}"
+        if share and interval:
+            share += f" [{interval[0]:.1%}, {interval[1]:.1%}]"
+        passed = point.get("passed")
+        verdict = ("invalid: " + (s.reason or "")) if not s.valid else (
+            "pass" if passed else "fail" if passed is False else "undecided")
+        if point.get("reason") and s.valid:
+            verdict += f" ({point['reason']})"
+        rows.append([f"{s.rate_rps:g}", "" if s.offered_rps is None else f"{s.offered_rps:.3g}", f"{s.window_s:.0f}",
+                     str(s.judged_requests or s.requests), share,
+                     "" if s.goodput_rps is None else f"{s.goodput_rps:.3g}", _ms(s.ttft_intended_s.p95),
+                     _ms(s.latency_intended_s.p95), _ms(s.schedule_lag_s.p99), verdict])
+    return RATE_HEADERS, rows
+
+
+def rate_facts(rate: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """The rate answer as label/text pairs for the lane's answer box."""
+    if not rate:
+        return []
+    if rate.get("max_rate_rps") is None:
+        return [("rate answer", f"none: {rate.get('reason') or rate.get('status')}")]
+    interval = rate.get("interval")
+    said = f"{rate['max_rate_rps']:.3g} requests/s ({rate.get('max_rate_rpm')} rpm), {rate.get('status')}"
+    if interval:
+        said += f", between {interval[0]:.3g} and {interval[1]:.3g}"
+    facts = [("rate answer", said)]
+    if rate.get("binding_objective"):
+        facts.append(("rate bound by", str(rate["binding_objective"])))
+    if rate.get("goodput_rps") is not None:
+        facts.append(("goodput there", f"{rate['goodput_rps']:.3g} req/s at {rate.get('attainment') or 0:.1%} "
+                                       f"attainment (target {rate.get('attainment_target', 0.9):.0%})"))
+    law = rate.get("littles_law") or {}
+    if law.get("note"):
+        facts.append(("Little's law", str(law["note"])))
+    return facts
+
+
+def co_sentence(closed: Sequence[StepFigures], recommended: int | None, rates: Sequence[StepFigures],
+                rate: dict[str, Any] | None) -> str | None:
+    """The closed loop's TTFT p95 at the concurrency answer beside the open loop's at the rate answer, and why
+    they differ (module docstring); ``None`` where either is missing."""
+    at_c = next((s for s in closed if s.concurrency == recommended), None)
+    answer = (rate or {}).get("max_rate_rps")
+    if at_c is None or answer is None or not rates:
+        return None
+    near = min(rates, key=lambda s: abs((s.offered_rps or s.rate_rps or 0.0) - answer))
+    closed_p95, open_p95 = at_c.ttft_s.p95, near.ttft_intended_s.p95
+    if closed_p95 is None or open_p95 is None:
+        return None
+    return (f"Closed loop at c={recommended}: TTFT p95 {closed_p95 * 1000:.0f} ms at {at_c.requests_per_s:.3g} "
+            f"req/s; open loop at {near.rate_rps:g} req/s (the rung nearest the rate answer): TTFT p95 "
+            f"{open_p95 * 1000:.0f} ms from each request's intended send. A closed loop's users wait for their "
+            "answers, so a slow server slows its own load and its latency reads better than open traffic sees at "
+            "the same throughput (coordinated omission); the open loop times every request from its schedule, "
+            "so a stall's wait lands on every request scheduled during it.")
+
+
+def rate_figure_svg(lane: str, steps: Sequence[StepFigures], rate: dict[str, Any] | None, target: float,
+                    ttft_objective_s: float | None) -> str:
+    """Attainment (left) and TTFT p95 / e2e p95 from the intended send (right) against the offered rate, the
+    target and the answer marked, as an inline ``<svg>``."""
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    from satbench.report.plots import figure_svg  # matplotlib (Agg) loads only when a report is drawn
+
+    pts = sorted(steps, key=lambda s: s.offered_rps or s.rate_rps or 0.0)
+    xs = [s.offered_rps or s.rate_rps or 0.0 for s in pts]
+    answer = (rate or {}).get("max_rate_rps")
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "satbench", "font.size": 9.0}):
+        fig = Figure(figsize=(11, 3.6), layout="constrained")
+        ax_att, ax_lat = fig.subplots(1, 2)
+        ax_att.plot(xs, [s.attainment if s.attainment is not None else float("nan") for s in pts], "o-",
+                    color="#2e7d32", label="attainment")
+        ax_att.axhline(target, color="#2e7d32", linestyle="--", linewidth=0.8, label=f"target {target:.0%}")
+        ax_att.set_ylim(-0.02, 1.02)
+        ax_att.set_ylabel("share of requests meeting every objective")
+        ax_lat.plot(xs, [(s.ttft_intended_s.p95 or float("nan")) * 1000 for s in pts], "o-", color="#1f77b4",
+                    label="TTFT p95 (from intended)")
+        ax_lat.plot(xs, [(s.latency_intended_s.p95 or float("nan")) * 1000 for s in pts], "s-", color="#9467bd",
+                    label="e2e p95 (from intended)")
+        if ttft_objective_s is not None:
+            ax_lat.axhline(ttft_objective_s * 1000, color="#1f77b4", linestyle="--", linewidth=0.8,
+                           label="TTFT objective")
+        ax_lat.set_ylabel("ms")
+        ax_lat.set_yscale("log")
+        for ax in (ax_att, ax_lat):
+            ax.set_xlabel("offered rate (requests/s)")
+            if answer is not None:
+                ax.axvline(answer, color="#b26a00", linewidth=1.2, label=f"rate answer {answer:.3g}/s")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7, loc="best")
+        fig.suptitle(f"lane {lane}: open-loop rates", fontsize=11, fontweight="bold")
+        return figure_svg(fig)

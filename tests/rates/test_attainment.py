@@ -1,0 +1,129 @@
+"""The rate rung's statistics: the attainment interval's coverage where misses are independent and where they
+come in clumps (as a queue makes them), the warm-up cut, the backlog's growth and the verdict rules. Truth is
+the process each test draws from."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from core.attainment import (
+    AttainmentEstimate,
+    attainment_estimate,
+    backlog_growth,
+    capacity_bound,
+    rate_verdict,
+    warmup_cut,
+)
+from core.statistics import MeanEstimate
+
+
+def _iid(p: float, n: int, rng: random.Random) -> list[tuple[float, bool]]:
+    return [(i * 0.1, rng.random() < p) for i in range(n)]
+
+
+def _clumped(p: float, n: int, run: int, rng: random.Random) -> list[tuple[float, bool]]:
+    """Misses in runs of ``run`` requests (a burst that queues them all), share of misses 1 - p."""
+    out: list[tuple[float, bool]] = []
+    while len(out) < n:
+        hit = rng.random() < p
+        out += [(len(out) * 0.1 + i * 0.1, hit) for i in range(run)]
+    return out[:n]
+
+
+def _coverage(draw, p: float, trials: int = 400) -> float:
+    rng = random.Random(7)
+    covered = 0
+    for _ in range(trials):
+        outcomes = draw(rng)
+        est = attainment_estimate(outcomes, 0.0, outcomes[-1][0])
+        low, high = est.interval(0.95)
+        covered += low <= p <= high
+    return covered / trials
+
+
+def test_independent_misses_are_covered_as_a_binomial() -> None:
+    assert _coverage(lambda rng: _iid(0.9, 300, rng), 0.9) >= 0.92
+
+
+def test_clumped_misses_widen_the_interval_where_a_binomial_one_would_fail() -> None:
+    """Misses in runs of 10: Wilson's interval alone covers the truth far less than 95 % of the time; the
+    batch-means interval keeps near 95 % at the same 400 requests."""
+    draw = lambda rng: _clumped(0.9, 400, 10, rng)  # noqa: E731
+    assert _coverage(draw, 0.9) >= 0.88
+    rng = random.Random(7)
+    wilson = 0
+    for _ in range(400):
+        outcomes = draw(rng)
+        k = sum(ok for _, ok in outcomes)
+        low, high = AttainmentEstimate(k, len(outcomes)).interval(0.95) or (0.0, 1.0)
+        wilson += low <= 0.9 <= high
+    assert wilson / 400 < 0.75
+
+
+def test_every_request_attained_is_a_wilson_bound() -> None:
+    est = attainment_estimate([(i * 0.1, True) for i in range(40)], 0.0, 4.0)
+    low, high = est.interval(0.95)
+    assert high == 1.0 and 0.9 < low < 0.95  # 40 of 40: the lower bound of the share is about 0.91
+
+
+def test_the_warm_up_cut_drops_an_idle_start_and_says_a_climbing_series_never_settled() -> None:
+    rng = random.Random(3)
+    ramp = [(i * 0.1, min(i, 60) / 60 * 2.0 + rng.gauss(0, 0.1)) for i in range(400)]
+    cut = warmup_cut(ramp)
+    assert cut.steady and cut.at is not None and 4.0 <= cut.at <= 9.0
+    climbing = [(i * 0.1, i * 0.01 + rng.gauss(0, 0.05)) for i in range(400)]
+    assert warmup_cut(climbing).steady is False
+    settled = sum(bool(warmup_cut([(i * 0.1, rng.gauss(1.0, 0.2)) for i in range(300)]).steady)
+                  for _ in range(50))
+    assert settled >= 45
+    assert warmup_cut([(0.0, 1.0)] * 20).steady is None  # too few requests to tell
+
+
+def _queue(rate: float, service_rps: float, seconds: float, seed: int) -> list[tuple[float, float]]:
+    """A single FIFO server with exponential service at ``service_rps`` fed Poisson arrivals at ``rate``:
+    (arrival, end) of every request."""
+    rng = random.Random(seed)
+    t, free, out = 0.0, 0.0, []
+    while t < seconds:
+        t += rng.expovariate(rate)
+        free = max(free, t) + rng.expovariate(service_rps)
+        out.append((t, free))
+    return out
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+def test_the_backlog_grows_above_capacity_and_wanders_below_it(seed: int) -> None:
+    over = backlog_growth(_queue(12.0, 10.0, 60.0, seed), 5.0, 60.0)
+    assert over is not None and over.interval(0.95)[0] > 0 and 1.0 < over.mean < 3.5
+    under = backlog_growth(_queue(6.0, 10.0, 60.0, seed), 5.0, 60.0)
+    assert under is not None and under.interval(0.95)[0] <= 0
+
+
+def test_verdicts() -> None:
+    good = AttainmentEstimate(195, 200)
+    flat = MeanEstimate(0.0, 0.05, 50)
+    assert rate_verdict(10.0, good, flat, target=0.9).verdict == "pass"
+    assert rate_verdict(10.0, good, flat, target=0.9, capacity_rps=9.0).verdict == "fail"
+    assert rate_verdict(9.0, good, flat, target=0.9, capacity_rps=9.0).verdict == "pass"  # at capacity, not above
+    assert rate_verdict(10.0, AttainmentEstimate(100, 200), flat, target=0.9).verdict == "fail"
+    straddles = AttainmentEstimate(46, 50)
+    assert rate_verdict(10.0, straddles, flat, target=0.9).verdict == "undecided"
+    assert rate_verdict(10.0, straddles, flat, target=0.9, final=True).verdict == "pass"  # 92 %, by its point
+    growing = MeanEstimate(3.0, 0.2, 50)
+    assert rate_verdict(10.0, good, growing, target=0.9).verdict == "undecided"  # a burst, or not: measure on
+    assert rate_verdict(10.0, good, growing, target=0.9, final=True).verdict == "fail"
+    slight = MeanEstimate(0.5, 0.2, 50)  # significant, but a twentieth of the rate: no fail on its own
+    assert rate_verdict(10.0, good, slight, target=0.9, final=True).verdict == "pass"
+    unproven = MeanEstimate(0.0, 1.0, 50)  # the growth's interval reaches past a tenth of the rate
+    assert rate_verdict(10.0, good, unproven, target=0.9).verdict == "undecided"
+    assert rate_verdict(10.0, good, flat, target=0.9, steady=False).verdict == "undecided"
+
+
+def test_capacity_is_the_most_served_with_every_slot_busy() -> None:
+    assert capacity_bound([(1, 3.0), (2, 6.0), (4, 11.9), (8, 12.1)], 4) == 12.1
+    assert capacity_bound([(1, 3.0), (2, 6.0)], 4) is None  # the ladder never filled the slots
+    assert capacity_bound([(4, 12.0)], None) is None
+    assert math.isclose(capacity_bound([(4, 12.0), (8, 11.0)], 4) or 0, 12.0)
