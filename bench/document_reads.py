@@ -1,0 +1,121 @@
+"""How often code outside the document's model reads the recommendations document by string key (issue 30).
+
+The document has one shape, ``recommender.models.RecommendationsDocument``: a consumer validates it once at
+its edge (a file read, an HTTP body) and reads attributes after. This script counts what is left of the other
+way: a subscript with a string literal (``lane["status"]``) or a ``.get("status")`` whose key is a field name
+of the document's models (every model reachable from ``RecommendationsDocument``, the steps' figures
+included), in every non-test module that handles the document (one that names ``recommendations``, the
+document's models or ``answers(``). ``recommender/models.py`` itself is not counted, nor ``core/figures.py``,
+whose ``StepFigures.from_dict`` is the step's own edge (it validates a step from any JSON that carries one).
+
+The count is an upper bound: a key the document shares with another shape (``manifest["lanes"]``,
+``tune.json``'s ``"status"``) is counted too where it sits in such a module; ``--list`` prints every read so
+a reader can judge them.
+
+    .venv/bin/python bench/document_reads.py [--list]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import sys
+import typing
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pydantic import BaseModel  # noqa: E402
+
+from recommender.models import RecommendationsDocument  # noqa: E402
+
+FOLDERS = ("core", "exporter", "loadgen", "recommender", "simulator", "satbench", "bench")
+EXCLUDED = {"recommender/models.py", "core/figures.py", "bench/document_reads.py"}
+MARKERS = ("recommendations", "RecommendationsDocument", "LaneModel", "answers(")
+
+
+def _types_in(annotation: object) -> list[type]:
+    out: list[type] = []
+    args = typing.get_args(annotation)
+    if isinstance(annotation, type):
+        out.append(annotation)
+    for arg in args:
+        out.extend(_types_in(arg))
+    return out
+
+
+def document_keys() -> set[str]:
+    """Every field name (and alias) of the models reachable from ``RecommendationsDocument``."""
+    keys: set[str] = set()
+    seen: set[type] = set()
+    todo: list[type] = [RecommendationsDocument]
+    while todo:
+        cls = todo.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        fields = getattr(cls, "__pydantic_fields__", None)
+        if fields is None and dataclasses.is_dataclass(cls):
+            fields = {f.name: None for f in dataclasses.fields(cls)}
+            hints = typing.get_type_hints(cls)
+        elif fields is not None:
+            hints = {name: info.annotation for name, info in fields.items()}
+        else:
+            continue
+        for name, info in fields.items():
+            keys.add(name)
+            alias = getattr(info, "alias", None)
+            if alias:
+                keys.add(alias)
+            for t in _types_in(hints.get(name)):
+                if (isinstance(t, type) and issubclass(t, BaseModel)) or dataclasses.is_dataclass(t):
+                    todo.append(t)
+    return keys
+
+
+def reads(source: str, keys: set[str]) -> list[tuple[int, str]]:
+    """``(line, key)`` of every string-key read of a document key in ``source``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        key = None
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+            if isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+                key = node.slice.value
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+              and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            key = node.args[0].value
+        if key is not None and key in keys:
+            found.append((getattr(node, "lineno", 0), key))
+    return sorted(found)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--list", action="store_true", help="print every read, file:line key")
+    args = parser.parse_args(argv)
+    keys = document_keys()
+    per_file: Counter[str] = Counter()
+    for folder in FOLDERS:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            text = path.read_text()
+            if rel in EXCLUDED or not any(m in text for m in MARKERS):
+                continue
+            found = reads(text, keys)
+            if found:
+                per_file[rel] = len(found)
+            if args.list:
+                for line, key in found:
+                    print(f"{rel}:{line} {key}")
+    for rel, n in per_file.most_common():
+        print(f"{n:5d} {rel}")
+    print(f"{sum(per_file.values())} string-key reads of document fields in {len(per_file)} files "
+          f"({len(keys)} field names)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
