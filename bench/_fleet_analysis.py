@@ -26,15 +26,15 @@ sys.path.insert(0, str(ROOT))
 
 from _fleet_common import HTTP_TIMEOUT_S, cpu_s  # noqa: E402
 
-from core.manifest import RunManifest  # noqa: E402
-from recommender.policy import Policy  # noqa: E402
-from recommender.prometheus_source import (  # noqa: E402
+from satbench.core.manifest import RunManifest  # noqa: E402
+from satbench.recommender.policy import Policy  # noqa: E402
+from satbench.recommender.prometheus_source import (  # noqa: E402
     HttpxPromClient,
     PrometheusSourceConfig,
     VectorSample,
     fetch_run_figures,
 )
-from recommender.run_analysis import analyze_run, document_from_figures  # noqa: E402
+from satbench.recommender.run_analysis import analyze_run, document_from_figures  # noqa: E402
 from testkit.backfill import BackfilledPrometheus  # noqa: E402
 from testkit.synthetic import SyntheticLane  # noqa: E402
 

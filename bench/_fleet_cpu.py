@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from _fleet_common import HTTP_TIMEOUT_S, child, cpu_s, wait_file  # noqa: E402
 
-from exporter.promconfig import EXPORTER_JOB, ScrapeTarget, render_prometheus_config  # noqa: E402
+from satbench.exporter.promconfig import EXPORTER_JOB, ScrapeTarget, render_prometheus_config  # noqa: E402
 from testkit.prom import PrometheusProcess  # noqa: E402
 
 RULES = sorted((ROOT / "prometheus" / "rules").glob("*.yml"))

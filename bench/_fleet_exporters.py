@@ -41,8 +41,8 @@ import psutil  # noqa: E402
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest  # noqa: E402
 from prometheus_client.exposition import ThreadingWSGIServer  # noqa: E402
 
-from exporter.collector import RuntimeCollector  # noqa: E402
-from exporter.server import ExporterConfig, ExporterServer, build_collector, serve  # noqa: E402
+from satbench.exporter.collector import RuntimeCollector  # noqa: E402
+from satbench.exporter.server import ExporterConfig, ExporterServer, build_collector, serve  # noqa: E402
 
 
 class _Quiet(WSGIRequestHandler):

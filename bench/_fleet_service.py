@@ -25,7 +25,8 @@ sys.path.insert(0, str(ROOT))
 
 from _fleet_common import HTTP_TIMEOUT_S, child, cpu_s  # noqa: E402
 
-from core.manifest import RunManifest  # noqa: E402
+from satbench.core.manifest import RunManifest  # noqa: E402
+from satbench.core.statistics import quantile  # noqa: E402
 from testkit.net import free_port, wait_http  # noqa: E402
 from testkit.pacing import paced  # noqa: E402
 
@@ -47,8 +48,7 @@ class Polled:
                 f"pollers {100 * self.client_cpu_s / self.wall_s:.0f} %")
 
     def pct(self, q: float) -> float | None:
-        data = sorted(self.latencies)
-        return data[min(len(data) - 1, max(0, round(q * (len(data) - 1))))] if data else None
+        return quantile(sorted(self.latencies), q)
 
 
 async def _get(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes) -> tuple[float, bytes]:

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from core.net import free_port  # noqa: E402
+from satbench.core.net import free_port  # noqa: E402
 
 
 @contextlib.contextmanager

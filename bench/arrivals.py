@@ -31,11 +31,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from core.arrivals import ArrivalStream, schedule  # noqa: E402
-from core.records import read_records  # noqa: E402
-from core.statistics import quantile  # noqa: E402
-from loadgen.config import LoadgenConfig  # noqa: E402
-from loadgen.runner import LadderRunner  # noqa: E402
+from satbench.core.arrivals import ArrivalStream, schedule  # noqa: E402
+from satbench.core.records import read_records  # noqa: E402
+from satbench.core.statistics import quantile  # noqa: E402
+from satbench.loadgen.config import LoadgenConfig  # noqa: E402
+from satbench.loadgen.runner import LadderRunner  # noqa: E402
 from testkit.sim import SimulatorProcess  # noqa: E402
 
 

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from pydantic import BaseModel  # noqa: E402
 
-from recommender.models import RecommendationsDocument  # noqa: E402
+from satbench.recommender.models import RecommendationsDocument  # noqa: E402
 
 FOLDERS = ("core", "exporter", "loadgen", "recommender", "simulator", "satbench", "bench")
 EXCLUDED = {"recommender/models.py", "core/figures.py", "bench/document_reads.py"}

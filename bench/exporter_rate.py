@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import re
 import subprocess
 import sys
@@ -31,6 +32,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from satbench.core.statistics import quantiles  # noqa: E402
 from testkit.net import free_port, wait_http  # noqa: E402
 from testkit.sim import SimulatorProcess  # noqa: E402
 
@@ -51,11 +53,6 @@ class Phase:
     errors: int = 0
     runtime_up: int = 0
     source_down: int = 0
-
-
-def pct(values: list[float], q: float) -> float:
-    data = sorted(values)
-    return data[min(len(data) - 1, max(0, round(q * (len(data) - 1))))] if data else float("nan")
 
 
 def gauge(text: str, name: str) -> float | None:
@@ -149,9 +146,10 @@ def main() -> int:
         ok_all &= ok
         down = f", {source} 0 in {phase.source_down}/{answered}" if source else ""
         lat = phase.latencies
+        figures = quantiles(lat)
         print(f"  {phase.name:16s} sent {phase.sent:4d} answered {answered:4d} ({rate:5.1f}/s, "
-              f"{rate / args.rate:.2f}x goal) errors {phase.errors}  p50 {pct(lat, .5) * 1e3:6.1f} ms "
-              f"p99 {pct(lat, .99) * 1e3:6.1f} ms max {max(lat, default=0) * 1e3:6.1f} ms"
+              f"{rate / args.rate:.2f}x goal) errors {phase.errors}  p50 {(figures.p50 or math.nan) * 1e3:6.1f} ms "
+              f"p99 {(figures.p99 or math.nan) * 1e3:6.1f} ms max {max(lat, default=0) * 1e3:6.1f} ms"
               f"  runtime_up 1 in {phase.runtime_up}/{answered}{down}")
     print(f"goal: {args.rate:g} answered scrapes/s in every phase -> {'met' if ok_all else 'NOT met'}")
     return 0 if ok_all else 1

@@ -14,6 +14,7 @@ Usage: ``.venv/bin/python bench/exporter_scrape.py [--runtime sim|fixtures] [--u
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import subprocess
 import sys
@@ -26,14 +27,10 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from satbench.core.statistics import quantiles  # noqa: E402
 from testkit.fixture_runtime import FixtureRuntime, LoopbackRuntime  # noqa: E402
 from testkit.net import free_port, wait_http  # noqa: E402
 from testkit.sim import SimulatorProcess  # noqa: E402
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
 def load(url: str, users: int, stop: threading.Event) -> list[threading.Thread]:
@@ -80,14 +77,14 @@ def measure(exporter_url: str, scrapes: int, rate: float, paced_s: float) -> Non
     ms = [t * 1000 for t in times]
     print(
         f"back-to-back scrapes: n={len(ms)} median={statistics.median(ms):.1f} ms "
-        f"p99={percentile(ms, 0.99):.1f} ms max={max(ms):.1f} ms"
+        f"p99={quantiles(ms).p99 or math.nan:.1f} ms max={max(ms):.1f} ms"
     )
     pm = [t * 1000 for t in paced]
     sustains = late == 0 and achieved >= 0.95 * rate
     print(
         f"paced at {rate:g}/s for {paced_s:g} s: achieved {achieved:.2f}/s, "
         f"median={statistics.median(pm):.1f} ms "
-        f"p99={percentile(pm, 0.99):.1f} ms, over {period * 1000:.0f} ms: {late}"
+        f"p99={quantiles(pm).p99 or math.nan:.1f} ms, over {period * 1000:.0f} ms: {late}"
     )
     print(
         f"sustains {rate:g} scrapes/s: {'yes' if sustains else 'NO'} "

@@ -70,7 +70,7 @@ from _fleet_analysis import GOAL_ANALYSIS_S, AnalysisFigures, fleet_lanes, measu
 from _fleet_cpu import Phase, measure_cpu  # noqa: E402
 from _fleet_service import GOAL_P99_S, ServiceFigures, measure_service, serve_static  # noqa: E402
 
-from recommender.prometheus_source import PrometheusSourceConfig  # noqa: E402
+from satbench.recommender.prometheus_source import PrometheusSourceConfig  # noqa: E402
 from testkit.backfill import BackfilledPrometheus  # noqa: E402
 from testkit.openmetrics import openmetrics_text  # noqa: E402
 from testkit.synthetic import simulate_run  # noqa: E402

@@ -25,9 +25,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,7 +42,8 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from core.net import free_port  # noqa: E402
+from satbench.core.net import free_port  # noqa: E402
+from satbench.core.statistics import quantiles  # noqa: E402
 
 REQUEST = b"GET /health HTTP/1.1\r\nHost: bench\r\n\r\n"
 
@@ -172,10 +173,9 @@ def latencies(urls: Sequence[str], requests: int) -> list[float]:
 
 
 def summary(samples: Sequence[float]) -> str:
-    xs = sorted(samples)
-    p99 = xs[min(len(xs) - 1, int(0.99 * len(xs)))]
-    return (f"p50 {statistics.median(xs) * 1e3:.3f} ms  p99 {p99 * 1e3:.3f} ms  "
-            f"mean {statistics.fmean(xs) * 1e3:.3f} ms  (n={len(xs)})")  # fmt: skip
+    q = quantiles(samples)
+    return (f"p50 {(q.p50 or math.nan) * 1e3:.3f} ms  p99 {(q.p99 or math.nan) * 1e3:.3f} ms  "
+            f"mean {(q.mean or math.nan) * 1e3:.3f} ms  (n={len(samples)})")  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core.statistics import autocorrelated_batch_ci, batch_means_ci, lag1_autocorrelation
+from satbench.core.statistics import autocorrelated_batch_ci, batch_means_ci, lag1_autocorrelation
 
 
 def merged_ci(rates: Sequence[float], min_batches: int = 5) -> tuple[float, float] | None:

@@ -37,11 +37,11 @@ sys.path.insert(0, str(ROOT))
 
 from _serve import serving, truth_by_id  # noqa: E402
 
-from core.loops import fast_loop_factory  # noqa: E402
-from core.records import read_records  # noqa: E402
-from core.statistics import quantile  # noqa: E402
-from loadgen.config import LoadgenConfig  # noqa: E402
-from loadgen.runner import run_ladder  # noqa: E402
+from satbench.core.loops import fast_loop_factory  # noqa: E402
+from satbench.core.records import read_records  # noqa: E402
+from satbench.core.statistics import quantile  # noqa: E402
+from satbench.loadgen.config import LoadgenConfig  # noqa: E402
+from satbench.loadgen.runner import run_ladder  # noqa: E402
 
 OUT_TOKENS = 32
 

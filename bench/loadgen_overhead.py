@@ -39,12 +39,12 @@ sys.path.insert(0, str(ROOT))
 
 from _serve import serving  # noqa: E402
 
-from core.loops import fast_loop_factory  # noqa: E402
-from core.records import read_records  # noqa: E402
-from core.step_figures import token_arrivals  # noqa: E402
-from loadgen.client import LaneClient  # noqa: E402
-from loadgen.config import LaneConfig, LoadgenConfig  # noqa: E402
-from loadgen.runner import LadderRunner  # noqa: E402
+from satbench.core.loops import fast_loop_factory  # noqa: E402
+from satbench.core.records import read_records  # noqa: E402
+from satbench.core.step_figures import token_arrivals  # noqa: E402
+from satbench.loadgen.client import LaneClient  # noqa: E402
+from satbench.loadgen.config import LaneConfig, LoadgenConfig  # noqa: E402
+from satbench.loadgen.runner import LadderRunner  # noqa: E402
 
 
 async def loadgen_run(url: str, c: int, out_tokens: int, window_s: float, out: Path) -> dict[str, Any]:

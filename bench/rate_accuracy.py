@@ -26,13 +26,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core.attainment import capacity_bound
-from loadgen.config import ArrivalConfig
-from loadgen.rates import RateOutcome, judge, next_rate
-from recommender.policy import Policy, objectives_of
-from recommender.rate_analysis import rate_answer
-from simulator.profile import load_profile
-from simulator.virtual import run_closed_loop
+from satbench.core.attainment import capacity_bound
+from satbench.loadgen.config import ArrivalConfig
+from satbench.loadgen.rates import RateOutcome, judge, next_rate
+from satbench.recommender.policy import Policy, objectives_of
+from satbench.recommender.rate_analysis import rate_answer
+from satbench.simulator.profile import load_profile
+from satbench.simulator.virtual import run_closed_loop
 from testkit.open_truth import measured_answer, true_max_rate
 
 

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from math import nan
 from pathlib import Path
 
 import httpx
@@ -31,8 +32,9 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from recommender.policy import Policy  # noqa: E402
-from recommender.run_analysis import analyze_run  # noqa: E402
+from satbench.core.statistics import quantiles  # noqa: E402
+from satbench.recommender.policy import Policy  # noqa: E402
+from satbench.recommender.run_analysis import analyze_run  # noqa: E402
 from testkit.backfill import BackfilledPrometheus  # noqa: E402
 from testkit.net import free_port, wait_http  # noqa: E402
 from testkit.openmetrics import openmetrics_text  # noqa: E402
@@ -41,11 +43,6 @@ from testkit.synthetic import SyntheticLane, simulate_run  # noqa: E402
 
 LADDER = (1, 2, 4, 8, 12, 16, 24, 32)
 LANES = (SyntheticLane("dense", slots=4), SyntheticLane("moe", slots=8, prefill_s=0.03, itl_s=0.006))
-
-
-def pct(values: list[float], q: float) -> float:
-    data = sorted(values)
-    return data[min(len(data) - 1, max(0, round(q * (len(data) - 1))))]
 
 
 async def get(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes) -> float:
@@ -120,12 +117,13 @@ def main() -> int:
             wait_http(f"{url}/healthz", timeout_s=30)
             httpx.post(f"{url}/runs", json=manifest.to_dict(), timeout=60).raise_for_status()
             size = len(httpx.get(f"{url}/recommendations").content)
-            single = asyncio.run(load(port, 1, 0.0, 2.0))
+            single = quantiles(one := asyncio.run(load(port, 1, 0.0, 2.0)))
             print(f"GET /recommendations ({size} bytes), 1 client closed-loop: "
-                  f"p50 {pct(single, .5) * 1e3:.2f} ms, p99 {pct(single, .99) * 1e3:.2f} ms, "
-                  f"{len(single) / 2.0:.0f} req/s")
+                  f"p50 {(single.p50 or nan) * 1e3:.2f} ms, p99 {(single.p99 or nan) * 1e3:.2f} ms, "
+                  f"{len(one) / 2.0:.0f} req/s")
             lat = asyncio.run(load(port, args.clients, args.rate, args.seconds))
-            p50, p99 = pct(lat, 0.5), pct(lat, 0.99)
+            figures = quantiles(lat)
+            p50, p99 = figures.p50 or nan, figures.p99 or nan
             mode = f"{args.rate:g} req/s each" if args.rate > 0 else "closed loop"
             print(f"GET /recommendations, {args.clients} clients ({mode}): {len(lat)} requests, "
                   f"{len(lat) / args.seconds:.0f} req/s, p50 {p50 * 1e3:.2f} ms, p99 {p99 * 1e3:.2f} ms, "

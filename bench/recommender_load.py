@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import random
 import resource
 import subprocess
@@ -30,7 +31,8 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.records import write_records  # noqa: E402
+from satbench.core.records import write_records  # noqa: E402
+from satbench.core.statistics import quantiles  # noqa: E402
 from testkit.net import free_port, wait_http  # noqa: E402
 from testkit.synthetic import SyntheticLane, simulate_run  # noqa: E402
 
@@ -43,11 +45,6 @@ class Tally:
 
     def error(self, what: str) -> None:
         self.errors[what] = self.errors.get(what, 0) + 1
-
-
-def pct(values: list[float], q: float) -> float:
-    data = sorted(values)
-    return data[min(len(data) - 1, max(0, round(q * (len(data) - 1))))] if data else float("nan")
 
 
 async def poller(port: int, rate: float, start_by: float, until: float, tally: Tally) -> None:
@@ -139,7 +136,8 @@ def main() -> int:
     n_err = sum(tally.errors.values())
     print(f"GET /recommendations: {len(lat)} ok, {n_err} errors {tally.errors or ''}, "
           f"{len(lat) / (args.seconds + args.ramp):.0f} req/s")
-    print(f"latency: p50 {pct(lat, .5) * 1e3:.2f} ms, p99 {pct(lat, .99) * 1e3:.2f} ms, "
+    figures = quantiles(lat)
+    print(f"latency: p50 {(figures.p50 or math.nan) * 1e3:.2f} ms, p99 {(figures.p99 or math.nan) * 1e3:.2f} ms, "
           f"max {max(lat, default=float('nan')) * 1e3:.2f} ms")
     print(f"goal: 0 errors with {args.clients} clients -> {'met' if n_err == 0 and lat else 'NOT met'}")
     return 0 if n_err == 0 and lat else 1

@@ -58,9 +58,9 @@ sys.path.insert(0, str(ROOT))
 
 from _serve import serving, truth_by_id  # noqa: E402
 
-from core.statistics import quantile as exact_quantile  # noqa: E402
-from loadgen.client import LaneClient  # noqa: E402
-from loadgen.config import LaneConfig, LoadgenConfig  # noqa: E402
+from satbench.core.statistics import quantile as exact_quantile  # noqa: E402
+from satbench.loadgen.client import LaneClient  # noqa: E402
+from satbench.loadgen.config import LaneConfig, LoadgenConfig  # noqa: E402
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -90,10 +90,10 @@ def child(argv: list[str], ready: str) -> Iterator[tuple[subprocess.Popen[bytes]
 
 def relay_child(runtime_url: str, out_path: str) -> int:
     """Runs the relay (uvloop when installed) until SIGTERM; then writes its observations as JSON."""
-    from core.loops import fast_loop_factory
-    from exporter.relay import RelayServer
-    from exporter.relay_metrics import RelayMetrics
-    from exporter.relay_observe import RelayTiming
+    from satbench.core.loops import fast_loop_factory
+    from satbench.exporter.relay import RelayServer
+    from satbench.exporter.relay_metrics import RelayMetrics
+    from satbench.exporter.relay_observe import RelayTiming
 
     seen: list[dict[str, Any]] = []
 
@@ -144,7 +144,7 @@ def pipe_child(runtime_url: str) -> int:
     connection, no parsing, no clock, no observation) until SIGTERM."""
     from urllib.parse import urlsplit
 
-    from core.loops import fast_loop_factory
+    from satbench.core.loops import fast_loop_factory
 
     target = urlsplit(runtime_url)
 
@@ -439,7 +439,7 @@ def main() -> int:
 
 
 def _loop_factory() -> Any:
-    from core.loops import fast_loop_factory
+    from satbench.core.loops import fast_loop_factory
 
     return fast_loop_factory()
 

@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from satbench.core.statistics import quantiles  # noqa: E402
 from testkit.net import free_port, wait_http  # noqa: E402
 
 PATTERN = b'"stop":false'
@@ -160,9 +160,9 @@ def main() -> int:
     )
     print(f"throughput error        {100 * (tok_s / model_tok_s - 1):+.2f}%  (goal within 2%)")
     if delays:
-        q = statistics.quantiles(delays, n=100)
+        q = quantiles(delays)
         print(
-            f"delivery delay          p50 {1e3 * q[49]:.2f} ms  p99 {1e3 * q[98]:.2f} ms"
+            f"delivery delay          p50 {1e3 * (q.p50 or 0.0):.2f} ms  p99 {1e3 * (q.p99 or 0.0):.2f} ms"
             f"  ({len(delays)} requests)"
         )
     print(

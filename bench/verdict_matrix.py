@@ -16,7 +16,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from recommender.policy import Policy
+from satbench.recommender.policy import Policy
 from testkit.live import PROBES, VARIED, run_lane
 
 POLICY = Policy(max_throughput_ci_ratio=10.0)

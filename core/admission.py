@@ -40,10 +40,10 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from core.manifest import StepWindow
-from core.records import RequestRecord
-from core.statistics import groups_differ
-from core.survival import Wait, logrank_p_value, mean_wait
+from satbench.core.manifest import StepWindow
+from satbench.core.records import RequestRecord
+from satbench.core.statistics import groups_differ
+from satbench.core.survival import Wait, logrank_p_value, mean_wait
 
 __all__ = ["HANDLING_S", "ORDER_SLACK_S", "AdmissionFigures", "WaitObservation", "admission_figures", "observe_waits"]
 

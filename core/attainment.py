@@ -38,8 +38,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from core.figures import StepFigures
-from core.statistics import MeanEstimate, batch_mean_estimate, wilson_interval
+from satbench.core.figures import StepFigures
+from satbench.core.statistics import MeanEstimate, batch_mean_estimate, wilson_interval
 
 __all__ = ["AttainmentEstimate", "RateVerdict", "attainment_estimate", "backlog_growth", "capacity_bound", "rate_look",
            "rate_verdict", "step_attainment", "step_growth", "step_steady",

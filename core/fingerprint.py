@@ -49,7 +49,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from core.llama_argv import SETTINGS_FIELDS, is_llama_server_argv, settings_from_argv
+from satbench.core.llama_argv import SETTINGS_FIELDS, is_llama_server_argv, settings_from_argv
 
 __all__ = [
     "HARDWARE_FIELDS",

@@ -33,8 +33,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from core.fingerprint import HARDWARE_FIELDS, META_FIELDS, RUNTIME_FIELDS
-from core.llama_argv import DECIDING_SETTINGS, FLASH_ATTN_VALUES, SETTINGS_FIELDS, to_int
+from satbench.core.fingerprint import HARDWARE_FIELDS, META_FIELDS, RUNTIME_FIELDS
+from satbench.core.llama_argv import DECIDING_SETTINGS, FLASH_ATTN_VALUES, SETTINGS_FIELDS, to_int
 
 __all__ = ["COMPARED_FIELDS", "DECIDING_GROUPS", "Assessment", "assess", "compare", "describe_changes",
            "parse_field", "unknown_build"]

@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from core.fingerprint import HARDWARE_FIELDS, RUNTIME_FIELDS, digest
-from core.fingerprint_compare import parse_field
-from core.llama_argv import SETTINGS_FIELDS, to_int
-from core.model_files import split_paths
+from satbench.core.fingerprint import HARDWARE_FIELDS, RUNTIME_FIELDS, digest
+from satbench.core.fingerprint_compare import parse_field
+from satbench.core.llama_argv import SETTINGS_FIELDS, to_int
+from satbench.core.model_files import split_paths
 
 __all__ = ["INFO_LABELS", "from_info_labels", "info_labels"]
 

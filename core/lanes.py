@@ -23,7 +23,7 @@ from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.api import ApiFlavour
+from satbench.core.api import ApiFlavour
 
 __all__ = ["LOCAL_NODE", "NAME_PATTERN", "Lane", "duplicate_names", "key_labels", "lane_key", "lane_named", "split_key"]
 

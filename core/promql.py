@@ -32,8 +32,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from core.arrivals import rate_label
-from core.lanes import split_key
+from satbench.core.arrivals import rate_label
+from satbench.core.lanes import split_key
 
 __all__ = [
     "QUERY_LABEL",

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from core.records import RequestRecord
+from satbench.core.records import RequestRecord
 
 __all__ = ["runtime_count_figures"]
 

@@ -52,7 +52,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from core.api import ApiFlavour
+from satbench.core.api import ApiFlavour
 
 __all__ = ["MAX_COUNT", "StreamParser", "StreamSummary", "parse_stream"]
 

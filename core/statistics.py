@@ -64,7 +64,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from core.figures import Quantiles
+from satbench.core.figures import Quantiles
 
 __all__ = [
     "MeanEstimate",

@@ -60,16 +60,23 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from core.admission import admission_figures
-from core.attainment import attainment_estimate
-from core.attainment import backlog_growth as growth_of
-from core.figures import StepFigures, Tail
-from core.manifest import StepWindow
-from core.objectives import Objectives
-from core.records import RequestRecord
-from core.runtime_counts import runtime_count_figures
-from core.stalls import Decoding, emission_gaps, longest_stalled_gap, stall_figures
-from core.statistics import MeanEstimate, batch_mean_estimate, batch_rates, jain_index, max_min_share, quantiles
+from satbench.core.admission import admission_figures
+from satbench.core.attainment import attainment_estimate
+from satbench.core.attainment import backlog_growth as growth_of
+from satbench.core.figures import StepFigures, Tail
+from satbench.core.manifest import StepWindow
+from satbench.core.objectives import Objectives
+from satbench.core.records import RequestRecord
+from satbench.core.runtime_counts import runtime_count_figures
+from satbench.core.stalls import Decoding, emission_gaps, longest_stalled_gap, stall_figures
+from satbench.core.statistics import (
+    MeanEstimate,
+    batch_mean_estimate,
+    batch_rates,
+    jain_index,
+    max_min_share,
+    quantiles,
+)
 
 __all__ = [
     "START_BATCHES",

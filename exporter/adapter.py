@@ -27,8 +27,8 @@ from typing import Protocol
 
 import httpx
 
-from exporter.bounded_http import TooLarge, bounded_transport, deadline, read_bounded
-from exporter.snapshot import EndpointReply, RuntimeSnapshot
+from satbench.exporter.bounded_http import TooLarge, bounded_transport, deadline, read_bounded
+from satbench.exporter.snapshot import EndpointReply, RuntimeSnapshot
 
 __all__ = ["MAX_BODY_BYTES", "Clock", "EndpointFetcher", "Path", "RuntimeAdapter"]
 

@@ -15,7 +15,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from exporter.relay_metrics import RelayMetrics
+    from satbench.exporter.relay_metrics import RelayMetrics
 
 __all__ = ["configure", "main"]
 
@@ -51,7 +51,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from exporter.server import ExporterConfig, build_collector, serve
+    from satbench.exporter.server import ExporterConfig, build_collector, serve
 
     try:
         config = ExporterConfig(
@@ -65,7 +65,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     relay_at = None
     if args.relay is not None:
-        from exporter.relay import parse_listen_address
+        from satbench.exporter.relay import parse_listen_address
 
         try:
             relay_at = parse_listen_address(args.relay)
@@ -77,7 +77,7 @@ def main(args: argparse.Namespace) -> int:
     collector = build_collector(config)
     relay_metrics = None
     if relay_at is not None:
-        from exporter.relay_metrics import RelayMetrics
+        from satbench.exporter.relay_metrics import RelayMetrics
 
         relay_metrics = RelayMetrics()
     try:
@@ -108,8 +108,8 @@ def _run_relay(runtime_url: str, metrics: RelayMetrics, host: str, port: int, ti
     import asyncio
     import contextlib
 
-    from core.loops import fast_loop_factory
-    from exporter.relay import RelayServer
+    from satbench.core.loops import fast_loop_factory
+    from satbench.exporter.relay import RelayServer
 
     async def relay() -> int:
         stop = asyncio.Event()

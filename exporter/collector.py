@@ -29,14 +29,14 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from exporter.adapter import Clock, RuntimeAdapter
-from exporter.gpu import GpuDevice, GpuReader, GpuSourceAbsent
-from exporter.kvcache import KV_SETTINGS
-from exporter.live_fingerprint import GpuReading, LiveFingerprints, fingerprint_family
-from exporter.occupancy import OccupancyBook
-from exporter.process import ProcessReader, ProcessReading
-from exporter.runtime_series import runtime_series
-from exporter.snapshot import RuntimeSnapshot
+from satbench.exporter.adapter import Clock, RuntimeAdapter
+from satbench.exporter.gpu import GpuDevice, GpuReader, GpuSourceAbsent
+from satbench.exporter.kvcache import KV_SETTINGS
+from satbench.exporter.live_fingerprint import GpuReading, LiveFingerprints, fingerprint_family
+from satbench.exporter.occupancy import OccupancyBook
+from satbench.exporter.process import ProcessReader, ProcessReading
+from satbench.exporter.runtime_series import runtime_series
+from satbench.exporter.snapshot import RuntimeSnapshot
 
 __all__ = ["DEFAULT_BUDGET_S", "ModelScope", "RuntimeCollector"]
 

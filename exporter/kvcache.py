@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from core.llama_argv import is_llama_server_argv, settings_from_argv
+from satbench.core.llama_argv import is_llama_server_argv, settings_from_argv
 
 __all__ = ["KV_LAYOUTS", "KV_SETTINGS", "KvUsage", "SlotKv", "kv_usage", "layout_from_argv", "resolve_layout"]
 

@@ -42,14 +42,14 @@ from typing import Any
 import psutil
 from prometheus_client.metrics_core import Metric
 
-from core.fingerprint import cpu_facts, gpu_facts, node_fingerprint
-from core.fingerprint_labels import info_labels
-from core.llama_argv import is_llama_server_argv
-from core.model_files import ModelHasher, model_file_facts, permitted
-from exporter.gpu import GpuDevice
-from exporter.process import ProcessReading
-from exporter.runtime_files import binary_facts, merge_reasons, open_files
-from exporter.snapshot import RuntimeSnapshot
+from satbench.core.fingerprint import cpu_facts, gpu_facts, node_fingerprint
+from satbench.core.fingerprint_labels import info_labels
+from satbench.core.llama_argv import is_llama_server_argv
+from satbench.core.model_files import ModelHasher, model_file_facts, permitted
+from satbench.exporter.gpu import GpuDevice
+from satbench.exporter.process import ProcessReading
+from satbench.exporter.runtime_files import binary_facts, merge_reasons, open_files
+from satbench.exporter.snapshot import RuntimeSnapshot
 
 __all__ = ["FINGERPRINT_SERIES", "GpuReading", "LiveFingerprints", "fingerprint_family", "read_cpu",
            "runtime_state"]

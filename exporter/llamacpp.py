@@ -25,10 +25,10 @@ from collections.abc import Mapping
 
 import httpx
 
-from exporter.adapter import Clock, EndpointFetcher, Path
-from exporter.llamacpp_parse import FLAVOUR, llamacpp_snapshot, reply_error
-from exporter.router import model_params, parse_models, router_snapshot
-from exporter.snapshot import EndpointReply, ModelView, RuntimeSnapshot
+from satbench.exporter.adapter import Clock, EndpointFetcher, Path
+from satbench.exporter.llamacpp_parse import FLAVOUR, llamacpp_snapshot, reply_error
+from satbench.exporter.router import model_params, parse_models, router_snapshot
+from satbench.exporter.snapshot import EndpointReply, ModelView, RuntimeSnapshot
 
 __all__ = ["PROPS_TTL_S", "LlamaCppAdapter"]
 

@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from exporter.kvcache import SlotKv
-from exporter.snapshot import EndpointReply, RuntimeSnapshot, SlotCounts, SourceResult
+from satbench.exporter.kvcache import SlotKv
+from satbench.exporter.snapshot import EndpointReply, RuntimeSnapshot, SlotCounts, SourceResult
 
 __all__ = [
     "FLAVOUR",

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 import psutil
 
-from core.llama_argv import ENV_NAMES
+from satbench.core.llama_argv import ENV_NAMES
 
 __all__ = [
     "FakeProcessReader",

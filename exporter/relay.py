@@ -40,13 +40,13 @@ import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from exporter.relay_client import ClientSide, Request
-from exporter.relay_headers import request_head
-from exporter.relay_metrics import RelayMetrics
-from exporter.relay_observe import RelayTiming, route_of
-from exporter.relay_upstream import Job, Upstream
+from satbench.exporter.relay_client import ClientSide, Request
+from satbench.exporter.relay_headers import request_head
+from satbench.exporter.relay_metrics import RelayMetrics
+from satbench.exporter.relay_observe import RelayTiming, route_of
+from satbench.exporter.relay_upstream import Job, Upstream
 
-__all__ = ["Observer", "RelayServer", "parse_listen_address", "run_relay"]
+__all__ = ["Observer", "RelayServer", "parse_listen_address"]
 
 _POOL_MAX = 1024
 
@@ -224,19 +224,3 @@ class _TrackedClient(ClientSide):
     def connection_lost(self, exc: Exception | None) -> None:
         self._clients.discard(self)
         super().connection_lost(exc)
-
-
-async def run_relay(
-    runtime_url: str, metrics: RelayMetrics, host: str, port: int, stop: asyncio.Event,
-    ready: asyncio.Event | None = None, read_timeout_s: float = 600.0,
-) -> int:
-    """Serves the relay until ``stop`` is set; returns the bound port (``ready`` is set once listening)."""
-    server = RelayServer(runtime_url, metrics, host, port, read_timeout_s=read_timeout_s)
-    await server.start()
-    if ready is not None:
-        ready.set()
-    try:
-        await stop.wait()
-    finally:
-        await server.close()
-    return server.port

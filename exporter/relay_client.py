@@ -24,8 +24,8 @@ from typing import Any, cast
 
 import httptools
 
-from exporter.relay_headers import RawHeaders
-from exporter.relay_upstream import CLIENT_GONE, Job, error_answer
+from satbench.exporter.relay_headers import RawHeaders
+from satbench.exporter.relay_upstream import CLIENT_GONE, Job, error_answer
 
 __all__ = ["MAX_BODY", "ClientSide", "Request"]
 

@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from core.histograms import FastHistogram
-from exporter.relay_observe import RelayTiming
+from satbench.core.histograms import FastHistogram
+from satbench.exporter.relay_observe import RelayTiming
 
 __all__ = ["RELAY_HISTOGRAMS", "RelayMetrics"]
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
-from core.api import ApiFlavour
-from core.sse import StreamParser
+from satbench.core.api import ApiFlavour
+from satbench.core.sse import StreamParser
 
 __all__ = [
     "GENERATION_ROUTES",

@@ -33,10 +33,10 @@ from typing import Any, Protocol, cast
 
 import httptools
 
-from core.api import ApiFlavour
-from core.sse import StreamParser
-from exporter.relay_headers import RawHeaders, response_head
-from exporter.relay_observe import RelayTiming, status_outcome, timing_from_body, timing_from_stream
+from satbench.core.api import ApiFlavour
+from satbench.core.sse import StreamParser
+from satbench.exporter.relay_headers import RawHeaders, response_head
+from satbench.exporter.relay_observe import RelayTiming, status_outcome, timing_from_body, timing_from_stream
 
 __all__ = ["CLIENT_GONE", "ClientEnd", "Job", "Upstream", "error_answer"]
 

@@ -19,7 +19,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from exporter.snapshot import EndpointReply, ModelView, RuntimeSnapshot, SourceResult
+from satbench.exporter.snapshot import EndpointReply, ModelView, RuntimeSnapshot, SourceResult
 
 __all__ = ["MODEL_STATUSES", "ROUTER_SOURCES", "model_params", "parse_models", "router_snapshot"]
 

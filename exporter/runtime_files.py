@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from core.model_files import ModelHasher, file_key
+from satbench.core.model_files import ModelHasher, file_key
 
 __all__ = ["binary_facts", "open_files"]
 

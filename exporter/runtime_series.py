@@ -14,10 +14,10 @@ from collections.abc import Mapping, Sequence
 
 from prometheus_client.metrics_core import Metric
 
-from exporter.kvcache import kv_usage, resolve_layout
-from exporter.occupancy import OccupancyBook
-from exporter.router import MODEL_STATUSES, ROUTER_SOURCES
-from exporter.snapshot import RuntimeSnapshot, SourceResult
+from satbench.exporter.kvcache import kv_usage, resolve_layout
+from satbench.exporter.occupancy import OccupancyBook
+from satbench.exporter.router import MODEL_STATUSES, ROUTER_SOURCES
+from satbench.exporter.snapshot import RuntimeSnapshot, SourceResult
 
 __all__ = ["RUNTIME_SOURCES", "FamilySet", "runtime_series"]
 

@@ -32,14 +32,14 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
-from exporter.adapter import MAX_BODY_BYTES, EndpointFetcher, RuntimeAdapter
-from exporter.collector import DEFAULT_BUDGET_S, RuntimeCollector
-from exporter.gpu import GpuReader, NvmlGpuReader
-from exporter.kvcache import KV_SETTINGS
-from exporter.live_fingerprint import LiveFingerprints
-from exporter.llamacpp import PROPS_TTL_S, LlamaCppAdapter
-from exporter.process import ProcessReader, PsutilProcessReader, local_port_of
-from exporter.sim_gpu import SimulatedGpuReader
+from satbench.exporter.adapter import MAX_BODY_BYTES, EndpointFetcher, RuntimeAdapter
+from satbench.exporter.collector import DEFAULT_BUDGET_S, RuntimeCollector
+from satbench.exporter.gpu import GpuReader, NvmlGpuReader
+from satbench.exporter.kvcache import KV_SETTINGS
+from satbench.exporter.live_fingerprint import LiveFingerprints
+from satbench.exporter.llamacpp import PROPS_TTL_S, LlamaCppAdapter
+from satbench.exporter.process import ProcessReader, PsutilProcessReader, local_port_of
+from satbench.exporter.sim_gpu import SimulatedGpuReader
 
 __all__ = ["FLAVOURS", "ROUTER_SETTINGS", "ExporterConfig", "ExporterServer", "build_collector", "serve"]
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from exporter.adapter import Clock, EndpointFetcher
-from exporter.gpu import GpuDevice, GpuSourceAbsent, GpuUnavailable, parse_sim_gpu
+from satbench.exporter.adapter import Clock, EndpointFetcher
+from satbench.exporter.gpu import GpuDevice, GpuSourceAbsent, GpuUnavailable, parse_sim_gpu
 
 __all__ = ["SimulatedGpuReader"]
 

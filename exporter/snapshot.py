@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.kvcache import SlotKv
+from satbench.exporter.kvcache import SlotKv
 
 __all__ = ["EndpointReply", "ModelView", "RuntimeSnapshot", "SlotCounts", "SourceResult"]
 

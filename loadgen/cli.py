@@ -43,9 +43,9 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 
 def main(args: argparse.Namespace) -> int:
-    from core.manifest import new_run_id
-    from loadgen.config import ConfigError, load_config
-    from loadgen.runner import run_ladder
+    from satbench.core.manifest import new_run_id
+    from satbench.loadgen.config import ConfigError, load_config
+    from satbench.loadgen.runner import run_ladder
 
     try:
         overrides = parse_overrides(args.overrides)
@@ -57,7 +57,7 @@ def main(args: argparse.Namespace) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"satbench loadgen: {exc}", file=sys.stderr)
         return 2
-    from core.loops import fast_loop_factory
+    from satbench.core.loops import fast_loop_factory
 
     run_id = args.run_id or new_run_id()
     out = args.out or Path("runs") / run_id

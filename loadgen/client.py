@@ -32,10 +32,10 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from core.api import endpoint_path
-from core.sse import StreamParser, StreamSummary
-from loadgen.config import LaneConfig, LoadgenConfig
-from loadgen.rawclient import Answer, RawHttp, StaleConnection
+from satbench.core.api import endpoint_path
+from satbench.core.sse import StreamParser, StreamSummary
+from satbench.loadgen.config import LaneConfig, LoadgenConfig
+from satbench.loadgen.rawclient import Answer, RawHttp, StaleConnection
 
 __all__ = ["LaneClient", "RawResult"]
 

@@ -31,9 +31,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from core.config_files import FieldError, HttpUrl, load_toml_model
-from core.lanes import Lane, duplicate_names, lane_named
-from core.objectives import Objectives
+from satbench.core.config_files import FieldError, HttpUrl, load_toml_model
+from satbench.core.lanes import Lane, duplicate_names, lane_named
+from satbench.core.objectives import Objectives
 
 __all__ = [
     "ArrivalConfig",

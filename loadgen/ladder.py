@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from core.figures import StepFigures
-from core.statistics import doubling_decision, gain_interval, gain_per_doubling
-from loadgen.config import LadderConfig, LoadgenConfig
+from satbench.core.figures import StepFigures
+from satbench.core.statistics import doubling_decision, gain_interval, gain_per_doubling
+from satbench.loadgen.config import LadderConfig, LoadgenConfig
 
 __all__ = ["extension_stop", "next_step", "plateau_pair"]
 

@@ -24,10 +24,10 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from core.arrivals import rate_label
-from core.histograms import FastHistogram
-from core.lanes import split_key
-from core.records import RequestRecord
+from satbench.core.arrivals import rate_label
+from satbench.core.histograms import FastHistogram
+from satbench.core.lanes import split_key
+from satbench.core.records import RequestRecord
 
 __all__ = ["LoadgenMetrics", "MetricsServer"]
 

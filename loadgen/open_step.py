@@ -22,15 +22,15 @@ from __future__ import annotations
 import asyncio
 import time
 
-from core.arrivals import ArrivalStream, gamma_shape
-from core.attainment import RateVerdict, rate_look
-from core.manifest import StepWindow
-from core.objectives import Objectives
-from core.sse import StreamParser
-from core.statistics import quantile
-from loadgen.client import RawResult
-from loadgen.step import StepRun, _Active
-from loadgen.workload import UserWorkload, build_body
+from satbench.core.arrivals import ArrivalStream, gamma_shape
+from satbench.core.attainment import RateVerdict, rate_look
+from satbench.core.manifest import StepWindow
+from satbench.core.objectives import Objectives
+from satbench.core.sse import StreamParser
+from satbench.core.statistics import quantile
+from satbench.loadgen.client import RawResult
+from satbench.loadgen.step import StepRun, _Active
+from satbench.loadgen.workload import UserWorkload, build_body
 
 __all__ = ["OpenStepRun"]
 
@@ -63,7 +63,7 @@ class OpenStepRun(StepRun):
 
     async def _run(self) -> StepWindow:
         await self.client.preopen(min(64, max(4, self.c or round(self.open_rate))))
-        from loadgen.selfcheck import LoopLagProbe
+        from satbench.loadgen.selfcheck import LoopLagProbe
 
         probe = LoopLagProbe(0.1 if self.client.kernel_timed else 0.02)
         probe.start()

@@ -12,7 +12,7 @@ import os
 import sys
 from typing import TextIO
 
-from core.figures import StepFigures
+from satbench.core.figures import StepFigures
 
 __all__ = ["Progress", "progress_wanted", "rung_line"]
 

@@ -21,9 +21,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from core.attainment import rate_verdict, step_attainment, step_growth, step_steady
-from core.figures import StepFigures
-from loadgen.config import ArrivalConfig
+from satbench.core.attainment import rate_verdict, step_attainment, step_growth, step_steady
+from satbench.core.figures import StepFigures
+from satbench.loadgen.config import ArrivalConfig
 
 __all__ = ["RateOutcome", "judge", "next_rate"]
 

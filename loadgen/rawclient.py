@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import httptools
 
-from core.sse import StreamParser
+from satbench.core.sse import StreamParser
 
 __all__ = ["Answer", "RawConnection", "RawHttp", "StaleConnection", "kernel_timestamps"]
 

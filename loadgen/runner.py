@@ -32,22 +32,22 @@ from typing import Any
 import aiohttp
 from prometheus_client import CollectorRegistry
 
-from core import __version__
-from core.attainment import capacity_bound
-from core.figures import StepFigures, client_values
-from core.manifest import LadderPart, RunManifest, StepWindow, new_run_id, write_json_atomic
-from core.records import RecordsWriter
-from core.statistics import preload
-from core.step_figures import compute_step_figures
-from loadgen.client import LaneClient
-from loadgen.config import ConfigError, LaneConfig, LoadgenConfig
-from loadgen.ladder import extension_stop, next_step
-from loadgen.metrics import LoadgenMetrics, MetricsServer
-from loadgen.open_step import OpenStepRun
-from loadgen.progress import Progress, progress_wanted, rate_line, rung_line
-from loadgen.rates import RateOutcome, judge, next_rate
-from loadgen.step import Clock, StepRun
-from loadgen.workload import PromptText, max_prompt_tokens
+from satbench.core import __version__
+from satbench.core.attainment import capacity_bound
+from satbench.core.figures import StepFigures, client_values
+from satbench.core.manifest import LadderPart, RunManifest, StepWindow, new_run_id, write_json_atomic
+from satbench.core.records import RecordsWriter
+from satbench.core.statistics import preload
+from satbench.core.step_figures import compute_step_figures
+from satbench.loadgen.client import LaneClient
+from satbench.loadgen.config import ConfigError, LaneConfig, LoadgenConfig
+from satbench.loadgen.ladder import extension_stop, next_step
+from satbench.loadgen.metrics import LoadgenMetrics, MetricsServer
+from satbench.loadgen.open_step import OpenStepRun
+from satbench.loadgen.progress import Progress, progress_wanted, rate_line, rung_line
+from satbench.loadgen.rates import RateOutcome, judge, next_rate
+from satbench.loadgen.step import Clock, StepRun
+from satbench.loadgen.workload import PromptText, max_prompt_tokens
 
 __all__ = ["LadderRunner", "run_ladder"]
 

@@ -27,7 +27,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from core.statistics import quantile
+from satbench.core.statistics import quantile
 
 __all__ = ["ClientHealth", "LoopLagProbe", "verdict"]
 

@@ -53,12 +53,12 @@ from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from core.figures import StepFigures
-from core.manifest import StepWindow
-from core.records import Phase, RecordsWriter, RequestRecord, read_records
-from core.sse import StreamParser, StreamSummary
-from core.stalls import BURST_GAP_S, emission_gaps, longest_stalled_gap
-from core.statistics import (
+from satbench.core.figures import StepFigures
+from satbench.core.manifest import StepWindow
+from satbench.core.records import Phase, RecordsWriter, RequestRecord, read_records
+from satbench.core.sse import StreamParser, StreamSummary
+from satbench.core.stalls import BURST_GAP_S, emission_gaps, longest_stalled_gap
+from satbench.core.statistics import (
     autocorrelated_batch_ci,
     batch_mean_estimate,
     doubling_decision,
@@ -67,13 +67,13 @@ from core.statistics import (
     quantile,
     relative_half_width,
 )
-from core.step_figures import START_BATCHES
-from loadgen.client import LaneClient, RawResult
-from loadgen.config import LaneConfig, LoadgenConfig
-from loadgen.metrics import LoadgenMetrics
-from loadgen.progress import Progress
-from loadgen.selfcheck import LoopLagProbe, health_from, verdict
-from loadgen.workload import PromptText, RequestSpec, UserWorkload, build_body
+from satbench.core.step_figures import START_BATCHES
+from satbench.loadgen.client import LaneClient, RawResult
+from satbench.loadgen.config import LaneConfig, LoadgenConfig
+from satbench.loadgen.metrics import LoadgenMetrics
+from satbench.loadgen.progress import Progress
+from satbench.loadgen.selfcheck import LoopLagProbe, health_from, verdict
+from satbench.loadgen.workload import PromptText, RequestSpec, UserWorkload, build_body
 
 __all__ = ["Clock", "StepRun"]
 

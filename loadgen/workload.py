@@ -41,8 +41,8 @@ import math
 import random
 from dataclasses import dataclass, replace
 
-from core.api import ApiFlavour
-from loadgen.config import LengthDist, WorkloadConfig
+from satbench.core.api import ApiFlavour
+from satbench.loadgen.config import LengthDist, WorkloadConfig
 
 __all__ = ["PromptText", "RequestSpec", "UserWorkload", "build_body", "draw_length"]
 

@@ -10,19 +10,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from recommender.policy import Policy
-    from recommender.run_analysis import analyze_run
+    from satbench.recommender.policy import Policy
+    from satbench.recommender.run_analysis import analyze_run
 
 __all__ = ["Policy", "analyze_run"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "analyze_run":
-        from recommender.run_analysis import analyze_run
+        from satbench.recommender.run_analysis import analyze_run
 
         return analyze_run
     if name == "Policy":
-        from recommender.policy import Policy
+        from satbench.recommender.policy import Policy
 
         return Policy
     raise AttributeError(f"module 'recommender' has no attribute {name!r}")

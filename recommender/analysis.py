@@ -36,11 +36,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.figures import MemoryFigures, StepFigures
-from core.statistics import MeanEstimate, doubling_decision, gain_interval, gain_per_doubling, indistinguishable
-from recommender.curve import CurvePoint, Knee, kneedle, monotone_fit, saturation_rung
-from recommender.policy import Policy
-from recommender.verdicts import StepVerdict, check_step
+from satbench.core.figures import MemoryFigures, StepFigures
+from satbench.core.statistics import (
+    MeanEstimate,
+    doubling_decision,
+    gain_interval,
+    gain_per_doubling,
+    indistinguishable,
+)
+from satbench.recommender.curve import CurvePoint, Knee, kneedle, monotone_fit, saturation_rung
+from satbench.recommender.policy import Policy
+from satbench.recommender.verdicts import StepVerdict, check_step
 
 __all__ = ["LaneAnalysis", "Undecided", "analyze_lane", "at_confidence"]
 

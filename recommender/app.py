@@ -44,12 +44,12 @@ from fastapi.security import HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from core.manifest import RunManifest
-from core.statistics import preload
-from recommender.capabilities import capability_fragment
-from recommender.deps import SettingsDep, StoreDep
-from recommender.document import AmbiguousForV1, as_v2, iso_utc
-from recommender.errors import (
+from satbench.core.manifest import RunManifest
+from satbench.core.statistics import preload
+from satbench.recommender.capabilities import capability_fragment
+from satbench.recommender.deps import SettingsDep, StoreDep
+from satbench.recommender.document import AmbiguousForV1, as_v2, iso_utc
+from satbench.recommender.errors import (
     BadInput,
     NothingToServe,
     PrometheusQueryError,
@@ -59,8 +59,8 @@ from recommender.errors import (
     UnknownLane,
     UnknownRun,
 )
-from recommender.metrics import build_registry
-from recommender.models import (
+from satbench.recommender.metrics import build_registry
+from satbench.recommender.models import (
     CapabilitiesModel,
     HealthModel,
     LaneModel,
@@ -68,12 +68,12 @@ from recommender.models import (
     RunInfo,
     RunRegistered,
 )
-from recommender.prometheus_source import HttpxPromClient
-from recommender.run_analysis import analyze_run_async
-from recommender.settings import RecommenderSettings
-from recommender.store import Analyzer, RecommendationStore
-from recommender.validity import check_answers, fingerprints_when_measured
-from recommender.write_guard import WriteGuardASGI
+from satbench.recommender.prometheus_source import HttpxPromClient
+from satbench.recommender.run_analysis import analyze_run_async
+from satbench.recommender.settings import RecommenderSettings
+from satbench.recommender.store import Analyzer, RecommendationStore
+from satbench.recommender.validity import check_answers, fingerprints_when_measured
+from satbench.recommender.write_guard import WriteGuardASGI
 
 __all__ = ["CachedDocumentASGI", "FingerprintSource", "SettingsAnalyzer", "check_bounds", "create_app",
            "prometheus_fingerprints", "with_measured_fingerprints"]

@@ -106,7 +106,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from recommender.metrics import document_lanes, exposition, lane_identity, validity_state
+from satbench.recommender.metrics import document_lanes, exposition, lane_identity, validity_state
 
 __all__ = ["FORMATS", "capability_fragment", "configure", "litellm_config", "main", "prometheus_text"]
 
@@ -331,7 +331,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def _pairs(values: Sequence[str], flag: str, *, urls: bool = False) -> dict[str, str]:
     """``KEY=VALUE`` options as a dict (``ValueError`` naming the flag for a malformed one)."""
-    from core.config_files import check_http_url
+    from satbench.core.config_files import check_http_url
 
     out: dict[str, str] = {}
     for value in values:
@@ -364,7 +364,7 @@ def _read_file(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
 def _fetch(url_arg: str, timeout: float) -> tuple[dict[str, Any] | None, int]:
     import httpx
 
-    from core.config_files import check_http_url
+    from satbench.core.config_files import check_http_url
 
     try:
         base = check_http_url(url_arg)

@@ -43,8 +43,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def build_settings(args: argparse.Namespace) -> Any:
-    from recommender.errors import BadInput
-    from recommender.settings import RecommenderSettings, load_policy_file
+    from satbench.recommender.errors import BadInput
+    from satbench.recommender.settings import RecommenderSettings, load_policy_file
 
     overrides: dict[str, Any] = {}
     for name in ("host", "port", "runs_dir", "refresh_interval_s", "validity_interval_s", "scrape_interval_s",
@@ -82,10 +82,10 @@ def main(args: argparse.Namespace) -> int:
     import uvicorn
     from pydantic import ValidationError
 
-    from core.config_files import format_validation_error
-    from recommender.app import create_app
-    from recommender.errors import BadInput
-    from recommender.settings import RecommenderSettings
+    from satbench.core.config_files import format_validation_error
+    from satbench.recommender.app import create_app
+    from satbench.recommender.errors import BadInput
+    from satbench.recommender.settings import RecommenderSettings
 
     try:
         settings = build_settings(args)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.statistics import gain_per_doubling
+from satbench.core.statistics import gain_per_doubling
 
 __all__ = ["CurvePoint", "Knee", "kneedle", "monotone_fit", "saturation_rung"]
 

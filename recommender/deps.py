@@ -6,8 +6,8 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from recommender.settings import RecommenderSettings
-from recommender.store import RecommendationStore
+from satbench.recommender.settings import RecommenderSettings
+from satbench.recommender.store import RecommendationStore
 
 __all__ = ["SettingsDep", "StoreDep"]
 

@@ -25,10 +25,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from core.lanes import LOCAL_NODE, split_key
-from recommender.analysis import LaneAnalysis
-from recommender.policy import Policy
-from recommender.rate_analysis import RateAnswer
+from satbench.core.lanes import LOCAL_NODE, split_key
+from satbench.recommender.analysis import LaneAnalysis
+from satbench.recommender.policy import Policy
+from satbench.recommender.rate_analysis import RateAnswer
 
 __all__ = [
     "SCHEMA_ID",

@@ -60,10 +60,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from core.lanes import LOCAL_NODE, key_labels, lane_key, split_key
-from recommender.document import answers
-from recommender.errors import NothingToServe
-from recommender.store import RecommendationStore
+from satbench.core.lanes import LOCAL_NODE, key_labels, lane_key, split_key
+from satbench.recommender.document import answers
+from satbench.recommender.errors import NothingToServe
+from satbench.recommender.store import RecommendationStore
 
 __all__ = [
     "VALIDITY_STATES",

@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.config import JsonDict
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
-from core.figures import StepFigures
-from recommender.policy import Policy
+from satbench.core.figures import StepFigures
+from satbench.recommender.policy import Policy
 
 __all__ = [
     "CapabilitiesModel",

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.objectives import Objectives
+from satbench.core.objectives import Objectives
 
 __all__ = ["SLO", "Policy", "objectives_of"]
 

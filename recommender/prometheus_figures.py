@@ -33,10 +33,10 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from core.figures import MemoryFigures, Quantiles, StepFigures, client_figures
-from core.manifest import StepWindow
-from core.statistics import MeanEstimate, batch_mean_estimate, jain_index, max_min_share
-from core.step_figures import window_validity
+from satbench.core.figures import MemoryFigures, Quantiles, StepFigures, client_figures
+from satbench.core.manifest import StepWindow
+from satbench.core.statistics import MeanEstimate, batch_mean_estimate, jain_index, max_min_share
+from satbench.core.step_figures import window_validity
 
 __all__ = ["PromStepResults", "figures_from_prometheus", "finite", "memory_figures"]
 

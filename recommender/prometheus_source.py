@@ -21,11 +21,11 @@ from typing import Any, Protocol
 
 import httpx
 
-from core import promql
-from core.figures import Quantiles, StepFigures
-from core.manifest import RunManifest, StepWindow
-from recommender.errors import PrometheusQueryError, PrometheusUnavailable
-from recommender.prometheus_figures import PromStepResults, figures_from_prometheus, finite, memory_figures
+from satbench.core import promql
+from satbench.core.figures import Quantiles, StepFigures
+from satbench.core.manifest import RunManifest, StepWindow
+from satbench.recommender.errors import PrometheusQueryError, PrometheusUnavailable
+from satbench.recommender.prometheus_figures import PromStepResults, figures_from_prometheus, finite, memory_figures
 
 __all__ = [
     "HttpxPromClient",

@@ -38,9 +38,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.attainment import rate_verdict, step_attainment, step_growth, step_steady
-from core.figures import StepFigures
-from recommender.policy import Policy
+from satbench.core.attainment import rate_verdict, step_attainment, step_growth, step_steady
+from satbench.core.figures import StepFigures
+from satbench.recommender.policy import Policy
 
 __all__ = ["RateAnswer", "RatePoint", "attainment_curve", "crossing", "rate_answer", "rate_passes"]
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from core.figures import StepFigures
-from core.manifest import RunManifest, StepWindow
-from core.objectives import Objectives
-from core.records import RequestRecord, read_records
-from core.step_figures import compute_step_figures
-from recommender.errors import RecordsUnavailable
+from satbench.core.figures import StepFigures
+from satbench.core.manifest import RunManifest, StepWindow
+from satbench.core.objectives import Objectives
+from satbench.core.records import RequestRecord, read_records
+from satbench.core.step_figures import compute_step_figures
+from satbench.recommender.errors import RecordsUnavailable
 
 __all__ = ["RECORDS_FILE", "figures_from_records", "load_records", "unusable_window_figures"]
 

@@ -18,25 +18,25 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from core.attainment import capacity_bound
-from core.figures import StepFigures
-from core.fingerprint import policy_part, workload_part
-from core.lanes import LOCAL_NODE, split_key
-from core.manifest import RunManifest
-from core.objectives import Objectives
-from recommender.analysis import analyze_lane
-from recommender.document import build_document, lane_fragment, mark_changed, unchecked
-from recommender.errors import BadInput, PrometheusQueryError, SourceUnavailable
-from recommender.policy import Policy, objectives_of
-from recommender.prometheus_source import (
+from satbench.core.attainment import capacity_bound
+from satbench.core.figures import StepFigures
+from satbench.core.fingerprint import policy_part, workload_part
+from satbench.core.lanes import LOCAL_NODE, split_key
+from satbench.core.manifest import RunManifest
+from satbench.core.objectives import Objectives
+from satbench.recommender.analysis import analyze_lane
+from satbench.recommender.document import build_document, lane_fragment, mark_changed, unchecked
+from satbench.recommender.errors import BadInput, PrometheusQueryError, SourceUnavailable
+from satbench.recommender.policy import Policy, objectives_of
+from satbench.recommender.prometheus_source import (
     HttpxPromClient,
     PrometheusSourceConfig,
     PromQLClient,
     fetch_run_figures,
 )
-from recommender.rate_analysis import rate_answer
-from recommender.records_source import figures_from_records, load_records, unusable_window_figures
-from recommender.validity import check_answers
+from satbench.recommender.rate_analysis import rate_answer
+from satbench.recommender.records_source import figures_from_records, load_records, unusable_window_figures
+from satbench.recommender.validity import check_answers
 
 __all__ = ["analyze_run", "analyze_run_async", "document_from_figures", "lane_place"]
 

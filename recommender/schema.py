@@ -1,14 +1,14 @@
 """The committed JSON Schema of the recommendations document, generated from the pydantic models.
 
-``python -m recommender.schema`` rewrites ``recommender/schema/recommendations.v2.json``
+``python -m satbench.recommender.schema`` rewrites ``recommender/schema/recommendations.v2.json``
 (``recommendations.v1.json`` beside it is v1's, frozen: the schema of the v1 view);
-``python -m recommender.schema --check`` exits 1 when the committed file differs from what the models
+``python -m satbench.recommender.schema --check`` exits 1 when the committed file differs from what the models
 generate (the drift test runs the same comparison). Output is sorted, indented JSON so diffs read well.
 
 The sample document DESIGN.md points to (``docs/recommendations-sample.json``, a file of its own so that the
 design reads as prose) is a real one: ``design_sample(doc)`` trims a real run's document to one lane and its
 answer's rung (numbers rounded to four significant digits, the checkout's path written ``<repo>``),
-``python -m recommender.schema --design-sample RUN_DIR`` writes it, and the session test checks that the
+``python -m satbench.recommender.schema --design-sample RUN_DIR`` writes it, and the session test checks that the
 committed sample validates against the schema and has the keys of the session's real document
 (``key_shape``), so the sample cannot fall behind the output.
 """
@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from recommender.models import RecommendationsDocument
+from satbench.recommender.models import RecommendationsDocument
 
 __all__ = [
     "SAMPLE_PATH",
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         current = SCHEMA_PATH.read_text(encoding="utf-8") if SCHEMA_PATH.exists() else ""
         if current != text:
-            print(f"{SCHEMA_PATH.name} is out of date: run python -m recommender.schema", file=sys.stderr)
+            print(f"{SCHEMA_PATH.name} is out of date: run python -m satbench.recommender.schema", file=sys.stderr)
             return 1
         return 0
     SCHEMA_PATH.parent.mkdir(parents=True, exist_ok=True)

@@ -22,10 +22,10 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from core.config_files import validation_problems
-from recommender.errors import BadInput
-from recommender.policy import Policy
-from recommender.prometheus_source import PrometheusSourceConfig
+from satbench.core.config_files import validation_problems
+from satbench.recommender.errors import BadInput
+from satbench.recommender.policy import Policy
+from satbench.recommender.prometheus_source import PrometheusSourceConfig
 
 __all__ = ["WRITE_TOKEN_ENV", "RecommenderSettings", "load_policy_file"]
 

@@ -45,12 +45,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from core.manifest import RUN_ID_PATTERN, RunManifest, read_manifest
-from core.shards import shard_key
-from recommender.document import as_v1, mark_changed, mark_stale, node_index
-from recommender.errors import BadInput, NothingToServe, SourceUnavailable, UnknownLane, UnknownRun
-from recommender.fleet_runs import FleetRun, ShardEntry, check_join, fleet_runs, missing_answers, stamp_of
-from recommender.policy import Policy
+from satbench.core.manifest import RUN_ID_PATTERN, RunManifest, read_manifest
+from satbench.core.shards import shard_key
+from satbench.recommender.document import as_v1, mark_changed, mark_stale, node_index
+from satbench.recommender.errors import BadInput, NothingToServe, SourceUnavailable, UnknownLane, UnknownRun
+from satbench.recommender.fleet_runs import FleetRun, ShardEntry, check_join, fleet_runs, missing_answers, stamp_of
+from satbench.recommender.policy import Policy
 
 __all__ = ["Analyzer", "RecommendationStore", "RunEntry", "entry_key"]
 

@@ -28,12 +28,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from core.fingerprint_compare import assess
-from core.fingerprint_labels import from_info_labels
-from core.lanes import LOCAL_NODE
-from recommender.document import iso_utc, unchecked
-from recommender.errors import PrometheusQueryError, SourceUnavailable
-from recommender.prometheus_source import PromQLClient, VectorSample
+from satbench.core.fingerprint_compare import assess
+from satbench.core.fingerprint_labels import from_info_labels
+from satbench.core.lanes import LOCAL_NODE
+from satbench.recommender.document import iso_utc, unchecked
+from satbench.recommender.errors import PrometheusQueryError, SourceUnavailable
+from satbench.recommender.prometheus_source import PromQLClient, VectorSample
 
 __all__ = ["FINGERPRINT_SERIES", "check_answers", "fingerprints_when_measured", "live_by_key", "validity_of"]
 

@@ -54,9 +54,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from core.figures import MemoryFigures, StepFigures, Tail
-from core.statistics import exceedance_p_value, relative_half_width
-from recommender.policy import Policy
+from satbench.core.figures import MemoryFigures, StepFigures, Tail
+from satbench.core.statistics import exceedance_p_value, relative_half_width
+from satbench.recommender.policy import Policy
 
 __all__ = [
     "CHECKS",

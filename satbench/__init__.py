@@ -6,6 +6,6 @@ nothing below imports it. The version lives in ``core`` so every floor can stamp
 
 from __future__ import annotations
 
-from core import __version__
+from satbench.core import __version__
 
 __all__ = ["__version__"]

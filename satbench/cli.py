@@ -13,7 +13,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from core import __version__
+from satbench.core import __version__
 
 __all__ = ["SUBCOMMANDS", "build_parser", "main"]
 
@@ -31,18 +31,19 @@ exit status: 0 every lane has an answer, 1 some lane has none, 2 bad input, 130 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "run": ("satbench.session.cli", "a whole benchmark session: start what is missing, walk the ladder, answer"),
     "tune": ("satbench.tune.cli", "find each lane's server settings (-np, -b, -ub, -c), not only its concurrency"),
-    "sim": ("simulator.cli", "the embedded llama.cpp-compatible runtime simulator"),
-    "sim-fleet": ("simulator.fleet", "many simulated nodes and lanes from one process (fleet tests and benches)"),
-    "loadgen": ("loadgen.cli", "only the ladder walk, against running endpoints"),
-    "exporter": ("exporter.cli", "the runtime exporter for one node (runtime_* and gpu_* metrics)"),
-    "recommender": ("recommender.cli", "the recommendations service (GET /recommendations)"),
+    "sim": ("satbench.simulator.cli", "the embedded llama.cpp-compatible runtime simulator"),
+    "sim-fleet": ("satbench.simulator.fleet",
+                  "many simulated nodes and lanes from one process (fleet tests and benches)"),
+    "loadgen": ("satbench.loadgen.cli", "only the ladder walk, against running endpoints"),
+    "exporter": ("satbench.exporter.cli", "the runtime exporter for one node (runtime_* and gpu_* metrics)"),
+    "recommender": ("satbench.recommender.cli", "the recommendations service (GET /recommendations)"),
     "report": ("satbench.report.cli",
                "rebuild report.html, README.md, steps.csv and records.csv from a run folder's raw files"),
     "models": ("satbench.models.cli", "write the tiny dense and MoE GGUF models"),
     "serve": ("satbench.serve", "serve finished runs' answers at GET /recommendations (no Prometheus needed)"),
     "compare": ("satbench.compare.cli", "what changed from run A to run B, lane by lane, judged by the runs' own "
                 "intervals (exits 1 on a significant regression)"),
-    "capabilities": ("recommender.capabilities", "print the answer per node and lane where routers read it "
+    "capabilities": ("satbench.recommender.capabilities", "print the answer per node and lane where routers read it "
                      "(json, prometheus, litellm)"),
 }
 

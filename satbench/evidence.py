@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import httpx
 import psutil
 
-from core import __version__
+from satbench.core import __version__
 
 __all__ = [
     "REDACTED",

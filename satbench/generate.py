@@ -27,7 +27,7 @@ def dashboard_artefacts() -> dict[str, str]:
 
 
 def schema_artefacts() -> dict[str, str]:
-    from recommender.schema import SCHEMA_PATH, render_schema
+    from satbench.recommender.schema import SCHEMA_PATH, render_schema
 
     return {SCHEMA_PATH.relative_to(REPO_ROOT).as_posix(): render_schema()}
 

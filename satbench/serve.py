@@ -33,7 +33,7 @@ def run_folders(paths: list[Path], skipped: list[str] | None = None) -> list[Pat
     """Every readable run folder that ``paths`` name (a run folder itself, or the run folders inside a
     folder); an unreadable one is left out and said in ``skipped``; ``ValueError`` naming a path that holds
     no readable run folder."""
-    from core.manifest import read_manifest
+    from satbench.core.manifest import read_manifest
 
     out: list[Path] = []
     for path in paths:
@@ -69,9 +69,9 @@ def main(args: argparse.Namespace) -> int:
     import uvicorn
     from pydantic import ValidationError
 
-    from core.config_files import format_validation_error
-    from recommender.app import create_app
-    from recommender.settings import RecommenderSettings
+    from satbench.core.config_files import format_validation_error
+    from satbench.recommender.app import create_app
+    from satbench.recommender.settings import RecommenderSettings
 
     skipped: list[str] = []
     try:

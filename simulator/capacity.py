@@ -24,8 +24,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from simulator.profile import Profile
-from simulator.stepcost import step_seconds
+from satbench.simulator.profile import Profile
+from satbench.simulator.stepcost import step_seconds
 
 __all__ = ["CapacityError", "CapacityPoint", "capacity_curve", "closed_loop_capacity"]
 
@@ -81,7 +81,7 @@ def closed_loop_capacity(
 
 
 def _virtual_point(profile: Profile, P: int, n_out: int, c: int, b: int) -> CapacityPoint:
-    from simulator.virtual import run_closed_loop
+    from satbench.simulator.virtual import run_closed_loop
 
     res = run_closed_loop(profile, c, P, n_out, requests_per_user=max(4, 2 + 24 // c), warmup_requests=2 * c)
     done = [r for r in res.truth if r.first_token is not None and r.last_token is not None]

@@ -20,7 +20,7 @@ __all__ = ["configure", "main", "prepare", "serve"]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from simulator.dropin import add_llama_flags
+    from satbench.simulator.dropin import add_llama_flags
 
     parser.add_argument("--profile", default="dense", help="dense, moe, starving or a profile TOML file")
     parser.add_argument("--host", default="127.0.0.1",
@@ -56,10 +56,10 @@ async def serve(
     """
     from aiohttp import web
 
-    from simulator.dropin import ServerOptions
-    from simulator.profile import Profile
-    from simulator.router import create_router_app
-    from simulator.server import RUNTIME_KEY, create_app
+    from satbench.simulator.dropin import ServerOptions
+    from satbench.simulator.profile import Profile
+    from satbench.simulator.router import create_router_app
+    from satbench.simulator.server import RUNTIME_KEY, create_app
 
     if not isinstance(profile, Profile):
         raise TypeError("profile must be a simulator.profile.Profile")
@@ -102,8 +102,8 @@ def _url_host(h: str) -> str:
 
 def prepare(args: argparse.Namespace) -> tuple[Any, Any]:
     """The profile and ``ServerOptions`` for parsed arguments (raises ``ProfileError`` on bad input)."""
-    from simulator.dropin import apply_llama_flags
-    from simulator.profile import ProfileError, load_profile
+    from satbench.simulator.dropin import apply_llama_flags
+    from satbench.simulator.profile import ProfileError, load_profile
 
     slots_flag = args.slots == "on"
     try:
@@ -123,10 +123,10 @@ def prepare(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def main(args: argparse.Namespace) -> int:
-    from simulator.profile import ProfileError
+    from satbench.simulator.profile import ProfileError
 
     if any(spelled == "--version" for _, spelled, _ in args.llama_flags):
-        from core import __version__
+        from satbench.core import __version__
 
         print(f"version: satbench {__version__} (simulated llama-server)\nbuilt with the satbench simulator")
         return 0

@@ -49,10 +49,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.llama_argv import ARGV_FLAGS, environment_settings, server_layout
-from simulator.llama_flags import LLAMA_SERVER_FLAGS
-from simulator.model_cache import cached_preset, hf_cache_dir
-from simulator.profile import Profile, ProfileError
+from satbench.core.llama_argv import ARGV_FLAGS, environment_settings, server_layout
+from satbench.simulator.llama_flags import LLAMA_SERVER_FLAGS
+from satbench.simulator.model_cache import cached_preset, hf_cache_dir
+from satbench.simulator.profile import Profile, ProfileError
 
 __all__ = ["LLAMA_DEST", "ServerOptions", "add_llama_flags", "apply_llama_flags"]
 

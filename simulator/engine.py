@@ -37,9 +37,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from simulator.profile import Profile
-from simulator.stepcost import step_seconds
-from simulator.tokens import token_at
+from satbench.simulator.profile import Profile
+from satbench.simulator.stepcost import step_seconds
+from satbench.simulator.tokens import token_at
 
 __all__ = [
     "ContextLimitError",

@@ -25,7 +25,7 @@ import random
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from simulator.profile import FaultSpec, fault_from_mapping
+from satbench.simulator.profile import FaultSpec, fault_from_mapping
 
 __all__ = ["FaultSchedule", "faults_from_json"]
 

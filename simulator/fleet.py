@@ -40,8 +40,8 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
-from core.config_files import validation_problems
-from simulator.fleet_spec import OVERRIDES, FleetError, FleetSpec, LaneSpec, NodeSpec, parse_lanes
+from satbench.core.config_files import validation_problems
+from satbench.simulator.fleet_spec import OVERRIDES, FleetError, FleetSpec, LaneSpec, NodeSpec, parse_lanes
 
 __all__ = [
     "OVERRIDES",
@@ -152,7 +152,7 @@ class Fleet:
         await self.close()
 
     async def _start_app(self, served: _Served) -> None:
-        from simulator.server import RUNTIME_KEY, create_app
+        from satbench.simulator.server import RUNTIME_KEY, create_app
 
         profile, options = served.spec.resolved()
         app = create_app(profile, options=options)

@@ -27,10 +27,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from core.config_files import FieldError, format_validation_error, load_toml_model
-from core.lanes import LOCAL_NODE, NAME_PATTERN, duplicate_names
-from simulator.dropin import ServerOptions
-from simulator.profile import Profile, ProfileError, bundled_profiles
+from satbench.core.config_files import FieldError, format_validation_error, load_toml_model
+from satbench.core.lanes import LOCAL_NODE, NAME_PATTERN, duplicate_names
+from satbench.simulator.dropin import ServerOptions
+from satbench.simulator.profile import Profile, ProfileError, bundled_profiles
 
 __all__ = ["OVERRIDES", "FleetError", "FleetSpec", "LaneSpec", "NodeSpec", "parse_lanes"]
 
@@ -52,7 +52,7 @@ class FleetError(ValueError):
 
 @functools.cache
 def _sim_parser() -> argparse.ArgumentParser:
-    from simulator.cli import configure as configure_sim
+    from satbench.simulator.cli import configure as configure_sim
 
     parser = argparse.ArgumentParser(prog="satbench sim", add_help=False)
     configure_sim(parser)
@@ -99,7 +99,7 @@ class LaneSpec(BaseModel):
     def resolved(self) -> tuple[Profile, ServerOptions]:
         """The validated profile (overrides applied) and server options, as ``satbench sim`` would serve them
         (``simulator.cli.prepare`` on ``argv()``); ``ProfileError`` when the profile cannot be used."""
-        from simulator.cli import prepare
+        from satbench.simulator.cli import prepare
 
         argv = self.argv()
         if self._resolved is not None and self._resolved[0] == argv:

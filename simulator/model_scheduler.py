@@ -23,9 +23,9 @@ from typing import Any
 
 from aiohttp import web
 
-from simulator.dropin import ServerOptions
-from simulator.profile import Profile
-from simulator.server import SimulatorApp
+from satbench.simulator.dropin import ServerOptions
+from satbench.simulator.profile import Profile
+from satbench.simulator.server import SimulatorApp
 
 __all__ = ["FAKE_TIMING_S", "LoadCancelled", "ModelScheduler", "RouterModel"]
 

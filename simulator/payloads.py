@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from simulator.engine import Request
-from simulator.tokens import BOS, VOCAB, token_at
+from satbench.simulator.engine import Request
+from satbench.simulator.tokens import BOS, VOCAB, token_at
 
 __all__ = [
     "GENERATION_SETTINGS",

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from simulator.tokens import BOS_ID, render_chat, tokenize
+from satbench.simulator.tokens import BOS_ID, render_chat, tokenize
 
 __all__ = [
     "RequestError",

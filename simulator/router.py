@@ -53,11 +53,11 @@ from typing import Any
 
 from aiohttp import web
 
-from simulator.dropin import ServerOptions
-from simulator.model_cache import cache_models, hf_cache_dir, models_dir_models, read_preset
-from simulator.model_scheduler import FAKE_TIMING_S, LoadCancelled, ModelScheduler, RouterModel
-from simulator.profile import Profile, ProfileError, load_profile
-from simulator.server import (
+from satbench.simulator.dropin import ServerOptions
+from satbench.simulator.model_cache import cache_models, hf_cache_dir, models_dir_models, read_preset
+from satbench.simulator.model_scheduler import FAKE_TIMING_S, LoadCancelled, ModelScheduler, RouterModel
+from satbench.simulator.profile import Profile, ProfileError, load_profile
+from satbench.simulator.server import (
     JSON_HEADERS,
     SSE_HEADERS,
     UI_PATHS,
@@ -66,7 +66,7 @@ from simulator.server import (
     _json,
     base_app,
 )
-from simulator.state_views import BUILD_INFO
+from satbench.simulator.state_views import BUILD_INFO
 
 __all__ = ["FAKE_TIMING_S", "RouterApp", "RouterModel", "create_router_app"]
 

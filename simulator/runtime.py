@@ -20,9 +20,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from simulator.engine import Emission, Engine, Request, RequestSpec
-from simulator.profile import Profile
-from simulator.state_views import TimeMap
+from satbench.simulator.engine import Emission, Engine, Request, RequestSpec
+from satbench.simulator.profile import Profile
+from satbench.simulator.state_views import TimeMap
 
 __all__ = ["RealTimeRuntime", "Stream", "TimingStats"]
 

@@ -27,10 +27,10 @@ from typing import Any
 
 from aiohttp import web
 
-from simulator.dropin import ServerOptions
-from simulator.engine import ContextLimitError, Emission, Request, RequestSpec
-from simulator.faults import FaultSchedule
-from simulator.payloads import (
+from satbench.simulator.dropin import ServerOptions
+from satbench.simulator.engine import ContextLimitError, Emission, Request, RequestSpec
+from satbench.simulator.faults import FaultSchedule
+from satbench.simulator.payloads import (
     ChatIds,
     completion_chunk,
     completion_final,
@@ -41,8 +41,8 @@ from simulator.payloads import (
     sse,
     timings,
 )
-from simulator.profile import Profile
-from simulator.requests import (
+from satbench.simulator.profile import Profile
+from satbench.simulator.requests import (
     RequestError,
     chat_prompt_text,
     check_media,
@@ -51,15 +51,15 @@ from simulator.requests import (
     prompt_ids,
     split_prompts,
 )
-from simulator.runtime import RealTimeRuntime, Stream
-from simulator.state_views import (
+from satbench.simulator.runtime import RealTimeRuntime, Stream
+from satbench.simulator.state_views import (
     BUILD_INFO,
     metrics_text,
     models_view,
     props_view,
     slots_view,
 )
-from simulator.stream_routes import (
+from satbench.simulator.stream_routes import (
     JSON_HEADERS,
     SSE_HEADERS,
     ConversationStreams,
@@ -68,10 +68,10 @@ from simulator.stream_routes import (
     json_response,
     wait_finished,
 )
-from simulator.streams import SessionWriter
-from simulator.token_routes import TokenRoutes
-from simulator.tokens import BOS, BOS_ID, detokenize, ids_digest
-from simulator.truth_routes import GroundTruthRoutes
+from satbench.simulator.streams import SessionWriter
+from satbench.simulator.token_routes import TokenRoutes
+from satbench.simulator.tokens import BOS, BOS_ID, detokenize, ids_digest
+from satbench.simulator.truth_routes import GroundTruthRoutes
 
 __all__ = ["RUNTIME_KEY", "SimulatorApp", "base_app", "create_app"]
 

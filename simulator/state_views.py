@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from simulator.dropin import ServerOptions
-from simulator.engine import Engine, Request, TruthRecord
-from simulator.payloads import generation_settings, merge_settings
-from simulator.profile import Profile
+from satbench.simulator.dropin import ServerOptions
+from satbench.simulator.engine import Engine, Request, TruthRecord
+from satbench.simulator.payloads import generation_settings, merge_settings
+from satbench.simulator.profile import Profile
 
 __all__ = [
     "BUILD_INFO",

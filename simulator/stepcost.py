@@ -18,7 +18,7 @@ batch and saturates at ``E``. Everything is scaled by ``time_scale``.
 
 from __future__ import annotations
 
-from simulator.profile import CostModel
+from satbench.simulator.profile import CostModel
 
 __all__ = ["distinct_experts", "microbatch_sizes", "step_seconds"]
 

@@ -20,9 +20,9 @@ from typing import Any
 
 from aiohttp import web
 
-from simulator.payloads import error_body
-from simulator.runtime import Stream
-from simulator.streams import SessionWriter, StreamSession, StreamSessions
+from satbench.simulator.payloads import error_body
+from satbench.simulator.runtime import Stream
+from satbench.simulator.streams import SessionWriter, StreamSession, StreamSessions
 
 __all__ = [
     "JSON_HEADERS",

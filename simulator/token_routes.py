@@ -17,11 +17,11 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
-from simulator.engine import ContextLimitError, RequestSpec
-from simulator.requests import RequestError, chat_prompt_text, check_messages, prompt_ids
-from simulator.runtime import RealTimeRuntime, Stream
-from simulator.stream_routes import error_response, json_body, json_response, wait_finished
-from simulator.tokens import BOS, BOS_ID, ids_digest, piece_of, tokenize_pieces
+from satbench.simulator.engine import ContextLimitError, RequestSpec
+from satbench.simulator.requests import RequestError, chat_prompt_text, check_messages, prompt_ids
+from satbench.simulator.runtime import RealTimeRuntime, Stream
+from satbench.simulator.stream_routes import error_response, json_body, json_response, wait_finished
+from satbench.simulator.tokens import BOS, BOS_ID, ids_digest, piece_of, tokenize_pieces
 
 __all__ = ["EMBEDDINGS_501", "TokenRoutes"]
 

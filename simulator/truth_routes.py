@@ -14,12 +14,12 @@ from typing import Any
 
 from aiohttp import web
 
-from simulator.capacity import CapacityError, capacity_curve
-from simulator.faults import FaultSchedule, faults_from_json
-from simulator.profile import Profile, ProfileError
-from simulator.runtime import RealTimeRuntime
-from simulator.state_views import active_record_json, gpu_view, truth_record_json
-from simulator.stream_routes import error_response, json_body, json_response
+from satbench.simulator.capacity import CapacityError, capacity_curve
+from satbench.simulator.faults import FaultSchedule, faults_from_json
+from satbench.simulator.profile import Profile, ProfileError
+from satbench.simulator.runtime import RealTimeRuntime
+from satbench.simulator.state_views import active_record_json, gpu_view, truth_record_json
+from satbench.simulator.stream_routes import error_response, json_body, json_response
 
 __all__ = ["GroundTruthRoutes"]
 

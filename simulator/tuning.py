@@ -32,9 +32,9 @@ import itertools
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from core.statistics import quantile
-from simulator.engine import Engine, RequestSpec, TruthRecord
-from simulator.profile import Profile
+from satbench.core.statistics import quantile
+from satbench.simulator.engine import Engine, RequestSpec, TruthRecord
+from satbench.simulator.profile import Profile
 
 __all__ = ["TruthPoint", "TuneWorkload", "candidate_profile", "truth_curve", "truth_point"]
 

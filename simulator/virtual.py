@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.engine import Emission, Engine, RequestSpec, TruthRecord
-from simulator.profile import Profile
+from satbench.simulator.engine import Emission, Engine, RequestSpec, TruthRecord
+from satbench.simulator.profile import Profile
 
 __all__ = ["ClosedLoopResult", "run_closed_loop", "run_requests"]
 

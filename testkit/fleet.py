@@ -15,7 +15,7 @@ import asyncio
 from types import TracebackType
 from typing import Any
 
-from simulator.fleet import Fleet, FleetSpec
+from satbench.simulator.fleet import Fleet, FleetSpec
 from testkit.process import LoopThread
 
 __all__ = ["FleetThread"]
@@ -43,7 +43,7 @@ class FleetThread:
                                   stop_timeout_s=shutdown_timeout_s)
 
     async def _serve(self, stop: asyncio.Event) -> None:
-        from simulator.fleet import serve_fleet
+        from satbench.simulator.fleet import serve_fleet
 
         try:
             await serve_fleet(self.spec, host=self.host, stop=stop, on_ready=self._thread.set_ready,

@@ -8,10 +8,10 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from loadgen.config import LoadgenConfig
-from loadgen.runner import run_ladder
-from recommender.policy import Policy
-from recommender.run_analysis import analyze_run
+from satbench.loadgen.config import LoadgenConfig
+from satbench.loadgen.runner import run_ladder
+from satbench.recommender.policy import Policy
+from satbench.recommender.run_analysis import analyze_run
 from testkit.sim import SimulatorProcess
 
 __all__ = ["PROBES", "VARIED", "flagged", "run_lane"]

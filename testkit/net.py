@@ -7,7 +7,7 @@ import time
 
 import httpx
 
-from core.net import free_port
+from satbench.core.net import free_port
 
 __all__ = ["free_port", "read_http_request", "wait_http"]
 

@@ -25,16 +25,16 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from core.arrivals import schedule
-from core.attainment import rate_look
-from core.figures import StepFigures
-from core.manifest import StepWindow
-from core.objectives import Objectives
-from core.records import RequestRecord
-from core.step_figures import compute_step_figures
-from simulator.engine import RequestSpec
-from simulator.profile import Profile
-from simulator.virtual import run_closed_loop, run_requests
+from satbench.core.arrivals import schedule
+from satbench.core.attainment import rate_look
+from satbench.core.figures import StepFigures
+from satbench.core.manifest import StepWindow
+from satbench.core.objectives import Objectives
+from satbench.core.records import RequestRecord
+from satbench.core.step_figures import compute_step_figures
+from satbench.simulator.engine import RequestSpec
+from satbench.simulator.profile import Profile
+from satbench.simulator.virtual import run_closed_loop, run_requests
 
 __all__ = ["Served", "measured_answer", "measured_rung", "serve", "true_capacity", "true_max_rate"]
 

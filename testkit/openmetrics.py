@@ -20,12 +20,12 @@ import math
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Sequence
 
-from core.figures import client_values
-from core.histograms import LATENCY_BUCKETS_S
-from core.lanes import key_labels
-from core.manifest import RunManifest
-from core.records import RequestRecord
-from core.step_figures import compute_step_figures
+from satbench.core.figures import client_values
+from satbench.core.histograms import LATENCY_BUCKETS_S
+from satbench.core.lanes import key_labels
+from satbench.core.manifest import RunManifest
+from satbench.core.records import RequestRecord
+from satbench.core.step_figures import compute_step_figures
 
 __all__ = ["openmetrics_text"]
 

@@ -31,8 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.manifest import StepWindow
-from core.records import RequestRecord
+from satbench.core.manifest import StepWindow
+from satbench.core.records import RequestRecord
 
 __all__ = ["Engine", "Scenario", "ScenarioResult", "Truth", "TruthRequest", "lognormal", "run", "uniform"]
 

@@ -2,11 +2,11 @@
 
 Why here: the session tests, the dashboards' panel replay and the fleet-store comparison all need a real
 session, and a real session is the most expensive thing the suite does (Prometheus, exporters, a recommender,
-runtimes, a ladder walk: some 30 s on two cores). They read the one ``shared`` run that ``tests/conftest.py``
-starts once (``SHARED_LANES``: every lane shape they inspect, a planted secret and, where VictoriaMetrics is
-installed, a remote-write store); a test that needs its own session (Ctrl-C, a failed start, a router node)
-starts one with ``start_session``/``run_session``. Settings are ``SHORT``: ladder 1/2, 3 s windows, 2 requests
-a rung: plumbing and evidence, not accuracy.
+runtimes, a ladder walk: some 30 s on two cores). They read the one shared run that ``tests/conftest.py``
+starts once (``SHARED_LANES``: every lane shape they inspect, a router node, a planted secret and, where
+VictoriaMetrics is installed, a remote-write store); a test that needs its own session (Ctrl-C, a failed
+start, an external node) starts one with ``start_session``/``run_session``. Settings are ``SHORT``: ladder
+1/2, 3 s windows, 2 requests a rung: plumbing and evidence, not accuracy.
 
 ``DescendantWatcher`` records every descendant PID while the session runs (polled), so a test can check that
 none survives it (``survivors``).
@@ -36,6 +36,7 @@ __all__ = [
     "PLANTED_SECRET",
     "RELAY_LANE",
     "ROOT",
+    "ROUTER_MODEL",
     "SECOND_NODE",
     "SHARED_LANES",
     "SHORT",
@@ -68,8 +69,11 @@ SHORT = [
     "policy.min_requests_per_step=2",
     "--set",
     "policy.max_throughput_ci_ratio=1.0",
+    # plumbing and evidence, not accuracy: a loaded test machine (a parallel suite) must not void the steps
     "--set",
-    "loadgen.max_loop_lag_s=0.5",  # plumbing, not accuracy: a loaded test machine must not void the steps
+    "loadgen.max_loop_lag_s=0.5",
+    "--set",
+    "loadgen.max_idle_share=0.5",
 ]
 
 # A secret planted in the shared session, three ways: the relay lane's api_key_env value, an --api-key server
@@ -81,14 +85,16 @@ PLANTED_SECRET = "sk-planted-" + secrets.token_hex(8)
 # - ``dense`` with one slot (the settings that ran: asked 1, got 1; it saturates at c=1, so the answer carries a
 #   saturation figure) behind the exporter's relay (the load generator sends through it), with the planted key;
 # - ``moe`` as its profile is (eight slots: decode stalls at c=2), no relay;
-# - a second ``dense`` on node ``gpu1``: one lane name on two nodes (keys ``dense`` and ``gpu1/dense``), a
-#   router node of one model with its profile's slots, whose series carry ``node="gpu1"``.
-RELAY_LANE, SECOND_NODE = "dense", "gpu1"
+# - node ``gpu1``: ONE simulator in router mode holding two models, each a lane whose series carry
+#   ``node="gpu1"``: a second ``dense`` (one lane name on two nodes: keys ``dense`` and ``gpu1/dense``) with its
+#   profile's slots, and ``moe`` as model ``big-moe`` with 2 slots (its own child's settings).
+RELAY_LANE, SECOND_NODE, ROUTER_MODEL = "dense", "gpu1", "big-moe"
 SHARED_LANES = (
     f'lanes=[{{name = "{RELAY_LANE}", profile = "dense", parallel = 1, relay = true, '
     f'api_key_env = "{PLANTED_KEY_ENV}", server_args = ["--api-key", "{PLANTED_SECRET}"]}}, '
     '{name = "moe", profile = "moe"}, '
-    f'{{name = "{RELAY_LANE}", profile = "dense", node = "{SECOND_NODE}"}}]'
+    f'{{name = "{RELAY_LANE}", profile = "dense", node = "{SECOND_NODE}"}}, '
+    f'{{name = "moe", profile = "moe", node = "{SECOND_NODE}", model = "{ROUTER_MODEL}", parallel = 2}}]'
 )
 
 

@@ -69,7 +69,7 @@ class InProcessSimulator:
     """The simulator app on a free port, served by an event loop in a daemon thread (``LoopThread``)."""
 
     def __init__(self, profile: str = "dense", **overrides: Any) -> None:
-        from simulator.profile import load_profile
+        from satbench.simulator.profile import load_profile
 
         self.profile = load_profile(profile).with_overrides(**overrides)
         self.options: Any = None  # the drop-in command line's serving options (``DropIn``), else the defaults
@@ -79,7 +79,7 @@ class InProcessSimulator:
         self._thread = LoopThread("simulator", ready_url=self.url + "/health", stop_timeout_s=10.0)
 
     async def _serve(self, stop: asyncio.Event) -> None:
-        from simulator.cli import serve
+        from satbench.simulator.cli import serve
 
         extra = {} if self.options is None else {"options": self.options}
         await serve(self.profile, "127.0.0.1", self.port, stop, on_app=self._set_app, **extra)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from core.loops import fast_loop_factory
+from satbench.core.loops import fast_loop_factory
 
 __all__ = ["StreamServer", "StreamServerConfig", "main"]
 

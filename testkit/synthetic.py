@@ -27,9 +27,9 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from core.lanes import split_key
-from core.manifest import RunManifest, StepWindow
-from core.records import Phase, RequestRecord
+from satbench.core.lanes import split_key
+from satbench.core.manifest import RunManifest, StepWindow
+from satbench.core.records import Phase, RequestRecord
 
 __all__ = ["SyntheticLane", "simulate_run"]
 

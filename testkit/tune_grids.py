@@ -33,7 +33,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from core.statistics import gain_interval
+from satbench.core.statistics import gain_interval
 from satbench.tune.grid import Candidate
 from satbench.tune.search import Outcome, PauseCount
 

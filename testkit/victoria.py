@@ -48,11 +48,16 @@ __all__ = [
 BINARY_NAMES = ("victoria-metrics", "victoria-metrics-prod")
 MISSING_REASON = "VictoriaMetrics is not installed (Debian: apt-get install victoria-metrics)"
 
+# runtime_fingerprint_info carries some 36 labels (every setting that changes the answer); VictoriaMetrics keeps 30
+# by default and drops the rest silently (docs/fleet-store.md), so every store satbench writes to raises it.
+FINGERPRINT_LABELS_FLAG = "-maxLabelsPerTimeseries=64"
+
 DEFAULT_FLAGS = (
     "-search.latencyOffset=0s",
     "-search.disableCache",
     "-retentionPeriod=100y",
     "-loggerLevel=WARN",
+    FINGERPRINT_LABELS_FLAG,
 )
 
 

@@ -1,13 +1,15 @@
 """Fixtures every folder may use, and the one rule for running the suite in parallel.
 
 - ``shared_session``: ONE short real ``satbench run`` (``testkit.session.SHARED_LANES``) for every test that
-  inspects a finished session: the session's evidence (tests/session), every dashboard panel's data
-  (tests/grafana/test_panel_data.py) and the fleet-store comparison (tests/recommender/test_victoria_metrics.py),
-  which is why the session remote-writes to a VictoriaMetrics where one is installed. Each test reads the run,
-  none changes it. A test that uses it is marked ``slow`` and put in the ``shared_session`` ``xdist_group``,
-  so that with ``pytest -n`` they all run on one worker and the session starts once.
+  inspects a finished session: the session's evidence and its router node (tests/session), every dashboard
+  panel's data (tests/grafana/test_panel_data.py) and the fleet-store comparison
+  (tests/recommender/test_victoria_metrics.py), which is why the session remote-writes to a VictoriaMetrics
+  where one is installed. Each test reads the run,
+  none changes it. A test that uses it is marked ``slow``, and its file is one of ``SHARED_SESSION_FILES``
+  (a test elsewhere that asks for it is a usage error naming this list).
 - Parallel runs (``make test``: ``-n 2 --dist loadgroup``) send each test file to one worker, whole (its module
-  fixtures start once), and each ``xdist_group`` to one worker (``pytest_xdist_make_scheduler``).
+  fixtures start once), and the shared session's files to one worker together, so the session starts once
+  (``pytest_xdist_make_scheduler``); the units with a slow test are handed out first.
 """
 
 from __future__ import annotations
@@ -23,6 +25,13 @@ from testkit.session import PLANTED_KEY_ENV, PLANTED_SECRET, SHARED_LANES, Share
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SHARED_GROUP = "shared_session"
+SHARED_SESSION_FILES = frozenset({
+    "tests/session/test_session.py",
+    "tests/session/test_session_artefacts.py",
+    "tests/session/test_router_node.py",
+    "tests/grafana/test_panel_data.py",
+    "tests/recommender/test_victoria_metrics.py",
+})
 
 
 @pytest.fixture(scope="session")
@@ -43,27 +52,38 @@ def shared_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedS
         yield SharedSession(run, store)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist names each test's group in its node id
+def scope(nodeid: str) -> str:
+    """The unit a parallel run gives one worker: the shared session's files together, else one file."""
+    path = nodeid.split("::", 1)[0]
+    return SHARED_GROUP if path in SHARED_SESSION_FILES else path
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # a test of the shared session is slow (it waits for a whole session), and runs on the session's worker
+    # a test of the shared session is slow (it waits for a whole session), and its file is listed
     for item in items:
         if "shared_session" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
-            item.add_marker(pytest.mark.xdist_group(SHARED_GROUP))
+            if item.nodeid.split("::", 1)[0] not in SHARED_SESSION_FILES:
+                raise pytest.UsageError(f"{item.nodeid} reads the shared session: add its file to "
+                                        "SHARED_SESSION_FILES in tests/conftest.py (they run on one worker)")
+    if hasattr(config, "workerinput"):  # a parallel run's worker: the units with a slow test first (each
+        # worker sorts the same collection the same way), so the many quick ones fill the end evenly
+        slow = {scope(item.nodeid) for item in items if item.get_closest_marker("slow")}
+        items.sort(key=lambda item: scope(item.nodeid) not in slow)
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: a run without the plugin loads this file too
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """``--dist loadgroup``: whole files to a worker, and each ``xdist_group`` to one worker (xdist's
-    ``loadfile`` and ``loadgroup`` at once: neither alone keeps a module fixture on one worker and a shared
-    session on one worker). Any other ``--dist`` is xdist's own."""
+    """``--dist loadgroup``: whole files to a worker, and the files of the shared session to one worker
+    together (xdist's ``loadfile``, plus one group; xdist's own ``xdist_group`` suffix does not reach the
+    scheduler under pytest 9, whose node ids are no longer the attribute xdist rewrites). Any other
+    ``--dist`` is xdist's own."""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
     class FileOrGroup(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            if nodeid.rfind("@") > nodeid.rfind("]"):  # xdist's suffix for a test in an xdist_group
-                return nodeid.split("@")[-1]
-            return nodeid.split("::", 1)[0]
+            return scope(nodeid)
 
     return FileOrGroup(config, log)

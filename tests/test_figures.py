@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from core.figures import Quantiles, StepFigures, client_figures, client_values, disagreements
+from satbench.core.figures import Quantiles, StepFigures, client_figures, client_values, disagreements
 
 STEP = StepFigures(lane="a", concurrency=4, window_s=8.0, requests=20, errors=1, throughput_tok_s=300.0,
                    requests_per_s=2.5, ttft_s=Quantiles(0.100, 0.200, 0.250), itl_s=Quantiles(0.010, 0.015),
@@ -48,11 +48,11 @@ def test_cache_and_draft_figures_read_back_from_the_published_metric_equal_the_r
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
-    from core.manifest import StepWindow
-    from core.records import RequestRecord
-    from core.step_figures import compute_step_figures
-    from loadgen.metrics import LoadgenMetrics
-    from recommender.prometheus_figures import PromStepResults, figures_from_prometheus
+    from satbench.core.manifest import StepWindow
+    from satbench.core.records import RequestRecord
+    from satbench.core.step_figures import compute_step_figures
+    from satbench.loadgen.metrics import LoadgenMetrics
+    from satbench.recommender.prometheus_figures import PromStepResults, figures_from_prometheus
 
     window = StepWindow(lane="a", concurrency=2, start=100.0, end=110.0)
     records = [RequestRecord(run_id="r", lane="a", concurrency=2, user=i % 2, request_id=str(i), phase="window",

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from core import fingerprint as fpmod
-from core import model_files
-from core.fingerprint import (
+from satbench.core import fingerprint as fpmod
+from satbench.core import model_files
+from satbench.core.fingerprint import (
     HARDWARE_FIELDS,
     SETTINGS_FIELDS,
     cpu_facts,
@@ -26,10 +26,10 @@ from core.fingerprint import (
     policy_part,
     workload_part,
 )
-from core.fingerprint_compare import COMPARED_FIELDS, assess, compare, describe_changes
-from core.fingerprint_labels import INFO_LABELS, from_info_labels, info_labels
-from core.llama_argv import DEFAULT, settings_from_argv
-from core.model_files import MAX_SPLITS, ModelHasher, model_file_facts, sample_sha256, split_paths
+from satbench.core.fingerprint_compare import COMPARED_FIELDS, assess, compare, describe_changes
+from satbench.core.fingerprint_labels import INFO_LABELS, from_info_labels, info_labels
+from satbench.core.llama_argv import DEFAULT, settings_from_argv
+from satbench.core.model_files import MAX_SPLITS, ModelHasher, model_file_facts, sample_sha256, split_paths
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "llamacpp"
 PARTS = ("runtime", "model", "settings", "hardware")

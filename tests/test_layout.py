@@ -8,18 +8,23 @@ The rule (also in docs/DESIGN.md, "The tree"):
 - top: ``satbench`` imports the parts and the ground;
 - ``testkit`` (test support shared by tests and benches) may import the product; the product never
   imports ``testkit`` or ``tests``; ``bench`` imports the product and ``testkit``, never ``tests``.
+- one name on install: the ground and the parts live at the repository's top but are the packages
+  ``satbench.core``, ``satbench.loadgen`` ... (``satbench/<part>`` is a link to ``../<part>``; pyproject.toml
+  packages ``satbench`` only), so every import names them so: ``from core.x`` works in a checkout and breaks
+  installed.
 
 Imports under ``if TYPE_CHECKING:`` count too: a type-only arrow is still an arrow. Inside one package two
-modules must not import each other (directly or through a longer cycle).
+modules must not import each other (directly or through a longer cycle). No module imports another
+folder's ``conftest``: test support shared across folders lives in ``testkit``. Each rule is one test that
+lists every offender.
 """
 
 from __future__ import annotations
 
 import ast
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 GROUND = {"core"}
@@ -27,6 +32,15 @@ PARTS = {"simulator", "loadgen", "exporter", "recommender"}
 TOP = {"satbench"}
 PRODUCT = GROUND | PARTS | TOP
 OURS = PRODUCT | {"testkit", "tests", "bench"}
+INSTALLED = "satbench"  # the one name in site-packages: the ground and the parts are satbench.<folder>
+
+
+def floor(name: str) -> str:
+    """The folder (floor) an absolute module name lives in: ``satbench.core.x`` is ``core``."""
+    parts = name.split(".")
+    if parts[0] == INSTALLED and len(parts) > 1 and parts[1] in GROUND | PARTS:
+        return parts[1]
+    return parts[0]
 
 
 def allowed(source: str) -> set[str]:
@@ -48,6 +62,8 @@ def module_name(path: Path, root: Path = ROOT) -> str:
     parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
+    if parts[0] in GROUND | PARTS:
+        parts.insert(0, INSTALLED)
     return ".".join(parts)
 
 
@@ -87,14 +103,49 @@ def crossings(path: Path, root: Path = ROOT) -> list[str]:
     return [
         f"{path.relative_to(root)}:{line} imports {name}"
         for line, name in imported(path, root)
-        if name.split(".")[0] in OURS and name.split(".")[0] not in allowed(source)
+        if floor(name) in OURS and floor(name) not in allowed(source)
     ]
 
 
-@pytest.mark.parametrize("path", python_files(), ids=lambda p: str(p.relative_to(ROOT)))
-def test_imports_keep_to_the_floors(path: Path) -> None:
-    bad = crossings(path)
+def bare_imports(path: Path, root: Path = ROOT) -> list[str]:
+    """Every import of the ground or a part by its folder's name instead of ``satbench.<folder>``."""
+    return [f"{path.relative_to(root)}:{line} imports {name} (say satbench.{name})"
+            for line, name in imported(path, root) if name.split(".")[0] in GROUND | PARTS]
+
+
+def test_the_parts_are_imported_by_their_installed_name() -> None:
+    bad = [line for path in python_files() for line in bare_imports(path)]
+    assert not bad, "imports that work in a checkout only:\n" + "\n".join(bad)
+
+
+def test_satbench_is_the_one_name_on_install() -> None:
+    """Each folder of the ground and the parts is linked into satbench/, and only satbench is packaged."""
+    for part in sorted(GROUND | PARTS):
+        link = ROOT / INSTALLED / part
+        assert link.is_symlink() and link.readlink() == Path("..") / part, link
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert config["tool"]["setuptools"]["packages"]["find"]["include"] == [INSTALLED, f"{INSTALLED}.*"]
+
+
+def test_imports_keep_to_the_floors() -> None:
+    """Every module of every floor, in one test that names every offender at once."""
+    files = python_files()
+    assert len(files) > 100, "the tree was not found"
+    bad = [line for path in files for line in crossings(path)]
     assert not bad, "imports across the floors:\n" + "\n".join(bad)
+
+
+def conftest_imports(path: Path, root: Path = ROOT) -> list[str]:
+    """Every import of another folder's ``conftest``: what tests of several folders share is a module of
+    ``testkit`` (fixtures reach tests by pytest's own lookup), never a conftest imported as a library."""
+    here = ".".join(path.relative_to(root).parent.parts)
+    return [f"{path.relative_to(root)}:{line} imports {name}" for line, name in imported(path, root)
+            if "conftest" in name.split(".") and name.split(".conftest")[0] != here]
+
+
+def test_no_conftest_is_imported_from_another_folder() -> None:
+    bad = [line for path in python_files() for line in conftest_imports(path)]
+    assert not bad, "conftest modules imported by another folder:\n" + "\n".join(bad)
 
 
 def _module_graph() -> dict[str, set[str]]:
@@ -132,14 +183,15 @@ def test_no_import_cycles_between_modules() -> None:
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
-def test_the_check_catches_an_arrow_up_a_sideways_one_and_a_test_import(tmp_path: Path) -> None:
+def test_the_checks_catch_an_arrow_up_a_sideways_one_a_test_import_and_a_conftest_import(tmp_path: Path) -> None:
     planted = {
         "loadgen/ladder.py": "import satbench.cli\n",  # up
-        "exporter/relay.py": "from loadgen import config\n",  # sideways
+        "exporter/relay.py": "from satbench.loadgen import config\n",  # sideways
         "recommender/app.py": "if True:\n    from testkit.net import free_port\n",  # product -> test support
         "bench/x.py": "from tests.support import prom\n",  # bench -> tests
-        "core/records.py": "from . import api\nfrom core import figures\n",  # inside the ground: fine
-        "satbench/cli.py": "from loadgen import runner\nfrom core import promql\n",  # down: fine
+        "tests/grafana/test_x.py": "from tests.session.conftest import SHORT\nfrom tests.grafana.conftest import y\n",
+        "core/records.py": "from . import api\nfrom satbench.core import figures\n",  # inside the ground: fine
+        "satbench/cli.py": "from satbench.loadgen import runner\nfrom satbench.core import promql\n",  # down
     }
     for name, text in planted.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -147,10 +199,19 @@ def test_the_check_catches_an_arrow_up_a_sideways_one_and_a_test_import(tmp_path
     found = {name: crossings(tmp_path / name, tmp_path) for name in planted}
     assert found == {
         "loadgen/ladder.py": ["loadgen/ladder.py:1 imports satbench.cli"],
-        "exporter/relay.py": ["exporter/relay.py:1 imports loadgen", "exporter/relay.py:1 imports loadgen.config"],
+        "exporter/relay.py": ["exporter/relay.py:1 imports satbench.loadgen",
+                              "exporter/relay.py:1 imports satbench.loadgen.config"],
         "recommender/app.py": ["recommender/app.py:2 imports testkit.net",
                                "recommender/app.py:2 imports testkit.net.free_port"],
         "bench/x.py": ["bench/x.py:1 imports tests.support", "bench/x.py:1 imports tests.support.prom"],
+        "tests/grafana/test_x.py": [],  # tests may import tests (the floors), but see conftest_imports
         "core/records.py": [],
         "satbench/cli.py": [],
     }
+    (tmp_path / "satbench/old.py").write_text("from core.records import Record\nimport satbench.core.api\n")
+    assert bare_imports(tmp_path / "satbench/old.py", tmp_path) == [
+        "satbench/old.py:1 imports core.records (say satbench.core.records)",
+        "satbench/old.py:1 imports core.records.Record (say satbench.core.records.Record)"]
+    assert conftest_imports(tmp_path / "tests/grafana/test_x.py", tmp_path) == [
+        "tests/grafana/test_x.py:1 imports tests.session.conftest",
+        "tests/grafana/test_x.py:1 imports tests.session.conftest.SHORT"]

@@ -20,8 +20,9 @@ HEAVY = ("scipy", "matplotlib")
 
 
 @pytest.mark.parametrize("module", [
-    "satbench.session.run", "satbench.session.cli", "recommender.app", "recommender.cli", "exporter.cli",
-    "simulator.cli", "loadgen.runner", "core.statistics", "recommender.analysis", "satbench.report.render",
+    "satbench.session.run", "satbench.session.cli", "satbench.recommender.app", "satbench.recommender.cli",
+    "satbench.exporter.cli", "satbench.simulator.cli", "satbench.loadgen.runner", "satbench.core.statistics",
+    "satbench.recommender.analysis", "satbench.report.render",
 ])
 def test_a_command_starts_without_scipy_or_matplotlib(module: str) -> None:
     code = f"import json, sys, {module}; print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}})))"
@@ -31,19 +32,20 @@ def test_a_command_starts_without_scipy_or_matplotlib(module: str) -> None:
 
 
 def test_the_statistics_still_load_scipy_when_asked() -> None:
-    from core.statistics import groups_differ, t_quantile
+    from satbench.core.statistics import groups_differ, t_quantile
 
     assert round(t_quantile(0.95, 10), 3) == 2.228
     p = groups_differ([[1.0, 2.0, 3.0], [10.0, 11.0, 12.0]])
     assert p is not None and p < 0.1
 
 
+@pytest.mark.slow
 def test_the_load_generator_loads_scipy_before_its_first_window(tmp_path: Path) -> None:
     code = f"""
 import asyncio, sys
 from pathlib import Path
-import loadgen.runner as runner
-from loadgen.config import LoadgenConfig
+import satbench.loadgen.runner as runner
+from satbench.loadgen.config import LoadgenConfig
 seen = []
 async def run(self):
     seen.append('scipy.stats' in sys.modules)

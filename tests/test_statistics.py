@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from core.statistics import (
+from satbench.core.statistics import (
     MeanEstimate,
     autocorrelated_batch_ci,
     batch_mean_estimate,

@@ -44,7 +44,7 @@ def parse_threshold(text: str) -> float:
 
 def load_document(where: str) -> dict[str, Any]:
     """The v2 document at ``where`` (module docstring); ``ValueError`` in one line naming it."""
-    from recommender.document import as_v2
+    from satbench.recommender.document import as_v2
 
     if where.startswith(("http://", "https://")):
         from satbench.fleet.remeasure import read_document

@@ -32,8 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.figures import StepFigures, Tail
-from core.statistics import exceedances_differ, t_quantile, welch_difference
+from satbench.core.figures import StepFigures, Tail
+from satbench.core.statistics import exceedances_differ, t_quantile, welch_difference
 
 __all__ = ["Change", "Comparison", "LaneComparison", "compare_documents"]
 

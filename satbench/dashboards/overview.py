@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from core import promql
+from satbench.core import promql
 from satbench.dashboards.panels import (
     attainment_rate_panel,
     decode_stall_panel,

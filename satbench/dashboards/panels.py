@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core import promql
+from satbench.core import promql
 from satbench.dashboards.shapes import (
     BY_LANE,
     INSTANCE,

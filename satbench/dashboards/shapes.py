@@ -19,9 +19,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from core import promql
-from core.lanes import LOCAL_NODE
-from recommender.policy import Policy
+from satbench.core import promql
+from satbench.core.lanes import LOCAL_NODE
+from satbench.recommender.policy import Policy
 
 __all__ = [
     "BY_LANE",

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from core.shards import ShardStamp
+from satbench.core.shards import ShardStamp
 from satbench.fleet.remeasure import lanes_to_remeasure
 from satbench.fleet.shards import ShardSpec, fleet_digest, shared_run_id, stamp_for
 from satbench.session.config import SessionConfig

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from core.manifest import RUN_ID_PATTERN
-from core.shards import MAX_SHARDS, ShardStamp
+from satbench.core.manifest import RUN_ID_PATTERN
+from satbench.core.shards import MAX_SHARDS, ShardStamp
 
 __all__ = [
     "COUNT_ENV",

@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.figures import StepFigures, Tail, disagreements
-from core.manifest import RunManifest, StepWindow
-from core.records import read_records
-from core.step_figures import compute_step_figures
-from recommender.analysis import analyze_lane
-from recommender.policy import Policy
+from satbench.core.figures import StepFigures, Tail, disagreements
+from satbench.core.manifest import RunManifest, StepWindow
+from satbench.core.records import read_records
+from satbench.core.step_figures import compute_step_figures
+from satbench.recommender.analysis import analyze_lane
+from satbench.recommender.policy import Policy
 
 __all__ = [
     "CHECK_NAMES",

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from core.records import OUTCOMES, read_records
+from satbench.core.records import OUTCOMES, read_records
 from satbench.report.data import CHECK_NAMES, RungJudgment, RunReport, verdict_label
 
 __all__ = ["RECORDS_COLUMNS", "STEPS_COLUMNS", "records_rows", "steps_rows", "write_csv"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from core.figures import StepFigures
+from satbench.core.figures import StepFigures
 
 __all__ = ["co_sentence", "rate_facts", "rate_figure_svg", "rate_table"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from core.figures import StepFigures
+from satbench.core.figures import StepFigures
 from satbench.report.data import LaneReport, verdict_label
 
 __all__ = ["LATENCY_FIGURES", "NONE", "bytes_text", "lane_gpus", "lane_table", "latency_table", "measure",

@@ -52,7 +52,7 @@ from typing import IO, Any
 
 import httpx
 
-from core.net import free_port
+from satbench.core.net import free_port
 
 __all__ = [
     "INSTALL_HINT",

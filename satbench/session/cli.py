@@ -140,7 +140,7 @@ def fleet_plan(args: argparse.Namespace, config: Any, environ: dict[str, str] | 
 
 
 def main(args: argparse.Namespace) -> int:
-    from loadgen.cli import parse_overrides
+    from satbench.loadgen.cli import parse_overrides
     from satbench.session.config import SessionConfigError, load_session_config
     from satbench.session.processes import StartError
     from satbench.session.run import run_session

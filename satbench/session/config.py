@@ -41,12 +41,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from core.config_files import FieldError, HttpUrl, load_toml_model, merge_tables, validation_problems
-from core.lanes import LOCAL_NODE, NAME_PATTERN, Lane, duplicate_names, lane_named
-from loadgen.config import LadderConfig, LaneConfig, LoadgenConfig, ObjectivesConfig
-from recommender.policy import Policy, objectives_of
+from satbench.core.config_files import FieldError, HttpUrl, load_toml_model, merge_tables, validation_problems
+from satbench.core.lanes import LOCAL_NODE, NAME_PATTERN, Lane, duplicate_names, lane_named
 from satbench.evidence import refuse_home_path
-from simulator.profile import ProfileError, load_profile
+from satbench.loadgen.config import LadderConfig, LaneConfig, LoadgenConfig, ObjectivesConfig
+from satbench.recommender.policy import Policy, objectives_of
+from satbench.simulator.profile import ProfileError, load_profile
 
 __all__ = [
     "DEFAULT_LOADGEN",

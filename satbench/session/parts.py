@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.manifest import write_json_atomic
-from core.net import free_port
-from recommender.settings import WRITE_TOKEN_ENV
+from satbench.core.manifest import write_json_atomic
+from satbench.core.net import free_port
+from satbench.recommender.settings import WRITE_TOKEN_ENV
 from satbench.runtimes import RunningRuntime
 from satbench.runtimes.external import check_external, is_this_host
 from satbench.runtimes.llamacpp import LlamaServer, LlamaServerError, LlamaServerSpec, find_llama_server

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from exporter.promconfig import ScrapeTarget, render_prometheus_config
+from satbench.exporter.promconfig import ScrapeTarget, render_prometheus_config
 from satbench.session.processes import ProcessSet, StartError, wait_until_ready
 
 __all__ = [

@@ -53,18 +53,18 @@ from typing import Any
 
 import httpx
 
-from core.loops import fast_loop_factory
-from core.manifest import RunManifest, new_run_id, write_json_atomic
-from core.net import free_port
-from core.shards import ShardStamp, shard_key
-from exporter.promconfig import EXPORTER_JOB, LOADGEN_JOB, RECOMMENDER_JOB, ScrapeTarget
-from loadgen.runner import run_ladder
-from recommender.errors import RecommenderError
-from recommender.policy import Policy
-from recommender.run_analysis import analyze_run
-from recommender.settings import WRITE_TOKEN_ENV
 from satbench import evidence
+from satbench.core.loops import fast_loop_factory
+from satbench.core.manifest import RunManifest, new_run_id, write_json_atomic
+from satbench.core.net import free_port
+from satbench.core.shards import ShardStamp, shard_key
+from satbench.exporter.promconfig import EXPORTER_JOB, LOADGEN_JOB, RECOMMENDER_JOB, ScrapeTarget
+from satbench.loadgen.runner import run_ladder
 from satbench.models.tiny import describe_model_files
+from satbench.recommender.errors import RecommenderError
+from satbench.recommender.policy import Policy
+from satbench.recommender.run_analysis import analyze_run
+from satbench.recommender.settings import WRITE_TOKEN_ENV
 from satbench.report.data import load_run
 from satbench.report.render import console_summary, write_report
 from satbench.session.config import SessionConfig

@@ -63,7 +63,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from core.statistics import t_quantile
+from satbench.core.statistics import t_quantile
 from satbench.tune.search import Outcome
 
 __all__ = ["Choice", "Comparison", "beats", "choose", "compare", "difference", "fingerprint", "gain_per_doubling",

@@ -55,7 +55,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from loadgen.cli import parse_overrides
+    from satbench.loadgen.cli import parse_overrides
     from satbench.tune.config import TuneConfigError, load_tune_config
     from satbench.tune.run import run_tune
 

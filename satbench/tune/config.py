@@ -42,9 +42,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from core.config_files import FieldError, read_toml_config, validation_problems
-from loadgen.config import WorkloadConfig
-from loadgen.workload import max_prompt_tokens
+from satbench.core.config_files import FieldError, read_toml_config, validation_problems
+from satbench.loadgen.config import WorkloadConfig
+from satbench.loadgen.workload import max_prompt_tokens
 from satbench.session.config import LaneRuntime, SessionConfig, SessionConfigError, load_session_config
 
 __all__ = ["OWNED_FLAGS", "TUNABLE_RUNTIMES", "TuneConfig", "TuneConfigError", "TuneSetup", "default_ctx_per_slot",

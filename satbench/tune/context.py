@@ -34,10 +34,10 @@ from typing import Any
 
 import httpx
 
-from core.api import ApiFlavour
-from core.records import read_records
-from loadgen.config import WorkloadConfig
-from loadgen.workload import PromptText, RequestSpec, build_body, max_prompt_tokens
+from satbench.core.api import ApiFlavour
+from satbench.core.records import read_records
+from satbench.loadgen.config import WorkloadConfig
+from satbench.loadgen.workload import PromptText, RequestSpec, build_body, max_prompt_tokens
 
 __all__ = ["ContextNeed", "count_prompt_tokens", "longest_request", "need_from_count", "round_context",
            "truncated_requests"]

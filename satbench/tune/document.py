@@ -41,8 +41,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from core.manifest import write_json_atomic
-from recommender.document import node_index
+from satbench.core.manifest import write_json_atomic
+from satbench.recommender.document import node_index
 from satbench.tune.answer import Choice, pareto
 from satbench.tune.context import ContextNeed
 from satbench.tune.evidence import Decision

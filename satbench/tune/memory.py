@@ -41,9 +41,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.gguf_metadata import GgufError, GgufMetadata, read_gguf_metadata
-from core.llama_argv import settings_from_argv
-from core.model_files import split_paths
+from satbench.core.gguf_metadata import GgufError, GgufMetadata, read_gguf_metadata
+from satbench.core.llama_argv import settings_from_argv
+from satbench.core.model_files import split_paths
 
 __all__ = [
     "CACHE_TYPE_BYTES",

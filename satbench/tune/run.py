@@ -29,12 +29,13 @@ from typing import Any
 
 import httpx
 
-from core.manifest import new_run_id, write_json_atomic
-from exporter.gpu import GpuReader, GpuSourceAbsent, GpuUnavailable, NvmlGpuReader
-from recommender.document import iso_utc
-from recommender.policy import Policy
+from satbench.core.manifest import new_run_id, write_json_atomic
+from satbench.exporter.gpu import GpuReader, GpuSourceAbsent, GpuUnavailable, NvmlGpuReader
+from satbench.recommender.document import iso_utc
+from satbench.recommender.policy import Policy
 from satbench.session.config import LaneRuntime
 from satbench.session.processes import ProcessSet, StartError, install_signal_handlers
+from satbench.simulator.profile import ProfileError, load_profile
 from satbench.tune.answer import choose, fingerprint
 from satbench.tune.config import TuneSetup
 from satbench.tune.context import ContextNeed, count_prompt_tokens, longest_request, need_from_count
@@ -51,7 +52,6 @@ from satbench.tune.memory import (
 from satbench.tune.render import lane_table, pareto_svg, readme, report_html
 from satbench.tune.search import Outcome, PruneRules, search
 from satbench.tune.walk import CandidateWalker
-from simulator.profile import ProfileError, load_profile
 
 __all__ = ["TuneResult", "run_tune"]
 

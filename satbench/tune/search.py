@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from core.statistics import exceedance_p_value, gain_interval
+from satbench.core.statistics import exceedance_p_value, gain_interval
 from satbench.tune.grid import Candidate
 
 __all__ = ["FEASIBLE_STATUSES", "Outcome", "PauseCount", "PruneRules", "dominator", "outcome_from_lane",

@@ -46,15 +46,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from core import __version__
-from core.gguf_metadata import GgufError, read_gguf_metadata
-from core.llama_argv import settings_from_argv
-from core.loops import fast_loop_factory
-from core.manifest import RunManifest, write_json_atomic
-from loadgen.config import LadderConfig, LoadgenConfig
-from loadgen.runner import run_ladder
-from recommender.policy import Policy
-from recommender.run_analysis import analyze_run
+from satbench.core import __version__
+from satbench.core.gguf_metadata import GgufError, read_gguf_metadata
+from satbench.core.llama_argv import settings_from_argv
+from satbench.core.loops import fast_loop_factory
+from satbench.core.manifest import RunManifest, write_json_atomic
+from satbench.loadgen.config import LadderConfig, LoadgenConfig
+from satbench.loadgen.runner import run_ladder
+from satbench.recommender.policy import Policy
+from satbench.recommender.run_analysis import analyze_run
 from satbench.runtimes import RunningRuntime
 from satbench.runtimes.llamacpp import LlamaServerError
 from satbench.session.config import LaneRuntime, SessionConfig

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from core.figures import StepFigures, Tail
-from core.statistics import quantiles
 from satbench.compare.cli import load_document, parse_threshold
 from satbench.compare.judge import compare_documents
+from satbench.core.figures import StepFigures, Tail
+from satbench.core.statistics import quantiles
 
 ROOT = Path(__file__).resolve().parents[2]
 RATE = 400.0  # tok/s, the deployment's true throughput at c=4
@@ -83,6 +83,7 @@ def test_a_lower_answer_and_a_new_flag_are_regressions_an_undecided_one_is_not()
     assert compare_documents(run_document(1), undecided).regressions() == []
 
 
+@pytest.mark.slow
 def test_the_command_line_reads_folders_files_and_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
     (tmp_path / "run-a").mkdir()
     (tmp_path / "run-a" / "recommendations.json").write_text(json.dumps(run_document(1)))
@@ -113,13 +114,13 @@ def test_the_command_line_reads_folders_files_and_refuses_bad_input_in_one_line(
     ((0.0, 4.0, 0.0, 9.0), 0.0, 9.0),                # two exact means
 ])
 def test_welch_difference(args: tuple[float, float, float, float], se: float, dof: float) -> None:
-    from core.statistics import welch_difference
+    from satbench.core.statistics import welch_difference
 
     assert welch_difference(*args) == pytest.approx((se, dof))
 
 
 def test_exceedances_differ_is_fishers_one_sided_test() -> None:
-    from core.statistics import exceedances_differ
+    from satbench.core.statistics import exceedances_differ
 
     assert exceedances_differ(3, 60, 3, 60) > 0.5  # the same share: nothing to see
     assert exceedances_differ(3, 60, 16, 60) < 0.01  # many more above the limit

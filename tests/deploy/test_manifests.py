@@ -28,7 +28,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from exporter.promconfig import EXPORTER_JOB, LOADGEN_JOB, RECOMMENDER_JOB
+from satbench.exporter.promconfig import EXPORTER_JOB, LOADGEN_JOB, RECOMMENDER_JOB
 from satbench.fleet.shards import COUNT_ENV, INDEX_ENV, RUN_ID_ENV, shard_from_env, stamp_for
 from satbench.session.config import load_session_config
 

@@ -21,9 +21,9 @@ from typing import Any, TypeVar
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from exporter.relay import RelayServer
-from exporter.relay_metrics import RelayMetrics
-from exporter.relay_observe import RelayTiming
+from satbench.exporter.relay import RelayServer
+from satbench.exporter.relay_metrics import RelayMetrics
+from satbench.exporter.relay_observe import RelayTiming
 
 __all__ = ["LoopThread", "RelayThread", "ReplayUpstream", "Reply", "Seen"]
 

@@ -9,11 +9,11 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from exporter.collector import RuntimeCollector
-from exporter.gpu import FakeGpuReader, GpuDevice, GpuSourceAbsent, GpuUnavailable
-from exporter.llamacpp import LlamaCppAdapter
-from exporter.process import FakeProcessReader, ProcessReading
-from exporter.snapshot import RuntimeSnapshot
+from satbench.exporter.collector import RuntimeCollector
+from satbench.exporter.gpu import FakeGpuReader, GpuDevice, GpuSourceAbsent, GpuUnavailable
+from satbench.exporter.llamacpp import LlamaCppAdapter
+from satbench.exporter.process import FakeProcessReader, ProcessReading
+from satbench.exporter.snapshot import RuntimeSnapshot
 from testkit.fixture_runtime import FixtureRuntime
 
 GIB = 1024.0**3
@@ -157,6 +157,7 @@ def test_runtime_unreachable_never_raises() -> None:
     assert value("gpu_up", {"source": "nvml"}) == 0
 
 
+@pytest.mark.slow
 def test_hung_runtime_answers_within_budget(dense: FixtureRuntime) -> None:
     dense.hang_s = 0.8
     registry, collector = make(dense, budget_s=0.2)

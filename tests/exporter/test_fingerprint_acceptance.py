@@ -20,17 +20,20 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
-from core.fingerprint_compare import assess
-from core.fingerprint_labels import from_info_labels
-from exporter.collector import RuntimeCollector
-from exporter.live_fingerprint import LiveFingerprints
-from exporter.llamacpp import LlamaCppAdapter
-from exporter.server import ExporterConfig, ExporterServer, build_collector, serve
-from recommender.validity import validity_of
+from satbench.core.fingerprint_compare import assess
+from satbench.core.fingerprint_labels import from_info_labels
+from satbench.exporter.collector import RuntimeCollector
+from satbench.exporter.live_fingerprint import LiveFingerprints
+from satbench.exporter.llamacpp import LlamaCppAdapter
+from satbench.exporter.server import ExporterConfig, ExporterServer, build_collector, serve
+from satbench.recommender.validity import validity_of
 from testkit.fixture_runtime import FixtureRuntime, LoopbackRuntime
 from testkit.net import free_port, wait_http
 from tests.exporter.test_fingerprint_series import DropInProcess, fingerprint, info_series
+
+pytestmark = pytest.mark.slow
 
 FAKE = Path(__file__).with_name("fake_llama_server.py")
 CPU = ("Test CPU 9000 (2 cores)", None)

@@ -17,15 +17,15 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from core.fingerprint_compare import compare, describe_changes
-from core.fingerprint_labels import INFO_LABELS, from_info_labels
-from core.model_files import sample_sha256
-from exporter.collector import RuntimeCollector
-from exporter.gpu import FakeGpuReader, GpuDevice, GpuUnavailable
-from exporter.live_fingerprint import LiveFingerprints
-from exporter.llamacpp import LlamaCppAdapter
-from exporter.process import FakeProcessReader, ProcessReading
-from exporter.server import ExporterConfig, ExporterServer, build_collector, serve
+from satbench.core.fingerprint_compare import compare, describe_changes
+from satbench.core.fingerprint_labels import INFO_LABELS, from_info_labels
+from satbench.core.model_files import sample_sha256
+from satbench.exporter.collector import RuntimeCollector
+from satbench.exporter.gpu import FakeGpuReader, GpuDevice, GpuUnavailable
+from satbench.exporter.live_fingerprint import LiveFingerprints
+from satbench.exporter.llamacpp import LlamaCppAdapter
+from satbench.exporter.process import FakeProcessReader, ProcessReading
+from satbench.exporter.server import ExporterConfig, ExporterServer, build_collector, serve
 from testkit.fixture_runtime import FixtureRuntime, LoopbackRuntime
 from testkit.net import free_port, wait_http
 from testkit.sim import REPO_ROOT
@@ -86,6 +86,7 @@ def local_exporter(dense: LoopbackRuntime, llamacpp_fixtures: Path) -> Iterator[
     yield from exporter_for(collector)
 
 
+@pytest.mark.slow
 def test_the_info_series_of_a_recorded_node(local_exporter: ExporterServer) -> None:
     [labels] = info_series(local_exporter.url)
     assert tuple(sorted(labels)) == tuple(sorted(INFO_LABELS))
@@ -107,6 +108,7 @@ def test_the_info_series_of_a_recorded_node(local_exporter: ExporterServer) -> N
     assert "model file models/tiny-llama-dense.gguf" in fp["unknown"]["model.files"]  # no pid 4242 to look in
 
 
+@pytest.mark.slow
 def test_a_remote_runtime_has_its_props_only(dense: LoopbackRuntime) -> None:
     # an exporter on another host whose own GPUs read fine: they are not the node's, nor is its CPU
     collector = RuntimeCollector(LlamaCppAdapter(dense.url), [FakeGpuReader([H200], source="nvml")],
@@ -145,6 +147,7 @@ def test_a_down_runtime_still_has_a_fingerprint_that_says_why() -> None:
         assert fp["unknown"]["runtime"].startswith("the runtime is down")
 
 
+@pytest.mark.slow
 def test_the_model_files_of_a_local_runtime_are_sized_and_hashed(
     tmp_path: Path, llamacpp_fixtures: Path
 ) -> None:
@@ -242,6 +245,7 @@ def wait_for(url: str, check: Any, timeout_s: float = 15.0) -> dict[str, str]:
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_the_simulators_fingerprint_changes_when_it_restarts_with_other_slots(tmp_path: Path) -> None:
     model = tmp_path / "tiny.gguf"
     model.write_bytes(b"GGUF" + b"\x01" * 5000)

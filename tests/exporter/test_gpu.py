@@ -8,9 +8,9 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from exporter.adapter import EndpointFetcher
-from exporter.collector import RuntimeCollector
-from exporter.gpu import (
+from satbench.exporter.adapter import EndpointFetcher
+from satbench.exporter.collector import RuntimeCollector
+from satbench.exporter.gpu import (
     FakeGpuReader,
     GpuDevice,
     GpuSourceAbsent,
@@ -18,8 +18,8 @@ from exporter.gpu import (
     NvmlGpuReader,
     parse_sim_gpu,
 )
-from exporter.llamacpp import LlamaCppAdapter
-from exporter.sim_gpu import SimulatedGpuReader
+from satbench.exporter.llamacpp import LlamaCppAdapter
+from satbench.exporter.sim_gpu import SimulatedGpuReader
 
 SIM_GPU = {
     "simulated": True,

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from exporter.llamacpp_parse import (
+from satbench.exporter.llamacpp_parse import (
     classify_slot,
     llamacpp_snapshot,
     parse_exposition,
     parse_props,
     parse_slots,
 )
-from exporter.snapshot import EndpointReply, SlotCounts
+from satbench.exporter.snapshot import EndpointReply, SlotCounts
 
 FOLDERS = ("dense_np4", "dense_np8", "moe_np4")
 SLOTS = {"dense_np4": 4, "dense_np8": 8, "moe_np4": 4}

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.llamacpp_parse import parse_exposition
-from exporter.occupancy import OccupancyState, advance
+from satbench.exporter.llamacpp_parse import parse_exposition
+from satbench.exporter.occupancy import OccupancyState, advance
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from exporter.promconfig import EXPORTER_JOB, ScrapeTarget, render_prometheus_config
+from satbench.exporter.promconfig import EXPORTER_JOB, ScrapeTarget, render_prometheus_config
 
 
 def test_params_render_as_param_labels_of_one_job() -> None:

@@ -17,11 +17,11 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from core.histograms import LATENCY_BUCKETS_S
-from core.sse import StreamParser
-from exporter.relay import parse_listen_address
-from exporter.relay_metrics import RelayMetrics
-from exporter.relay_observe import OTHER_ROUTE, route_of, timing_from_body, timing_from_stream
+from satbench.core.histograms import LATENCY_BUCKETS_S
+from satbench.core.sse import StreamParser
+from satbench.exporter.relay import parse_listen_address
+from satbench.exporter.relay_metrics import RelayMetrics
+from satbench.exporter.relay_observe import OTHER_ROUTE, route_of, timing_from_body, timing_from_stream
 from testkit.net import free_port
 from testkit.sim import SimulatorProcess
 from tests.exporter.relay_support import RelayThread
@@ -105,7 +105,7 @@ def test_body_timing_from_real_answer(llamacpp_fixtures: Path) -> None:
 
 
 def test_metrics_use_loadgen_buckets() -> None:
-    from exporter.relay_observe import RelayTiming
+    from satbench.exporter.relay_observe import RelayTiming
 
     metrics = RelayMetrics()
     registry = CollectorRegistry()
@@ -194,6 +194,7 @@ def read_line_with(proc: subprocess.Popen[bytes], marker: bytes, timeout_s: floa
     raise AssertionError(f"no line with {marker!r} from the exporter")
 
 
+@pytest.mark.slow
 def test_cli_relay_mode_serves_both_on_the_real_ports(sim: SimulatorProcess) -> None:
     from testkit.exposition import samples as read_samples
 

@@ -17,12 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from core.api import endpoint_path
-from core.records import read_records
-from loadgen.config import LoadgenConfig
-from loadgen.runner import run_ladder
+from satbench.core.api import endpoint_path
+from satbench.core.records import read_records
+from satbench.loadgen.config import LoadgenConfig
+from satbench.loadgen.runner import run_ladder
 from testkit.sim import SimulatorProcess
 from tests.exporter.relay_support import RelayThread
+
+pytestmark = pytest.mark.slow
 
 TOLERANCE_P50_S = 0.050
 TOLERANCE_P95_S = 0.250

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from core.sse import StreamParser
-from exporter.relay_headers import request_head, response_head
-from exporter.relay_observe import status_outcome, timing_from_body, timing_from_stream
+from satbench.core.sse import StreamParser
+from satbench.exporter.relay_headers import request_head, response_head
+from satbench.exporter.relay_observe import status_outcome, timing_from_body, timing_from_stream
 
 MS = 1_000_000
 

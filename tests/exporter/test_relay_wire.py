@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from exporter.relay_headers import request_head, response_head
+from satbench.exporter.relay_headers import request_head, response_head
 from testkit.net import read_http_request
 from tests.exporter.relay_support import RelayThread
 

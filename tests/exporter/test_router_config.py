@@ -8,8 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from exporter.cli import configure
-from exporter.server import ExporterConfig, build_collector, serve
+from satbench.exporter.cli import configure
+from satbench.exporter.server import ExporterConfig, build_collector, serve
 from testkit.fixture_runtime import FixtureRuntime, LoopbackRuntime
 from tests.exporter.test_wire import samples
 
@@ -52,6 +52,7 @@ def test_router_settings_are_validated(kwargs: dict, message: str) -> None:
         ExporterConfig(runtime_url="http://h:1", **kwargs)
 
 
+@pytest.mark.slow
 def test_a_single_model_node_ignores_the_model_parameter(llamacpp_fixtures: Path) -> None:
     with LoopbackRuntime(FixtureRuntime.from_folder(llamacpp_fixtures / "dense_np4")) as runtime:
         collector = build_collector(ExporterConfig(runtime_url=runtime.url, port=0, gpu="none"))

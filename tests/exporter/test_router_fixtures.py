@@ -10,14 +10,14 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from exporter.collector import RuntimeCollector
-from exporter.kvcache import SlotKv, kv_usage, layout_from_argv, resolve_layout
-from exporter.llamacpp import LlamaCppAdapter
-from exporter.llamacpp_parse import llamacpp_snapshot, parse_props, parse_slot_kv, reply_error
-from exporter.occupancy import OccupancyBook
-from exporter.process import FakeProcessReader, ProcessReading
-from exporter.router import parse_models
-from exporter.snapshot import EndpointReply
+from satbench.exporter.collector import RuntimeCollector
+from satbench.exporter.kvcache import SlotKv, kv_usage, layout_from_argv, resolve_layout
+from satbench.exporter.llamacpp import LlamaCppAdapter
+from satbench.exporter.llamacpp_parse import llamacpp_snapshot, parse_props, parse_slot_kv, reply_error
+from satbench.exporter.occupancy import OccupancyBook
+from satbench.exporter.process import FakeProcessReader, ProcessReading
+from satbench.exporter.router import parse_models
+from satbench.exporter.snapshot import EndpointReply
 from tests.exporter.router_support import DENSE, DRAFT, MOE, ROUTER, RouterRuntime
 
 

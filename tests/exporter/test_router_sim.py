@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from exporter.promconfig import EXPORTER_JOB, ScrapeTarget, render_prometheus_config
-from exporter.server import ExporterConfig, ExporterServer, build_collector, serve
+from satbench.exporter.promconfig import EXPORTER_JOB, ScrapeTarget, render_prometheus_config
+from satbench.exporter.server import ExporterConfig, ExporterServer, build_collector, serve
 from testkit.exposition import samples
 from testkit.prom import PrometheusProcess, prometheus_binary
 from tests.simulator.dropin_util import DropIn
@@ -81,6 +81,7 @@ def test_router_exporter_agrees_with_the_models_own_slots(router: DropIn, export
     assert _status(router.url, IDLE) == "unloaded"  # scraping never loaded it
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(prometheus_binary() is None, reason="the prometheus binary is not installed")
 def test_prometheus_scrapes_one_router_exporter_per_lane(exporter: ExporterServer) -> None:
     address = f"127.0.0.1:{exporter.port}"

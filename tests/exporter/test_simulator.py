@@ -22,11 +22,13 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from exporter.promconfig import EXPORTER_JOB, ScrapeTarget, render_prometheus_config
-from exporter.server import ExporterConfig, build_collector, serve
+from satbench.exporter.promconfig import EXPORTER_JOB, ScrapeTarget, render_prometheus_config
+from satbench.exporter.server import ExporterConfig, build_collector, serve
 from testkit.prom import PrometheusProcess
 from testkit.sim import SimulatorProcess
 from tests.exporter.sim_truth import state_range, window_truth
+
+pytestmark = pytest.mark.slow
 
 PROM_DIR = Path(__file__).resolve().parents[2] / "prometheus"
 

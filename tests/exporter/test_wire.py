@@ -11,12 +11,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from exporter.cli import configure
-from exporter.collector import RuntimeCollector
-from exporter.gpu import FakeGpuReader, GpuUnavailable
-from exporter.llamacpp import LlamaCppAdapter
-from exporter.process import PsutilProcessReader, local_port_of
-from exporter.server import ExporterConfig, build_collector, serve
+from satbench.exporter.cli import configure
+from satbench.exporter.collector import RuntimeCollector
+from satbench.exporter.gpu import FakeGpuReader, GpuUnavailable
+from satbench.exporter.llamacpp import LlamaCppAdapter
+from satbench.exporter.process import PsutilProcessReader, local_port_of
+from satbench.exporter.server import ExporterConfig, build_collector, serve
 from testkit.exposition import samples
 from testkit.fixture_runtime import FixtureRuntime, LoopbackRuntime
 

@@ -14,10 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
-from core.manifest import RunManifest
-from core.records import RequestRecord, read_records
-from loadgen.config import LoadgenConfig
-from loadgen.runner import run_ladder
+from satbench.core.manifest import RunManifest
+from satbench.core.records import RequestRecord, read_records
+from satbench.loadgen.config import LoadgenConfig
+from satbench.loadgen.runner import run_ladder
 from testkit.sim import SimulatorProcess
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from loadgen.config import ConfigError, load_config
+from satbench.loadgen.config import ConfigError, load_config
 from satbench.session.config import SessionConfigError, load_session_config
 
 REPO = Path(__file__).resolve().parents[2]

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from exporter.server import ExporterConfig, build_collector
+from satbench.exporter.server import ExporterConfig, build_collector
 from testkit.sim import SimulatorProcess
 from tests.faults.conftest import set_faults
 
@@ -42,6 +42,7 @@ def scrape(sim: SimulatorProcess) -> Iterator[Any]:
         collector.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("fault", "down"), [
     ({"kind": "slow_metrics", "delay_s": 3.0}, "metrics"),
     ({"kind": "metrics_disabled"}, "metrics"),

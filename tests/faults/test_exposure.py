@@ -21,8 +21,8 @@ import psutil
 import pytest
 from prometheus_client import CollectorRegistry
 
-from loadgen.metrics import MetricsServer
 from satbench.cli import build_parser
+from satbench.loadgen.metrics import MetricsServer
 from testkit.net import free_port
 from testkit.process import ChildProcess
 from testkit.sim import SimulatorProcess
@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_every_serving_command_defaults_to_loopback(command: str, argv: list[str]) -> None:
     args = build_parser(only=command).parse_args([command, *argv])
     if command == "recommender":
-        from recommender.cli import build_settings
+        from satbench.recommender.cli import build_settings
 
         host = build_settings(args).host
     else:
@@ -65,6 +65,7 @@ def _child(argv: list[str], ready_url: str) -> Iterator[int]:
         yield child.pid
 
 
+@pytest.mark.slow
 def test_started_servers_listen_on_loopback_only() -> None:
     with SimulatorProcess("dense") as sim:
         assert sim.proc is not None
@@ -85,6 +86,7 @@ def test_started_servers_listen_on_loopback_only() -> None:
         server.close()
 
 
+@pytest.mark.slow
 def test_an_api_key_is_sent_but_written_nowhere(tmp_path: Path) -> None:
     key = "sk-satbench-" + secrets.token_hex(12)
     out = tmp_path / "run"

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from exporter.adapter import EndpointFetcher
-from exporter.collector import RuntimeCollector
-from exporter.live_fingerprint import LiveFingerprints
-from exporter.llamacpp import LlamaCppAdapter
-from exporter.process import FakeProcessReader, ProcessReading
+from satbench.exporter.adapter import EndpointFetcher
+from satbench.exporter.collector import RuntimeCollector
+from satbench.exporter.live_fingerprint import LiveFingerprints
+from satbench.exporter.llamacpp import LlamaCppAdapter
+from satbench.exporter.process import FakeProcessReader, ProcessReading
 
 Handler = Callable[[socket.socket], None]
 HEALTH = b'{"status":"ok"}'
@@ -127,6 +127,7 @@ def _scrape(registry: CollectorRegistry) -> tuple[dict[tuple[str, tuple[tuple[st
     return got, time.monotonic() - start
 
 
+@pytest.mark.slow
 def test_trickled_bodies_and_headers_cost_a_scrape_its_budget_and_close_is_prompt(hostile) -> None:
     runtime = hostile({"/health": lambda c: _send(c, HEALTH), "/props": lambda c: _send(c, _props()),
                        "/slots": _trickle_body, "/metrics": _trickle_headers})

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from core.records import read_records
-from loadgen.client import LaneClient, RawResult
-from loadgen.config import LoadgenConfig
-from loadgen.runner import run_ladder
+from satbench.core.records import read_records
+from satbench.loadgen.client import LaneClient, RawResult
+from satbench.loadgen.config import LoadgenConfig
+from satbench.loadgen.runner import run_ladder
 from tests.faults.hostile import HUGE_BYTES, hostile_server
 
 MAX_EVENT = 64 << 10
@@ -78,6 +78,7 @@ def test_wrongly_typed_timings_do_not_crash() -> None:
         assert result.summary.prompt_ms is None and result.summary.output_tokens is None
 
 
+@pytest.mark.slow
 def test_a_ladder_against_a_hostile_server_finishes_and_records_every_request(tmp_path: Path) -> None:
     async def run() -> None:
         async with hostile_server() as server:

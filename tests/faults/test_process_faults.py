@@ -18,12 +18,15 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
-from core.records import read_records
-from loadgen.runner import run_ladder
+from satbench.core.records import read_records
+from satbench.loadgen.runner import run_ladder
 from testkit.process import ChildProcess
 from testkit.sim import SimulatorProcess
 from tests.faults.conftest import short_config
+
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 KILL_MARGIN_S = 0.05

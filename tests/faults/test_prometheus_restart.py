@@ -18,19 +18,20 @@ from typing import Any
 import httpx
 import pytest
 
-from core.manifest import StepWindow
-from loadgen.runner import LadderRunner
-from recommender.policy import Policy
-from recommender.prometheus_figures import PromStepResults, figures_from_prometheus
-from recommender.prometheus_source import PrometheusSourceConfig
-from recommender.run_analysis import analyze_run_async
+from satbench.core.manifest import StepWindow
+from satbench.loadgen.runner import LadderRunner
+from satbench.recommender.policy import Policy
+from satbench.recommender.prometheus_figures import PromStepResults, figures_from_prometheus
+from satbench.recommender.prometheus_source import PrometheusSourceConfig
+from satbench.recommender.run_analysis import analyze_run_async
 from testkit.net import free_port
 from testkit.process import ChildProcess
 from testkit.prom import prometheus_binary
 from testkit.sim import SimulatorProcess
 from tests.faults.conftest import short_config
 
-pytestmark = pytest.mark.skipif(prometheus_binary() is None, reason="the prometheus binary is not installed")
+pytestmark = [pytest.mark.skipif(prometheus_binary() is None, reason="the prometheus binary is not installed"),
+              pytest.mark.slow]
 SCRAPE_S = 0.5
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from core import promql
+from satbench.core import promql
 from testkit.prom import PrometheusProcess, prometheus_binary
 
 HOSTILE = [
@@ -21,7 +21,8 @@ HOSTILE = [
     '{lane=~".*"}', "' or 1=1 --", "}[5m]", "dense,lane!=\"\"", "ünï€ødé", "  dense  ", "$(reboot)",
 ]
 
-pytestmark = pytest.mark.skipif(prometheus_binary() is None, reason="the prometheus binary is not installed")
+pytestmark = [pytest.mark.skipif(prometheus_binary() is None, reason="the prometheus binary is not installed"),
+              pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

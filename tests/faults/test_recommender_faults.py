@@ -21,13 +21,13 @@ from typing import Any
 import httpx
 import pytest
 
-from core.manifest import RunManifest
-from core.records import RequestRecord, write_records
-from recommender.app import create_app
-from recommender.errors import SourceUnavailable
-from recommender.policy import Policy
-from recommender.run_analysis import analyze_run_async
-from recommender.settings import RecommenderSettings
+from satbench.core.manifest import RunManifest
+from satbench.core.records import RequestRecord, write_records
+from satbench.recommender.app import create_app
+from satbench.recommender.errors import SourceUnavailable
+from satbench.recommender.policy import Policy
+from satbench.recommender.run_analysis import analyze_run_async
+from satbench.recommender.settings import RecommenderSettings
 from testkit.net import free_port
 from testkit.synthetic import SyntheticLane, simulate_run
 from tests.recommender.server import serve

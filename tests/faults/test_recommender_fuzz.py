@@ -20,9 +20,9 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from core.records import write_records
-from recommender.app import create_app
-from recommender.settings import RecommenderSettings
+from satbench.core.records import write_records
+from satbench.recommender.app import create_app
+from satbench.recommender.settings import RecommenderSettings
 from testkit.synthetic import SyntheticLane, simulate_run
 
 _RUNS = Path(tempfile.mkdtemp(prefix="satbench-fuzz-runs-"))
@@ -48,6 +48,7 @@ def test_the_fuzzed_app_serves_a_document() -> None:
     assert APP.state.store.document()["lanes"]["dense"]["status"] == "ok"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("token", [TOKEN, None], ids=["with-token", "without-token"])
 @schema.parametrize()
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))

@@ -15,6 +15,8 @@ import pytest
 from testkit.sim import SimulatorProcess
 from tests.faults.conftest import run_short, set_faults, short_config
 
+pytestmark = pytest.mark.slow
+
 WHOLE = {"start_s": 0.0, "duration_s": 120.0, "rate": 1.0}
 
 CASES: list[tuple[dict[str, Any], str, dict[str, Any]]] = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from recommender.metrics import exposition
+from satbench.recommender.metrics import exposition
 from testkit.exposition import samples
 
 

@@ -35,13 +35,13 @@ from typing import Any
 import httpx
 import pytest
 
-from core.manifest import RunManifest, read_manifest
-from core.net import free_port
-from exporter.promconfig import EXPORTER_JOB, LOADGEN_JOB, ScrapeTarget, render_prometheus_config
-from recommender.policy import Policy
-from recommender.run_analysis import analyze_run
+from satbench.core.manifest import RunManifest, read_manifest
+from satbench.core.net import free_port
+from satbench.exporter.promconfig import EXPORTER_JOB, LOADGEN_JOB, ScrapeTarget, render_prometheus_config
+from satbench.recommender.policy import Policy
+from satbench.recommender.run_analysis import analyze_run
 from satbench.session.processes import ProcessSet, wait_until_ready
-from simulator.fleet import FleetSpec
+from satbench.simulator.fleet import FleetSpec
 from testkit.fleet import FleetThread
 from testkit.prom import PrometheusProcess
 from testkit.victoria import MISSING_REASON, VictoriaMetricsProcess, victoria_metrics_binary

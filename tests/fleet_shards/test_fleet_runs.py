@@ -16,13 +16,13 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from core.figures import StepFigures
-from core.manifest import RunManifest, StepWindow
-from core.shards import ShardStamp, shard_key
-from recommender.app import create_app
-from recommender.policy import Policy
-from recommender.run_analysis import document_from_figures
-from recommender.settings import RecommenderSettings
+from satbench.core.figures import StepFigures
+from satbench.core.manifest import RunManifest, StepWindow
+from satbench.core.shards import ShardStamp, shard_key
+from satbench.recommender.app import create_app
+from satbench.recommender.policy import Policy
+from satbench.recommender.run_analysis import document_from_figures
+from satbench.recommender.settings import RecommenderSettings
 from tests.recommender.figures_factory import ladder
 from tests.recommender.server import serve
 

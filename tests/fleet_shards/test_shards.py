@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from core.shards import ShardStamp, shard_key, shard_of
+from satbench.core.shards import ShardStamp, shard_key, shard_of
 from satbench.fleet.shards import (
     ShardSpec,
     assign_nodes,

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 import yaml
 
-from recommender.policy import SLO, Policy
 from satbench import generate
 from satbench.dashboards.overview import (
     DASHBOARDS,
@@ -25,6 +24,7 @@ from satbench.dashboards.overview import (
     panel_targets,
     variable_queries,
 )
+from satbench.recommender.policy import SLO, Policy
 
 ROOT = Path(__file__).resolve().parents[2]
 DESIGN_METRICS = (

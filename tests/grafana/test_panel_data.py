@@ -1,19 +1,19 @@
 """Every dashboard query returns data from a real session: a short ``satbench run`` with a relay lane, and
 one lane name served by two nodes.
 
-The session is the suite's shared one (``testkit.session``: ladder 1/2, 3 s windows); it runs three
+The session is the suite's shared one (``testkit.session``: ladder 1/2, 3 s windows); it runs four
 simulator lanes: ``dense`` with one slot and ``relay = true`` (its exporter relays and the load generator sends
 through the relay; one slot saturates at c=1, so the recommender answers with a saturation figure too),
 ``moe`` as it is (eight slots: decode stalls at c=2, no relay), both naming no node (node ``local``: their
-series carry no ``node`` label), and a second ``dense`` on node ``gpu1`` (its profile's slots, a router node of
-one model: its series carry ``node="gpu1"``). When it has ended, its Prometheus has stopped; a Prometheus is
-started on a copy of the run folder's TSDB (``panel_replay``) and every target of every panel (collapsed rows
-included), and the step-window annotation, is asked over the session's time range with Grafana's variables
-substituted (``$node``/``$lane``/``$instance`` All, ``$run_id`` the run, ``$__rate_interval``, ``$__range``);
-every target names the ``${datasource}`` variable, which resolves to the provisioned one. Each target must
-return at least one series with a finite value; the relay row's only for the relay lane. The two ``dense``
-lanes must draw apart (``local/dense`` and ``gpu1/dense``, never their sum), and with ``$node`` = ``gpu1``
-only that node's lane is drawn.
+series carry no ``node`` label), and node ``gpu1``, a router holding a second ``dense`` (its profile's slots)
+and a ``moe`` (2 slots): their series carry ``node="gpu1"``. When it has ended, its Prometheus has stopped; a
+Prometheus is started on a copy of the run folder's TSDB (``panel_replay``) and every target of every panel
+(collapsed rows included), and the step-window annotation, is asked over the session's time range with
+Grafana's variables substituted (``$node``/``$lane``/``$instance`` All, ``$run_id`` the run,
+``$__rate_interval``, ``$__range``); every target names the ``${datasource}`` variable, which resolves to the
+provisioned one. Each target must return at least one series with a finite value; the relay row's only for
+the relay lane. The two ``dense`` lanes must draw apart (``local/dense`` and ``gpu1/dense``, never their sum),
+and with ``$node`` = ``gpu1`` only that node's lanes are drawn.
 """
 
 from __future__ import annotations
@@ -49,10 +49,19 @@ NODE = SECOND_NODE  # a second node serving lane dense
 LOCAL = "local"  # the node the dashboards name for lanes that name none
 RELAY_ROW = "Node vs client (relay mode)"
 ANSWER_STATE = "Answer state"  # the recommender's own state: no lane, no node
-# (panel, target) the gpu1 lane has no series for: with its profile's slots it does not saturate at c=2, and
-# the simulator in router mode (a node) models no GPU (no gpu_memory_* series).
+# (panel, target) gpu1/dense has no series for: with its profile's slots it does not saturate at c=2, and the
+# simulator in router mode (a node) models no GPU (no gpu_memory_* series).
 ONE_NODE_ONLY = {("Saturation concurrency", "A"), ("Recommended and saturation concurrency", "B"),
                  ("Memory", "A"), ("Memory", "B")}
+# The open-loop row draws runs with --arrival only (rate rungs); the shared session walks closed rungs, so its
+# panels are replayed against an open-loop session in tests/rates/test_session_rates.py instead.
+OPEN_LOOP_ROW = "Open-loop rates"
+
+
+def _open_loop_panels(dashboard: dict[str, Any]) -> set[str]:
+    rows = [p for p in dashboard.get("panels", []) if p.get("type") == "row"
+            and p.get("title", "").startswith(OPEN_LOOP_ROW)]
+    return {child["title"] for row in rows for child in row.get("panels", [])}
 
 
 @dataclass
@@ -110,7 +119,8 @@ def _table(results: list[TargetResult]) -> str:
 def test_every_panel_target_returns_data(relay_session: Replayed, name: str) -> None:
     results = relay_session.results[name]
     print(f"\n{name}, run {relay_session.window.run_id}:\n{_table(results)}")
-    empty = [f"{r.panel} [{r.ref}] {r.query}" for r in results if not r.has_data]
+    open_loop = _open_loop_panels(DASHBOARDS[name]())
+    empty = [f"{r.panel} [{r.ref}] {r.query}" for r in results if not r.has_data and r.panel not in open_loop]
     assert not empty, "targets without data:\n" + "\n".join(empty)
     panels = [p for p in all_panels(DASHBOARDS[name]()) if p["type"] != "row"]
     asked = {r.panel for r in results if not r.panel.startswith("annotation ")}
@@ -151,30 +161,30 @@ def test_two_nodes_serving_one_lane_draw_apart(relay_session: Replayed) -> None:
     lane_results = [r for r in results if r.panel != ANSWER_STATE]
     for r in lane_results:
         assert all(s.get("node") in (LOCAL, NODE) and s.get("lane") for s in r.series), (r.panel, r.series)
-        if (r.panel, r.ref) in ONE_NODE_ONLY or r.panel in _relay_titles():
+        if (r.panel, r.ref) in ONE_NODE_ONLY or r.panel in _relay_titles() | _open_loop_titles():
             continue
         drawn = {_lane(s) for s in r.series}
         assert {(LOCAL, RELAY_LANE), (NODE, RELAY_LANE)} <= drawn, (r.panel, r.ref, sorted(drawn))
     by_title = {(r.panel, r.ref): r for r in results}
     recommended = by_title[("Recommended concurrency", "A")]
-    assert sorted(_lane(s) for s in recommended.series) == [(NODE, RELAY_LANE), (LOCAL, RELAY_LANE),
-                                                            (LOCAL, PLAIN_LANE)]
+    assert sorted(_lane(s) for s in recommended.series) == [(NODE, RELAY_LANE), (NODE, PLAIN_LANE),
+                                                            (LOCAL, RELAY_LANE), (LOCAL, PLAIN_LANE)]
     rungs = by_title[("Output throughput per rung", "A")]
     assert {s["node_lane"] for s in rungs.series} == {f"{LOCAL}/{RELAY_LANE}", f"{LOCAL}/{PLAIN_LANE}",
-                                                      f"{NODE}/{RELAY_LANE}"}
-    assert len(rungs.series) == 3 * 2  # a bar per lane of each node and rung (ladder 1/2)
+                                                      f"{NODE}/{RELAY_LANE}", f"{NODE}/{PLAIN_LANE}"}
+    assert len(rungs.series) == 4 * 2  # a bar per lane of each node and rung (ladder 1/2)
 
 
 def test_the_node_variable_selects_one_node(relay_session: Replayed) -> None:
-    """$node = gpu1: only gpu1's lane is drawn (a chosen node does not match the series without a node label);
-    every panel about lanes still has data, but those figures the gpu1 lane does not reach."""
+    """$node = gpu1: only gpu1's lanes are drawn (a chosen node does not match the series without a node label);
+    every panel about lanes still has data, but those figures gpu1/dense does not reach."""
     for r in relay_session.on_node["satbench-overview.json"]:
         if r.panel == ANSWER_STATE:
             continue
-        assert {_lane(s) for s in r.series} <= {(NODE, RELAY_LANE)}, (r.panel, r.ref, r.series)
-        if (r.panel, r.ref) not in ONE_NODE_ONLY and r.panel not in _relay_titles():
+        assert {_lane(s) for s in r.series} <= {(NODE, RELAY_LANE), (NODE, PLAIN_LANE)}, (r.panel, r.ref, r.series)
+        if (r.panel, r.ref) not in ONE_NODE_ONLY and r.panel not in _relay_titles() | _open_loop_titles():
             assert r.has_data, (r.panel, r.ref, r.query)
-    assert relay_session.node_variables["satbench-overview.json"]["lane"] == [RELAY_LANE]
+    assert relay_session.node_variables["satbench-overview.json"]["lane"] == sorted([RELAY_LANE, PLAIN_LANE])
 
 
 def _relay_titles() -> set[str]:
@@ -182,17 +192,21 @@ def _relay_titles() -> set[str]:
     return {p["title"] for p in row["panels"]}
 
 
+def _open_loop_titles() -> set[str]:
+    return _open_loop_panels(DASHBOARDS["satbench-overview.json"]())
+
+
 def test_all_matches_series_without_a_node_label(relay_session: Replayed) -> None:
     """The node variable's All value .* matches an absent node label (the empty string); .+ would drop the
     lanes that name no node, and ="" selects only them."""
-    assert relay_session.match_absent == {'=~".*"': 3, '=~".+"': 1, '=""': 2}
+    assert relay_session.match_absent == {'=~".*"': 4, '=~".+"': 2, '=""': 2}
 
 
 def test_variables_list_the_sessions_lanes_nodes_and_run(relay_session: Replayed) -> None:
     m = relay_session.manifest
-    assert sorted(m["lanes"]) == sorted([RELAY_LANE, PLAIN_LANE, f"{NODE}/{RELAY_LANE}"])  # the lane keys
+    assert sorted(m["lanes"]) == sorted([RELAY_LANE, PLAIN_LANE, f"{NODE}/{RELAY_LANE}", f"{NODE}/{PLAIN_LANE}"])
     exporters = sorted({lane["exporter_url"].removeprefix("http://") for lane in m["lanes"].values()})
-    assert len(exporters) == 3
+    assert len(exporters) == 3  # one per node: gpu1's two lanes share its exporter
     assert relay_session.variables["satbench-overview.json"] == {
         "node": [NODE], "lane": sorted([RELAY_LANE, PLAIN_LANE]), "instance": exporters, "run_id": [m["run_id"]]}
     gpu1_exporter = m["lanes"][f"{NODE}/{RELAY_LANE}"]["exporter_url"].removeprefix("http://")

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from loadgen.client import LaneClient, RawResult
-from loadgen.config import LaneConfig, LoadgenConfig
+from satbench.loadgen.client import LaneClient, RawResult
+from satbench.loadgen.config import LaneConfig, LoadgenConfig
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 TOKEN = b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'
@@ -110,6 +110,7 @@ def test_huge_line_is_malformed_not_a_memory_blowup() -> None:
     assert res.outcome == "malformed" and len(res.token_ns) == 1
 
 
+@pytest.mark.slow
 def test_timeout_outcome() -> None:
     async def handler(request: web.Request) -> web.StreamResponse:
         await asyncio.sleep(2.0)

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from loadgen.cli import parse_overrides
-from loadgen.config import ConfigError, LoadgenConfig, load_config
+from satbench.loadgen.cli import parse_overrides
+from satbench.loadgen.config import ConfigError, LoadgenConfig, load_config
 
 LANE = {"name": "dense", "url": "http://127.0.0.1:8080", "api": "llamacpp"}
 

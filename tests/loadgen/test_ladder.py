@@ -4,9 +4,9 @@ from collections.abc import Mapping
 
 import pytest
 
-from core.figures import Quantiles, StepFigures
-from loadgen.config import ConfigError, LadderConfig, load_config
-from loadgen.ladder import extension_stop, next_step
+from satbench.core.figures import Quantiles, StepFigures
+from satbench.loadgen.config import ConfigError, LadderConfig, load_config
+from satbench.loadgen.ladder import extension_stop, next_step
 
 
 def fig(c: int, tput: float, valid: bool = True, *, ttft_p95: float | None = None, itl_p95: float | None = None,

@@ -7,9 +7,9 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from core.histograms import LATENCY_BUCKETS_S, FastHistogram
-from core.statistics import quantile
-from loadgen.metrics import LoadgenMetrics
+from satbench.core.histograms import LATENCY_BUCKETS_S, FastHistogram
+from satbench.core.statistics import quantile
+from satbench.loadgen.metrics import LoadgenMetrics
 
 
 def histogram_quantile(q: float, buckets: list[tuple[str, float]]) -> float:

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from core.records import read_records
-from core.step_figures import compute_step_figures
-from loadgen.config import LoadgenConfig
-from loadgen.runner import LadderRunner
+from satbench.core.records import read_records
+from satbench.core.step_figures import compute_step_figures
+from satbench.loadgen.config import LoadgenConfig
+from satbench.loadgen.runner import LadderRunner
 from satbench.report.rates import co_sentence
-from simulator.profile import FaultSpec
+from satbench.simulator.profile import FaultSpec
 from testkit.sim import InProcessSimulator
 
 PAUSE_S, EVERY_S = 1.0, 10.0

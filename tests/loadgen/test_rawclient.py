@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from loadgen.client import LaneClient, RawResult
-from loadgen.config import LaneConfig, LoadgenConfig
-from loadgen.rawclient import kernel_timestamps
+from satbench.loadgen.client import LaneClient, RawResult
+from satbench.loadgen.config import LaneConfig, LoadgenConfig
+from satbench.loadgen.rawclient import kernel_timestamps
 from testkit.net import read_http_request
 
 TOKEN = b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'
@@ -302,6 +302,7 @@ def test_a_request_larger_than_the_socket_buffer_is_sent_whole() -> None:
     assert server.requests[0].endswith(body) and b"Content-Length: %d" % len(body) in server.requests[0]
 
 
+@pytest.mark.slow
 def test_an_exchange_leaves_no_reference_cycle() -> None:
     """Steps run with the cyclic collector off, so each request must be freed by reference counting alone."""
     server = ThreadServer(sse_chunked)

@@ -11,15 +11,16 @@ from typing import Any
 
 import pytest
 
-from core.records import read_records
-from loadgen import cli
-from loadgen.progress import Progress, progress_wanted
-from loadgen.runner import run_ladder
-from loadgen.selfcheck import ClientHealth, verdict
+from satbench.core.records import read_records
+from satbench.loadgen import cli
+from satbench.loadgen.progress import Progress, progress_wanted
+from satbench.loadgen.runner import run_ladder
+from satbench.loadgen.selfcheck import ClientHealth, verdict
 from testkit.stream_server import StreamServer, StreamServerConfig
 from tests.loadgen.test_wire import config, with_server
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("limits", [
     {"max_idle_share": 1e-9},  # kernel-timed (plain HTTP): any idle time is too much
     {"http_client": "aiohttp", "max_loop_lag_s": 1e-9},  # timed by reads: any loop lag is too much
@@ -51,6 +52,7 @@ def test_verdict_table(health: ClientHealth, expected: str | None) -> None:
     assert (reason is None) if expected is None else (reason is not None and expected in reason)
 
 
+@pytest.mark.slow
 def test_drain_cancel_cuts_in_flight_requests_and_records_them(tmp_path: Path) -> None:
     async def body(server: StreamServer, url: str) -> Any:
         cfg = config(url, "llamacpp", [2], drain="cancel", metrics_port=None,
@@ -64,6 +66,7 @@ def test_drain_cancel_cuts_in_flight_requests_and_records_them(tmp_path: Path) -
     assert manifest.steps[0].drain_end is not None
 
 
+@pytest.mark.slow
 def test_window_runs_to_max_when_throughput_is_not_stable_enough(tmp_path: Path) -> None:
     async def body(server: StreamServer, url: str) -> Any:
         cfg = config(url, "llamacpp", [1], min_window_s=0.5, max_window_s=1.5, ci_rel_bound=1e-9,
@@ -77,6 +80,7 @@ def test_window_runs_to_max_when_throughput_is_not_stable_enough(tmp_path: Path)
     assert manifest.steps[0].duration_s >= 1.45
 
 
+@pytest.mark.slow
 def test_cli_runs_a_config_file_and_refuses_a_bad_one(tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     async def body(server: StreamServer, url: str) -> int:

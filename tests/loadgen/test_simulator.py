@@ -10,10 +10,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from core.records import read_records
-from loadgen.config import LoadgenConfig
-from loadgen.runner import run_ladder
+from satbench.core.records import read_records
+from satbench.loadgen.config import LoadgenConfig
+from satbench.loadgen.runner import run_ladder
 from testkit.sim import SimulatorProcess
+
+pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("api", ["llamacpp", "openai-chat"])

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from core.sse import StreamParser, parse_stream
+from satbench.core.sse import StreamParser, parse_stream
 
 CASES = [
     ("openai-chat", "dense_np4/chat_stream.sse", 16, 31),

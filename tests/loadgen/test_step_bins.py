@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from types import SimpleNamespace
 
-from loadgen.step import StepRun
+from satbench.loadgen.step import StepRun
 
 
 def per_token(tok: list[int], output: int, start: int, width: int) -> dict[int, int]:

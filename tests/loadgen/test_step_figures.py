@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from core.manifest import StepWindow
-from core.records import RequestRecord
-from core.step_figures import compute_step_figures, longest_stalled_gap, throughput_ci
+from satbench.core.manifest import StepWindow
+from satbench.core.records import RequestRecord
+from satbench.core.step_figures import compute_step_figures, longest_stalled_gap, throughput_ci
 
 
 def rec(user: int, sent: float, ttft: float | None, itl: tuple[float, ...], e2e: float, out: int,

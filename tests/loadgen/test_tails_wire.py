@@ -17,15 +17,15 @@ from typing import Any
 import httpx
 import pytest
 
-from core.manifest import StepWindow
-from core.records import read_records
-from core.statistics import quantile
-from core.step_figures import compute_step_figures
-from loadgen.config import LoadgenConfig
-from loadgen.runner import run_ladder
+from satbench.core.manifest import StepWindow
+from satbench.core.records import read_records
+from satbench.core.statistics import quantile
+from satbench.core.step_figures import compute_step_figures
+from satbench.loadgen.config import LoadgenConfig
+from satbench.loadgen.runner import run_ladder
 from testkit.sim import SimulatorProcess
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
 LONG = {"output_tokens": {"kind": "lognormal", "median": 250, "sigma": 1.0, "low": 8, "high": 2000},
         "prompt_tokens": {"value": 32}, "seed": 2}

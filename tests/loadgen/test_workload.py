@@ -6,8 +6,8 @@ import statistics
 
 import pytest
 
-from loadgen.config import LengthDist, WorkloadConfig
-from loadgen.workload import PromptText, UserWorkload, build_body, draw_length
+from satbench.loadgen.config import LengthDist, WorkloadConfig
+from satbench.loadgen.workload import PromptText, UserWorkload, build_body, draw_length
 
 
 def specs(cfg: WorkloadConfig, user: int, n: int = 50) -> list:
@@ -144,7 +144,7 @@ def test_a_steady_start_opens_each_user_at_a_stationary_depth() -> None:
 
 
 def test_cache_workload_settings_are_checked_naming_the_setting() -> None:
-    from loadgen.config import ConfigError, load_config
+    from satbench.loadgen.config import ConfigError, load_config
 
     for overrides, named in [
         ({"workload.shared_prefix": {"share": 1.5}}, "workload.shared_prefix.share"),

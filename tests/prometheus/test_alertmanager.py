@@ -27,8 +27,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from exporter.promconfig import LOADGEN_JOB, ScrapeTarget, render_prometheus_config
-from loadgen.metrics import LoadgenMetrics, MetricsServer
+from satbench.exporter.promconfig import LOADGEN_JOB, ScrapeTarget, render_prometheus_config
+from satbench.loadgen.metrics import LoadgenMetrics, MetricsServer
 from testkit.net import free_port
 from testkit.process import ChildProcess
 from testkit.prom import PrometheusProcess

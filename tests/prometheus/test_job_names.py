@@ -12,7 +12,13 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.promconfig import EXPORTER_JOB, LOADGEN_JOB, RECOMMENDER_JOB, ScrapeTarget, render_prometheus_config
+from satbench.exporter.promconfig import (
+    EXPORTER_JOB,
+    LOADGEN_JOB,
+    RECOMMENDER_JOB,
+    ScrapeTarget,
+    render_prometheus_config,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = {EXPORTER_JOB, LOADGEN_JOB, RECOMMENDER_JOB}

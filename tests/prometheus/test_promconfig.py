@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter.promconfig import (
+from satbench.exporter.promconfig import (
     EXPORTER_JOB,
     LOADGEN_JOB,
     ScrapeTarget,

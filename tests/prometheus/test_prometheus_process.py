@@ -8,14 +8,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from exporter.promconfig import EXPORTER_JOB, ScrapeTarget, render_prometheus_config
-from exporter.server import ExporterConfig, build_collector, serve
+from satbench.exporter.promconfig import EXPORTER_JOB, ScrapeTarget, render_prometheus_config
+from satbench.exporter.server import ExporterConfig, build_collector, serve
 from testkit.fixture_runtime import FixtureRuntime, LoopbackRuntime
 from testkit.prom import PrometheusProcess
 
 PROM_DIR = Path(__file__).resolve().parents[2] / "prometheus"
 
 
+@pytest.mark.slow
 def test_prometheus_scrapes_exporter_with_target_labels(llamacpp_fixtures: Path) -> None:
     with LoopbackRuntime(FixtureRuntime.from_folder(llamacpp_fixtures / "dense_np8")) as runtime:
         collector = build_collector(ExporterConfig(runtime_url=runtime.url, port=0, gpu="none"))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.promconfig import (
+from satbench.exporter.promconfig import (
     EXPORTER_JOB,
     LOADGEN_JOB,
     RECOMMENDER_JOB,
@@ -45,6 +45,7 @@ def test_check_rules() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("test_file", RULE_TESTS, ids=lambda p: p.name)
 def test_rule_unit_tests(test_file: Path) -> None:
     done = promtool("test", "rules", str(test_file.relative_to(PROM_DIR)))

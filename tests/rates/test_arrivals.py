@@ -9,7 +9,7 @@ import math
 import pytest
 from scipy import stats
 
-from core.arrivals import ArrivalStream, gamma_shape, schedule
+from satbench.core.arrivals import ArrivalStream, gamma_shape, schedule
 
 
 def _gaps(offsets: list[float]) -> list[float]:

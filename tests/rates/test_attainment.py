@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from core.attainment import (
+from satbench.core.attainment import (
     AttainmentEstimate,
     attainment_estimate,
     backlog_growth,
@@ -17,7 +17,7 @@ from core.attainment import (
     rate_verdict,
     warmup_cut,
 )
-from core.statistics import MeanEstimate
+from satbench.core.statistics import MeanEstimate
 
 
 def _iid(p: float, n: int, rng: random.Random) -> list[tuple[float, bool]]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from loadgen.config import ArrivalConfig
-from loadgen.rates import RateOutcome, next_rate
+from satbench.loadgen.config import ArrivalConfig
+from satbench.loadgen.rates import RateOutcome, next_rate
 
 
 def _walk(arrival: ArrivalConfig, capacity: float | None, passes, limit: int = 30) -> list[RateOutcome]:

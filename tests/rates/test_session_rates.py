@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from recommender.capabilities import capability_fragment, litellm_config
-from recommender.metrics import exposition
 from satbench.dashboards.overview import DASHBOARDS
+from satbench.recommender.capabilities import capability_fragment, litellm_config
+from satbench.recommender.metrics import exposition
 from testkit.session import ROOT, run_session
 from tests.grafana.panel_replay import Window, replay, replay_prometheus
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import pytest
 
-from core.attainment import capacity_bound
-from core.step_figures import compute_step_figures
-from loadgen.config import ArrivalConfig
-from loadgen.rates import RateOutcome, judge, next_rate
-from recommender.policy import Policy, objectives_of
-from recommender.rate_analysis import rate_answer
-from simulator.profile import load_profile
-from simulator.virtual import run_closed_loop
+from satbench.core.attainment import capacity_bound
+from satbench.core.step_figures import compute_step_figures
+from satbench.loadgen.config import ArrivalConfig
+from satbench.loadgen.rates import RateOutcome, judge, next_rate
+from satbench.recommender.policy import Policy, objectives_of
+from satbench.recommender.rate_analysis import rate_answer
+from satbench.simulator.profile import load_profile
+from satbench.simulator.virtual import run_closed_loop
 from testkit.open_truth import measured_answer, measured_rung, true_capacity, true_max_rate
 
 POLICY = Policy()

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from exporter.server import ExporterConfig, build_collector, serve
+from satbench.exporter.server import ExporterConfig, build_collector, serve
 from satbench.runtimes.llamacpp import LlamaServer, LlamaServerSpec
 from testkit.exposition import samples
 

@@ -73,7 +73,7 @@ def test_streamed_completion_token_by_token(server: LlamaServer) -> None:
 
 
 def test_loadgen_parser_counts_the_real_stream(server: LlamaServer) -> None:
-    sse = pytest.importorskip("core.sse")
+    sse = pytest.importorskip("satbench.core.sse")
     raw = _stream_completion(server.url)
     parser, summary = sse.parse_stream("llamacpp", raw, chunk=37)
     assert not parser.malformed
@@ -125,7 +125,7 @@ def test_metrics_and_slots_during_load(server: LlamaServer) -> None:
     for name in ("llamacpp:prompt_tokens_total", "llamacpp:tokens_predicted_total",
                  "llamacpp:requests_processing", "llamacpp:requests_deferred", "llamacpp:n_decode_total"):
         assert any(line.startswith(name + " ") for line in after.splitlines()), name
-    parse = pytest.importorskip("exporter.llamacpp_parse")
+    parse = pytest.importorskip("satbench.exporter.llamacpp_parse")
     samples = parse.parse_exposition(after)
     assert samples["llamacpp:tokens_predicted_total"] >= 6 * 1024
     counts = parse.parse_slots(json.dumps(httpx.get(f"{server.url}/slots", timeout=10).json()))

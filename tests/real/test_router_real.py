@@ -25,9 +25,10 @@ from typing import Any
 import httpx
 import pytest
 
-from core.net import free_port
-from loadgen.config import LoadgenConfig
-from loadgen.runner import run_ladder
+from satbench.core.lanes import lane_key
+from satbench.core.net import free_port
+from satbench.loadgen.config import LoadgenConfig
+from satbench.loadgen.runner import run_ladder
 from satbench.runtimes.router import RouterModel, start_router
 from satbench.session.processes import ProcessSet, wait_until_ready
 from testkit.exposition import Samples, sample_value, samples
@@ -36,6 +37,7 @@ pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "examples" / "real-router.toml"
+NODE = "node0"  # the node both lanes of the example name
 PARALLEL, CTX = 2, 4096  # 2048 tokens per slot (KV split)
 
 
@@ -51,18 +53,20 @@ def test_real_router_session_measures_both_lanes(llama_server_binary: Path, tiny
     assert done.returncode == 0, f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    dense, moe = manifest["lanes"]["dense"], manifest["lanes"]["moe"]
+    keys = [lane_key(NODE, lane) for lane in ("dense", "moe")]  # a node's lanes are keyed node/lane
+    dense, moe = (manifest["lanes"][key] for key in keys)
     assert dense["router"] and moe["router"] and dense["pid"] == moe["pid"]
     assert (dense["model_id"], moe["model_id"]) == ("tiny-dense", "tiny-moe")
     assert dense["runtime_props"]["model_path"].endswith("tiny-llama-dense.gguf")
     assert moe["runtime_props"]["model_path"].endswith("tiny-llama-moe.gguf")
     doc = json.loads((run_dir / "recommendations.json").read_text())
-    for lane in ("dense", "moe"):
-        answer = doc["lanes"][lane]
+    assert doc["nodes"][NODE]["lanes"] == keys
+    for key in keys:
+        answer = doc["lanes"][key]
         assert [s["concurrency"] for s in answer["steps"]] == [1, 2, 4]
         assert all(s["occupancy_ratio"] is not None for s in answer["steps"]), answer["steps"]
     records = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
-    assert {r["lane"] for r in records if r["outcome"] == "ok"} == {"dense", "moe"}
+    assert {r["lane"] for r in records if r["outcome"] == "ok"} == set(keys)
 
 
 def _scrape(url: str, model: str) -> Samples:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from core.manifest import RunManifest
-from core.records import RequestRecord, write_records
+from satbench.core.manifest import RunManifest
+from satbench.core.records import RequestRecord, write_records
 from testkit.backfill import BackfilledPrometheus, tools_available
 from testkit.openmetrics import openmetrics_text
 from testkit.synthetic import SyntheticLane, simulate_run

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from core.figures import MemoryFigures, Quantiles, StepFigures, Tail
+from satbench.core.figures import MemoryFigures, Quantiles, StepFigures, Tail
 
 __all__ = ["held", "ladder", "step"]
 

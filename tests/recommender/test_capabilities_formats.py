@@ -20,11 +20,11 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from core.manifest import RunManifest, StepWindow
-from recommender import capabilities
-from recommender.app import create_app
-from recommender.metrics import answer_families, exposition
-from recommender.settings import RecommenderSettings
+from satbench.core.manifest import RunManifest, StepWindow
+from satbench.recommender import capabilities
+from satbench.recommender.app import create_app
+from satbench.recommender.metrics import answer_families, exposition
+from satbench.recommender.settings import RecommenderSettings
 from testkit.net import free_port
 from tests.recommender.server import serve
 

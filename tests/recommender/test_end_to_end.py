@@ -40,14 +40,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from core.figures import Quantiles, StepFigures
-from core.manifest import new_run_id
-from loadgen.config import LoadgenConfig
-from loadgen.runner import run_ladder
-from recommender.analysis import analyze_lane
-from recommender.app import create_app
-from recommender.policy import SLO, Policy
-from recommender.settings import RecommenderSettings
+from satbench.core.figures import Quantiles, StepFigures
+from satbench.core.manifest import new_run_id
+from satbench.loadgen.config import LoadgenConfig
+from satbench.loadgen.runner import run_ladder
+from satbench.recommender.analysis import analyze_lane
+from satbench.recommender.app import create_app
+from satbench.recommender.policy import SLO, Policy
+from satbench.recommender.settings import RecommenderSettings
 from testkit.net import free_port, wait_http
 from testkit.prom import PrometheusProcess, prometheus_binary
 from testkit.sim import SimulatorProcess

@@ -9,12 +9,12 @@ from collections.abc import Mapping
 import httpx
 import pytest
 
-from core import promql
-from core.figures import MemoryFigures, Quantiles
-from core.manifest import RunManifest, StepWindow
-from recommender.errors import PrometheusQueryError, PrometheusUnavailable
-from recommender.prometheus_figures import PromStepResults, figures_from_prometheus, memory_figures
-from recommender.prometheus_source import (
+from satbench.core import promql
+from satbench.core.figures import MemoryFigures, Quantiles
+from satbench.core.manifest import RunManifest, StepWindow
+from satbench.recommender.errors import PrometheusQueryError, PrometheusUnavailable
+from satbench.recommender.prometheus_figures import PromStepResults, figures_from_prometheus, memory_figures
+from satbench.recommender.prometheus_source import (
     HttpxPromClient,
     PrometheusSourceConfig,
     VectorSample,

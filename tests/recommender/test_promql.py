@@ -4,7 +4,7 @@ from collections.abc import Callable
 
 import pytest
 
-from core import promql
+from satbench.core import promql
 
 
 @pytest.mark.parametrize(

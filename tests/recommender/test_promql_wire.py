@@ -5,8 +5,10 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from core import promql
+from satbench.core import promql
 from tests.recommender.conftest import HOSTILE, SyntheticRun
+
+pytestmark = pytest.mark.slow
 
 
 def _query(run: SyntheticRun, expr: str) -> list[dict[str, object]]:
@@ -24,6 +26,7 @@ def _probe(value: str) -> str:
     return f"last_over_time({promql.selector('satbench_escape_probe', lane=value)}[1d])"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("index", range(len(HOSTILE)))
 def test_hostile_value_matches_only_its_own_series(synthetic_run: SyntheticRun, index: int) -> None:
     result = _query(synthetic_run, _probe(HOSTILE[index]))

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from core.manifest import RunManifest
-from core.records import write_records
-from recommender.errors import BadInput, RecordsUnavailable
-from recommender.policy import Policy
-from recommender.run_analysis import analyze_run
+from satbench.core.manifest import RunManifest
+from satbench.core.records import write_records
+from satbench.recommender.errors import BadInput, RecordsUnavailable
+from satbench.recommender.policy import Policy
+from satbench.recommender.run_analysis import analyze_run
 from testkit.synthetic import SyntheticLane, simulate_run
 
 

@@ -16,14 +16,14 @@ import jsonschema
 import pytest
 from pydantic import SecretStr
 
-from core.figures import StepFigures
-from core.manifest import RunManifest, StepWindow
-from recommender.app import create_app
-from recommender.errors import PrometheusUnavailable
-from recommender.policy import Policy
-from recommender.run_analysis import document_from_figures
-from recommender.schema import SCHEMA_PATH, render_schema
-from recommender.settings import RecommenderSettings
+from satbench.core.figures import StepFigures
+from satbench.core.manifest import RunManifest, StepWindow
+from satbench.recommender.app import create_app
+from satbench.recommender.errors import PrometheusUnavailable
+from satbench.recommender.policy import Policy
+from satbench.recommender.run_analysis import document_from_figures
+from satbench.recommender.schema import SCHEMA_PATH, render_schema
+from satbench.recommender.settings import RecommenderSettings
 from tests.recommender.figures_factory import ladder
 from tests.recommender.server import serve
 
@@ -154,6 +154,7 @@ def test_not_json_is_a_422(client: httpx.Client) -> None:
     assert resp.status_code == 422
 
 
+@pytest.mark.slow
 def test_unreachable_source_serves_the_last_good_answer_as_stale(client: httpx.Client, analyzer: FakeAnalyzer,
                                                                  clock: FakeClock) -> None:
     client.post("/runs", json=manifest_dict("r1"))
@@ -230,6 +231,7 @@ def test_runs_dir_is_loaded_at_startup(analyzer: FakeAnalyzer, clock: FakeClock,
         assert test_client.get("/healthz").json()["runs"] == 1
 
 
+@pytest.mark.slow
 def test_openapi_describes_the_document(client: httpx.Client) -> None:
     spec = client.get("/openapi.json").json()
     ok = spec["paths"]["/recommendations"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
@@ -240,4 +242,4 @@ def test_openapi_describes_the_document(client: httpx.Client) -> None:
 
 
 def test_committed_schema_has_no_drift() -> None:
-    assert SCHEMA_PATH.read_text(encoding="utf-8") == render_schema(), "run: python -m recommender.schema"
+    assert SCHEMA_PATH.read_text(encoding="utf-8") == render_schema(), "run: python -m satbench.recommender.schema"

@@ -8,13 +8,15 @@ import json
 import httpx
 import pytest
 
-from recommender import capabilities
-from recommender.app import create_app
-from recommender.models import CapabilitiesModel
-from recommender.settings import RecommenderSettings
+from satbench.recommender import capabilities
+from satbench.recommender.app import create_app
+from satbench.recommender.models import CapabilitiesModel
+from satbench.recommender.settings import RecommenderSettings
 from testkit.net import free_port
 from tests.recommender.conftest import SyntheticRun
 from tests.recommender.server import serve
+
+pytestmark = pytest.mark.slow
 
 TOKEN = "wire-test-write-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

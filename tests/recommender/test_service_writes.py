@@ -16,9 +16,9 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from core.fingerprint import node_fingerprint
-from recommender.app import create_app
-from recommender.settings import RecommenderSettings
+from satbench.core.fingerprint import node_fingerprint
+from satbench.recommender.app import create_app
+from satbench.recommender.settings import RecommenderSettings
 from tests.recommender.server import serve
 from tests.recommender.test_service import FakeAnalyzer, FakeClock, manifest_dict
 
@@ -192,7 +192,7 @@ def test_a_failed_analysis_is_answered_from_the_store_until_it_is_retried(url: s
 
 
 def test_a_run_folder_written_after_start_is_read_without_a_write(url: str, tmp_path: Path) -> None:
-    from core.manifest import RunManifest
+    from satbench.core.manifest import RunManifest
 
     RunManifest.from_dict(manifest_dict("written")).write(tmp_path / "written" / "manifest.json")
     info = httpx.get(f"{url}/runs/written", timeout=10).json()

@@ -16,11 +16,13 @@ from typing import Any
 import jsonschema
 import pytest
 
-from recommender.policy import Policy
-from recommender.run_analysis import analyze_run
-from recommender.schema import SCHEMA_PATH
+from satbench.recommender.policy import Policy
+from satbench.recommender.run_analysis import analyze_run
+from satbench.recommender.schema import SCHEMA_PATH
 from testkit.synthetic import SyntheticLane
 from tests.recommender.conftest import LADDER, LANES, STARVING, UNFAIR, WINDOW_S, SyntheticRun
+
+pytestmark = pytest.mark.slow
 
 POLICY = Policy()
 BUCKET_RESOLUTION = 0.05

@@ -27,11 +27,11 @@ from dataclasses import replace
 
 import pytest
 
-from core.figures import MemoryFigures, StepFigures
-from core.step_figures import compute_step_figures
-from recommender.analysis import analyze_lane
-from recommender.policy import SLO, Policy
-from recommender.verdicts import check_step
+from satbench.core.figures import MemoryFigures, StepFigures
+from satbench.core.step_figures import compute_step_figures
+from satbench.recommender.analysis import analyze_lane
+from satbench.recommender.policy import SLO, Policy
+from satbench.recommender.verdicts import check_step
 from testkit.scenario import Engine, Scenario, lognormal, run, uniform
 
 SEEDS = (1, 2, 3)
@@ -137,7 +137,7 @@ LONG = Scenario(Engine(slots=8, step_s=0.02, per_slot_s=0.002), users=8, output=
 
 
 def true_quantile(values: list[float], q: float) -> float:
-    from core.statistics import quantile
+    from satbench.core.statistics import quantile
 
     value = quantile(sorted(values), q)
     assert value is not None

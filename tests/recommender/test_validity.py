@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from core.fingerprint import node_fingerprint
-from core.fingerprint_labels import info_labels
-from recommender.document import SCHEMA_ID, SCHEMA_V1, AmbiguousForV1, answers, as_v1, mark_changed, node_index
-from recommender.prometheus_source import VectorSample
-from recommender.store import RecommendationStore
-from recommender.validity import check_answers, live_by_key, validity_of
+from satbench.core.fingerprint import node_fingerprint
+from satbench.core.fingerprint_labels import info_labels
+from satbench.recommender.document import SCHEMA_ID, SCHEMA_V1, AmbiguousForV1, answers, as_v1, mark_changed, node_index
+from satbench.recommender.prometheus_source import VectorSample
+from satbench.recommender.store import RecommendationStore
+from satbench.recommender.validity import check_answers, live_by_key, validity_of
 
 
 def _fingerprint(slots: int, build: str = "b1", *, beside: bool = True) -> dict[str, Any]:
@@ -97,7 +97,7 @@ def test_the_store_serves_validity_and_turns_exactly_the_changed_answer_stale() 
     async def analyzer(manifest: Any, run_dir: Any) -> dict[str, Any]:
         return doc
 
-    from core.manifest import RunManifest, StepWindow
+    from satbench.core.manifest import RunManifest, StepWindow
 
     async def scenario() -> None:
         store = RecommendationStore(analyzer)
@@ -129,7 +129,7 @@ def test_the_store_serves_validity_and_turns_exactly_the_changed_answer_stale() 
 
 
 def test_a_run_folder_from_before_fleets_is_served_in_v2() -> None:
-    from recommender.document import as_v2
+    from satbench.recommender.document import as_v2
 
     old = {"schema": SCHEMA_V1, "run_id": "r", "lanes": {"dense": {"status": "ok", "recommended_concurrency": 4}}}
     new = as_v2(old)

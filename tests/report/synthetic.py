@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from core.figures import MemoryFigures, Quantiles, StepFigures, Tail
-from core.manifest import RunManifest, StepWindow
-from core.records import RequestRecord, write_records
+from satbench.core.figures import MemoryFigures, Quantiles, StepFigures, Tail
+from satbench.core.manifest import RunManifest, StepWindow
+from satbench.core.records import RequestRecord, write_records
 
 __all__ = ["LADDER", "make_run_dir"]
 

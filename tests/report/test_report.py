@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from core.figures import StepFigures
-from core.records import read_records
+from satbench.core.figures import StepFigures
+from satbench.core.records import read_records
 from satbench.report import cli as report_cli
 from satbench.report.data import (
     LaneReport,
@@ -210,6 +210,7 @@ def test_recommendation_lines_say_what_binds(tmp_path: Path) -> None:
     assert text_table(headers, rows).count("\n") >= len(rows) + 1
 
 
+@pytest.mark.slow
 def test_open_and_missing_answers_do_not_look_settled(tmp_path: Path) -> None:
     run_dir = make_run_dir(tmp_path, answers={"dense": UNSATURATED, "moe": NO_ANSWER})
     report = load_run(run_dir)
@@ -246,6 +247,7 @@ def test_console_summary_ends_with_the_answers(tmp_path: Path) -> None:
     assert len(answer_lines) == 4  # nothing after the answers
 
 
+@pytest.mark.slow
 def test_html_is_self_contained_and_answers_first(tmp_path: Path) -> None:
     html_text = render_html(load_run(make_run_dir(tmp_path)))
     assert html_text.count("<svg") == 2
@@ -271,6 +273,7 @@ def test_the_policy_the_verdicts_used_is_stated(tmp_path: Path) -> None:
     assert bare.lanes[0].checks[8]["decode_starvation"] == "flagged"  # judged under the same policy
 
 
+@pytest.mark.slow
 def test_plots_draw_each_threshold_on_its_own_axis(tmp_path: Path) -> None:
     report = load_run(make_run_dir(tmp_path, policy={"slo": {"tbt_p99_s": 0.25}, "jain_min": 0.9}))
     svg = lane_figure_svg(report.lanes[0], report.rules)
@@ -280,6 +283,7 @@ def test_plots_draw_each_threshold_on_its_own_axis(tmp_path: Path) -> None:
     assert svg == lane_figure_svg(report.lanes[0], report.rules)  # same run, same bytes
 
 
+@pytest.mark.slow
 def test_readme_lists_results_and_limitations(tmp_path: Path) -> None:
     run_dir = make_run_dir(tmp_path)
     write_report(run_dir)
@@ -301,6 +305,7 @@ def test_readme_lists_results_and_limitations(tmp_path: Path) -> None:
         assert format_recommendation(lane) in text
 
 
+@pytest.mark.slow
 def test_report_without_steps_json_still_renders(tmp_path: Path) -> None:
     run_dir = make_run_dir(tmp_path, with_steps=False)
     report = load_run(run_dir)
@@ -316,6 +321,7 @@ def _read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
         return list(reader.fieldnames or []), list(reader)
 
 
+@pytest.mark.slow
 def test_csv_exports_read_back(tmp_path: Path) -> None:
     run_dir = make_run_dir(tmp_path)
     written = write_report(run_dir)
@@ -353,6 +359,7 @@ def test_csv_exports_read_back(tmp_path: Path) -> None:
     assert float(first["sent_at_unix_s"]) == originals[0].sent_at
 
 
+@pytest.mark.slow
 def test_same_run_gives_the_same_bytes(tmp_path: Path) -> None:
     run_dir = make_run_dir(tmp_path)
     first = {p.name: p.read_bytes() for p in write_report(run_dir)}
@@ -362,6 +369,7 @@ def test_same_run_gives_the_same_bytes(tmp_path: Path) -> None:
     assert first == second
 
 
+@pytest.mark.slow
 def test_cli_rebuilds_and_reports_bad_folders(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = make_run_dir(tmp_path)
     assert report_cli.main(argparse.Namespace(run_dir=run_dir)) == 0
@@ -389,6 +397,7 @@ def _report_under_test(tmp_path: Path) -> Path:
     return run_dir
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     shutil.which("chromium") is None and not Path(CHROMIUM).exists(),
     reason="chromium is not installed (apt-get install chromium)",

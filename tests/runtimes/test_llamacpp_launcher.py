@@ -104,6 +104,7 @@ def test_find_errors_say_how_to_install(tmp_path: Path) -> None:
         find_llama_server(None, environ={SERVER_ENV: str(tmp_path / "gone")})
 
 
+@pytest.mark.slow
 def test_starts_waits_through_loading_and_stops(model: Path, fake_binary: Path, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_LOADING_S", "0.6")
@@ -136,6 +137,7 @@ def test_early_exit_reports_the_log(model: Path, fake_binary: Path, tmp_path: Pa
         server.start()
 
 
+@pytest.mark.slow
 def test_not_ready_in_time_is_stopped(model: Path, fake_binary: Path, tmp_path: Path,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_LOADING_S", "60")
@@ -146,6 +148,7 @@ def test_not_ready_in_time_is_stopped(model: Path, fake_binary: Path, tmp_path: 
     assert server._proc is not None and server._proc.returncode is not None
 
 
+@pytest.mark.slow
 def test_sigterm_ignored_then_killed(model: Path, fake_binary: Path, tmp_path: Path,
                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_IGNORE_TERM", "1")

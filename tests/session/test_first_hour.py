@@ -56,6 +56,7 @@ RUN_REFUSALS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("args", "says"), RUN_REFUSALS, ids=[a[-1][:40] for a, _ in RUN_REFUSALS])
 def test_a_bad_session_input_is_one_line_exit_2_and_no_run_folder(tmp_path: Path, args: list[str],
                                                                    says: list[str]) -> None:
@@ -69,6 +70,7 @@ def test_a_bad_session_input_is_one_line_exit_2_and_no_run_folder(tmp_path: Path
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_an_out_dir_that_is_a_file_is_bad_input(tmp_path: Path) -> None:
     target = tmp_path / "taken"
     target.write_text("a file, not a folder")
@@ -79,6 +81,7 @@ def test_an_out_dir_that_is_a_file_is_bad_input(tmp_path: Path) -> None:
     assert target.read_text() == "a file, not a folder"
 
 
+@pytest.mark.slow
 def test_other_commands_refuse_in_one_line(tmp_path: Path) -> None:
     policy = tmp_path / "policy.json"
     policy.write_text(json.dumps({"slo": {"ttft_p95_s": "x"}, "max_eror_ratio": 0.1}))
@@ -133,6 +136,7 @@ def test_an_external_node_says_what_cannot_be_seen_from_here() -> None:
     assert ExternalRuntime(url="http://127.0.0.1:8080").evidence()["node_visible"] is True
 
 
+@pytest.mark.slow
 def test_quick_start_against_my_node_then_serve_the_answer(tmp_path: Path) -> None:
     out = tmp_path / "runs"
     with SimulatorProcess("dense", slots=2) as sim:
@@ -176,7 +180,7 @@ def test_a_service_that_answers_no_lane_is_checked_in_process(monkeypatch: pytes
     """A recommender elsewhere (compose) whose Prometheus missed the load generator answers every lane
     ``insufficient_data``; the session then analyses in-process (it has the run's records) and keeps the
     document that answers more lanes, saying so."""
-    from core.manifest import RunManifest
+    from satbench.core.manifest import RunManifest
     from satbench.session import run as session_run
 
     empty = {"lanes": {"dense": {"recommended_concurrency": None, "status": "insufficient_data"}}}

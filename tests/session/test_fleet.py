@@ -24,17 +24,20 @@ from typing import Any
 import httpx
 import pytest
 
-from core.net import free_port
-from exporter.promconfig import EXPORTER_JOB, LOADGEN_JOB, ScrapeTarget, render_prometheus_config
-from recommender.capabilities import capability_fragment
+from satbench.core.net import free_port
+from satbench.exporter.promconfig import EXPORTER_JOB, LOADGEN_JOB, ScrapeTarget, render_prometheus_config
+from satbench.recommender.capabilities import capability_fragment
 from satbench.session.processes import ProcessSet, wait_until_ready
-from simulator.fleet import FleetSpec
+from satbench.simulator.fleet import FleetSpec
 from testkit.exposition import samples
 from testkit.fleet import FleetThread
 from testkit.prom import PrometheusProcess
 
-pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None,
-                                reason="Prometheus is not installed (apt-get install prometheus)")
+pytestmark = [
+    pytest.mark.skipif(shutil.which("prometheus") is None,
+                       reason="Prometheus is not installed (apt-get install prometheus)"),
+    pytest.mark.slow,
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRAPE_S = 1.0
@@ -73,7 +76,8 @@ def _toml_config(urls: dict[str, dict[str, str]], exporters: dict[str, str], pro
            f'recommender = {{ url = "{rec_url}" }}', ""]
     out += ["[loadgen]", f"metrics_port = {metrics_port}", "parallel_nodes = 4", "warmup_s = 0.5",
             "min_window_s = 3", "max_window_s = 3", "drain_timeout_s = 1", "min_requests = 2",
-            "max_loop_lag_s = 0.5", "[loadgen.ladder]", "concurrency = [1, 2]", "extend = false",
+            "max_loop_lag_s = 0.5", "max_idle_share = 0.5",  # plumbing: a loaded machine voids no step
+            "[loadgen.ladder]", "concurrency = [1, 2]", "extend = false",
             "[policy]", *(f"{k} = {v}" for k, v in POLICY.items()), ""]
     for node in [*urls, "d"]:
         out += ["[[nodes]]", f'name = "{node}"', f'labels = {{ gpu = "{"sim-large" if node == "c" else "sim"}" }}']

@@ -2,8 +2,8 @@
 answers per lane, and leaves no child behind, also on Ctrl-C and on failure.
 
 The finished run is the suite's shared session (``testkit.session.SHARED_LANES``: a one-slot relay lane with a
-planted key, ``moe`` as its profile is, ``dense`` again on node ``gpu1``); Ctrl-C and the failed starts run
-sessions of their own."""
+planted key, ``moe`` as its profile is, and router node ``gpu1`` serving ``dense`` again and ``moe``); Ctrl-C
+and the failed starts run sessions of their own."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from core.figures import StepFigures, client_values, disagreements
-from core.records import read_records
+from satbench.core.figures import StepFigures, client_values, disagreements
+from satbench.core.records import read_records
 from satbench.report.data import load_run
 from satbench.report.render import format_recommendation, lane_table
 from testkit.session import (
@@ -36,7 +36,7 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(300),  # the first test to ask for the shared session waits for it
 ]
-KEYS = (RELAY_LANE, "moe", f"{SECOND_NODE}/{RELAY_LANE}")  # the shared session's lanes, in walking order
+KEYS = (RELAY_LANE, "moe", f"{SECOND_NODE}/{RELAY_LANE}", f"{SECOND_NODE}/moe")  # the shared session's lanes
 
 EVIDENCE = (
     "manifest.json",
@@ -77,9 +77,10 @@ def test_evidence_folder_is_complete(shared_session: SharedSession) -> None:
         info = manifest["lanes"][lane]
         assert info["runtime"] == "simulator" and info["runtime_props"]["build_info"]
     # the settings that ran: the relay lane asked for 1 slot and got it; moe and gpu1's dense kept their
-    # profiles' (config: null)
+    # profiles' (config: null); gpu1's moe asked its router for 2 (tests/session/test_router_node.py)
     settings = {(lane.get("node"), lane["name"]): lane["parallel"] for lane in manifest["config"]["lanes"]}
-    assert settings == {(None, RELAY_LANE): 1, (None, "moe"): None, (SECOND_NODE, RELAY_LANE): None}
+    assert settings == {(None, RELAY_LANE): 1, (None, "moe"): None, (SECOND_NODE, RELAY_LANE): None,
+                        (SECOND_NODE, "moe"): 2}
     relay, moe = manifest["lanes"][RELAY_LANE], manifest["lanes"]["moe"]
     assert relay["runtime_props"]["total_slots"] == 1 and moe["runtime_props"]["total_slots"] > 2
     assert "--slots" in relay["command"] and "--slots" not in moe["command"]
@@ -184,7 +185,13 @@ def test_design_md_sample_is_a_real_document(shared_session: SharedSession) -> N
 
     import jsonschema
 
-    from recommender.schema import SCHEMA_PATH, design_sample, key_shape, read_design_sample, write_design_sample
+    from satbench.recommender.schema import (
+        SCHEMA_PATH,
+        design_sample,
+        key_shape,
+        read_design_sample,
+        write_design_sample,
+    )
 
     run_dir = shared_session.run.run_dir
     real = json.loads((run_dir / "recommendations.json").read_text())
@@ -193,12 +200,13 @@ def test_design_md_sample_is_a_real_document(shared_session: SharedSession) -> N
     sample = read_design_sample()
     jsonschema.validate(sample, json.loads(SCHEMA_PATH.read_text()))
     assert _shape_differences(key_shape(sample), key_shape(design_sample(real))) == [], (
-        "the sample document is behind the real one: python -m recommender.schema --design-sample RUN_DIR")
+        "the sample document is behind the real one: python -m satbench.recommender.schema --design-sample RUN_DIR")
 
 
 def test_no_child_survives_the_session(shared_session: SharedSession) -> None:
     run = shared_session.run
-    assert len(run.descendants) >= 8  # 3 simulators, 3 exporters (one relaying), recommender, Prometheus
+    assert len(run.descendants) >= 8  # 3 simulators (one a router), 3 exporters (one relaying), recommender,
+    # Prometheus
     assert survivors(run.descendants) == []
 
 

@@ -30,7 +30,7 @@ class DropIn(InProcessSimulator):
 
     def __init__(self, *argv: str) -> None:
         from satbench.cli import build_parser
-        from simulator.cli import prepare
+        from satbench.simulator.cli import prepare
 
         super().__init__()
         args = build_parser(only="sim").parse_args(["sim", "--port", str(self.port), *argv])

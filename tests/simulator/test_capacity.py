@@ -6,10 +6,10 @@ import itertools
 
 import pytest
 
-from simulator.capacity import CapacityError, capacity_curve, closed_loop_capacity
-from simulator.profile import load_profile
-from simulator.stepcost import distinct_experts, microbatch_sizes, step_seconds
-from simulator.virtual import run_closed_loop
+from satbench.simulator.capacity import CapacityError, capacity_curve, closed_loop_capacity
+from satbench.simulator.profile import load_profile
+from satbench.simulator.stepcost import distinct_experts, microbatch_sizes, step_seconds
+from satbench.simulator.virtual import run_closed_loop
 
 LADDER = [1, 2, 4, 8]
 

@@ -15,10 +15,10 @@ import tempfile
 import httpx
 import pytest
 
-from core.llama_argv import settings_from_argv
-from exporter.kvcache import layout_from_argv
-from exporter.server import ExporterConfig, build_collector, serve
-from simulator.cli import configure, prepare
+from satbench.core.llama_argv import settings_from_argv
+from satbench.exporter.kvcache import layout_from_argv
+from satbench.exporter.server import ExporterConfig, build_collector, serve
+from satbench.simulator.cli import configure, prepare
 from testkit.net import free_port, wait_http
 from testkit.sim import REPO_ROOT
 
@@ -42,8 +42,8 @@ def _simulator(flags: list[str], environ: dict[str, str]) -> tuple[int, bool, in
     parser = argparse.ArgumentParser()
     configure(parser)
     args = parser.parse_args(["-m", "m.gguf", *flags])
-    from simulator.dropin import apply_llama_flags
-    from simulator.profile import load_profile
+    from satbench.simulator.dropin import apply_llama_flags
+    from satbench.simulator.profile import load_profile
 
     profile = load_profile(args.profile)
     args.slots_flag = False
@@ -66,12 +66,13 @@ def test_np_minus_one_is_accepted_and_a_bad_count_refused() -> None:
     assert _simulator(["-c", "8192", "-np", "-1"], {}) == (4, True, 8192)
     parser = argparse.ArgumentParser()
     configure(parser)
-    from simulator.profile import ProfileError
+    from satbench.simulator.profile import ProfileError
 
     with pytest.raises(ProfileError, match="--parallel"):
         prepare(parser.parse_args(["-m", "m.gguf", "-np", "-3"]))
 
 
+@pytest.mark.slow
 def test_over_http_the_simulators_props_say_what_its_command_line_and_environment_read() -> None:
     port = free_port()
     flags = ["-m", "m.gguf", "-c", "6144", "--metrics"]

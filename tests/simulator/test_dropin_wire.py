@@ -12,7 +12,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from simulator.stepcost import step_seconds
+from satbench.simulator.stepcost import step_seconds
 from tests.simulator.dropin_util import FIXTURES, DropIn, recorded, sse_payloads
 
 # the suite's own preset: -c 512 -np 2 -b 32 --seed 42 --alias tinyllama-2, here with --metrics

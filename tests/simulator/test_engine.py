@@ -7,10 +7,10 @@ import itertools
 
 import pytest
 
-from simulator.engine import ContextLimitError, Engine, RequestSpec
-from simulator.profile import Profile, load_profile
-from simulator.stepcost import step_seconds
-from simulator.virtual import run_closed_loop, run_requests
+from satbench.simulator.engine import ContextLimitError, Engine, RequestSpec
+from satbench.simulator.profile import Profile, load_profile
+from satbench.simulator.stepcost import step_seconds
+from satbench.simulator.virtual import run_closed_loop, run_requests
 
 
 def _dense(**server: object) -> Profile:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.capacity import closed_loop_capacity
-from simulator.engine import Engine, RequestSpec
-from simulator.profile import load_profile
-from simulator.stepcost import step_seconds
-from simulator.virtual import run_closed_loop
+from satbench.simulator.capacity import closed_loop_capacity
+from satbench.simulator.engine import Engine, RequestSpec
+from satbench.simulator.profile import load_profile
+from satbench.simulator.stepcost import step_seconds
+from satbench.simulator.virtual import run_closed_loop
 
 
 def run_one(engine: Engine, spec: RequestSpec, now: float) -> tuple[float, float]:

@@ -22,8 +22,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from simulator.fleet import Fleet, FleetError, FleetSpec, parse_lanes, serve_fleet
-from simulator.profile import PROFILE_DIR
+from satbench.simulator.fleet import Fleet, FleetError, FleetSpec, parse_lanes, serve_fleet
+from satbench.simulator.profile import PROFILE_DIR
 from testkit.fleet import FleetThread
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -247,6 +247,7 @@ def test_the_cli_writes_the_urls_file_once_every_lane_listens(tmp_path: Path) ->
     assert str(urls_file) in lines[0]
 
 
+@pytest.mark.slow
 def test_the_cli_refuses_a_bad_spec_in_one_line(tmp_path: Path) -> None:
     spec = tmp_path / "fleet.toml"
     spec.write_text('[[nodes]]\nname = "a"\n[[nodes.lanes]]\nname = "x"\n[[nodes.lanes]]\nname = "x"\n')

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from simulator.faults import FaultSchedule, faults_from_json
-from simulator.profile import FaultSpec, ProfileError, load_profile, profile_from_mapping
+from satbench.simulator.faults import FaultSchedule, faults_from_json
+from satbench.simulator.profile import FaultSpec, ProfileError, load_profile, profile_from_mapping
 
 
 def test_bundled_profiles_load_and_differ() -> None:

@@ -205,6 +205,7 @@ def test_a_cached_preset_repo_makes_a_router(cache: Path) -> None:
         assert "from-preset" in ids and TINY in ids
 
 
+@pytest.mark.slow
 def test_a_simulated_download_is_announced_and_listed() -> None:
     with DropIn("--router", "--model-load-s", "0.1") as s:
         events: list[dict[str, Any]] = []

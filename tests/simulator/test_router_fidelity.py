@@ -73,6 +73,7 @@ def test_v1_models_lists_each_childs_argv_as_the_real_router_does(models_dir: Pa
         assert "--kv-unified" in httpx.get(s.url + "/v1/models").json()["data"][0]["status"]["args"]
 
 
+@pytest.mark.slow
 def test_a_busy_slot_counts_its_prompt_and_decoded_tokens(models_dir: Path) -> None:
     """Recorded: n_prompt_tokens 241 = 9 processed + 1 cached + 231 decoded (slots_busy_tiny-llama-dense)."""
     with DropIn("--router", "--models-dir", str(models_dir), "--model-load-s", "0.05", "--time-scale", "20") as s:

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from simulator.profile import load_profile
-from simulator.stepcost import step_seconds
+from satbench.simulator.profile import load_profile
+from satbench.simulator.stepcost import step_seconds
 from testkit.sim import InProcessSimulator, SimulatorProcess
 
 
@@ -47,6 +47,7 @@ async def _one_stream(client: httpx.AsyncClient, url: str, i: int, n: int) -> di
     return {"tokens": tokens, "final": final}
 
 
+@pytest.mark.slow
 def test_64_concurrent_streams_are_served_and_recorded() -> None:
     n_streams, n_tokens = 64, 16
 
@@ -144,6 +145,7 @@ def test_faults_disable_endpoints_like_llama_server(sim: InProcessSimulator, lla
     assert listed["faults"] == []
 
 
+@pytest.mark.slow
 def test_faults_break_generation(sim: InProcessSimulator) -> None:
     body = {"prompt": "hi", "n_predict": 10, "ignore_eos": True, "stream": True}
     _set_faults(sim.url, {"kind": "http_5xx", "status": 503, "duration_s": 30})
@@ -188,7 +190,7 @@ def test_subprocess_helper_applies_overrides_and_cleans_up() -> None:
 def test_cli_rejects_a_bad_profile(tmp_path: Path) -> None:
     import argparse
 
-    from simulator import cli
+    from satbench.simulator import cli
 
     bad = tmp_path / "bad.toml"
     bad.write_text("[server]\nslots = 0\n[cost]\nweights_ms = 1.0\n", encoding="utf-8")

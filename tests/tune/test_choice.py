@@ -114,6 +114,7 @@ def distinct(outcomes: list[Outcome]) -> list[Outcome]:
     return list(seen.values())
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(st.lists(outcome(), min_size=1, max_size=12).map(distinct), outcome(), st.sampled_from([0.0, 0.05, 0.1]))
 def test_a_candidate_that_never_holds_the_lead_never_changes_the_winner(grid: list[Outcome], extra: Outcome,

@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from core.records import RequestRecord, write_records
-from loadgen.config import WorkloadConfig
+from satbench.core.records import RequestRecord, write_records
+from satbench.loadgen.config import WorkloadConfig
 from satbench.tune.context import count_prompt_tokens, longest_request, need_from_count, truncated_requests
 from testkit.sim import InProcessSimulator
 

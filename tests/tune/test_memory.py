@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from core.gguf_metadata import GgufError, SkippedArray, read_gguf_metadata
-from exporter.gpu import GpuDevice
+from satbench.core.gguf_metadata import GgufError, SkippedArray, read_gguf_metadata
+from satbench.exporter.gpu import GpuDevice
 from satbench.models.tiny import TINY_MODELS, synthetic_vocab, write_tiny_models
 from satbench.runtimes.llamacpp import parse_startup_log
 from satbench.tune.memory import (

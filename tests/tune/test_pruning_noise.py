@@ -26,6 +26,7 @@ def winner(one: NoisyLane, prune: bool) -> Outcome | None:
     return choose(search(CANDIDATES, one.measure, prune=prune), 0.1).winner
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("flip", "blip"), [(0.0, 0.0), (0.1, 0.0), (0.0, 0.1), (0.1, 0.1)])
 def test_pruned_and_full_grid_winners_agree_on_noisy_lanes(flip: float, blip: float) -> None:
     lanes = [lane(seed, noise=0.03, flip=flip, blip=blip) for seed in range(LANES)]

@@ -82,6 +82,7 @@ def test_server_args_the_grid_does_not_search_are_kept(tmp_path: Path) -> None:
     assert load_tune_config(config).lanes[0].server_args == ["-t", "2", "-ctk", "q8_0", "-ngl", "20"]
 
 
+@pytest.mark.slow
 def test_a_stand_in_that_ignores_parallel_is_caught_by_the_read_back(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SATBENCH_LLAMA_SERVER", str(fake_llama_server(tmp_path, ignore_parallel=True, refuse=False)))
@@ -96,6 +97,7 @@ def test_a_stand_in_that_ignores_parallel_is_caught_by_the_read_back(tmp_path: P
     assert "--no-kv-unified" in command and "--fit off" in command and "-ngl 999" in command
 
 
+@pytest.mark.slow
 def test_a_candidate_that_cannot_fit_is_skipped_before_it_starts(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SATBENCH_LLAMA_SERVER", str(fake_llama_server(tmp_path, refuse=False)))
@@ -139,6 +141,7 @@ evidence_walks = 0
 """
 
 
+@pytest.mark.slow
 def test_an_answer_cut_short_by_its_context_is_a_finding(tmp_path: Path) -> None:
     config = tmp_path / "tune.toml"
     config.write_text(SIM + "ctx_per_slot = 64\n", encoding="utf-8")  # 32 prompt + 64 output do not fit in 64
@@ -149,6 +152,7 @@ def test_an_answer_cut_short_by_its_context_is_a_finding(tmp_path: Path) -> None
     assert lane["context"]["source"] == "config"
 
 
+@pytest.mark.slow
 def test_resume_reuses_only_what_was_measured_on_the_same_question(tmp_path: Path) -> None:
     config = tmp_path / "tune.toml"
     config.write_text(SIM, encoding="utf-8")

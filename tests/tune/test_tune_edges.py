@@ -61,6 +61,7 @@ def test_the_default_context_per_slot_covers_the_longest_request() -> None:
     assert setup.tune.pairs() == [(128, 128), (256, 256), (512, 512)]
 
 
+@pytest.mark.slow
 def test_a_refused_candidate_is_marked_with_the_servers_message_and_resume_skips_measured_ones(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SATBENCH_LLAMA_SERVER", str(fake_llama_server(tmp_path)))
@@ -114,6 +115,7 @@ ladder = [1]
     assert json.loads((first.tune_dir / "tune.json").read_text())["lanes"]["real"]["resumed"] == 1
 
 
+@pytest.mark.slow
 def test_a_search_with_no_feasible_candidate_exits_1(tmp_path: Path) -> None:
     script = tmp_path / "llama-server"
     script.write_text(f'#!/bin/sh\necho "{REFUSAL}" >&2\nexit 1\n', encoding="utf-8")
@@ -158,6 +160,7 @@ def test_a_lane_name_two_nodes_serve_is_named_by_its_key(tmp_path: Path) -> None
         load_tune_config(path)
 
 
+@pytest.mark.slow
 def test_one_lane_name_on_two_nodes_is_tuned_apart_by_node(tmp_path: Path) -> None:
     """Two nodes' ``dense`` lanes: each tuned on its own, keyed ``node/lane`` in every file the tune writes,
     each answer its own node's (before, both wrote under ``dense`` and neither found its answer)."""

@@ -18,15 +18,18 @@ import json
 from pathlib import Path
 
 import jsonschema
+import pytest
 
-from recommender.policy import Policy
-from recommender.schema import SCHEMA_PATH
+from satbench.recommender.policy import Policy
+from satbench.recommender.schema import SCHEMA_PATH
+from satbench.simulator.profile import load_profile
+from satbench.simulator.tuning import TuneWorkload
 from satbench.tune.config import TuneSetup, load_tune_config
 from satbench.tune.grid import Candidate
 from satbench.tune.run import TuneResult, run_tune
-from simulator.profile import load_profile
-from simulator.tuning import TuneWorkload
 from tests.tune.truth import gain_per_doubling, truth_at
+
+pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).parent
 TIMING = """

@@ -6,9 +6,9 @@ answer."""
 
 from __future__ import annotations
 
+from satbench.simulator.profile import Profile
+from satbench.simulator.tuning import TruthPoint, TuneWorkload, candidate_profile, truth_point
 from satbench.tune.grid import Candidate
-from simulator.profile import Profile
-from simulator.tuning import TruthPoint, TuneWorkload, candidate_profile, truth_point
 
 
 def truth_at(profile: Profile, workload: TuneWorkload, candidate: Candidate, concurrency: int) -> TruthPoint:
