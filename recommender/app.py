@@ -219,11 +219,11 @@ class CapabilitiesCut:
 
     def __init__(self, store: RecommendationStore) -> None:
         self.store = store
-        self._doc: dict[str, Any] | None = None
+        self._doc: RecommendationsDocument | None = None
         self._body = b""
 
     def body(self) -> bytes:
-        doc = self.store.document()
+        doc = self.store.model()
         if doc is not self._doc:
             self._doc, self._body = doc, json.dumps(capability_fragment(doc), separators=(",", ":")).encode()
         return self._body

@@ -47,7 +47,8 @@ The LiteLLM fields, as LiteLLM documents them:
   ``/chat/completions``; https://docs.litellm.ai/docs/providers/llamafile shows ``http://localhost:8080/v1``).
   From ``--api-base KEY=URL``, else the lane's ``url`` in the document, else the run folder's
   ``manifest.json`` (``lanes.<key>.url``, ``clients.<key>.url``) when ``--file`` points into one.
-- ``litellm_params.api_key``: ``os.environ/<VAR>`` when the lane names ``api_key_env``, else ``"none"``: the
+- ``litellm_params.api_key``: ``os.environ/<VAR>`` when the run's manifest names the lane's ``api_key_env``
+  (``--file`` of a run folder), else ``"none"``: the
   openai route requires a key, and an explicit placeholder keeps LiteLLM from sending the proxy's own
   ``OPENAI_API_KEY`` to a llama-server.
 - ``litellm_params.max_parallel_requests``: the recommended concurrency, the per-deployment limit of
@@ -106,7 +107,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from satbench.core.lanes import split_key
+from satbench.recommender.document import read_document
 from satbench.recommender.metrics import document_lanes, exposition, lane_identity, validity_state
+from satbench.recommender.models import CapabilityLane, LaneModel, RecommendationsDocument
 
 __all__ = ["FORMATS", "capability_fragment", "configure", "litellm_config", "main", "prometheus_text"]
 
@@ -118,58 +122,66 @@ CAPACITY_RULE = ("its lanes share its hardware, and each lane's max_useful_concu
 
 
 # -- the document, read ---------------------------------------------------------------------------------------
-def _all_lanes(document: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """``(key, lane)`` of every lane, sorted by key: the document's ``lanes`` plus, as a lane without an
-    answer, each lane the ``nodes`` index lists that ``lanes`` does not answer (never dropped)."""
-    lanes = dict(document_lanes(document))
-    for node, info in sorted((document.get("nodes") or {}).items()):
-        for key in (info or {}).get("lanes") or []:
-            if str(key) not in lanes:
-                _, name = lane_identity(str(key), {"node": node})
-                lanes[str(key)] = {"node": str(node), "lane": name, "status": None, "recommended_concurrency": None,
-                                   "run_id": None, "reason": f"node {node} lists it but the document has no answer"}
+def _all_lanes(document: RecommendationsDocument) -> list[tuple[str, LaneModel | None]]:
+    """``(key, lane)`` of every lane, sorted by key: the document's answers plus, as ``None``, each lane the
+    ``nodes`` index lists that ``lanes`` does not answer (never dropped)."""
+    lanes: dict[str, LaneModel | None] = dict(document_lanes(document))
+    for info in document.nodes.values():
+        for key in info.lanes:
+            lanes.setdefault(key, None)
     return sorted(lanes.items())
 
 
-def _valid(lane: Mapping[str, Any]) -> bool | None:
+def _node_of(document: RecommendationsDocument, key: str) -> str:
+    """The node whose index lists ``key`` (a lane without an answer)."""
+    return next(node for node, info in sorted(document.nodes.items()) if key in info.lanes)
+
+
+def _valid(lane: LaneModel) -> bool | None:
     state = validity_state(lane)
     return None if state == "unknown" else state == "valid"
 
 
-def _unusable_why(lane: Mapping[str, Any]) -> str | None:
-    """Why the lane has no usable answer (never measured, or measured on something else), or None."""
-    if validity_state(lane) == "changed":
-        validity = lane.get("validity") or {}
-        changes = ", ".join(f"{c.get('field')} {c.get('measured')} -> {c.get('live')}"
-                            for c in validity.get("changes") or [])
-        return "measured on something else: " + (validity.get("reason") or changes or "the runtime changed")
-    if lane.get("recommended_concurrency") is None:
-        return f"no answer ({lane.get('reason') or 'status ' + str(lane.get('status'))})"
+def _unusable_why(document: RecommendationsDocument, key: str, lane: LaneModel | None) -> str | None:
+    """Why the lane has no usable answer (never measured, or measured on something else), or None; ``lane``
+    None is a lane a node lists without an answer."""
+    if lane is None:
+        return f"no answer (node {_node_of(document, key)} lists it but the document has no answer)"
+    if lane.validity is not None and lane.validity.state == "changed":
+        changes = ", ".join(f"{c.field} {c.measured} -> {c.live}" for c in lane.validity.changes)
+        return "measured on something else: " + (lane.validity.reason or changes or "the runtime changed")
+    if lane.recommended_concurrency is None:
+        return f"no answer ({lane.reason or 'status ' + str(lane.status)})"
     return None
 
 
-def _entry(document: Mapping[str, Any], key: str, lane: Mapping[str, Any]) -> dict[str, Any]:
+def _entry(document: RecommendationsDocument, key: str, lane: LaneModel | None) -> dict[str, Any]:
+    if lane is None:  # a lane its node lists without an answer
+        node = _node_of(document, key)
+        return {"node": node, "lane": split_key(key)[1], "max_useful_concurrency": None, "throughput_tok_s": None,
+                "binding_constraint": None, "status": None, "valid": None, "run_id": None, "measured_at": None,
+                "fingerprint_digest": None, "url": None,
+                "reason": f"node {node} lists it but the document has no answer"}
     node, name = lane_identity(key, lane)
     entry: dict[str, Any] = {
         "node": node,
         "lane": name,
-        "max_useful_concurrency": lane.get("recommended_concurrency"),
-        "throughput_tok_s": lane.get("throughput_at_recommended_tok_s"),
-        "binding_constraint": lane.get("binding_constraint"),
-        "status": lane.get("status"),
+        "max_useful_concurrency": lane.recommended_concurrency,
+        "throughput_tok_s": lane.throughput_at_recommended_tok_s,
+        "binding_constraint": lane.binding_constraint,
+        "status": lane.status,
         "valid": _valid(lane),
-        "run_id": lane.get("run_id", document.get("run_id")),
-        "measured_at": lane.get("measured_at"),
-        "fingerprint_digest": (lane.get("fingerprint") or {}).get("digest"),
-        "url": lane.get("url"),
+        "run_id": lane.run_id,
+        "measured_at": lane.measured_at,
+        "fingerprint_digest": None if lane.fingerprint is None else lane.fingerprint.digest,
+        "url": lane.url,
     }
-    rate = lane.get("rate") or {}
-    if rate:  # the rate answer, where the run walked open-loop rates (recommender.rate_analysis)
-        entry.update(max_rate_rps=rate.get("max_rate_rps"), max_rate_rpm=rate.get("max_rate_rpm"),
-                     rate_status=rate.get("status"), goodput_rps=rate.get("goodput_rps"),
-                     rate_binding_objective=rate.get("binding_objective"))
-    if lane.get("reason"):
-        entry["reason"] = lane["reason"]
+    rate = lane.rate
+    if rate is not None:  # the rate answer, where the run walked open-loop rates (recommender.rate_analysis)
+        entry.update(max_rate_rps=rate.max_rate_rps, max_rate_rpm=rate.max_rate_rpm, rate_status=rate.status,
+                     goodput_rps=rate.goodput_rps, rate_binding_objective=rate.binding_objective)
+    if lane.reason:
+        entry["reason"] = lane.reason
     return entry
 
 
@@ -185,25 +197,25 @@ def _share(lanes: dict[str, dict[str, Any]]) -> None:
         entry["max_useful_concurrency_together"] = None if answer is None else max(1, int(answer) // len(peers))
 
 
-def capability_fragment(document: dict[str, Any]) -> dict[str, Any]:
-    """The capability fragment of a recommendations document, v1 or v2 (pure; module docstring)."""
+def capability_fragment(document: RecommendationsDocument | Mapping[str, Any]) -> dict[str, Any]:
+    """The capability fragment of a recommendations document (pure; module docstring). As JSON (v1 or v2) it
+    is validated here (``recommender.document.read_document``)."""
+    document = read_document(document)
     lanes = {key: _entry(document, key, lane) for key, lane in _all_lanes(document)}
     _share(lanes)
-    index = document.get("nodes") or {}
-    nodes: dict[str, Any] = {str(node): {"labels": dict((info or {}).get("labels") or {}), "lanes": {}}
-                             for node, info in sorted(index.items())}  # a node without lanes is said too
+    nodes: dict[str, Any] = {node: {"labels": dict(info.labels), "lanes": {}}
+                             for node, info in sorted(document.nodes.items())}  # a node without lanes is said too
     for entry in lanes.values():
-        group = nodes.setdefault(entry["node"], {
-            "labels": dict((index.get(entry["node"]) or {}).get("labels") or {}), "lanes": {}})
+        group = nodes.setdefault(entry["node"], {"labels": {}, "lanes": {}})
         group["lanes"][entry["lane"]] = {k: v for k, v in entry.items() if k not in ("node", "lane")}
     for group in nodes.values():
         group["shared_hardware"] = len(group["lanes"]) > 1
         group["capacity_rule"] = CAPACITY_RULE if group["shared_hardware"] else None
-    return {"schema": document.get("schema"), "generated_at": document.get("generated_at"), "lanes": lanes,
+    return {"schema": document.schema_read, "generated_at": document.generated_at, "lanes": lanes,
             "nodes": nodes}
 
 
-def prometheus_text(document: dict[str, Any]) -> str:
+def prometheus_text(document: RecommendationsDocument | Mapping[str, Any]) -> str:
     """The text exposition the recommender's ``/metrics`` serves for ``document`` (``answer_families``)."""
     return exposition(document)
 
@@ -228,7 +240,7 @@ def _api_base(url: str) -> str:
 
 
 def litellm_config(
-    document: dict[str, Any],
+    document: RecommendationsDocument | Mapping[str, Any],
     *,
     model_names: Mapping[str, str] | None = None,
     api_bases: Mapping[str, str] | None = None,
@@ -245,29 +257,31 @@ def litellm_config(
     without a usable answer with ``max_parallel_requests: 1``, ``omit`` leaves it out. ``node_share``
     ``together`` publishes each lane's share of its node instead of its answer alone. ``notes`` has one line
     per lane that is not published as measured (module docstring)."""
+    document = read_document(document)
     model_names, api_bases = model_names or {}, api_bases or {}
     deployments: list[dict[str, Any]] = []
     notes: list[str] = []
     shares = capability_fragment(document)["lanes"]
     for key, lane in _all_lanes(document):
-        node, name = lane_identity(key, lane)
-        why = _unusable_why(lane)
+        share = CapabilityLane.model_validate(shares[key])
+        node, name = share.node, share.lane
+        why = _unusable_why(document, key, lane)
         if why is not None and unanswered == "omit":
             notes.append(f"lane {key}: {why}; left out of model_list (--unanswered omit)")
             continue
-        url = _lookup(api_bases, key, f"{node}/{name}") or lane.get("url") or _from_manifest(manifest, key, "url")
+        url = (_lookup(api_bases, key, f"{node}/{name}") or (lane.url if lane is not None else None)
+               or _from_manifest(manifest, key, "url"))
         if not url:
             notes.append(f"lane {key}: {why + '; ' if why else ''}left out of model_list: no runtime URL (the "
                          f"document's lane has no url; give --api-base {key}=URL)")
             continue
-        share = shares[key]
-        measured = int(lane["recommended_concurrency"]) if why is None else SERIAL
-        together = share["max_useful_concurrency_together"] if why is None else SERIAL
+        measured = int(share.max_useful_concurrency or SERIAL) if why is None else SERIAL
+        together = share.max_useful_concurrency_together if why is None else SERIAL
         limit = together if node_share == "together" else measured
         if why is not None:
             notes.append(f"lane {key}: {why}; published with max_parallel_requests {SERIAL}")
-        served = lane.get("model") or _from_manifest(manifest, key, "model") or name
-        key_env = lane.get("api_key_env") or _from_manifest(manifest, key, "api_key_env")
+        served = (lane.model if lane is not None else None) or _from_manifest(manifest, key, "model") or name
+        key_env = _from_manifest(manifest, key, "api_key_env")
         deployments.append({
             "model_name": _lookup(model_names, key, f"{node}/{name}", name) or name,
             "litellm_params": {
@@ -282,27 +296,27 @@ def litellm_config(
                 "id": f"satbench:{node}/{name}",
                 "satbench_node": node,
                 "satbench_lane": name,
-                "satbench_status": lane.get("status"),
-                "satbench_validity": validity_state(lane),
-                "satbench_recommended_concurrency": lane.get("recommended_concurrency"),
-                "satbench_run_id": lane.get("run_id", document.get("run_id")),
-                "satbench_measured_at": lane.get("measured_at"),
-                "satbench_fingerprint_digest": (lane.get("fingerprint") or {}).get("digest"),
-                "satbench_reason": why or lane.get("reason"),
-                "satbench_shares_hardware_with": share["shares_hardware_with"],
+                "satbench_status": share.status,
+                "satbench_validity": "unknown" if lane is None else validity_state(lane),
+                "satbench_recommended_concurrency": share.max_useful_concurrency,
+                "satbench_run_id": share.run_id,
+                "satbench_measured_at": share.measured_at,
+                "satbench_fingerprint_digest": share.fingerprint_digest,
+                "satbench_reason": why or (None if lane is None else lane.reason),
+                "satbench_shares_hardware_with": share.shares_hardware_with,
                 "satbench_concurrency_together": together,
             },
         })
     return {"model_list": deployments}, notes
 
 
-def _rpm(lane: Mapping[str, Any], why: str | None) -> int | None:
+def _rpm(lane: LaneModel | None, why: str | None) -> int | None:
     """The lane's rate answer in requests per minute, where it has a usable one (module docstring)."""
-    rate = lane.get("rate") or {}
-    rpm = rate.get("max_rate_rpm")
-    if why is not None or rate.get("status") not in ("settled", "unsaturated") or not isinstance(rpm, int):
+    rate = None if lane is None else lane.rate
+    if why is not None or rate is None or rate.status not in ("settled", "unsaturated") \
+            or rate.max_rate_rpm is None:
         return None
-    return max(1, rpm)
+    return max(1, rate.max_rate_rpm)
 
 
 # -- the command ----------------------------------------------------------------------------------------------
@@ -345,13 +359,11 @@ def _pairs(values: Sequence[str], flag: str, *, urls: bool = False) -> dict[str,
     return out
 
 
-def _read_file(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """The document at ``path`` (a file, or a run folder's ``recommendations.json``) and the run's
-    ``manifest.json`` beside it, when there is a readable one."""
+def _read_file(path: Path) -> tuple[RecommendationsDocument, dict[str, Any] | None]:
+    """The document at ``path`` (a file, or a run folder's ``recommendations.json``), validated, and the
+    run's ``manifest.json`` beside it, when there is a readable one."""
     doc_path = path / "recommendations.json" if path.is_dir() else path
-    document = json.loads(doc_path.read_text(encoding="utf-8"))
-    if not isinstance(document, dict) or not isinstance(document.get("lanes"), dict):
-        raise ValueError("not a recommendations document (no lanes)")
+    document = read_document(json.loads(doc_path.read_text(encoding="utf-8")))
     manifest = None
     try:
         loaded = json.loads((doc_path.parent / "manifest.json").read_text(encoding="utf-8"))
@@ -361,7 +373,7 @@ def _read_file(path: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
     return document, manifest
 
 
-def _fetch(url_arg: str, timeout: float) -> tuple[dict[str, Any] | None, int]:
+def _fetch(url_arg: str, timeout: float) -> tuple[RecommendationsDocument | None, int]:
     import httpx
 
     from satbench.core.config_files import check_http_url
@@ -383,9 +395,7 @@ def _fetch(url_arg: str, timeout: float) -> tuple[dict[str, Any] | None, int]:
         print(f"satbench capabilities: no answer: {url} answered {resp.status_code}: {detail}", file=sys.stderr)
         return None, 1
     try:
-        document = resp.json()
-        if not isinstance(document, dict) or not isinstance(document.get("lanes"), dict):
-            raise ValueError("no lanes")
+        document = read_document(resp.json())
     except ValueError as exc:
         print(f"satbench capabilities: no answer: {url} sent no recommendations document: {exc}",
               file=sys.stderr)
@@ -415,7 +425,8 @@ def main(args: argparse.Namespace) -> int:
             return code
         document = fetched
     fragment = capability_fragment(document)
-    unusable = {key: why for key, lane in _all_lanes(document) if (why := _unusable_why(lane)) is not None}
+    unusable = {key: why for key, lane in _all_lanes(document)
+                if (why := _unusable_why(document, key, lane)) is not None}
     left_out = False
     if fmt == "litellm":
         config, notes = litellm_config(document, model_names=model_names, api_bases=api_bases, manifest=manifest,
@@ -424,7 +435,8 @@ def main(args: argparse.Namespace) -> int:
                                        node_share=getattr(args, "node_share", "alone"))
         print(json.dumps(config, indent=2))
         published = {d["model_info"]["id"] for d in config["model_list"]}
-        left_out = any(f"satbench:{e['node']}/{e['lane']}" not in published for e in fragment["lanes"].values())
+        left_out = any(f"satbench:{e.node}/{e.lane}" not in published
+                       for e in map(CapabilityLane.model_validate, fragment["lanes"].values()))
     else:
         print(prometheus_text(document) if fmt == "prometheus" else json.dumps(fragment, indent=2, sort_keys=True),
               end="" if fmt == "prometheus" else "\n")

@@ -12,6 +12,10 @@ consumer that has not moved (``GET /recommendations?schema=v1``): keyed by bare 
 (``AmbiguousForV1``) where two nodes serve one name, so it is told, never handed one node's answer for
 another's. ``answers`` is how every reader takes the answers of either version.
 
+``read_document`` is the one validation of a document a reader meets at its edge (a file, an HTTP body, the
+store's current document): v1 said in v2, then ``recommender.models.RecommendationsDocument``; past it,
+readers (capabilities, the ``/metrics`` families, the report, compare) take attributes, never string keys.
+
 ``mark_stale`` turns a last good document into the one served while Prometheus is unreachable: every lane
 says ``stale`` and how old the answer is. ``mark_changed`` turns one answer stale because what it was
 measured on changed (its validity names what).
@@ -25,8 +29,11 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import ValidationError
+
 from satbench.core.lanes import LOCAL_NODE, split_key
 from satbench.recommender.analysis import LaneAnalysis
+from satbench.recommender.models import RecommendationsDocument
 from satbench.recommender.policy import Policy
 from satbench.recommender.rate_analysis import RateAnswer
 
@@ -44,6 +51,7 @@ __all__ = [
     "mark_changed",
     "mark_stale",
     "node_index",
+    "read_document",
     "unchecked",
 ]
 
@@ -177,6 +185,25 @@ def as_v2(document: Mapping[str, Any]) -> dict[str, Any]:
         lanes[key] = {"node": node or LOCAL_NODE, "lane": name, "url": None, "model": None, "fingerprint": None,
                       "validity": unchecked("measured before answers carried a fingerprint (schema v1)"), **lane}
     return {**document, "schema": SCHEMA_ID, "nodes": node_index(lanes), "lanes": lanes}
+
+
+def read_document(document: Mapping[str, Any] | RecommendationsDocument) -> RecommendationsDocument:
+    """``document`` (v1 or v2, as JSON) validated once into the model every reader takes; a model as it is.
+    ``ValueError`` in one line naming the first field that is wrong (and how many more are)."""
+    if isinstance(document, RecommendationsDocument):
+        return document
+    if not isinstance(document, Mapping):
+        raise ValueError(f"not a recommendations document: a JSON object is expected, not {type(document).__name__}")
+    try:
+        model = RecommendationsDocument.model_validate(as_v2(document))
+    except ValidationError as exc:
+        errors = exc.errors()
+        first = errors[0]
+        where = ".".join(str(part) for part in first["loc"]) or "(the document)"
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise ValueError(f"not a recommendations document: {where}: {first['msg']}{more}") from None
+    model._schema_read = str(document.get("schema") or SCHEMA_ID)
+    return model
 
 
 def as_v1(document: Mapping[str, Any]) -> dict[str, Any]:

@@ -59,10 +59,12 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
+from pydantic import BaseModel
 
 from satbench.core.lanes import LOCAL_NODE, key_labels, lane_key, split_key
-from satbench.recommender.document import answers
+from satbench.recommender.document import read_document
 from satbench.recommender.errors import NothingToServe
+from satbench.recommender.models import LaneModel, RecommendationsDocument
 from satbench.recommender.store import RecommendationStore
 
 __all__ = [
@@ -73,30 +75,35 @@ __all__ = [
     "document_lanes",
     "exposition",
     "lane_identity",
+    "said",
     "validity_state",
 ]
 
 VALIDITY_STATES = ("valid", "changed", "unknown")
 
 
-def lane_identity(key: str, lane: Mapping[str, Any]) -> tuple[str, str]:
-    """``(node, lane name)`` of the document's lane ``key``: the v2 fields, else what the key says; a lane
-    naming no node (every v1 lane) is on ``LOCAL_NODE``."""
+def lane_identity(key: str, lane: LaneModel) -> tuple[str, str]:
+    """``(node, lane name)`` of the document's lane ``key``: the v2 fields where the answer says them, else
+    what the key says; a lane naming no node is on ``LOCAL_NODE``."""
     key_node, key_name = split_key(key)
-    node = lane.get("node") or key_node or LOCAL_NODE
-    return str(node), str(lane.get("lane") or key_name)
+    node = said(lane, "node") or key_node or LOCAL_NODE
+    return str(node), str(said(lane, "lane") or key_name)
 
 
-def validity_state(lane: Mapping[str, Any]) -> str:
-    """``valid``, ``changed`` or ``unknown`` (also for a lane without ``validity``, as in v1 documents)."""
-    state = (lane.get("validity") or {}).get("state")
-    return state if state in ("valid", "changed") else "unknown"
+def said(model: BaseModel, name: str) -> Any:
+    """Field ``name`` of ``model`` where the document said it, else None (a default is not what it said:
+    ``fairness.ok`` absent is unknown, not true)."""
+    return getattr(model, name) if name in model.model_fields_set else None
 
 
-def document_lanes(document: Mapping[str, Any] | None) -> list[tuple[str, dict[str, Any]]]:
-    """The document's answers as ``(key, lane)`` sorted by key (``recommender.document.answers``: v1 and v2
-    both key ``lanes`` by lane key); none for ``None``."""
-    return sorted(answers(document or {}).items())
+def validity_state(lane: LaneModel) -> str:
+    """``valid``, ``changed`` or ``unknown`` (also for a lane without ``validity``)."""
+    return lane.validity.state if lane.validity is not None else "unknown"
+
+
+def document_lanes(document: RecommendationsDocument | None) -> list[tuple[str, LaneModel]]:
+    """The document's answers as ``(key, lane)`` sorted by key; none for ``None``."""
+    return sorted(document.lanes.items()) if document is not None else []
 
 
 def _labels(node: str, name: str, **more: str) -> dict[str, str]:
@@ -107,8 +114,8 @@ def _gauge(name: str, documentation: str) -> Metric:
     return Metric(name, documentation, "gauge")
 
 
-def answer_families(document: Mapping[str, Any] | None) -> list[Metric]:
-    """The ``satbench_*`` families of a recommendations document (v1 or v2; ``None``: nothing to serve yet).
+def answer_families(document: RecommendationsDocument | None) -> list[Metric]:
+    """The ``satbench_*`` families of a recommendations document (``None``: nothing to serve yet).
 
     Pure: the same document gives the same families, sample order included (lanes sorted by key)."""
     rec = _gauge("satbench_recommended_concurrency", "Largest useful concurrency per lane under the policy.")
@@ -133,21 +140,20 @@ def answer_families(document: Mapping[str, Any] | None) -> list[Metric]:
     for key, data in document_lanes(document):
         node, name = lane_identity(key, data)
         labels = _labels(node, name)
-        if data.get("recommended_concurrency") is not None:
-            rec.add_sample(rec.name, labels, float(data["recommended_concurrency"]))
-        if data.get("saturation_concurrency") is not None:
-            sat.add_sample(sat.name, labels, float(data["saturation_concurrency"]))
-        at = _unix(data.get("measured_at"))
+        if data.recommended_concurrency is not None:
+            rec.add_sample(rec.name, labels, float(data.recommended_concurrency))
+        if data.saturation_concurrency is not None:
+            sat.add_sample(sat.name, labels, float(data.saturation_concurrency))
+        at = _unix(data.measured_at)
         if at is not None:
             measured.add_sample(measured.name, labels, at)
-        rate = data.get("rate") or {}
-        if rate.get("max_rate_rps") is not None:
-            max_rate.add_sample(max_rate.name, _labels(node, name, status=str(rate.get("status") or "")),
-                                float(rate["max_rate_rps"]))
-        if rate.get("goodput_rps") is not None:
-            goodput.add_sample(goodput.name, labels, float(rate["goodput_rps"]))
-        status.add_sample(status.name, _labels(node, name, status=str(data.get("status") or "unknown"),
-                                               binding_constraint=str(data.get("binding_constraint") or "")), 1.0)
+        rate = data.rate
+        if rate is not None and rate.max_rate_rps is not None:
+            max_rate.add_sample(max_rate.name, _labels(node, name, status=rate.status), float(rate.max_rate_rps))
+        if rate is not None and rate.goodput_rps is not None:
+            goodput.add_sample(goodput.name, labels, float(rate.goodput_rps))
+        status.add_sample(status.name, _labels(node, name, status=str(data.status or "unknown"),
+                                               binding_constraint=str(data.binding_constraint or "")), 1.0)
         for check, ok in _verdicts(data).items():
             verdict.add_sample(verdict.name, _labels(node, name, check=check), 1.0 if ok else 0.0)
         state = validity_state(data)
@@ -155,7 +161,7 @@ def answer_families(document: Mapping[str, Any] | None) -> list[Metric]:
             valid.add_sample(valid.name, labels, 1.0 if state == "valid" else 0.0)
         for one in VALIDITY_STATES:
             validity.add_sample(validity.name, _labels(node, name, state=one), 1.0 if one == state else 0.0)
-    stale.add_sample(stale.name, {}, 1.0 if (document or {}).get("stale") else 0.0)
+    stale.add_sample(stale.name, {}, 1.0 if document is not None and document.stale else 0.0)
     return [rec, sat, status, verdict, valid, validity, measured, max_rate, goodput, stale]
 
 
@@ -169,11 +175,10 @@ def _unix(iso: Any) -> float | None:
         return None
 
 
-def _verdicts(lane: Mapping[str, Any]) -> dict[str, bool]:
+def _verdicts(lane: LaneModel) -> dict[str, bool]:
     """Per check, whether every measured rung of the lane passed it (the document's lane summaries)."""
-    starvation, fairness = lane.get("starvation") or {}, lane.get("fairness") or {}
-    found = {"decode_starvation": starvation.get("decode_ok"), "prefill_starvation": starvation.get("prefill_ok"),
-             "fairness": fairness.get("ok")}
+    found = {"decode_starvation": said(lane.starvation, "decode_ok"),
+             "prefill_starvation": said(lane.starvation, "prefill_ok"), "fairness": said(lane.fairness, "ok")}
     return {check: bool(ok) for check, ok in found.items() if ok is not None}
 
 
@@ -185,7 +190,7 @@ class RecommendationsCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         try:
-            document: dict[str, Any] | None = self._store.document()
+            document: RecommendationsDocument | None = self._store.model()
         except NothingToServe:
             document = None
         yield from answer_families(document)
@@ -199,11 +204,11 @@ class _Families(Collector):
         yield from self._families
 
 
-def exposition(document: Mapping[str, Any] | None) -> str:
+def exposition(document: RecommendationsDocument | Mapping[str, Any] | None) -> str:
     """The Prometheus text exposition of ``answer_families(document)``: byte for byte what ``/metrics`` serves
-    while the store holds ``document``."""
+    while the store holds ``document`` (as JSON, v1 or v2, it is validated here: ``read_document``)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Families(answer_families(document)))
+    registry.register(_Families(answer_families(None if document is None else read_document(document))))
     return generate_latest(registry).decode("utf-8")
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from pydantic.config import JsonDict
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
@@ -318,6 +318,13 @@ class RecommendationsDocument(BaseModel):
     notes: list[str] = Field(default_factory=list)
     stale: bool = False
     age_s: float | None = None
+    _schema_read: str = PrivateAttr(default="satbench.recommendations/v2")
+
+    @property
+    def schema_read(self) -> str:
+        """The schema the document was read in: a v1 document is said in v2 when it is read
+        (``recommender.document.read_document``), and what is cut from it still names v1."""
+        return self._schema_read
 
 
 class CapabilityEntry(BaseModel):

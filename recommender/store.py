@@ -47,9 +47,10 @@ from typing import Any, Protocol
 
 from satbench.core.manifest import RUN_ID_PATTERN, RunManifest, read_manifest
 from satbench.core.shards import shard_key
-from satbench.recommender.document import as_v1, mark_changed, mark_stale, node_index
+from satbench.recommender.document import as_v1, mark_changed, mark_stale, node_index, read_document
 from satbench.recommender.errors import BadInput, NothingToServe, SourceUnavailable, UnknownLane, UnknownRun
 from satbench.recommender.fleet_runs import FleetRun, ShardEntry, check_join, fleet_runs, missing_answers, stamp_of
+from satbench.recommender.models import RecommendationsDocument
 from satbench.recommender.policy import Policy
 
 __all__ = ["Analyzer", "RecommendationStore", "RunEntry", "entry_key"]
@@ -99,6 +100,7 @@ class RecommendationStore:
         self._dirs: dict[str, Path] = {}  # run folders registered one by one (add_run_dir)
         self._current: dict[str, Any] | None = None
         self._current_bytes: bytes | None = None
+        self._model: tuple[dict[str, Any], RecommendationsDocument] | None = None  # (its dict, validated)
         self._good_at: float | None = None
         self._stale_reason: str | None = None
         self._merged: dict[str, Any] | None = None  # the newest answers merged, before validity
@@ -352,6 +354,14 @@ class RecommendationStore:
             return self._current
         generated = self._good_at if self._good_at is not None else self._clock()
         return mark_stale(self._current, age_s=self._clock() - generated, reason=self._stale_reason)
+
+    def model(self) -> RecommendationsDocument:
+        """``document()`` as the model its readers take (``/metrics``, ``/capabilities``), validated once per
+        document (a stale one is a new document at each read: its age grew)."""
+        document = self.document()
+        if self._model is None or self._model[0] is not document:
+            self._model = (document, read_document(document))
+        return self._model[1]
 
     def document_gzip(self) -> bytes:
         """The fresh document's bytes gzipped (level 1, once per publish): a poller that accepts gzip gets a

@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from satbench.core.manifest import RunManifest, StepWindow
 from satbench.recommender import capabilities
 from satbench.recommender.app import create_app
+from satbench.recommender.document import read_document
 from satbench.recommender.metrics import answer_families, exposition
 from satbench.recommender.settings import RecommenderSettings
 from testkit.net import free_port
@@ -37,18 +38,28 @@ def _validity(state: str, **more: Any) -> dict[str, Any]:
             "changes": [], "reason": None, **more}
 
 
-def _lane(node: str, name: str, rec: int | None, *, url: str | None, state: str = "valid",
-          status: str = "ok", **more: Any) -> dict[str, Any]:
+def answer(rec: int | None, **fields: Any) -> dict[str, Any]:
+    """An answer with every field the schema requires, recommending ``rec``; ``fields`` change some."""
     return {
-        "node": node, "lane": name, "url": url, "status": status, "reason": None,
+        "status": "ok" if rec is not None else "insufficient_data", "reason": None,
         "recommended_concurrency": rec, "saturation_concurrency": rec,
         "binding_constraint": None if rec is None else "throughput_plateau",
         "throughput_at_recommended_tok_s": None if rec is None else 100.0 * rec,
-        "fairness": {"ok": True}, "starvation": {"decode_ok": True, "prefill_ok": rec != 4},
-        "run_id": "r-fleet", "measured_at": "2026-12-01T09:00:00Z",
-        "fingerprint": None if state == "unknown" else {"digest": f"sha256:{node}-{name}"},
-        "validity": _validity(state), **more,
+        "fairness": {"ok": True, "jain_min": None},
+        "starvation": {"ok": True, "decode_stall_max_ratio": None, "prefill_wait_max_s": None},
+        "run_id": "r-fleet", "measured_at": "2026-12-01T09:00:00Z", "steps": [], **fields,
     }
+
+
+def _lane(node: str, name: str, rec: int | None, *, url: str | None, state: str = "valid",
+          status: str = "ok", **more: Any) -> dict[str, Any]:
+    return answer(
+        rec, node=node, lane=name, url=url, status=status,
+        starvation={"ok": rec != 4, "decode_ok": True, "prefill_ok": rec != 4, "decode_stall_max_ratio": None,
+                    "prefill_wait_max_s": None},
+        fingerprint=None if state == "unknown" else {"digest": f"sha256:{node}-{name}"},
+        validity=_validity(state), **more,
+    )
 
 
 def fleet_document() -> dict[str, Any]:
@@ -74,13 +85,12 @@ def fleet_document() -> dict[str, Any]:
 
 
 def v1_document() -> dict[str, Any]:
+    starvation = {"ok": True, "decode_ok": True, "decode_stall_max_ratio": None, "prefill_wait_max_s": None}
     return {"schema": "satbench.recommendations/v1", "generated_at": "2026-11-29T10:19:40Z", "run_id": "r1",
-            "stale": False, "lanes": {
-                "dense": {"status": "ok", "recommended_concurrency": 4, "saturation_concurrency": 4,
-                          "binding_constraint": "throughput_plateau", "throughput_at_recommended_tok_s": 812.5,
-                          "measured_at": "2026-11-29T10:19:40Z", "starvation": {"decode_ok": True}},
-                "moe": {"status": "insufficient_data", "reason": "1 step window(s)",
-                        "recommended_concurrency": None}}}
+            "source": {"kind": "records"}, "policy": {}, "stale": False, "lanes": {
+                "dense": answer(4, throughput_at_recommended_tok_s=812.5, run_id="r1",
+                                measured_at="2026-11-29T10:19:40Z", starvation=starvation),
+                "moe": answer(None, reason="1 step window(s)", run_id="r1")}}
 
 
 def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -145,8 +155,8 @@ def test_lanes_of_one_node_say_they_share_its_hardware_and_what_they_can_take_to
     assert budget <= 1.0
     never = fragment["nodes"]["gpu-b"]["lanes"]["moe"]
     assert never["max_useful_concurrency_together"] is None and never["shares_hardware_with"] == ["gpu-b/dense"]
-    alone = capabilities.capability_fragment({"schema": "satbench.recommendations/v2", "lanes": {
-        "solo/dense": {"node": "solo", "lane": "dense", "recommended_concurrency": 6}}})
+    alone = capabilities.capability_fragment({**fleet_document(), "nodes": {}, "lanes": {
+        "solo/dense": answer(6, node="solo", lane="dense")}})
     assert alone["nodes"]["solo"]["shared_hardware"] is False and alone["nodes"]["solo"]["capacity_rule"] is None
     assert alone["lanes"]["solo/dense"]["max_useful_concurrency_together"] == 6
     config, _ = capabilities.litellm_config(fleet_document(), node_share="together")
@@ -197,7 +207,7 @@ def test_prometheus_of_a_v1_document_is_todays_series_plus_validity_unknown() ->
     assert not any(dict(labels).get("node") for _, labels in got)
     assert not any(name == "satbench_recommendation_valid" for name, _ in got)
     assert got[("satbench_recommendation_validity", at(None, "moe", state="unknown"))] == 1
-    assert [f.name for f in answer_families(None)] == [f.name for f in answer_families(v1_document())]
+    assert [f.name for f in answer_families(None)] == [f.name for f in answer_families(read_document(v1_document()))]
 
 
 @pytest.mark.parametrize("document", [fleet_document(), v1_document()], ids=["v2-fleet", "v1"])
@@ -260,9 +270,9 @@ def test_litellm_model_list_has_one_deployment_per_node_and_lane() -> None:
 
 def test_litellm_options_rename_groups_omit_unanswered_and_name_keys() -> None:
     doc = fleet_document()
-    doc["lanes"]["gpu-a/dense"]["api_key_env"] = "GPU_A_KEY"
+    manifest = {"lanes": {"gpu-a/dense": {"api_key_env": "GPU_A_KEY"}}}  # the run's manifest names the key
     config, notes = capabilities.litellm_config(doc, model_names={"dense": "llama-8b", "gpu-a/moe": "qwen-moe"},
-                                                unanswered="omit", provider="llamafile")
+                                                unanswered="omit", provider="llamafile", manifest=manifest)
     deployments = by_id(config)
     assert "satbench:gpu-b/dense" not in deployments and "satbench:gpu-b/moe" not in deployments
     assert "satbench:local/dense" not in deployments, "no URL anywhere: left out"

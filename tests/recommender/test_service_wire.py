@@ -85,9 +85,13 @@ def test_capabilities_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_capability_fragment_without_an_answer() -> None:
-    doc = {"schema": "satbench.recommendations/v1", "run_id": "r", "lanes": {
-        "moe": {"status": "insufficient_data", "reason": "1 step window(s)",
-                "recommended_concurrency": None}}}
+    doc = {"schema": "satbench.recommendations/v1", "generated_at": "2026-11-29T10:19:40Z", "run_id": "r",
+           "source": {"kind": "records"}, "policy": {}, "lanes": {
+               "moe": {"status": "insufficient_data", "reason": "1 step window(s)", "recommended_concurrency": None,
+                       "saturation_concurrency": None, "binding_constraint": None,
+                       "throughput_at_recommended_tok_s": None, "fairness": {"ok": True, "jain_min": None},
+                       "starvation": {"ok": True, "decode_stall_max_ratio": None, "prefill_wait_max_s": None},
+                       "run_id": "r", "measured_at": None, "steps": []}}}
     lane = capabilities.capability_fragment(doc)["lanes"]["moe"]
     assert lane["max_useful_concurrency"] is None and lane["status"] == "insufficient_data"
     assert lane["reason"] and lane["run_id"] == "r"
