@@ -9,9 +9,10 @@ The manifest is assembled from parts, each returned by the one producer that kno
 another producer's part:
 
 - ``LadderPart`` (the load generator's): the step windows, what the client saw of each lane (``clients``:
-  url, API flavour, model, the runtime's ``/props`` and a round trip), the load generator's /metrics URL and
-  when the walk finished. ``loadgen.runner`` returns it and writes ``header.with_ladder(part)`` after every
-  rung, so a crash loses at most the rung in flight.
+  url, API flavour, model, the runtime's ``/props`` and a round trip), the trace each lane replayed
+  (``traces``: its file's sha256 and size, window, what was synthesised, the factors), the load generator's
+  /metrics URL and when the walk finished. ``loadgen.runner`` returns it and writes
+  ``header.with_ladder(part)`` after every rung, so a crash loses at most the rung in flight.
 - ``RunManifest`` (the session's header, a ``LadderPart`` with more): run id, command, redacted config,
   versions, hardware, network, Prometheus, the recommender URL and ``lanes``: how each lane's runtime was
   started (kind, command, build, model files), by the session.
@@ -69,7 +70,7 @@ class StepWindow:
     ``slots`` is how many requests the runtime serves at once, as it reported (``/props`` ``total_slots``):
     the bound FIFO admission puts on a queued request's wait needs it. An open-loop rung (``core.arrivals``)
     has its ``rate_rps`` and, as ``concurrency``, its in-flight cap (0: none); a closed rung has no rate, and
-    ``(lane, concurrency, rate_rps)`` names a rung.
+    ``(lane, concurrency, rate_rps)`` names a rung. A trace rung is an open-loop rung with its ``speed_factor``.
     A pydantic dataclass: positional like any dataclass, and validated on construction, at every edge.
     """
 
@@ -85,6 +86,8 @@ class StepWindow:
     slots: Annotated[int, Field(ge=1)] | None = None  # the runtime's slots (/props total_slots), if it said
     rate_rps: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None  # an open-loop rung's rate
     steady: bool | None = None  # an open-loop rung: its waits settled in the window (core.attainment.warmup_cut)
+    # a trace rung (loadgen.trace_step): the speed factor its recorded arrivals were replayed at
+    speed_factor: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
 
     @model_validator(mode="after")
     def _closed_rungs_have_users(self) -> StepWindow:
@@ -119,6 +122,12 @@ class LadderPart(BaseModel):
     clients: dict[str, dict[str, Any]] = Field(default_factory=dict)
     loadgen_metrics_url: str | None = None
     finished_at: FiniteFloat | None = None
+    # per lane, the trace it replayed (loadgen.traces.Trace.evidence: file sha256, size, window, what was
+    # synthesised) and the speed factors walked
+    traces: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    def with_trace(self, name: str, evidence: dict[str, Any]) -> LadderPart:
+        return self.model_copy(update={"traces": {**self.traces, name: evidence}})
 
     def with_lane(self, name: str, evidence: dict[str, Any]) -> LadderPart:
         return self.model_copy(update={"clients": {**self.clients, name: evidence}})

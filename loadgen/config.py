@@ -45,6 +45,7 @@ __all__ = [
     "LoadgenConfig",
     "ObjectivesConfig",
     "SharedPrefixConfig",
+    "TraceConfig",
     "WorkloadConfig",
     "load_config",
 ]
@@ -209,6 +210,34 @@ class ArrivalConfig(_Model):
         return self.process != "closed"
 
 
+class TraceConfig(_Model):
+    """A recorded trace replayed open-loop at speed factors (``loadgen.traces``, ``loadgen.trace_step``): ``path``
+    (Mooncake JSONL, BurstGPT CSV or Azure LLM inference CSV; ``format`` ``auto`` reads it from the file), the
+    window of it replayed (``offset_s``, ``length_s`` of the trace's own time; ``None``: to its end), the speed
+    factors walked (``factors``, increasing, then 1.25x steps up to ``max_factor`` while every factor passes,
+    then ``search_steps`` bisections between the last that passed and the first that failed: the search of
+    ``loadgen.rates`` over the trace's recorded rate), and ``seed`` of the synthesised prompt text. A rung whose
+    scaled window is shorter than its warm-up and ``min_window_s`` replays the window again from its start
+    (the same requests, the same text)."""
+
+    path: Path
+    format: Literal["auto", "mooncake", "burstgpt", "azure"] = "auto"
+    offset_s: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
+    length_s: float | None = Field(default=None, gt=0.0, allow_inf_nan=False)
+    factors: list[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
+        default_factory=lambda: [0.5, 1.0, 2.0, 4.0])
+    max_factor: float = Field(default=64.0, gt=0, allow_inf_nan=False)
+    search_steps: int = Field(default=3, ge=0, le=8)
+    seed: int = 0
+
+    @field_validator("factors")
+    @classmethod
+    def _check_factors(cls, value: list[float]) -> list[float]:
+        if not value:
+            raise ValueError("list at least one speed factor")
+        return sorted(set(value))
+
+
 class ObjectivesConfig(_Model):
     """Per-request objectives for goodput (``core.objectives``): the session sets them from its policy."""
 
@@ -259,6 +288,7 @@ class LoadgenConfig(_Model):
     workload: WorkloadConfig = Field(default_factory=WorkloadConfig)
     arrival: ArrivalConfig = Field(default_factory=ArrivalConfig)
     objectives: ObjectivesConfig | None = None
+    trace: TraceConfig | None = None
     warmup_s: float = Field(default=2.0, ge=0.0)
     min_window_s: float = Field(default=8.0, gt=0.0)
     max_window_s: float = Field(default=20.0, gt=0.0)
@@ -304,6 +334,9 @@ class LoadgenConfig(_Model):
         if self.arrival.open and self.workload.conversation is not None:
             problems.append(("workload.conversation", "a conversation needs closed-loop users; open-loop arrivals "
                              "(arrival.process) send independent requests"))
+        if self.trace is not None and self.workload.conversation is not None:
+            problems.append(("workload.conversation", "a trace replays independent requests at its own times; "
+                             "a conversation needs closed-loop users"))
         if problems:
             raise FieldError(problems)
         return self

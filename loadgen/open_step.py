@@ -15,12 +15,17 @@ Warm-up, window, drain and the records are the closed loop's (``loadgen.step.Ste
 sending through the drain until every request meant to be sent inside the window has ended, then stops. A
 rung is named ``(lane, concurrency, rate_rps)``: its ``concurrency`` is the in-flight cap, 0 without one;
 every request is user 0 (an open stream has no users).
+
+A trace rung (``loadgen.trace_step``) is this rung with two parts of its own: the send offsets (``_stream``:
+the trace's, scaled, ``None`` when over) and each request (``_request``: the trace's lengths and prompt), and
+its window's longest look (``_window_cap_s``) is the replayed trace's length.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from typing import Protocol
 
 from satbench.core.arrivals import ArrivalStream, gamma_shape
 from satbench.core.attainment import RateVerdict, rate_look
@@ -30,9 +35,15 @@ from satbench.core.sse import StreamParser
 from satbench.core.statistics import quantile
 from satbench.loadgen.client import RawResult
 from satbench.loadgen.step import StepRun, _Active
-from satbench.loadgen.workload import UserWorkload, build_body
+from satbench.loadgen.workload import RequestSpec, UserWorkload, build_body
 
-__all__ = ["OpenStepRun"]
+__all__ = ["OpenStepRun", "SendStream"]
+
+
+class SendStream(Protocol):
+    """A rung's send offsets one at a time, in seconds since its start; ``None`` once a finite one is over."""
+
+    def next_offset(self) -> float | None: ...
 
 
 class OpenStepRun(StepRun):
@@ -50,13 +61,13 @@ class OpenStepRun(StepRun):
         self._done: list[tuple[float, float, float, bool]] = []  # (intended, wait, end, attained), seconds
         self._warm_ns = 0
         self.steady: bool | None = None
-        seed = f"{self.config.workload.seed}:{self.lane.key}:{rate!r}"
-        self.stream = ArrivalStream(arrival.process, rate, seed, gamma_shape(arrival.burstiness, arrival.cv))
+        self.stream = self._stream()
         self.workload = UserWorkload(self.config.workload, self.lane.key, 0, 0, self.text)
         self._index = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._room = asyncio.Condition()
         self._lags: list[float] = []
+        self.decide_early = True  # a look that decides ends the window (a trace rung replays its whole window)
 
     def _live_tokens(self) -> list[tuple[str, str, int]]:
         return [(self.lane.key, "0", len(a.parser.token_ns)) for a in list(self.active.values())]
@@ -94,13 +105,13 @@ class OpenStepRun(StepRun):
         """Warm-up, then a window looked at (``core.attainment.rate_look``) at ``min_window_s`` and 1.5x growing
         lengths up to ``arrival.max_window_s``, ending at the first look that decides the rate; the warm-up
         cut of the last look moves the window's start past the idle start."""
-        cfg, arrival = self.config, self.config.arrival
+        cfg = self.config
         await self._tick_until(warm_ns + int(self.warmup_s * 1e9), "warmup", warm_ns)
         self.client.take_read_lags()
         self.window_start_ns = start = time.perf_counter_ns()
         self.metrics.set_step(self.lane.key, self.run_id, self.c)
-        cap_end = start + int(max(arrival.max_window_s, cfg.min_window_s) * 1e9)
-        look_at = start + int(cfg.min_window_s * 1e9)
+        cap_end = start + int(self._window_cap_s() * 1e9)
+        look_at = min(cap_end, start + int(cfg.min_window_s * 1e9))
         verdict = None
         while True:
             now = time.perf_counter_ns()
@@ -108,7 +119,7 @@ class OpenStepRun(StepRun):
                 verdict = self._look(start, now)
                 elapsed = (now - start) / 1e9
                 self.looks.append(f"{elapsed:.0f} s: {verdict.verdict} ({verdict.reason})")
-                if verdict.verdict != "undecided" or now >= cap_end:
+                if (verdict.verdict != "undecided" and self.decide_early) or now >= cap_end:
                     break
                 look_at = min(cap_end, start + int(1.5 * (now - start)))
             self._show("window", start, now)
@@ -149,7 +160,10 @@ class OpenStepRun(StepRun):
     async def _schedule(self, warm_ns: int) -> None:
         """Sends each request at its intended time (a cap full: it waits in the client)."""
         while not self.stopping:
-            intended = warm_ns + int(self.stream.next_offset() * 1e9)
+            offset = self.stream.next_offset()
+            if offset is None:  # a finite schedule (a trace's) is over
+                return
+            intended = warm_ns + int(offset * 1e9)
             delay = (intended - time.perf_counter_ns()) / 1e9
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -166,9 +180,23 @@ class OpenStepRun(StepRun):
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _one(self, index: int, intended_ns: int) -> None:
+    def _stream(self) -> ArrivalStream | SendStream:
+        """The rung's send offsets: the seeded arrival process at its rate (a trace rung: the trace's)."""
+        arrival = self.config.arrival
+        seed = f"{self.config.workload.seed}:{self.lane.key}:{self.rate!r}"
+        return ArrivalStream(arrival.process, self.open_rate, seed, gamma_shape(arrival.burstiness, arrival.cv))
+
+    def _request(self, index: int) -> tuple[RequestSpec, bytes]:
+        """The ``index``-th request of the rung: the seeded workload's (a trace rung's own: ``loadgen.trace_step``)."""
         spec = self.workload.next_spec()
-        body = build_body(self.lane.api, self.lane.model, spec, self.text, self.config.workload, "u0")
+        return spec, build_body(self.lane.api, self.lane.model, spec, self.text, self.config.workload, "u0")
+
+    def _window_cap_s(self) -> float:
+        """The longest the rung's window may be looked at."""
+        return max(self.config.arrival.max_window_s, self.config.min_window_s)
+
+    async def _one(self, index: int, intended_ns: int) -> None:
+        spec, body = self._request(index)
         rid = f"{self.run_id}-{self.lane.key}-r{self.rate:g}-{index}"
         parser = StreamParser(self.lane.api, self.config.max_event_bytes)
         self.active[index] = _Active(intended_ns, parser)

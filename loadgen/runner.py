@@ -47,6 +47,8 @@ from satbench.loadgen.open_step import OpenStepRun
 from satbench.loadgen.progress import Progress, progress_wanted, rate_line, rung_line
 from satbench.loadgen.rates import RateOutcome, judge, next_rate
 from satbench.loadgen.step import Clock, StepRun
+from satbench.loadgen.trace_step import TraceStepRun, next_factor
+from satbench.loadgen.traces import TracePrompts, load_trace
 from satbench.loadgen.workload import PromptText, max_prompt_tokens
 
 __all__ = ["LadderRunner", "run_ladder"]
@@ -80,6 +82,7 @@ class LadderRunner:
         self.progress = Progress(progress_wanted(wanted), lines=wanted is not False)
         self.figures: list[StepFigures] = []
         self._server: MetricsServer | None = None
+        self.trace = load_trace(config.trace)  # read and checked whole before any load is sent
 
     @property
     def metrics_port(self) -> int | None:
@@ -182,6 +185,8 @@ class LadderRunner:
                     self.progress.done(f"  {lane.key}: the extended ladder stops at c={top}: {why}")
             if self.config.arrival.open:
                 await self._walk_rates(lane, lane_figures, client, writer, clock, text, slots)
+            if self.trace is not None:
+                await self._walk_trace(lane, lane_figures, client, writer, clock, text, slots)
         finally:
             await client.close()
 
@@ -207,12 +212,7 @@ class LadderRunner:
             self.progress.done(f"  {lane.key}: no rate search: no closed rung measured a capacity to scale")
             return
         bound = capacity_bound([(f.concurrency, f.requests_per_s) for f in closed if f.valid], slots)
-        warmup = arrival.warmup_s
-        if warmup is None:
-            top = max((f for f in closed if f.valid), key=lambda f: f.requests_per_s, default=None)
-            latency = top.latency_s.mean if top is not None else None
-            ttft = self.config.objectives.ttft_s if self.config.objectives is not None else None
-            warmup = max(self.config.warmup_s, 2 * (latency or 0.0), ttft or 0.0)
+        warmup = self._open_warmup(closed)
         outcomes: list[RateOutcome] = []
         while (rate := next_rate(outcomes, arrival, capacity)) is not None:
             step = OpenStepRun(rate=rate, capacity_rps=bound, warmup_s=warmup, config=self.config, lane=lane,
@@ -223,6 +223,41 @@ class LadderRunner:
             outcome = judge(figures, arrival, bound)
             outcomes.append(outcome)
             self.progress.done(rate_line(figures, outcome.passed))
+            self._write()
+
+    def _open_warmup(self, closed: list[StepFigures]) -> float:
+        """An open-loop rung's warm-up (``ArrivalConfig``): as set, else the longest of the ladder's warm-up,
+        twice the mean latency of the closed rung that served most and the TTFT objective."""
+        warmup = self.config.arrival.warmup_s
+        if warmup is not None:
+            return warmup
+        top = max((f for f in closed if f.valid), key=lambda f: f.requests_per_s, default=None)
+        latency = top.latency_s.mean if top is not None else None
+        ttft = self.config.objectives.ttft_s if self.config.objectives is not None else None
+        return max(self.config.warmup_s, 2 * (latency or 0.0), ttft or 0.0)
+
+    async def _walk_trace(self, lane: LaneConfig, closed: list[StepFigures], client: LaneClient,
+                          writer: RecordsWriter, clock: Clock, text: PromptText, slots: int | None) -> None:
+        """The speed-factor search of one lane over the configured trace (``loadgen.trace_step``), after its
+        closed ladder; each rung judged as a rate rung (``loadgen.rates.judge``)."""
+        trace, cfg = self.trace, self.config.trace
+        assert trace is not None and cfg is not None
+        bound = capacity_bound([(f.concurrency, f.requests_per_s) for f in closed if f.valid], slots)
+        warmup = self._open_warmup(closed)
+        prompts = TracePrompts(cfg.seed, trace.block_tokens)
+        outcomes: list[RateOutcome] = []
+        factors: list[float] = []
+        while (factor := next_factor(outcomes, cfg, self.config.arrival, trace.rate_rps)) is not None:
+            factors.append(factor)
+            self.part = self.part.with_trace(lane.key, {**trace.evidence(), "speed_factors": factors})
+            step = TraceStepRun(trace=trace, factor=factor, prompts=prompts, capacity_rps=bound, warmup_s=warmup,
+                                config=self.config, lane=lane, run_id=self.run_id, client=client, writer=writer,
+                                clock=clock, metrics=self.metrics, text=text, progress=self.progress)
+            window = dataclasses.replace(await step.run(), slots=slots)
+            figures = self._step_done(step, window)
+            outcome = judge(figures, self.config.arrival, bound)
+            outcomes.append(outcome)
+            self.progress.done(f"{rate_line(figures, outcome.passed)} (trace x{factor:g})")
             self._write()
 
     @property

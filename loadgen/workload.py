@@ -44,7 +44,7 @@ from dataclasses import dataclass, replace
 from satbench.core.api import ApiFlavour
 from satbench.loadgen.config import LengthDist, WorkloadConfig
 
-__all__ = ["PromptText", "RequestSpec", "UserWorkload", "build_body", "draw_length"]
+__all__ = ["PromptText", "RequestSpec", "UserWorkload", "build_body", "draw_length", "text_body"]
 
 _WORDS = (
     "the", "of", "and", "to", "in", "is", "for", "on", "with", "as", "at", "by", "from", "it", "an",
@@ -214,6 +214,25 @@ def build_body(api: ApiFlavour, model: str, spec: RequestSpec, text: PromptText,
         prompt = "".join(parts) + _message(spec, text, config)
         body = {"prompt": prompt, "n_predict": spec.max_tokens} if api == "llamacpp" else {
             "prompt": prompt, "max_tokens": spec.max_tokens, "stream_options": {"include_usage": True}}
+    return _encoded(body, model, config, user_tag)
+
+
+def text_body(api: ApiFlavour, model: str, text: str, max_tokens: int, config: WorkloadConfig,
+              user_tag: str) -> bytes:
+    """The JSON body of one streamed request whose prompt is ``text`` as it is (a dataset's or a trace's): one
+    user message for the chat API, the prompt itself for the completion APIs."""
+    body: dict[str, object]
+    if api == "openai-chat":
+        body = {"messages": [{"role": "user", "content": text}], "max_tokens": max_tokens,
+                "stream_options": {"include_usage": True}}
+    elif api == "llamacpp":
+        body = {"prompt": text, "n_predict": max_tokens}
+    else:
+        body = {"prompt": text, "max_tokens": max_tokens, "stream_options": {"include_usage": True}}
+    return _encoded(body, model, config, user_tag)
+
+
+def _encoded(body: dict[str, object], model: str, config: WorkloadConfig, user_tag: str) -> bytes:
     if model:
         body["model"] = model
     body["stream"] = True

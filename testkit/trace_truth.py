@@ -1,0 +1,186 @@
+"""Generated traces, and the trace answer's truth from the simulator's engine in virtual time.
+
+``generate_mooncake(...)`` writes a Mooncake-format trace (``loadgen.traces``) whose traffic is known by
+construction: Poisson arrivals at ``rate_rps``, each request opening with one of ``groups`` shared prefixes of
+``prefix_blocks`` blocks (a system prompt: the same ids, so the same text) with probability ``share``, then
+blocks of its own; lengths drawn uniformly. ``generate_burstgpt`` and ``generate_azure`` write the same
+arrivals and lengths in those formats (no block ids). The samples in ``examples/traces`` are these generators'
+output (``python -m testkit.trace_truth examples/traces``).
+
+Truth (``true_max_factor``) is the engine's alone, never the load generator's windows, statistics or search:
+the engine (``simulator.virtual.run_requests``) is fed the trace's own requests at ``offset / factor`` (the
+lengths as recorded, the prompts' token ids as the simulator's tokenizer reads ``loadgen.traces.TracePrompts``'
+text, so its prompt cache sees the sharing), every request followed to its end; a factor passes where at least
+``target`` of its requests attain every objective (TTFT and e2e from the intended send, the request's TPOT)
+and the backlog does not grow (the last quarter of the trace's requests waits, on average, no more than
+``growth_margin`` of a request's service longer than the first quarter: a rate above capacity keeps queueing).
+The answer is the largest passing factor, bisected to 1 %.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from satbench.core.objectives import Objectives
+from satbench.loadgen.traces import BLOCK_TOKENS, Trace, TracePrompts
+from satbench.simulator.engine import RequestSpec
+from satbench.simulator.profile import Profile
+from satbench.simulator.tokens import tokenize
+from satbench.simulator.virtual import run_requests
+
+__all__ = ["TraceServed", "generate_azure", "generate_burstgpt", "generate_mooncake", "serve_trace",
+           "trace_attainment", "true_max_factor"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    at_s: float
+    input_tokens: int
+    output_tokens: int
+    hash_ids: tuple[int, ...]
+
+
+def _rows(n: int, rate_rps: float, seed: int, groups: int, prefix_blocks: int, share: float,
+          own_blocks: tuple[int, int], output_tokens: tuple[int, int]) -> list[_Row]:
+    rng = random.Random(f"trace:{seed}")
+    next_id = groups * prefix_blocks
+    t = 0.0
+    rows = []
+    for _ in range(n):
+        ids: list[int] = []
+        if groups and rng.random() < share:
+            g = rng.randrange(groups)
+            ids = list(range(g * prefix_blocks, (g + 1) * prefix_blocks))
+        own = rng.randint(*own_blocks)
+        ids += range(next_id, next_id + own)
+        next_id += own
+        # the last block partly filled, as a recorded prompt's is
+        length = max(len(ids) - 1, 0) * BLOCK_TOKENS + rng.randint(BLOCK_TOKENS // 4, BLOCK_TOKENS)
+        rows.append(_Row(round(t, 3), length, rng.randint(*output_tokens), tuple(ids)))
+        t += rng.expovariate(rate_rps)
+    return rows
+
+
+def generate_mooncake(path: Path, n: int = 200, rate_rps: float = 2.0, seed: int = 0, *, groups: int = 2,
+                      prefix_blocks: int = 2, share: float = 0.8, own_blocks: tuple[int, int] = (1, 2),
+                      output_tokens: tuple[int, int] = (16, 96)) -> Path:
+    """A Mooncake-format trace of known traffic (module docstring)."""
+    rows = _rows(n, rate_rps, seed, groups, prefix_blocks, share, own_blocks, output_tokens)
+    with path.open("w", encoding="utf-8") as fh:
+        for r in rows:
+            fh.write(json.dumps({"timestamp": round(r.at_s * 1000), "input_length": r.input_tokens,
+                                 "output_length": r.output_tokens, "hash_ids": list(r.hash_ids)}) + "\n")
+    return path
+
+
+def generate_burstgpt(path: Path, n: int = 200, rate_rps: float = 2.0, seed: int = 0) -> Path:
+    """The same arrivals and lengths as a BurstGPT CSV (one failed request, 0 response tokens, among them)."""
+    rows = _rows(n, rate_rps, seed, 0, 0, 0.0, (1, 3), (16, 96))
+    with path.open("w", encoding="utf-8") as fh:
+        fh.write("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n")
+        for i, r in enumerate(rows):
+            out = 0 if i == n // 2 else r.output_tokens
+            fh.write(f"{r.at_s:.3f},ChatGPT,{r.input_tokens},{out},{r.input_tokens + out},Conversation log\n")
+    return path
+
+
+def generate_azure(path: Path, n: int = 200, rate_rps: float = 2.0, seed: int = 0) -> Path:
+    """The same arrivals and lengths as an Azure LLM inference trace CSV."""
+    rows = _rows(n, rate_rps, seed, 0, 0, 0.0, (1, 3), (16, 96))
+    with path.open("w", encoding="utf-8") as fh:
+        fh.write("TIMESTAMP,ContextTokens,GeneratedTokens\n")
+        for r in rows:
+            whole = int(r.at_s)
+            frac = round((r.at_s - whole) * 1e7)
+            minutes, seconds = divmod(15 * 60 + 46 + whole, 60)
+            fh.write(f"2023-11-16 18:{minutes:02d}:{seconds:02d}.{frac:07d},{r.input_tokens},{r.output_tokens}\n")
+    return path
+
+
+@dataclass(frozen=True, slots=True)
+class TraceServed:
+    """One replayed request in virtual time: meant to be sent at ``sent``, its token times, its prompt length."""
+
+    sent: float
+    tokens: tuple[float, ...]
+    prompt_tokens: int
+
+    def attained(self, objectives: Objectives) -> bool:
+        if not self.tokens:
+            return False
+        tpot = (self.tokens[-1] - self.tokens[0]) / (len(self.tokens) - 1) if len(self.tokens) > 1 else None
+        return not objectives.misses(ok=True, ttft_s=self.tokens[0] - self.sent, tpot_s=tpot, pause_excess_s=None,
+                                     e2e_s=self.tokens[-1] - self.sent, prompt_tokens=self.prompt_tokens)
+
+
+def serve_trace(profile: Profile, trace: Trace, factor: float, seed: int = 0) -> tuple[list[TraceServed], float]:
+    """The engine's answer to the trace at a speed factor (module docstring), and the share of prompt tokens its
+    prompt cache served."""
+    prompts = TracePrompts(seed, trace.block_tokens)
+    arrivals = []
+    for i, (at, req) in enumerate(zip(trace.offsets(factor), trace.requests, strict=True)):
+        ids = tuple(tokenize(prompts.prompt(req, i)))
+        arrivals.append((at, RequestSpec(f"r{i}", len(ids), req.output_tokens, ignore_eos=True, user="user-0",
+                                         prompt_ids=ids)))
+    engine, emissions = run_requests(profile, arrivals)
+    tokens: dict[str, list[float]] = defaultdict(list)
+    for at, rid, _ in emissions:
+        tokens[rid].append(at)
+    served = [TraceServed(at, tuple(tokens.get(f"r{i}", ())), spec.prompt_tokens)
+              for i, (at, spec) in enumerate(arrivals)]
+    total = sum(spec.prompt_tokens for _, spec in arrivals)
+    return served, engine.counters.prompt_tokens_cached_total / total if total else 0.0
+
+
+def trace_attainment(served: list[TraceServed], objectives: Objectives) -> float:
+    return sum(s.attained(objectives) for s in served) / len(served) if served else 0.0
+
+
+def _sustained(served: list[TraceServed], growth_margin: float) -> bool:
+    """The backlog does not grow: the last quarter's mean wait to its first token is within ``growth_margin``
+    of a mean request's service time of the first quarter's."""
+    q = max(1, len(served) // 4)
+    def wait(part: list[TraceServed]) -> float:
+        return sum((s.tokens[0] if s.tokens else math.inf) - s.sent for s in part) / len(part)
+    service = sum((s.tokens[-1] - s.tokens[0]) if s.tokens else 0.0 for s in served) / len(served)
+    return wait(served[-q:]) - wait(served[:q]) <= growth_margin * max(service, 1e-3) + 0.5
+
+
+def true_max_factor(profile: Profile, trace: Trace, *, objectives: Objectives, target: float = 0.9,
+                    high: float = 64.0, growth_margin: float = 1.0) -> float:
+    """The largest speed factor, to 1 %, at which the engine serves the trace sustainably with ``target`` of its
+    requests within ``objectives`` (module docstring)."""
+    def ok(factor: float) -> bool:
+        served, _ = serve_trace(profile, trace, factor)
+        return trace_attainment(served, objectives) >= target and _sustained(served, growth_margin)
+
+    low = 1.0
+    while not ok(low) and low > 1e-3:
+        high, low = low, low / 2
+    while ok(min(high, low * 2)) and low * 2 <= high:
+        low *= 2
+    high = min(high, low * 2)
+    while high / low > 1.01:
+        mid = math.sqrt(low * high)
+        low, high = (mid, high) if ok(mid) else (low, mid)
+    return low
+
+
+def main(argv: list[str]) -> int:
+    """Writes the shipped samples into a folder (``examples/traces``)."""
+    out = Path(argv[0] if argv else "examples/traces")
+    out.mkdir(parents=True, exist_ok=True)
+    generate_mooncake(out / "mooncake_sample.jsonl")
+    generate_burstgpt(out / "burstgpt_sample.csv")
+    generate_azure(out / "azure_sample.csv")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
