@@ -45,6 +45,7 @@ from satbench.core.statistics import (
     indistinguishable,
 )
 from satbench.recommender.curve import CurvePoint, Knee, kneedle, monotone_fit, saturation_rung
+from satbench.recommender.models import CheckModel, FairnessModel, StarvationModel, StepModel, ViolationModel
 from satbench.recommender.policy import Policy
 from satbench.recommender.verdicts import StepVerdict, check_step
 
@@ -107,70 +108,72 @@ class LaneAnalysis:
         """Every measured rung (accepted or not) that broke ``constraint``."""
         return [v.concurrency for v in self.verdicts if constraint in v.constraint_names()]
 
-    def _checks(self, name: str) -> list[tuple[int, str]]:
+    def _checks(self, name: str) -> list[tuple[int, Any]]:  # (rung, its CheckStatus)
         return [(v.concurrency, v.checks[name].status) for v in self.verdicts if name in v.checks]
 
     def _at_recommended(self, constraint: str) -> bool:
         return constraint not in {n for _, v in self._accepted() for n in v.constraint_names()}
 
-    def fairness_summary(self) -> dict[str, Any]:
+    def fairness_summary(self) -> FairnessModel:
         """Over every measured rung: ``ok`` is false when any rung was flagged (``flagged_at``), so the summary
         never contradicts a binding constraint; ``ok_at_recommended`` looks only at the accepted rungs."""
         jains = [s.jain for s in self.steps if s.jain is not None]
         shares = [s.max_min_share for s in self.steps if s.max_min_share is not None]
         ratios = [s.user_wait_ratio for s in self.steps if s.user_wait_ratio is not None]
         flagged = self.flagged_at("fairness")
-        return {
-            "ok": not flagged,
-            "ok_at_recommended": self._at_recommended("fairness"),
-            "jain_min": min(jains) if jains else None,
-            "max_min_share_max": max(shares) if shares else None,
-            "user_wait_ratio_max": max(ratios) if ratios else None,
-            "flagged_at": flagged,
-            "by_rung": {str(c): status for c, status in self._checks("fairness")},
-        }
+        return FairnessModel(
+            ok=not flagged,
+            ok_at_recommended=self._at_recommended("fairness"),
+            jain_min=min(jains) if jains else None,
+            max_min_share_max=max(shares) if shares else None,
+            user_wait_ratio_max=max(ratios) if ratios else None,
+            flagged_at=flagged,
+            by_rung={str(c): status for c, status in self._checks("fairness")},
+        )
 
-    def starvation_summary(self) -> dict[str, Any]:
+    def starvation_summary(self) -> StarvationModel:
         """As ``fairness_summary``: over every measured rung, with the accepted rungs' own ``ok``."""
         def top(name: str) -> float | None:
             values = [getattr(s, name) for s in self.steps if getattr(s, name) is not None]
             return max(values) if values else None
         pauses = [s.pause_s.p99 for s in self.steps if s.pause_s.p99 is not None and s.concurrency > 1]
         decode, prefill = self.flagged_at("decode_starvation"), self.flagged_at("prefill_starvation")
-        return {
-            "ok": not (decode or prefill),
-            "ok_at_recommended": self._at_recommended("decode_starvation")
+        return StarvationModel(
+            ok=not (decode or prefill),
+            ok_at_recommended=self._at_recommended("decode_starvation")
             and self._at_recommended("prefill_starvation"),
-            "decode_ok": not decode,
-            "prefill_ok": not prefill,
-            "pause_p99_max_s": max(pauses) if pauses else None,
-            "interference_share_max": top("interference_share"),
-            "admission_wait_max_s": top("admission_wait_max_s"),
-            "decode_stall_max_ratio": top("decode_stall_max_ratio"),
-            "prefill_wait_max_s": top("prefill_wait_max_s"),
-            "decode_flagged_at": decode,
-            "prefill_flagged_at": prefill,
-            "interference_warned_at": [c for c, st in self._checks("interference") if st in ("warn", "flagged")],
-            "decode_by_rung": {str(c): st for c, st in self._checks("decode_starvation")},
-            "prefill_by_rung": {str(c): st for c, st in self._checks("prefill_starvation")},
-        }
+            decode_ok=not decode,
+            prefill_ok=not prefill,
+            pause_p99_max_s=max(pauses) if pauses else None,
+            interference_share_max=top("interference_share"),
+            admission_wait_max_s=top("admission_wait_max_s"),
+            decode_stall_max_ratio=top("decode_stall_max_ratio"),
+            prefill_wait_max_s=top("prefill_wait_max_s"),
+            decode_flagged_at=decode,
+            prefill_flagged_at=prefill,
+            interference_warned_at=[c for c, st in self._checks("interference") if st in ("warn", "flagged")],
+            decode_by_rung={str(c): st for c, st in self._checks("decode_starvation")},
+            prefill_by_rung={str(c): st for c, st in self._checks("prefill_starvation")},
+        )
 
-    def steps_as_dicts(self) -> list[dict[str, Any]]:
+    def step_models(self) -> list[StepModel]:
+        """Each rung as the document states it: its figures, how it was judged (the verdict's checks and
+        violations, turned into the document's models here and nowhere else) and its gain per doubling."""
         out = []
         intervals = self.gain_intervals or (None,) * len(self.steps)
         for step, verdict, gain, interval in zip(self.steps, self.verdicts, self.gains, intervals, strict=True):
-            data = step.to_dict()
-            data.pop("lane", None)
-            data["usable"] = verdict.usable
-            data["unusable_reason"] = verdict.unusable_reason
-            data["violations"] = [
-                {"constraint": v.constraint, "measured": v.measured, "limit": v.limit, "detail": v.detail}
-                for v in verdict.violations
-            ]
-            data["gain_per_doubling"] = gain
-            data["gain_interval"] = None if interval is None else list(interval)
-            data["checks"] = {name: check.to_dict() for name, check in verdict.checks.items()}
-            out.append(data)
+            out.append(StepModel(
+                **{f.name: getattr(step, f.name) for f in dataclasses.fields(StepFigures)},
+                usable=verdict.usable,
+                unusable_reason=verdict.unusable_reason,
+                violations=[ViolationModel(constraint=v.constraint, measured=v.measured, limit=v.limit,  # type: ignore[arg-type]
+                                           detail=v.detail) for v in verdict.violations],
+                gain_per_doubling=gain,
+                gain_interval=None if interval is None else list(interval),
+                checks={name: CheckModel(status=check.status, measured=check.measured,  # type: ignore[arg-type]
+                                         limit=check.limit, detail=check.detail)
+                        for name, check in verdict.checks.items()},
+            ))
         return out
 
 

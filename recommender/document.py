@@ -1,4 +1,5 @@
-"""The recommendations document (schema ``satbench.recommendations/v2``) as plain JSON-ready dicts.
+"""The recommendations document (schema ``satbench.recommendations/v2``): built from the analysis' models
+(``recommender.models``) into the JSON the store keeps, serves and writes, and read back by one validation.
 
 This module only arranges what the analysis found; it decides nothing. The field names are the contract of
 DESIGN.md with capability reporting (``lanes.<key>.recommended_concurrency`` is what consumers read);
@@ -29,11 +30,17 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from satbench.core.lanes import LOCAL_NODE, split_key
 from satbench.recommender.analysis import LaneAnalysis
-from satbench.recommender.models import RecommendationsDocument
+from satbench.recommender.models import (
+    KneeModel,
+    PairModel,
+    RecommendationsDocument,
+    StepModel,
+    UndecidedModel,
+)
 from satbench.recommender.policy import Policy
 from satbench.recommender.rate_analysis import RateAnswer
 
@@ -57,6 +64,7 @@ __all__ = [
 
 SCHEMA_ID = "satbench.recommendations/v2"
 SCHEMA_V1 = "satbench.recommendations/v1"
+_STEPS = TypeAdapter(list[StepModel])
 
 
 class AmbiguousForV1(ValueError):
@@ -88,6 +96,11 @@ def lane_fragment(analysis: LaneAnalysis, *, run_id: str, measured_at: float | N
     place = {"node": node or LOCAL_NODE, "lane": name, "url": None, "model": None, "fingerprint": None,
              "validity": unchecked("no fingerprint was taken when this lane was measured"),
              **dict(where or {})}
+    knee_model = None if knee is None else KneeModel(
+        method=knee.method, concurrency=knee.concurrency, difference=knee.difference)
+    undecided = None if analysis.undecided is None else UndecidedModel(
+        smaller=analysis.undecided.smaller, larger=analysis.undecided.larger, gain=analysis.undecided.gain,
+        interval=list(analysis.undecided.interval))
     return {
         **place,
         "status": analysis.status,
@@ -96,20 +109,17 @@ def lane_fragment(analysis: LaneAnalysis, *, run_id: str, measured_at: float | N
         "saturation_concurrency": analysis.saturation_concurrency,
         "binding_constraint": analysis.binding_constraint,
         "throughput_at_recommended_tok_s": analysis.throughput_at_recommended_tok_s,
-        "fairness": analysis.fairness_summary(),
-        "starvation": analysis.starvation_summary(),
-        "knee": None if knee is None else {
-            "method": knee.method, "concurrency": knee.concurrency, "difference": knee.difference},
-        "indistinguishable": None if pair is None else {"smaller": pair[0], "larger": pair[1]},
-        "undecided": None if analysis.undecided is None else {
-            "smaller": analysis.undecided.smaller, "larger": analysis.undecided.larger,
-            "gain": analysis.undecided.gain, "interval": list(analysis.undecided.interval)},
+        "fairness": analysis.fairness_summary().model_dump(mode="json"),
+        "starvation": analysis.starvation_summary().model_dump(mode="json"),
+        "knee": None if knee_model is None else knee_model.model_dump(mode="json"),
+        "indistinguishable": None if pair is None else PairModel(smaller=pair[0], larger=pair[1]).model_dump(),
+        "undecided": None if undecided is None else undecided.model_dump(mode="json"),
         "next_rung_constraints": list(analysis.next_rung_constraints),
         "notes": list(analysis.notes),
         "run_id": run_id,
         "measured_at": None if measured_at is None else iso_utc(measured_at),
-        "steps": analysis.steps_as_dicts(),
-        "rate": None if rate is None else rate.to_dict(),
+        "steps": _STEPS.dump_python(analysis.step_models(), mode="json"),
+        "rate": None if rate is None else rate.model().model_dump(mode="json"),
     }
 
 

@@ -1,10 +1,13 @@
-"""Pydantic models of the HTTP edge: the recommendations document (response models, JSON Schema source)
-and the service's small answers. The run registration body is ``core.manifest.RunManifest`` itself.
+"""The recommendations document's one shape (issue 30), and the service's small answers. The run
+registration body is ``core.manifest.RunManifest`` itself.
 
-The analysis never sees these: it works on frozen dataclasses and returns plain dicts; the service declares
-these models so OpenAPI describes exactly what it serves, and ``recommender.schema`` writes the JSON Schema
-of ``RecommendationsDocument`` to ``recommender/schema/recommendations.v2.json`` (v1's schema stays
-committed beside it for the v1 view, ``GET /recommendations?schema=v1``). Unknown fields are allowed in the
+The analysis states its summaries in these models (``LaneAnalysis.fairness_summary`` is a ``FairnessModel``,
+``step_models`` the ``StepModel`` of each rung, ``RateAnswer.model`` a ``RateModel``); the document builder
+(``recommender.document``) dumps them into the JSON the store keeps and serves, and every reader validates that
+JSON once at its edge (``recommender.document.read_document``) and reads attributes after. The service declares
+them so OpenAPI describes exactly what it serves, and ``recommender.schema`` writes the JSON Schema of
+``RecommendationsDocument`` to ``recommender/schema/recommendations.v2.json`` (v1's schema stays committed
+beside it for the v1 view, ``GET /recommendations?schema=v1``). Unknown fields are allowed in the
 document (a version grows by addition, never by renaming; a change of meaning is a new version). Shapes
 declared elsewhere are not declared again: a step is ``core.figures.StepFigures`` extended with its verdict,
 the policy is ``recommender.policy.Policy``.

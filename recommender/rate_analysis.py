@@ -40,6 +40,7 @@ from typing import Any
 
 from satbench.core.attainment import rate_verdict, step_attainment, step_growth, step_steady
 from satbench.core.figures import StepFigures
+from satbench.recommender.models import RateModel, RatePointModel
 from satbench.recommender.policy import Policy
 
 __all__ = ["RateAnswer", "RatePoint", "attainment_curve", "crossing", "rate_answer", "rate_passes"]
@@ -67,13 +68,15 @@ class RatePoint:
         """The rate the rung was offered in its window (its schedule's realization), else the one it asked."""
         return self.offered_rps if self.offered_rps else self.rate_rps
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"rate_rps": self.rate_rps, "offered_rps": self.offered_rps, "valid": self.valid,
-                "sustained": self.sustained, "attainment": self.attainment,
-                "attainment_interval": None if self.attainment_interval is None else list(self.attainment_interval),
-                "goodput_rps": self.goodput_rps, "goodput_tok_s": self.goodput_tok_s, "passed": self.passed,
-                "missed_most": self.missed_most, "latency_mean_s": self.latency_mean_s,
-                "ttft_p95_s": self.ttft_p95_s, "judged_requests": self.judged, "reason": self.reason}
+    def model(self) -> RatePointModel:
+        """The rung as the document states it (``recommender.models.RatePointModel``)."""
+        return RatePointModel(
+            rate_rps=self.rate_rps, offered_rps=self.offered_rps, valid=self.valid, sustained=self.sustained,
+            attainment=self.attainment,
+            attainment_interval=None if self.attainment_interval is None else list(self.attainment_interval),
+            goodput_rps=self.goodput_rps, goodput_tok_s=self.goodput_tok_s, passed=self.passed,
+            missed_most=self.missed_most, latency_mean_s=self.latency_mean_s, ttft_p95_s=self.ttft_p95_s,
+            judged_requests=self.judged, reason=self.reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,13 +98,14 @@ class RateAnswer:
     def rpm(self) -> int | None:
         return None if self.max_rate_rps is None else int(self.max_rate_rps * 60)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"status": self.status, "reason": self.reason, "max_rate_rps": self.max_rate_rps,
-                "max_rate_rpm": self.rpm, "interval": None if self.interval is None else list(self.interval),
-                "goodput_rps": self.goodput_rps, "goodput_tok_s": self.goodput_tok_s,
-                "attainment": self.attainment, "attainment_target": self.target, "binding_objective": self.binding,
-                "curve": [p.to_dict() for p in self.points], "littles_law": self.littles_law,
-                "notes": list(self.notes)}
+    def model(self) -> RateModel:
+        """The answer as the document states it (``recommender.models.RateModel``)."""
+        return RateModel(
+            status=self.status, reason=self.reason, max_rate_rps=self.max_rate_rps,  # type: ignore[arg-type]
+            max_rate_rpm=self.rpm, interval=None if self.interval is None else list(self.interval),
+            goodput_rps=self.goodput_rps, goodput_tok_s=self.goodput_tok_s, attainment=self.attainment,
+            attainment_target=self.target, binding_objective=self.binding, curve=[p.model() for p in self.points],
+            littles_law=self.littles_law, notes=list(self.notes))
 
 
 def rate_passes(step: StepFigures, policy: Policy, capacity_rps: float | None = None) -> RatePoint:

@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import TypeAdapter
 
 from satbench.core.figures import Quantiles
 from satbench.recommender.analysis import analyze_lane
+from satbench.recommender.models import StepModel
 from satbench.recommender.policy import SLO, Policy
 from tests.recommender.figures_factory import held, ladder, step
 
@@ -57,7 +59,7 @@ def test_analyze_lane(curve: dict[int, float], per_rung: dict[str, dict[str, Any
     starvation = result.starvation_summary()  # a summary never contradicts the binding constraint
     if binding in ("decode_starvation", "prefill_starvation", "fairness"):
         summary = result.fairness_summary() if binding == "fairness" else starvation
-        assert summary["ok"] is False and summary["ok_at_recommended"] is True
+        assert summary.ok is False and summary.ok_at_recommended is True
 
 
 def test_a_limit_broken_on_a_noisy_rung_still_binds() -> None:
@@ -99,8 +101,9 @@ def test_a_plateau_inside_the_noise_is_undecided_and_never_lowers_the_answer() -
                                         c8={"throughput_ci_tok_s": (209.0, 213.0)}), POLICY)
     assert (flat.recommended_concurrency, flat.status, flat.binding_constraint) == (
         4, "undecided", "throughput_plateau")
-    rows = top.steps_as_dicts()
-    assert rows[2]["gain_interval"][0] < 0.05 < 0.10 < rows[2]["gain_interval"][1]
+    rows = top.step_models()
+    interval = rows[2].gain_interval
+    assert interval is not None and interval[0] < 0.05 < 0.10 < interval[1]
     # a significant plateau is decided
     tight = analyze_lane("dense", ladder({1: 100.0, 2: 200.0, 4: 210.0}, c2={"throughput_ci_tok_s": (198.0, 202.0)},
                                          c4={"throughput_ci_tok_s": (208.0, 212.0)}), POLICY)
@@ -120,13 +123,13 @@ def test_decode_starvation_is_flagged_and_a_fair_batcher_is_not() -> None:
     bad, good = analyze_lane("dense", starving, POLICY), analyze_lane("dense", fair, POLICY)
     assert bad.binding_constraint == "decode_starvation"
     summary = bad.starvation_summary()
-    assert summary["ok"] is False and summary["decode_ok"] is False and summary["ok_at_recommended"] is True
-    assert summary["decode_flagged_at"] == [4, 8]
-    assert summary["decode_by_rung"] == {"1": "not_applicable", "2": "ok", "4": "flagged", "8": "flagged"}
-    assert bad.steps_as_dicts()[2]["violations"][0]["constraint"] == "decode_starvation"
+    assert summary.ok is False and summary.decode_ok is False and summary.ok_at_recommended is True
+    assert summary.decode_flagged_at == [4, 8]
+    assert summary.decode_by_rung == {"1": "not_applicable", "2": "ok", "4": "flagged", "8": "flagged"}
+    assert bad.step_models()[2].violations[0].constraint == "decode_starvation"
     assert good.binding_constraint == "ladder_top"  # long gaps against a fast step, pauses inside the objective
-    assert good.starvation_summary()["ok"] is True
-    assert good.starvation_summary()["pause_p99_max_s"] == pytest.approx(0.03)
+    assert good.starvation_summary().ok is True
+    assert good.starvation_summary().pause_p99_max_s == pytest.approx(0.03)
 
 
 def test_a_uniformly_slow_decode_is_never_starvation() -> None:
@@ -138,7 +141,7 @@ def test_a_uniformly_slow_decode_is_never_starvation() -> None:
     result = analyze_lane("moe", ladder(curve, **{f"c{c}": v for c, v in slow.items()}),
                           Policy(slo=SLO(itl_p95_s=1.0)))
     assert (result.recommended_concurrency, result.binding_constraint) == (8, "ladder_top")
-    assert result.starvation_summary()["decode_ok"] is True
+    assert result.starvation_summary().decode_ok is True
     strict = analyze_lane("moe", ladder(curve, **{f"c{c}": v for c, v in slow.items()}), Policy())
     assert (strict.status, strict.binding_constraint) == ("degraded", "slo_itl")  # slow at c=1 too: said so
 
@@ -149,8 +152,8 @@ def test_unfair_admission_is_flagged_fairness() -> None:
     assert result.binding_constraint == "fairness"
     assert result.recommended_concurrency == 4
     summary = result.fairness_summary()
-    assert summary["ok"] is False and summary["ok_at_recommended"] is True
-    assert summary["flagged_at"] == [8] and summary["user_wait_ratio_max"] == pytest.approx(3.5)
+    assert summary.ok is False and summary.ok_at_recommended is True
+    assert summary.flagged_at == [8] and summary.user_wait_ratio_max == pytest.approx(3.5)
 
 
 def test_duplicate_rungs_keep_the_later_window_and_say_so() -> None:
@@ -161,6 +164,6 @@ def test_duplicate_rungs_keep_the_later_window_and_say_so() -> None:
 
 
 def test_gains_are_listed_per_step() -> None:
-    rows = analyze_lane("dense", ladder(CURVE), POLICY).steps_as_dicts()
-    assert [r["gain_per_doubling"] for r in rows][:3] == [None, pytest.approx(1.0), pytest.approx(1.0)]
-    assert "lane" not in rows[0]
+    rows = analyze_lane("dense", ladder(CURVE), POLICY).step_models()
+    assert [r.gain_per_doubling for r in rows][:3] == [None, pytest.approx(1.0), pytest.approx(1.0)]
+    assert "lane" not in TypeAdapter(StepModel).dump_python(rows[0]), "the document's key names the lane"
