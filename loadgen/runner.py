@@ -242,7 +242,8 @@ class LadderRunner:
         closed ladder; each rung judged as a rate rung (``loadgen.rates.judge``)."""
         trace, cfg = self.trace, self.config.trace
         assert trace is not None and cfg is not None
-        bound = capacity_bound([(f.concurrency, f.requests_per_s) for f in closed if f.valid], slots)
+        # no closed-ladder bound: the closed rungs sent the configured workload's lengths, not the trace's
+        bound = None
         warmup = self._open_warmup(closed)
         prompts = TracePrompts(cfg.seed, trace.block_tokens)
         outcomes: list[RateOutcome] = []

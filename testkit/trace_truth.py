@@ -10,15 +10,21 @@ output (``python -m testkit.trace_truth examples/traces``).
 Truth (``true_max_factor``) is the engine's alone, never the load generator's windows, statistics or search:
 the engine (``simulator.virtual.run_requests``) is fed the trace's own requests at ``offset / factor`` (the
 lengths as recorded, the prompts' token ids as the simulator's tokenizer reads ``loadgen.traces.TracePrompts``'
-text, so its prompt cache sees the sharing), every request followed to its end; a factor passes where at least
-``target`` of its requests attain every objective (TTFT and e2e from the intended send, the request's TPOT)
-and the backlog does not grow (the last quarter of the trace's requests waits, on average, no more than
-``growth_margin`` of a request's service longer than the first quarter: a rate above capacity keeps queueing).
+text, so its prompt cache sees the sharing), the window sent ``cycles`` times in a row (8: the traffic of a
+long stretch like it), every request followed to its end; a factor passes where at least ``target`` of the
+requests after the first pass attain every objective (TTFT and e2e from the intended send, the request's TPOT).
+A factor the engine cannot keep up with queues without end, so its long-run attainment falls below any target.
 The answer is the largest passing factor, bisected to 1 %.
+
+Measurement (``measured_trace_rung``): one trace rung as the load generator measures it
+(``loadgen.trace_step``: the window replayed again while warm-up and window last), in virtual time: the same
+sends fed to the engine, the window looked at once at its end (``core.attainment.rate_look``), its records and
+window; the load generator's figures, verdict and search then apply to them as they are.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -27,15 +33,18 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from satbench.core.attainment import rate_look
+from satbench.core.manifest import StepWindow
 from satbench.core.objectives import Objectives
+from satbench.core.records import RequestRecord
 from satbench.loadgen.traces import BLOCK_TOKENS, Trace, TracePrompts
 from satbench.simulator.engine import RequestSpec
 from satbench.simulator.profile import Profile
 from satbench.simulator.tokens import tokenize
 from satbench.simulator.virtual import run_requests
 
-__all__ = ["TraceServed", "generate_azure", "generate_burstgpt", "generate_mooncake", "serve_trace",
-           "trace_attainment", "true_max_factor"]
+__all__ = ["TraceServed", "generate_azure", "generate_burstgpt", "generate_mooncake", "measured_trace_rung",
+           "serve_trace", "trace_attainment", "true_max_factor"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,21 +128,24 @@ class TraceServed:
                                      e2e_s=self.tokens[-1] - self.sent, prompt_tokens=self.prompt_tokens)
 
 
-def serve_trace(profile: Profile, trace: Trace, factor: float, seed: int = 0) -> tuple[list[TraceServed], float]:
-    """The engine's answer to the trace at a speed factor (module docstring), and the share of prompt tokens its
-    prompt cache served."""
+def serve_trace(profile: Profile, trace: Trace, factor: float, cycles: int = 1,
+                seed: int = 0) -> tuple[list[TraceServed], float]:
+    """The engine's answer to the trace at a speed factor, its window sent ``cycles`` times in a row (module
+    docstring), and the share of prompt tokens its prompt cache served."""
     prompts = TracePrompts(seed, trace.block_tokens)
+    n = len(trace.requests)
+    period = n / trace.rate_rps / factor
     arrivals = []
-    for i, (at, req) in enumerate(zip(trace.offsets(factor), trace.requests, strict=True)):
-        ids = tuple(tokenize(prompts.prompt(req, i)))
+    for at, i in _replayed(trace, factor, cycles * period):
+        req = trace.requests[i % n]
+        ids = tuple(tokenize(prompts.prompt(req, i % n)))
         arrivals.append((at, RequestSpec(f"r{i}", len(ids), req.output_tokens, ignore_eos=True, user="user-0",
                                          prompt_ids=ids)))
     engine, emissions = run_requests(profile, arrivals)
     tokens: dict[str, list[float]] = defaultdict(list)
     for at, rid, _ in emissions:
         tokens[rid].append(at)
-    served = [TraceServed(at, tuple(tokens.get(f"r{i}", ())), spec.prompt_tokens)
-              for i, (at, spec) in enumerate(arrivals)]
+    served = [TraceServed(at, tuple(tokens.get(spec.request_id, ())), spec.prompt_tokens) for at, spec in arrivals]
     total = sum(spec.prompt_tokens for _, spec in arrivals)
     return served, engine.counters.prompt_tokens_cached_total / total if total else 0.0
 
@@ -142,34 +154,95 @@ def trace_attainment(served: list[TraceServed], objectives: Objectives) -> float
     return sum(s.attained(objectives) for s in served) / len(served) if served else 0.0
 
 
-def _sustained(served: list[TraceServed], growth_margin: float) -> bool:
-    """The backlog does not grow: the last quarter's mean wait to its first token is within ``growth_margin``
-    of a mean request's service time of the first quarter's."""
-    q = max(1, len(served) // 4)
-    def wait(part: list[TraceServed]) -> float:
-        return sum((s.tokens[0] if s.tokens else math.inf) - s.sent for s in part) / len(part)
-    service = sum((s.tokens[-1] - s.tokens[0]) if s.tokens else 0.0 for s in served) / len(served)
-    return wait(served[-q:]) - wait(served[:q]) <= growth_margin * max(service, 1e-3) + 0.5
-
-
 def true_max_factor(profile: Profile, trace: Trace, *, objectives: Objectives, target: float = 0.9,
-                    high: float = 64.0, growth_margin: float = 1.0) -> float:
-    """The largest speed factor, to 1 %, at which the engine serves the trace sustainably with ``target`` of its
-    requests within ``objectives`` (module docstring)."""
+                    cycles: int = 8, high: float = 64.0) -> float:
+    """The largest speed factor, to 1 %, at which the engine serves the trace's window, sent ``cycles`` times in
+    a row, with ``target`` of the requests after the first pass within ``objectives`` (module docstring)."""
+    n = len(trace.requests)
+
     def ok(factor: float) -> bool:
-        served, _ = serve_trace(profile, trace, factor)
-        return trace_attainment(served, objectives) >= target and _sustained(served, growth_margin)
+        served, _ = serve_trace(profile, trace, factor, cycles)
+        return trace_attainment(served[n:], objectives) >= target
 
     low = 1.0
     while not ok(low) and low > 1e-3:
         high, low = low, low / 2
-    while ok(min(high, low * 2)) and low * 2 <= high:
+    while low * 2 <= high and ok(low * 2):
         low *= 2
     high = min(high, low * 2)
     while high / low > 1.01:
         mid = math.sqrt(low * high)
         low, high = (mid, high) if ok(mid) else (low, mid)
     return low
+
+
+def _replayed(trace: Trace, factor: float, until_s: float) -> list[tuple[float, int]]:
+    """The trace rung's sends (``loadgen.trace_step``): (offset, request index), the window again from its start
+    each period until ``until_s``."""
+    n = len(trace.requests)
+    period = n / trace.rate_rps / factor
+    out = []
+    i = 0
+    while (at := (i // n) * period + trace.requests[i % n].at_s / factor) < until_s:
+        out.append((at, i))
+        i += 1
+    return out
+
+
+def measured_trace_rung(profile: Profile, trace: Trace, factor: float, *, objectives: Objectives,
+                        target: float = 0.9, confidence: float = 0.95, capacity_rps: float | None = None,
+                        warmup_s: float = 2.0, min_window_s: float = 8.0,
+                        lane: str = "x") -> tuple[list[RequestRecord], StepWindow]:
+    """One trace rung as the load generator measures it, in virtual time: the engine fed the rung's own sends
+    (the trace at ``factor``, replayed again while the window lasts), the whole window looked at once at its end
+    (``core.attainment.rate_look``: its warm-up cut), its records and window."""
+    rate = trace.rate_rps * factor
+    period = len(trace.requests) / trace.rate_rps / factor
+    window_s = max(min_window_s, period - warmup_s)
+    prompts = TracePrompts(0, trace.block_tokens)
+    sends = _replayed(trace, factor, warmup_s + window_s)
+    n = len(trace.requests)
+    arrivals = []
+    for at, i in sends:
+        req = trace.requests[i % n]
+        ids = tuple(tokenize(prompts.prompt(req, i % n)))
+        arrivals.append((at, RequestSpec(f"r{i}", len(ids), req.output_tokens, ignore_eos=True, user="user-0",
+                                         prompt_ids=ids)))
+    engine, emissions = run_requests(profile, arrivals)
+    tokens: dict[str, list[float]] = defaultdict(list)
+    for at, rid, _ in emissions:
+        tokens[rid].append(at)
+    admitted = {r.request_id: r.admitted for r in engine.truth}
+    start, end = warmup_s, warmup_s + window_s
+    done, pending = [], []
+    for at, spec in arrivals:
+        times = tokens.get(spec.request_id, [])
+        served = TraceServed(at, tuple(times), spec.prompt_tokens)
+        last = times[-1] if times else math.inf
+        if last <= end:
+            done.append((at, (times[0] if times else math.inf) - at, last, served.attained(objectives)))
+        else:
+            first = times[0] if times else math.inf
+            wait = min(first, end) - at
+            pending.append((at, wait, wait > (objectives.ttft_s or math.inf)))
+    look = rate_look(done, pending, start, end, rate, target=target, confidence=confidence,
+                     capacity_rps=capacity_rps)
+    start = look.start if look.start is not None else start
+    records = []
+    for at, spec in arrivals:
+        times = tokens.get(spec.request_id, [])
+        last = times[-1] if times else at
+        admit = admitted.get(spec.request_id)
+        records.append(RequestRecord(
+            run_id="virtual", lane=lane, concurrency=0, user=0, request_id=spec.request_id,
+            phase="window" if start <= at <= end else "warmup", sent_at=at,
+            ttft_s=times[0] - at if times else None, e2e_s=last - at,
+            queue_s=None if admit is None else admit - at,
+            itl_s=tuple(b - a for a, b in itertools.pairwise(times)), prompt_tokens=spec.prompt_tokens,
+            output_tokens=len(times), outcome="ok", rate_rps=rate, intended_at=at))
+    window = StepWindow(lane=lane, concurrency=0, start=start, end=end, slots=profile.server.slots, rate_rps=rate,
+                        steady=look.steady, speed_factor=factor)
+    return records, window
 
 
 def main(argv: list[str]) -> int:

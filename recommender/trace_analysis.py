@@ -1,0 +1,108 @@
+"""From a lane's trace rungs to the trace answer: "this node takes N x the recorded traffic".
+
+A trace rung (``loadgen.trace_step``) is an open-loop rung whose schedule is a recorded trace's, replayed at a
+speed factor: its rate is the trace window's recorded rate times the factor. So the trace answer is the rate
+answer (``recommender.rate_analysis.rate_answer``: each rung judged by ``core.attainment.rate_verdict``, the
+attainment curve against the offered rate, where it falls through the policy's target, never above the closed
+ladder's capacity nor a rate whose backlog grew) read in factors: ``max_factor`` is the largest speed factor at
+which the lane stays sustainable and within its objectives, the rate answer over the recorded rate. The curve is
+each rung's attainment against its factor. ``status`` is the rate answer's: ``settled``, ``unsaturated`` (every
+factor walked passed: a lower bound) or ``none`` with the reason.
+
+The trace's evidence (the manifest's ``traces`` entry of the lane: file sha256, size, window, the prompt cache
+share its block ids imply, what was synthesised) goes with the answer, so a reader knows which traffic it is for.
+Pure: figures, factors and the policy in, a frozen ``TraceAnswer`` out (``to_dict()`` for the document).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from satbench.core.figures import StepFigures
+from satbench.recommender.policy import Policy
+from satbench.recommender.rate_analysis import RateAnswer, rate_answer
+
+__all__ = ["TraceAnswer", "TracePoint", "trace_answer"]
+
+
+@dataclass(frozen=True, slots=True)
+class TracePoint:
+    """One trace rung on the curve: its speed factor, rate, attainment (with its interval) and verdict."""
+
+    speed_factor: float
+    rate_rps: float
+    offered_rps: float | None
+    attainment: float | None
+    attainment_interval: tuple[float, float] | None
+    passed: bool | None
+    sustained: bool | None
+    goodput_rps: float | None
+    reason: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"speed_factor": self.speed_factor, "rate_rps": self.rate_rps, "offered_rps": self.offered_rps,
+                "attainment": self.attainment,
+                "attainment_interval": None if self.attainment_interval is None else list(self.attainment_interval),
+                "passed": self.passed, "sustained": self.sustained, "goodput_rps": self.goodput_rps,
+                "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class TraceAnswer:
+    """The trace answer of one lane (module docstring)."""
+
+    status: str
+    reason: str | None
+    max_factor: float | None
+    interval: tuple[float, float] | None  # in factors
+    recorded_rate_rps: float
+    max_rate_rps: float | None
+    binding: str | None
+    target: float
+    points: tuple[TracePoint, ...] = ()
+    trace: Mapping[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def sentence(self) -> str:
+        if self.max_factor is None:
+            return f"this node takes none of the recorded traffic within its objectives ({self.reason})"
+        bound = "at least " if self.status == "unsaturated" else ""
+        return (f"this node takes {bound}{self.max_factor:.3g} x the recorded traffic ({self.max_rate_rps:.3g} "
+                f"requests/s against {self.recorded_rate_rps:.3g} recorded)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "reason": self.reason, "max_factor": self.max_factor,
+                "interval": None if self.interval is None else list(self.interval),
+                "recorded_rate_rps": self.recorded_rate_rps, "max_rate_rps": self.max_rate_rps,
+                "binding_objective": self.binding, "attainment_target": self.target, "sentence": self.sentence,
+                "curve": [p.to_dict() for p in self.points], "trace": dict(self.trace), "notes": list(self.notes)}
+
+
+def trace_answer(rungs: Sequence[tuple[float, StepFigures]], policy: Policy, recorded_rate_rps: float, *,
+                 capacity_rps: float | None = None, trace: Mapping[str, Any] | None = None) -> TraceAnswer | None:
+    """The trace answer of a lane's trace rungs, each ``(speed factor, figures)`` (module docstring); ``None``
+    without any. ``recorded_rate_rps`` is the trace window's recorded rate (the manifest's
+    ``traces[lane].recorded_rate_rps``), ``capacity_rps`` the closed ladder's bound
+    (``core.attainment.capacity_bound``), ``trace`` the lane's trace evidence."""
+    if not rungs:
+        return None
+    if not recorded_rate_rps > 0:
+        raise ValueError(f"recorded_rate_rps must be positive, got {recorded_rate_rps!r}")
+    factor_of = {round(step.rate_rps or 0.0, 6): factor for factor, step in rungs}
+    rate = rate_answer([step for _, step in rungs], policy, None, capacity_rps)
+    assert rate is not None
+    points = tuple(TracePoint(factor_of.get(round(p.rate_rps, 6), p.rate_rps / recorded_rate_rps), p.rate_rps,
+                              p.offered_rps, p.attainment, p.attainment_interval, p.passed, p.sustained,
+                              p.goodput_rps, p.reason) for p in rate.points)
+    return _in_factors(rate, points, recorded_rate_rps, trace or {})
+
+
+def _in_factors(rate: RateAnswer, points: tuple[TracePoint, ...], recorded: float,
+                trace: Mapping[str, Any]) -> TraceAnswer:
+    factor = None if rate.max_rate_rps is None else rate.max_rate_rps / recorded
+    interval = None if rate.interval is None else (rate.interval[0] / recorded, rate.interval[1] / recorded)
+    return TraceAnswer(rate.status, rate.reason, factor, interval, recorded, rate.max_rate_rps, rate.binding,
+                       rate.target, points, dict(trace), rate.notes)
