@@ -88,13 +88,15 @@ class StepModel(StepFigures):
     lane: str = Field("", exclude=True)  # the lane key of the document already names it
     usable: Annotated[bool, Field(
         description="valid, enough requests and stable throughput: may count for the answer")]
-    unusable_reason: str | None
-    violations: list[ViolationModel]
+    # a document written before a field existed reads with it empty (the schema still requires them all)
+    unusable_reason: str | None = None
+    violations: Annotated[list[ViolationModel], Field(default_factory=list)]
     gain_per_doubling: Annotated[float | None, Field(
-        description="gain over the previous usable rung, per doubling")]
+        description="gain over the previous usable rung, per doubling")] = None
     gain_interval: Annotated[list[float] | None, Field(
-        description="that gain's interval at the policy's confidence, from the rungs' throughput intervals")]
+        description="that gain's interval at the policy's confidence, from the rungs' throughput intervals")] = None
     checks: Annotated[dict[str, CheckModel], Field(
+        default_factory=dict,
         description="decode_starvation, prefill_starvation, fairness, interference, memory: where the rung stands")]
 
 

@@ -33,6 +33,8 @@ from satbench.core.manifest import RunManifest, StepWindow
 from satbench.core.records import read_records
 from satbench.core.step_figures import compute_step_figures
 from satbench.recommender.analysis import analyze_lane
+from satbench.recommender.document import read_document
+from satbench.recommender.models import LaneModel, RecommendationsDocument, StepModel
 from satbench.recommender.policy import Policy
 
 __all__ = [
@@ -112,7 +114,7 @@ class RunReport:
     manifest: RunManifest
     lanes: tuple[LaneReport, ...]
     policy: dict[str, Any]
-    recommendations: dict[str, Any] | None
+    recommendations: RecommendationsDocument | None
     records_count: int | None
     problems: tuple[str, ...] = ()
     policy_source: str = "recommendations.json"
@@ -207,35 +209,31 @@ def _violation_unit(name: str, detail: str) -> tuple[str, str, str]:
     return "", name, ""
 
 
-def _finding(name: str, raw: dict[str, Any], concurrency: int, status: str | None = None) -> Finding:
-    detail = str(raw.get("detail") or "")
-    unit, figure, bound = _violation_unit(name, detail)
-    return Finding(name=name, status=str(status or raw.get("status") or "unknown"),
-                   measured=_number(raw.get("measured")), limit=_number(raw.get("limit")), detail=detail,
-                   concurrency=concurrency, unit=unit, figure=figure, bound=bound)
+def _finding(name: str, status: str, measured: float | None, limit: float | None, detail: str,
+             concurrency: int) -> Finding:
+    """One judgment (a ``Check`` or a ``Violation``, of the document or the walk) with its unit and bound."""
+    unit, figure, bound = _violation_unit(name, detail or "")
+    return Finding(name=name, status=status or "unknown", measured=_number(measured), limit=_number(limit),
+                   detail=detail or "", concurrency=concurrency, unit=unit, figure=figure, bound=bound)
 
 
-def _judgments_of_document(answer: dict[str, Any]) -> dict[int, RungJudgment]:
+def _judgments_of_document(answer: LaneModel | None) -> dict[int, RungJudgment]:
     out: dict[int, RungJudgment] = {}
-    for raw in answer.get("steps") or []:
-        if not isinstance(raw, dict) or not isinstance(raw.get("concurrency"), int):
-            continue
-        c = int(raw["concurrency"])
-        found = raw.get("checks")
-        checks: dict[str, Any] = found if isinstance(found, dict) else {}
+    for step in answer.steps if answer is not None else []:
+        c = step.concurrency
         out[c] = RungJudgment(
-            usable=raw.get("usable") if isinstance(raw.get("usable"), bool) else None,
-            unusable_reason=raw.get("unusable_reason"),
-            gain_per_doubling=_number(raw.get("gain_per_doubling")),
-            gain_interval=_interval(raw.get("gain_interval")),
-            checks={k: _finding(k, v, c) for k, v in checks.items() if isinstance(v, dict)},
-            violations=tuple(_finding(str(v.get("constraint")), v, c, "flagged")
-                             for v in raw.get("violations") or [] if isinstance(v, dict)),
+            usable=step.usable,
+            unusable_reason=step.unusable_reason,
+            gain_per_doubling=_number(step.gain_per_doubling),
+            gain_interval=_interval(step.gain_interval),
+            checks={k: _finding(k, v.status, v.measured, v.limit, v.detail, c) for k, v in step.checks.items()},
+            violations=tuple(_finding(v.constraint, "flagged", v.measured, v.limit, v.detail, c)
+                             for v in step.violations),
         )
     return out
 
 
-def _judgments(answer: dict[str, Any], steps: tuple[StepFigures, ...], rules: Policy) -> dict[int, RungJudgment]:
+def _judgments(answer: LaneModel | None, steps: tuple[StepFigures, ...], rules: Policy) -> dict[int, RungJudgment]:
     """Each rung's judgments: the recommendations document's own, else (no document, or one without
     checks) the recommender's verdicts on these figures under the run's policy, so the report and the
     document judge alike."""
@@ -251,23 +249,22 @@ def _judgments(answer: dict[str, Any], steps: tuple[StepFigures, ...], rules: Po
             unusable_reason=verdict.unusable_reason if doc.usable is None else doc.unusable_reason,
             gain_per_doubling=doc.gain_per_doubling,
             gain_interval=doc.gain_interval,
-            checks={k: _finding(k, ch.to_dict(), c) for k, ch in verdict.checks.items()},
+            checks={k: _finding(k, ch.status, ch.measured, ch.limit, ch.detail, c) for k, ch in verdict.checks.items()},
             violations=doc.violations or tuple(
-                _finding(v.constraint, {"measured": v.measured, "limit": v.limit, "detail": v.detail}, c, "flagged")
-                for v in verdict.violations),
+                _finding(v.constraint, "flagged", v.measured, v.limit, v.detail, c) for v in verdict.violations),
         )
     return dict(sorted(out.items()))
 
 
-def _binding(answer: dict[str, Any], judgments: dict[int, RungJudgment], rules: Policy) -> Finding | None:
+def _binding(answer: LaneModel | None, judgments: dict[int, RungJudgment], rules: Policy) -> Finding | None:
     """The evidence of the lane's binding constraint: for the plateau, the gain per doubling of the first
     usable rung above the answer; for ``ladder_top``, the top rung's own gain (both against the policy's
     ``min_gain_per_doubling``); for a broken limit, the violation of the first rung above the answer (the
     lowest rung where there is no answer) that broke it."""
-    name = answer.get("binding_constraint")
-    if not isinstance(name, str) or not name:
+    name = None if answer is None else answer.binding_constraint
+    if answer is None or not name:
         return None
-    rec = answer.get("recommended_concurrency")
+    rec = answer.recommended_concurrency
     rungs = sorted(judgments)
     gain_bound = "policy.min_gain_per_doubling"
     if name in ("throughput_plateau", "ladder_top"):
@@ -275,16 +272,16 @@ def _binding(answer: dict[str, Any], judgments: dict[int, RungJudgment], rules: 
             at = [c for c in rungs if c == rec]
         else:
             at = [c for c in rungs if rec is not None and c > rec and judgments[c].gain_per_doubling is not None]
-        note = next((str(n) for n in answer.get("notes") or []
-                     if name == "throughput_plateau" and str(n).startswith("throughput plateau")), "")
+        note = next((n for n in answer.notes if name == "throughput_plateau" and n.startswith("throughput plateau")),
+                    "")
         if not at:
-            return Finding(name=name, status="flagged", detail=note or str(answer.get("reason") or ""),
+            return Finding(name=name, status="flagged", detail=note or answer.reason or "",
                            limit=rules.min_gain_per_doubling, unit="gain", figure="gain per doubling",
                            bound=gain_bound)
         j = judgments[at[0]]
         return Finding(name=name, status="flagged" if name == "throughput_plateau" else "open",
                        measured=j.gain_per_doubling, limit=rules.min_gain_per_doubling,
-                       detail=note or str(answer.get("reason") or ""), concurrency=at[0], unit="gain",
+                       detail=note or answer.reason or "", concurrency=at[0], unit="gain",
                        figure="gain per doubling", bound=gain_bound, interval=j.gain_interval)
     above = [c for c in rungs if rec is None or c > rec]
     for c in above:
@@ -292,8 +289,7 @@ def _binding(answer: dict[str, Any], judgments: dict[int, RungJudgment], rules: 
             if v.name == name:
                 return v
     _, figure, bound = _CONSTRAINT_UNITS.get(name, ("", name, ""))
-    return Finding(name=name, status="flagged", detail=str(answer.get("reason") or ""), figure=figure,
-                   bound=bound)
+    return Finding(name=name, status="flagged", detail=answer.reason or "", figure=figure, bound=bound)
 
 
 def parse_steps_document(doc: Any) -> list[StepFigures]:
@@ -344,6 +340,11 @@ def merge_steps(primary: StepFigures | None, secondary: StepFigures | None) -> S
     return dataclasses.replace(primary, **updates) if updates else primary
 
 
+def _figures(step: StepModel, lane: str) -> StepFigures:
+    """A document's rung as the figures the report merges (the step's ``StepFigures`` part, its lane named)."""
+    return StepFigures(**{**{f.name: getattr(step, f.name) for f in dataclasses.fields(StepFigures)}, "lane": lane})
+
+
 def _apply_window(step: StepFigures, window: StepWindow | None) -> StepFigures:
     """A step whose manifest window is invalid is invalid too, with the window's reason."""
     if window is None or window.valid or not step.valid:
@@ -386,11 +387,24 @@ def _slots(manifest: RunManifest, lane: str) -> int | None:
     return max(seen) if seen else None
 
 
-def _run_policy(recs: dict[str, Any] | None, manifest: RunManifest) -> tuple[dict[str, Any], str]:
+def _read_document(path: Path, problems: list[str]) -> RecommendationsDocument | None:
+    """The run's recommendations document, validated once (``recommender.document.read_document``); a
+    missing or unreadable one is a problem the report states, and the report goes on without it."""
+    raw = _read_json(path, problems)
+    if raw is None:
+        return None
+    try:
+        return read_document(raw)
+    except ValueError as exc:
+        problems.append(f"{path.name} is unreadable: {exc}")
+        return None
+
+
+def _run_policy(recs: RecommendationsDocument | None, manifest: RunManifest) -> tuple[dict[str, Any], str]:
     """The policy the verdicts used: the document's, else the session's configured one with the
     recommender's defaults, else the defaults."""
-    if recs and isinstance(recs.get("policy"), dict) and recs["policy"]:
-        return dict(recs["policy"]), "recommendations.json"
+    if recs is not None:
+        return recs.policy.model_dump(mode="json"), "recommendations.json"
     configured = manifest.config.get("policy")
     if isinstance(configured, dict):
         try:
@@ -416,9 +430,8 @@ def load_run(run_dir: Path) -> RunReport:
             problems.append(f"steps.json has an unexpected shape: {exc}")
     elif (run_dir / "records.jsonl").exists():
         client_steps = _steps_from_records(run_dir, manifest, problems)
-    recs = _read_json(run_dir / "recommendations.json", problems)
-    recs = recs if isinstance(recs, dict) else None
-    rec_lanes: dict[str, Any] = dict(recs.get("lanes") or {}) if recs else {}
+    recs = _read_document(run_dir / "recommendations.json", problems)
+    rec_lanes: dict[str, LaneModel] = dict(recs.lanes) if recs is not None else {}
     policy, policy_source = _run_policy(recs, manifest)
     rules = _policy(policy)
     lane_names = manifest.lane_names()
@@ -427,14 +440,8 @@ def load_run(run_dir: Path) -> RunReport:
             lane_names.append(name)
     lanes = []
     for name in lane_names:
-        answer = rec_lanes.get(name) or {}
-        server_steps: dict[int, StepFigures] = {}
-        for raw in answer.get("steps") or []:
-            try:
-                fig = StepFigures.from_dict({"lane": name, **raw})
-            except (KeyError, TypeError, ValueError):
-                continue
-            server_steps[fig.concurrency] = fig
+        answer = rec_lanes.get(name)
+        server_steps = {step.concurrency: _figures(step, name) for step in (answer.steps if answer else [])}
         mine = {s.concurrency: s for s in client_steps if s.lane == name and s.rate_rps is None}
         rate_steps = tuple(sorted((s for s in client_steps if s.lane == name and s.rate_rps is not None),
                                   key=lambda s: s.rate_rps or 0.0))
@@ -451,27 +458,32 @@ def load_run(run_dir: Path) -> RunReport:
             for c in sorted(set(mine) | set(server_steps))
         )
         judgments = _judgments(answer, merged, rules)
-        knee = answer.get("knee")
-        knee_c = knee.get("concurrency") if isinstance(knee, dict) else None
+        if answer is None:
+            lanes.append(LaneReport(
+                lane=name, steps=merged, status="unknown" if recs is None else "missing",
+                checks={c: {k: f.status for k, f in j.checks.items()} for c, j in judgments.items()},
+                judgments=judgments, slots=_slots(manifest, name), rate_steps=rate_steps))
+            continue
         lanes.append(
             LaneReport(
                 lane=name,
                 steps=merged,
-                status=str(answer.get("status", "unknown" if recs is None else "missing")),
-                recommended=answer.get("recommended_concurrency"),
-                saturation=answer.get("saturation_concurrency"),
-                binding_constraint=answer.get("binding_constraint"),
-                reason=answer.get("reason"),
-                throughput_at_recommended=answer.get("throughput_at_recommended_tok_s"),
-                details={k: answer[k] for k in ("fairness", "starvation") if k in answer},
+                status=answer.status,
+                recommended=answer.recommended_concurrency,
+                saturation=answer.saturation_concurrency,
+                binding_constraint=answer.binding_constraint,
+                reason=answer.reason,
+                throughput_at_recommended=answer.throughput_at_recommended_tok_s,
+                details={"fairness": answer.fairness.model_dump(mode="json", exclude_unset=True),
+                         "starvation": answer.starvation.model_dump(mode="json", exclude_unset=True)},
                 checks={c: {k: f.status for k, f in j.checks.items()} for c, j in judgments.items()},
                 judgments=judgments,
                 binding=_binding(answer, judgments, rules),
-                knee=knee_c if isinstance(knee_c, int) else None,
+                knee=None if answer.knee is None else answer.knee.concurrency,
                 slots=_slots(manifest, name),
-                notes=tuple(str(n) for n in answer.get("notes") or []),
+                notes=tuple(answer.notes),
                 rate_steps=rate_steps,
-                rate=answer.get("rate") if isinstance(answer.get("rate"), dict) else None,
+                rate=None if answer.rate is None else answer.rate.model_dump(mode="json"),
             )
         )
     return RunReport(

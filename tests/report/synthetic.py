@@ -121,7 +121,9 @@ def make_run_dir(root: Path, *, lanes: tuple[str, ...] = ("dense", "moe"), with_
             "binding_constraint": "throughput_plateau",
             "throughput_at_recommended_tok_s": 400.0 * (1 + li),
             "fairness": {"ok": True, "jain_min": 0.92},
-            "starvation": {"ok": True},
+            "starvation": {"ok": True, "decode_stall_max_ratio": None, "prefill_wait_max_s": None},
+            "run_id": RUN_ID,
+            "measured_at": "2026-11-29T10:19:40Z",
             "knee": {"method": "kneedle_isotonic_log2", "concurrency": 4, "difference": 0.3},
             "notes": [f"throughput plateau after c=4: c=8 gained +{GAINS[8]:.1%} per doubling, less than "
                       "policy.min_gain_per_doubling 10%"],
