@@ -59,12 +59,11 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
-from pydantic import BaseModel
 
 from satbench.core.lanes import LOCAL_NODE, key_labels, lane_key, split_key
 from satbench.recommender.document import read_document
 from satbench.recommender.errors import NothingToServe
-from satbench.recommender.models import LaneModel, RecommendationsDocument
+from satbench.recommender.models import LaneModel, RecommendationsDocument, said
 from satbench.recommender.store import RecommendationStore
 
 __all__ = [
@@ -75,7 +74,6 @@ __all__ = [
     "document_lanes",
     "exposition",
     "lane_identity",
-    "said",
     "validity_state",
 ]
 
@@ -88,12 +86,6 @@ def lane_identity(key: str, lane: LaneModel) -> tuple[str, str]:
     key_node, key_name = split_key(key)
     node = said(lane, "node") or key_node or LOCAL_NODE
     return str(node), str(said(lane, "lane") or key_name)
-
-
-def said(model: BaseModel, name: str) -> Any:
-    """Field ``name`` of ``model`` where the document said it, else None (a default is not what it said:
-    ``fairness.ok`` absent is unknown, not true)."""
-    return getattr(model, name) if name in model.model_fields_set else None
 
 
 def validity_state(lane: LaneModel) -> str:

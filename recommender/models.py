@@ -41,6 +41,7 @@ __all__ = [
     "RunRegistered",
     "StepModel",
     "ValidityModel",
+    "said",
 ]
 
 Constraint = Literal[
@@ -51,6 +52,12 @@ Constraint = Literal[
 # ``undecided``: the answer rests on a doubling whose gain interval straddles the policy's gain (``undecided``)
 LaneStatus = Literal["ok", "unsaturated", "undecided", "insufficient_data", "degraded", "stale"]
 CheckStatus = Literal["ok", "flagged", "warn", "not_applicable", "insufficient_data", "unknown"]
+
+
+def said(model: BaseModel, name: str) -> Any:
+    """Field ``name`` of ``model`` where the document said it, else None: a reader that treats an absent field
+    as unknown (``fairness.ok`` absent is not "fair") reads it here, not through the field's default."""
+    return getattr(model, name) if name in model.model_fields_set else None
 
 
 class ViolationModel(BaseModel):

@@ -16,7 +16,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from satbench.recommender.models import RecommendationsDocument
 
 __all__ = ["configure", "load_document", "main", "parse_threshold", "render"]
 
@@ -42,15 +45,16 @@ def parse_threshold(text: str) -> float:
     return value
 
 
-def load_document(where: str) -> dict[str, Any]:
-    """The v2 document at ``where`` (module docstring); ``ValueError`` in one line naming it."""
-    from satbench.recommender.document import as_v2
+def load_document(where: str) -> RecommendationsDocument:
+    """The document at ``where`` (module docstring), validated (a v1 one said in v2); ``ValueError`` in one
+    line naming it."""
+    from satbench.recommender.document import read_document
 
     if where.startswith(("http://", "https://")):
-        from satbench.fleet.remeasure import read_document
+        from satbench.fleet.remeasure import read_document as fetch_document
 
         try:
-            return as_v2(read_document(where))
+            return read_document(fetch_document(where))
         except ValueError as exc:
             raise ValueError(str(exc).replace("--remeasure", "compare", 1)) from None
     path = Path(where)
@@ -63,9 +67,10 @@ def load_document(where: str) -> dict[str, Any]:
                          "document file, or a recommender's URL)") from None
     except (OSError, ValueError) as exc:
         raise ValueError(f"{where}: cannot read {path}: {exc}") from None
-    if not isinstance(body, dict) or not isinstance(body.get("lanes"), dict):
-        raise ValueError(f"{where}: {path} is not a recommendations document (no lanes)")
-    return as_v2(body)
+    try:
+        return read_document(body)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {path}: {exc}") from None
 
 
 def render(comparison: Any) -> list[str]:

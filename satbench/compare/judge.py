@@ -27,6 +27,7 @@ not once in every few lanes.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ from typing import Any
 
 from satbench.core.figures import StepFigures, Tail
 from satbench.core.statistics import exceedances_differ, t_quantile, welch_difference
+from satbench.recommender.document import read_document
+from satbench.recommender.models import LaneModel, RecommendationsDocument, said
 
 __all__ = ["Change", "Comparison", "LaneComparison", "compare_documents"]
 
@@ -137,18 +140,16 @@ def _fmt(value: float | None) -> str:
     return f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
 
 
-def _steps(lane: Mapping[str, Any]) -> dict[int, StepFigures]:
-    out: dict[int, StepFigures] = {}
-    for raw in lane.get("steps") or []:
-        if isinstance(raw, dict) and raw.get("valid", True) and raw.get("concurrency"):
-            step = StepFigures.from_dict(raw)
-            out[step.concurrency] = step
-    return out
+def _steps(lane: LaneModel) -> dict[int, StepFigures]:
+    """The lane's valid rungs by concurrency, as the figures the tests read."""
+    fields = [f.name for f in dataclasses.fields(StepFigures)]
+    return {step.concurrency: StepFigures(**{name: getattr(step, name) for name in fields})
+            for step in lane.steps if step.valid and step.concurrency}
 
 
-def _rung(lane_a: Mapping[str, Any], a: Mapping[int, StepFigures], b: Mapping[int, StepFigures]) -> int | None:
-    answer = lane_a.get("recommended_concurrency")
-    if isinstance(answer, int) and answer in a and answer in b:
+def _rung(lane_a: LaneModel, a: Mapping[int, StepFigures], b: Mapping[int, StepFigures]) -> int | None:
+    answer = lane_a.recommended_concurrency
+    if answer is not None and answer in a and answer in b:
         return answer
     common = sorted(set(a) & set(b))
     return common[-1] if common else None
@@ -209,11 +210,11 @@ def _latency(name: str, figure: str, tail_name: str | None, a: StepFigures, b: S
     return Change(name, "ms", qa * 1e3, qb * 1e3, False, p, how)
 
 
-def _checks(lane_a: Mapping[str, Any], lane_b: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _checks(lane_a: LaneModel, lane_b: LaneModel) -> tuple[tuple[str, ...], tuple[str, ...]]:
     flagged, cleared = [], []
     for name, group, field_name in CHECKS:
-        was = (lane_a.get(group) or {}).get(field_name)
-        now = (lane_b.get(group) or {}).get(field_name)
+        was = said(getattr(lane_a, group), field_name)
+        now = said(getattr(lane_b, group), field_name)
         if was is True and now is False:
             flagged.append(name)
         elif was is False and now is True:
@@ -221,8 +222,7 @@ def _checks(lane_a: Mapping[str, Any], lane_b: Mapping[str, Any]) -> tuple[tuple
     return tuple(flagged), tuple(cleared)
 
 
-def compare_lane(key: str, lane_a: Mapping[str, Any], lane_b: Mapping[str, Any], confidence: float
-                 ) -> LaneComparison:
+def compare_lane(key: str, lane_a: LaneModel, lane_b: LaneModel, confidence: float) -> LaneComparison:
     a, b = _steps(lane_a), _steps(lane_b)
     rung = _rung(lane_a, a, b)
     changes: list[Change] = []
@@ -233,18 +233,20 @@ def compare_lane(key: str, lane_a: Mapping[str, Any], lane_b: Mapping[str, Any],
         changes.append(_throughput(a[rung], b[rung], confidence))
         changes.extend(c for name, fig, tail in LATENCIES if (c := _latency(name, fig, tail, a[rung], b[rung])))
     flagged, cleared = _checks(lane_a, lane_b)
-    return LaneComparison(key, lane_a.get("recommended_concurrency"), lane_b.get("recommended_concurrency"),
-                          lane_a.get("status"), lane_b.get("status"), rung, tuple(changes), flagged, cleared,
-                          tuple(notes))
+    return LaneComparison(key, lane_a.recommended_concurrency, lane_b.recommended_concurrency, lane_a.status,
+                          lane_b.status, rung, tuple(changes), flagged, cleared, tuple(notes))
 
 
-def compare_documents(doc_a: Mapping[str, Any], doc_b: Mapping[str, Any], *, threshold: float = 0.05,
+def compare_documents(doc_a: RecommendationsDocument | Mapping[str, Any],
+                      doc_b: RecommendationsDocument | Mapping[str, Any], *, threshold: float = 0.05,
                       confidence: float | None = None, lanes: Sequence[str] = ()) -> Comparison:
     """Every lane both documents answer (or ``lanes`` of them), compared (module docstring). ``confidence``:
-    the family's, default A's policy's (0.95 where it says none)."""
-    la, lb = dict(doc_a.get("lanes") or {}), dict(doc_b.get("lanes") or {})
+    the family's, default A's policy's (its default, 0.95, where it says none). Documents as JSON are
+    validated here (``recommender.document.read_document``)."""
+    doc_a, doc_b = read_document(doc_a), read_document(doc_b)
+    la, lb = doc_a.lanes, doc_b.lanes
     keys = [k for k in sorted(set(la) & set(lb)) if not lanes or k in lanes]
-    conf = confidence if confidence is not None else float((doc_a.get("policy") or {}).get("confidence") or 0.95)
+    conf = confidence if confidence is not None else doc_a.policy.confidence
     compared = tuple(compare_lane(k, la[k], lb[k], conf) for k in keys)
     tests = sum(1 for lane in compared for c in lane.changes if c.p_value is not None)
     return Comparison(compared, tuple(sorted(set(la) - set(lb))), tuple(sorted(set(lb) - set(la))), threshold,

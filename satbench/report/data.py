@@ -127,9 +127,8 @@ class RunReport:
     @property
     def pause_objective_s(self) -> float | None:
         """The policy's time-between-tokens objective (``slo.tbt_p99_s``) the pauses are judged against."""
-        slo = self.policy.get("slo") if self.policy else None
-        value = slo.get("tbt_p99_s") if isinstance(slo, dict) else Policy().slo.tbt_p99_s
-        return float(value) if isinstance(value, int | float) else None
+        value = self.rules.slo.tbt_p99_s
+        return None if value is None else float(value)
 
 
 def _policy(policy: dict[str, Any] | None) -> Policy:

@@ -42,10 +42,14 @@ def _step(rng: random.Random, c: int, slow: float) -> StepFigures:
 
 def run_document(seed: int, *, slow: float = 1.0, answer: int = 4, decode_ok: bool = True) -> dict[str, Any]:
     rng = random.Random(seed)
-    steps = [_step(rng, c, slow).to_dict() for c in (1, 2, 4, 8)]
-    lane = {"recommended_concurrency": answer, "status": "ok", "steps": steps,
-            "starvation": {"decode_ok": decode_ok, "prefill_ok": True}, "fairness": {"ok": True}}
-    return {"schema": "satbench.recommendations/v2", "policy": {"confidence": 0.95}, "lanes": {"a/dense": lane}}
+    steps = [{**_step(rng, c, slow).to_dict(), "usable": True} for c in (1, 2, 4, 8)]
+    lane = {"recommended_concurrency": answer, "status": "ok", "steps": steps, "saturation_concurrency": None,
+            "binding_constraint": "throughput_plateau", "throughput_at_recommended_tok_s": None,
+            "starvation": {"ok": decode_ok, "decode_ok": decode_ok, "prefill_ok": True, "decode_stall_max_ratio": None,
+                           "prefill_wait_max_s": None},
+            "fairness": {"ok": True, "jain_min": None}, "run_id": f"run-{seed}", "measured_at": None}
+    return {"schema": "satbench.recommendations/v2", "generated_at": "2026-12-04T00:00:00Z", "run_id": f"run-{seed}",
+            "source": {"kind": "records"}, "policy": {"confidence": 0.95}, "lanes": {"a/dense": lane}}
 
 
 def test_two_runs_of_one_deployment_show_no_significant_change() -> None:
@@ -88,7 +92,7 @@ def test_the_command_line_reads_folders_files_and_refuses_bad_input_in_one_line(
     (tmp_path / "run-a").mkdir()
     (tmp_path / "run-a" / "recommendations.json").write_text(json.dumps(run_document(1)))
     (tmp_path / "b.json").write_text(json.dumps(run_document(2, slow=1.5)))
-    assert load_document(str(tmp_path / "run-a"))["lanes"]["a/dense"]["recommended_concurrency"] == 4
+    assert load_document(str(tmp_path / "run-a")).lanes["a/dense"].recommended_concurrency == 4
     assert parse_threshold("5%") == pytest.approx(0.05) and parse_threshold("0.1") == 0.1
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
