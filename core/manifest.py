@@ -10,9 +10,10 @@ another producer's part:
 
 - ``LadderPart`` (the load generator's): the step windows, what the client saw of each lane (``clients``:
   url, API flavour, model, the runtime's ``/props`` and a round trip), the trace each lane replayed
-  (``traces``: its file's sha256 and size, window, what was synthesised, the factors), the load generator's
-  /metrics URL and when the walk finished. ``loadgen.runner`` returns it and writes
-  ``header.with_ladder(part)`` after every rung, so a crash loses at most the rung in flight.
+  (``traces``: its file's sha256 and size, window, what was synthesised, the factors) and the dataset its
+  users sent (``datasets``: sha256, size, filters, sample), the load generator's /metrics URL and when the
+  walk finished. ``loadgen.runner`` returns it and writes ``header.with_ladder(part)`` after every rung, so a
+  crash loses at most the rung in flight.
 - ``RunManifest`` (the session's header, a ``LadderPart`` with more): run id, command, redacted config,
   versions, hardware, network, Prometheus, the recommender URL and ``lanes``: how each lane's runtime was
   started (kind, command, build, model files), by the session.
@@ -125,6 +126,11 @@ class LadderPart(BaseModel):
     # per lane, the trace it replayed (loadgen.traces.Trace.evidence: file sha256, size, window, what was
     # synthesised) and the speed factors walked
     traces: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # per lane, the conversation dataset its users sent (loadgen.datasets.Dataset.evidence)
+    datasets: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    def with_dataset(self, name: str, evidence: dict[str, Any]) -> LadderPart:
+        return self.model_copy(update={"datasets": {**self.datasets, name: evidence}})
 
     def with_trace(self, name: str, evidence: dict[str, Any]) -> LadderPart:
         return self.model_copy(update={"traces": {**self.traces, name: evidence}})

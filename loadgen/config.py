@@ -39,6 +39,7 @@ __all__ = [
     "ArrivalConfig",
     "ConfigError",
     "ConversationConfig",
+    "DatasetConfig",
     "LadderConfig",
     "LaneConfig",
     "LengthDist",
@@ -251,6 +252,26 @@ class ObjectivesConfig(_Model):
         return Objectives(**self.model_dump())
 
 
+class DatasetConfig(_Model):
+    """Prompts from a conversation dataset (``loadgen.datasets``): ``path`` (ShareGPT JSON, OpenAI chat JSONL or
+    prompt JSONL; ``format`` ``auto`` reads it from the file), ``sample`` conversations drawn with ``seed`` (None:
+    every one, shuffled), kept where every turn's prompt is within ``min_prompt_tokens``..``max_prompt_tokens``
+    and every answer within ``max_output_tokens`` (lengths estimated at 4 characters a token), cut to
+    ``max_turns``. ``output``: ``answer`` sends each turn's ``max_tokens`` as the length of the dataset's answer
+    to it (counted by the lane's ``/tokenize`` where it answers, else estimated; a turn without an answer draws
+    from ``output_tokens``), ``workload`` always draws from ``output_tokens``."""
+
+    path: Path
+    format: Literal["auto", "sharegpt", "openai", "prompt"] = "auto"
+    sample: int | None = Field(default=None, ge=1, le=10_000_000)
+    seed: int = 0
+    min_prompt_tokens: int = Field(default=1, ge=1)
+    max_prompt_tokens: int | None = Field(default=None, ge=1)
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    max_turns: int | None = Field(default=None, ge=1)
+    output: Literal["answer", "workload"] = "answer"
+
+
 class WorkloadConfig(_Model):
     """What each user sends: seeded, so the same config replays the same requests.
 
@@ -265,9 +286,13 @@ class WorkloadConfig(_Model):
     prefill_probe_tokens: int = Field(default=1024, ge=1)
     shared_prefix: SharedPrefixConfig | None = None
     conversation: ConversationConfig | None = None
+    dataset: DatasetConfig | None = None
 
     @model_validator(mode="after")
     def _check_prefix_fits(self) -> WorkloadConfig:
+        if self.dataset is not None and (self.shared_prefix is not None or self.conversation is not None):
+            raise FieldError([("dataset", "a dataset's prompts and conversations are its own: leave shared_prefix "
+                               "and conversation unset")])
         shared, dist = self.shared_prefix, self.prompt_tokens
         longest = dist.value if dist.kind == "fixed" else dist.high
         if shared is not None and shared.tokens + 5 > longest:

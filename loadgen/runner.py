@@ -41,6 +41,8 @@ from satbench.core.statistics import preload
 from satbench.core.step_figures import compute_step_figures
 from satbench.loadgen.client import LaneClient
 from satbench.loadgen.config import ConfigError, LaneConfig, LoadgenConfig
+from satbench.loadgen.dataset_lengths import answer_lengths
+from satbench.loadgen.datasets import load_dataset
 from satbench.loadgen.ladder import extension_stop, next_step
 from satbench.loadgen.metrics import LoadgenMetrics, MetricsServer
 from satbench.loadgen.open_step import OpenStepRun
@@ -83,6 +85,7 @@ class LadderRunner:
         self.figures: list[StepFigures] = []
         self._server: MetricsServer | None = None
         self.trace = load_trace(config.trace)  # read and checked whole before any load is sent
+        self.dataset = load_dataset(config.workload.dataset)
 
     @property
     def metrics_port(self) -> int | None:
@@ -155,6 +158,10 @@ class LadderRunner:
         try:
             evidence = {"url": lane.url, "api": lane.api, "model": lane.model, **await _lane_evidence(lane)}
             self.part = self.part.with_lane(lane.key, evidence)
+            if self.dataset is not None:  # the answers' lengths as this lane's tokenizer counts them
+                counted = await answer_lengths(lane, self.dataset)
+                self.part = self.part.with_dataset(lane.key, counted.evidence())
+                text = PromptText(text.max_tokens + 8, self.config.workload.seed, counted)
             slots = _slots(evidence)
             lane_figures: list[StepFigures] = []
             while (c := next_step(lane_figures, self.config)) is not None:

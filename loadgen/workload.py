@@ -32,6 +32,10 @@ byte for byte as they were):
   the prepared text at the drawn output length), so the mix of depths is stationary from the first request
   and every rung measures the same workload; the records' ``turn`` says each request's depth (the step
   figure ``turn_mean`` checks it).
+
+A dataset (``workload.dataset``, ``loadgen.datasets``; handed in with the ``PromptText``) replaces the drawn
+prompts: each user replays whole conversations of it, turn by turn, the messages as the dataset wrote them and
+the answers as received; ``max_tokens`` is the length of the dataset's answer to the turn (or a draw).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from dataclasses import dataclass, replace
 
 from satbench.core.api import ApiFlavour
 from satbench.loadgen.config import LengthDist, WorkloadConfig
+from satbench.loadgen.datasets import Dataset, estimate_tokens
 
 __all__ = ["PromptText", "RequestSpec", "UserWorkload", "build_body", "draw_length", "text_body"]
 
@@ -69,8 +74,9 @@ class PromptText:
     """One long synthetic text; ``prompt(n)`` is its first n words (one token each, roughly), and
     ``shared_prefix(k, n)`` the k-th common prefix of n words (built once, at its first use)."""
 
-    def __init__(self, max_tokens: int, seed: int = 0) -> None:
+    def __init__(self, max_tokens: int, seed: int = 0, dataset: Dataset | None = None) -> None:
         self.seed = seed
+        self.dataset = dataset  # a conversation dataset whose prompts the users send (loadgen.datasets)
         self._prefixes: dict[tuple[int, int], str] = {}
         rng = random.Random(f"prompt-text:{seed}")
         words = [rng.choice(_WORDS) for _ in range(max(1, max_tokens))]
@@ -109,6 +115,7 @@ class RequestSpec:
     probe: bool
     prefix: int | None = None
     history: tuple[tuple[RequestSpec, str], ...] = ()
+    text: str | None = None  # a dataset's message, sent as it is (loadgen.datasets)
 
     @property
     def turn(self) -> int:
@@ -132,10 +139,14 @@ class UserWorkload:
                  text: PromptText | None = None) -> None:
         self.config = config
         self.user = user
-        self.converses = config.conversation is not None
+        self.dataset = text.dataset if text is not None else None
+        self.converses = config.conversation is not None or self.dataset is not None
         self._rng = random.Random(f"{config.seed}:{lane}:{concurrency}:{user}")
         self._index = 0
         self._history: tuple[tuple[RequestSpec, str], ...] = ()
+        self._conversation: int | None = None  # a dataset's conversation this user is in, and its next turn
+        self._turn = 0
+        self._awaiting = False
         conv = config.conversation
         if conv is not None and conv.start == "steady" and text is not None:
             self._history = self._synthesized(self._rng.randrange(conv.turns), text)
@@ -149,8 +160,28 @@ class UserWorkload:
             self._history = history
         return history
 
+    def _dataset_spec(self, dataset: Dataset) -> RequestSpec:
+        """The next turn of this user's dataset conversation (a new one drawn after the last turn, a failed
+        request, or a request never answered: an open-loop rung's)."""
+        if self._conversation is None or self._awaiting:
+            self._conversation = self._rng.randrange(len(dataset.conversations))
+            self._turn = 0
+            self._history = ()
+        turn = dataset.conversations[self._conversation].turns[self._turn]
+        output = turn.output_tokens if self.config.dataset is None or self.config.dataset.output == "answer" \
+            else None
+        if output is None:
+            output = draw_length(self.config.output_tokens, self._rng)
+        self._awaiting = True
+        spec = RequestSpec(self.user, self._index, estimate_tokens(turn.user), output, False, None, self._history,
+                           turn.user)
+        self._index += 1
+        return spec
+
     def next_spec(self) -> RequestSpec:
         cfg = self.config
+        if self.dataset is not None:
+            return self._dataset_spec(self.dataset)
         probe = cfg.prefill_probe_share > 0 and self._rng.random() < cfg.prefill_probe_share
         prompt = cfg.prefill_probe_tokens if probe else draw_length(cfg.prompt_tokens, self._rng)
         output = draw_length(cfg.output_tokens, self._rng)
@@ -167,6 +198,15 @@ class UserWorkload:
     def answered(self, spec: RequestSpec, answer: str | None) -> None:
         """The answer to ``spec`` as received (``None``: it failed): the next request extends the exchange,
         unless the conversation is over (``turns``) or this request failed."""
+        if self.dataset is not None and self._conversation is not None:
+            self._awaiting = False
+            turns = self.dataset.conversations[self._conversation].turns
+            self._turn += 1
+            if answer is None or self._turn >= len(turns):
+                self._conversation, self._history = None, ()
+            else:
+                self._history = (*spec.history, (replace(spec, history=()), answer))
+            return
         conv = self.config.conversation
         if conv is None or answer is None or spec.turn >= conv.turns:
             self._history = ()
@@ -181,7 +221,10 @@ def max_prompt_tokens(config: WorkloadConfig) -> int:
 
 
 def _message(spec: RequestSpec, text: PromptText, config: WorkloadConfig) -> str:
-    """The request's own text: its unique head, then the prepared text (less what its shared prefix holds)."""
+    """The request's own text: a dataset's message as it is, else its unique head, then the prepared text (less
+    what its shared prefix holds)."""
+    if spec.text is not None:
+        return spec.text
     n = spec.prompt_tokens - 4
     if spec.prefix is not None and config.shared_prefix is not None:
         n -= config.shared_prefix.tokens

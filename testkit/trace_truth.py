@@ -1,11 +1,12 @@
-"""Generated traces, and the trace answer's truth from the simulator's engine in virtual time.
+"""Generated traces and datasets, and the trace answer's truth from the simulator's engine in virtual time.
 
 ``generate_mooncake(...)`` writes a Mooncake-format trace (``loadgen.traces``) whose traffic is known by
 construction: Poisson arrivals at ``rate_rps``, each request opening with one of ``groups`` shared prefixes of
 ``prefix_blocks`` blocks (a system prompt: the same ids, so the same text) with probability ``share``, then
 blocks of its own; lengths drawn uniformly. ``generate_burstgpt`` and ``generate_azure`` write the same
-arrivals and lengths in those formats (no block ids). The samples in ``examples/traces`` are these generators'
-output (``python -m testkit.trace_truth examples/traces``).
+arrivals and lengths in those formats (no block ids); ``generate_sharegpt``, ``generate_openai`` and
+``generate_prompts`` write the same generated conversations as the three dataset formats. The samples in
+``examples/traces`` are these generators' output (``python -m testkit.trace_truth examples/traces``).
 
 Truth (``true_max_factor``) is the engine's alone, never the load generator's windows, statistics or search:
 the engine (``simulator.virtual.run_requests``) is fed the trace's own requests at ``offset / factor`` (the
@@ -43,8 +44,9 @@ from satbench.simulator.profile import Profile
 from satbench.simulator.tokens import tokenize
 from satbench.simulator.virtual import run_requests
 
-__all__ = ["TraceServed", "generate_azure", "generate_burstgpt", "generate_mooncake", "measured_trace_rung",
-           "serve_trace", "trace_attainment", "true_max_factor"]
+__all__ = ["TraceServed", "generate_azure", "generate_burstgpt", "generate_mooncake", "generate_openai",
+           "generate_prompts", "generate_sharegpt", "measured_trace_rung", "serve_trace", "trace_attainment",
+           "true_max_factor"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +247,56 @@ def measured_trace_rung(profile: Profile, trace: Trace, factor: float, *, object
     return records, window
 
 
+_TOPICS = ("a garden", "the river", "an old map", "a small town", "the first train", "a public library")
+_WORDS = ("the", "of", "and", "to", "in", "is", "for", "on", "with", "as", "at", "by", "from", "it", "an", "be",
+          "this", "that", "are", "was", "or", "not", "but", "all", "can", "one", "time", "year", "day", "way")
+
+
+def _conversations(n: int, seed: int) -> list[list[tuple[str, str]]]:
+    """``n`` conversations of 1-4 exchanges, each (user message, answer), words drawn from ``seed``."""
+    rng = random.Random(f"dataset:{seed}")
+    out = []
+    for c in range(n):
+        topic = rng.choice(_TOPICS)
+        turns = []
+        for t in range(rng.randint(1, 4)):
+            ask = f"Question {t + 1} of conversation {c} about {topic}: " + " ".join(
+                rng.choice(_WORDS) for _ in range(rng.randint(20, 160))) + "?"
+            answer = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(16, 120))) + "."
+            turns.append((ask, answer))
+        out.append(turns)
+    return out
+
+
+def generate_sharegpt(path: Path, n: int = 40, seed: int = 0) -> Path:
+    """A ShareGPT-format JSON array of generated conversations (``human``/``gpt`` turns)."""
+    items = [{"id": f"c{i}", "conversations": [{"from": role, "value": text} for ask, answer in conv
+                                               for role, text in (("human", ask), ("gpt", answer))]}
+             for i, conv in enumerate(_conversations(n, seed))]
+    path.write_text(json.dumps(items, indent=1) + "\n", encoding="utf-8")
+    return path
+
+
+def generate_openai(path: Path, n: int = 40, seed: int = 0) -> Path:
+    """The same conversations as OpenAI chat JSONL (``messages``, a system message first)."""
+    with path.open("w", encoding="utf-8") as fh:
+        for conv in _conversations(n, seed):
+            messages = [{"role": "system", "content": "You answer briefly."}]
+            for ask, answer in conv:
+                messages += [{"role": "user", "content": ask}, {"role": "assistant", "content": answer}]
+            fh.write(json.dumps({"messages": messages}) + "\n")
+    return path
+
+
+def generate_prompts(path: Path, n: int = 40, seed: int = 0) -> Path:
+    """The conversations' first messages as prompt JSONL, with the first answer's length in words."""
+    with path.open("w", encoding="utf-8") as fh:
+        for conv in _conversations(n, seed):
+            ask, answer = conv[0]
+            fh.write(json.dumps({"prompt": ask, "output_tokens": len(answer.split())}) + "\n")
+    return path
+
+
 def main(argv: list[str]) -> int:
     """Writes the shipped samples into a folder (``examples/traces``)."""
     out = Path(argv[0] if argv else "examples/traces")
@@ -252,6 +304,9 @@ def main(argv: list[str]) -> int:
     generate_mooncake(out / "mooncake_sample.jsonl")
     generate_burstgpt(out / "burstgpt_sample.csv")
     generate_azure(out / "azure_sample.csv")
+    generate_sharegpt(out / "sharegpt_sample.json")
+    generate_openai(out / "openai_sample.jsonl")
+    generate_prompts(out / "prompts_sample.jsonl")
     return 0
 
 
