@@ -183,7 +183,7 @@ class RecommendationsCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         try:
             document: RecommendationsDocument | None = self._store.model()
-        except NothingToServe:
+        except (NothingToServe, ValueError):  # nothing yet, or a document that does not validate: no answer
             document = None
         yield from answer_families(document)
 
