@@ -48,6 +48,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
     load.add_argument("--rate", action="append", type=float, default=[], metavar="RPS",
                       help="an open-loop rate to measure, requests/s (repeat; default: relative to the lane's "
                            "measured capacity, then a search)")
+    real = parser.add_argument_group("real traffic: a recorded trace or a conversation dataset (docs/traces.md)")
+    real.add_argument("--trace", default=None, type=Path, metavar="FILE",
+                      help="after the closed ladder, replay this trace (Mooncake JSONL, BurstGPT or Azure LLM CSV) "
+                           "at speed factors and answer how many times its traffic each lane takes (loadgen.trace)")
+    real.add_argument("--speed-factor", action="append", type=float, default=[], metavar="X",
+                      help="a speed factor to replay the trace at (repeat; default 0.5, 1, 2, 4, then a search)")
+    real.add_argument("--trace-offset", type=float, default=None, metavar="S",
+                      help="replay the trace from this many seconds into it (default 0)")
+    real.add_argument("--trace-length", type=float, default=None, metavar="S",
+                      help="replay this many seconds of the trace (default: to its end)")
+    real.add_argument("--dataset", default=None, type=Path, metavar="FILE",
+                      help="send this dataset's prompts, whole conversations turn by turn (ShareGPT JSON, OpenAI "
+                           "chat JSONL or prompt JSONL; loadgen.workload.dataset)")
+    real.add_argument("--dataset-sample", type=int, default=None, metavar="N",
+                      help="draw N of the dataset's conversations (seeded; default: every one)")
     node = parser.add_argument_group("your own node (replaces the config's lanes)")
     node.add_argument("--url", action="append", default=[], metavar="URL",
                       help="base URL of a running llama-server (or any server of --api); repeat for more lanes")
@@ -139,8 +154,31 @@ def fleet_plan(args: argparse.Namespace, config: Any, environ: dict[str, str] | 
                      remeasure_url=args.remeasure, document=document)
 
 
+def _traffic_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """``--trace`` and ``--dataset`` with their settings as the config's dotted overrides."""
+    out: dict[str, Any] = {}
+    if args.trace is not None:
+        out["loadgen.trace.path"] = str(args.trace)
+    for flag, key, value in (("--speed-factor", "factors", args.speed_factor or None),
+                             ("--trace-offset", "offset_s", args.trace_offset),
+                             ("--trace-length", "length_s", args.trace_length)):
+        if value is not None:
+            if args.trace is None:
+                raise ValueError(f"{flag} needs --trace FILE")
+            out[f"loadgen.trace.{key}"] = value
+    if args.dataset is not None:
+        out["loadgen.workload.dataset.path"] = str(args.dataset)
+    if args.dataset_sample is not None:
+        if args.dataset is None:
+            raise ValueError("--dataset-sample needs --dataset FILE")
+        out["loadgen.workload.dataset.sample"] = args.dataset_sample
+    return out
+
+
 def main(args: argparse.Namespace) -> int:
     from satbench.loadgen.cli import parse_overrides
+    from satbench.loadgen.datasets import load_dataset
+    from satbench.loadgen.traces import load_trace
     from satbench.session.config import SessionConfigError, load_session_config
     from satbench.session.processes import StartError
     from satbench.session.run import run_session
@@ -152,10 +190,13 @@ def main(args: argparse.Namespace) -> int:
         if args.rate:
             overrides["loadgen.arrival.process"] = overrides.get("loadgen.arrival.process") or "poisson"
             overrides["loadgen.arrival.rates"] = list(args.rate)
+        overrides.update(_traffic_overrides(args))
         lanes = quick_lanes(args)
         if lanes is not None:
             overrides["lanes"] = lanes
         config = load_session_config(args.config, overrides)
+        load_trace(config.loadgen.trace)  # a bad trace or dataset file is refused before anything starts
+        load_dataset(config.loadgen.workload.dataset)
         _check_out_dir(args.out or config.out_dir)
         plan = fleet_plan(args, config)
     except (SessionConfigError, ValueError) as exc:
