@@ -48,7 +48,7 @@ from satbench.core.manifest import RunManifest
 from satbench.core.statistics import preload
 from satbench.recommender.capabilities import capability_fragment
 from satbench.recommender.deps import SettingsDep, StoreDep
-from satbench.recommender.document import AmbiguousForV1, as_v2, iso_utc
+from satbench.recommender.document import AmbiguousForV1, as_v2, iso_utc, read_document
 from satbench.recommender.errors import (
     BadInput,
     NothingToServe,
@@ -96,7 +96,9 @@ class SettingsAnalyzer:
 
     With ``recorded_answers`` a finished run folder's ``recommendations.json`` is its answer as the session
     wrote it (``satbench serve``): the Prometheus it was computed from may be gone, and a re-analysis from the
-    records alone would lack the exporter's figures, so it would not be the same answer.
+    records alone would lack the exporter's figures, so it would not be the same answer. One that is not a
+    recommendations document (it does not validate: ``recommender.document.read_document``) is analysed again
+    from the records, as a folder without one is.
     """
 
     def __init__(self, settings: RecommenderSettings) -> None:
@@ -110,7 +112,11 @@ class SettingsAnalyzer:
                 doc = json.loads((run_dir / "recommendations.json").read_text(encoding="utf-8"))
             except (OSError, ValueError) as exc:
                 raise BadInput(f"{run_dir}/recommendations.json cannot be read: {exc}") from exc
-            if isinstance(doc, dict) and isinstance(doc.get("lanes"), dict):
+            try:  # validated where it is read, so the store holds only documents its readers can read
+                read_document(doc)
+            except ValueError:
+                pass  # not one: analysed again from the run's records, as a folder without one is
+            else:
                 return as_v2(doc)  # a run folder from before fleets is served in today's schema
         return await analyze_run_async(manifest, prometheus_url=s.prometheus_url, run_dir=run_dir,
                                        policy=self._policy, source_config=s.source_config(),
