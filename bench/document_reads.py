@@ -4,15 +4,19 @@ The document has one shape, ``recommender.models.RecommendationsDocument``: a co
 its edge (a file read, an HTTP body) and reads attributes after. This script counts what is left of the other
 way: a subscript with a string literal (``lane["status"]``) or a ``.get("status")`` whose key is a field name
 of the document's models (every model reachable from ``RecommendationsDocument``, the steps' figures
-included), in every non-test module that handles the document (one that names ``recommendations``, the
-document's models or ``answers(``). ``recommender/models.py`` itself is not counted, nor ``core/figures.py``,
-whose ``StepFigures.from_dict`` is the step's own edge (it validates a step from any JSON that carries one).
+included), in every non-test module that handles the document or a part of it (one that names
+``recommendations``, the document's models, ``answers(``, ``recommended_concurrency`` or ``max_rate_rps``).
+``recommender/models.py`` itself is not counted, nor ``core/figures.py``, whose ``StepFigures.from_dict`` is
+the step's own edge (it validates a step from any JSON that carries one).
 
 The count is an upper bound: a key the document shares with another shape (``manifest["lanes"]``,
 ``tune.json``'s ``"status"``) is counted too where it sits in such a module; ``--list`` prints every read so
 a reader can judge them.
 
-    .venv/bin/python bench/document_reads.py [--list]
+    .venv/bin/python bench/document_reads.py [--list] [--root TREE]
+
+``--root`` counts another checkout of the tree (``git archive <commit> | tar -x -C TREE``), e.g. the count
+before a change; the field names are always today's models'.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ from satbench.recommender.models import RecommendationsDocument  # noqa: E402
 
 FOLDERS = ("core", "exporter", "loadgen", "recommender", "simulator", "satbench", "bench")
 EXCLUDED = {"recommender/models.py", "core/figures.py", "bench/document_reads.py"}
-MARKERS = ("recommendations", "RecommendationsDocument", "LaneModel", "answers(")
+MARKERS = ("recommendations", "RecommendationsDocument", "LaneModel", "answers(", "recommended_concurrency",
+           "max_rate_rps")
 
 
 def _types_in(annotation: object) -> list[type]:
@@ -95,12 +100,13 @@ def reads(source: str, keys: set[str]) -> list[tuple[int, str]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--list", action="store_true", help="print every read, file:line key")
+    parser.add_argument("--root", type=Path, default=ROOT, help="the tree to count (default: this one)")
     args = parser.parse_args(argv)
     keys = document_keys()
     per_file: Counter[str] = Counter()
     for folder in FOLDERS:
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            rel = path.relative_to(ROOT).as_posix()
+        for path in sorted((args.root / folder).rglob("*.py")):
+            rel = path.relative_to(args.root).as_posix()
             text = path.read_text()
             if rel in EXCLUDED or not any(m in text for m in MARKERS):
                 continue
