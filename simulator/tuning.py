@@ -36,7 +36,7 @@ from satbench.core.statistics import quantile
 from satbench.simulator.engine import Engine, RequestSpec, TruthRecord
 from satbench.simulator.profile import Profile
 
-__all__ = ["TruthPoint", "TuneWorkload", "candidate_profile", "truth_curve", "truth_point"]
+__all__ = ["TruthPoint", "TuneWorkload", "candidate_profile", "truth_point"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +193,3 @@ def truth_point(profile: Profile, workload: TuneWorkload, concurrency: int) -> T
         prefill_events=events,
     )
 
-
-def truth_curve(profile: Profile, workload: TuneWorkload, concurrencies: list[int]) -> list[TruthPoint]:
-    return [truth_point(profile, workload, c) for c in concurrencies]
