@@ -34,7 +34,7 @@ from satbench.core.records import read_records
 from satbench.core.step_figures import compute_step_figures
 from satbench.recommender.analysis import analyze_lane
 from satbench.recommender.document import read_document
-from satbench.recommender.models import LaneModel, RecommendationsDocument, StepModel
+from satbench.recommender.models import LaneModel, RateModel, RecommendationsDocument, StepModel
 from satbench.recommender.policy import Policy
 
 __all__ = [
@@ -105,7 +105,7 @@ class LaneReport:
     slots: int | None = None  # the runtime's slots (/props total_slots), where it said
     notes: tuple[str, ...] = ()
     rate_steps: tuple[StepFigures, ...] = ()  # the open-loop rungs, by rate (satbench.report.rates)
-    rate: dict[str, Any] | None = None  # the document's rate answer
+    rate: RateModel | None = None  # the document's rate answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -482,7 +482,7 @@ def load_run(run_dir: Path) -> RunReport:
                 slots=_slots(manifest, name),
                 notes=tuple(answer.notes),
                 rate_steps=rate_steps,
-                rate=None if answer.rate is None else answer.rate.model_dump(mode="json"),
+                rate=answer.rate,
             )
         )
     return RunReport(

@@ -12,9 +12,9 @@ concurrency answer and the open loop's at the rate answer, both from the records
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from satbench.core.figures import StepFigures
+from satbench.recommender.models import RateModel
 
 __all__ = ["co_sentence", "rate_facts", "rate_figure_svg", "rate_table"]
 
@@ -27,23 +27,22 @@ def _ms(value: float | None) -> str:
     return "" if value is None else f"{value * 1000:.0f}"
 
 
-def rate_table(steps: Sequence[StepFigures], rate: dict[str, Any] | None) -> tuple[tuple[str, ...], list[list[str]]]:
+def rate_table(steps: Sequence[StepFigures], rate: RateModel | None) -> tuple[tuple[str, ...], list[list[str]]]:
     """One row per rate rung: what was asked and offered, the attainment with its interval, goodput, the
     latency from the intended send time, the client's schedule lag and the verdict the answer used."""
-    verdicts = {round(float(p["rate_rps"]), 6): p for p in (rate or {}).get("curve") or []
-                if isinstance(p, dict) and p.get("rate_rps") is not None}
+    verdicts = {round(p.rate_rps, 6): p for p in (rate.curve if rate is not None else [])}
     rows = []
     for s in sorted(steps, key=lambda s: s.rate_rps or 0.0):
-        point = verdicts.get(round(s.rate_rps or 0.0, 6), {})
-        interval = point.get("attainment_interval")
+        point = verdicts.get(round(s.rate_rps or 0.0, 6))
+        interval = None if point is None else point.attainment_interval
         share = "" if s.attainment is None else f"{s.attainment:.1%}"
         if share and interval:
             share += f" [{interval[0]:.1%}, {interval[1]:.1%}]"
-        passed = point.get("passed")
+        passed = None if point is None else point.passed
         verdict = ("invalid: " + (s.reason or "")) if not s.valid else (
             "pass" if passed else "fail" if passed is False else "undecided")
-        if point.get("reason") and s.valid:
-            verdict += f" ({point['reason']})"
+        if point is not None and point.reason and s.valid:
+            verdict += f" ({point.reason})"
         rows.append([f"{s.rate_rps:g}", "" if s.offered_rps is None else f"{s.offered_rps:.3g}", f"{s.window_s:.0f}",
                      str(s.judged_requests or s.requests), share,
                      "" if s.goodput_rps is None else f"{s.goodput_rps:.3g}", _ms(s.ttft_intended_s.p95),
@@ -51,34 +50,33 @@ def rate_table(steps: Sequence[StepFigures], rate: dict[str, Any] | None) -> tup
     return RATE_HEADERS, rows
 
 
-def rate_facts(rate: dict[str, Any] | None) -> list[tuple[str, str]]:
+def rate_facts(rate: RateModel | None) -> list[tuple[str, str]]:
     """The rate answer as label/text pairs for the lane's answer box."""
-    if not rate:
+    if rate is None:
         return []
-    if rate.get("max_rate_rps") is None:
-        return [("rate answer", f"none: {rate.get('reason') or rate.get('status')}")]
-    interval = rate.get("interval")
-    said = f"{rate['max_rate_rps']:.3g} requests/s ({rate.get('max_rate_rpm')} rpm), {rate.get('status')}"
+    if rate.max_rate_rps is None:
+        return [("rate answer", f"none: {rate.reason or rate.status}")]
+    interval = rate.interval
+    said = f"{rate.max_rate_rps:.3g} requests/s ({rate.max_rate_rpm} rpm), {rate.status}"
     if interval:
         said += f", between {interval[0]:.3g} and {interval[1]:.3g}"
     facts = [("rate answer", said)]
-    if rate.get("binding_objective"):
-        facts.append(("rate bound by", str(rate["binding_objective"])))
-    if rate.get("goodput_rps") is not None:
-        facts.append(("goodput there", f"{rate['goodput_rps']:.3g} req/s at {rate.get('attainment') or 0:.1%} "
-                                       f"attainment (target {rate.get('attainment_target', 0.9):.0%})"))
-    law = rate.get("littles_law") or {}
+    if rate.binding_objective:
+        facts.append(("rate bound by", rate.binding_objective))
+    if rate.goodput_rps is not None:
+        facts.append(("goodput there", f"{rate.goodput_rps:.3g} req/s at {rate.attainment or 0:.1%} "
+                                       f"attainment (target {rate.attainment_target:.0%})"))
+    law = rate.littles_law or {}
     if law.get("note"):
         facts.append(("Little's law", str(law["note"])))
     return facts
 
 
 def co_sentence(closed: Sequence[StepFigures], recommended: int | None, rates: Sequence[StepFigures],
-                rate: dict[str, Any] | None) -> str | None:
-    """The closed loop's TTFT p95 at the concurrency answer beside the open loop's at the rate answer, and why
-    they differ (module docstring); ``None`` where either is missing."""
+                answer: float | None) -> str | None:
+    """The closed loop's TTFT p95 at the concurrency answer beside the open loop's at the rate answer
+    (``answer``, requests/s), and why they differ (module docstring); ``None`` where either is missing."""
     at_c = next((s for s in closed if s.concurrency == recommended), None)
-    answer = (rate or {}).get("max_rate_rps")
     if at_c is None or answer is None or not rates:
         return None
     near = min(rates, key=lambda s: abs((s.offered_rps or s.rate_rps or 0.0) - answer))
@@ -93,7 +91,7 @@ def co_sentence(closed: Sequence[StepFigures], recommended: int | None, rates: S
             "so a stall's wait lands on every request scheduled during it.")
 
 
-def rate_figure_svg(lane: str, steps: Sequence[StepFigures], rate: dict[str, Any] | None, target: float,
+def rate_figure_svg(lane: str, steps: Sequence[StepFigures], rate: RateModel | None, target: float,
                     ttft_objective_s: float | None) -> str:
     """Attainment (left) and TTFT p95 / e2e p95 from the intended send (right) against the offered rate, the
     target and the answer marked, as an inline ``<svg>``."""
@@ -104,7 +102,7 @@ def rate_figure_svg(lane: str, steps: Sequence[StepFigures], rate: dict[str, Any
 
     pts = sorted(steps, key=lambda s: s.offered_rps or s.rate_rps or 0.0)
     xs = [s.offered_rps or s.rate_rps or 0.0 for s in pts]
-    answer = (rate or {}).get("max_rate_rps")
+    answer = None if rate is None else rate.max_rate_rps
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "satbench", "font.size": 9.0}):
         fig = Figure(figsize=(11, 3.6), layout="constrained")
         ax_att, ax_lat = fig.subplots(1, 2)

@@ -133,7 +133,8 @@ def render_markdown(report: RunReport) -> str:
             lines += ["", "### Open-loop rates", ""]
             lines += [f"- **{k}**: {v}" for k, v in rate_facts(lane.rate)]
             lines += ["", *_md_table(*rate_table(lane.rate_steps, lane.rate))]
-            said = co_sentence(lane.steps, lane.recommended, lane.rate_steps, lane.rate)
+            said = co_sentence(lane.steps, lane.recommended, lane.rate_steps,
+                                None if lane.rate is None else lane.rate.max_rate_rps)
             if said:
                 lines += ["", said]
     lines += ["", "## Limitations", ""] + [f"- {item}" for item in limitations(report)]
@@ -269,7 +270,8 @@ def render_html(report: RunReport) -> str:
                                          report.rules.slo.ttft_p95_s))
             headers, rows = rate_table(lane.rate_steps, lane.rate)
             parts.append(_html_table(headers, rows, "rates", left=(len(headers) - 1,)))
-            said = co_sentence(lane.steps, lane.recommended, lane.rate_steps, lane.rate)
+            said = co_sentence(lane.steps, lane.recommended, lane.rate_steps,
+                                None if lane.rate is None else lane.rate.max_rate_rps)
             if said:
                 parts.append(f"<p>{_esc(said)}</p>")
     parts.append(

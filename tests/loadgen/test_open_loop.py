@@ -74,7 +74,7 @@ def test_a_server_stall_lands_on_every_request_scheduled_during_it(tmp_path: Pat
     closed_all = [r for r in records if r.concurrency == 2 and r.rate_rps is None and r.ok
                   and closed_window.contains(r.sent_at)]
     assert len(closed_hit) / len(closed_all) < stalled_share
-    said = co_sentence([closed_fig], 2, [open_fig], {"max_rate_rps": 6.0})
+    said = co_sentence([closed_fig], 2, [open_fig], 6.0)
     assert said is not None and "coordinated omission" in said
     assert f"{closed_fig.ttft_s.p95 * 1000:.0f} ms" in said and f"{open_fig.ttft_intended_s.p95 * 1000:.0f} ms" in said
     print(f"\nopen loop at 6/s: {len(in_pause)} of {len(opened)} requests scheduled in a pause, TTFT p99 from "
