@@ -48,6 +48,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from satbench.core.statistics import exceedance_p_value, gain_interval
+from satbench.recommender.models import LaneModel, StepModel
 from satbench.tune.grid import Candidate
 
 __all__ = ["FEASIBLE_STATUSES", "Outcome", "PauseCount", "PruneRules", "dominator", "outcome_from_lane",
@@ -125,55 +126,55 @@ class Outcome:
         return float("inf") if ci is None else (ci[1] - ci[0]) / 2.0
 
 
-def _ci(value: Any) -> tuple[float, float] | None:
-    if not isinstance(value, list | tuple) or len(value) != 2 or None in value:
+def _ci(value: tuple[float, float] | None) -> tuple[float, float] | None:
+    return None if value is None else (float(value[0]), float(value[1]))
+
+
+def _pause_count(step: StepModel) -> PauseCount | None:
+    check = step.checks.get("decode_starvation")
+    if check is None or check.status != "flagged":
         return None
-    return float(value[0]), float(value[1])
+    if check.limit is None:
+        return PauseCount(step.concurrency)
+    tail = step.pause_excess_tail
+    return PauseCount(step.concurrency, sum(1 for v in tail.top if v > check.limit), tail.n)
 
 
-def _pause_count(step: dict[str, Any]) -> PauseCount | None:
-    check = (step.get("checks") or {}).get("decode_starvation") or {}
-    if check.get("status") != "flagged":
-        return None
-    tail = step.get("pause_excess_tail") or {}
-    limit, top, n = check.get("limit"), tail.get("top"), tail.get("n")
-    if not isinstance(limit, int | float) or not isinstance(top, list) or not isinstance(n, int):
-        return PauseCount(int(step["concurrency"]))
-    return PauseCount(int(step["concurrency"]), sum(1 for v in top if v > limit), n)
+def _pause_flagged(step: StepModel) -> bool:
+    check = step.checks.get("decode_starvation")
+    return (check is not None and check.status == "flagged") or any(
+        v.constraint in PAUSE_CONSTRAINTS for v in step.violations)
 
 
-def _pause_flagged(step: dict[str, Any]) -> bool:
-    check = (step.get("checks") or {}).get("decode_starvation") or {}
-    return check.get("status") == "flagged" or any(
-        v.get("constraint") in PAUSE_CONSTRAINTS for v in step.get("violations") or [])
+def _pauses_ok(step: StepModel) -> bool:
+    check = step.checks.get("decode_starvation")
+    return check is not None and check.status in _PAUSE_OK and not _pause_flagged(step)
 
 
-def outcome_from_lane(candidate: Candidate, lane: dict[str, Any], folder: str | None = None) -> Outcome:
-    """A measured candidate's outcome from its recommendations document's lane entry."""
-    rec = lane.get("recommended_concurrency")
-    steps = sorted((s for s in lane.get("steps") or [] if isinstance(s, dict) and "concurrency" in s),
-                   key=lambda s: int(s["concurrency"]))
-    at = next((s for s in steps if s.get("concurrency") == rec), None) or {}
-    ci = _ci(at.get("throughput_ci_tok_s"))
-    above = next((s for s in steps if rec is not None and int(s["concurrency"]) > rec), None)
+def outcome_from_lane(candidate: Candidate, lane: LaneModel | None, folder: str | None = None) -> Outcome:
+    """A measured candidate's outcome from its recommendations document's answer for the lane (None: the
+    document has none)."""
+    rec = None if lane is None else lane.recommended_concurrency
+    steps = sorted(lane.steps if lane is not None else [], key=lambda s: s.concurrency)
+    at = next((s for s in steps if s.concurrency == rec), None)
+    ci = None if at is None else _ci(at.throughput_ci_tok_s)
+    above = next((s for s in steps if rec is not None and s.concurrency > rec), None)
     plateau = None
     if above is not None and rec is not None:
-        plateau = gain_interval(rec, ci, int(above["concurrency"]), _ci(above.get("throughput_ci_tok_s")))
-    accepted = [s for s in steps if rec is not None and 2 <= int(s["concurrency"]) <= rec]
-    bounded = bool(accepted) and all(
-        ((s.get("checks") or {}).get("decode_starvation") or {}).get("status") in _PAUSE_OK
-        and not _pause_flagged(s) for s in accepted)
+        plateau = gain_interval(rec, ci, above.concurrency, _ci(above.throughput_ci_tok_s))
+    accepted = [s for s in steps if rec is not None and 2 <= s.concurrency <= rec]
+    bounded = bool(accepted) and all(_pauses_ok(s) for s in accepted)
     counts = tuple(c for c in (_pause_count(s) for s in steps) if c is not None)
-    se, dof = at.get("throughput_se_tok_s"), at.get("throughput_dof")
     return Outcome(
-        candidate=candidate, state="measured", status=lane.get("status"), recommended=rec,
-        binding=lane.get("binding_constraint"), throughput_tok_s=lane.get("throughput_at_recommended_tok_s"),
-        throughput_ci_tok_s=ci, starved_at=tuple(sorted({int(s["concurrency"]) for s in steps if _pause_flagged(s)})),
-        reason=lane.get("reason"), folder=folder, rungs=tuple(int(s["concurrency"]) for s in steps),
-        throughput_se_tok_s=float(se) if isinstance(se, int | float) else None,
-        throughput_dof=float(dof) if isinstance(dof, int | float) else None,
+        candidate=candidate, state="measured", status=None if lane is None else lane.status, recommended=rec,
+        binding=None if lane is None else lane.binding_constraint,
+        throughput_tok_s=None if lane is None else lane.throughput_at_recommended_tok_s,
+        throughput_ci_tok_s=ci, starved_at=tuple(sorted({s.concurrency for s in steps if _pause_flagged(s)})),
+        reason=None if lane is None else lane.reason, folder=folder, rungs=tuple(s.concurrency for s in steps),
+        throughput_se_tok_s=None if at is None else at.throughput_se_tok_s,
+        throughput_dof=None if at is None else at.throughput_dof,
         pause_counts=counts, pauses_bounded=bounded, plateau=plateau,
-        next_rung=None if above is None else int(above["concurrency"]))
+        next_rung=None if above is None else above.concurrency)
 
 
 def _same_point(a: Candidate, b: Candidate) -> bool:

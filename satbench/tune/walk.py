@@ -53,6 +53,7 @@ from satbench.core.loops import fast_loop_factory
 from satbench.core.manifest import RunManifest, write_json_atomic
 from satbench.loadgen.config import LadderConfig, LoadgenConfig
 from satbench.loadgen.runner import run_ladder
+from satbench.recommender.document import read_document
 from satbench.recommender.policy import Policy
 from satbench.recommender.run_analysis import analyze_run
 from satbench.runtimes import RunningRuntime
@@ -194,7 +195,8 @@ class CandidateWalker:
         return outcome
 
     def _outcome(self, candidate: Candidate, doc: dict[str, Any], folder: Path, facts: dict[str, Any]) -> Outcome:
-        lane = (doc.get("lanes") or {}).get(self.lane.key) or {}
+        """The candidate's outcome from its walk's document (validated here: ``read_document``)."""
+        lane = read_document(doc).lanes.get(self.lane.key)
         cut, said = truncated_requests(folder / "records.jsonl", self.session.loadgen.workload.ignore_eos)
         facts = {**facts, "truncated_requests": cut, "truncated_examples": said}
         outcome = outcome_from_lane(candidate, lane, str(folder))
@@ -220,8 +222,12 @@ class CandidateWalker:
             why = f"its recorded fingerprint differs ({', '.join(changed) or 'unknown parts'} changed)"
         else:
             facts = {k: v for k, v in recorded.items() if k not in ("candidate", "settings", "parts")}
-            outcome = self._outcome(candidate, doc, folder, facts)
-            return dataclasses.replace(outcome, resumed=True)
+            try:
+                outcome = self._outcome(candidate, doc, folder, facts)
+            except ValueError as exc:  # a recorded document that does not validate is walked again
+                why = f"its recorded recommendations.json is unreadable ({exc})"
+            else:
+                return dataclasses.replace(outcome, resumed=True)
         stale = folder.with_name(folder.name + ".stale")
         shutil.rmtree(stale, ignore_errors=True)
         folder.rename(stale)

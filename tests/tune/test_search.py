@@ -8,9 +8,11 @@ it may or may not dominate, and the rule that must fire (or none). The noisy gri
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
 
+from satbench.recommender.models import LaneModel
 from satbench.tune.answer import choose, fingerprint, pareto
 from satbench.tune.document import lane_entry, tuned_lane
 from satbench.tune.grid import Candidate, grid, rank
@@ -95,31 +97,37 @@ def test_a_pause_count_must_also_rest_on_enough_requests() -> None:
                                                               counts=MANY)], strict) is None
 
 
-STEP: dict[str, object] = {"concurrency": 0, "throughput_ci_tok_s": None, "checks": {}, "violations": []}
+STEP: dict[str, object] = {"concurrency": 0, "throughput_ci_tok_s": None, "checks": {}, "violations": [],
+                           "usable": True, "window_s": 30.0, "requests": 100, "errors": 0, "requests_per_s": 1.0}
 
 
 def step(c: int, t: float, hw: float, pause: str = "ok", limit: float = 0.25,
          top: tuple[float, ...] = (), n: int = 100) -> dict[str, object]:
     return {**STEP, "concurrency": c, "throughput_tok_s": t, "throughput_ci_tok_s": [t - hw, t + hw],
             "throughput_se_tok_s": hw / 2.0, "throughput_dof": 20.0,
-            "checks": {"decode_starvation": {"status": pause, "limit": limit}},
+            "checks": {"decode_starvation": {"status": pause, "measured": None, "limit": limit, "detail": ""}},
             "pause_excess_tail": {"n": n, "top": list(top)}}
 
 
 def test_a_walks_document_gives_the_evidence_the_pruning_reads() -> None:
-    lane = {"status": "ok", "recommended_concurrency": 4, "binding_constraint": "throughput_plateau",
-            "throughput_at_recommended_tok_s": 200.0,
-            "steps": [step(1, 60.0, 2.0, "not_applicable"), step(2, 110.0, 3.0), step(4, 200.0, 4.0),
-                      step(8, 205.0, 4.0, "flagged", top=(0.9,) * 12 + (0.1,) * 8)]}
-    o = outcome_from_lane(Candidate(8, 512, 512, CTX), lane, "f")
+    lane: dict[str, Any] = {
+        "status": "ok", "recommended_concurrency": 4, "binding_constraint": "throughput_plateau",
+        "throughput_at_recommended_tok_s": 200.0, "saturation_concurrency": 4, "run_id": "r", "measured_at": None,
+        "fairness": {"ok": True, "jain_min": None},
+        "starvation": {"ok": False, "decode_stall_max_ratio": None, "prefill_wait_max_s": None},
+        "steps": [step(1, 60.0, 2.0, "not_applicable"), step(2, 110.0, 3.0), step(4, 200.0, 4.0),
+                  step(8, 205.0, 4.0, "flagged", top=(0.9,) * 12 + (0.1,) * 8)]}
+    o = outcome_from_lane(Candidate(8, 512, 512, CTX), LaneModel.model_validate(lane), "f")
     assert o.throughput_ci_tok_s == (196.0, 204.0) and o.throughput_se_tok_s == 2.0 and o.throughput_dof == 20.0
     assert o.next_rung == 8 and o.plateau is not None and o.plateau[1] < 0.10  # 200 -> 205, +-2 %: flat
     assert o.pauses_bounded  # rungs 2 and 4 judged ok; the flag at 8 lies past the answer
     assert o.starved_at == (8,) and o.pause_counts == (PauseCount(8, 12, 100),)
     unjudged = {**lane, "steps": [step(1, 60.0, 2.0, "not_applicable"), step(2, 110.0, 3.0, "insufficient_data"),
                                   step(4, 200.0, 4.0)]}
-    assert not outcome_from_lane(Candidate(8, 512, 512, CTX), unjudged).pauses_bounded  # unflagged is not shown
-    assert outcome_from_lane(Candidate(8, 512, 512, CTX), {**lane, "steps": []}).throughput_ci_tok_s is None
+    assert not outcome_from_lane(Candidate(8, 512, 512, CTX), LaneModel.model_validate(unjudged)).pauses_bounded
+    assert outcome_from_lane(Candidate(8, 512, 512, CTX), LaneModel.model_validate({**lane, "steps": []})
+                             ).throughput_ci_tok_s is None
+    assert outcome_from_lane(Candidate(8, 512, 512, CTX), None).recommended is None  # the document has no answer
 
 
 def synthetic_answer(c: Candidate) -> Outcome:
