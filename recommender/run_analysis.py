@@ -54,7 +54,10 @@ def document_from_figures(manifest: RunManifest, figures: dict[str, list[StepFig
         slots = max((w.slots for w in manifest.windows(lane) if w.slots), default=None)
         capacity = capacity_bound([(s.concurrency, s.requests_per_s) for s in closed if s.valid], slots)
         at_answer = next((s for s in closed if s.concurrency == analysis.recommended_concurrency), None)
-        rate = rate_answer([s for s in steps if s.rate_rps is not None], policy, at_answer, capacity)
+        # a trace rung (its window has a speed_factor) is the trace answer's (recommender.trace_analysis), not a rate
+        traced = {(w.concurrency, w.rate_rps) for w in manifest.windows(lane) if w.speed_factor is not None}
+        rate = rate_answer([s for s in steps if s.rate_rps is not None and (s.concurrency, s.rate_rps) not in traced],
+                           policy, at_answer, capacity)
         where = lane_place(manifest, lane, policy)
         labels.setdefault(where["node"], dict(manifest.lanes.get(lane, {}).get("node_labels") or {}))
         lanes[lane] = lane_fragment(analysis, run_id=manifest.run_id, measured_at=max(ends) if ends else None,
