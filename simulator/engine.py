@@ -26,6 +26,9 @@ The cached tokens cost no prefill, and they are reported apart (``Request.cache_
 the one whose cache covers the largest share of the prompt (above 10 %, llama-server's
 ``--slot-prompt-similarity``) is chosen, otherwise the lowest free one. Requests without token ids (the
 virtual-time workloads, the capacity model) neither use nor leave a cache, so their timing is unchanged.
+With ``[server] cache_ram_tokens`` (llama-server's ``--cache-ram``, host-memory prompt caching; 0, off, by
+default here) a prompt a slot gives up is kept in host memory up to that many tokens, and an admitted request
+starts from the longest prefix its slot or any kept prompt shares (the restore's copy costs nothing here).
 """
 
 from __future__ import annotations
@@ -228,6 +231,7 @@ class Engine:
         self._plan: StepPlan | None = None
         # per slot: what its KV cache holds (prompt ids, the text key and count of generated tokens)
         self.slot_cache: list[tuple[tuple[int, ...], int, int] | None] = [None] * s.slots
+        self.host_prompts: list[tuple[int, ...]] = []  # --cache-ram: prompts kept in host memory, oldest first
 
     # -- requests -----------------------------------------------------------------------------------------
 
@@ -410,8 +414,24 @@ class Engine:
             r.slot, r.admitted, r.state = slot, now, "prefill"
             ids = r.spec.prompt_ids
             if ids is not None and r.spec.cache_prompt:
-                r.cache_n = min(self._cached_prefix(slot, ids), r.spec.prompt_tokens - 1)
+                r.cache_n = min(self._host_restore(slot, ids), r.spec.prompt_tokens - 1)
                 r.prompt_done = r.cache_n
+
+    def _host_restore(self, slot: int, ids: tuple[int, ...]) -> int:
+        """The prefix of ``ids`` the slot starts from: its own cache's, or with ``cache_ram_tokens`` the longest
+        a prompt kept in host memory shares (restored into the slot). The slot's own prompt is kept there first
+        where the new one does not extend it (it is about to be overwritten); the oldest go past the bound."""
+        n = self._cached_prefix(slot, ids)
+        bound = self.profile.server.cache_ram_tokens
+        held = self.slot_cache[slot]
+        if not bound:
+            return n
+        if held is not None and held[0] is not None and n < len(held[0]) and held[0] not in self.host_prompts:
+            self.host_prompts.append(held[0])
+            while sum(len(p) for p in self.host_prompts) > bound and len(self.host_prompts) > 1:
+                self.host_prompts.pop(0)
+        best = max((_common_prefix(p, ids) for p in self.host_prompts), default=0)
+        return max(n, best)
 
     def _choose_slot(self, r: Request) -> int | None:
         if r.spec.id_slot >= 0:

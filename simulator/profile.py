@@ -69,6 +69,9 @@ class ServerModel:
     seed: int = 0
     truth_history: int = 100_000
     context_shift: bool = False  # llama-server --context-shift: generation goes on past a full context
+    # llama-server --cache-ram: prompts a slot gives up are kept in host memory, up to this many tokens, and a
+    # request restores the one sharing its longest prefix (simulator.engine); 0: off, one prompt per slot
+    cache_ram_tokens: int = 0
 
     @property
     def n_ctx_slot(self) -> int:
@@ -195,6 +198,7 @@ def _check_server(s: ServerModel) -> None:
     for key in ("slots", "ctx_tokens", "batch", "ubatch", "time_scale", "truth_history"):
         _positive("server", key, getattr(s, key))
     _positive("server", "slot_ctx_tokens", s.slot_ctx_tokens, allow_zero=True)
+    _positive("server", "cache_ram_tokens", s.cache_ram_tokens, allow_zero=True)
     if s.slot_ctx_tokens > s.ctx_tokens:
         raise ProfileError("[server] slot_ctx_tokens cannot exceed ctx_tokens")
     if s.admission not in ADMISSION_POLICIES:
