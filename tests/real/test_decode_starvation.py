@@ -39,17 +39,23 @@ def _long_prompt(url: str, target: int) -> tuple[str, int]:
     return text, n
 
 
-def _decode(url: str, arrivals: list[float], n_predict: int) -> None:
+def _decode(url: str, arrivals: list[float], n_predict: int, stop: threading.Event) -> None:
+    """Stream until ``stop`` is set (closing the stream cancels the request) or ``n_predict`` tokens."""
     body = {"prompt": "Once upon a time", "n_predict": n_predict, "ignore_eos": True, "stream": True}
     with httpx.stream("POST", f"{url}/completion", json=body, timeout=120) as resp:
         for line in resp.iter_lines():
             if line.startswith("data:") and '"stop":false' in line:
                 arrivals.append(time.monotonic())
+                if stop.is_set():
+                    return
 
 
 def _stall(url: str, prompt: str) -> dict[str, float]:
+    # the decoders stream until the long prompt has been answered (a token after it), however slow or loaded
+    # the machine: a fixed length ran out before the prompt was sent once, on a busy machine
     arrivals: list[list[float]] = [[] for _ in range(DECODERS)]
-    threads = [threading.Thread(target=_decode, args=(url, arrivals[i], 600)) for i in range(DECODERS)]
+    stop = threading.Event()
+    threads = [threading.Thread(target=_decode, args=(url, arrivals[i], 4000, stop)) for i in range(DECODERS)]
     for thread in threads:
         thread.start()
     while min(len(a) for a in arrivals) < 20:
@@ -58,6 +64,7 @@ def _stall(url: str, prompt: str) -> dict[str, float]:
     body = {"prompt": prompt, "n_predict": 1, "cache_prompt": False}
     resp = httpx.post(f"{url}/completion", json=body, timeout=120)
     done = time.monotonic()
+    stop.set()
     for thread in threads:
         thread.join()
     prefill_ms = float(resp.json()["timings"]["prompt_ms"])
@@ -67,6 +74,7 @@ def _stall(url: str, prompt: str) -> dict[str, float]:
             gaps_all.append(b - a)
             if b > sent and a < done:
                 gaps_in.append(b - a)
+    assert gaps_in, "no decode was running while the long prompt was prefilled"
     return {"stall_ms": 1000 * max(gaps_in), "itl_p50_ms": 1000 * statistics.median(gaps_all),
             "prefill_ms": prefill_ms}
 
