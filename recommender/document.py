@@ -11,11 +11,16 @@ was measured on and its ``validity`` against the live one, and ``nodes`` indexes
 node's labels. A session without nodes therefore reads as v1 did, key for key. ``as_v1`` is the v1 view for a
 consumer that has not moved (``GET /recommendations?schema=v1``): keyed by bare lane name, refused
 (``AmbiguousForV1``) where two nodes serve one name, so it is told, never handed one node's answer for
-another's. ``answers`` is how every reader takes the answers of either version.
+another's. ``answers`` is how these views take the answers of the JSON of either version.
 
 ``read_document`` is the one validation of a document a reader meets at its edge (a file, an HTTP body, the
 store's current document): v1 said in v2, then ``recommender.models.RecommendationsDocument``; past it,
-readers (capabilities, the ``/metrics`` families, the report, compare) take attributes, never string keys.
+readers (capabilities, the ``/metrics`` families, the report, compare, the tune) take attributes, never
+string keys. The builder dumps the analysis' models into JSON once, and the views below and the store
+transform that JSON, not a model: the served bytes are the JSON as built, and a model's dump would reorder
+it (a fingerprint's keys come in the order its manifest gave them; ``last_status``, ``age_s`` and ``tuned``
+follow ``rate`` where they are added), so the JSON stays the one serialised form and the model the one
+shape it is read in.
 
 ``mark_stale`` turns a last good document into the one served while Prometheus is unreachable: every lane
 says ``stale`` and how old the answer is. ``mark_changed`` turns one answer stale because what it was
