@@ -80,8 +80,10 @@ def _replay(url: str, trace_path: Path, length: float, factors: list[float], out
 
 
 def _sent_in_order(records: list[RequestRecord], rate: float) -> list[RequestRecord]:
+    """The rung's requests in the order they were scheduled: by the index that ends each request id (two
+    requests recorded in the same millisecond have the same intended time)."""
     return sorted((r for r in records if r.rate_rps is not None and abs(r.rate_rps - rate) < 1e-6 * rate
-                   and r.intended_at is not None), key=lambda r: r.intended_at or 0.0)
+                   and r.intended_at is not None), key=lambda r: int(r.request_id.rsplit("-", 1)[1]))
 
 
 def main() -> int:

@@ -47,7 +47,7 @@ def test_a_trace_rung_sends_the_trace_at_its_times_lengths_and_factor(tmp_path: 
     assert manifest.traces["dense"]["sha256"] == trace.sha256
     assert manifest.traces["dense"]["speed_factors"] == [2.0]
     sent = sorted((r for r in read_records(tmp_path / "run" / "records.jsonl", strict=True)
-                   if r.rate_rps == window.rate_rps), key=lambda r: r.intended_at or 0.0)
+                   if r.rate_rps == window.rate_rps), key=lambda r: int(r.request_id.rsplit("-", 1)[1]))
     intended = [r.intended_at or 0.0 for r in sent]
     assert len(sent) >= len(trace.requests)  # the window is replayed again until warm-up and window are over
     first = sent[0].intended_at
