@@ -317,7 +317,7 @@ class TracePrompts:
     def block(self, block_id: int) -> list[str]:
         words = self._blocks.get(block_id)
         if words is None:
-            if len(self._blocks) >= 65536:  # a long window: keep the memory bounded, the text is redrawn alike
+            if len(self._blocks) >= 4096:  # a long window: keep the memory bounded (the text is redrawn alike)
                 self._blocks.clear()
             rng = random.Random(f"trace-block:{self.seed}:{block_id}")
             words = self._blocks[block_id] = [rng.choice(_WORDS) for _ in range(self.block_tokens)]
