@@ -10,6 +10,7 @@ that shape serving are honoured:
 | ``-kvu/--kv-unified``, ``-no-kvu`` | one KV cache shared by the slots (each may use all of ``-c``) |
 | ``-b/--batch-size``, ``-ub/--ubatch-size`` | ``[server] batch``, ``ubatch`` (``ubatch <= batch``) |
 | ``--context-shift`` | generation goes on past a full context |
+| ``-cram/--cache-ram MiB`` | host-memory prompt cache, ``[server] cache_ram_tokens`` (MiB / KV bytes a token) |
 | ``-a/--alias A[,B]``, ``--tags``, ``-m``, ``-hf``, ``-hff`` | the model's id, aliases, tags and path |
 | ``--api-key K[,K2]``, ``--api-key-file`` | every endpoint but ``/health``, ``/models`` and the UI wants the key |
 | ``--metrics``, ``--slots/--no-slots``, ``--ui/--no-ui`` | those endpoints (llama-server's defaults: off, on, on) |
@@ -32,6 +33,9 @@ one unified cache whatever ``-kvu`` says; an explicit count splits the cache unl
 ``LLAMA_ARG_*`` environment variables of those flags (``LLAMA_ARG_N_PARALLEL``, ``LLAMA_ARG_CTX_SIZE``,
 ``LLAMA_ARG_BATCH``, ``LLAMA_ARG_UBATCH``, ``LLAMA_ARG_KV_UNIFIED``) are read as llama-server reads them,
 the command line winning. ``/props`` says the layout it serves (``simulator.kv_unified``).
+
+``--cache-ram`` left out keeps the prompt cache one prompt per slot (llama-server's own default is 8192 MiB:
+pass it to serve as a recent llama-server does); ``-1`` is no limit, ``0`` off.
 
 Every other flag is accepted and named once at start-up as ignored. Given any llama-server flag that
 ``satbench sim`` does not share (``--host``, ``--port``, ``--seed`` and ``--slots N`` are shared), the
@@ -208,6 +212,10 @@ def apply_llama_flags(profile: Profile, args: argparse.Namespace,
             kv_unified = not off
         elif dest == "--context-shift":
             server["context_shift"] = not off
+        elif dest == "--cache-ram":  # MiB of host memory for prompts the slots give up; -1 no limit, 0 off
+            mib = _int(spelled, value)
+            per_token = max(1, profile.memory.kv_bytes_per_token)
+            server["cache_ram_tokens"] = 0 if mib == 0 else 1 << 40 if mib < 0 else mib * (1 << 20) // per_token
         elif dest == "--alias":
             opts["aliases"] = _split(value)
         elif dest == "--tags":

@@ -10,10 +10,15 @@ serves less, and less under more load (a prefix's slot is busy or overwritten mo
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from pathlib import Path
 
+import pytest
+
 from satbench.loadgen.traces import read_trace
+from satbench.simulator.cli import configure
+from satbench.simulator.dropin import apply_llama_flags
 from satbench.simulator.profile import load_profile
 from testkit.trace_truth import generate_mooncake, serve_trace
 
@@ -30,3 +35,17 @@ def test_the_engine_serves_what_the_hash_ids_imply_with_a_host_memory_prompt_cac
         assert abs(served / implied - 1) <= 0.10, (factor, served, implied)
         slot_only.append(serve_trace(profile, trace, factor)[1])
     assert slot_only[0] < implied and slot_only[1] <= slot_only[0]
+
+
+@pytest.mark.parametrize(("flags", "tokens"), [
+    ([], 0), (["--cache-ram", "0"], 0), (["-cram", "1024"], None), (["--cache-ram", "-1"], 1 << 40)])
+def test_the_drop_in_simulator_takes_llama_server_s_cache_ram_flag(flags: list[str], tokens: int | None) -> None:
+    """``--cache-ram MiB`` is the host cache's bound in the profile's own KV bytes a token (left out: off)."""
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    args = parser.parse_args(["-m", "m.gguf", *flags])
+    args.slots_flag = False
+    profile = load_profile(args.profile)
+    served, _ = apply_llama_flags(profile, args, {})
+    expected = 1024 * (1 << 20) // profile.memory.kv_bytes_per_token if tokens is None else tokens
+    assert served.server.cache_ram_tokens == expected
