@@ -7,7 +7,10 @@ Reads ``GET /recommendations`` of a recommender (``--url``), or a saved document
   concurrency), the throughput measured at it, the binding constraint, the status, ``valid`` (True: checked
   against the live runtime and it still holds; False: measured on something else; None: nobody could tell),
   the run that measured it and when, the fingerprint digest and the runtime's URL. It is given twice, flat and
-  grouped (``capability_fragment``)::
+  grouped (``capability_fragment``). Where the run walked open-loop rates the entry adds the rate answer
+  (``max_rate_rps``, ``max_rate_rpm``, ``rate_status``, ``goodput_rps``, ``rate_binding_objective``); where
+  the lane replayed a recorded trace, the trace answer: ``trace_max_factor`` (this node takes N x the recorded
+  traffic), ``trace_status``, ``trace_max_rate_rps`` and ``trace_sha256``, the file it is for::
 
       {"schema": ..., "generated_at": ...,
        "lanes": {"<key>": {...entry, "node": ..., "lane": ...}},
@@ -180,6 +183,10 @@ def _entry(document: RecommendationsDocument, key: str, lane: LaneModel | None) 
     if rate is not None:  # the rate answer, where the run walked open-loop rates (recommender.rate_analysis)
         entry.update(max_rate_rps=rate.max_rate_rps, max_rate_rpm=rate.max_rate_rpm, rate_status=rate.status,
                      goodput_rps=rate.goodput_rps, rate_binding_objective=rate.binding_objective)
+    trace = lane.trace
+    if trace is not None:  # the trace answer, where the lane replayed a recorded trace (recommender.trace_analysis)
+        entry.update(trace_max_factor=trace.max_factor, trace_status=trace.status,
+                     trace_max_rate_rps=trace.max_rate_rps, trace_sha256=trace.trace.sha256)
     if lane.reason:
         entry["reason"] = lane.reason
     return entry

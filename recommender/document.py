@@ -18,8 +18,8 @@ store's current document): v1 said in v2, then ``recommender.models.Recommendati
 readers (capabilities, the ``/metrics`` families, the report, compare, the tune) take attributes, never
 string keys. The builder dumps the analysis' models into JSON once, and the views below and the store
 transform that JSON, not a model: the served bytes are the JSON as built, and a model's dump would reorder
-it (a fingerprint's keys come in the order its manifest gave them; ``last_status``, ``age_s`` and ``tuned``
-follow ``rate`` where they are added), so the JSON stays the one serialised form and the model the one
+it (a fingerprint's keys come in the order its manifest gave them; ``trace``, ``last_status``, ``age_s`` and
+``tuned`` follow ``rate`` where they are added), so the JSON stays the one serialised form and the model the one
 shape it is read in.
 
 ``mark_stale`` turns a last good document into the one served while Prometheus is unreachable: every lane
@@ -44,10 +44,12 @@ from satbench.recommender.models import (
     PairModel,
     RecommendationsDocument,
     StepModel,
+    TraceModel,
     UndecidedModel,
 )
 from satbench.recommender.policy import Policy
 from satbench.recommender.rate_analysis import RateAnswer
+from satbench.recommender.trace_analysis import TraceAnswer
 
 __all__ = [
     "SCHEMA_ID",
@@ -92,9 +94,12 @@ def iso_utc(t: float) -> str:
 
 
 def lane_fragment(analysis: LaneAnalysis, *, run_id: str, measured_at: float | None,
-                  where: Mapping[str, Any] | None = None, rate: RateAnswer | None = None) -> dict[str, Any]:
+                  where: Mapping[str, Any] | None = None, rate: RateAnswer | None = None,
+                  trace: TraceAnswer | None = None) -> dict[str, Any]:
     """One answer. ``where``: the lane's ``node``, ``lane``, ``url``, ``fingerprint`` and ``validity``
-    (``recommender.run_analysis``); without it the node and name come from the key."""
+    (``recommender.run_analysis``); without it the node and name come from the key. ``trace``, the trace
+    answer, is said (``trace``, after ``rate``) only where the lane replayed a trace, so a document without one
+    reads byte for byte as before."""
     knee = analysis.knee
     pair = analysis.indistinguishable
     node, name = split_key(analysis.lane)
@@ -106,7 +111,7 @@ def lane_fragment(analysis: LaneAnalysis, *, run_id: str, measured_at: float | N
     undecided = None if analysis.undecided is None else UndecidedModel(
         smaller=analysis.undecided.smaller, larger=analysis.undecided.larger, gain=analysis.undecided.gain,
         interval=list(analysis.undecided.interval))
-    return {
+    fragment = {
         **place,
         "status": analysis.status,
         "reason": analysis.reason,
@@ -126,6 +131,9 @@ def lane_fragment(analysis: LaneAnalysis, *, run_id: str, measured_at: float | N
         "steps": _STEPS.dump_python(analysis.step_models(), mode="json"),
         "rate": None if rate is None else rate.model().model_dump(mode="json"),
     }
+    if trace is not None:
+        fragment["trace"] = TraceModel.model_validate(trace.to_dict()).model_dump(mode="json")
+    return fragment
 
 
 def build_document(

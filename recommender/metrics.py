@@ -32,6 +32,9 @@ Per lane (``lane`` is the lane's name, never its key; ``node`` where the lane na
   where the run walked open-loop rates: the highest request rate the lane serves within its objectives for
   the policy's share of requests, labelled with its status (``settled``, ``unsaturated``), and the goodput
   there; absent for a lane whose run walked no rates, or none passed.
+- ``satbench_trace_max_factor{status}``: the trace answer (``recommender.trace_analysis``) where the lane
+  replayed a recorded trace: the largest speed factor it takes within its objectives ("this node takes N x the
+  recorded traffic"), labelled with its status; absent for a lane that replayed none, or where no factor passed.
 
 With the status series a consumer tells the three cases of the contract apart: measured and valid
 (``recommended_concurrency`` present, ``valid == 1``), measured on something else (``valid == 0``, status
@@ -129,6 +132,9 @@ def answer_families(document: RecommendationsDocument | None) -> list[Metric]:
                       "Highest open-loop request rate the lane serves within its objectives (requests/s).")
     goodput = _gauge("satbench_goodput_rps",
                      "Requests/s that met every objective at the lane's rate answer.")
+    trace_factor = _gauge("satbench_trace_max_factor",
+                          "Largest speed factor of the replayed recorded trace the lane takes within its "
+                          "objectives (x the recorded traffic).")
     for key, data in document_lanes(document):
         node, name = lane_identity(key, data)
         labels = _labels(node, name)
@@ -144,6 +150,10 @@ def answer_families(document: RecommendationsDocument | None) -> list[Metric]:
             max_rate.add_sample(max_rate.name, _labels(node, name, status=rate.status), float(rate.max_rate_rps))
         if rate is not None and rate.goodput_rps is not None:
             goodput.add_sample(goodput.name, labels, float(rate.goodput_rps))
+        trace = data.trace
+        if trace is not None and trace.max_factor is not None:
+            trace_factor.add_sample(trace_factor.name, _labels(node, name, status=trace.status),
+                                    float(trace.max_factor))
         status.add_sample(status.name, _labels(node, name, status=str(data.status or "unknown"),
                                                binding_constraint=str(data.binding_constraint or "")), 1.0)
         for check, ok in _verdicts(data).items():
@@ -154,7 +164,7 @@ def answer_families(document: RecommendationsDocument | None) -> list[Metric]:
         for one in VALIDITY_STATES:
             validity.add_sample(validity.name, _labels(node, name, state=one), 1.0 if one == state else 0.0)
     stale.add_sample(stale.name, {}, 1.0 if document is not None and document.stale else 0.0)
-    return [rec, sat, status, verdict, valid, validity, measured, max_rate, goodput, stale]
+    return [rec, sat, status, verdict, valid, validity, measured, max_rate, goodput, trace_factor, stale]
 
 
 def _unix(iso: Any) -> float | None:

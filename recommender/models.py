@@ -2,15 +2,16 @@
 registration body is ``core.manifest.RunManifest`` itself.
 
 The analysis states its summaries in these models (``LaneAnalysis.fairness_summary`` is a ``FairnessModel``,
-``step_models`` the ``StepModel`` of each rung, ``RateAnswer.model`` a ``RateModel``); the document builder
-(``recommender.document``) dumps them into the JSON the store keeps and serves, and every reader validates that
-JSON once at its edge (``recommender.document.read_document``) and reads attributes after. The service declares
-them so OpenAPI describes exactly what it serves, and ``recommender.schema`` writes the JSON Schema of
+``step_models`` the ``StepModel`` of each rung, ``RateAnswer.model`` a ``RateModel``, a ``TraceAnswer``'s
+``to_dict`` a ``TraceModel``); the document builder (``recommender.document``) dumps them into the JSON the
+store keeps and serves, and every reader validates that JSON once at its edge
+(``recommender.document.read_document``) and reads attributes after. The service declares them so OpenAPI
+describes exactly what it serves, and ``recommender.schema`` writes the JSON Schema of
 ``RecommendationsDocument`` to ``recommender/schema/recommendations.v2.json`` (v1's schema stays committed
-beside it for the v1 view, ``GET /recommendations?schema=v1``). Unknown fields are allowed in the
-document (a version grows by addition, never by renaming; a change of meaning is a new version). Shapes
-declared elsewhere are not declared again: a step is ``core.figures.StepFigures`` extended with its verdict,
-the policy is ``recommender.policy.Policy``.
+beside it for the v1 view, ``GET /recommendations?schema=v1``). Unknown fields are allowed in the document (a
+version grows by addition, never by renaming; a change of meaning is a new version). Shapes declared elsewhere
+are not declared again: a step is ``core.figures.StepFigures`` extended with its verdict, the policy is
+``recommender.policy.Policy``.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ __all__ = [
     "RunInfo",
     "RunRegistered",
     "StepModel",
+    "TraceEvidenceModel",
+    "TraceModel",
+    "TracePointModel",
     "ValidityModel",
     "said",
 ]
@@ -205,6 +209,72 @@ class RateModel(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
+class TracePointModel(BaseModel):
+    """One trace rung of the speed-factor search, judged as a rate rung (``recommender.trace_analysis``)."""
+
+    speed_factor: float = Field(description="the recorded traffic's pace it was replayed at (1: as recorded)")
+    rate_rps: float = Field(description="the trace window's recorded rate times the factor (requests/s)")
+    offered_rps: float | None
+    attainment: float | None = Field(description="share of the window's requests that attained every objective")
+    attainment_interval: list[float] | None = Field(description="its interval at the policy's confidence")
+    passed: bool | None = Field(description="sustained and attainment at least the target; null: not judged")
+    sustained: bool | None = Field(description="the backlog did not grow by more than a tenth of the rate")
+    goodput_rps: float | None
+    reason: str | None = Field(default=None, description="the verdict in words (core.attainment.rate_verdict)")
+
+
+class TraceWindowModel(BaseModel):
+    """The part of the trace replayed: from ``offset_s`` for ``length_s`` seconds of recorded time."""
+
+    model_config = ConfigDict(extra="allow")
+
+    offset_s: float | None = None
+    length_s: float | None = None
+    requests: int | None = None
+
+
+class TraceEvidenceModel(BaseModel):
+    """Which traffic the trace answer is for: the manifest's ``traces`` entry of the lane
+    (``loadgen.traces.Trace.evidence``); a field the manifest did not say reads as null."""
+
+    model_config = ConfigDict(extra="allow")
+
+    path: str | None = Field(None, description="the trace file as the run was given it")
+    format: str | None = Field(None, description="mooncake, burstgpt or azure")
+    sha256: str | None = Field(None, description="sha256 of the trace file")
+    size_bytes: int | None = None
+    window: TraceWindowModel | None = None
+    recorded_rate_rps: float | None = None
+    skipped_rows: int | None = None
+    synthesised: str | None = Field(None, description="what satbench made up: the prompt text, and how")
+    block_tokens: int | None = None
+    implied_cache_share: float | None = Field(None, description="prompt tokens an unbounded prefix cache "
+                                                                "would serve, as the trace's block ids imply")
+    speed_factors: list[float] = Field(default_factory=list, description="the factors walked, in order")
+
+
+class TraceModel(BaseModel):
+    """The trace answer: the largest speed factor of a recorded trace the lane takes sustainably with at least
+    ``attainment_target`` of its requests within every objective ("this node takes N x the recorded
+    traffic"); absent where the lane replayed no trace."""
+
+    status: Literal["settled", "unsaturated", "none"] = Field(
+        description="settled: bracketed by a failing factor; unsaturated: every factor passed (a lower bound); "
+                    "none")
+    reason: str | None
+    max_factor: float | None = Field(description="N in \"this node takes N x the recorded traffic\"")
+    interval: list[float] | None = Field(description="the bracket the answer was read in, in factors")
+    recorded_rate_rps: float = Field(description="the replayed window's recorded rate (requests/s)")
+    max_rate_rps: float | None = Field(description="max_factor x recorded_rate_rps")
+    binding_objective: str | None = Field(description="what failed first above the answer: sustained, ttft, "
+                                                      "tpot, pause, e2e or error")
+    attainment_target: float
+    sentence: str = Field(description="the answer in words")
+    curve: list[TracePointModel] = Field(description="attainment against the speed factor, one point a rung")
+    trace: TraceEvidenceModel = Field(description="the trace replayed (file sha256, size, window, synthesised)")
+    notes: list[str] = Field(default_factory=list)
+
+
 class TunedCandidateModel(BaseModel):
     id: str
     state: Literal["measured", "refused", "skipped", "pruned"]
@@ -301,6 +371,8 @@ class LaneModel(BaseModel):
     age_s: float | None = None
     tuned: TunedModel | None = Field(None, description="present where the answer comes from satbench tune")
     rate: RateModel | None = Field(None, description="the rate answer, where the run walked open-loop rates")
+    trace: TraceModel | None = Field(None, description="the trace answer, where the lane replayed a recorded "
+                                                        "trace; absent otherwise")
 
 
 class SourceModel(BaseModel):

@@ -36,9 +36,10 @@ from satbench.recommender.prometheus_source import (
 )
 from satbench.recommender.rate_analysis import rate_answer
 from satbench.recommender.records_source import figures_from_records, load_records, unusable_window_figures
+from satbench.recommender.trace_analysis import TraceAnswer, trace_answer
 from satbench.recommender.validity import check_answers
 
-__all__ = ["analyze_run", "analyze_run_async", "document_from_figures", "lane_place"]
+__all__ = ["analyze_run", "analyze_run_async", "document_from_figures", "lane_place", "lane_trace_answer"]
 
 
 def document_from_figures(manifest: RunManifest, figures: dict[str, list[StepFigures]], *, policy: Policy,
@@ -61,12 +62,33 @@ def document_from_figures(manifest: RunManifest, figures: dict[str, list[StepFig
         where = lane_place(manifest, lane, policy)
         labels.setdefault(where["node"], dict(manifest.lanes.get(lane, {}).get("node_labels") or {}))
         lanes[lane] = lane_fragment(analysis, run_id=manifest.run_id, measured_at=max(ends) if ends else None,
-                                    where=where, rate=rate)
+                                    where=where, rate=rate, trace=lane_trace_answer(manifest, lane, steps, policy))
         why = manifest.lanes.get(lane, {}).get("unreachable")
         if why and not ends:  # a fleet node that did not answer: never measured, and the answer says why
             lanes[lane].update(status="insufficient_data", reason=f"not measured: {why}")
     return build_document(run_id=manifest.run_id, generated_at=generated_at, source=source, policy=policy,
                           lanes=lanes, notes=notes, node_labels=labels)
+
+
+def lane_trace_answer(manifest: RunManifest, lane: str, steps: list[StepFigures], policy: Policy
+                      ) -> TraceAnswer | None:
+    """The trace answer of lane ``lane`` (``recommender.trace_analysis``): its trace rungs (the steps whose
+    window carries a ``speed_factor``) with their factors, judged against the recorded rate of the manifest's
+    ``traces`` entry, which goes with the answer as its evidence; ``None`` where the lane replayed no trace.
+    No closed-ladder bound, as the load generator's factor search has none: the closed rungs sent the
+    configured workload's lengths, not the trace's. A manifest without the entry (cut short) still has each
+    rung's rate over its factor."""
+    factors = {(w.concurrency, w.rate_rps): w.speed_factor for w in manifest.windows(lane)
+               if w.speed_factor is not None}
+    rungs = [(factors[(s.concurrency, s.rate_rps)], s) for s in steps if (s.concurrency, s.rate_rps) in factors]
+    if not rungs:
+        return None
+    evidence = manifest.traces.get(lane) or {}
+    recorded = evidence.get("recorded_rate_rps")
+    if not isinstance(recorded, int | float) or isinstance(recorded, bool) or not recorded > 0:
+        factor, step = rungs[0]
+        recorded = (step.rate_rps or 0.0) / factor
+    return trace_answer(rungs, policy, float(recorded), trace=evidence)
 
 
 def lane_place(manifest: RunManifest, key: str, policy: Policy) -> dict[str, Any]:
