@@ -34,7 +34,7 @@ from satbench.core.records import read_records
 from satbench.core.step_figures import compute_step_figures
 from satbench.recommender.analysis import analyze_lane
 from satbench.recommender.document import read_document
-from satbench.recommender.models import LaneModel, RateModel, RecommendationsDocument, StepModel
+from satbench.recommender.models import LaneModel, RateModel, RecommendationsDocument, StepModel, TraceModel
 from satbench.recommender.policy import Policy
 
 __all__ = [
@@ -106,6 +106,9 @@ class LaneReport:
     notes: tuple[str, ...] = ()
     rate_steps: tuple[StepFigures, ...] = ()  # the open-loop rungs, by rate (satbench.report.rates)
     rate: RateModel | None = None  # the document's rate answer
+    trace_steps: tuple[StepFigures, ...] = ()  # the trace rungs, by rate (satbench.report.traces)
+    trace_factors: dict[float, float] = field(default_factory=dict)  # a trace rung's rate (6 places) -> factor
+    trace: TraceModel | None = None  # the document's trace answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -442,8 +445,12 @@ def load_run(run_dir: Path) -> RunReport:
         answer = rec_lanes.get(name)
         server_steps = {step.concurrency: _figures(step, name) for step in (answer.steps if answer else [])}
         mine = {s.concurrency: s for s in client_steps if s.lane == name and s.rate_rps is None}
-        rate_steps = tuple(sorted((s for s in client_steps if s.lane == name and s.rate_rps is not None),
-                                  key=lambda s: s.rate_rps or 0.0))
+        factors = {(w.concurrency, w.rate_rps): w.speed_factor for w in manifest.windows(name) if w.speed_factor}
+        opened = sorted((s for s in client_steps if s.lane == name and s.rate_rps is not None),
+                        key=lambda s: s.rate_rps or 0.0)
+        rate_steps = tuple(s for s in opened if (s.concurrency, s.rate_rps) not in factors)
+        trace_steps = tuple(s for s in opened if (s.concurrency, s.rate_rps) in factors)
+        trace_factors = {round(r or 0.0, 6): f for (_, r), f in factors.items() if f is not None}
         windows = {w.concurrency: w for w in manifest.windows(name) if w.rate_rps is None}
         for c in sorted(set(mine) & set(server_steps)):
             differ = disagreements(server_steps[c], mine[c])
@@ -461,7 +468,8 @@ def load_run(run_dir: Path) -> RunReport:
             lanes.append(LaneReport(
                 lane=name, steps=merged, status="unknown" if recs is None else "missing",
                 checks={c: {k: f.status for k, f in j.checks.items()} for c, j in judgments.items()},
-                judgments=judgments, slots=_slots(manifest, name), rate_steps=rate_steps))
+                judgments=judgments, slots=_slots(manifest, name), rate_steps=rate_steps,
+                trace_steps=trace_steps, trace_factors=trace_factors))
             continue
         lanes.append(
             LaneReport(
@@ -483,6 +491,9 @@ def load_run(run_dir: Path) -> RunReport:
                 notes=tuple(answer.notes),
                 rate_steps=rate_steps,
                 rate=answer.rate,
+                trace=answer.trace,
+                trace_steps=trace_steps,
+                trace_factors=trace_factors,
             )
         )
     return RunReport(

@@ -137,6 +137,15 @@ def render_markdown(report: RunReport) -> str:
                                 None if lane.rate is None else lane.rate.max_rate_rps)
             if said:
                 lines += ["", said]
+        if lane.trace_steps or lane.trace is not None:
+            from satbench.report.traces import trace_evidence, trace_sentence, trace_table
+
+            lines += ["", "### Recorded traffic", ""]
+            if lane.trace is not None:
+                lines += [trace_sentence(lane.trace), ""]
+                lines += [f"- **{k}**: {v}" for k, v in trace_evidence(lane.trace)]
+                lines.append("")
+            lines += _md_table(*trace_table(lane.trace_steps, lane.trace, lane.trace_factors))
     lines += ["", "## Limitations", ""] + [f"- {item}" for item in limitations(report)]
     lines += [
         "",
@@ -274,6 +283,8 @@ def render_html(report: RunReport) -> str:
                                 None if lane.rate is None else lane.rate.max_rate_rps)
             if said:
                 parts.append(f"<p>{_esc(said)}</p>")
+        if lane.trace_steps or lane.trace is not None:
+            parts.append(_trace_html(lane))
     parts.append(
         "<h2>Limitations</h2><ul>"
         + "".join(f"<li>{_esc(x)}</li>" for x in limitations(report))
@@ -281,6 +292,22 @@ def render_html(report: RunReport) -> str:
           "steps.csv, records.csv.</p></body></html>\n"
     )
     return "\n".join(parts)
+
+
+def _trace_html(lane: LaneReport) -> str:
+    """The lane's "Recorded traffic" section (``satbench.report.traces``)."""
+    from satbench.report.traces import trace_evidence, trace_figure_svg, trace_sentence, trace_table
+
+    parts = ['<section class="trace"><h3>Recorded traffic</h3>']
+    if lane.trace is not None:
+        parts.append(f"<p><b>{_esc(trace_sentence(lane.trace))}</b></p>")
+        parts.append(trace_figure_svg(lane.lane, lane.trace))
+    headers, rows = trace_table(lane.trace_steps, lane.trace, lane.trace_factors)
+    parts.append(_html_table(headers, rows, "traces", left=(len(headers) - 1,)))
+    if lane.trace is not None:
+        parts.append("<ul>" + "".join(f"<li><b>{_esc(k)}</b>: {_esc(v)}</li>" for k, v in trace_evidence(lane.trace))
+                     + "</ul>")
+    return "".join(parts) + "</section>"
 
 
 # ---- files -----------------------------------------------------------------------------------------------
