@@ -114,6 +114,10 @@ def answer_facts(lane: LaneReport) -> list[tuple[str, str]]:
         from satbench.report.rates import rate_facts
 
         facts += rate_facts(lane.rate)[:2]
+    if lane.trace:  # the recorded traffic's answer beside it (satbench.report.traces)
+        from satbench.report.traces import trace_fact
+
+        facts.append(("recorded traffic", trace_fact(lane.trace)))
     return facts
 
 

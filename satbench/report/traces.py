@@ -18,7 +18,7 @@ from pathlib import PurePath
 from satbench.core.figures import StepFigures
 from satbench.recommender.models import TraceEvidenceModel, TraceModel
 
-__all__ = ["trace_evidence", "trace_figure_svg", "trace_sentence", "trace_table"]
+__all__ = ["trace_evidence", "trace_fact", "trace_figure_svg", "trace_sentence", "trace_table"]
 
 TRACE_HEADERS = ("speed factor", "rate asked (req/s)", "offered (req/s)", "window (s)", "requests", "attainment",
                  "goodput (req/s)", "TTFT p95 from intended (ms)", "e2e p95 from intended (ms)", "verdict")
@@ -57,6 +57,14 @@ def trace_sentence(trace: TraceModel) -> str:
     if trace.binding_objective:
         said += f"; what failed first above it: {trace.binding_objective}"
     return said
+
+
+def trace_fact(trace: TraceModel) -> str:
+    """The answer in a few words, for the lane's answer box: "4.44 x the recorded traffic of FILE (settled)"."""
+    if trace.max_factor is None:
+        return f"none of {_file(trace.trace)} within the objectives"
+    bound = "at least " if trace.status == "unsaturated" else ""
+    return f"{bound}{trace.max_factor:.3g} x the recorded traffic of {_file(trace.trace)} ({trace.status})"
 
 
 def trace_evidence(trace: TraceModel) -> list[tuple[str, str]]:
