@@ -16,6 +16,7 @@ Pure: figures, factors and the policy in, a frozen ``TraceAnswer`` out (``to_dic
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +25,7 @@ from satbench.core.figures import StepFigures
 from satbench.recommender.policy import Policy
 from satbench.recommender.rate_analysis import RateAnswer, rate_answer
 
-__all__ = ["TraceAnswer", "TracePoint", "trace_answer"]
+__all__ = ["TraceAnswer", "TracePoint", "to_factor", "trace_answer"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,9 +101,26 @@ def trace_answer(rungs: Sequence[tuple[float, StepFigures]], policy: Policy, rec
     return _in_factors(rate, points, recorded_rate_rps, trace or {})
 
 
+def to_factor(rate_rps: float, points: Sequence[TracePoint], recorded: float) -> float:
+    """A rate on the rate answer's axis (the OFFERED rate a rung's window saw) in speed factors. The part of the
+    trace a rung measures can be lighter or heavier than the whole window (1.78 req/s offered at 1x against
+    1.9 recorded), so dividing by the window's rate would say a lane that served 1x whole takes 0.94x: each
+    rung is its own (offered, factor) point, a rate between two rungs is read on the line between them, and
+    one beyond them at the nearest rung's offered rate per factor."""
+    known = sorted({(p.offered_rps or p.rate_rps, p.speed_factor) for p in points if p.speed_factor > 0})
+    if not known:
+        return rate_rps / recorded
+    for (o1, f1), (o2, f2) in itertools.pairwise(known):
+        if o1 <= rate_rps <= o2:
+            return f1 if o2 == o1 else f1 + (f2 - f1) * (rate_rps - o1) / (o2 - o1)
+    offered, factor = known[0] if rate_rps < known[0][0] else known[-1]
+    return rate_rps * factor / offered if offered > 0 else rate_rps / recorded
+
+
 def _in_factors(rate: RateAnswer, points: tuple[TracePoint, ...], recorded: float,
                 trace: Mapping[str, Any]) -> TraceAnswer:
-    factor = None if rate.max_rate_rps is None else rate.max_rate_rps / recorded
-    interval = None if rate.interval is None else (rate.interval[0] / recorded, rate.interval[1] / recorded)
+    factor = None if rate.max_rate_rps is None else to_factor(rate.max_rate_rps, points, recorded)
+    interval = None if rate.interval is None else (to_factor(rate.interval[0], points, recorded),
+                                                   to_factor(rate.interval[1], points, recorded))
     return TraceAnswer(rate.status, rate.reason, factor, interval, recorded, rate.max_rate_rps, rate.binding,
                        rate.target, points, dict(trace), rate.notes)

@@ -4,8 +4,8 @@ ladder's users, then the dense lane replays 20 s of the Mooncake sample at 1x an
 its Prometheus text, with the evidence of which files it is for.
 
 The truth is the shipped sample files (their sha256, the recorded rate of the window replayed) and the rungs the
-session walked: the answer is read between the rates the rungs were offered, so it lies between the lowest one
-(over the recorded rate) and 8x unless even 1x failed (then it says none, with the reason), and its curve has
+session walked: the answer is read between the rates the rungs were offered, so it lies between 1x and 8x
+unless even 1x failed (then it says none, with the reason), and its curve has
 one point per factor walked.
 """
 
@@ -51,11 +51,11 @@ def test_a_dataset_and_trace_session_answers_the_recorded_traffic_everywhere(tmp
     if answer["status"] == "none":
         assert answer["max_factor"] is None and answer["reason"]
     else:
-        # read on the rate each rung was offered in its window (the schedule's realization over the part of the
-        # trace window it measured), so it may sit a little below the lowest factor asked
-        offered = min(p["offered_rps"] or p["rate_rps"] for p in answer["curve"]) / trace.rate_rps
-        assert offered <= answer["max_factor"] <= 8.0 + 1e-9
-        assert answer["max_rate_rps"] == pytest.approx(answer["max_factor"] * trace.rate_rps)
+        # the rate answer is read on the rate each rung was offered in its window, and turned into factors by
+        # the rungs' own (offered, factor) points: a lane that served the 1x rung takes at least 1x
+        assert 1.0 <= answer["max_factor"] <= 8.0 + 1e-9
+        offered = sorted(p["offered_rps"] or p["rate_rps"] for p in answer["curve"])
+        assert offered[0] <= answer["max_rate_rps"] <= offered[-1] * 1.001
     assert lane["rate"] is None
 
     html = (run_dir / "report.html").read_text()

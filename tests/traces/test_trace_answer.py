@@ -21,7 +21,7 @@ from satbench.loadgen.rates import RateOutcome, judge
 from satbench.loadgen.trace_step import next_factor
 from satbench.loadgen.traces import read_trace
 from satbench.recommender.policy import Policy, objectives_of
-from satbench.recommender.trace_analysis import trace_answer
+from satbench.recommender.trace_analysis import TracePoint, to_factor, trace_answer
 from satbench.simulator.profile import load_profile
 from testkit.trace_truth import generate_mooncake, measured_trace_rung, true_max_factor
 
@@ -67,3 +67,19 @@ def test_a_trace_answer_where_every_factor_passed_is_a_lower_bound(tmp_path: Pat
     assert 1.8 <= answer.max_factor <= 2.2  # the offered rate of the 2x rung, its schedule's realization
     assert answer.sentence.startswith("this node takes at least")
     assert trace_answer([], POLICY, trace.rate_rps) is None
+
+
+def _point(factor: float, offered: float) -> TracePoint:
+    return TracePoint(factor, offered, offered, 1.0, None, True, True, offered, None)
+
+
+def test_a_rate_is_read_in_factors_on_the_rungs_own_points() -> None:
+    """The part of the trace a rung measures is not the whole window's average: offered 1.78 req/s at 1x and
+    14.9 at 8x against a window recorded at 1.9 req/s. The 1x rung's own rate is 1x (not 1.78 / 1.9 = 0.94x),
+    a rate between the rungs lies on the line between their points, one beyond them scales with the nearest."""
+    points = (_point(1.0, 1.78), _point(8.0, 14.9))
+    assert to_factor(1.78, points, 1.9) == pytest.approx(1.0)
+    assert to_factor(14.9, points, 1.9) == pytest.approx(8.0)
+    assert to_factor((1.78 + 14.9) / 2, points, 1.9) == pytest.approx(4.5)
+    assert to_factor(0.89, points, 1.9) == pytest.approx(0.5)
+    assert to_factor(3.0, (), 1.5) == pytest.approx(2.0)  # no rung: the window's own rate
