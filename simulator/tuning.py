@@ -192,4 +192,3 @@ def truth_point(profile: Profile, workload: TuneWorkload, concurrency: int) -> T
         pause_requests=len(pauses),
         prefill_events=events,
     )
-
