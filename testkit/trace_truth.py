@@ -39,7 +39,7 @@ from satbench.core.manifest import StepWindow
 from satbench.core.objectives import Objectives
 from satbench.core.records import RequestRecord
 from satbench.loadgen.traces import BLOCK_TOKENS, Trace, TracePrompts
-from satbench.simulator.engine import RequestSpec
+from satbench.simulator.engine import Engine, RequestSpec
 from satbench.simulator.profile import Profile
 from satbench.simulator.tokens import tokenize
 from satbench.simulator.virtual import run_requests
@@ -130,15 +130,14 @@ class TraceServed:
                                      e2e_s=self.tokens[-1] - self.sent, prompt_tokens=self.prompt_tokens)
 
 
-def serve_trace(profile: Profile, trace: Trace, factor: float, cycles: int = 1,
-                seed: int = 0) -> tuple[list[TraceServed], float]:
-    """The engine's answer to the trace at a speed factor, its window sent ``cycles`` times in a row (module
-    docstring), and the share of prompt tokens its prompt cache served."""
+def _run_sends(profile: Profile, trace: Trace, sends: list[tuple[float, int]],
+               seed: int) -> tuple[Engine, list[tuple[float, RequestSpec]], dict[str, list[float]]]:
+    """The engine fed ``sends`` (virtual time, index into the trace), each request's prompt synthesised from its
+    blocks as the load generator does: the engine, the arrivals and each request's token times."""
     prompts = TracePrompts(seed, trace.block_tokens)
     n = len(trace.requests)
-    period = n / trace.rate_rps / factor
     arrivals = []
-    for at, i in _replayed(trace, factor, cycles * period):
+    for at, i in sends:
         req = trace.requests[i % n]
         ids = tuple(tokenize(prompts.prompt(req, i % n)))
         arrivals.append((at, RequestSpec(f"r{i}", len(ids), req.output_tokens, ignore_eos=True, user="user-0",
@@ -147,6 +146,15 @@ def serve_trace(profile: Profile, trace: Trace, factor: float, cycles: int = 1,
     tokens: dict[str, list[float]] = defaultdict(list)
     for at, rid, _ in emissions:
         tokens[rid].append(at)
+    return engine, arrivals, tokens
+
+
+def serve_trace(profile: Profile, trace: Trace, factor: float, cycles: int = 1,
+                seed: int = 0) -> tuple[list[TraceServed], float]:
+    """The engine's answer to the trace at a speed factor, its window sent ``cycles`` times in a row (module
+    docstring), and the share of prompt tokens its prompt cache served."""
+    period = len(trace.requests) / trace.rate_rps / factor
+    engine, arrivals, tokens = _run_sends(profile, trace, _replayed(trace, factor, cycles * period), seed)
     served = [TraceServed(at, tuple(tokens.get(spec.request_id, ())), spec.prompt_tokens) for at, spec in arrivals]
     total = sum(spec.prompt_tokens for _, spec in arrivals)
     return served, engine.counters.prompt_tokens_cached_total / total if total else 0.0
@@ -201,19 +209,7 @@ def measured_trace_rung(profile: Profile, trace: Trace, factor: float, *, object
     rate = trace.rate_rps * factor
     period = len(trace.requests) / trace.rate_rps / factor
     window_s = max(min_window_s, period - warmup_s)
-    prompts = TracePrompts(0, trace.block_tokens)
-    sends = _replayed(trace, factor, warmup_s + window_s)
-    n = len(trace.requests)
-    arrivals = []
-    for at, i in sends:
-        req = trace.requests[i % n]
-        ids = tuple(tokenize(prompts.prompt(req, i % n)))
-        arrivals.append((at, RequestSpec(f"r{i}", len(ids), req.output_tokens, ignore_eos=True, user="user-0",
-                                         prompt_ids=ids)))
-    engine, emissions = run_requests(profile, arrivals)
-    tokens: dict[str, list[float]] = defaultdict(list)
-    for at, rid, _ in emissions:
-        tokens[rid].append(at)
+    engine, arrivals, tokens = _run_sends(profile, trace, _replayed(trace, factor, warmup_s + window_s), 0)
     admitted = {r.request_id: r.admitted for r in engine.truth}
     start, end = warmup_s, warmup_s + window_s
     done, pending = [], []

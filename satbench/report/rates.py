@@ -12,6 +12,7 @@ concurrency answer and the open loop's at the rate answer, both from the records
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 from satbench.core.figures import StepFigures
 from satbench.recommender.models import RateModel
@@ -27,22 +28,38 @@ def _ms(value: float | None) -> str:
     return "" if value is None else f"{value * 1000:.0f}"
 
 
+class JudgedPoint(Protocol):
+    """What a rung's row shows of the answer's point for it (a rate or a trace curve's point)."""
+
+    @property
+    def attainment_interval(self) -> Sequence[float] | None: ...
+    @property
+    def passed(self) -> bool | None: ...
+    @property
+    def reason(self) -> str | None: ...
+
+
+def judged_cells(step: StepFigures, point: JudgedPoint | None) -> tuple[str, str]:
+    """A rung's attainment with its interval, and the verdict the answer used (rate and trace tables)."""
+    interval = None if point is None else point.attainment_interval
+    share = "" if step.attainment is None else f"{step.attainment:.1%}"
+    if share and interval:
+        share += f" [{interval[0]:.1%}, {interval[1]:.1%}]"
+    passed = None if point is None else point.passed
+    verdict = ("invalid: " + (step.reason or "")) if not step.valid else (
+        "pass" if passed else "fail" if passed is False else "undecided")
+    if point is not None and point.reason and step.valid:
+        verdict += f" ({point.reason})"
+    return share, verdict
+
+
 def rate_table(steps: Sequence[StepFigures], rate: RateModel | None) -> tuple[tuple[str, ...], list[list[str]]]:
     """One row per rate rung: what was asked and offered, the attainment with its interval, goodput, the
     latency from the intended send time, the client's schedule lag and the verdict the answer used."""
     verdicts = {round(p.rate_rps, 6): p for p in (rate.curve if rate is not None else [])}
     rows = []
     for s in sorted(steps, key=lambda s: s.rate_rps or 0.0):
-        point = verdicts.get(round(s.rate_rps or 0.0, 6))
-        interval = None if point is None else point.attainment_interval
-        share = "" if s.attainment is None else f"{s.attainment:.1%}"
-        if share and interval:
-            share += f" [{interval[0]:.1%}, {interval[1]:.1%}]"
-        passed = None if point is None else point.passed
-        verdict = ("invalid: " + (s.reason or "")) if not s.valid else (
-            "pass" if passed else "fail" if passed is False else "undecided")
-        if point is not None and point.reason and s.valid:
-            verdict += f" ({point.reason})"
+        share, verdict = judged_cells(s, verdicts.get(round(s.rate_rps or 0.0, 6)))
         rows.append([f"{s.rate_rps:g}", "" if s.offered_rps is None else f"{s.offered_rps:.3g}", f"{s.window_s:.0f}",
                      str(s.judged_requests or s.requests), share,
                      "" if s.goodput_rps is None else f"{s.goodput_rps:.3g}", _ms(s.ttft_intended_s.p95),

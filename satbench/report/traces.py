@@ -17,6 +17,7 @@ from pathlib import PurePath
 
 from satbench.core.figures import StepFigures
 from satbench.recommender.models import TraceEvidenceModel, TraceModel
+from satbench.report.rates import judged_cells
 
 __all__ = ["trace_evidence", "trace_fact", "trace_figure_svg", "trace_sentence", "trace_table"]
 
@@ -96,15 +97,7 @@ def trace_table(steps: Sequence[StepFigures], trace: TraceModel | None,
         key = round(s.rate_rps or 0.0, 6)
         point = points.get(key)
         factor = point.speed_factor if point is not None else factors.get(key)
-        share = "" if s.attainment is None else f"{s.attainment:.1%}"
-        interval = None if point is None else point.attainment_interval
-        if share and interval:
-            share += f" [{interval[0]:.1%}, {interval[1]:.1%}]"
-        passed = None if point is None else point.passed
-        verdict = ("invalid: " + (s.reason or "")) if not s.valid else (
-            "pass" if passed else "fail" if passed is False else "undecided")
-        if point is not None and point.reason and s.valid:
-            verdict += f" ({point.reason})"
+        share, verdict = judged_cells(s, point)
         rows.append(["" if factor is None else f"{factor:g}x", f"{s.rate_rps:.3g}",
                      "" if s.offered_rps is None else f"{s.offered_rps:.3g}", f"{s.window_s:.0f}",
                      str(s.judged_requests or s.requests), share,
