@@ -96,4 +96,3 @@ def next_factor(measured: Sequence[RateOutcome], trace: TraceConfig, arrival: Ar
     holds each rung's outcome at its rate (recorded rate x factor)."""
     rate = next_rate(measured, _search(trace, arrival), recorded_rps)
     return None if rate is None else float(f"{rate / recorded_rps:.6g}")  # the listed factor, not its rounding
-
