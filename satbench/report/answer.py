@@ -3,7 +3,8 @@ figure and bound, the one-line recommendation and the facts beside it."""
 
 from __future__ import annotations
 
-from satbench.report.data import Finding, LaneReport
+from satbench.report.data import LaneReport
+from satbench.report.judgments import Finding
 from satbench.report.tables import (
     measure,
 )

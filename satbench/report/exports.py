@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from satbench.core.records import OUTCOMES, read_records
-from satbench.report.data import CHECK_NAMES, RungJudgment, RunReport, verdict_label
+from satbench.report.data import RunReport
+from satbench.report.judgments import CHECK_NAMES, RungJudgment, verdict_label
 
 __all__ = ["RECORDS_COLUMNS", "STEPS_COLUMNS", "records_rows", "steps_rows", "write_csv"]
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from satbench.core.figures import StepFigures
-from satbench.report.data import LaneReport, verdict_label
+from satbench.report.data import LaneReport
+from satbench.report.judgments import verdict_label
 
 __all__ = ["LATENCY_FIGURES", "NONE", "bytes_text", "lane_gpus", "lane_table", "latency_table", "measure",
            "text_table"]

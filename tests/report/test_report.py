@@ -17,14 +17,9 @@ from PIL import Image
 from satbench.core.figures import StepFigures
 from satbench.core.records import read_records
 from satbench.report import cli as report_cli
-from satbench.report.data import (
-    LaneReport,
-    load_run,
-    merge_steps,
-    parse_steps_document,
-    verdict_label,
-)
+from satbench.report.data import LaneReport, load_run, merge_steps, parse_steps_document
 from satbench.report.exports import RECORDS_COLUMNS, STEPS_COLUMNS
+from satbench.report.judgments import verdict_label
 from satbench.report.plots import lane_figure_svg
 from satbench.report.render import (
     answer_state,
