@@ -1,7 +1,8 @@
 """Grafana dashboards as code: one small factory per panel on shared defaults, written as sorted JSON.
 
 This module lays the dashboard out (sections, rows, the template variables, the import envelope) from the
-panels of ``satbench.dashboards.panels``, built on the shapes and queries of ``satbench.dashboards.shapes``.
+panels of ``satbench.dashboards.answer_panels`` and ``satbench.dashboards.panels``, built on the shapes and
+queries of ``satbench.dashboards.shapes``.
 
 ``python -m satbench.generate`` writes ``grafana/dashboards/*.json`` from ``DASHBOARDS``; a test fails when
 the committed JSON differs from what this module builds, so the JSON is never edited by hand. Queries read the
@@ -40,18 +41,35 @@ from dataclasses import dataclass
 from typing import Any
 
 from satbench.core import promql
-from satbench.dashboards.panels import (
+from satbench.dashboards.answer_panels import (
     attainment_rate_panel,
+    goodput_rate_panel,
+    itl_at_n_panel,
+    itl_rung_panel,
+    jain_at_n_panel,
+    max_rate_stat_panel,
+    pause_at_n_panel,
+    pause_rung_panel,
+    recommended_stat_panel,
+    requests_at_n_panel,
+    runtime_up_panel,
+    saturation_stat_panel,
+    stale_stat_panel,
+    status_stat_panel,
+    throughput_at_n_panel,
+    throughput_rung_panel,
+    ttft_at_n_panel,
+    ttft_rate_panel,
+    ttft_rung_panel,
+    validity_stat_panel,
+    verdicts_stat_panel,
+)
+from satbench.dashboards.panels import (
     decode_stall_panel,
     e2e_panel,
     fairness_panel,
-    goodput_rate_panel,
-    itl_at_n_panel,
     itl_panel,
-    itl_rung_panel,
-    jain_at_n_panel,
     kv_cache_panel,
-    max_rate_stat_panel,
     memory_panel,
     node_e2e_panel,
     node_itl_panel,
@@ -59,29 +77,14 @@ from satbench.dashboards.panels import (
     node_requests_panel,
     node_ttft_panel,
     occupancy_panel,
-    pause_at_n_panel,
-    pause_rung_panel,
     queue_depth_panel,
     queue_time_panel,
     recommendation_panel,
-    recommended_stat_panel,
-    requests_at_n_panel,
     requests_panel,
     rung_panel,
-    runtime_up_panel,
-    saturation_stat_panel,
     slot_states_panel,
-    stale_stat_panel,
-    status_stat_panel,
-    throughput_at_n_panel,
     throughput_panel,
-    throughput_rung_panel,
-    ttft_at_n_panel,
     ttft_panel,
-    ttft_rate_panel,
-    ttft_rung_panel,
-    validity_stat_panel,
-    verdicts_stat_panel,
 )
 from satbench.dashboards.shapes import (
     DATASOURCE,
