@@ -8,13 +8,9 @@ minimum request count are met and throughput is stable: the 95% interval of its 
 known (those before the first token of the oldest request still streaming), is within ``ci_rel_bound`` of
 its mean; or at ``max_window_s``.
 
-Sequential measuring: given the rung below (``reference``) and the gain a doubling must buy
-(``decide_gain``), a window whose gain over that rung is *undecided* (its interval straddles the gain:
-``core.statistics.doubling_decision``) goes on, to one and a half times its length and again, up to
-``decide_max_window_s``, and ends at the first of those looks where the gain is decided (or where the window
-the cap allows could not decide it either: a futility rule). A few looks at growing lengths keep the error
-of peeking small (a group-sequential design; Pocock 1977), and certainty is bought only where the interval
-straddles the threshold.
+Sequential measuring (``loadgen.stop_rule``): given the rung below and the gain a doubling must buy, a window
+whose gain is undecided goes on, at a few growing lengths up to ``decide_max_window_s``, until it is decided or
+the cap could not decide it either.
 
 Drain (``wait``, the default): the users keep going, so the load stays what it was, until every request sent
 inside the window has ended, or ``drain_timeout_s`` (default: the request timeout) has passed; then the users
@@ -47,7 +43,6 @@ import bisect
 import collections
 import gc
 import itertools
-import math
 import time
 from array import array
 from collections.abc import Iterator
@@ -58,16 +53,9 @@ from satbench.core.manifest import StepWindow
 from satbench.core.records import Phase, RecordsWriter, RequestRecord, read_records
 from satbench.core.sse import StreamParser, StreamSummary
 from satbench.core.stalls import BURST_GAP_S, emission_gaps, longest_stalled_gap
-from satbench.core.statistics import (
-    autocorrelated_batch_ci,
-    batch_mean_estimate,
-    doubling_decision,
-    gain_interval,
-    gain_per_doubling,
-    quantile,
-    relative_half_width,
-)
+from satbench.core.statistics import quantile
 from satbench.core.step_figures import START_BATCHES
+from satbench.loadgen import stop_rule
 from satbench.loadgen.client import LaneClient, RawResult
 from satbench.loadgen.config import LaneConfig, LoadgenConfig
 from satbench.loadgen.metrics import LoadgenMetrics
@@ -260,60 +248,26 @@ class StepRun:
         return [self._bins.get(i, 0) / batch_s for i in range(max(0, k))]
 
     def _stable(self, start_ns: int, batch_s: float) -> bool:
-        """The window's throughput interval within ``ci_rel_bound`` of its mean."""
-        rates = self._live_rates(start_ns, batch_s)
-        if len(rates) < 2:
-            return False
-        mean = sum(rates) / len(rates)
-        ci = autocorrelated_batch_ci(rates)
-        return ci is not None and relative_half_width(ci, mean) <= self.config.ci_rel_bound
+        return stop_rule.stable(self._live_rates(start_ns, batch_s), self.config.ci_rel_bound)
 
     @property
     def _deciding(self) -> bool:
-        ref = self.reference
-        return (ref is not None and ref.throughput_ci_tok_s is not None and self.config.decide_gain is not None
-                and ref.concurrency < self.c and ref.throughput_tok_s > 0)
+        return stop_rule.deciding(self.reference, self.c, self.config.decide_gain)
 
     def _decide(self, start_ns: int, batch_s: float) -> str:
-        """``pays``, ``plateau`` or ``undecided``: this rung's gain over ``reference`` so far (module docstring);
-        each look is kept for the window's notes."""
-        ref, gain_min = self.reference, self.config.decide_gain
-        assert ref is not None and ref.throughput_ci_tok_s is not None and gain_min is not None
-        elapsed = (time.perf_counter_ns() - start_ns) / 1e9
-        estimate = batch_mean_estimate(self._live_rates(start_ns, batch_s))
-        if estimate is None or estimate.mean <= 0:
-            self.looks.append(f"{elapsed:.0f} s: undecided (no interval yet)")
-            return "undecided"
-        gain = gain_per_doubling(ref.concurrency, ref.throughput_tok_s, self.c, estimate.mean)
-        interval = gain_interval(ref.concurrency, ref.throughput_ci_tok_s, self.c, estimate.interval())
-        decision = doubling_decision(gain, interval, gain_min)
-        said = "" if interval is None else f" [{interval[0]:+.1%}, {interval[1]:+.1%}]"
-        self.looks.append(f"{elapsed:.0f} s: {decision} ({gain:+.1%}{said})")
+        """This rung's gain over ``reference`` so far (``loadgen.stop_rule.decide``); each look is kept for the
+        window's notes."""
+        assert self.reference is not None and self.config.decide_gain is not None
+        decision, look = stop_rule.decide(self._live_rates(start_ns, batch_s), self.reference, self.c,
+                                          self.config.decide_gain, (time.perf_counter_ns() - start_ns) / 1e9)
+        self.looks.append(look)
         return decision
 
     def _deciding_worth(self, start_ns: int, batch_s: float) -> bool:
-        """Could measuring on, up to ``decide_max_window_s``, still decide the gain? Not when the gain's interval
-        by then (this rung's half-width shrinking as one over the square root of the window's length) would
-        still straddle the policy's gain with the measured gain within half its half-width of it (a gain at the
-        threshold, which no cap settles), nor when the rung below alone makes it straddle (a futility rule)."""
-        ref, gain_min = self.reference, self.config.decide_gain
-        assert ref is not None and ref.throughput_ci_tok_s is not None and gain_min is not None
-        estimate = batch_mean_estimate(self._live_rates(start_ns, batch_s))
-        if estimate is None or estimate.mean <= 0:
-            return True
-        elapsed = max(1e-9, (time.perf_counter_ns() - start_ns) / 1e9)
+        assert self.reference is not None and self.config.decide_gain is not None
         cap = max(self.config.max_window_s, self.config.decide_max_window_s)
-        low, high = estimate.interval()
-        half = (high - low) / 2 * math.sqrt(min(1.0, elapsed / cap))
-        projected = (estimate.mean - half, estimate.mean + half)
-        gain = gain_per_doubling(ref.concurrency, ref.throughput_tok_s, self.c, estimate.mean)
-        interval = gain_interval(ref.concurrency, ref.throughput_ci_tok_s, self.c, projected)
-        exact = gain_interval(ref.concurrency, ref.throughput_ci_tok_s, self.c, (estimate.mean, estimate.mean))
-        if interval is None or exact is None or doubling_decision(gain, interval, gain_min) != "undecided":
-            return True
-        if doubling_decision(gain, exact, gain_min) == "undecided":
-            return False  # the rung below alone straddles it
-        return abs(gain - gain_min) > (interval[1] - interval[0]) / 4
+        return stop_rule.worth_deciding(self._live_rates(start_ns, batch_s), self.reference, self.c,
+                                        self.config.decide_gain, (time.perf_counter_ns() - start_ns) / 1e9, cap)
 
     def _show(self, phase: str, since_ns: int, now_ns: int) -> None:
         if not self.progress.enabled:

@@ -1,0 +1,86 @@
+"""When a closed-loop rung's window may end: the pure stop rule ``loadgen.step`` asks at each wake-up.
+
+Stable: the 95% interval of the window's batch rates (``core.statistics.autocorrelated_batch_ci``, the step's
+own interval), over tokens that are certainly all known, is within ``ci_rel_bound`` of its mean.
+
+Sequential measuring: given the rung below (``reference``) and the gain a doubling must buy (``decide_gain``),
+a window whose gain over that rung is *undecided* (its interval straddles the gain:
+``core.statistics.doubling_decision``) goes on, to one and a half times its length and again, up to
+``decide_max_window_s``, and ends at the first of those looks where the gain is decided (or where the window
+the cap allows could not decide it either: a futility rule, ``worth_deciding``). A few looks at growing
+lengths keep the error of peeking small (a group-sequential design; Pocock 1977), and certainty is bought only
+where the interval straddles the threshold.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from satbench.core.figures import StepFigures
+from satbench.core.statistics import (
+    autocorrelated_batch_ci,
+    batch_mean_estimate,
+    doubling_decision,
+    gain_interval,
+    gain_per_doubling,
+    relative_half_width,
+)
+
+__all__ = ["decide", "deciding", "stable", "worth_deciding"]
+
+
+def stable(rates: Sequence[float], ci_rel_bound: float) -> bool:
+    """The window's throughput interval within ``ci_rel_bound`` of its mean."""
+    if len(rates) < 2:
+        return False
+    mean = sum(rates) / len(rates)
+    ci = autocorrelated_batch_ci(list(rates))
+    return ci is not None and relative_half_width(ci, mean) <= ci_rel_bound
+
+
+def deciding(reference: StepFigures | None, concurrency: int, decide_gain: float | None) -> bool:
+    """Whether this rung's window is to decide its gain over ``reference`` (module docstring)."""
+    return (reference is not None and reference.throughput_ci_tok_s is not None and decide_gain is not None
+            and reference.concurrency < concurrency and reference.throughput_tok_s > 0)
+
+
+def decide(rates: Sequence[float], reference: StepFigures, concurrency: int, gain_min: float,
+           elapsed_s: float) -> tuple[str, str]:
+    """``pays``, ``plateau`` or ``undecided``: this rung's gain over ``reference`` so far, and the look's words
+    for the window's notes."""
+    assert reference.throughput_ci_tok_s is not None
+    estimate = batch_mean_estimate(list(rates))
+    if estimate is None or estimate.mean <= 0:
+        return "undecided", f"{elapsed_s:.0f} s: undecided (no interval yet)"
+    gain = gain_per_doubling(reference.concurrency, reference.throughput_tok_s, concurrency, estimate.mean)
+    interval = gain_interval(reference.concurrency, reference.throughput_ci_tok_s, concurrency,
+                             estimate.interval())
+    decision = doubling_decision(gain, interval, gain_min)
+    said = "" if interval is None else f" [{interval[0]:+.1%}, {interval[1]:+.1%}]"
+    return decision, f"{elapsed_s:.0f} s: {decision} ({gain:+.1%}{said})"
+
+
+def worth_deciding(rates: Sequence[float], reference: StepFigures, concurrency: int, gain_min: float,
+                   elapsed_s: float, cap_s: float) -> bool:
+    """Could measuring on, up to ``cap_s``, still decide the gain? Not when the gain's interval by then (this
+    rung's half-width shrinking as one over the square root of the window's length) would still straddle the
+    policy's gain with the measured gain within half its half-width of it (a gain at the threshold, which no
+    cap settles), nor when the rung below alone makes it straddle (a futility rule)."""
+    assert reference.throughput_ci_tok_s is not None
+    estimate = batch_mean_estimate(list(rates))
+    if estimate is None or estimate.mean <= 0:
+        return True
+    elapsed = max(1e-9, elapsed_s)
+    low, high = estimate.interval()
+    half = (high - low) / 2 * math.sqrt(min(1.0, elapsed / cap_s))
+    projected = (estimate.mean - half, estimate.mean + half)
+    ref_c, ref_ci = reference.concurrency, reference.throughput_ci_tok_s
+    gain = gain_per_doubling(ref_c, reference.throughput_tok_s, concurrency, estimate.mean)
+    interval = gain_interval(ref_c, ref_ci, concurrency, projected)
+    exact = gain_interval(ref_c, ref_ci, concurrency, (estimate.mean, estimate.mean))
+    if interval is None or exact is None or doubling_decision(gain, interval, gain_min) != "undecided":
+        return True
+    if doubling_decision(gain, exact, gain_min) == "undecided":
+        return False  # the rung below alone straddles it
+    return abs(gain - gain_min) > (interval[1] - interval[0]) / 4
