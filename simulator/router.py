@@ -54,13 +54,13 @@ from typing import Any
 from aiohttp import web
 
 from satbench.simulator.dropin import ServerOptions
+from satbench.simulator.edge import UI_PATHS
 from satbench.simulator.model_cache import cache_models, hf_cache_dir, models_dir_models, read_preset
 from satbench.simulator.model_scheduler import FAKE_TIMING_S, LoadCancelled, ModelScheduler, RouterModel
 from satbench.simulator.profile import Profile, ProfileError, load_profile
 from satbench.simulator.server import (
     JSON_HEADERS,
     SSE_HEADERS,
-    UI_PATHS,
     SimulatorApp,
     _error,
     _json,
