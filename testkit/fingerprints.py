@@ -41,5 +41,3 @@ def full(**overrides: Any) -> dict[str, Any]:
                               "model_files": files, "runtime": RUNTIME, "model_meta": META}
     kwargs.update(overrides)
     return node_fingerprint(**kwargs)
-
-

@@ -432,5 +432,3 @@ def test_gpu_and_cpu_facts() -> None:
     cpuinfo = "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC  9654 96-Core Processor\n"
     assert cpu_facts(cpuinfo, 2) == "AMD EPYC 9654 96-Core Processor (2 cores)"
     assert cpu_facts("processor : 0\n", 2) is None
-
-

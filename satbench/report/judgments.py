@@ -212,5 +212,3 @@ def binding_finding(answer: LaneModel | None, judgments: dict[int, RungJudgment]
                 return v
     _, figure, bound = _CONSTRAINT_UNITS.get(name, ("", name, ""))
     return Finding(name=name, status="flagged", detail=answer.reason or "", figure=figure, bound=bound)
-
-
