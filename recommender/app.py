@@ -72,7 +72,7 @@ from satbench.recommender.prometheus_source import HttpxPromClient
 from satbench.recommender.run_analysis import analyze_run_async
 from satbench.recommender.settings import RecommenderSettings
 from satbench.recommender.store import Analyzer, RecommendationStore
-from satbench.recommender.validity import check_answers, fingerprints_when_measured
+from satbench.recommender.validity import check_answers, fingerprints_when_measured, measured_fingerprints
 from satbench.recommender.write_guard import WriteGuardASGI
 
 __all__ = ["CachedDocumentASGI", "FingerprintSource", "SettingsAnalyzer", "check_bounds", "create_app",
@@ -194,7 +194,8 @@ async def _check_validity_forever(store: RecommendationStore, settings: Recommen
             if answers:
                 try:
                     now = clock()
-                    store.set_validity(await check_answers(client, answers, now=now), checked_at=now)
+                    store.set_validity(await check_answers(client, measured_fingerprints(answers), now=now),
+                                      checked_at=now)
                 except (SourceUnavailable, PrometheusQueryError) as exc:
                     log.info("validity check skipped: %s", exc)
                 except Exception:  # the loop must outlive any one failure
@@ -360,7 +361,7 @@ def create_app(settings: RecommenderSettings, *, analyzer: Analyzer | None = Non
         if entry.document is None:
             response.status_code = 202
             return RunRegistered(run_id=entry.manifest.run_id, analyzed=False, reason=entry.reason, lanes={})
-        lanes = {k: v["recommended_concurrency"] for k, v in entry.document["lanes"].items()}
+        lanes = {k: v.recommended_concurrency for k, v in read_document(entry.document).lanes.items()}
         return RunRegistered(run_id=entry.manifest.run_id, analyzed=True, lanes=lanes)
 
     @app.get("/runs/{run_id}", response_model=RunInfo, responses={404: {"description": "unknown run"}})

@@ -11,7 +11,7 @@ describes exactly what it serves, and ``recommender.schema`` writes the JSON Sch
 beside it for the v1 view, ``GET /recommendations?schema=v1``). Unknown fields are allowed in the document (a
 version grows by addition, never by renaming; a change of meaning is a new version). Shapes declared elsewhere
 are not declared again: a step is ``core.figures.StepFigures`` extended with its verdict, the policy is
-``recommender.policy.Policy``.
+``recommender.policy.Policy``, the fingerprint ``core.lane_evidence.FingerprintModel``.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from pydantic.config import JsonDict
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from satbench.core.figures import StepFigures
+from satbench.core.lane_evidence import FingerprintModel
 from satbench.recommender.policy import Policy
 
 __all__ = [
@@ -326,22 +327,6 @@ class ValidityModel(BaseModel):
     changes: list[ChangeModel] = Field(default_factory=list)
     reason: str | None = None
     compared: ComparedModel | None = Field(None, description="how much was compared: n of m fields")
-
-
-class FingerprintModel(BaseModel):
-    """What an answer was measured on (``core.fingerprint``): a null field is one the runtime or host cannot
-    tell, and ``unknown`` says why."""
-
-    model_config = ConfigDict(extra="allow")
-
-    digest: str | None = Field(None, description="sha256 over runtime, model, settings and hardware")
-    runtime: dict[str, Any] | None = None
-    model: dict[str, Any] | None = None
-    settings: dict[str, Any] | None = None
-    hardware: dict[str, Any] | None = None
-    workload: dict[str, Any] | None = Field(None, description="digest and values of the workload")
-    policy: dict[str, Any] | None = Field(None, description="digest and values of the policy")
-    unknown: dict[str, str] = Field(default_factory=dict, description="field -> why it is null")
 
 
 class LaneModel(BaseModel):

@@ -14,19 +14,22 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+from pydantic import ValidationError
 
 from satbench.core.attainment import capacity_bound
 from satbench.core.figures import StepFigures
 from satbench.core.fingerprint import policy_part, workload_part
-from satbench.core.lanes import LOCAL_NODE, split_key
+from satbench.core.lane_evidence import ConfiguredRun, manifest_lane
 from satbench.core.manifest import RunManifest
 from satbench.core.objectives import Objectives
 from satbench.recommender.analysis import analyze_lane
 from satbench.recommender.document import build_document, lane_fragment, mark_changed, unchecked
 from satbench.recommender.errors import BadInput, PrometheusQueryError, SourceUnavailable
+from satbench.recommender.models import TraceEvidenceModel
 from satbench.recommender.policy import Policy, objectives_of
 from satbench.recommender.prometheus_source import (
     HttpxPromClient,
@@ -43,8 +46,10 @@ __all__ = ["analyze_run", "analyze_run_async", "document_from_figures", "lane_pl
 
 
 def document_from_figures(manifest: RunManifest, figures: dict[str, list[StepFigures]], *, policy: Policy,
-                          source: dict[str, Any], generated_at: float, notes: list[str] | None = None
-                          ) -> dict[str, Any]:
+                          source: dict[str, Any], generated_at: float, notes: list[str] | None = None,
+                          live: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """The document of ``manifest``'s lanes from their step figures; ``live`` is each answer's validity
+    against its live fingerprint where it was checked (``recommender.validity``), by lane key."""
     lanes: dict[str, dict[str, Any]] = {}
     labels: dict[str, dict[str, str]] = {}
     for lane in manifest.lane_names():
@@ -59,13 +64,15 @@ def document_from_figures(manifest: RunManifest, figures: dict[str, list[StepFig
         traced = {(w.concurrency, w.rate_rps) for w in manifest.windows(lane) if w.speed_factor is not None}
         rate = rate_answer([s for s in steps if s.rate_rps is not None and (s.concurrency, s.rate_rps) not in traced],
                            policy, at_answer, capacity)
+        entry = manifest_lane(manifest, lane)
         where = lane_place(manifest, lane, policy)
-        labels.setdefault(where["node"], dict(manifest.lanes.get(lane, {}).get("node_labels") or {}))
+        labels.setdefault(entry.place(lane)[0], dict(entry.node_labels))
         lanes[lane] = lane_fragment(analysis, run_id=manifest.run_id, measured_at=max(ends) if ends else None,
                                     where=where, rate=rate, trace=lane_trace_answer(manifest, lane, steps, policy))
-        why = manifest.lanes.get(lane, {}).get("unreachable")
-        if why and not ends:  # a fleet node that did not answer: never measured, and the answer says why
-            lanes[lane].update(status="insufficient_data", reason=f"not measured: {why}")
+        if entry.unreachable and not ends:  # a fleet node that did not answer: never measured, and the answer says why
+            lanes[lane].update(status="insufficient_data", reason=f"not measured: {entry.unreachable}")
+        if live is not None and lane in live:
+            lanes[lane] = mark_changed(lanes[lane], live[lane])
     return build_document(run_id=manifest.run_id, generated_at=generated_at, source=source, policy=policy,
                           lanes=lanes, notes=notes, node_labels=labels)
 
@@ -84,8 +91,11 @@ def lane_trace_answer(manifest: RunManifest, lane: str, steps: list[StepFigures]
     if not rungs:
         return None
     evidence = manifest.traces.get(lane) or {}
-    recorded = evidence.get("recorded_rate_rps")
-    if not isinstance(recorded, int | float) or isinstance(recorded, bool) or not recorded > 0:
+    try:
+        recorded = TraceEvidenceModel.model_validate(evidence).recorded_rate_rps
+    except ValidationError:  # evidence a reader cannot use: the rungs' own rates say the recorded one
+        recorded = None
+    if recorded is None or not recorded > 0:
         factor, step = rungs[0]
         recorded = (step.rate_rps or 0.0) / factor
     return trace_answer(rungs, policy, float(recorded), trace=evidence)
@@ -95,20 +105,20 @@ def lane_place(manifest: RunManifest, key: str, policy: Policy) -> dict[str, Any
     """Where lane ``key`` was measured, from the manifest: node, name, runtime URL and the fingerprint the
     session took from the lane's exporter when the walk began, completed with the workload and the policy
     this answer was judged by (``core.fingerprint``). A lane without one says why its fingerprint is null."""
-    entry = manifest.lanes.get(key) or {}
-    node, name = split_key(key)
-    taken = entry.get("fingerprint")
-    workload = ((manifest.config.get("loadgen") or {}).get("workload") or {}) if manifest.config else {}
-    if isinstance(taken, dict) and taken.get("runtime") is not None:
-        fingerprint: dict[str, Any] | None = {**taken, "workload": workload_part(workload),
-                                              "policy": policy_part(policy.model_dump(mode="json"))}
+    entry = manifest_lane(manifest, key)
+    measured = entry.measured
+    if entry.fingerprint is not None and measured is not None and measured.runtime is not None:
+        # the fingerprint as taken (its keys in the exporter's order, byte for byte), then what judged the answer
+        fingerprint: dict[str, Any] | None = {
+            **entry.fingerprint, "workload": workload_part(ConfiguredRun.of(manifest).workload),
+            "policy": policy_part(policy.model_dump(mode="json"))}
         validity = unchecked("not yet compared with the live fingerprint (the exporter's runtime_fingerprint_info)")
     else:
         fingerprint = None
-        why = entry.get("fingerprint_reason") or "the session took no fingerprint of this lane"
+        why = entry.fingerprint_reason or "the session took no fingerprint of this lane"
         validity = unchecked(f"no fingerprint: {why}")
-    return {"node": str(entry.get("node") or node or LOCAL_NODE), "lane": str(entry.get("lane") or name),
-            "url": entry.get("url"), "model": entry.get("model") or None, "fingerprint": fingerprint,
+    node, name = entry.place(key)
+    return {"node": node, "lane": name, "url": entry.url, "model": entry.model or None, "fingerprint": fingerprint,
             "validity": validity}
 
 
@@ -158,8 +168,8 @@ async def _validity_now(manifest: RunManifest, client: PromQLClient,
                         clock: Callable[[], float]) -> dict[str, dict[str, Any]]:
     """Each answer's validity against the live fingerprints now (``recommender.validity``), so an answer is
     checked the moment it is made; an unreadable fingerprint series leaves the answers unchecked."""
-    taken = {key: {"fingerprint": entry["fingerprint"]} for key, entry in manifest.lanes.items()
-             if isinstance(entry.get("fingerprint"), dict)}  # a lane without one keeps its own reason
+    taken = {key: measured for key in manifest.lanes
+             if (measured := manifest_lane(manifest, key).measured) is not None}  # one without keeps its reason
     try:
         return await check_answers(client, taken, now=clock())
     except (SourceUnavailable, PrometheusQueryError):
@@ -198,10 +208,8 @@ async def analyze_run_async(
             if _has_samples(figures) or run_dir is None:
                 if run_dir is not None:
                     figures = await _patch_from_records(manifest, figures, run_dir, notes, objectives_of(policy))
-                doc = document_from_figures(manifest, figures, policy=policy, generated_at=clock(),
-                                            source={"kind": "prometheus", "url": url}, notes=notes)
-                doc["lanes"] = {k: mark_changed(v, live[k]) if k in live else v for k, v in doc["lanes"].items()}
-                return doc
+                return document_from_figures(manifest, figures, policy=policy, generated_at=clock(),
+                                             source={"kind": "prometheus", "url": url}, notes=notes, live=live)
             notes.append(f"Prometheus at {url} holds no load-generator samples for this run's windows")
         except (SourceUnavailable, PrometheusQueryError) as exc:
             if run_dir is None:

@@ -28,14 +28,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import BaseModel
+
 from satbench.core.fingerprint_compare import assess
 from satbench.core.fingerprint_labels import from_info_labels
+from satbench.core.lane_evidence import FingerprintModel
 from satbench.core.lanes import LOCAL_NODE
 from satbench.recommender.document import iso_utc, unchecked
 from satbench.recommender.errors import PrometheusQueryError, SourceUnavailable
+from satbench.recommender.models import ValidityModel, said
 from satbench.recommender.prometheus_source import PromQLClient, VectorSample
 
-__all__ = ["FINGERPRINT_SERIES", "check_answers", "fingerprints_when_measured", "live_by_key", "validity_of"]
+__all__ = ["FINGERPRINT_SERIES", "check_answers", "fingerprints_when_measured", "live_by_key", "measured_fingerprints",
+           "validity_of"]
 
 FINGERPRINT_SERIES = "runtime_fingerprint_info"
 _COMPARED = ("runtime", "model", "settings", "hardware", "unknown")
@@ -55,26 +60,39 @@ def live_by_key(samples: list[VectorSample]) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def validity_of(answer: Mapping[str, Any], live: list[dict[str, Any]] | None, *, now: float) -> dict[str, Any]:
-    """The validity of one answer against its lane's live fingerprints (None: the lane has none)."""
-    measured = answer.get("fingerprint")
-    if not isinstance(measured, Mapping):
+def validity_of(measured: FingerprintModel | None, live: list[dict[str, Any]] | None, *, now: float
+                ) -> dict[str, Any]:
+    """The validity of an answer measured on ``measured`` (None: no fingerprint was taken) against its lane's
+    live fingerprints (None: the lane has none)."""
+    if measured is None:
         return unchecked("no fingerprint was taken when this lane was measured, so nothing to compare")
     if not live:
         return unchecked(f"no live fingerprint: Prometheus has no {FINGERPRINT_SERIES} series for this lane "
                          "(its exporter is down, not scraped, or older than the fingerprint)")
-    part = {k: measured.get(k) for k in _COMPARED}
-    attempts = [assess(part, {k: fp.get(k) for k in _COMPARED}) for fp in live]
-    best = min(attempts, key=lambda a: (_RANK[a["state"]], len(a["changes"])))
-    return {"state": best["state"], "checked_at": iso_utc(now), "changes": best["changes"],
-            "reason": best["reason"], "compared": best["compared"]}
+    part = {k: said(measured, k) for k in _COMPARED}  # a part it did not say is unknown, not its default
+    attempts = [ValidityModel.model_validate(assess(part, {k: fp.get(k) for k in _COMPARED})) for fp in live]
+    best = min(attempts, key=lambda a: (_RANK[a.state], len(a.changes)))
+    return best.model_copy(update={"checked_at": iso_utc(now)}).model_dump()
 
 
-async def check_answers(client: PromQLClient, lanes: Mapping[str, Mapping[str, Any]], *,
+class _Measured(BaseModel):
+    """What the tick reads of an answer (a lane of the document, ``LaneModel``): only its fingerprint, so a
+    tick over a hundred answers validates a hundred fingerprints, not their steps."""
+
+    fingerprint: FingerprintModel | None = None
+
+
+def measured_fingerprints(answers: Mapping[str, Mapping[str, Any]]) -> dict[str, FingerprintModel | None]:
+    """The fingerprint each answer (a lane of the document, by key) was measured on, validated."""
+    return {key: _Measured.model_validate(answer).fingerprint for key, answer in answers.items()}
+
+
+async def check_answers(client: PromQLClient, fingerprints: Mapping[str, FingerprintModel | None], *,
                         now: float) -> dict[str, dict[str, Any]]:
-    """The validity of every answer in ``lanes`` (by key), from one instant query at ``now``."""
+    """The validity of every answer (by key, the fingerprint it was measured on), from one instant query at
+    ``now``."""
     live = live_by_key(await client.query(FINGERPRINT_SERIES, now))
-    return {key: validity_of({**answer, "key": key}, _live_of(key, live), now=now) for key, answer in lanes.items()}
+    return {key: validity_of(measured, _live_of(key, live), now=now) for key, measured in fingerprints.items()}
 
 
 async def fingerprints_when_measured(client: PromQLClient, starts: Mapping[str, float]

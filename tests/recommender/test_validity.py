@@ -14,7 +14,7 @@ from satbench.core.fingerprint_labels import info_labels
 from satbench.recommender.document import SCHEMA_ID, SCHEMA_V1, AmbiguousForV1, answers, as_v1, mark_changed, node_index
 from satbench.recommender.prometheus_source import VectorSample
 from satbench.recommender.store import RecommendationStore
-from satbench.recommender.validity import check_answers, live_by_key, validity_of
+from satbench.recommender.validity import check_answers, live_by_key, measured_fingerprints, validity_of
 
 
 def _fingerprint(slots: int, build: str = "b1", *, beside: bool = True) -> dict[str, Any]:
@@ -44,7 +44,7 @@ def _series(key: str, fp: dict[str, Any]) -> VectorSample:
 
 
 def test_validity_names_what_changed_and_ignores_what_no_side_can_tell() -> None:
-    answer = _answer("a", "dense", slots=4)
+    answer = measured_fingerprints({"a/dense": _answer("a", "dense", slots=4)})["a/dense"]
     assert validity_of(answer, [_fingerprint(4)], now=0)["state"] == "valid"
     changed = validity_of(answer, [_fingerprint(2, build="b2")], now=0)
     assert changed["state"] == "changed"
@@ -53,7 +53,7 @@ def test_validity_names_what_changed_and_ignores_what_no_side_can_tell() -> None
     # two label sets while a runtime restarts: valid while one of them matches
     assert validity_of(answer, [_fingerprint(2), _fingerprint(4)], now=0)["state"] == "valid"
     assert validity_of(answer, None, now=0)["state"] == "unknown"
-    assert validity_of({**answer, "fingerprint": None}, [_fingerprint(4)], now=0)["state"] == "unknown"
+    assert validity_of(None, [_fingerprint(4)], now=0)["state"] == "unknown"
     # a remote exporter cannot tell the batch sizes or the KV layout: nothing differs, yet nothing says the
     # answer holds, and the validity says how much was compared and what was not
     remote = validity_of(answer, [_fingerprint(4, beside=False)], now=0)
@@ -111,18 +111,19 @@ def test_the_store_serves_validity_and_turns_exactly_the_changed_answer_stale() 
             async def query_range(self, expr: str, start: float, end: float, step_s: float) -> list[list[float]]:
                 return []
 
-        store.set_validity(await check_answers(Client(), store.answers_to_check(), now=10.0))
+        store.set_validity(await check_answers(Client(), measured_fingerprints(store.answers_to_check()), now=10.0))
         served = json.loads(store.document_bytes())
         assert {k: v["validity"]["state"] for k, v in served["lanes"].items()} == {"a/dense": "valid",
                                                                                    "b/dense": "valid"}
         live[1] = _series("b/dense", _fingerprint(2))
-        assert store.set_validity(await check_answers(Client(), store.answers_to_check(), now=11.0))
+        assert store.set_validity(
+            await check_answers(Client(), measured_fingerprints(store.answers_to_check()), now=11.0))
         served = json.loads(store.document_bytes())
         assert served["lanes"]["b/dense"]["status"] == "stale" and served["lanes"]["a/dense"]["status"] == "ok"
         with pytest.raises(AmbiguousForV1):
             store.document_bytes("v1")
         live[1] = _series("b/dense", _fingerprint(4))
-        store.set_validity(await check_answers(Client(), store.answers_to_check(), now=12.0))
+        store.set_validity(await check_answers(Client(), measured_fingerprints(store.answers_to_check()), now=12.0))
         assert json.loads(store.document_bytes())["lanes"]["b/dense"]["status"] == "ok"
 
     asyncio.run(scenario())

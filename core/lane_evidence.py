@@ -1,0 +1,122 @@
+"""What the session recorded of each lane, typed once: where the lane ran and what it was measured on.
+
+The run manifest keeps, per lane key, how the session started and placed the lane (``RunManifest.lanes``,
+written by ``satbench.session.run``: node, lane name, runtime URL, the model its requests name, the node's
+labels, the fingerprint its exporter gave when the walk began or why there is none, and why a fleet node's
+lane was not measured). That entry is evidence for a reader, so the manifest keeps it as open JSON; the
+readers (the recommender's analysis, capability reporting) read it here, through ``ManifestLane``, instead of
+each walking the dict by key (issue 30: one shape per concept, validated once at the edge).
+
+``FingerprintModel`` is the fingerprint's shape (``core.fingerprint`` builds it, ``core.fingerprint_compare``
+weighs two): the recommendations document's lanes carry it (``recommender.models.LaneModel.fingerprint``)
+and the validity check reads it. A ``ManifestLane`` keeps the fingerprint as it was taken (``fingerprint``,
+its JSON with its keys in the order the exporter wrote them: the document carries it so, byte for byte, and
+a model's dump would reorder them) and validates it on reading (``measured``).
+
+``ConfiguredRun`` is the part of the manifest's ``config`` (the session's ``SessionConfig``, redacted) that
+the analysis and the report read: the workload the load generator sent and the policy the session set (a
+dict: its model, ``recommender.policy.Policy``, is a part's, which the ground does not import).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from satbench.core.lanes import LOCAL_NODE, split_key
+from satbench.core.manifest import RunManifest
+
+__all__ = ["ConfiguredRun", "FingerprintModel", "ManifestLane", "manifest_lane"]
+
+
+class FingerprintModel(BaseModel):
+    """What an answer was measured on (``core.fingerprint``): a null field is one the runtime or host cannot
+    tell, and ``unknown`` says why."""
+
+    model_config = ConfigDict(extra="allow")
+
+    digest: str | None = Field(None, description="sha256 over runtime, model, settings and hardware")
+    runtime: dict[str, Any] | None = None
+    model: dict[str, Any] | None = None
+    settings: dict[str, Any] | None = None
+    hardware: dict[str, Any] | None = None
+    workload: dict[str, Any] | None = Field(None, description="digest and values of the workload")
+    policy: dict[str, Any] | None = Field(None, description="digest and values of the policy")
+    unknown: dict[str, str] = Field(default_factory=dict, description="field -> why it is null")
+
+
+class ManifestLane(BaseModel):
+    """One entry of the manifest's ``lanes`` (module docstring); the runtime's own evidence (kind, command,
+    build, model files, ``/props``) is kept as it was written, unread here."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    node: str | None = None
+    lane: str | None = None
+    url: str | None = None
+    model: str | None = None
+    api_key_env: str | None = None
+    node_labels: dict[str, str] = Field(default_factory=dict)
+    fingerprint: dict[str, Any] | None = None
+    fingerprint_reason: str | None = None
+    unreachable: str | None = None
+
+    @field_validator("fingerprint", mode="before")
+    @classmethod
+    def _a_fingerprint_is_an_object(cls, value: Any) -> Any:
+        return value if isinstance(value, dict) else None
+
+    @field_validator("node_labels", mode="before")
+    @classmethod
+    def _no_labels_is_none(cls, value: Any) -> Any:
+        return value or {}
+
+    @property
+    def measured(self) -> FingerprintModel | None:
+        """The fingerprint taken when the walk began, validated; None where none was taken."""
+        return None if self.fingerprint is None else FingerprintModel.model_validate(self.fingerprint)
+
+    def place(self, key: str) -> tuple[str, str]:
+        """``(node, lane name)`` of lane ``key``: the entry's, else the key's (``core.lanes.split_key``)."""
+        node, name = split_key(key)
+        return str(self.node or node or LOCAL_NODE), str(self.lane or name)
+
+
+def manifest_lane(manifest: RunManifest, key: str) -> ManifestLane:
+    """The manifest's entry of lane ``key`` (an empty one where the session recorded none)."""
+    return ManifestLane.model_validate(manifest.lanes.get(key) or {})
+
+
+class _ConfiguredLoad(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    workload: dict[str, Any] | None = None
+
+    @field_validator("workload", mode="before")
+    @classmethod
+    def _an_object_or_nothing(cls, value: Any) -> Any:
+        return value if isinstance(value, dict) else None
+
+
+class ConfiguredRun(BaseModel):
+    """The manifest's ``config`` as the analysis and the report read it (module docstring)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    policy: dict[str, Any] | None = None
+    loadgen: _ConfiguredLoad | None = None
+
+    @field_validator("policy", "loadgen", mode="before")
+    @classmethod
+    def _an_object_or_nothing(cls, value: Any) -> Any:
+        return value if isinstance(value, dict) else None
+
+    @classmethod
+    def of(cls, manifest: RunManifest) -> ConfiguredRun:
+        return cls.model_validate(manifest.config or {})
+
+    @property
+    def workload(self) -> dict[str, Any]:
+        """The workload the load generator was configured with (empty where the config says none)."""
+        return (self.loadgen.workload if self.loadgen is not None else None) or {}
