@@ -41,9 +41,10 @@ class FingerprintModel(BaseModel):
     model: dict[str, Any] | None = None
     settings: dict[str, Any] | None = None
     hardware: dict[str, Any] | None = None
+    unknown: dict[str, str] = Field(default_factory=dict, description="field -> why it is null")
+    # added by the analysis, after what the exporter said (the order the document's JSON has them in)
     workload: dict[str, Any] | None = Field(None, description="digest and values of the workload")
     policy: dict[str, Any] | None = Field(None, description="digest and values of the policy")
-    unknown: dict[str, str] = Field(default_factory=dict, description="field -> why it is null")
 
 
 class ManifestLane(BaseModel):

@@ -113,7 +113,7 @@ from typing import Any
 from satbench.core.lanes import split_key
 from satbench.recommender.document import read_document
 from satbench.recommender.metrics import document_lanes, exposition, lane_identity, validity_state
-from satbench.recommender.models import CapabilityLane, LaneModel, RecommendationsDocument
+from satbench.recommender.models import CapabilitiesModel, CapabilityLane, LaneModel, RecommendationsDocument
 
 __all__ = ["FORMATS", "capability_fragment", "configure", "litellm_config", "main", "prometheus_text"]
 
@@ -158,14 +158,17 @@ def _unusable_why(document: RecommendationsDocument, key: str, lane: LaneModel |
     return None
 
 
-def _entry(document: RecommendationsDocument, key: str, lane: LaneModel | None) -> dict[str, Any]:
+def _place(document: RecommendationsDocument, key: str, lane: LaneModel | None) -> tuple[str, str]:
+    """``(node, lane name)`` of lane ``key``; one without an answer is on the node whose index lists it."""
+    return (_node_of(document, key), split_key(key)[1]) if lane is None else lane_identity(key, lane)
+
+
+def _entry(node: str, name: str, lane: LaneModel | None) -> dict[str, Any]:
     if lane is None:  # a lane its node lists without an answer
-        node = _node_of(document, key)
-        return {"node": node, "lane": split_key(key)[1], "max_useful_concurrency": None, "throughput_tok_s": None,
+        return {"node": node, "lane": name, "max_useful_concurrency": None, "throughput_tok_s": None,
                 "binding_constraint": None, "status": None, "valid": None, "run_id": None, "measured_at": None,
                 "fingerprint_digest": None, "url": None,
                 "reason": f"node {node} lists it but the document has no answer"}
-    node, name = lane_identity(key, lane)
     entry: dict[str, Any] = {
         "node": node,
         "lane": name,
@@ -192,32 +195,36 @@ def _entry(document: RecommendationsDocument, key: str, lane: LaneModel | None) 
     return entry
 
 
-def _share(lanes: dict[str, dict[str, Any]]) -> None:
-    """Each entry's ``shares_hardware_with`` and ``max_useful_concurrency_together`` (module docstring)."""
-    by_node: dict[str, list[str]] = {}
-    for key, entry in lanes.items():
-        by_node.setdefault(entry["node"], []).append(key)
-    for key, entry in lanes.items():
-        peers = by_node[entry["node"]]
-        answer = entry["max_useful_concurrency"]
-        entry["shares_hardware_with"] = sorted(k for k in peers if k != key)
-        entry["max_useful_concurrency_together"] = None if answer is None else max(1, int(answer) // len(peers))
+def _capabilities(document: RecommendationsDocument) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """``(lanes, nodes)`` of the capability fragment: each entry with the lanes it shares its node's hardware
+    with and its even share of the node (``max_useful_concurrency_together``, module docstring)."""
+    answers = _all_lanes(document)
+    places = {key: _place(document, key, lane) for key, lane in answers}
+    peers: dict[str, list[str]] = {}
+    for key, (node, _) in places.items():
+        peers.setdefault(node, []).append(key)
+    lanes: dict[str, Any] = {}
+    grouped: dict[str, dict[str, Any]] = {node: {} for node in sorted(document.nodes)}  # a node without lanes too
+    for key, lane in answers:
+        node, name = places[key]
+        entry = _entry(node, name, lane)
+        answer = None if lane is None else lane.recommended_concurrency
+        entry.update(shares_hardware_with=sorted(k for k in peers[node] if k != key),
+                     max_useful_concurrency_together=None if answer is None else max(1, answer // len(peers[node])))
+        lanes[key] = entry
+        grouped.setdefault(node, {})[name] = {k: v for k, v in entry.items() if k not in ("node", "lane")}
+    nodes = {node: {"labels": dict(document.nodes[node].labels) if node in document.nodes else {},
+                    "lanes": members, "shared_hardware": len(members) > 1,
+                    "capacity_rule": CAPACITY_RULE if len(members) > 1 else None}
+             for node, members in grouped.items()}
+    return lanes, nodes
 
 
 def capability_fragment(document: RecommendationsDocument | Mapping[str, Any]) -> dict[str, Any]:
     """The capability fragment of a recommendations document (pure; module docstring). As JSON (v1 or v2) it
     is validated here (``recommender.document.read_document``)."""
     document = read_document(document)
-    lanes = {key: _entry(document, key, lane) for key, lane in _all_lanes(document)}
-    _share(lanes)
-    nodes: dict[str, Any] = {node: {"labels": dict(info.labels), "lanes": {}}
-                             for node, info in sorted(document.nodes.items())}  # a node without lanes is said too
-    for entry in lanes.values():
-        group = nodes.setdefault(entry["node"], {"labels": {}, "lanes": {}})
-        group["lanes"][entry["lane"]] = {k: v for k, v in entry.items() if k not in ("node", "lane")}
-    for group in nodes.values():
-        group["shared_hardware"] = len(group["lanes"]) > 1
-        group["capacity_rule"] = CAPACITY_RULE if group["shared_hardware"] else None
+    lanes, nodes = _capabilities(document)
     return {"schema": document.schema_read, "generated_at": document.generated_at, "lanes": lanes,
             "nodes": nodes}
 
@@ -268,7 +275,7 @@ def litellm_config(
     model_names, api_bases = model_names or {}, api_bases or {}
     deployments: list[dict[str, Any]] = []
     notes: list[str] = []
-    shares = capability_fragment(document)["lanes"]
+    shares, _ = _capabilities(document)
     for key, lane in _all_lanes(document):
         share = CapabilityLane.model_validate(shares[key])
         node, name = share.node, share.lane
@@ -432,6 +439,7 @@ def main(args: argparse.Namespace) -> int:
             return code
         document = fetched
     fragment = capability_fragment(document)
+    entries = CapabilitiesModel.model_validate(fragment).lanes
     unusable = {key: why for key, lane in _all_lanes(document)
                 if (why := _unusable_why(document, key, lane)) is not None}
     left_out = False
@@ -441,13 +449,11 @@ def main(args: argparse.Namespace) -> int:
                                        unanswered=getattr(args, "unanswered", "serial"),
                                        node_share=getattr(args, "node_share", "alone"))
         print(json.dumps(config, indent=2))
-        published = {d["model_info"]["id"] for d in config["model_list"]}
-        left_out = any(f"satbench:{e.node}/{e.lane}" not in published
-                       for e in map(CapabilityLane.model_validate, fragment["lanes"].values()))
+        left_out = len(config["model_list"]) < len(entries)  # one deployment per (node, lane) at most
     else:
         print(prometheus_text(document) if fmt == "prometheus" else json.dumps(fragment, indent=2, sort_keys=True),
               end="" if fmt == "prometheus" else "\n")
         notes = [f"lane {key}: {why}" for key, why in unusable.items()]
     for line in notes:
         print(f"satbench capabilities: {line}", file=sys.stderr)
-    return 1 if unusable or left_out or not fragment["lanes"] else 0
+    return 1 if unusable or left_out or not entries else 0

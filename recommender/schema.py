@@ -19,9 +19,11 @@ import argparse
 import json
 import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from satbench.recommender.document import read_document
 from satbench.recommender.models import RecommendationsDocument
 
 __all__ = [
@@ -57,24 +59,22 @@ def _rounded(value: Any) -> Any:
     return value
 
 
-def design_sample(doc: dict[str, Any]) -> dict[str, Any]:
+def design_sample(doc: Mapping[str, Any] | RecommendationsDocument) -> dict[str, Any]:
     """A real document trimmed for DESIGN.md: the first lane with an answer, only its recommended rung, and
-    only its node in the node index."""
-    lanes = doc.get("lanes") or {}
-    name = next((n for n, lane in lanes.items() if lane.get("recommended_concurrency") is not None),
-                next(iter(lanes), None))
-    out = dict(doc)
+    only its node in the node index. Cut on the model (``read_document``) and dumped as it was said
+    (``exclude_unset``): for a document the builder wrote, that is its own JSON, key for key."""
+    document = read_document(doc)
+    lanes = document.lanes
+    name = next((n for n, lane in lanes.items() if lane.recommended_concurrency is not None), next(iter(lanes), None))
     if name is not None:
-        lane = dict(lanes[name])
-        steps = lane.get("steps") or []
-        at = [s for s in steps if s.get("concurrency") == lane.get("recommended_concurrency")]
-        lane["steps"] = at[:1] or steps[:1]
-        out["lanes"] = {name: lane}
-        node = lane.get("node")
-        if isinstance(out.get("nodes"), dict):
-            nodes = out["nodes"]
-            out["nodes"] = {node: {**nodes[node], "lanes": [name]}} if node in nodes else {}
-    return _rounded(out)
+        lane = lanes[name]
+        at = [s for s in lane.steps if s.concurrency == lane.recommended_concurrency]
+        update: dict[str, Any] = {"lanes": {name: lane.model_copy(update={"steps": at[:1] or lane.steps[:1]})}}
+        if "nodes" in document.model_fields_set:
+            index = document.nodes.get(lane.node)
+            update["nodes"] = {} if index is None else {lane.node: index.model_copy(update={"lanes": [name]})}
+        document = document.model_copy(update=update)
+    return dict(_rounded(document.model_dump(mode="json", by_alias=True, exclude_unset=True)))
 
 
 def key_shape(value: Any) -> Any:
@@ -90,7 +90,7 @@ def read_design_sample(path: Path = SAMPLE_PATH) -> dict[str, Any]:
     return dict(json.loads(path.read_text(encoding="utf-8")))
 
 
-def write_design_sample(doc: dict[str, Any], path: Path = SAMPLE_PATH) -> None:
+def write_design_sample(doc: Mapping[str, Any], path: Path = SAMPLE_PATH) -> None:
     path.write_text(json.dumps(design_sample(doc), indent=2) + "\n", encoding="utf-8")
 
 

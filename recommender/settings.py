@@ -23,6 +23,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from satbench.core.config_files import validation_problems
+from satbench.core.lane_evidence import ConfiguredRun
 from satbench.recommender.errors import BadInput
 from satbench.recommender.policy import Policy
 from satbench.recommender.prometheus_source import PrometheusSourceConfig
@@ -94,8 +95,8 @@ def load_policy_file(path: Path) -> Policy:
         data: Any = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
     except (OSError, ValueError) as exc:
         raise BadInput(f"cannot read policy file {path}: {exc}") from exc
-    if isinstance(data, dict) and isinstance(data.get("policy"), dict):
-        data = data["policy"]
+    if isinstance(data, dict) and (table := ConfiguredRun.model_validate(data).policy) is not None:
+        data = table  # a session's config (or any document) with a policy table
     try:
         return Policy.model_validate(data)
     except ValidationError as exc:

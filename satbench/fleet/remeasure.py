@@ -26,6 +26,9 @@ from typing import Any
 
 import httpx
 
+from satbench.recommender.document import read_document as validated
+from satbench.recommender.models import RecommendationsDocument
+
 __all__ = ["document_url", "lanes_to_remeasure", "read_document"]
 
 
@@ -50,25 +53,28 @@ def read_document(url: str, *, timeout_s: float = 10.0, transport: httpx.BaseTra
     if body is None:
         raise ValueError(f"--remeasure {url}: {where} answered HTTP {resp.status_code} "
                          f"({resp.text[:200].strip()})")
-    if not isinstance(body, dict) or not isinstance(body.get("lanes"), dict):
-        raise ValueError(f"--remeasure {url}: {where} is not a recommendations document (no lanes)")
+    try:
+        validated(body)
+    except ValueError as exc:
+        raise ValueError(f"--remeasure {url}: {where}: {exc}") from None  # names the first field that is wrong
     return body
 
 
-def lanes_to_remeasure(document: Mapping[str, Any], keys: Iterable[str]) -> dict[str, str]:
-    """Of lane ``keys``, those to walk again (module docstring), each with why, in the order given."""
-    lanes = document.get("lanes") or {}
+def lanes_to_remeasure(document: Mapping[str, Any] | RecommendationsDocument, keys: Iterable[str]
+                       ) -> dict[str, str]:
+    """Of lane ``keys``, those to walk again (module docstring), each with why, in the order given; the
+    document as JSON is validated here (``recommender.document.read_document``)."""
+    lanes = validated(document).lanes
     out: dict[str, str] = {}
     for key in keys:
         answer = lanes.get(key)
-        if not isinstance(answer, dict):
+        if answer is None:
             out[key] = "no answer in the served document"
             continue
-        found = answer.get("validity")
-        validity: Mapping[str, Any] = found if isinstance(found, dict) else {}
-        state = validity.get("state")
+        validity = answer.validity
+        state = None if validity is None else validity.state
         if state == "valid":
             continue
-        said = validity.get("reason") or answer.get("reason") or "no reason given"
+        said = (None if validity is None else validity.reason) or answer.reason or "no reason given"
         out[key] = f"stale: {said}" if state == "changed" else f"unknown: {said}"
     return out

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from satbench.core.figures import StepFigures, Tail, disagreements
+from satbench.core.lane_evidence import ConfiguredRun
 from satbench.core.manifest import RunManifest, StepWindow
 from satbench.core.records import read_records
 from satbench.core.step_figures import compute_step_figures
@@ -206,8 +207,8 @@ def _runpolicy_of(recs: RecommendationsDocument | None, manifest: RunManifest) -
     recommender's defaults, else the defaults."""
     if recs is not None:
         return recs.policy.model_dump(mode="json"), "recommendations.json"
-    configured = manifest.config.get("policy")
-    if isinstance(configured, dict):
+    configured = ConfiguredRun.of(manifest).policy
+    if configured is not None:
         try:
             return Policy.model_validate(configured).model_dump(mode="json"), "the manifest's config"
         except ValueError:

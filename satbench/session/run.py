@@ -61,7 +61,9 @@ from satbench.core.shards import ShardStamp, shard_key
 from satbench.exporter.promconfig import EXPORTER_JOB, LOADGEN_JOB, RECOMMENDER_JOB, ScrapeTarget
 from satbench.loadgen.runner import run_ladder
 from satbench.models.tiny import describe_model_files
+from satbench.recommender.document import read_document
 from satbench.recommender.errors import RecommenderError
+from satbench.recommender.models import RunInfo
 from satbench.recommender.policy import Policy
 from satbench.recommender.run_analysis import analyze_run
 from satbench.recommender.settings import WRITE_TOKEN_ENV
@@ -195,8 +197,9 @@ def take_fingerprint(client: httpx.Client, ep: LaneEndpoint, per_model: bool) ->
 
 
 def _answered(doc: dict[str, Any] | None) -> int:
-    return sum(1 for lane in ((doc or {}).get("lanes") or {}).values()
-               if isinstance(lane, dict) and lane.get("recommended_concurrency") is not None)
+    """How many lanes ``doc`` answers; ``ValueError`` where it is not a recommendations document."""
+    return 0 if doc is None else sum(1 for lane in read_document(doc).lanes.values()
+                                     if lane.recommended_concurrency is not None)
 
 
 def _recommend(
@@ -219,11 +222,13 @@ def _recommend(
                 raise ValueError(f"POST /runs answered HTTP {resp.status_code}: {resp.text[:300]}")
             info = client.get(f"{rec_url}/runs/{run_dir.name}")  # a shard's own entry (core.shards.shard_key)
             info.raise_for_status()
-            doc = info.json().get("recommendations")
-        if isinstance(doc, dict) and _answered(doc):
+            body = info.json()
+        run = RunInfo.model_validate(body)  # the document as served is kept (written byte for byte)
+        doc = body["recommendations"] if run.recommendations is not None else None
+        if doc is not None and _answered(doc):
             return doc
-        service = doc if isinstance(doc, dict) else None
-        reason = "it answered no lane" if service else (info.json().get("reason") or "no document")
+        service = doc
+        reason = "it answered no lane" if service else (run.reason or "no document")
     except (httpx.HTTPError, ValueError) as exc:
         reason = f"{type(exc).__name__}: {exc}"
     say(f"  recommender service gave no answer ({reason}); analysing in-process")
@@ -401,14 +406,14 @@ def run_session(
 
 def _unanswered(config: SessionConfig, doc: dict[str, Any] | None) -> dict[str, str]:
     """The lanes without an answer and why: the exit status rule (0 only when every lane has one)."""
-    lanes = (doc or {}).get("lanes") or {}
+    lanes = {} if doc is None else read_document(doc).lanes
     out: dict[str, str] = {}
     for lane in config.lanes:
         answer = lanes.get(lane.key)
-        if not isinstance(answer, dict):
+        if answer is None:
             out[lane.key] = "no recommendations document" if doc is None else "not in the document"
-        elif answer.get("recommended_concurrency") is None:
-            out[lane.key] = str(answer.get("reason") or f"status {answer.get('status')}")
+        elif answer.recommended_concurrency is None:
+            out[lane.key] = str(answer.reason or f"status {answer.status}")
     return out
 
 

@@ -30,16 +30,27 @@ def _fleet(nodes: int = 4, lanes: int = 2) -> SessionConfig:
 
 
 def _answer(state: str, reason: str = "") -> dict[str, Any]:
+    """A served answer of 4 whose validity is ``state`` (a whole v2 lane: the document is validated)."""
     return {"status": "stale" if state == "changed" else "ok", "recommended_concurrency": 4,
+            "saturation_concurrency": 8, "binding_constraint": "throughput_plateau",
+            "throughput_at_recommended_tok_s": 100.0,
+            "fairness": {"ok": True, "jain_min": 0.99},
+            "starvation": {"ok": True, "decode_stall_max_ratio": 1.0, "prefill_wait_max_s": 0.0},
+            "run_id": "night-0", "measured_at": "2026-12-01T00:00:00Z", "steps": [],
             "validity": {"state": state, "reason": reason or None}}
 
 
-SERVED = {"schema": "satbench.recommendations/v2", "lanes": {
+def _served(lanes: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return {"schema": "satbench.recommendations/v2", "generated_at": "2026-12-01T00:00:00Z", "run_id": "night-0",
+            "source": {"kind": "prometheus"}, "policy": {}, "lanes": lanes}
+
+
+SERVED = _served({
     "n0/l0": _answer("valid"), "n0/l1": _answer("changed", "settings.slots 4 -> 2"),
     "n1/l0": _answer("valid"), "n1/l1": _answer("unknown", "the runtime is down"),
     "n2/l0": _answer("valid"), "n2/l1": _answer("valid"),
     "n3/l0": _answer("valid"),  # n3/l1: never measured, not in the document
-}}
+})
 
 
 def test_remeasure_keeps_exactly_the_stale_unknown_and_unanswered_lanes() -> None:
@@ -64,7 +75,7 @@ def test_the_shard_comes_first_then_the_stale_lanes_of_its_share() -> None:
         assert p.run_id == "night-1" and p.stamp is not None and len(p.stamp.owners) == 8
         assert set(p.remeasure["lanes"]) == {lane.key for lane in p.config.lanes}  # type: ignore[index]
         assert all(lane.key in p.stamp.share() for lane in p.config.lanes)
-    nothing = plan_walk(config, document={"lanes": {k.key: _answer("valid") for k in config.lanes}})
+    nothing = plan_walk(config, document=_served({k.key: _answer("valid") for k in config.lanes}))
     assert nothing.empty and nothing.remeasure == {"url": None, "lanes": {}, "kept": 8}
 
 
@@ -89,6 +100,9 @@ def test_the_document_is_read_from_a_recommender_or_its_url() -> None:
     assert seen == ["http://rec:9108/recommendations?schema=v2"]
     with pytest.raises(ValueError, match=r"--remeasure http://down: .* answered HTTP 503"):
         read_document("http://down", transport=transport)
+    with pytest.raises(ValueError, match=r"--remeasure http://odd: http://odd/recommendations: not a "
+                                         r"recommendations document: schema: Field required \(and 4 more\)"):
+        read_document("http://odd", transport=httpx.MockTransport(lambda r: httpx.Response(200, json={"lanes": {}})))
 
 
 @pytest.mark.parametrize(("args", "said"), [

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -115,13 +116,24 @@ def test_the_help_speaks_to_a_user() -> None:
     assert len(run_id[0].split()) > 2 or run_id[1].strip(), "--run-id has a help text"
 
 
+def _document(**lanes: tuple[int | None, str, str | None]) -> dict[str, Any]:
+    """A served document whose lanes answer ``(recommended, status, reason)``, with the fields the schema
+    requires (no steps, nothing flagged): the session validates what it reads."""
+    return {"schema": "satbench.recommendations/v2", "generated_at": "2026-12-01T17:00:00Z", "run_id": "r",
+            "source": {"kind": "records"}, "policy": {}, "lanes": {
+                name: {"status": status, "reason": reason, "recommended_concurrency": recommended,
+                       "saturation_concurrency": None, "binding_constraint": None,
+                       "throughput_at_recommended_tok_s": None, "fairness": {"ok": True, "jain_min": None},
+                       "starvation": {"ok": True, "decode_stall_max_ratio": None, "prefill_wait_max_s": None},
+                       "run_id": "r", "measured_at": None, "steps": []}
+                for name, (recommended, status, reason) in lanes.items()}}
+
+
 def test_exit_status_follows_the_answers() -> None:
     config = load_session_config(None, {})
-    answered = {"lanes": {"dense": {"recommended_concurrency": 4}, "moe": {"recommended_concurrency": 8}}}
+    answered = _document(dense=(4, "ok", None), moe=(8, "ok", None))
     assert _unanswered(config, answered) == {}
-    partial = {"lanes": {"dense": {"recommended_concurrency": 4},
-                         "moe": {"recommended_concurrency": None, "status": "insufficient_data",
-                                 "reason": "1 usable step window"}}}
+    partial = _document(dense=(4, "ok", None), moe=(None, "insufficient_data", "1 usable step window"))
     assert _unanswered(config, partial) == {"moe": "1 usable step window"}
     assert _unanswered(config, None) == {"dense": "no recommendations document",
                                          "moe": "no recommendations document"}
@@ -183,13 +195,14 @@ def test_a_service_that_answers_no_lane_is_checked_in_process(monkeypatch: pytes
     from satbench.core.manifest import RunManifest
     from satbench.session import run as session_run
 
-    empty = {"lanes": {"dense": {"recommended_concurrency": None, "status": "insufficient_data"}}}
-    answered = {"lanes": {"dense": {"recommended_concurrency": 4, "status": "ok"}}}
+    empty = _document(dense=(None, "insufficient_data", None))
+    answered = _document(dense=(4, "ok", None))
 
     def service(request: httpx.Request) -> httpx.Response:
         if request.method == "POST":
             return httpx.Response(201, json={})
-        return httpx.Response(200, json={"recommendations": empty})
+        return httpx.Response(200, json={"run_id": "r", "registered_at": 1.0, "analyzed": True, "manifest": {},
+                                         "recommendations": empty})
 
     real_client = httpx.Client
     monkeypatch.setattr(session_run.httpx, "Client",
