@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 from _fleet_common import HTTP_TIMEOUT_S, cpu_s  # noqa: E402
 
 from satbench.core.manifest import RunManifest  # noqa: E402
+from satbench.recommender.document import read_document  # noqa: E402
 from satbench.recommender.policy import Policy  # noqa: E402
 from satbench.recommender.prometheus_source import (  # noqa: E402
     HttpxPromClient,
@@ -195,9 +196,9 @@ def measure_analysis(manifest: RunManifest, prom: BackfilledPrometheus, repeat: 
         t = time.perf_counter()
         analyze_run(single, prometheus_url=prom.url, run_dir=None, policy=policy)
         one.append(time.perf_counter() - t)
-    statuses = Counter(str(v.get("status")) for v in doc.get("lanes", {}).values())
-    answers = Counter(f"{k.rpartition('/')[2]}={v.get('recommended_concurrency')}"
-                      for k, v in doc.get("lanes", {}).items())
+    answered = read_document(doc).lanes
+    statuses = Counter(str(v.status) for v in answered.values())
+    answers = Counter(f"{k.rpartition('/')[2]}={v.recommended_concurrency}" for k, v in answered.items())
     got = AnalysisFigures(statistics.median(timings), min(timings), bench_cpu, prom_cpu, fetch_s, document_s,
                           instant, ranged, floor_s, raw_s, statistics.median(one), statuses, answers)
     if profile or got.median_s > GOAL_ANALYSIS_S:

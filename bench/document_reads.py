@@ -11,7 +11,18 @@ the step's own edge (it validates a step from any JSON that carries one).
 
 The count is an upper bound: a key the document shares with another shape (``manifest["lanes"]``,
 ``tune.json``'s ``"status"``) is counted too where it sits in such a module; ``--list`` prints every read so
-a reader can judge them.
+a reader can judge them. Reads of shapes that are surely not the document are left out, each by a rule that
+names the shape (``NOT_THE_DOCUMENT``), never a whole file:
+
+- a receiver named ``scope``: an ASGI request scope (``scope["method"]``, ``scope["path"]``; the
+  recommender's ``CachedDocumentASGI``), the HTTP request, not the answer;
+- a receiver that is an attribute ``labels``: a Prometheus sample's label set (``sample.labels.get("lane")``,
+  ``recommender.validity.live_by_key``), the series' labels, not an answer's fields;
+- a receiver that is a call of ``objectives()``: the dashboards' objective lines by objective name
+  (``satbench.dashboards.shapes.objectives``: ``objectives().get("jain")``), the policy's limits;
+- reads inside ``satbench/report/data.py`` ``parse_steps_document``: ``steps.json``, the load generator's
+  steps file (a list of steps, ``{"steps": [...]}`` or ``{"lanes": {lane: [...]}}``), whose steps it hands to
+  ``StepFigures.from_dict``, the step's edge.
 
     .venv/bin/python bench/document_reads.py [--list] [--root TREE]
 
@@ -81,19 +92,49 @@ def document_keys() -> set[str]:
     return keys
 
 
-def reads(source: str, keys: set[str]) -> list[tuple[int, str]]:
-    """``(line, key)`` of every string-key read of a document key in ``source``."""
+# (file, function) -> the shape read there, which is not the document (module docstring)
+NOT_THE_DOCUMENT_IN = {
+    ("satbench/report/data.py", "parse_steps_document"): "steps.json, the load generator's steps file",
+}
+# receivers whose reads are of another shape: a name, an attribute, or the function a call is of
+NOT_THE_DOCUMENT = {
+    "scope": "an ASGI request scope",
+    ".labels": "a Prometheus sample's label set",
+    "objectives()": "the dashboards' objective lines by name",
+}
+
+
+def _receiver(node: ast.expr) -> str | None:
+    """The receiver's spelling in ``NOT_THE_DOCUMENT``'s terms: ``name``, ``.attr`` or ``function()``."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f".{node.attr}"
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+        return f"{node.func.id}()"
+    return None
+
+
+def reads(source: str, keys: set[str], rel: str = "") -> list[tuple[int, str]]:
+    """``(line, key)`` of every string-key read of a document key in ``source`` (the module at ``rel``), less
+    the reads of the shapes ``NOT_THE_DOCUMENT`` and ``NOT_THE_DOCUMENT_IN`` name."""
+    tree = ast.parse(source)
+    skipped: set[int] = set()
+    for func in ast.walk(tree):
+        if isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef) and (rel, func.name) in NOT_THE_DOCUMENT_IN:
+            skipped.update(id(inner) for inner in ast.walk(func))
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
         key = None
         if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
             if isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
-                key = node.slice.value
+                key, receiver = node.slice.value, node.value
         elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
               and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
-            key = node.args[0].value
-        if key is not None and key in keys:
-            found.append((getattr(node, "lineno", 0), key))
+            key, receiver = node.args[0].value, node.func.value
+        if key is None or key not in keys or id(node) in skipped or _receiver(receiver) in NOT_THE_DOCUMENT:
+            continue
+        found.append((getattr(node, "lineno", 0), key))
     return sorted(found)
 
 
@@ -110,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             text = path.read_text()
             if rel in EXCLUDED or not any(m in text for m in MARKERS):
                 continue
-            found = reads(text, keys)
+            found = reads(text, keys, rel)
             if found:
                 per_file[rel] = len(found)
             if args.list:

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import secrets
 import statistics
 import subprocess
 import sys
@@ -33,8 +35,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from satbench.core.statistics import quantiles  # noqa: E402
+from satbench.recommender.document import read_document  # noqa: E402
 from satbench.recommender.policy import Policy  # noqa: E402
 from satbench.recommender.run_analysis import analyze_run  # noqa: E402
+from satbench.recommender.settings import WRITE_TOKEN_ENV  # noqa: E402
 from testkit.backfill import BackfilledPrometheus  # noqa: E402
 from testkit.net import free_port, wait_http  # noqa: E402
 from testkit.openmetrics import openmetrics_text  # noqa: E402
@@ -104,18 +108,19 @@ def main() -> int:
             doc = analyze_run(manifest, prometheus_url=prom.url, run_dir=None, policy=Policy())
             timings.append(time.perf_counter() - start)
         best, median = min(timings), statistics.median(timings)
-        answers = {lane: v["recommended_concurrency"] for lane, v in doc["lanes"].items()}
+        answers = {lane: v.recommended_concurrency for lane, v in read_document(doc).lanes.items()}
         print(f"analysis from Prometheus: best {best * 1000:.0f} ms, median {median * 1000:.0f} ms "
               f"(goal 1000 ms: {median / 1.0:.2f}x of budget); answers {answers}")
 
-        port = free_port()
+        port, token = free_port(), secrets.token_urlsafe(16)  # writes need the service's token
         server = subprocess.Popen(
             [sys.executable, "-m", "satbench.cli", "recommender", "--prometheus-url", prom.url,
-             "--port", str(port), "--refresh-interval", "3600"], cwd=ROOT)
+             "--port", str(port), "--refresh-interval", "3600"], cwd=ROOT, env={**os.environ, WRITE_TOKEN_ENV: token})
         try:
             url = f"http://127.0.0.1:{port}"
             wait_http(f"{url}/healthz", timeout_s=30)
-            httpx.post(f"{url}/runs", json=manifest.to_dict(), timeout=60).raise_for_status()
+            httpx.post(f"{url}/runs", json=manifest.to_dict(), timeout=60,
+                       headers={"Authorization": f"Bearer {token}"}).raise_for_status()
             size = len(httpx.get(f"{url}/recommendations").content)
             single = quantiles(one := asyncio.run(load(port, 1, 0.0, 2.0)))
             print(f"GET /recommendations ({size} bytes), 1 client closed-loop: "

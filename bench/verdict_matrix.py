@@ -16,6 +16,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from satbench.recommender.models import LaneModel, StepModel
 from satbench.recommender.policy import Policy
 from testkit.live import PROBES, VARIED, run_lane
 
@@ -33,25 +34,24 @@ CASES: list[tuple[str, str, dict[str, Any]]] = [
 ]
 
 
-def old_verdicts(step: dict[str, Any]) -> str:
+def old_verdicts(step: StepModel) -> str:
     out = []
-    if (step.get("decode_stall_max_ratio") or 0) > 5.0:
+    if (step.decode_stall_max_ratio or 0) > 5.0:
         out.append("decode starved")
-    if step.get("jain") is not None and step["jain"] < 0.9:
+    if step.jain is not None and step.jain < 0.9:
         out.append("unfair")
-    if (step.get("prefill_wait_max_s") or 0) > 10.0:
+    if (step.prefill_wait_max_s or 0) > 10.0:
         out.append("prefill starved")
     return ", ".join(out) or "ok"
 
 
-def new_verdicts(step: dict[str, Any]) -> str:
-    checks = step.get("checks") or {}
-    marks = [f"{k}:{v['status']}" for k, v in checks.items() if v["status"] not in ("ok", "not_applicable")]
+def new_verdicts(step: StepModel) -> str:
+    marks = [f"{k}:{v.status}" for k, v in step.checks.items() if v.status not in ("ok", "not_applicable")]
     return ", ".join(marks) or "ok"
 
 
-def pair(step: dict[str, Any], name: str) -> str:
-    ratio, p = step[f"{name}_ratio"], step[f"{name}_p_value"]
+def pair(step: StepModel, name: str) -> str:
+    ratio, p = getattr(step, f"{name}_ratio"), getattr(step, f"{name}_p_value")
     return "-" if ratio is None or p is None else f"{ratio:.2f} ({p:.0e})"
 
 
@@ -67,20 +67,20 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for name, profile, spec in CASES:
             for seed in args.seeds:
-                lane = run_lane(profile, Path(tmp) / f"{len(name)}-{seed}-{profile}", seed=seed, policy=POLICY,
-                                window_s=args.window, **spec)
-                print(f"\n{name}, seed {seed}: {lane['status']}, recommended {lane['recommended_concurrency']}, "
-                      f"bound by {lane['binding_constraint']}")
+                lane = LaneModel.model_validate(run_lane(profile, Path(tmp) / f"{len(name)}-{seed}-{profile}",
+                                                         seed=seed, policy=POLICY, window_s=args.window, **spec))
+                print(f"\n{name}, seed {seed}: {lane.status}, recommended {lane.recommended_concurrency}, "
+                      f"bound by {lane.binding_constraint}")
                 print("   c  pause p99 ms  stall/ITLp50  interference  wait ratio (p)   pace ratio (p)  "
                       "queued wait/bound s  Jain   old verdicts     new verdicts")
-                for s in lane["steps"]:
+                for s in lane.steps:
                     wait, tpot = pair(s, "user_wait"), pair(s, "user_itl")
-                    adm = ("-" if s["admission_wait_bound_s"] is None or s["admission_wait_max_s"] is None
-                           else f"{s['admission_wait_max_s']:.2f}/{s['admission_wait_bound_s']:.2f}")
-                    ratio = "-" if s["decode_stall_max_ratio"] is None else f"{s['decode_stall_max_ratio']:.1f}"
-                    share = "-" if s["interference_share"] is None else f"{s['interference_share']:.1%}"
-                    jain = "-" if s["jain"] is None else f"{s['jain']:.3f}"
-                    print(f"  {s['concurrency']:>2}  {ms(s['pause_s']['p99']):>12}  {ratio:>12}  {share:>12}  "
+                    adm = ("-" if s.admission_wait_bound_s is None or s.admission_wait_max_s is None
+                           else f"{s.admission_wait_max_s:.2f}/{s.admission_wait_bound_s:.2f}")
+                    ratio = "-" if s.decode_stall_max_ratio is None else f"{s.decode_stall_max_ratio:.1f}"
+                    share = "-" if s.interference_share is None else f"{s.interference_share:.1%}"
+                    jain = "-" if s.jain is None else f"{s.jain:.3f}"
+                    print(f"  {s.concurrency:>2}  {ms(s.pause_s.p99):>12}  {ratio:>12}  {share:>12}  "
                           f"{wait:>15}  {tpot:>15}  {adm:>19}  {jain:>5}  {old_verdicts(s):<15}  {new_verdicts(s)}")
     return 0
 
