@@ -19,13 +19,13 @@ import math
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from satbench.tune.config import load_tune_config
+from satbench.tune.models import TuneCandidate, TuneLane
 from satbench.tune.run import run_tune
 
 
-def _tune(args: argparse.Namespace, out: Path, prune: bool) -> tuple[float, dict[str, Any]]:
+def _tune(args: argparse.Namespace, out: Path, prune: bool) -> tuple[float, TuneLane]:
     overrides = {
         "lanes": [{"name": "lane", "profile": args.profile}],
         "loadgen.warmup_s": args.warmup, "loadgen.min_window_s": args.window,
@@ -39,14 +39,14 @@ def _tune(args: argparse.Namespace, out: Path, prune: bool) -> tuple[float, dict
     setup = load_tune_config(None, overrides)
     started = time.monotonic()
     result = run_tune(setup, command=["bench/tune_cost.py"], out_dir=out, say=lambda _: None)
-    return time.monotonic() - started, result.document["lanes"]["lane"]
+    (lane,) = result.document.lanes.values()  # the one lane tuned
+    return time.monotonic() - started, lane
 
 
-def _line(what: str, wall: float, lane: dict[str, Any]) -> str:
-    w = lane["winner"] or {}
-    return (f"{what:<10} wall {wall:6.1f} s  walked {lane['walked']:2d} of {lane['grid']['size']}  "
-            f"winner {w.get('id', '-')} c={lane['recommended_concurrency']} "
-            f"{(lane['throughput_tok_s'] or 0):.1f} tok/s")
+def _line(what: str, wall: float, lane: TuneLane) -> str:
+    return (f"{what:<10} wall {wall:6.1f} s  walked {lane.walked:2d} of {lane.grid.size}  "
+            f"winner {'-' if lane.winner is None else lane.winner.id} c={lane.recommended_concurrency} "
+            f"{(lane.throughput_tok_s or 0):.1f} tok/s")
 
 
 def main() -> int:
@@ -65,23 +65,23 @@ def main() -> int:
     print(_line("pruned", pruned_wall, pruned), flush=True)
     full_wall, full = _tune(args, out, prune=False)
     print(_line("full grid", full_wall, full))
-    print(f"walks: {pruned['walked']}/{full['walked']} = {pruned['walked'] / max(full['walked'], 1):.2f} "
+    print(f"walks: {pruned.walked}/{full.walked} = {pruned.walked / max(full.walked, 1):.2f} "
           f"(goal <= 0.50); wall: {pruned_wall / full_wall:.2f} of the full grid's")
-    a, b = pruned["winner"], full["winner"]
+    a, b = pruned.winner, full.winner
     if a is None or b is None:
         print("same answer: no (a search found no feasible candidate)")
         return 0
-    same = a["id"] == b["id"]
-    full_entry = next(c for c in full["candidates"] if c["id"] == a["id"])
+    same = a.id == b.id
+    full_entry = next(c for c in full.candidates if c.id == a.id)
     detail = ""
-    if not same and full_entry["throughput_tok_s"] is not None:
-        def half(c: dict[str, Any]) -> float:
-            ci = c["throughput_ci_tok_s"]
+    if not same and full_entry.throughput_tok_s is not None and b.throughput_tok_s is not None:
+        def half(c: TuneCandidate) -> float:
+            ci = c.throughput_ci_tok_s
             return 0.0 if ci is None else (ci[1] - ci[0]) / 2
 
-        margin = b["throughput_tok_s"] - full_entry["throughput_tok_s"]
+        margin = b.throughput_tok_s - full_entry.throughput_tok_s
         unc = math.hypot(half(b), half(full_entry))
-        detail = (f" (the full grid measured the pruned winner at {full_entry['throughput_tok_s']:.1f} tok/s, "
+        detail = (f" (the full grid measured the pruned winner at {full_entry.throughput_tok_s:.1f} tok/s, "
                   f"{margin:+.1f} ± {unc:.1f} below its own winner: "
                   f"{'significant' if abs(margin) > unc else 'not significant'})")
     print(f"same answer: {'yes' if same else 'no'}{detail}")

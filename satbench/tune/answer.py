@@ -64,6 +64,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from satbench.core.statistics import t_quantile
+from satbench.tune.models import ParetoPoint, Verdict
 from satbench.tune.search import Outcome
 
 __all__ = ["Choice", "Comparison", "beats", "choose", "compare", "difference", "fingerprint", "gain_per_doubling",
@@ -79,7 +80,7 @@ class Comparison:
     difference_tok_s: float
     half_width_tok_s: float  # of the difference's interval at the confidence (inf: an interval is missing)
     gain_per_doubling: float | None  # None where the challenger has no more slots
-    verdict: str  # replaced | not_faster | not_significant | gain_short
+    verdict: Verdict  # replaced | not_faster | not_significant | gain_short
 
     @property
     def significant(self) -> bool:
@@ -93,13 +94,6 @@ class Comparison:
                 "gain_short": f"is faster, by less than the {min_gain:.0%} a doubling of slots must buy"}
         return (f"{self.challenger} vs {self.holder}: {self.difference_tok_s:+.1f}{ratio} tok/s{gain}: "
                 f"{what[self.verdict]}")
-
-    def to_json(self) -> dict[str, Any]:
-        hw = None if math.isinf(self.half_width_tok_s) else self.half_width_tok_s
-        gain = self.gain_per_doubling
-        return {"challenger": self.challenger, "holder": self.holder, "difference_tok_s": self.difference_tok_s,
-                "half_width_tok_s": hw, "significant": self.significant,
-                "gain_per_doubling": gain if gain is None or math.isfinite(gain) else None, "verdict": self.verdict}
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +152,7 @@ def compare(challenger: Outcome, holder: Outcome, min_gain: float, confidence: f
     gain = None
     if challenger.candidate.parallel > holder.candidate.parallel:
         gain = gain_per_doubling(challenger, holder)
+    verdict: Verdict
     if diff <= 0:
         verdict = "not_faster"
     elif gain is not None and gain < min_gain:
@@ -209,16 +204,17 @@ def choose(outcomes: Sequence[Outcome], min_gain: float, confidence: float = 0.9
     return Choice(winner, runner, margin, unc, abs(margin) > unc, best, tuple(comparisons), still_open, held)
 
 
-def pareto(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
+def pareto(outcomes: Sequence[Outcome]) -> list[ParetoPoint]:
     """Throughput per node and per user of each feasible candidate, Pareto-optimal ones marked."""
     rows = [(o, _t(o), _t(o) / o.recommended) for o in outcomes if o.feasible and o.recommended]
     out = []
     for o, node, user in rows:
         beaten = any(n2 >= node and u2 >= user and (n2 > node or u2 > user) for o2, n2, u2 in rows if o2 is not o)
-        out.append({"candidate": o.candidate.id, "recommended_concurrency": o.recommended,
-                    "throughput_per_node_tok_s": node, "throughput_per_user_tok_s": user,
-                    "pareto_optimal": not beaten})
-    return sorted(out, key=lambda r: -r["throughput_per_node_tok_s"])
+        assert o.recommended is not None
+        out.append(ParetoPoint(candidate=o.candidate.id, recommended_concurrency=o.recommended,
+                               throughput_per_node_tok_s=node, throughput_per_user_tok_s=user,
+                               pareto_optimal=not beaten))
+    return sorted(out, key=lambda r: -r.throughput_per_node_tok_s)
 
 
 def fingerprint(question: dict[str, Any]) -> str:

@@ -57,11 +57,6 @@ class ContextNeed:
     source: str  # server | nominal | config
     detail: str
 
-    def to_json(self) -> dict[str, Any]:
-        return {"ctx_per_slot": self.ctx_per_slot, "prompt_tokens": self.prompt_tokens,
-                "output_tokens": self.output_tokens, "margin": self.margin, "source": self.source,
-                "detail": self.detail}
-
 
 def round_context(tokens: int) -> int:
     return 256 * math.ceil(max(1, tokens) / 256)

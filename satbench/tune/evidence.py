@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from satbench.tune.answer import Choice, compare
 from satbench.tune.grid import Candidate
+from satbench.tune.models import DefaultKept
 from satbench.tune.search import Outcome
 
 __all__ = ["Decision", "settle"]
@@ -40,7 +40,7 @@ class Decision:
     walks: int = 0
     budget: int = 0
     rewalked: tuple[str, ...] = ()
-    defaults: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    defaults: tuple[DefaultKept, ...] = field(default_factory=tuple)
 
     def said(self) -> str:
         if self.settled and not self.rounds:
@@ -48,13 +48,9 @@ class Decision:
         longer = f"{self.walks} longer walks in {self.rounds} rounds ({', '.join(self.rewalked)})"
         if self.settled:
             return f"settled by {longer}"
-        why = "; ".join(d["why"] for d in self.defaults)
+        why = "; ".join(d.why for d in self.defaults)
         spent = longer if self.rounds else f"no longer walk (tune.evidence_walks = {self.budget})"
         return f"not settled after {spent}: {why}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"settled": self.settled, "rounds": self.rounds, "walks": self.walks, "budget": self.budget,
-                "rewalked": list(self.rewalked), "defaults": list(self.defaults), "said": self.said()}
 
 
 def _direction(winner: Candidate, other: Candidate) -> str:
@@ -67,18 +63,18 @@ def _direction(winner: Candidate, other: Candidate) -> str:
     return "the candidate ranked first"
 
 
-def _defaults(choice: Choice, min_gain: float, confidence: float) -> tuple[dict[str, Any], ...]:
+def _defaults(choice: Choice, min_gain: float, confidence: float) -> tuple[DefaultKept, ...]:
     out = []
     winner = choice.winner
     assert winner is not None
     for other in choice.open:
         c = compare(other, winner, min_gain, confidence)
-        out.append({"kept": winner.candidate.id, "over": other.candidate.id,
-                    "direction": _direction(winner.candidate, other.candidate),
-                    "difference_tok_s": c.difference_tok_s,
-                    "half_width_tok_s": None if c.half_width_tok_s == float("inf") else c.half_width_tok_s,
-                    "why": (f"kept {winner.candidate.id} over {other.candidate.id}, the default ("
-                            f"{_direction(winner.candidate, other.candidate)}): {c.said(min_gain)}")})
+        out.append(DefaultKept(kept=winner.candidate.id, over=other.candidate.id,
+                               direction=_direction(winner.candidate, other.candidate),
+                               difference_tok_s=c.difference_tok_s,
+                               half_width_tok_s=None if c.half_width_tok_s == float("inf") else c.half_width_tok_s,
+                               why=(f"kept {winner.candidate.id} over {other.candidate.id}, the default ("
+                                    f"{_direction(winner.candidate, other.candidate)}): {c.said(min_gain)}")))
     return tuple(out)
 
 

@@ -80,11 +80,6 @@ class ModelMemory:
     kv_arithmetic: str = ""
     why: str | None = None  # why kv_bytes_per_token is None
 
-    def to_json(self) -> dict[str, Any]:
-        return {"source": self.source, "kv_bytes_per_token": self.kv_bytes_per_token,
-                "weights_bytes": self.weights_bytes, "compute_bytes": self.compute_bytes, "layers": self.layers,
-                "kv_arithmetic": self.kv_arithmetic, "why": self.why}
-
 
 @dataclass(frozen=True, slots=True)
 class Budget:
@@ -97,10 +92,6 @@ class Budget:
     @property
     def usable_bytes(self) -> int:
         return max(0, self.total_bytes - self.reserve_bytes)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"total_bytes": self.total_bytes, "source": self.source, "reserve_bytes": self.reserve_bytes,
-                "usable_bytes": self.usable_bytes}
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,7 @@ from satbench.simulator.profile import ProfileError, load_profile
 from satbench.tune.answer import choose, fingerprint
 from satbench.tune.config import TuneSetup
 from satbench.tune.context import ContextNeed, count_prompt_tokens, longest_request, need_from_count
-from satbench.tune.document import SCHEMA, lane_entry, tuned_document
+from satbench.tune.document import lane_entry, tune_document, tuned_document
 from satbench.tune.evidence import settle
 from satbench.tune.grid import Candidate, grid
 from satbench.tune.memory import (
@@ -49,6 +49,7 @@ from satbench.tune.memory import (
     model_memory_from_gguf,
     model_memory_from_profile,
 )
+from satbench.tune.models import TuneDocument, TuneLane
 from satbench.tune.render import lane_table, pareto_svg, readme, report_html
 from satbench.tune.search import Outcome, PruneRules, search
 from satbench.tune.walk import CandidateWalker
@@ -61,7 +62,7 @@ Say = Callable[[str], None]
 @dataclass(frozen=True)
 class TuneResult:
     tune_dir: Path
-    document: dict[str, Any]
+    document: TuneDocument
     exit_code: int
 
 
@@ -173,7 +174,7 @@ def _with_unified(candidates: list[Candidate], walker: CandidateWalker, layout: 
 
 
 def _tune_lane(lane: LaneRuntime, setup: TuneSetup, tune_dir: Path, policy: Policy,
-               pairs: list[tuple[int, int]], say: Say, gpu_reader: GpuReader | None) -> dict[str, Any]:
+               pairs: list[tuple[int, int]], say: Say, gpu_reader: GpuReader | None) -> TuneLane:
     memory = _model_memory(lane, setup)
     budget = _budget(lane, setup, gpu_reader)
     walker = CandidateWalker(setup.session, lane, tune_dir / "candidates" / lane.key, policy=policy,
@@ -218,7 +219,7 @@ def run_tune(setup: TuneSetup, *, command: list[str], out_dir: Path | None = Non
     say(f"satbench tune {tune_id}: {', '.join(lane.key for lane in setup.lanes)} -> {tune_dir}")
     pairs = setup.tune.pairs()
     reader = gpu_reader if gpu_reader is not None else NvmlGpuReader()
-    lanes: dict[str, Any] = {}
+    lanes: dict[str, TuneLane] = {}
     restore = install_signal_handlers()  # SIGTERM/SIGHUP unwind, so each candidate's server is stopped
     try:
         for lane in setup.lanes:
@@ -226,12 +227,9 @@ def run_tune(setup: TuneSetup, *, command: list[str], out_dir: Path | None = Non
     finally:
         restore()
 
-    doc = {"schema": SCHEMA, "tune_id": tune_id, "generated_at": iso_utc(time.time()), "command": command,
-           "policy": policy.model_dump(mode="json"), "lanes": lanes,
-           "notes": ["default grid: batch = ubatch for each candidate (the decode pause is set by -b)",
-                     "every candidate's -np, -c, -b, -ub and KV layout are set by the tune and read back after "
-                     "its start (/props and the server's log); llamacpp candidates run with --fit off"]}
-    write_json_atomic(tune_dir / "tune.json", doc)
+    doc = tune_document(tune_id=tune_id, generated_at=iso_utc(time.time()), command=command, policy=policy,
+                        lanes=lanes)
+    write_json_atomic(tune_dir / "tune.json", doc.to_json())
     recommendations = tuned_document(doc, tune_dir)
     if recommendations is not None:
         write_json_atomic(tune_dir / "recommendations.json", recommendations)
@@ -244,11 +242,11 @@ def run_tune(setup: TuneSetup, *, command: list[str], out_dir: Path | None = Non
     for name, lane_doc in lanes.items():
         say("\n" + "\n".join(lane_table(name, lane_doc)))
     say("")
-    missing = [name for name, lane_doc in lanes.items() if lane_doc["winner"] is None]
+    missing = [name for name, lane_doc in lanes.items() if lane_doc.winner is None]
     for name, lane_doc in lanes.items():
-        if lane_doc["winner"] is not None:
-            say(f"{name}: {lane_doc['flags']}  (recommended concurrency {lane_doc['recommended_concurrency']})")
+        if lane_doc.winner is not None:
+            say(f"{name}: {lane_doc.flags}  (recommended concurrency {lane_doc.recommended_concurrency})")
         else:
-            say(f"{name}: {lane_doc['reason']}")
+            say(f"{name}: {lane_doc.reason}")
     say(f"evidence: {tune_dir} (tune.json, recommendations.json, report.html, README.md, candidates/)")
     return TuneResult(tune_dir=tune_dir, document=doc, exit_code=1 if missing else 0)

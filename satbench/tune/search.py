@@ -50,6 +50,7 @@ from typing import Any
 from satbench.core.statistics import exceedance_p_value, gain_interval
 from satbench.recommender.models import LaneModel, StepModel
 from satbench.tune.grid import Candidate
+from satbench.tune.models import CandidateState
 
 __all__ = ["FEASIBLE_STATUSES", "Outcome", "PauseCount", "PruneRules", "dominator", "outcome_from_lane",
            "search"]
@@ -91,7 +92,7 @@ class Outcome:
     """What the search did with one candidate, and what was measured (``state`` = ``measured``)."""
 
     candidate: Candidate
-    state: str  # measured | refused | skipped | pruned
+    state: CandidateState  # measured | refused | skipped | pruned
     status: str | None = None
     recommended: int | None = None
     binding: str | None = None

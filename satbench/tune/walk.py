@@ -65,6 +65,7 @@ from satbench.tune.answer import fingerprint
 from satbench.tune.context import truncated_requests
 from satbench.tune.grid import Candidate
 from satbench.tune.memory import Budget, ModelMemory, fit
+from satbench.tune.models import CandidateRecord
 from satbench.tune.readback import verify
 from satbench.tune.search import Outcome, outcome_from_lane
 
@@ -187,8 +188,8 @@ class CandidateWalker:
             doc = self._walk(candidate, runtime, folder, window_factor)
         write_json_atomic(folder / "recommendations.json", doc)
         outcome = self._outcome(candidate, doc, folder, facts)
-        write_json_atomic(folder / "candidate.json", {"candidate": candidate.id, "settings": candidate.settings(),
-                                                      "parts": parts, **outcome.facts})
+        record = CandidateRecord(candidate=candidate.id, settings=candidate.settings(), parts=parts, **outcome.facts)
+        write_json_atomic(folder / "candidate.json", record.model_dump(mode="json"))
         self.say(f"  {candidate.id}: c={outcome.recommended} ({outcome.binding}, {outcome.status})"
                  + ("" if outcome.throughput_tok_s is None else f", {outcome.throughput_tok_s:.1f} tok/s")
                  + ("" if not outcome.truncated else f"; {outcome.truncated} requests cut short at the context"))
@@ -209,21 +210,21 @@ class CandidateWalker:
         done = folder / "recommendations.json"
         if not done.is_file():
             return None
+        recorded: CandidateRecord | None
         try:
             doc = json.loads(done.read_text(encoding="utf-8"))
-            recorded = json.loads((folder / "candidate.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            recorded = CandidateRecord.model_validate_json((folder / "candidate.json").read_bytes())
+        except (OSError, ValueError):  # a ValidationError is a ValueError: unreadable is unrecorded
             recorded = None
-        if not isinstance(recorded, dict) or recorded.get("fingerprint") is None:
+        if recorded is None or recorded.fingerprint is None:
             why = "its folder has no recorded fingerprint (candidate.json)"
-        elif recorded["fingerprint"] != digest:
-            old = recorded.get("parts") or {}
+        elif recorded.fingerprint != digest:
+            old = recorded.parts
             changed = sorted(k for k in set(parts) | set(old) if parts.get(k) != old.get(k))
             why = f"its recorded fingerprint differs ({', '.join(changed) or 'unknown parts'} changed)"
         else:
-            facts = {k: v for k, v in recorded.items() if k not in ("candidate", "settings", "parts")}
             try:
-                outcome = self._outcome(candidate, doc, folder, facts)
+                outcome = self._outcome(candidate, doc, folder, recorded.facts())
             except ValueError as exc:  # a recorded document that does not validate is walked again
                 why = f"its recorded recommendations.json is unreadable ({exc})"
             else:

@@ -61,9 +61,9 @@ def test_when_the_budget_is_spent_the_cheaper_candidate_stands_and_the_tune_says
                                     min_gain=0.10, confidence=0.95)
         assert final.winner is not None and final.winner.candidate.parallel == 2 and not decision.settled
         (default,) = decision.defaults
-        assert default["kept"] == "np2-b256-ub256-c2048" and default["over"] == "np4-b256-ub256-c4096"
-        assert default["direction"].startswith("fewer slots")
-        assert "not significantly" in default["why"] and f"tune.evidence_walks = {budget}" in decision.said()
+        assert default.kept == "np2-b256-ub256-c2048" and default.over == "np4-b256-ub256-c4096"
+        assert default.direction.startswith("fewer slots")
+        assert "not significantly" in default.why and f"tune.evidence_walks = {budget}" in decision.said()
 
 
 def test_a_decided_answer_needs_no_walk() -> None:

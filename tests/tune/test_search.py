@@ -1,4 +1,4 @@
-"""The pure parts of a tune: dominance on significant evidence only, the pruned search, Pareto, tuned_lane.
+"""The pure parts of a tune: dominance on significant evidence only, the pruned search, Pareto, tuned_block.
 
 The rules' cases are tables: each row a measured candidate with the evidence its walk published, a candidate
 it may or may not dominate, and the rule that must fire (or none). The noisy grids are in
@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from satbench.recommender.models import LaneModel
+from satbench.recommender.models import LaneModel, TunedModel
 from satbench.tune.answer import choose, fingerprint, pareto
-from satbench.tune.document import lane_entry, tuned_lane
+from satbench.tune.document import lane_entry, tuned_block
 from satbench.tune.grid import Candidate, grid, rank
 from satbench.tune.search import Outcome, PauseCount, PruneRules, dominator, outcome_from_lane, search
 
@@ -167,9 +167,9 @@ def test_pruning_walks_fewer_candidates_and_gives_the_full_grids_answer() -> Non
 def test_pareto_marks_the_candidates_no_other_beats_on_both_throughputs() -> None:
     rows = pareto([measured(2, 512, 2, "throughput_plateau", 64.0), measured(4, 512, 4, "throughput_plateau", 80.0),
                    measured(8, 512, 8, "throughput_plateau", 78.0)])
-    marks = {r["candidate"]: r["pareto_optimal"] for r in rows}
+    marks = {r.candidate: r.pareto_optimal for r in rows}
     assert marks == {"np2-b512-ub512-c2048": True, "np4-b512-ub512-c4096": True, "np8-b512-ub512-c8192": False}
-    assert rows[0]["throughput_per_user_tok_s"] == pytest.approx(20.0)
+    assert rows[0].throughput_per_user_tok_s == pytest.approx(20.0)
 
 
 def test_the_fingerprint_is_stable_and_sensitive() -> None:
@@ -178,19 +178,20 @@ def test_the_fingerprint_is_stable_and_sensitive() -> None:
     assert fingerprint(q) != fingerprint({**q, "grid": {"parallel": [2, 8]}})
 
 
-def test_tuned_lane_is_the_block_for_the_recommendations_document() -> None:
+def test_tuned_block_is_the_recommendations_documents_own_model() -> None:
     outcomes = [measured(2, 512, 2, "throughput_plateau", 63.0), measured(4, 512, 4, "throughput_plateau", 79.0),
                 Outcome(Candidate(8, 512, 512, CTX), "pruned", reason="why", dominated_by="np4-b512-ub512-c4096")]
     candidates = [o.candidate for o in outcomes]
     lane = lane_entry(runtime="llamacpp", model="m.gguf", fingerprint="sha256:x", grid=candidates,
                       pairs=[(512, 512)], prune=True, outcomes=outcomes, choice=choose(outcomes, 0.1))
-    block = tuned_lane(lane)["tuned"]
-    assert block["settings"] == {"parallel": 4, "batch": 512, "ubatch": 512, "ctx_per_slot": CTX, "ctx_size": 4096,
-                                 "kv_unified": 0}
-    assert block["flags"] == "-np 4 -b 512 -ub 512 -c 4096"
-    assert block["recommended_concurrency"] == 4 and block["throughput_tok_s"] == 79.0
-    assert block["runner_up"]["candidate"] == "np2-b512-ub512-c2048"
-    assert block["margin"]["significant"] is True and block["fingerprint"] == "sha256:x"
-    assert [c["state"] for c in block["candidates"]] == ["measured", "measured", "pruned"]
-    assert list(itertools.chain.from_iterable(lane["grid"]["pairs"])) == [512, 512]
-    assert [c["verdict"] for c in lane["comparisons"]] == ["replaced"]
+    block = tuned_block(lane, "tune-1")
+    assert isinstance(block, TunedModel) and block.tune_id == "tune-1"
+    assert block.settings == {"parallel": 4, "batch": 512, "ubatch": 512, "ctx_per_slot": CTX, "ctx_size": 4096,
+                              "kv_unified": 0}
+    assert block.flags == "-np 4 -b 512 -ub 512 -c 4096"
+    assert block.recommended_concurrency == 4 and block.throughput_tok_s == 79.0
+    assert block.runner_up and block.runner_up["candidate"] == "np2-b512-ub512-c2048"
+    assert block.margin and block.margin["significant"] is True and block.fingerprint == "sha256:x"
+    assert [c.state for c in block.candidates] == ["measured", "measured", "pruned"]
+    assert list(itertools.chain.from_iterable(lane.grid.pairs)) == [512, 512]
+    assert [c.verdict for c in lane.comparisons] == ["replaced"]

@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from satbench.cli import main as satbench_main
+from satbench.recommender.document import read_document
 from satbench.tune.config import TuneConfigError, default_ctx_per_slot, load_tune_config
+from satbench.tune.models import read_tune
 from satbench.tune.run import run_tune
 from tests.tune.standins import REFUSAL, fake_llama_server
 
@@ -95,24 +97,24 @@ ladder = [1]
 """, encoding="utf-8")
     setup = load_tune_config(config)
     first = run_tune(setup, command=["satbench", "tune"], out_dir=tmp_path / "runs", say=lambda _: None)
-    lane = first.document["lanes"]["real"]
-    by_id = {c["id"]: c for c in lane["candidates"]}
+    lane = first.document.lanes["real"]
+    by_id = {c.id: c for c in lane.candidates}
     refused = by_id["np4-b256-ub256-c1024"]
-    assert refused["state"] == "refused" and REFUSAL in refused["reason"], refused
+    assert refused.state == "refused" and REFUSAL in (refused.reason or ""), refused
     measured = by_id["np2-b256-ub256-c512"]
-    assert measured["state"] == "measured" and lane["winner"]["id"] == measured["id"], lane
-    assert lane["flags"] == "-np 2 -b 256 -ub 256 -c 512"
-    command = (Path(measured["folder"]) / "command.txt").read_text()
+    assert measured.state == "measured" and lane.winner and lane.winner.id == measured.id, lane
+    assert lane.flags == "-np 2 -b 256 -ub 256 -c 512" and measured.folder
+    command = (Path(measured.folder) / "command.txt").read_text()
     assert "--parallel 2" in command and "-b 256" in command and "-c 512" in command
 
-    records = Path(measured["folder"]) / "records.jsonl"
+    records = Path(measured.folder) / "records.jsonl"
     size = records.stat().st_size
     second = run_tune(setup, command=["satbench", "tune"], resume=first.tune_dir, say=lambda _: None)
-    again = second.document["lanes"]["real"]
-    assert again["resumed"] == 1 and again["winner"]["id"] == measured["id"]
-    assert again["winner"]["throughput_tok_s"] == lane["winner"]["throughput_tok_s"]
+    again = second.document.lanes["real"]
+    assert again.resumed == 1 and again.winner and again.winner.id == measured.id
+    assert again.winner.throughput_tok_s == lane.winner.throughput_tok_s
     assert records.stat().st_size == size  # not walked again
-    assert json.loads((first.tune_dir / "tune.json").read_text())["lanes"]["real"]["resumed"] == 1
+    assert read_tune(first.tune_dir / "tune.json").lanes["real"].resumed == 1
 
 
 @pytest.mark.slow
@@ -197,14 +199,16 @@ ladder = [1]
 """, encoding="utf-8")
     setup = load_tune_config(config)
     result = run_tune(setup, command=["satbench", "tune"], out_dir=tmp_path / "runs", say=lambda _: None)
-    assert set(result.document["lanes"]) == {"a/dense", "b/dense"}
+    assert set(result.document.lanes) == {"a/dense", "b/dense"}
     for key in ("a/dense", "b/dense"):
-        lane = result.document["lanes"][key]
-        assert lane["winner"] is not None and lane["recommended_concurrency"] is not None, (key, lane)
-        folder = Path(lane["winner"]["folder"])
+        lane = result.document.lanes[key]
+        assert lane.winner is not None and lane.recommended_concurrency is not None, (key, lane)
+        assert lane.winner.folder
+        folder = Path(lane.winner.folder)
         assert folder.parent == result.tune_dir / "candidates" / key, folder
-        walked = json.loads((folder / "recommendations.json").read_text())
-        assert list(walked["lanes"]) == [key] and walked["lanes"][key]["tuned"]["flags"] == lane["flags"]
+        walked = read_document(json.loads((folder / "recommendations.json").read_text()))
+        tuned = walked.lanes[key].tuned
+        assert list(walked.lanes) == [key] and tuned and tuned.flags == lane.flags
         assert (result.tune_dir / f"pareto-{key}.svg").read_text().startswith("<svg")
     doc = json.loads((result.tune_dir / "recommendations.json").read_text())
     assert doc["nodes"] == {"a": {"labels": {"gpu": "h100"}, "lanes": ["a/dense"]},

@@ -77,14 +77,14 @@ ubatch = [2048, 256]
 ladder = [2]
 """
     setup, result = tune(tmp_path, body)
-    lane = result.document["lanes"]["chunk"]
-    assert result.exit_code == 0, lane
-    assert (lane["winner"]["batch"], lane["winner"]["ubatch"]) == (256, 256), lane["candidates"]
-    whole = next(c for c in lane["candidates"] if c["batch"] == 2048)
-    assert whole["state"] == "measured" and 2 in whole["starved_at"], whole
-    ctx = lane["context"]["ctx_per_slot"]
-    assert lane["context"]["source"] == "server" and ctx >= 2000 + 40 + 64  # the probe, its output, the margin
-    assert lane["flags"] == f"satbench sim --slots 4 --batch 256 --ubatch 256 -c {4 * ctx}"
+    lane = result.document.lanes["chunk"]
+    assert result.exit_code == 0 and lane.winner and lane.context, lane
+    assert (lane.winner.batch, lane.winner.ubatch) == (256, 256), lane.candidates
+    whole = next(c for c in lane.candidates if c.batch == 2048)
+    assert whole.state == "measured" and 2 in whole.starved_at, whole
+    ctx = lane.context.ctx_per_slot
+    assert lane.context.source == "server" and ctx >= 2000 + 40 + 64  # the probe, its output, the margin
+    assert lane.flags == f"satbench sim --slots 4 --batch 256 --ubatch 256 -c {4 * ctx}"
 
     # the truth: the whole prompt in one batch pauses decodes past the 250 ms objective from 2 users on, the
     # 256-token chunk keeps every pause under it at every rung the walk can take
@@ -94,7 +94,8 @@ ladder = [2]
     assert (truth_at(profile, workload, Candidate(4, 2048, 2048, ctx), 2).pause_p99_s or 0) > objective
     assert all((truth_at(profile, workload, Candidate(4, 256, 256, ctx), c).pause_p99_s or 0) < objective
                for c in (2, 4, 8))
-    folder = Path(lane["winner"]["folder"])
+    assert lane.winner.folder
+    folder = Path(lane.winner.folder)
     for name in ("command.txt", "manifest.json", "records.jsonl", "steps.json", "recommendations.json"):
         assert (folder / name).is_file(), name
     assert "--batch 256" in (folder / "command.txt").read_text()
@@ -105,13 +106,13 @@ ladder = [2]
     doc = json.loads((tune_dir / "recommendations.json").read_text())
     jsonschema.validate(doc, json.loads(SCHEMA_PATH.read_text(encoding="utf-8")))
     tuned = doc["lanes"]["chunk"]["tuned"]
-    assert tuned["flags"] == lane["flags"] and tuned["fingerprint"] == lane["fingerprint"]
+    assert tuned["flags"] == lane.flags and tuned["fingerprint"] == lane.fingerprint
     assert tuned["tune_id"] == tune_dir.name and len(tuned["candidates"]) == 2
-    assert doc["lanes"]["chunk"]["recommended_concurrency"] == lane["recommended_concurrency"]
+    assert doc["lanes"]["chunk"]["recommended_concurrency"] == lane.recommended_concurrency
     served = json.loads((folder / "recommendations.json").read_text())  # satbench serve <winner folder>
     assert served["lanes"]["chunk"]["tuned"] == tuned
     report = (tune_dir / "report.html").read_text()
-    assert "<svg" in report and 'class="winner"' in report and lane["flags"] in report
+    assert "<svg" in report and 'class="winner"' in report and lane.flags in report
 
 
 def test_a_lane_whose_step_cost_grows_with_the_batch_gets_the_slot_count_at_its_knee(tmp_path: Path) -> None:
@@ -133,29 +134,29 @@ ubatch = [512]
 ladder = [2]
 """
     setup, result = tune(tmp_path, body)
-    lane = result.document["lanes"]["knee"]
-    assert result.exit_code == 0, lane
-    assert lane["winner"]["parallel"] == 4, lane["candidates"]
+    lane = result.document.lanes["knee"]
+    assert result.exit_code == 0 and lane.winner and lane.context, lane
+    assert lane.winner.parallel == 4, lane.candidates
     # the recommender's own rule: where the doubling past 4 users straddles the gain (its interval, from 2-4 s
     # windows, reaching the 10 %), the answer takes 8 and says it is undecided, one doubling high at most
-    assert lane["recommended_concurrency"] == 4 or (lane["recommended_concurrency"] == 8
-                                                    and lane["winner"]["status"] == "undecided"), lane["winner"]
+    assert lane.recommended_concurrency == 4 or (lane.recommended_concurrency == 8
+                                                 and lane.winner.status == "undecided"), lane.winner
 
     # the truth: 4 slots at 4 users hold the ITL objective and gain well over the policy's 10 % on 2 slots at
     # 2; 8 users on 8 slots break it, and 8 slots at 4 users run what 4 slots do: no doubling pays past 4
     policy = Policy.model_validate(setup.session.policy)
     workload = TuneWorkload(prompt_tokens=32, output_tokens=10, output_spread=2)
-    profile, ctx = load_profile(str(HERE / "knee.toml")), lane["context"]["ctx_per_slot"]
+    profile, ctx = load_profile(str(HERE / "knee.toml")), lane.context.ctx_per_slot
     two, four = (truth_at(profile, workload, Candidate(p, 512, 512, ctx), p) for p in (2, 4))
     eight_at_4, eight = (truth_at(profile, workload, Candidate(8, 512, 512, ctx), c) for c in (4, 8))
     objective = policy.slo.itl_p95_s
     assert objective is not None and four.itl_p95_s < objective < eight.itl_p95_s
     assert gain_per_doubling(two, four, 2, 4) > policy.min_gain_per_doubling
     assert gain_per_doubling(four, eight_at_4, 4, 8) < policy.min_gain_per_doubling
-    assert lane["winner"]["id"] == f"np4-b512-ub512-c{4 * ctx}"
+    assert lane.winner.id == f"np4-b512-ub512-c{4 * ctx}"
 
     # pruning: more slots past the knee are not walked, and the answer is the full grid's (the truth's)
-    assert lane["walked"] < lane["grid"]["size"]
-    pruned = {c["id"]: c for c in lane["candidates"] if c["state"] == "pruned"}
+    assert lane.walked < lane.grid.size
+    pruned = {c.id: c for c in lane.candidates if c.state == "pruned"}
     assert set(pruned) == {f"np16-b512-ub512-c{16 * ctx}"}
-    assert pruned[f"np16-b512-ub512-c{16 * ctx}"]["dominated_by"] == f"np8-b512-ub512-c{8 * ctx}"
+    assert pruned[f"np16-b512-ub512-c{16 * ctx}"].dominated_by == f"np8-b512-ub512-c{8 * ctx}"
