@@ -18,9 +18,11 @@ store's current document): v1 said in v2, then ``recommender.models.Recommendati
 readers (capabilities, the ``/metrics`` families, the report, compare, the tune) take attributes, never
 string keys. The builder dumps the analysis' models into JSON once, and the views below and the store
 transform that JSON, not a model: the served bytes are the JSON as built, and a model's dump would reorder
-it (a fingerprint's keys come in the order its manifest gave them; ``trace``, ``last_status``, ``age_s`` and
-``tuned`` follow ``rate`` where they are added), so the JSON stays the one serialised form and the model the one
-shape it is read in.
+it (``trace``, ``last_status``, ``age_s`` and ``tuned`` follow ``rate`` where they are added, while the model
+declares ``rate`` and ``trace`` last; a fleet run's ``shards`` is no field of the model, so a dump drops it; a
+fingerprint's keys do dump in the document's order: ``core.lane_evidence.FingerprintModel``), so the JSON
+stays the one serialised form and the model the one shape it is read in. A validity is laid over an answer
+as its model said it (``mark_changed`` takes the ``ValidityModel`` of ``recommender.validity``).
 
 ``mark_stale`` turns a last good document into the one served while Prometheus is unreachable: every lane
 says ``stale`` and how old the answer is. ``mark_changed`` turns one answer stale because what it was
@@ -46,6 +48,7 @@ from satbench.recommender.models import (
     StepModel,
     TraceModel,
     UndecidedModel,
+    ValidityModel,
 )
 from satbench.recommender.policy import Policy
 from satbench.recommender.rate_analysis import RateAnswer
@@ -261,14 +264,14 @@ def _v1_lane(lane: dict[str, Any]) -> dict[str, Any]:
     return lane
 
 
-def mark_changed(lane: Mapping[str, Any], validity: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of answer ``lane`` with ``validity``; stale (its last status kept) when what it was measured on
-    changed, and back to its own status when it no longer differs."""
+def mark_changed(lane: Mapping[str, Any], validity: ValidityModel) -> dict[str, Any]:
+    """A copy of answer ``lane`` with ``validity`` (as it was said: ``recommender.validity``); stale (its last
+    status kept) when what it was measured on changed, and back to its own status when it no longer differs."""
     out = dict(lane)
-    out["validity"] = dict(validity)
-    if validity.get("state") == "changed":
+    out["validity"] = validity.model_dump(exclude_unset=True)
+    if validity.state == "changed":
         if out.get("status") != "stale":
             out["last_status"] = out.get("status")
         out["status"] = "stale"
-        out["reason"] = f"measured on something else: {validity.get('reason')}"
+        out["reason"] = f"measured on something else: {validity.reason}"
     return out

@@ -29,7 +29,7 @@ from satbench.core.objectives import Objectives
 from satbench.recommender.analysis import analyze_lane
 from satbench.recommender.document import build_document, lane_fragment, mark_changed, unchecked
 from satbench.recommender.errors import BadInput, PrometheusQueryError, SourceUnavailable
-from satbench.recommender.models import TraceEvidenceModel
+from satbench.recommender.models import TraceEvidenceModel, ValidityModel
 from satbench.recommender.policy import Policy, objectives_of
 from satbench.recommender.prometheus_source import (
     HttpxPromClient,
@@ -47,7 +47,7 @@ __all__ = ["analyze_run", "analyze_run_async", "document_from_figures", "lane_pl
 
 def document_from_figures(manifest: RunManifest, figures: dict[str, list[StepFigures]], *, policy: Policy,
                           source: dict[str, Any], generated_at: float, notes: list[str] | None = None,
-                          live: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+                          live: Mapping[str, ValidityModel] | None = None) -> dict[str, Any]:
     """The document of ``manifest``'s lanes from their step figures; ``live`` is each answer's validity
     against its live fingerprint where it was checked (``recommender.validity``), by lane key."""
     lanes: dict[str, dict[str, Any]] = {}
@@ -165,7 +165,7 @@ async def _patch_from_records(manifest: RunManifest, figures: dict[str, list[Ste
 
 
 async def _validity_now(manifest: RunManifest, client: PromQLClient,
-                        clock: Callable[[], float]) -> dict[str, dict[str, Any]]:
+                        clock: Callable[[], float]) -> dict[str, ValidityModel]:
     """Each answer's validity against the live fingerprints now (``recommender.validity``), so an answer is
     checked the moment it is made; an unreadable fingerprint series leaves the answers unchecked."""
     taken = {key: measured for key in manifest.lanes
@@ -196,7 +196,7 @@ async def analyze_run_async(
     if prometheus_url is not None or prom_client is not None:
         url = prometheus_url or "(injected client)"
         try:
-            live: dict[str, dict[str, Any]] = {}
+            live: dict[str, ValidityModel] = {}
             if prom_client is not None:
                 figures = await _from_prometheus(manifest, prom_client, config)
                 live = await _validity_now(manifest, prom_client, clock)

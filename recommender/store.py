@@ -40,7 +40,7 @@ import itertools
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -50,7 +50,7 @@ from satbench.core.shards import shard_key
 from satbench.recommender.document import as_v1, mark_changed, mark_stale, node_index, read_document
 from satbench.recommender.errors import BadInput, NothingToServe, SourceUnavailable, UnknownLane, UnknownRun
 from satbench.recommender.fleet_runs import FleetRun, ShardEntry, check_join, fleet_runs, missing_answers, stamp_of
-from satbench.recommender.models import RecommendationsDocument
+from satbench.recommender.models import RecommendationsDocument, ValidityModel
 from satbench.recommender.policy import Policy
 
 __all__ = ["Analyzer", "RecommendationStore", "RunEntry", "entry_key"]
@@ -104,7 +104,7 @@ class RecommendationStore:
         self._good_at: float | None = None
         self._stale_reason: str | None = None
         self._merged: dict[str, Any] | None = None  # the newest answers merged, before validity
-        self._validity: dict[str, dict[str, Any]] = {}
+        self._validity: dict[str, ValidityModel] = {}
         self._v1_bytes: bytes | None = None
         self._gzip_bytes: bytes | None = None
         self.validity_checked_at: float | None = None  # the latest validity tick (set_validity)
@@ -318,15 +318,15 @@ class RecommendationStore:
         """The merged answers (before validity), by key: what the validity tick compares."""
         return dict(self._merged["lanes"]) if self._merged is not None else {}
 
-    def set_validity(self, validity: dict[str, dict[str, Any]], *, checked_at: float | None = None) -> bool:
+    def set_validity(self, validity: Mapping[str, ValidityModel], *, checked_at: float | None = None) -> bool:
         """Lays each answer's validity over the served document; True when some answer's state changed.
 
         Only a change re-serialises (a 100-lane document is a megabyte: serialising it every tick would stall
         the event loop that answers the pollers): an answer's ``validity.checked_at`` is the check that found
         its current state, and ``checked_at`` (the latest tick) is served beside the document, in the
         ``X-Satbench-Validity-Checked-At`` header and ``/healthz``."""
-        def state(v: dict[str, Any] | None) -> tuple[Any, ...]:
-            return (None,) if v is None else (v.get("state"), v.get("reason"))
+        def state(v: ValidityModel | None) -> tuple[Any, ...]:
+            return (None,) if v is None else (v.state, v.reason)
 
         moved = set(validity) != set(self._validity) or any(
             state(self._validity.get(k)) != state(v) for k, v in validity.items())

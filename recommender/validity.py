@@ -61,18 +61,20 @@ def live_by_key(samples: list[VectorSample]) -> dict[str, list[dict[str, Any]]]:
 
 
 def validity_of(measured: FingerprintModel | None, live: list[dict[str, Any]] | None, *, now: float
-                ) -> dict[str, Any]:
+                ) -> ValidityModel:
     """The validity of an answer measured on ``measured`` (None: no fingerprint was taken) against its lane's
     live fingerprints (None: the lane has none)."""
     if measured is None:
-        return unchecked("no fingerprint was taken when this lane was measured, so nothing to compare")
+        return ValidityModel.model_validate(
+            unchecked("no fingerprint was taken when this lane was measured, so nothing to compare"))
     if not live:
-        return unchecked(f"no live fingerprint: Prometheus has no {FINGERPRINT_SERIES} series for this lane "
-                         "(its exporter is down, not scraped, or older than the fingerprint)")
+        return ValidityModel.model_validate(unchecked(
+            f"no live fingerprint: Prometheus has no {FINGERPRINT_SERIES} series for this lane (its exporter is "
+            "down, not scraped, or older than the fingerprint)"))
     part = {k: said(measured, k) for k in _COMPARED}  # a part it did not say is unknown, not its default
     attempts = [ValidityModel.model_validate(assess(part, {k: fp.get(k) for k in _COMPARED})) for fp in live]
     best = min(attempts, key=lambda a: (_RANK[a.state], len(a.changes)))
-    return best.model_copy(update={"checked_at": iso_utc(now)}).model_dump()
+    return best.model_copy(update={"checked_at": iso_utc(now)})
 
 
 class _Measured(BaseModel):
@@ -88,7 +90,7 @@ def measured_fingerprints(answers: Mapping[str, Mapping[str, Any]]) -> dict[str,
 
 
 async def check_answers(client: PromQLClient, fingerprints: Mapping[str, FingerprintModel | None], *,
-                        now: float) -> dict[str, dict[str, Any]]:
+                        now: float) -> dict[str, ValidityModel]:
     """The validity of every answer (by key, the fingerprint it was measured on), from one instant query at
     ``now``."""
     live = live_by_key(await client.query(FINGERPRINT_SERIES, now))

@@ -107,12 +107,12 @@ def test_a_runtime_that_is_down_or_loading_gives_unknown(llamacpp_fixtures: Path
         [loading] = info_series(exporter.url)
         assert loading["runtime_state"] == "loading" and loading["slots"] == "" and loading["build"] == ""
         got = validity_of(FingerprintModel.model_validate(measured), [from_info_labels(loading)], now=0)
-        assert got["state"] == "unknown" and got["reason"].startswith("the runtime is loading"), got
+        assert got.state == "unknown" and (got.reason or "").startswith("the runtime is loading"), got
     with exporting(remote_exporter(f"http://127.0.0.1:{free_port()}")) as exporter:
         [down] = info_series(exporter.url)
         assert down["runtime_state"] == "down"
         got = validity_of(FingerprintModel.model_validate(measured), [from_info_labels(down)], now=0)
-        assert got["state"] == "unknown" and got["reason"].startswith("the runtime is down"), got
+        assert got.state == "unknown" and (got.reason or "").startswith("the runtime is down"), got
         assert fingerprint(exporter.url)["unknown"]["runtime"].startswith("the runtime is down")
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from satbench.core.manifest import RunManifest, StepWindow
 from satbench.recommender.document import SCHEMA_V1, as_v1, read_document
-from satbench.recommender.models import RecommendationsDocument, said
+from satbench.recommender.models import RecommendationsDocument, ValidityModel, said
 from satbench.recommender.policy import Policy
 from satbench.recommender.run_analysis import document_from_figures
 from satbench.recommender.store import RecommendationStore
@@ -97,6 +97,6 @@ def test_the_store_validates_its_document_once_per_publish(tmp_path: Path) -> No
                                            steps=(StepWindow("dense", 1, 10.0, 40.0),))))
     first = store.model()
     assert store.model() is first and first.lanes["dense"].recommended_concurrency == 4
-    store.set_validity({"dense": {"state": "changed", "checked_at": None, "changes": [], "reason": "slots"}})
+    store.set_validity({"dense": ValidityModel(state="changed", checked_at=None, changes=[], reason="slots")})
     again = store.model()
     assert again is not first and again.lanes["dense"].status == "stale"

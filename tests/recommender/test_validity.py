@@ -12,6 +12,7 @@ import pytest
 from satbench.core.fingerprint import node_fingerprint
 from satbench.core.fingerprint_labels import info_labels
 from satbench.recommender.document import SCHEMA_ID, SCHEMA_V1, AmbiguousForV1, answers, as_v1, mark_changed, node_index
+from satbench.recommender.models import ChangeModel, ValidityModel
 from satbench.recommender.prometheus_source import VectorSample
 from satbench.recommender.store import RecommendationStore
 from satbench.recommender.validity import check_answers, live_by_key, measured_fingerprints, validity_of
@@ -45,22 +46,22 @@ def _series(key: str, fp: dict[str, Any]) -> VectorSample:
 
 def test_validity_names_what_changed_and_ignores_what_no_side_can_tell() -> None:
     answer = measured_fingerprints({"a/dense": _answer("a", "dense", slots=4)})["a/dense"]
-    assert validity_of(answer, [_fingerprint(4)], now=0)["state"] == "valid"
+    assert validity_of(answer, [_fingerprint(4)], now=0).state == "valid"
     changed = validity_of(answer, [_fingerprint(2, build="b2")], now=0)
-    assert changed["state"] == "changed"
-    assert {"field": "settings.slots", "measured": 4, "live": 2} in changed["changes"]
-    assert "settings.slots 4 -> 2" in changed["reason"] and "runtime.build b1 -> b2" in changed["reason"]
+    assert changed.state == "changed"
+    assert ChangeModel(field="settings.slots", measured=4, live=2) in changed.changes
+    assert "settings.slots 4 -> 2" in (changed.reason or "") and "runtime.build b1 -> b2" in (changed.reason or "")
     # two label sets while a runtime restarts: valid while one of them matches
-    assert validity_of(answer, [_fingerprint(2), _fingerprint(4)], now=0)["state"] == "valid"
-    assert validity_of(answer, None, now=0)["state"] == "unknown"
-    assert validity_of(None, [_fingerprint(4)], now=0)["state"] == "unknown"
+    assert validity_of(answer, [_fingerprint(2), _fingerprint(4)], now=0).state == "valid"
+    assert validity_of(answer, None, now=0).state == "unknown"
+    assert validity_of(None, [_fingerprint(4)], now=0).state == "unknown"
     # a remote exporter cannot tell the batch sizes or the KV layout: nothing differs, yet nothing says the
     # answer holds, and the validity says how much was compared and what was not
     remote = validity_of(answer, [_fingerprint(4, beside=False)], now=0)
-    assert remote["state"] == "unknown" and remote["changes"] == []
-    assert "settings.batch" in remote["reason"] and "settings.kv_unified" in remote["reason"]
-    assert remote["compared"]["fields"] < remote["compared"]["of"]
-    assert "settings.batch" in remote["compared"]["not_compared"]
+    assert remote.state == "unknown" and remote.changes == []
+    assert "settings.batch" in (remote.reason or "") and "settings.kv_unified" in (remote.reason or "")
+    assert remote.compared is not None and remote.compared.fields < remote.compared.of
+    assert "settings.batch" in remote.compared.not_compared
 
 
 def test_live_series_are_matched_to_lane_keys_by_node_and_lane() -> None:
@@ -85,7 +86,7 @@ def test_the_v1_view_is_said_where_it_can_be_and_refused_where_it_cannot() -> No
 
 def test_a_changed_answer_is_stale_and_comes_back_when_the_node_does() -> None:
     answer = _answer("a", "dense")
-    changed = mark_changed(answer, {"state": "changed", "reason": "settings.slots 4 -> 2"})
+    changed = mark_changed(answer, ValidityModel(state="changed", reason="settings.slots 4 -> 2"))
     assert changed["status"] == "stale" and changed["last_status"] == "ok" and "4 -> 2" in changed["reason"]
     assert answer["status"] == "ok"  # the answer itself is untouched: the store lays validity over a copy
 
