@@ -186,12 +186,10 @@ def unchecked(reason: str) -> dict[str, Any]:
 def node_index(lanes: Mapping[str, Mapping[str, Any]],
                labels: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, Any]:
     """``{node: {"labels": {...}, "lanes": [key, ...]}}`` over the answers ``lanes`` (keys sorted)."""
-    out: dict[str, Any] = {}
+    keys: dict[str, list[str]] = {}
     for key in sorted(lanes):
-        node = str(lanes[key].get("node") or split_key(key)[0] or LOCAL_NODE)
-        entry = out.setdefault(node, {"labels": dict((labels or {}).get(node) or {}), "lanes": []})
-        entry["lanes"].append(key)
-    return {node: out[node] for node in sorted(out)}
+        keys.setdefault(str(lanes[key].get("node") or split_key(key)[0] or LOCAL_NODE), []).append(key)
+    return {node: {"labels": dict((labels or {}).get(node) or {}), "lanes": keys[node]} for node in sorted(keys)}
 
 
 def answers(document: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

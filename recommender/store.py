@@ -51,7 +51,6 @@ from satbench.recommender.document import as_v1, mark_changed, mark_stale, node_
 from satbench.recommender.errors import BadInput, NothingToServe, SourceUnavailable, UnknownLane, UnknownRun
 from satbench.recommender.fleet_runs import FleetRun, ShardEntry, check_join, fleet_runs, missing_answers, stamp_of
 from satbench.recommender.models import RecommendationsDocument, ValidityModel
-from satbench.recommender.policy import Policy
 
 __all__ = ["Analyzer", "RecommendationStore", "RunEntry", "entry_key"]
 
@@ -78,11 +77,21 @@ class RunEntry:
     ranked_at: float | None = None  # the service's time for "newest": registration, or a clamped created_at
     order: int = 0
     failed_at: float | None = None
+    _read: tuple[dict[str, Any], RecommendationsDocument] | None = None
 
     def __post_init__(self) -> None:
         if self.ranked_at is None:
             self.ranked_at = min(self.manifest.created_at, self.registered_at)
         self.order = next(_ORDER)
+
+    def read(self) -> RecommendationsDocument | None:
+        """``document`` as the model (``read_document``), validated once per document the entry holds: the
+        merge reads its node labels, policy and notes here, and keeps its answers' JSON as built."""
+        if self.document is None:
+            return None
+        if self._read is None or self._read[0] is not self.document:
+            self._read = (self.document, read_document(self.document))
+        return self._read[1]
 
     @property
     def sort_key(self) -> tuple[float, int]:
@@ -183,14 +192,18 @@ class RecommendationStore:
         doc = dict(docs[-1])
         lanes: dict[str, Any] = {}
         labels: dict[str, dict[str, str]] = {}
-        for one in docs:
+        read = [(e.document, e.read()) for e in shards if e.document is not None]
+        for one, model in read:
             lanes.update(one["lanes"])
-            labels.update({n: dict(i.get("labels") or {}) for n, i in (one.get("nodes") or {}).items()})
+            if model is not None and "nodes" in one:  # a v1 document (no index) says no labels
+                labels.update({n: dict(i.labels) for n, i in model.nodes.items()})
+        newest = read[-1][1]
+        assert newest is not None
         runs = fleet_runs(self._shard_entries(shards))
-        lanes.update(missing_answers(runs, lanes, Policy.model_validate(doc["policy"])))
+        lanes.update(missing_answers(runs, lanes, newest.policy))
         doc.update(run_id=run_id, lanes={k: lanes[k] for k in sorted(lanes)}, nodes=node_index(lanes, labels),
                    shards={r.run_id: r.summary() for r in runs},
-                   notes=[*doc.get("notes", []), *(n for r in runs if (n := r.note()))])
+                   notes=[*newest.notes, *(n for r in runs if (n := r.note()))])
         return shards, doc
 
     @staticmethod
@@ -283,13 +296,16 @@ class RecommendationStore:
         for entry in entries:
             assert entry.document is not None
             lanes.update(entry.document["lanes"])
-            for node, info in (entry.document.get("nodes") or {}).items():
-                labels[node] = dict(info.get("labels") or {})
+            model = entry.read()
+            if model is not None and "nodes" in entry.document:  # a v1 document (no index) says no labels
+                labels.update({node: dict(info.labels) for node, info in model.nodes.items()})
         runs = self._fleet_gaps()
         if runs:
-            lanes.update(missing_answers(runs, lanes, Policy.model_validate(newest["policy"])))
+            read = entries[-1].read()
+            assert read is not None
+            lanes.update(missing_answers(runs, lanes, read.policy))
             merged["shards"] = {r.run_id: r.summary() for r in runs}
-            merged["notes"] = [*merged.get("notes", []), *(n for r in runs if (n := r.note()))]
+            merged["notes"] = [*read.notes, *(n for r in runs if (n := r.note()))]
         merged["lanes"] = {lane: lanes[lane] for lane in sorted(lanes)}
         if "nodes" in newest or any("nodes" in (e.document or {}) for e in entries):
             merged["nodes"] = node_index(merged["lanes"], labels)

@@ -29,13 +29,18 @@ def _fingerprint(slots: int, build: str = "b1", *, beside: bool = True) -> dict[
 
 
 def _answer(node: str, lane: str, slots: int = 4, status: str = "ok") -> dict[str, Any]:
+    """An answer of 4 measured on ``slots`` slots, with the fields the schema requires (no steps)."""
     return {"node": node, "lane": lane, "status": status, "reason": None, "recommended_concurrency": 4,
-            "fingerprint": _fingerprint(slots), "validity": None}
+            "fingerprint": _fingerprint(slots), "validity": None, "saturation_concurrency": None,
+            "binding_constraint": None, "throughput_at_recommended_tok_s": None,
+            "fairness": {"ok": True, "jain_min": None},
+            "starvation": {"ok": True, "decode_stall_max_ratio": None, "prefill_wait_max_s": None},
+            "run_id": "r", "measured_at": None, "steps": []}
 
 
 def _document(lanes: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    return {"schema": SCHEMA_ID, "run_id": "r", "generated_at": "2026-12-01T00:00:00Z", "lanes": lanes,
-            "nodes": node_index(lanes)}
+    return {"schema": SCHEMA_ID, "run_id": "r", "generated_at": "2026-12-01T00:00:00Z",
+            "source": {"kind": "prometheus"}, "policy": {}, "lanes": lanes, "nodes": node_index(lanes)}
 
 
 def _series(key: str, fp: dict[str, Any]) -> VectorSample:
