@@ -73,7 +73,6 @@ from satbench.tune.models import (
     TuneDocument,
     TuneGrid,
     TuneLane,
-    WalkFacts,
 )
 from satbench.tune.search import Outcome
 
@@ -92,9 +91,9 @@ _TUNED_ORDER = ("tune_id", "settings", "flags", "recommended_concurrency", "thro
 def candidate_entry(o: Outcome, runtime: str, model: ModelMemory | None = None,
                     budget: Budget | None = None) -> TuneCandidate:
     """One candidate as ``tune.json`` records it; its memory need is told for every candidate, walked or not.
-    ``o.facts`` is what the walk recorded (``candidate.json``'s JSON: memory, read-back, fingerprint, resume)."""
+    ``o.facts`` is what the walk recorded (``WalkFacts``: memory, read-back, fingerprint, resume)."""
     c = o.candidate
-    facts = WalkFacts.model_validate(o.facts)
+    facts = o.facts
     memory = facts.memory
     if memory is None and model is not None:
         need = fit(c.ctx_size, model, budget)
@@ -146,7 +145,7 @@ def _memory(model: ModelMemory | None, budget: Budget | None) -> LaneMemory:
 def _findings(outcomes: Sequence[Outcome]) -> list[str]:
     out = []
     for o in outcomes:
-        facts = WalkFacts.model_validate(o.facts)
+        facts = o.facts
         if o.state == "measured" and o.truncated:
             said = "; ".join(facts.truncated_examples)
             out.append(f"{o.candidate.id}: {o.truncated} requests cut short at the slot's context "

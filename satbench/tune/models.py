@@ -67,14 +67,14 @@ class Readback(BaseModel):
 
     model_config = _FROZEN
 
-    total_slots: int | None = Field(None, description="/props total_slots; null where /props could not be read")
-    n_ctx_slot: int | None = Field(None, description="/props default_generation_settings.n_ctx")
-    log: dict[str, Any] | None = Field(None, description="the server log's start-up facts (StartupLog.to_json)")
+    total_slots: int | None = Field(default=None, description="/props total_slots; null where /props could not be read")
+    n_ctx_slot: int | None = Field(default=None, description="/props default_generation_settings.n_ctx")
+    log: dict[str, Any] | None = Field(default=None, description="the server log's start-up facts (StartupLog.to_json)")
     kv_unified: bool | None = None
     problems: list[str] = Field(default_factory=list,
                                 description="mismatches with the candidate: a non-empty list refuses it")
     notes: list[str] = Field(default_factory=list)
-    kv_bytes_model: int | None = Field(None, description="the KV bytes the model's facts give the candidate; "
+    kv_bytes_model: int | None = Field(default=None, description="the KV bytes the model's facts give the candidate; "
                                                          "absent (not null) where they cannot tell")
 
     @model_serializer(mode="wrap")
@@ -112,12 +112,12 @@ class TuneCandidate(BaseModel):
     resumed: bool
     kv_bytes: int | None = None
     memory_need_bytes: int | None = None
-    memory: str | None = Field(None, description="the memory arithmetic")
+    memory: str | None = Field(default=None, description="the memory arithmetic")
     readback: Readback | None = None
-    truncated_requests: int | None = Field(None, description="requests cut short at the context (measured only)")
+    truncated_requests: int | None = Field(default=None, description="requests cut short at the context (measured)")
     window_factor: float = 1.0
     fingerprint: str | None = None
-    resume: str | None = Field(None, description="why it was walked again on resume, or null")
+    resume: str | None = Field(default=None, description="why it was walked again on resume, or null")
 
 
 class TuneGrid(BaseModel):
@@ -284,7 +284,8 @@ class MemoryNeed(BaseModel):
 class WalkFacts(BaseModel):
     """What the walk recorded of a candidate beside its outcome (``Outcome.facts``, ``candidate.json``'s
     facts): its fingerprint, its windows' factor, why it was walked again, its memory need, the read-back and
-    the requests cut short. Each is absent where the walk did not get that far."""
+    the requests cut short. Each is absent from ``candidate.json`` where the walk did not get that far (the
+    walk sets a field as it learns it, and ``recorded`` dumps only what was set)."""
 
     model_config = _FROZEN
 
@@ -296,22 +297,29 @@ class WalkFacts(BaseModel):
     truncated_requests: int | None = None
     truncated_examples: list[str] = Field(default_factory=list)
 
+    def recorded(self) -> dict[str, Any]:
+        """The facts as ``candidate.json`` holds them: what was set, in this order."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
 
 class CandidateRecord(BaseModel):
-    """A walked candidate's ``candidate.json``: which it is, the parts of its fingerprint, and the facts the walk
-    recorded (memory, read-back, truncated requests: kept as said, ``extra="allow"``), which a resumed tune
-    takes back instead of walking it again (``satbench.tune.walk``)."""
+    """A walked candidate's ``candidate.json``: which it is, the parts of its fingerprint, then the facts the
+    walk recorded (``WalkFacts.recorded``, beside these fields: ``extra="allow"`` keeps them, in their order),
+    which a resumed tune takes back instead of walking it again (``satbench.tune.walk``)."""
 
     model_config = ConfigDict(frozen=True, extra="allow")
 
     candidate: str
     settings: dict[str, int]
     parts: dict[str, str] = Field(default_factory=dict, description="what the fingerprint digests, part by part")
-    fingerprint: str | None = None
 
-    def facts(self) -> dict[str, Any]:
-        """The recorded facts (the fingerprint, then what the walk added), as ``Outcome.facts`` holds them."""
-        return self.model_dump(mode="json", exclude={"candidate", "settings", "parts"})
+    @classmethod
+    def of(cls, candidate: str, settings: dict[str, int], parts: dict[str, str], facts: WalkFacts) -> CandidateRecord:
+        return cls(candidate=candidate, settings=settings, parts=parts, **facts.recorded())
+
+    def facts(self) -> WalkFacts:
+        """The recorded facts, validated (``ValueError`` where they are not the walk's)."""
+        return WalkFacts.model_validate(self.model_extra or {})
 
 
 class TuneDocument(BaseModel):

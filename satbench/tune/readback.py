@@ -25,12 +25,13 @@ from typing import Any
 
 from satbench.runtimes.llamacpp import StartupLog
 from satbench.tune.grid import Candidate
+from satbench.tune.models import Readback
 
 __all__ = ["verify"]
 
 
 def verify(candidate: Candidate, props: Mapping[str, Any], startup: StartupLog | None,
-           gpu_layers: int | None = None) -> tuple[list[str], dict[str, Any]]:
+           gpu_layers: int | None = None) -> tuple[list[str], Readback]:
     """The mismatches between ``candidate`` and what the server reports (empty: it is the candidate), and the
     read-back as ``tune.json`` records it. ``gpu_layers``: the ``-ngl`` the lane asked, None for every layer."""
     problems: list[str] = []
@@ -61,8 +62,10 @@ def verify(candidate: Candidate, props: Mapping[str, Any], startup: StartupLog |
         if done < want:
             problems.append(f"the server offloaded {done}/{total} layers to the GPU, {want} asked: the rest run on "
                             "the CPU, and the candidate's throughput would be blamed on its settings")
-    record = {"total_slots": slots, "n_ctx_slot": n_ctx, "log": None if startup is None else startup.to_json(),
-              "kv_unified": log.kv_unified if log.kv_unified is not None else (
-                  None if not isinstance(n_ctx, int) else candidate.kv_unified),
-              "problems": problems, "notes": notes}
+    record = Readback(total_slots=slots if isinstance(slots, int) else None,
+                      n_ctx_slot=n_ctx if isinstance(n_ctx, int) else None,
+                      log=None if startup is None else startup.to_json(),
+                      kv_unified=log.kv_unified if log.kv_unified is not None else (
+                          None if not isinstance(n_ctx, int) else candidate.kv_unified),
+                      problems=problems, notes=notes)
     return problems, record

@@ -45,12 +45,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from satbench.core.statistics import exceedance_p_value, gain_interval
 from satbench.recommender.models import LaneModel, StepModel
 from satbench.tune.grid import Candidate
-from satbench.tune.models import CandidateState
+from satbench.tune.models import CandidateState, WalkFacts
 
 __all__ = ["FEASIBLE_STATUSES", "Outcome", "PauseCount", "PruneRules", "dominator", "outcome_from_lane",
            "search"]
@@ -112,7 +111,7 @@ class Outcome:
     next_rung: int | None = None
     truncated: int = 0  # requests the server cut short at its context
     window_factor: float = 1.0
-    facts: dict[str, Any] = field(default_factory=dict)  # memory, read-back, resume: what tune.json records
+    facts: WalkFacts = field(default_factory=WalkFacts)  # memory, read-back, resume: what tune.json records
 
     @property
     def feasible(self) -> bool:

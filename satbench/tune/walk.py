@@ -65,7 +65,7 @@ from satbench.tune.answer import fingerprint
 from satbench.tune.context import truncated_requests
 from satbench.tune.grid import Candidate
 from satbench.tune.memory import Budget, ModelMemory, fit
-from satbench.tune.models import CandidateRecord
+from satbench.tune.models import CandidateRecord, MemoryNeed, Readback, WalkFacts
 from satbench.tune.readback import verify
 from satbench.tune.search import Outcome, outcome_from_lane
 
@@ -150,9 +150,9 @@ class CandidateWalker:
         if isinstance(resumed, Outcome):
             self.say(f"  {candidate.id}: resumed from {folder} (fingerprint matches)")
             return resumed
-        facts: dict[str, Any] = {"fingerprint": digest, "window_factor": window_factor}
+        facts = WalkFacts(fingerprint=digest, window_factor=window_factor)
         if resumed is not None:
-            facts["resume"] = resumed
+            facts = facts.model_copy(update={"resume": resumed})
             self.say(f"  {candidate.id}: walked again: {resumed}")
         if self._n_ctx_train is not None and candidate.ctx_per_slot > self._n_ctx_train:
             why = (f"context per slot {candidate.ctx_per_slot} (the workload's longest request) exceeds the "
@@ -160,8 +160,8 @@ class CandidateWalker:
             self.say(f"  {candidate.id}: skipped: {why}")
             return Outcome(candidate, "skipped", reason=why, facts=facts)
         need = fit(candidate.ctx_size, self.memory, self.budget)
-        facts["memory"] = {"kv_bytes": need.kv_bytes, "need_bytes": need.need_bytes, "fits": need.fits,
-                           "arithmetic": need.arithmetic}
+        facts = facts.model_copy(update={"memory": MemoryNeed(kv_bytes=need.kv_bytes, need_bytes=need.need_bytes,
+                                                              fits=need.fits, arithmetic=need.arithmetic)})
         if need.fits is False:
             self.say(f"  {candidate.id}: skipped: {need.arithmetic}")
             return Outcome(candidate, "skipped", reason=f"cannot fit: {need.arithmetic}", facts=facts)
@@ -177,7 +177,8 @@ class CandidateWalker:
                 (folder / "refused.txt").write_text(str(exc) + "\n", encoding="utf-8")
                 return Outcome(candidate, "refused", reason=why, folder=str(folder), facts=facts)
             (folder / "command.txt").write_text(shlex.join(runtime.command) + "\n", encoding="utf-8")
-            problems, facts["readback"] = self._read_back(candidate, runtime)
+            problems, readback = self._read_back(candidate, runtime)
+            facts = facts.model_copy(update={"readback": readback})
             if problems:
                 why = "; ".join(problems)
                 self.say(f"  {candidate.id}: refused: {why}")
@@ -188,20 +189,20 @@ class CandidateWalker:
             doc = self._walk(candidate, runtime, folder, window_factor)
         write_json_atomic(folder / "recommendations.json", doc)
         outcome = self._outcome(candidate, doc, folder, facts)
-        record = CandidateRecord(candidate=candidate.id, settings=candidate.settings(), parts=parts, **outcome.facts)
+        record = CandidateRecord.of(candidate.id, candidate.settings(), parts, outcome.facts)
         write_json_atomic(folder / "candidate.json", record.model_dump(mode="json"))
         self.say(f"  {candidate.id}: c={outcome.recommended} ({outcome.binding}, {outcome.status})"
                  + ("" if outcome.throughput_tok_s is None else f", {outcome.throughput_tok_s:.1f} tok/s")
                  + ("" if not outcome.truncated else f"; {outcome.truncated} requests cut short at the context"))
         return outcome
 
-    def _outcome(self, candidate: Candidate, doc: dict[str, Any], folder: Path, facts: dict[str, Any]) -> Outcome:
+    def _outcome(self, candidate: Candidate, doc: dict[str, Any], folder: Path, facts: WalkFacts) -> Outcome:
         """The candidate's outcome from its walk's document (validated here: ``read_document``)."""
         lane = read_document(doc).lanes.get(self.lane.key)
         cut, said = truncated_requests(folder / "records.jsonl", self.session.loadgen.workload.ignore_eos)
-        facts = {**facts, "truncated_requests": cut, "truncated_examples": said}
+        facts = facts.model_copy(update={"truncated_requests": cut, "truncated_examples": said})
         outcome = outcome_from_lane(candidate, lane, str(folder))
-        return dataclasses.replace(outcome, truncated=cut, window_factor=facts.get("window_factor", 1.0),
+        return dataclasses.replace(outcome, truncated=cut, window_factor=facts.window_factor,
                                    facts=facts)
 
     def _resume(self, candidate: Candidate, folder: Path, digest: str, parts: dict[str, str]) -> Outcome | str | None:
@@ -211,20 +212,22 @@ class CandidateWalker:
         if not done.is_file():
             return None
         recorded: CandidateRecord | None
+        facts: WalkFacts | None
         try:
             doc = json.loads(done.read_text(encoding="utf-8"))
             recorded = CandidateRecord.model_validate_json((folder / "candidate.json").read_bytes())
+            facts = recorded.facts()
         except (OSError, ValueError):  # a ValidationError is a ValueError: unreadable is unrecorded
-            recorded = None
-        if recorded is None or recorded.fingerprint is None:
+            recorded = facts = None
+        if recorded is None or facts is None or facts.fingerprint is None:
             why = "its folder has no recorded fingerprint (candidate.json)"
-        elif recorded.fingerprint != digest:
+        elif facts.fingerprint != digest:
             old = recorded.parts
             changed = sorted(k for k in set(parts) | set(old) if parts.get(k) != old.get(k))
             why = f"its recorded fingerprint differs ({', '.join(changed) or 'unknown parts'} changed)"
         else:
             try:
-                outcome = self._outcome(candidate, doc, folder, recorded.facts())
+                outcome = self._outcome(candidate, doc, folder, facts)
             except ValueError as exc:  # a recorded document that does not validate is walked again
                 why = f"its recorded recommendations.json is unreadable ({exc})"
             else:
@@ -243,13 +246,13 @@ class CandidateWalker:
         lane = self.lane.model_copy(update=update)
         return LAUNCHERS[lane.runtime](lane, self.session, processes, stack)
 
-    def _read_back(self, candidate: Candidate, runtime: RunningRuntime) -> tuple[list[str], dict[str, Any]]:
+    def _read_back(self, candidate: Candidate, runtime: RunningRuntime) -> tuple[list[str], Readback]:
         ngl = settings_from_argv(["llama-server", *self.lane.server_args])[0].get("n_gpu_layers")
         problems, record = verify(candidate, runtime.props, getattr(runtime, "startup", None),
                                   ngl if isinstance(ngl, int) else None)
         memory = self.memory
         if memory is not None and memory.kv_bytes_per_token is not None:
-            record["kv_bytes_model"] = round(memory.kv_bytes_per_token * candidate.ctx_size)
+            record = record.model_copy(update={"kv_bytes_model": round(memory.kv_bytes_per_token * candidate.ctx_size)})
         return problems, record
 
     def _walk(self, candidate: Candidate, runtime: RunningRuntime, folder: Path,

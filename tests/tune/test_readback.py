@@ -68,17 +68,17 @@ def test_a_started_server_that_is_not_the_candidate_is_refused(answer: dict[str,
     assert (not problems) == (said is None), problems
     if said is not None:
         assert any(said in p for p in problems), problems
-    assert record["problems"] == problems
+    assert record.problems == problems
 
 
 def test_what_the_server_does_not_publish_is_said_unverified() -> None:
     problems, record = verify(CANDIDATE, {"error": "GET /props failed: ConnectError"}, None)
-    assert problems == [] and record["total_slots"] is None and "unverified" in record["notes"][0]
+    assert problems == [] and record.total_slots is None and "unverified" in record.notes[0]
 
 
 def test_a_unified_candidate_reads_back_its_whole_pool_per_slot() -> None:
     unified = Candidate(4, 256, 256, 1024, kv_unified=True, pool=3072)
     log = parse_startup_log("load_model: initializing, n_slots = 4, n_ctx_slot = 3072, kv_unified = 'true'")
     problems, record = verify(unified, props(4, 3072), log)
-    assert problems == [] and record["kv_unified"] is True and record["notes"] == []
+    assert problems == [] and record.kv_unified is True and record.notes == []
     assert verify(unified, props(4, 3072), parse_startup_log(SPLIT_LOG))[0]  # the server built it split

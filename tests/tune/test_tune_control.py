@@ -174,5 +174,5 @@ def test_resume_reuses_only_what_was_measured_on_the_same_question(tmp_path: Pat
     assert any("walked again on resume" in f for f in lane.findings)
     folder = Path(candidate.folder)
     assert (folder.with_name(folder.name + ".stale") / "records.jsonl").exists()
-    recorded = CandidateRecord.model_validate_json((folder / "candidate.json").read_bytes())
+    recorded = CandidateRecord.model_validate_json((folder / "candidate.json").read_bytes()).facts()
     assert recorded.fingerprint == candidate.fingerprint != walked.fingerprint

@@ -25,7 +25,7 @@ from satbench.tune.document import lane_entry, tune_document
 from satbench.tune.evidence import Decision
 from satbench.tune.grid import Candidate
 from satbench.tune.memory import Budget, ModelMemory
-from satbench.tune.models import CandidateRecord, TuneDocument, read_tune
+from satbench.tune.models import CandidateRecord, MemoryNeed, TuneDocument, WalkFacts, read_tune
 from satbench.tune.readback import verify
 from satbench.tune.search import Outcome
 
@@ -44,18 +44,18 @@ def _candidate(p: int, b: int, kv_unified: bool = False, pool: int | None = None
 def _document() -> TuneDocument:
     _, told = verify(_candidate(4, 512), {"total_slots": 4, "default_generation_settings": {"n_ctx": 2304}},
                      StartupLog(slots=4, n_ctx_slot=2304, kv_unified=False, offloaded_layers=(33, 33)))
-    told["kv_bytes_model"] = 4 * CTX * 1024
+    told = told.model_copy(update={"kv_bytes_model": 4 * CTX * 1024})
     _, untold = verify(_candidate(2, 512), {"error": "unreachable"}, None)
-    memory = {"kv_bytes": 1000, "need_bytes": 2000, "fits": True, "arithmetic": "2000 B"}
+    memory = MemoryNeed(kv_bytes=1000, need_bytes=2000, fits=True, arithmetic="2000 B")
     outcomes = [
         Outcome(_candidate(2, 512), "measured", status="ok", recommended=2, binding="throughput_plateau",
                 throughput_tok_s=63.25, throughput_ci_tok_s=(61.0, 65.5), rungs=(1, 2, 4), folder="c/np2",
-                truncated=3, facts={"fingerprint": "sha256:a", "window_factor": 1.0, "memory": memory,
-                                    "readback": untold, "truncated_examples": ["r1: 10 of 40"]}),
+                truncated=3, facts=WalkFacts(fingerprint="sha256:a", memory=memory, readback=untold,
+                                             truncated_examples=["r1: 10 of 40"])),
         Outcome(_candidate(4, 512), "measured", status="ok", recommended=4, binding="slo_itl", throughput_tok_s=79.5,
                 throughput_ci_tok_s=(77.0, 82.0), starved_at=(8,), rungs=(1, 2, 4, 8), folder="c/np4", resumed=True,
-                window_factor=2.0, facts={"fingerprint": "sha256:b", "window_factor": 2.0, "memory": memory,
-                                          "readback": told, "resume": "its recorded fingerprint differs"}),
+                window_factor=2.0, facts=WalkFacts(fingerprint="sha256:b", window_factor=2.0, memory=memory,
+                                                   readback=told, resume="its recorded fingerprint differs")),
         Outcome(_candidate(8, 512), "refused", reason="out of memory", folder="c/np8"),
         Outcome(_candidate(16, 512), "skipped", reason="cannot fit"),
         Outcome(_candidate(2, 256), "pruned", reason="dominated", dominated_by="np2-b512-ub512-c4096"),
@@ -133,12 +133,13 @@ def test_a_file_that_is_not_a_tune_document_is_refused_in_one_line(tmp_path: Pat
     assert "\n" not in str(err.value)
 
 
-def test_a_candidate_record_gives_back_the_facts_the_walk_wrote() -> None:
-    memory = {"kv_bytes": 1, "need_bytes": 2, "fits": True, "arithmetic": "x"}
-    facts: dict[str, Any] = {"fingerprint": "sha256:a", "window_factor": 1.0, "memory": memory,
-                             "truncated_requests": 0, "truncated_examples": []}
-    record = CandidateRecord(candidate="np2", settings={"parallel": 2}, parts={"policy": "sha256:p"}, **facts)
+def test_a_candidate_record_keeps_only_what_the_walk_learnt_in_its_order() -> None:
+    # a candidate skipped for its memory: fingerprinted and sized, never started, so no read-back or truncation
+    facts = WalkFacts(fingerprint="sha256:a", window_factor=2.0).model_copy(
+        update={"memory": MemoryNeed(kv_bytes=1, need_bytes=2, fits=False, arithmetic="x")})
+    record = CandidateRecord.of("np2", {"parallel": 2}, {"policy": "sha256:p"}, facts)
     text = json.dumps(record.model_dump(mode="json"))
-    assert list(json.loads(text)) == ["candidate", "settings", "parts", *facts]
+    assert list(json.loads(text)) == ["candidate", "settings", "parts", "fingerprint", "window_factor", "memory"]
     again = CandidateRecord.model_validate_json(text)
-    assert again.fingerprint == "sha256:a" and again.parts == {"policy": "sha256:p"} and again.facts() == facts
+    assert again.parts == {"policy": "sha256:p"} and again.facts() == facts
+    assert again.facts().readback is None and again.facts().truncated_requests is None
