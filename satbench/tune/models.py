@@ -5,8 +5,9 @@ back by one validation (``read_tune``: a one-line ``ValueError`` naming the firs
 report, the console, the README and the benches read attributes, never string keys. The JSON is the dump
 itself: ``model_dump(mode="json", by_alias=True)`` keeps the declaration order, so every model declares its
 fields in the order ``tune.json`` has always written them (a candidate's ``kv_unified`` sits after
-``ctx_size``, where its settings put it; a lane's ``notes`` follow its ``lanes``), and a field that is null
-is written null, never left out.
+``ctx_size``, where its settings put it; a document's ``notes`` follow its ``lanes``), and a field that is
+null is written null, never left out, but for a read-back's ``kv_bytes_model``, which ``tune.json`` has always
+left out where the model's facts cannot tell it.
 
 The fields added after the first ``tune.json`` (the comparisons, the decision, the context, the memory, the
 findings; a candidate's memory, read-back, truncation, window factor, fingerprint and resume) have defaults,
@@ -18,6 +19,9 @@ The lane's ``tuned`` block in the recommendations document is the recommendation
 ``recommender.models.TunedModel``, built from a ``TuneLane`` by ``satbench.tune.document.tuned_block``; the
 policy is ``recommender.policy.Policy``; a read-back's start-up log is the runtime's own
 (``runtimes.llamacpp.StartupLog.to_json``), kept as it was said.
+
+A candidate's own folder holds ``candidate.json`` (``CandidateRecord``): the candidate, its fingerprint's
+parts and the walk's ``WalkFacts``, which a resumed tune reads back instead of walking the candidate again.
 """
 
 from __future__ import annotations
