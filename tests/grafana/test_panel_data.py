@@ -120,7 +120,13 @@ def test_every_panel_target_returns_data(relay_session: Replayed, name: str) -> 
     results = relay_session.results[name]
     print(f"\n{name}, run {relay_session.window.run_id}:\n{_table(results)}")
     open_loop = _open_loop_panels(DASHBOARDS[name]())
-    empty = [f"{r.panel} [{r.ref}] {r.query}" for r in results if not r.has_data and r.panel not in open_loop]
+    # a saturation figure is there only where the run found one: the one-slot lane saturates at c=1, but a
+    # loaded machine can blur its c=2 rung, and then no lane carries one (truth from the run's own document)
+    doc = json.loads((relay_session.run_dir / "recommendations.json").read_text())
+    saturated = any(lane.get("saturation_concurrency") is not None for lane in doc["lanes"].values())
+    excused = {r.panel for r in results if not saturated and "satbench_saturation_concurrency" in r.query}
+    empty = [f"{r.panel} [{r.ref}] {r.query}" for r in results
+             if not r.has_data and r.panel not in open_loop and r.panel not in excused]
     assert not empty, "targets without data:\n" + "\n".join(empty)
     panels = [p for p in all_panels(DASHBOARDS[name]()) if p["type"] != "row"]
     asked = {r.panel for r in results if not r.panel.startswith("annotation ")}
