@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from satbench.core.manifest import write_json_atomic
-from satbench.recommender.document import node_index, read_document
+from satbench.recommender.document import answers, node_index, read_document
 from satbench.recommender.models import TunedCandidateModel, TunedModel
 from satbench.recommender.policy import Policy
 from satbench.tune.answer import Choice, Comparison, pareto
@@ -250,9 +250,9 @@ def tuned_document(doc: TuneDocument, tune_dir: Path) -> dict[str, Any] | None:
             model = read_document(walked)
         except (OSError, ValueError):
             continue
-        if name not in model.lanes:
+        answer = answers(walked).get(name)  # the JSON the walk wrote, transformed in place (module docstring)
+        if answer is None or name not in model.lanes:
             continue
-        answer = walked["lanes"][name]  # the JSON the walk wrote, transformed (module docstring)
         answer["tuned"] = _tuned_json(block)
         write_json_atomic(path, walked)
         lanes[name] = answer

@@ -21,7 +21,7 @@ from satbench.recommender.policy import Policy
 from satbench.runtimes.llamacpp import StartupLog
 from satbench.tune.answer import choose
 from satbench.tune.context import ContextNeed
-from satbench.tune.document import lane_entry, tune_document
+from satbench.tune.document import lane_entry, tune_document, tuned_document
 from satbench.tune.evidence import Decision
 from satbench.tune.grid import Candidate
 from satbench.tune.memory import Budget, ModelMemory
@@ -143,3 +143,17 @@ def test_a_candidate_record_keeps_only_what_the_walk_learnt_in_its_order() -> No
     again = CandidateRecord.model_validate_json(text)
     assert again.parts == {"policy": "sha256:p"} and again.facts() == facts
     assert again.facts().readback is None and again.facts().truncated_requests is None
+
+
+def test_a_winner_whose_recommendations_do_not_validate_is_left_out_of_the_tunes_answer(tmp_path: Path) -> None:
+    doc = _document()
+    winner = doc.lanes["real"].winner
+    assert winner is not None and winner.folder
+    folder = tmp_path / winner.folder
+    folder.mkdir(parents=True)
+    broken = {"schema": "satbench.recommendations/v2", "lanes": {"real": {"status": "ok"}}}
+    (folder / "recommendations.json").write_text(json.dumps(broken), encoding="utf-8")
+    relative = doc.model_copy(update={"lanes": {"real": doc.lanes["real"].model_copy(
+        update={"winner": winner.model_copy(update={"folder": str(folder)})})}})
+    assert tuned_document(relative, tmp_path) is None  # not written into either
+    assert json.loads((folder / "recommendations.json").read_text()) == broken
