@@ -1,7 +1,7 @@
 """Open-loop rungs over real HTTP against the simulator: every request timed from its intended send, so a
 stall of the server cannot hide latency (coordinated omission).
 
-The simulator's engine pauses 1 s every 10 s (an ``engine_pause`` fault: no step runs, every slot and the
+The simulator's engine pauses 1 s every 5 s (an ``engine_pause`` fault: no step runs, every slot and the
 queue wait). A constant-rate rung sends on schedule whatever the server does; each request meant to be sent
 during a pause waits at least until the pause ends, and its TTFT counted from its intended send says so. The
 truth is the fault's own schedule, read from the simulator's clock, never the load generator's figures.
@@ -23,7 +23,7 @@ from satbench.report.rates import co_sentence
 from satbench.simulator.profile import FaultSpec
 from testkit.sim import InProcessSimulator
 
-PAUSE_S, EVERY_S = 1.0, 10.0
+PAUSE_S, EVERY_S = 1.0, 5.0
 
 
 @pytest.mark.slow
@@ -36,10 +36,10 @@ def test_a_server_stall_lands_on_every_request_scheduled_during_it(tmp_path: Pat
         started_wall = runtime.time_map.offset + runtime.time_map.started_mono
         config = LoadgenConfig.model_validate({
             "lanes": [{"name": "dense", "url": sim.url}], "ladder": {"concurrency": [2], "extend": False},
-            "warmup_s": 0.5, "min_window_s": 21.0, "max_window_s": 21.0, "min_requests": 2,
+            "warmup_s": 0.5, "min_window_s": 11.0, "max_window_s": 11.0, "min_requests": 2,
             "drain_timeout_s": 5.0, "max_loop_lag_s": 1.0, "progress": False,
             "workload": {"output_tokens": {"value": 16}, "prompt_tokens": {"value": 32}},
-            "arrival": {"process": "constant", "rates": [6.0], "max_window_s": 21.0, "warmup_s": 0.5},
+            "arrival": {"process": "constant", "rates": [6.0], "max_window_s": 11.0, "warmup_s": 0.5},
             "objectives": {"ttft_s": 2.0}})
         runner = LadderRunner(config, tmp_path, run_id="20261204T000000Z-co")
         try:
@@ -50,7 +50,7 @@ def test_a_server_stall_lands_on_every_request_scheduled_during_it(tmp_path: Pat
     windows = {(w.concurrency, w.rate_rps): w for w in manifest.windows("dense")}
     open_window, closed_window = windows[(0, 6.0)], windows[(2, None)]
     opened = [r for r in records if r.rate_rps == 6.0 and open_window.contains(r.intended_at or -1.0) and r.ok]
-    assert len(opened) >= 100
+    assert len(opened) >= 50  # 66 meant in an 11 s window
 
     def pause_end(t: float) -> float | None:
         """The end of the pause the engine was in at wall time ``t`` (None: it was running)."""
@@ -66,7 +66,7 @@ def test_a_server_stall_lands_on_every_request_scheduled_during_it(tmp_path: Pat
     open_fig = compute_step_figures(records, open_window)
     closed_fig = compute_step_figures(records, closed_window)
     stalled_share = len(in_pause) / len(opened)
-    assert stalled_share > 0.05  # a tenth of the schedule falls in a pause
+    assert stalled_share > 0.1  # a fifth of the schedule falls in a pause
     assert open_fig.ttft_intended_s.p99 is not None and open_fig.ttft_intended_s.p99 >= 0.8 * PAUSE_S
     # the closed loop on the same server: its users stop sending during a pause, so fewer of its requests see it
     closed_hit = [r for r in records if r.concurrency == 2 and r.rate_rps is None and r.ok
