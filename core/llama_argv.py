@@ -32,6 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from satbench.core.llama_flags import ServerFlag, server_flag
+
 __all__ = [
     "ARGV_FLAGS",
     "AUTO_SLOTS",
@@ -62,43 +64,55 @@ DECIDING_SETTINGS = ("slots", "ctx_per_slot", "kv_unified", "batch", "ubatch")
 
 @dataclass(frozen=True)
 class Flag:
-    """One llama-server setting: the spellings that take its value, its environment variables (the first one
-    is llama.cpp's own, later ones older names), how its value reads, and, for a switch, the spellings that
-    turn it off. ``repeat``: given several times, the values add up (``-ot``) instead of the last one counting."""
+    """One llama-server setting that bears on capacity: its flag (any one spelling; the others, the "off" forms
+    of a switch included, are the option's own in ``core.llama_flags``), its environment variables (the first
+    one is llama.cpp's own, later ones older names) and how its value reads. ``repeat``: given several times,
+    the values add up (``-ot``) instead of the last one counting."""
 
-    names: tuple[str, ...]
+    flag: str
     env: tuple[str, ...]
     kind: str  # int | text | lower | switch | flash_attn | layers
-    negatives: tuple[str, ...] = ()
     repeat: bool = False
 
+    @property
+    def option(self) -> ServerFlag:
+        return server_flag(self.flag)
 
-# setting -> flag: the one table of flags read here (names and variables from llama.cpp's common/arg.cpp).
-# ``ctx_size`` is the whole context (-c), from which ``ctx_per_slot`` follows; ``cpu_moe`` (-cmoe, every
-# layer's experts on the CPU) is read into ``n_cpu_moe`` as "all".
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The spellings that set it, the short one first (``-np``, ``--parallel``)."""
+        return self.option.positives
+
+    @property
+    def negatives(self) -> tuple[str, ...]:
+        """The spellings that turn a switch off (``-no-kvu``, ``--no-kv-unified``)."""
+        return self.option.negatives
+
+
+# setting -> flag: the settings read here (variables from llama.cpp's common/arg.cpp; every spelling from the
+# one table of flags, core.llama_flags). ``ctx_size`` is the whole context (-c), from which ``ctx_per_slot``
+# follows; ``cpu_moe`` (-cmoe, every layer's experts on the CPU) is read into ``n_cpu_moe`` as "all".
 ARGV_FLAGS: dict[str, Flag] = {
-    "slots": Flag(("-np", "--parallel"), ("LLAMA_ARG_N_PARALLEL",), "int"),
-    "ctx_size": Flag(("-c", "--ctx-size"), ("LLAMA_ARG_CTX_SIZE",), "int"),
-    "kv_unified": Flag(("-kvu", "--kv-unified"), ("LLAMA_ARG_KV_UNIFIED",), "switch",
-                       negatives=("-no-kvu", "--no-kv-unified")),
-    "batch": Flag(("-b", "--batch-size"), ("LLAMA_ARG_BATCH",), "int"),
-    "ubatch": Flag(("-ub", "--ubatch-size"), ("LLAMA_ARG_UBATCH",), "int"),
-    "flash_attn": Flag(("-fa", "--flash-attn"), ("LLAMA_ARG_FLASH_ATTN",), "flash_attn"),
-    "cache_type_k": Flag(("-ctk", "--cache-type-k"), ("LLAMA_ARG_CACHE_TYPE_K",), "lower"),
-    "cache_type_v": Flag(("-ctv", "--cache-type-v"), ("LLAMA_ARG_CACHE_TYPE_V",), "lower"),
-    "n_gpu_layers": Flag(("-ngl", "--gpu-layers", "--n-gpu-layers"), ("LLAMA_ARG_N_GPU_LAYERS",), "layers"),
-    "threads": Flag(("-t", "--threads"), ("LLAMA_ARG_THREADS",), "int"),
-    "threads_batch": Flag(("-tb", "--threads-batch"), (), "int"),
-    "draft_model": Flag(("-md", "--model-draft", "--spec-draft-model"),
-                        ("LLAMA_ARG_SPEC_DRAFT_MODEL", "LLAMA_ARG_MODEL_DRAFT"), "text"),
-    "n_cpu_moe": Flag(("-ncmoe", "--n-cpu-moe"), ("LLAMA_ARG_N_CPU_MOE",), "int"),
-    "cpu_moe": Flag(("-cmoe", "--cpu-moe"), ("LLAMA_ARG_CPU_MOE",), "switch"),
-    "override_tensor": Flag(("-ot", "--override-tensor"), ("LLAMA_ARG_OVERRIDE_TENSOR",), "text", repeat=True),
-    "split_mode": Flag(("-sm", "--split-mode"), ("LLAMA_ARG_SPLIT_MODE",), "lower"),
-    "devices": Flag(("-dev", "--device"), ("LLAMA_ARG_DEVICE",), "text"),
-    "tensor_split": Flag(("-ts", "--tensor-split"), ("LLAMA_ARG_TENSOR_SPLIT",), "text"),
-    "main_gpu": Flag(("-mg", "--main-gpu"), ("LLAMA_ARG_MAIN_GPU",), "int"),
-    "cache_reuse": Flag(("--cache-reuse",), ("LLAMA_ARG_CACHE_REUSE",), "int"),
+    "slots": Flag("--parallel", ("LLAMA_ARG_N_PARALLEL",), "int"),
+    "ctx_size": Flag("--ctx-size", ("LLAMA_ARG_CTX_SIZE",), "int"),
+    "kv_unified": Flag("--kv-unified", ("LLAMA_ARG_KV_UNIFIED",), "switch"),
+    "batch": Flag("--batch-size", ("LLAMA_ARG_BATCH",), "int"),
+    "ubatch": Flag("--ubatch-size", ("LLAMA_ARG_UBATCH",), "int"),
+    "flash_attn": Flag("--flash-attn", ("LLAMA_ARG_FLASH_ATTN",), "flash_attn"),
+    "cache_type_k": Flag("--cache-type-k", ("LLAMA_ARG_CACHE_TYPE_K",), "lower"),
+    "cache_type_v": Flag("--cache-type-v", ("LLAMA_ARG_CACHE_TYPE_V",), "lower"),
+    "n_gpu_layers": Flag("--n-gpu-layers", ("LLAMA_ARG_N_GPU_LAYERS",), "layers"),
+    "threads": Flag("--threads", ("LLAMA_ARG_THREADS",), "int"),
+    "threads_batch": Flag("--threads-batch", (), "int"),
+    "draft_model": Flag("--model-draft", ("LLAMA_ARG_SPEC_DRAFT_MODEL", "LLAMA_ARG_MODEL_DRAFT"), "text"),
+    "n_cpu_moe": Flag("--n-cpu-moe", ("LLAMA_ARG_N_CPU_MOE",), "int"),
+    "cpu_moe": Flag("--cpu-moe", ("LLAMA_ARG_CPU_MOE",), "switch"),
+    "override_tensor": Flag("--override-tensor", ("LLAMA_ARG_OVERRIDE_TENSOR",), "text", repeat=True),
+    "split_mode": Flag("--split-mode", ("LLAMA_ARG_SPLIT_MODE",), "lower"),
+    "devices": Flag("--device", ("LLAMA_ARG_DEVICE",), "text"),
+    "tensor_split": Flag("--tensor-split", ("LLAMA_ARG_TENSOR_SPLIT",), "text"),
+    "main_gpu": Flag("--main-gpu", ("LLAMA_ARG_MAIN_GPU",), "int"),
+    "cache_reuse": Flag("--cache-reuse", ("LLAMA_ARG_CACHE_REUSE",), "int"),
 }
 # every variable of the table, with the LLAMA_ARG_NO_ form of each switch: what the exporter keeps of a
 # runtime's environment (nothing else: the environment holds keys and tokens)

@@ -1,6 +1,7 @@
 """``satbench sim`` as a drop-in ``llama-server``: its command line mapped onto the profile and the server.
 
-``satbench sim`` accepts every flag of llama-server's command line (``simulator.llama_flags``). The ones
+``satbench sim`` accepts every flag of llama-server's command line (``core.llama_flags``, the one table of its
+spellings that ``core.llama_argv`` reads a runtime's command line with too). The ones
 that shape serving are honoured:
 
 | llama-server flag | simulator |
@@ -48,13 +49,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from satbench.core.llama_argv import ARGV_FLAGS, environment_settings, server_layout
-from satbench.simulator.llama_flags import LLAMA_SERVER_FLAGS
+from satbench.core.llama_flags import LLAMA_SERVER_FLAGS
 from satbench.simulator.model_cache import cached_preset, hf_cache_dir
 from satbench.simulator.profile import Profile, ProfileError
 
@@ -113,24 +114,17 @@ class _LlamaFlag(argparse.Action):
         setattr(namespace, LLAMA_DEST, seen)
 
 
-def _canonical(names: Sequence[str]) -> str:
-    longs = [n for n in names if n.startswith("--") and not n.startswith("--no-")]
-    return (longs or [n for n in names if n.startswith("--")] or list(names))[0]
-
-
 def add_llama_flags(parser: argparse.ArgumentParser) -> None:
-    """Registers llama-server's flags (all but the shared ones) under one list, ``args.llama_flags``."""
+    """Registers llama-server's flags (all but the shared ones) under one list, ``args.llama_flags``, each under
+    its option's canonical name (``ServerFlag.canonical``)."""
     parser.set_defaults(**{LLAMA_DEST: []})
     group = parser.add_argument_group("llama-server flags (drop-in; see simulator/dropin.py)")
     group.add_argument("--no-slots", dest="slots_endpoint", action="store_false", default=None,
                        help="answer /slots with 501, as llama-server --no-slots")
-    for names, takes_value in LLAMA_SERVER_FLAGS:
-        usable = [n for n in names if n not in _SHARED]
-        if not usable:
-            continue
-        canon = _canonical(names)
-        for name in usable:  # one action per spelling, so that the --no- forms can be told apart
-            group.add_argument(name, dest=canon, action=_LlamaFlag, nargs=None if takes_value else 0,
+    for flag in LLAMA_SERVER_FLAGS:
+        for name in (n for n in flag.names if n not in _SHARED):  # one action per spelling, so that the
+            # --no- forms can be told apart
+            group.add_argument(name, dest=flag.canonical, action=_LlamaFlag, nargs=None if flag.takes_value else 0,
                                metavar="V", help=argparse.SUPPRESS)
 
 
@@ -152,10 +146,10 @@ def _split(value: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in value.split(",") if v.strip())
 
 
-# the settings a drop-in simulator honours from the environment, as (canonical flag, spelling) of the command
-# line they stand for
-_FROM_ENV = {"slots": "--parallel", "ctx_size": "--ctx-size", "batch": "--batch-size", "ubatch": "--ubatch-size",
-             "kv_unified": "--kv-unified"}
+# the settings a drop-in simulator honours from the environment, as the canonical flag of the command line they
+# stand for
+_FROM_ENV = {setting: ARGV_FLAGS[setting].option.canonical
+             for setting in ("slots", "ctx_size", "batch", "ubatch", "kv_unified")}
 
 
 def _environment_flags(environ: Mapping[str, str], given: Sequence[tuple[str, str, Any]]) -> list[tuple[str, str, Any]]:
@@ -175,6 +169,115 @@ def _environment_flags(environ: Mapping[str, str], given: Sequence[tuple[str, st
     return out
 
 
+@dataclass
+class _Reading:
+    """What llama-server's flags have said so far, read one by one (the last one of a flag counts)."""
+
+    profile: Profile
+    parallel: int | None
+    opts: dict[str, Any]
+    server: dict[str, Any] = field(default_factory=dict)  # the profile's [server] overrides
+    ctx: int | None = None
+    kv_unified: bool | None = None
+    api_keys: list[str] = field(default_factory=list)
+    router_flags: list[tuple[str, str, Any, bool]] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
+
+
+# (spelling as given, its value or None, whether it is an "off" form) -> what it means
+_Read = Callable[[str, Any, bool], Any]
+_Setter = Callable[[_Reading, str, Any, bool], None]
+
+
+def _ON(spelled: str, value: Any, off: bool) -> bool:
+    return not off
+
+
+def _TRUE(spelled: str, value: Any, off: bool) -> bool:
+    return True
+
+
+def _TEXT(spelled: str, value: Any, off: bool) -> Any:
+    return value
+
+
+def _LIST(spelled: str, value: Any, off: bool) -> tuple[str, ...]:
+    return _split(value)
+
+
+def _INT(spelled: str, value: Any, off: bool) -> int:
+    return _int(spelled, value)
+
+
+def _option(key: str, read: _Read, *, unless_set: bool = False) -> _Setter:
+    """A setter of the server option ``key`` (``unless_set``: only where no flag set it yet)."""
+    def setter(r: _Reading, spelled: str, value: Any, off: bool) -> None:
+        if not (unless_set and key in r.opts):
+            r.opts[key] = read(spelled, value, off)
+    return setter
+
+
+def _serving(key: str, read: _Read) -> _Setter:
+    """A setter of the profile's ``[server]`` setting ``key``."""
+    def setter(r: _Reading, spelled: str, value: Any, off: bool) -> None:
+        r.server[key] = read(spelled, value, off)
+    return setter
+
+
+def _cache_ram(r: _Reading, spelled: str, value: Any, off: bool) -> None:
+    """MiB of host memory for prompts the slots give up, in tokens of the model's KV; -1 no limit, 0 off."""
+    mib = _int(spelled, value)
+    per_token = max(1, r.profile.memory.kv_bytes_per_token)
+    r.server["cache_ram_tokens"] = 0 if mib == 0 else 1 << 40 if mib < 0 else mib * (1 << 20) // per_token
+
+
+def _api_key_file(r: _Reading, spelled: str, value: Any, off: bool) -> None:
+    try:
+        r.api_keys += [ln.strip() for ln in Path(value).read_text().splitlines() if ln.strip()]
+    except OSError as exc:
+        raise ProfileError(f"--api-key-file: cannot read {value}: {exc.strerror}") from exc
+
+
+def _set(name: str, read: _Read) -> _Setter:
+    """A setter of the reading's own ``name`` (the context, the slots, the KV layout)."""
+    def setter(r: _Reading, spelled: str, value: Any, off: bool) -> None:
+        setattr(r, name, read(spelled, value, off))
+    return setter
+
+
+# canonical flag -> what it does to the simulator (the table of the module docstring); a flag of llama-server
+# not here is accepted and named as ignored, a router flag waits for the router decision (below)
+_SETTERS: dict[str, _Setter] = {
+    "--ctx-size": _set("ctx", _INT),
+    "--parallel": _set("parallel", _INT),
+    "--kv-unified": _set("kv_unified", _ON),
+    "--batch-size": _serving("batch", _INT),
+    "--ubatch-size": _serving("ubatch", _INT),
+    "--context-shift": _serving("context_shift", _ON),
+    "--cache-ram": _cache_ram,
+    "--alias": _option("aliases", _LIST),
+    "--tags": _option("tags", _LIST),
+    "--model": _option("model_path", _TEXT),
+    "--hf-repo": _option("model_path", lambda spelled, value, off: value.replace("/", "_").replace(":", "_")
+                         + ".gguf", unless_set=True),
+    "--hf-file": _option("model_path", lambda spelled, value, off: Path(value).name),
+    "--model-url": _option("model_path", lambda spelled, value, off: value.rsplit("/", 1)[-1], unless_set=True),
+    "--api-key": lambda r, spelled, value, off: r.api_keys.extend(_split(value)),
+    "--api-key-file": _api_key_file,
+    "--metrics": _option("metrics", _TRUE),
+    "--ui": _option("ui", _ON),
+    "--predict": _option("n_predict", _INT),
+    "--n-predict": _option("n_predict", _INT),
+    "--temp": _option("temperature", lambda spelled, value, off: _float(spelled, value)),
+    "--cors-origins": _option("cors_origins", _LIST),
+    "--tools": _option("cors_origins", lambda spelled, value, off: ("localhost",), unless_set=True),
+    "--ui-mcp-proxy": _option("ui_mcp_proxy", _ON),
+    "--media-path": _option("media_path", _TEXT),
+    "--verbose": _option("verbose", _TRUE),
+    "--embedding": _option("embeddings", _TRUE),
+}
+
+
 def apply_llama_flags(profile: Profile, args: argparse.Namespace,
                       environ: Mapping[str, str] | None = None) -> tuple[Profile, ServerOptions]:
     """The profile and server options after satbench's own flags (already applied), llama-server's, and the
@@ -191,74 +294,18 @@ def apply_llama_flags(profile: Profile, args: argparse.Namespace,
         opts["slots"] = bool(args.slots_endpoint)
     if slots_flag:
         opts["slots"] = True
-    server: dict[str, Any] = {}
-    ctx: int | None = None
-    parallel: int | None = args.slots
-    kv_unified: bool | None = None
-    ignored: list[str] = []
-    api_keys: list[str] = []
-    router_flags: list[tuple[str, str, Any, bool]] = []
+    r = _Reading(profile, parallel=args.slots, opts=opts)
     for dest, spelled, value in given:
         off = spelled.startswith(("--no-", "-no-", "LLAMA_ARG_NO_"))
-        if dest == "--ctx-size":
-            ctx = _int(spelled, value)
-        elif dest == "--parallel":
-            parallel = _int(spelled, value)
-        elif dest == "--batch-size":
-            server["batch"] = _int(spelled, value)
-        elif dest == "--ubatch-size":
-            server["ubatch"] = _int(spelled, value)
-        elif dest == "--kv-unified":
-            kv_unified = not off
-        elif dest == "--context-shift":
-            server["context_shift"] = not off
-        elif dest == "--cache-ram":  # MiB of host memory for prompts the slots give up; -1 no limit, 0 off
-            mib = _int(spelled, value)
-            per_token = max(1, profile.memory.kv_bytes_per_token)
-            server["cache_ram_tokens"] = 0 if mib == 0 else 1 << 40 if mib < 0 else mib * (1 << 20) // per_token
-        elif dest == "--alias":
-            opts["aliases"] = _split(value)
-        elif dest == "--tags":
-            opts["tags"] = _split(value)
-        elif dest == "--model":
-            opts["model_path"] = value
-        elif dest == "--hf-repo":
-            opts.setdefault("model_path", value.replace("/", "_").replace(":", "_") + ".gguf")
-        elif dest == "--hf-file":
-            opts["model_path"] = Path(value).name
-        elif dest == "--model-url":
-            opts.setdefault("model_path", value.rsplit("/", 1)[-1])
-        elif dest == "--api-key":
-            api_keys += _split(value)
-        elif dest == "--api-key-file":
-            try:
-                api_keys += [ln.strip() for ln in Path(value).read_text().splitlines() if ln.strip()]
-            except OSError as exc:
-                raise ProfileError(f"--api-key-file: cannot read {value}: {exc.strerror}") from exc
-        elif dest == "--metrics":
-            opts["metrics"] = True
-        elif dest == "--ui":
-            opts["ui"] = not off
-        elif dest in ("--predict", "--n-predict"):
-            opts["n_predict"] = _int(spelled, value)
-        elif dest == "--temp":
-            opts["temperature"] = _float(spelled, value)
-        elif dest == "--cors-origins":
-            opts["cors_origins"] = _split(value)
-        elif dest == "--tools":
-            opts.setdefault("cors_origins", ("localhost",))
-        elif dest == "--ui-mcp-proxy":
-            opts["ui_mcp_proxy"] = not off
-        elif dest == "--media-path":
-            opts["media_path"] = value
-        elif dest == "--verbose":
-            opts["verbose"] = True
-        elif dest == "--embedding":
-            opts["embeddings"] = True
+        setter = _SETTERS.get(dest)
+        if setter is not None:
+            setter(r, spelled, value, off)
         elif dest in _ROUTER_FLAGS:
-            router_flags.append((dest, spelled, value, off))
+            r.router_flags.append((dest, spelled, value, off))
         elif dest not in _NO_OP:
-            ignored.append(spelled if value is None else f"{spelled} {value}")
+            r.ignored.append(spelled if value is None else f"{spelled} {value}")
+    server, ctx, parallel, kv_unified = r.server, r.ctx, r.parallel, r.kv_unified
+    ignored, api_keys, router_flags = r.ignored, r.api_keys, r.router_flags
     has_model = any(dest in _MODEL_SOURCES for dest, _, _ in given)
     hf_repo = next((value for dest, _, value in given if dest == "--hf-repo"), None)
     if hf_repo is not None and not any(dest in _MODEL_SOURCES - {"--hf-repo"} for dest, _, _ in given):

