@@ -63,7 +63,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from satbench.core.statistics import t_quantile
+from satbench.core.statistics import t_quantile, welch_difference
 from satbench.tune.models import ParetoPoint, Verdict
 from satbench.tune.search import Outcome
 
@@ -114,17 +114,6 @@ def _t(o: Outcome) -> float:
     return o.throughput_tok_s
 
 
-def _welch(sa: float, da: float, sb: float, db: float) -> tuple[float, float]:
-    """The standard error of a difference of two independent means and its Welch-Satterthwaite degrees of
-    freedom, ``(sa**2 + sb**2)**2 / (sa**4 / da + sb**4 / db)``, written in each variance's share so that it
-    cannot underflow."""
-    se = math.hypot(sa, sb)
-    if se == 0:
-        return 0.0, max(da, db)
-    wa, wb = (sa / se) ** 2, (sb / se) ** 2
-    return se, 1.0 / (wa * wa / da + wb * wb / db)
-
-
 def difference(a: Outcome, b: Outcome, confidence: float = 0.95) -> tuple[float, float]:
     """``t_a - t_b`` and the half-width of its interval at ``confidence`` (module docstring); inf half-width
     where an interval is missing."""
@@ -132,7 +121,7 @@ def difference(a: Outcome, b: Outcome, confidence: float = 0.95) -> tuple[float,
     ses = (a.throughput_se_tok_s, b.throughput_se_tok_s)
     dofs = (a.throughput_dof, b.throughput_dof)
     if None not in ses and None not in dofs:
-        se, dof = _welch(float(ses[0] or 0.0), max(1.0, float(dofs[0] or 1.0)),
+        se, dof = welch_difference(float(ses[0] or 0.0), max(1.0, float(dofs[0] or 1.0)),
                          float(ses[1] or 0.0), max(1.0, float(dofs[1] or 1.0)))
         return diff, 0.0 if se == 0 else t_quantile(confidence, max(1.0, dof)) * se
     return diff, math.hypot(a.half_width_tok_s, b.half_width_tok_s)
