@@ -6,6 +6,9 @@ load generator and the recommender, scraped every ``scrape_interval_s``, plus th
 rules of the repository's ``prometheus/rules/``. The text comes from the exporter's
 ``render_prometheus_config``, so the per-run config and the committed one agree. ``wait_targets_up`` blocks
 until every target has been scraped once, so the first step window already has samples.
+``wait_remote_written`` holds the session's end until a ``remote_write`` store (the fleet's) has been sent
+every sample this Prometheus had stored: stopping it sooner loses the last batches (on a loaded machine the
+store lacked the session's last seconds).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from datetime import datetime
 from pathlib import Path
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from satbench.exporter.promconfig import ScrapeTarget, render_prometheus_config
 from satbench.session.processes import ProcessSet, StartError, wait_until_ready
@@ -27,9 +31,11 @@ __all__ = [
     "PROMETHEUS_DIR",
     "ScrapeTarget",
     "find_prometheus",
+    "remote_write_lag",
     "render_prometheus_config",
     "rule_files",
     "start_prometheus",
+    "wait_remote_written",
     "wait_scraped_since",
     "wait_targets_up",
 ]
@@ -163,6 +169,50 @@ def wait_scraped_since(
                     return True
             except (httpx.HTTPError, ValueError, KeyError, TypeError):
                 pass
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+    finally:
+        if client is None:
+            http.close()
+
+
+# Prometheus' own gauges (storage/remote): the newest sample it stored, and per remote_write queue the newest
+# sample that queue has sent
+_STORED = "prometheus_remote_storage_highest_timestamp_in_seconds"
+_SENT = "prometheus_remote_storage_queue_highest_sent_timestamp_seconds"
+
+
+def remote_write_lag(metrics_text: str) -> tuple[float, float] | None:
+    """``(stored, sent)`` from Prometheus' ``/metrics``: the newest sample's time it stored, and the oldest of
+    its remote_write queues' newest sent (None where it has no queue)."""
+    stored, sent = 0.0, []
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            if sample.name == _STORED:
+                stored = max(stored, sample.value)
+            elif sample.name == _SENT:
+                sent.append(sample.value)
+    return (stored, min(sent)) if sent else None
+
+
+def wait_remote_written(url: str, *, timeout_s: float, client: httpx.Client | None = None) -> bool:
+    """Waits until every remote_write queue of the Prometheus at ``url`` has sent the samples it had stored
+    when the wait began. False at the deadline (or with no queue to ask), never raises: a slow store costs
+    its own last samples, never the session."""
+    http = client or httpx.Client(timeout=2.0)
+    deadline = time.monotonic() + timeout_s
+    target: float | None = None
+    try:
+        while True:
+            try:
+                lag = remote_write_lag(http.get(f"{url}/metrics").text)
+            except (httpx.HTTPError, ValueError):
+                lag = None
+            if lag is not None:
+                target = lag[0] if target is None else target
+                if lag[1] >= target > 0:
+                    return True
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.1)

@@ -84,6 +84,7 @@ from satbench.session.prometheus import (
     render_prometheus_config,
     rule_files,
     start_prometheus,
+    wait_remote_written,
     wait_scraped_since,
     wait_targets_up,
 )
@@ -91,6 +92,8 @@ from satbench.session.prometheus import (
 __all__ = ["LaneEndpoint", "SessionResult", "run_session"]
 
 Say = Callable[[str], None]
+# how long the session's end waits for its Prometheus to send a remote_write store (the fleet's) every sample
+REMOTE_WRITE_WAIT_S = 30.0
 
 
 @dataclass
@@ -389,6 +392,9 @@ def run_session(
                 if prom_binary is not None and not wait_scraped_since(  # our Prometheus keeps the answer too
                         prom_url, time.time(), (RECOMMENDER_JOB,), timeout_s=settle_s):
                     say(f"  prometheus: the recommender not scraped after its answer within {settle_s:g} s")
+            if prom_binary is not None and config.prometheus.remote_write and not wait_remote_written(
+                    prom_url, timeout_s=REMOTE_WRITE_WAIT_S):  # the fleet store gets the session's last samples
+                say(f"  prometheus: remote_write had not sent every sample within {REMOTE_WRITE_WAIT_S:g} s")
     except BaseException:
         if not started:  # nothing was measured: the reason is the error (with the child's log tail)
             processes.stop_all()

@@ -7,7 +7,7 @@ import json
 import httpx
 import pytest
 
-from satbench.session.prometheus import _unix, wait_scraped_since
+from satbench.session.prometheus import _unix, remote_write_lag, wait_remote_written, wait_scraped_since
 
 
 @pytest.mark.parametrize(
@@ -42,3 +42,33 @@ def test_a_target_not_scraped_since_is_a_timeout_not_an_exception() -> None:
     client = _targets(("exporter", "2026-12-01T11:22:40Z"), ("loadgen", "2026-12-01T11:22:38Z"))
     assert not wait_scraped_since("http://prom", since, ("exporter", "loadgen"), timeout_s=0.3, client=client)
     assert not wait_scraped_since("http://prom", since, ("absent",), timeout_s=0.2, client=client)
+
+
+def _self_metrics(*pages: tuple[float, list[float]]) -> httpx.Client:
+    """Prometheus' own /metrics, one page per request (the last repeats): its newest stored sample and each
+    remote_write queue's newest sent one."""
+    texts = [("# TYPE prometheus_remote_storage_highest_timestamp_in_seconds gauge\n"
+              f"prometheus_remote_storage_highest_timestamp_in_seconds {stored}\n"
+              "# TYPE prometheus_remote_storage_queue_highest_sent_timestamp_seconds gauge\n"
+              + "".join(f'prometheus_remote_storage_queue_highest_sent_timestamp_seconds{{remote_name="q{i}"}} {s}\n'
+                        for i, s in enumerate(sent))) for stored, sent in pages]
+    calls = iter(range(10**6))
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text=texts[min(next(calls), len(texts) - 1)])
+
+    return httpx.Client(transport=httpx.MockTransport(answer))
+
+
+def test_the_end_waits_until_every_queue_sent_what_was_stored_when_it_began() -> None:
+    # stored 100 when the wait began; scraping goes on (stored grows), and the slower queue reaches 100 later:
+    # done then, not when it catches up with a target that keeps moving
+    client = _self_metrics((100.0, [99.0, 98.0]), (101.0, [100.5, 99.5]), (102.0, [101.0, 100.0]),
+                           (103.0, [102.0, 101.0]))
+    assert wait_remote_written("http://prom", timeout_s=5.0, client=client)
+    assert remote_write_lag(client.get("http://prom/metrics").text) == (103.0, 101.0)
+
+
+def test_a_queue_that_never_catches_up_or_no_queue_is_a_timeout_not_an_exception() -> None:
+    assert not wait_remote_written("http://prom", timeout_s=0.3, client=_self_metrics((100.0, [50.0])))
+    assert not wait_remote_written("http://prom", timeout_s=0.3, client=_self_metrics((100.0, [])))
