@@ -39,9 +39,17 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
-from satbench.core.config_files import FieldError, HttpUrl, load_toml_model, merge_tables, validation_problems
+from satbench.core.config_files import FieldError, HttpUrl, load_toml_model, merge_tables
 from satbench.core.lanes import LOCAL_NODE, NAME_PATTERN, Lane, duplicate_names, lane_named
 from satbench.evidence import refuse_home_path
 from satbench.loadgen.config import LadderConfig, LaneConfig, LoadgenConfig, ObjectivesConfig
@@ -254,8 +262,9 @@ class SessionConfig(_Model):
     # A fleet: each node's lanes join ``lanes`` with ``node`` set (``_with_nodes``); ``nodes`` keeps the labels.
     nodes: list[NodeSection] = Field(default_factory=list)
     fleet: FleetSection = Field(default_factory=FleetSection)
-    # The policy is validated before loadgen, whose ladder extension takes its thresholds from it.
-    policy: dict[str, Any] = Field(default_factory=dict)
+    # The policy is validated before loadgen, whose ladder extension takes its thresholds from it. It is
+    # recorded (the manifest's config, the recommender's policy file) as given: the settings the config named.
+    policy: Policy = Field(default_factory=Policy)
     loadgen: LoadgenConfig = Field(default_factory=lambda: LoadgenConfig.model_validate(DEFAULT_LOADGEN),
                                    validate_default=True)
     prometheus: PrometheusSection = Field(default_factory=PrometheusSection)
@@ -264,21 +273,21 @@ class SessionConfig(_Model):
     out_dir: Path = Path("runs")
     start_timeout_s: float = Field(default=30.0, gt=0.0)
 
-    @field_validator("policy")
-    @classmethod
-    def _check_policy(cls, value: dict[str, Any]) -> dict[str, Any]:
-        try:
-            Policy.model_validate(value)
-        except ValidationError as exc:
-            raise FieldError(validation_problems(exc, value, Policy)) from None
-        return value
+    @field_serializer("policy")
+    def _policy_as_given(self, policy: Policy) -> dict[str, Any]:
+        return self.policy_given
+
+    @property
+    def policy_given(self) -> dict[str, Any]:
+        """The policy's settings the config named (``{}``: the default policy), as JSON."""
+        return self.policy.model_dump(mode="json", exclude_unset=True)
 
     @field_validator("loadgen")
     @classmethod
     def _extend_by_policy(cls, value: LoadgenConfig, info: ValidationInfo) -> LoadgenConfig:
-        if "policy" not in info.data:  # the policy was refused, and its error says why
+        policy = info.data.get("policy")
+        if not isinstance(policy, Policy):  # the policy was refused, and its error says why
             return value
-        policy = Policy.model_validate(info.data["policy"])
         ladder = _extension_from_policy(value.ladder, policy)
         update: dict[str, Any] = {} if ladder is value.ladder else {"ladder": ladder}
         if "decide_gain" not in value.model_fields_set:  # measure longer where a doubling straddles the gain

@@ -193,9 +193,9 @@ def start_recommender(
     argv = python_cli("recommender", "--prometheus-url", prom_url, "--port", str(port),
                        "--runs-dir", str(run_dir.parent.resolve()),
                        "--scrape-interval", repr(config.prometheus.scrape_interval_s))
-    if config.policy:
+    if config.policy_given:
         policy_path = run_dir / "policy.json"
-        write_json_atomic(policy_path, config.policy)
+        write_json_atomic(policy_path, config.policy_given)
         argv += ["--policy", str(policy_path)]
     env = {**os.environ, WRITE_TOKEN_ENV: write_token} if write_token else None
     child = processes.start("recommender", argv, env=env)

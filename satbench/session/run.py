@@ -64,7 +64,6 @@ from satbench.models.tiny import describe_model_files
 from satbench.recommender.document import read_document
 from satbench.recommender.errors import RecommenderError
 from satbench.recommender.models import RunInfo
-from satbench.recommender.policy import Policy
 from satbench.recommender.run_analysis import analyze_run
 from satbench.recommender.settings import WRITE_TOKEN_ENV
 from satbench.report.data import load_run
@@ -236,7 +235,7 @@ def _recommend(
         reason = f"{type(exc).__name__}: {exc}"
     say(f"  recommender service gave no answer ({reason}); analysing in-process")
     try:
-        policy = Policy.model_validate(config.policy)
+        policy = config.policy
         doc = analyze_run(manifest, prometheus_url=prom_url, run_dir=run_dir, policy=policy)
     except (RecommenderError, ValueError) as exc:
         say(f"  no recommendations in-process either: {exc}")

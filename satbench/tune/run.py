@@ -208,7 +208,7 @@ def _tune_lane(lane: LaneRuntime, setup: TuneSetup, tune_dir: Path, policy: Poli
 def run_tune(setup: TuneSetup, *, command: list[str], out_dir: Path | None = None, resume: Path | None = None,
              say: Say = print, gpu_reader: GpuReader | None = None) -> TuneResult:
     """``gpu_reader``: where device memory is read (default NVML, the exporter's reader)."""
-    policy = Policy.model_validate(setup.session.policy)
+    policy = setup.session.policy
     if resume is not None:
         tune_dir = resume
         tune_id = resume.name

@@ -269,7 +269,7 @@ class CandidateWalker:
             run_id=run_id, created_at=time.time(), command=tuple(runtime.command),
             config={"tune": {"lane": self.lane.key, "candidate": candidate.settings(),
                              "window_factor": window_factor},
-                    "lane": self.lane.model_dump(mode="json"), "policy": self.session.policy,
+                    "lane": self.lane.model_dump(mode="json"), "policy": self.session.policy_given,
                     "loadgen": loadgen.model_dump(mode="json")},
             versions={"satbench": __version__},
             lanes={self.lane.key: {**runtime.evidence(), "node": self.lane.node_name, "lane": self.lane.name,

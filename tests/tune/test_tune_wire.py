@@ -20,7 +20,6 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from satbench.recommender.policy import Policy
 from satbench.recommender.schema import SCHEMA_PATH
 from satbench.simulator.profile import load_profile
 from satbench.simulator.tuning import TuneWorkload
@@ -90,7 +89,7 @@ ladder = [2]
     # 256-token chunk keeps every pause under it at every rung the walk can take
     workload = TuneWorkload(prompt_tokens=16, output_tokens=32, output_spread=8, probe_tokens=2000, probe_every=5)
     profile = load_profile(str(HERE / "slow_prefill.toml"))
-    objective = Policy.model_validate(setup.session.policy).slo.tbt_p99_s or 0.25
+    objective = setup.session.policy.slo.tbt_p99_s or 0.25
     assert (truth_at(profile, workload, Candidate(4, 2048, 2048, ctx), 2).pause_p99_s or 0) > objective
     assert all((truth_at(profile, workload, Candidate(4, 256, 256, ctx), c).pause_p99_s or 0) < objective
                for c in (2, 4, 8))
@@ -144,7 +143,7 @@ ladder = [2]
 
     # the truth: 4 slots at 4 users hold the ITL objective and gain well over the policy's 10 % on 2 slots at
     # 2; 8 users on 8 slots break it, and 8 slots at 4 users run what 4 slots do: no doubling pays past 4
-    policy = Policy.model_validate(setup.session.policy)
+    policy = setup.session.policy
     workload = TuneWorkload(prompt_tokens=32, output_tokens=10, output_spread=2)
     profile, ctx = load_profile(str(HERE / "knee.toml")), lane.context.ctx_per_slot
     two, four = (truth_at(profile, workload, Candidate(p, 512, 512, ctx), p) for p in (2, 4))
