@@ -43,8 +43,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("satbench.serve", "serve finished runs' answers at GET /recommendations (no Prometheus needed)"),
     "compare": ("satbench.compare.cli", "what changed from run A to run B, lane by lane, judged by the runs' own "
                 "intervals (exits 1 on a significant regression)"),
-    "capabilities": ("satbench.recommender.capabilities", "print the answer per node and lane where routers read it "
-                     "(json, prometheus, litellm)"),
+    "capabilities": ("satbench.recommender.capabilities_cli", "print the answer per node and lane where routers "
+                     "read it (json, prometheus, litellm)"),
 }
 
 

@@ -21,7 +21,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from satbench.core.manifest import RunManifest, StepWindow
-from satbench.recommender import capabilities
+from satbench.recommender import capabilities, capabilities_cli
 from satbench.recommender.app import create_app
 from satbench.recommender.document import read_document
 from satbench.recommender.metrics import answer_families, exposition
@@ -104,7 +104,7 @@ def at(node: str | None, lane: str, **more: str) -> frozenset[tuple[str, str]]:
 
 def parse_args(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    capabilities.configure(parser)
+    capabilities_cli.configure(parser)
     return parser.parse_args(argv)
 
 
@@ -224,7 +224,7 @@ def test_prometheus_text_is_what_the_recommenders_metrics_serves(document: dict[
                           headers={"Authorization": "Bearer formats-write-token-0"}).status_code == 201
         served = httpx.get(f"{url}/recommendations", timeout=10).json()
         scraped = httpx.get(f"{url}/metrics", timeout=10).text
-        assert capabilities.main(parse_args("--url", url, "--format", "prometheus")) == 1  # some lane unanswered
+        assert capabilities_cli.main(parse_args("--url", url, "--format", "prometheus")) == 1  # some lane unanswered
     assert scraped == exposition(served) == exposition(document)
     assert capsys.readouterr().out == scraped
     assert samples(scraped) == samples(capabilities.prometheus_text(document))
@@ -301,7 +301,7 @@ def test_file_of_a_run_folder_reads_urls_from_its_manifest(tmp_path: Path,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "recommendations.json").write_text(json.dumps(fleet_document()))
     (tmp_path / "manifest.json").write_text(json.dumps({"lanes": {"dense": {"url": "http://127.0.0.1:8090"}}}))
-    assert capabilities.main(parse_args("--file", str(tmp_path), "--format", "litellm")) == 1
+    assert capabilities_cli.main(parse_args("--file", str(tmp_path), "--format", "litellm")) == 1
     out, err = capsys.readouterr()
     deployments = by_id(yaml.safe_load(out))
     assert deployments["satbench:local/dense"]["litellm_params"]["api_base"] == "http://127.0.0.1:8090/v1"
@@ -309,12 +309,12 @@ def test_file_of_a_run_folder_reads_urls_from_its_manifest(tmp_path: Path,
     lines = err.strip().splitlines()
     assert len(lines) == 2 and all(line.startswith("satbench capabilities: lane gpu-b/") for line in lines)
 
-    assert capabilities.main(parse_args("--file", str(tmp_path / "recommendations.json"))) == 1
+    assert capabilities_cli.main(parse_args("--file", str(tmp_path / "recommendations.json"))) == 1
     out, err = capsys.readouterr()
     assert json.loads(out) == capabilities.capability_fragment(fleet_document())
     assert "lane gpu-b/dense: measured on something else" in err and "lane gpu-b/moe: no answer" in err
 
-    assert capabilities.main(parse_args("--file", str(tmp_path), "--format", "prometheus")) == 1
+    assert capabilities_cli.main(parse_args("--file", str(tmp_path), "--format", "prometheus")) == 1
     assert capsys.readouterr().out == exposition(fleet_document())
 
 
@@ -328,20 +328,20 @@ def test_exit_status_zero_when_every_lane_is_answered_two_for_bad_input(tmp_path
     path = tmp_path / "answered.json"
     path.write_text(json.dumps(doc))
     for fmt in capabilities.FORMATS:
-        assert capabilities.main(parse_args("--file", str(path), "--format", fmt)) == 0, fmt
+        assert capabilities_cli.main(parse_args("--file", str(path), "--format", fmt)) == 0, fmt
         assert capsys.readouterr().err == ""
-    assert capabilities.main(parse_args("--file", str(path), "--format", "litellm", "--unanswered", "omit")) == 0
+    assert capabilities_cli.main(parse_args("--file", str(path), "--format", "litellm", "--unanswered", "omit")) == 0
     capsys.readouterr()
     doc["lanes"]["moe"]["url"] = None  # answered, but nowhere to send: left out, 1
     path.write_text(json.dumps(doc))
-    assert capabilities.main(parse_args("--file", str(path), "--format", "litellm")) == 1
+    assert capabilities_cli.main(parse_args("--file", str(path), "--format", "litellm")) == 1
     assert "lane moe: left out of model_list: no runtime URL" in capsys.readouterr().err
 
-    assert capabilities.main(parse_args("--file", str(tmp_path / "missing.json"))) == 2
+    assert capabilities_cli.main(parse_args("--file", str(tmp_path / "missing.json"))) == 2
     (tmp_path / "junk.json").write_text("{oops")
-    assert capabilities.main(parse_args("--file", str(tmp_path / "junk.json"))) == 2
-    assert capabilities.main(parse_args("--file", str(path), "--api-base", "moe=127.0.0.1:1")) == 2
-    assert capabilities.main(parse_args("--file", str(path), "--model-name", "moe")) == 2
+    assert capabilities_cli.main(parse_args("--file", str(tmp_path / "junk.json"))) == 2
+    assert capabilities_cli.main(parse_args("--file", str(path), "--api-base", "moe=127.0.0.1:1")) == 2
+    assert capabilities_cli.main(parse_args("--file", str(path), "--model-name", "moe")) == 2
     err = capsys.readouterr().err
     assert "--file" in err and "--api-base" in err and "--model-name" in err
     with pytest.raises(SystemExit) as raised:

@@ -8,7 +8,7 @@ import json
 import httpx
 import pytest
 
-from satbench.recommender import capabilities
+from satbench.recommender import capabilities, capabilities_cli
 from satbench.recommender.app import create_app
 from satbench.recommender.models import CapabilitiesModel
 from satbench.recommender.settings import RecommenderSettings
@@ -32,7 +32,7 @@ def test_registered_run_is_analysed_from_prometheus_and_reported(synthetic_run: 
         assert resp.json()["lanes"]["dense"] == 4 and resp.json()["lanes"]["moe"] == 8
         doc = httpx.get(f"{url}/recommendations").json()
         assert doc["source"] == {"kind": "prometheus", "url": synthetic_run.prometheus_url}
-        assert capabilities.main(argparse.Namespace(url=url, timeout=5.0)) == 0
+        assert capabilities_cli.main(argparse.Namespace(url=url, timeout=5.0)) == 0
         served = httpx.get(f"{url}/capabilities")
         again = httpx.get(f"{url}/capabilities")
     fragment = json.loads(capsys.readouterr().out)
@@ -56,7 +56,7 @@ def test_the_cli_fragment_is_the_services_cut_under_a_v1_default(synthetic_run: 
         assert httpx.post(f"{url}/runs", json=synthetic_run.manifest.to_dict(), timeout=60,
                           headers=AUTH).status_code == 201
         assert httpx.get(f"{url}/recommendations").json()["schema"] == "satbench.recommendations/v1"
-        assert capabilities.main(argparse.Namespace(url=url, timeout=5.0)) == 0
+        assert capabilities_cli.main(argparse.Namespace(url=url, timeout=5.0)) == 0
         cut = httpx.get(f"{url}/capabilities").json()
     assert json.loads(capsys.readouterr().out) == cut and cut["schema"] == "satbench.recommendations/v2"
 
@@ -77,10 +77,10 @@ def test_unreachable_prometheus_without_records_is_a_503(synthetic_run: Syntheti
 def test_capabilities_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
     """The one rule: no recommender answering means no lane has an answer (1); a bad URL is bad input (2)."""
     url = f"http://127.0.0.1:{free_port()}"
-    assert capabilities.main(argparse.Namespace(url=url, timeout=1.0)) == 1
+    assert capabilities_cli.main(argparse.Namespace(url=url, timeout=1.0)) == 1
     err = capsys.readouterr().err
     assert "cannot reach" in err and "satbench serve" in err and len(err.strip().splitlines()) == 1
-    assert capabilities.main(argparse.Namespace(url="127.0.0.1:9108", timeout=1.0)) == 2
+    assert capabilities_cli.main(argparse.Namespace(url="127.0.0.1:9108", timeout=1.0)) == 2
     assert "--url" in capsys.readouterr().err
 
 
