@@ -18,16 +18,9 @@ from satbench.models.tiny import TINY_MODELS
 from satbench.tune.config import TuneConfigError, load_tune_config
 from satbench.tune.models import CandidateRecord, TuneLane
 from satbench.tune.run import run_tune
+from tests.tune.sections import PLUMBING_POLICY, SHORT_WINDOWS
 from tests.tune.standins import fake_llama_server, started, tiny_model_dir
 
-TIMING = """
-[loadgen]
-warmup_s = 0.2
-min_window_s = 1.5
-max_window_s = 3.0
-min_requests = 10
-drain_timeout_s = 1.0
-"""
 DENSE = TINY_MODELS["dense"]
 KV_PER_TOKEN = DENSE.n_layer * DENSE.n_head_kv * (DENSE.n_embd // DENSE.n_head) * (2 + 2)  # f16 K and V
 
@@ -42,11 +35,7 @@ name = "real"
 runtime = "llamacpp"
 model_file = "{DENSE.file_name}"
 {server_args}
-{TIMING}
-[policy]
-min_requests_per_step = 4
-max_throughput_ci_ratio = 10.0  # plumbing, not accuracy: 1.5 s windows on a loaded machine
-
+{SHORT_WINDOWS}{PLUMBING_POLICY}
 [tune]
 ubatch = [256]
 ladder = [1]
@@ -126,15 +115,11 @@ SIM = f"""
 [[lanes]]
 name = "real"
 profile = "dense"
-{TIMING}
+{SHORT_WINDOWS}
 [loadgen.workload]
 prompt_tokens = {{kind = "fixed", value = 32}}
 output_tokens = {{kind = "fixed", value = 64}}
-
-[policy]
-min_requests_per_step = 4
-max_throughput_ci_ratio = 10.0  # plumbing, not accuracy: 1.5 s windows
-
+{PLUMBING_POLICY}
 [tune]
 parallel = [2]
 ubatch = [256]

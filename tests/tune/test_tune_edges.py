@@ -19,6 +19,7 @@ from satbench.recommender.document import read_document
 from satbench.tune.config import TuneConfigError, default_ctx_per_slot, load_tune_config
 from satbench.tune.models import read_tune
 from satbench.tune.run import run_tune
+from tests.tune.sections import PLUMBING_POLICY, SHORT_WINDOWS
 from tests.tune.standins import REFUSAL, fake_llama_server
 
 
@@ -78,18 +79,7 @@ model_dir = "{models}"
 name = "real"
 runtime = "llamacpp"
 model_file = "tiny.gguf"
-
-[loadgen]
-warmup_s = 0.2
-min_window_s = 1.5
-max_window_s = 3.0
-min_requests = 10
-drain_timeout_s = 1.0
-
-[policy]
-min_requests_per_step = 4
-max_throughput_ci_ratio = 10.0  # plumbing, not accuracy: 1.5 s windows on a loaded machine
-
+{SHORT_WINDOWS}{PLUMBING_POLICY}
 [tune]
 parallel = [2, 4]
 ubatch = [256]
