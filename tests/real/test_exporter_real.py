@@ -1,9 +1,10 @@
 """The exporter in front of a real llama-server agrees with the server's own /slots and requests_deferred.
 
 Two slots and six long streaming requests (3000 tokens each) hold the server in a steady state for
-seconds: two slots busy, four requests deferred. Each sample reads the exporter's ``/metrics`` and,
-right after, the server's raw ``/slots`` and ``/metrics``; in that steady state both must say the same
-(busy slots, queue depth, occupancy); once idle, the token counters match exactly.
+seconds: two slots busy, the others deferred. Each sample reads the server's raw ``/metrics``, the exporter's
+``/metrics``, then the server's ``/slots`` and ``/metrics`` again; where every slot was busy and the queue did
+not move meanwhile, both must say the same (busy slots, queue depth, occupancy); once idle, the token counters
+match exactly.
 """
 
 from __future__ import annotations
@@ -26,7 +27,12 @@ pytestmark = [pytest.mark.real, pytest.mark.timeout(300)]
 @pytest.fixture()
 def two_slot_server(llama_server_binary: Path, tiny_models: dict[str, Path],
                     tmp_path: Path) -> Iterator[LlamaServer]:
-    spec = LlamaServerSpec(model=tiny_models["dense"], parallel=2, ctx_size=16384, alias="dense")
+    # llama-server serves HTTP from a pool of max(np + 2, cores - 1) threads (tools/server: "+2 threads for
+    # monitoring endpoints") and a streaming request holds its thread to the end: on two cores the six streams
+    # and the polls raced for four to five threads, and the server held 3 deferred, not 4. A pool larger than
+    # the test's connections makes the steady state the same on any CPU.
+    spec = LlamaServerSpec(model=tiny_models["dense"], parallel=2, ctx_size=16384, alias="dense",
+                           extra_args=("--threads-http", "16"))
     with LlamaServer(spec, tmp_path / "server.log", binary=llama_server_binary, ready_timeout_s=120) as server:
         yield server
 
@@ -52,6 +58,7 @@ def test_exporter_agrees_with_slots_and_deferred(two_slot_server: LlamaServer) -
             deadline = time.monotonic() + 60
             while agreed < 3 and time.monotonic() < deadline:
                 time.sleep(0.3)
+                before = samples(client.get(f"{url}/metrics").text)[("llamacpp:requests_deferred", ())]
                 ours = samples(client.get(f"{exporter.url}").text)
                 if ours[("runtime_up", ())] != 1 or ours[("runtime_slots_up", ())] != 1:
                     # a CPU-only server busy with six streams on two cores answered after the exporter's 0.5 s
@@ -65,13 +72,13 @@ def test_exporter_agrees_with_slots_and_deferred(two_slot_server: LlamaServer) -
                 busy_ours = sum(v for (name, labels), v in ours.items()
                                 if name == "runtime_slots" and dict(labels)["state"] in ("prefill", "decode"))
                 seen.append((busy_raw, deferred_raw, busy_ours))
-                if busy_raw != 2 or deferred_raw != 4:
-                    continue
+                if busy_raw != 2 or deferred_raw < 1 or deferred_raw != before:
+                    continue  # not the steady state (every slot busy, a queue that did not move meanwhile)
                 assert busy_ours == busy_raw
                 assert ours[("runtime_queue_depth", ())] == deferred_raw
                 assert ours[("runtime_batch_occupancy_ratio", ())] == pytest.approx(1.0)
                 agreed += 1
-            assert agreed == 3, f"the server never held the steady state (2 busy, 4 deferred): {seen}, {late} late"
+            assert agreed == 3, f"the server never held a steady state (2 busy, a queue): {seen}, {late} late"
             assert late <= len(seen), f"{late} scrapes past the budget, {len(seen)} in time"
             for user in users:
                 user.join(timeout=120)
