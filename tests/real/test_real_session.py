@@ -35,7 +35,9 @@ def test_real_session_two_lanes(llama_server_binary: Path, tiny_models: dict[str
             "--set", "loadgen.ladder.extend=false"]
     env = {**os.environ, "SATBENCH_LLAMA_SERVER": str(llama_server_binary)}
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=850)
-    assert done.returncode == 0, f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
+    # 0: every lane answered; 1: a lane has no answer, which a real server on a loaded CPU may honestly give
+    # (its c=1 throughput once varied 41 % across a 16 s window, over the policy's 25 %): the document says why
+    assert done.returncode in (0, 1), f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
 
     manifest_text = (run_dir / "manifest.json").read_text()
@@ -50,6 +52,10 @@ def test_real_session_two_lanes(llama_server_binary: Path, tiny_models: dict[str
         answer = recommendations["lanes"][lane]
         assert answer["status"] in {"ok", "unsaturated", "insufficient_data", "degraded"}, answer
         assert [s["concurrency"] for s in answer["steps"]] == [1, 2, 4]
+        assert answer["recommended_concurrency"] is not None or answer["reason"], answer
+    lanes = recommendations["lanes"]
+    unanswered = [lane for lane, answer in lanes.items() if answer["recommended_concurrency"] is None]
+    assert done.returncode == (1 if unanswered else 0), (unanswered, done.stdout[-3000:])
 
     records = [json.loads(line) for line in (run_dir / "records.jsonl").read_text().splitlines()]
     lanes_seen = {r["lane"] for r in records if r["outcome"] == "ok"}
