@@ -44,9 +44,9 @@ test: venv system-deps
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 ## The inner loop: every test not marked slow (no whole session, no real Prometheus or other server binary,
-## nothing that takes more than about a second); no system packages needed.
+## nothing that takes more than about a second); no system packages needed. On the same workers as `make test`.
 test-fast: venv
-	$(BIN)/python -m pytest -q -m "not slow and not real" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow and not real" $(PYTEST_ARGS)
 
 lint: venv
 	$(BIN)/ruff check .
