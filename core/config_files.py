@@ -33,6 +33,7 @@ __all__ = [
     "HttpUrl",
     "apply_overrides",
     "check_http_url",
+    "first_problem",
     "format_validation_error",
     "load_toml_model",
     "merge_tables",
@@ -175,6 +176,16 @@ def validation_problems(exc: ValidationError, data: Any = None,
             continue
         out.append((_loc_text(loc, data) or "(config)", _message(err, model)))
     return out
+
+
+def first_problem(exc: ValidationError) -> str:
+    """A document's refusal in one line: its first bad field by path, pydantic's message, and how many more
+    (``lanes.real.candidates.1.state: Input should be ... (and 2 more)``)."""
+    errors = exc.errors(include_url=False)
+    first = errors[0]
+    where = ".".join(str(part) for part in first["loc"]) or "(the document)"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{where}: {first['msg']}{more}"
 
 
 def format_validation_error(exc: ValidationError, what: str, data: Any = None,

@@ -39,6 +39,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from satbench.core.config_files import first_problem
 from satbench.core.lanes import LOCAL_NODE, split_key
 from satbench.recommender.analysis import LaneAnalysis
 from satbench.recommender.models import (
@@ -221,11 +222,7 @@ def read_document(document: Mapping[str, Any] | RecommendationsDocument) -> Reco
     try:
         model = RecommendationsDocument.model_validate(as_v2(document))
     except ValidationError as exc:
-        errors = exc.errors()
-        first = errors[0]
-        where = ".".join(str(part) for part in first["loc"]) or "(the document)"
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise ValueError(f"not a recommendations document: {where}: {first['msg']}{more}") from None
+        raise ValueError(f"not a recommendations document: {first_problem(exc)}") from None
     model._schema_read = str(document.get("schema") or SCHEMA_ID)
     return model
 

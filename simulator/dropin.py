@@ -267,7 +267,6 @@ _SETTERS: dict[str, _Setter] = {
     "--metrics": _option("metrics", _TRUE),
     "--ui": _option("ui", _ON),
     "--predict": _option("n_predict", _INT),
-    "--n-predict": _option("n_predict", _INT),
     "--temp": _option("temperature", lambda spelled, value, off: _float(spelled, value)),
     "--cors-origins": _option("cors_origins", _LIST),
     "--tools": _option("cors_origins", lambda spelled, value, off: ("localhost",), unless_set=True),

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -157,15 +157,25 @@ def wait_scraped_since(
     Returns False at the deadline, never raises: a late or unreachable Prometheus degrades the answer
     (the recommender then reads missed windows from the records), it does not stop the session.
     """
+
+    def scraped(http: httpx.Client) -> bool:
+        data = http.get(f"{url}/api/v1/targets", params={"state": "active"}).json()
+        targets = [t for t in data["data"]["activeTargets"] if (t.get("labels") or {}).get("job") in jobs]
+        stamps = [_unix(str(t.get("lastScrape") or "")) for t in targets]
+        return bool(targets) and all(s is not None and s >= since for s in stamps)
+
+    return _poll(scraped, timeout_s=timeout_s, client=client)
+
+
+def _poll(check: Callable[[httpx.Client], bool], *, timeout_s: float, client: httpx.Client | None) -> bool:
+    """``check`` every 0.1 s until it holds (True) or ``timeout_s`` passed (False); an answer it cannot read
+    counts as not yet, never raises."""
     http = client or httpx.Client(timeout=2.0)
     deadline = time.monotonic() + timeout_s
     try:
         while True:
             try:
-                data = http.get(f"{url}/api/v1/targets", params={"state": "active"}).json()
-                targets = [t for t in data["data"]["activeTargets"] if (t.get("labels") or {}).get("job") in jobs]
-                stamps = [_unix(str(t.get("lastScrape") or "")) for t in targets]
-                if targets and all(s is not None and s >= since for s in stamps):
+                if check(http):
                     return True
             except (httpx.HTTPError, ValueError, KeyError, TypeError):
                 pass
@@ -200,22 +210,14 @@ def wait_remote_written(url: str, *, timeout_s: float, client: httpx.Client | No
     """Waits until every remote_write queue of the Prometheus at ``url`` has sent the samples it had stored
     when the wait began. False at the deadline (or with no queue to ask), never raises: a slow store costs
     its own last samples, never the session."""
-    http = client or httpx.Client(timeout=2.0)
-    deadline = time.monotonic() + timeout_s
-    target: float | None = None
-    try:
-        while True:
-            try:
-                lag = remote_write_lag(http.get(f"{url}/metrics").text)
-            except (httpx.HTTPError, ValueError):
-                lag = None
-            if lag is not None:
-                target = lag[0] if target is None else target
-                if lag[1] >= target > 0:
-                    return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.1)
-    finally:
-        if client is None:
-            http.close()
+    began: list[float] = []  # what was stored when the wait began: the target, not one that moves on
+
+    def sent(http: httpx.Client) -> bool:
+        lag = remote_write_lag(http.get(f"{url}/metrics").text)
+        if lag is None:
+            return False
+        if not began:
+            began.append(lag[0])
+        return lag[1] >= began[0] > 0
+
+    return _poll(sent, timeout_s=timeout_s, client=client)

@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
 
+from satbench.core.config_files import first_problem
 from satbench.recommender.policy import Policy
 
 __all__ = [
@@ -363,8 +364,4 @@ def read_tune(source: Path | str | bytes) -> TuneDocument:
     try:
         return TuneDocument.model_validate(data)
     except ValidationError as exc:
-        errors = exc.errors()
-        first = errors[0]
-        where = ".".join(str(part) for part in first["loc"]) or "(the document)"
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise ValueError(f"not a tune document: {where}: {first['msg']}{more}") from None
+        raise ValueError(f"not a tune document: {first_problem(exc)}") from None
