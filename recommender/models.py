@@ -291,14 +291,15 @@ class TunedModel(BaseModel):
     """A lane's tuned server settings (``satbench tune``): the winner's settings and flags, the runner-up,
     the margin between them and every candidate; the lane's answer beside it is the winner's own walk."""
 
+    # declared in the order the tune writes the block (a dump is its JSON, key for key)
     tune_id: str
-    fingerprint: str = Field(description="sha256 of the lane's model or profile, grid, workload and policy")
     settings: dict[str, int] | None
     flags: str | None = Field(description="the winner's exact server flags (llama-server -np -b -ub -c)")
     recommended_concurrency: int | None
     throughput_tok_s: float | None
     runner_up: dict[str, Any] | None = None
     margin: dict[str, Any] | None = Field(None, description="tok_s, ratio, uncertainty_tok_s (95%), significant")
+    fingerprint: str = Field(description="sha256 of the lane's model or profile, grid, workload and policy")
     candidates: list[TunedCandidateModel]
 
 

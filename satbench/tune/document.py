@@ -82,12 +82,6 @@ NOTES = ("default grid: batch = ubatch for each candidate (the decode pause is s
          "every candidate's -np, -c, -b, -ub and KV layout are set by the tune and read back after its start "
          "(/props and the server's log); llamacpp candidates run with --fit off")
 
-# the ``tuned`` block's keys in the order the tune has always written them (``TunedModel`` declares the
-# fingerprint second; the recommendations document keeps its bytes)
-_TUNED_ORDER = ("tune_id", "settings", "flags", "recommended_concurrency", "throughput_tok_s", "runner_up", "margin",
-                "fingerprint", "candidates")
-
-
 def candidate_entry(o: Outcome, runtime: str, model: ModelMemory | None = None,
                     budget: Budget | None = None) -> TuneCandidate:
     """One candidate as ``tune.json`` records it; its memory need is told for every candidate, walked or not.
@@ -224,11 +218,6 @@ def tuned_block(lane: TuneLane, tune_id: str) -> TunedModel | None:
                                         dominated_by=c.dominated_by, reason=c.reason) for c in lane.candidates])
 
 
-def _tuned_json(block: TunedModel) -> dict[str, Any]:
-    dumped = block.model_dump(mode="json")
-    return {key: dumped[key] for key in _TUNED_ORDER}
-
-
 def tuned_document(doc: TuneDocument, tune_dir: Path) -> dict[str, Any] | None:
     """The tune's recommendations document: per tuned lane, its winner's own answer (the winner candidate's
     ``recommendations.json``) with the ``tuned`` block beside it; the same block is written into the winner's
@@ -253,7 +242,7 @@ def tuned_document(doc: TuneDocument, tune_dir: Path) -> dict[str, Any] | None:
         answer = answers(walked).get(name)  # the JSON the walk wrote, transformed in place (module docstring)
         if answer is None or name not in model.lanes:
             continue
-        answer["tuned"] = _tuned_json(block)
+        answer["tuned"] = block.model_dump(mode="json")  # in the order the tune always wrote it
         write_json_atomic(path, walked)
         lanes[name] = answer
         for node, info in model.nodes.items():
