@@ -3,8 +3,8 @@
 - ``satbench run`` with ``examples/real-router.toml``: both lanes of the one node are measured in one session
   and answered, from the one router process the session started;
 - the exporter's per-model series agree with each model's own ``/slots?model=``, and
-  ``runtime_kv_cache_usage_ratio`` agrees with the tokens the client put in the cache (every request's
-  prompt and the tokens it has received so far) within one request's length;
+  ``runtime_kv_cache_usage_ratio`` lies between ``/slots`` read before and after the scrape, and holds at least
+  the tokens the client put in the cache (every request's prompt and the tokens it had received);
 - the load generator's shared-prefix workload has a lower TTFT than unique prompts on each model (the prompt
   cache at work), and the figures are printed for the closing note (``-s``).
 """
@@ -38,7 +38,10 @@ pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.timeout(900)]
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "examples" / "real-router.toml"
 NODE = "node0"  # the node both lanes of the example name
-PARALLEL, CTX = 2, 4096  # 2048 tokens per slot (KV split)
+# 4096 tokens per slot (KV split; the tiny models' training context, past which llama-server caps a slot):
+# room for streams long enough (seconds) to be read while they run, as the tiny models decode ~1,500
+# tokens/s per slot on a CPU and the router's /slots can answer a second late
+PARALLEL, CTX = 2, 8192
 
 
 def test_real_router_session_measures_both_lanes(llama_server_binary: Path, tiny_models: dict[str, Path],
@@ -73,6 +76,14 @@ def _scrape(url: str, model: str) -> Samples:
     return samples(httpx.get(f"{url}/metrics", params={"model": model}, timeout=10).text)
 
 
+def _held(url: str, model: str) -> int | None:
+    """The tokens every slot of ``model`` holds, by its own ``/slots``; None unless every slot is processing."""
+    slots = httpx.get(f"{url}/slots", params={"model": model}, timeout=10).json()
+    if len(slots) != PARALLEL or not all(s["is_processing"] for s in slots):
+        return None
+    return sum(int(s.get("n_prompt_tokens") or 0) for s in slots)
+
+
 class _Streams:
     """``n`` concurrent /completion streams on one model, counting the tokens each has received."""
 
@@ -87,7 +98,7 @@ class _Streams:
     def _run(self, url: str, model: str, prompt: str, n_predict: int, i: int) -> None:
         body = {"model": model, "prompt": prompt, "n_predict": n_predict, "stream": True, "ignore_eos": True,
                 "cache_prompt": False}
-        with httpx.stream("POST", f"{url}/completion", json=body, timeout=120) as resp:
+        with httpx.stream("POST", f"{url}/completion", json=body, timeout=300) as resp:
             for line in resp.iter_lines():
                 if line.startswith("data: "):
                     chunk = json.loads(line[6:])
@@ -95,9 +106,12 @@ class _Streams:
                     if chunk.get("stop"):
                         self.prompt_tokens[i] = int((chunk.get("timings") or {}).get("prompt_n") or 0)
 
+    def ended(self) -> bool:
+        return not all(t.is_alive() for t in self._threads)
+
     def join(self) -> None:
         for t in self._threads:
-            t.join(timeout=180)
+            t.join(timeout=300)
 
 
 def test_real_router_exporter_agrees_with_each_models_slots(
@@ -116,38 +130,50 @@ def test_real_router_exporter_agrees_with_each_models_slots(
         exporter = f"http://127.0.0.1:{port}"
         wait_until_ready(child, f"{exporter}/metrics", timeout_s=30)
         prompt = "Once upon a time " * 20
-        n_predict = 1500
+        n_predict = 3600
         for model in ("dense", "moe"):
             # the exporter's view is compared while every slot streams: a stream that ended between the
-            # client's check and the reads (one started long before the other) voids the try, not the test
+            # client's check and the reads (one started long before the other) voids the try, not the test.
+            # The exporter's read falls somewhere inside its scrape, so it is bracketed by a /slots read and
+            # the client's count before the scrape and again after it: while every slot streams, the tokens
+            # held only grow. (A fixed tolerance failed on CI: the tiny MoE decoded ~1,400 tokens per slot
+            # between the exporter's read and a /slots read taken after the scrape returned.)
             for _ in range(5):
                 streams = _Streams(router.url, model, prompt, PARALLEL, n_predict)
+                # the server's own view says when every slot streams (the client may lag a fast model far
+                # behind, so its count would start the reads when the streams are nearly done)
                 deadline = time.monotonic() + 60
-                while min(streams.received) < 50 and time.monotonic() < deadline:
-                    time.sleep(0.05)
+                client_before = sum(streams.received)
+                before = _held(router.url, model)
+                while before is None and not streams.ended() and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                    client_before = sum(streams.received)
+                    before = _held(router.url, model)
                 series = _scrape(exporter, model)
-                slots = httpx.get(f"{router.url}/slots", params={"model": model}, timeout=10).json()
-                client_tokens = sum(streams.received)
+                after = _held(router.url, model)
+                client_after = sum(streams.received)
                 streams.join()
-                busy = sum(1 for s in slots if s["is_processing"])
-                if busy == len(slots) and sample_value(series, "runtime_slots", model=model, state="idle") == 0:
+                if before is not None and after is not None and \
+                        sample_value(series, "runtime_slots", model=model, state="idle") == 0:
                     break
+            assert before is not None and after is not None, "no try saw every slot streaming through a scrape"
             assert sample_value(series, "runtime_model_loaded", model=model) == 1
-            assert sample_value(series, "runtime_slots_configured", model=model) == len(slots) == PARALLEL
-            assert sample_value(series, "runtime_slots", model=model, state="idle") == len(slots) - busy == 0
-            held = sum(s.get("n_prompt_tokens") or 0 for s in slots if s["is_processing"])
+            assert sample_value(series, "runtime_slots_configured", model=model) == PARALLEL
+            assert sample_value(series, "runtime_slots", model=model, state="idle") == 0
             active = sample_value(series, "runtime_kv_cache_tokens", model=model, state="active")
             capacity = sample_value(series, "runtime_kv_cache_capacity_tokens", model=model)
             ratio = sample_value(series, "runtime_kv_cache_usage_ratio", model=model)
             assert active is not None and capacity == CTX and ratio is not None
             assert abs(ratio - active / capacity) < 1e-9
-            # the exporter read a moment before or after /slots and the client: one request's length apart
-            one_request = 40 + n_predict
-            assert abs(active - held) <= one_request, (active, held)
+            # a slot's count may be a token behind the one it is decoding
+            assert before - PARALLEL <= active <= after + PARALLEL, (before, active, after)
+            # the client has received no more than the server generated (it may lag far behind a fast model
+            # on a loaded machine, so its count bounds the cache from below only)
             prompt_n = max(streams.prompt_tokens) or 40
-            assert abs(active - (client_tokens + PARALLEL * prompt_n)) <= one_request, (active, client_tokens)
+            assert client_before + PARALLEL * prompt_n - PARALLEL <= active, (client_before, active)
             print(f"\n{model}: kv active {active:.0f} of {capacity:.0f} tokens (ratio {ratio:.3f}); /slots "
-                  f"{held}; client {client_tokens} received + {PARALLEL} x {prompt_n} prompt")
+                  f"{before}..{after}; client {client_before}..{client_after} received + {PARALLEL} x {prompt_n} "
+                  "prompt")
     finally:
         processes.stop_all()
 
