@@ -69,24 +69,39 @@ class EndpointFetcher:
 
     def get(self, name: str, path: Path, timeout_s: float) -> EndpointReply:
         """One GET that ends within ``timeout_s`` in all (connect, headers and body) and reads at most
-        ``max_body_bytes``; never raises."""
+        ``max_body_bytes``; never raises. A connection the runtime closed before any answer byte is tried
+        once more on a new one, within the same time: the keep-alive race (the runtime closed an idle
+        connection just as the client reused it), which RFC 9110 9.2.2 lets a client retry for a GET."""
         start = self._clock()
+        ends = time.monotonic() + timeout_s
+        reply, unanswered = self._get_once(name, path, timeout_s, ends, start)
+        if unanswered and time.monotonic() < ends:
+            reply, _ = self._get_once(name, path, timeout_s, ends, start)
+        return reply
+
+    def _get_once(self, name: str, path: Path, timeout_s: float, ends: float,
+                  start: float) -> tuple[EndpointReply, bool]:
+        """The reply, and whether the connection was lost before the answer's head (worth one retry)."""
         route, params = (path, None) if isinstance(path, str) else path
+        answered = False
         try:
-            with deadline(time.monotonic() + timeout_s), self._client.stream(
-                    "GET", self.base_url + route, params=params, timeout=httpx.Timeout(timeout_s),
+            with deadline(ends), self._client.stream(
+                    "GET", self.base_url + route, params=params,
+                    timeout=httpx.Timeout(max(0.0, ends - time.monotonic())),
                     headers={"Accept-Encoding": "identity"}) as resp:
+                answered = True
                 raw = read_bounded(resp, self.max_body_bytes)
                 body = raw.decode(resp.encoding or "utf-8", errors="replace")
         except TooLarge as exc:
-            return EndpointReply(name, None, "", self._clock() - start, f"refused: {exc}")
+            return EndpointReply(name, None, "", self._clock() - start, f"refused: {exc}"), False
         except httpx.TimeoutException:
-            return EndpointReply(name, None, "", self._clock() - start, f"timed out after {timeout_s:g}s")
+            return EndpointReply(name, None, "", self._clock() - start, f"timed out after {timeout_s:g}s"), False
         except httpx.HTTPError as exc:
-            return EndpointReply(name, None, "", self._clock() - start, f"{type(exc).__name__}: {exc}"[:200])
+            lost = not answered and isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError))
+            return EndpointReply(name, None, "", self._clock() - start, f"{type(exc).__name__}: {exc}"[:200]), lost
         except Exception as exc:  # a transport may raise anything; a scrape must not
-            return EndpointReply(name, None, "", self._clock() - start, f"{type(exc).__name__}: {exc}"[:200])
-        return EndpointReply(name, resp.status_code, body, self._clock() - start)
+            return EndpointReply(name, None, "", self._clock() - start, f"{type(exc).__name__}: {exc}"[:200]), False
+        return EndpointReply(name, resp.status_code, body, self._clock() - start), False
 
     def fetch_many(self, paths: Mapping[str, Path], budget_s: float) -> dict[str, EndpointReply]:
         """``name -> reply`` for every ``name -> path``; unanswered by the deadline -> a timed-out reply."""

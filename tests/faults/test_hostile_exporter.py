@@ -27,6 +27,7 @@ from satbench.exporter.process import FakeProcessReader, ProcessReading
 
 Handler = Callable[[socket.socket], None]
 HEALTH = b'{"status":"ok"}'
+LOADED_BUDGET_S = 5.0  # where the test is about what was read, not how fast
 THIS_PROCESS = ProcessReading(os.getpid(), 1e8, ("python", "-m", "pytest"))  # beside the runtime, not llama-server
 
 
@@ -173,13 +174,15 @@ def test_hostile_numbers_and_bytes_are_data(hostile) -> None:
                        "/props": lambda c: _send(c, _props().replace(b"b1-evil", b"b1-\xff\xfe\xc3(")),
                        "/slots": lambda c: _send(c, b'[{"id": 0, "n_ctx": NaN, "is_processing": "yes"}]'),
                        "/metrics": lambda c: _send(c, metrics)})
-    registry, collector = _collector(runtime.url, budget_s=1.0)
+    # a budget no honest answer misses on a loaded machine (at 1 s, /props once came late in a parallel
+    # suite and the fingerprint had no build to check): the point here is the data, not the budget
+    registry, collector = _collector(runtime.url, budget_s=LOADED_BUDGET_S)
     try:
         got, seconds = _scrape(registry)
         fp = collector.fingerprints()[None]
     finally:
         collector.close()
-    assert got[("runtime_up", ())] == 1 and seconds < 2.0
+    assert got[("runtime_up", ())] == 1 and seconds < LOADED_BUDGET_S + 1.0
     assert ("runtime_requests_processing", ()) not in got and ("runtime_queue_depth", ()) not in got
     assert fp["runtime"]["build"].startswith("b1-")  # invalid UTF-8 replaced, kept as data
 
@@ -190,7 +193,7 @@ def test_a_model_of_99999_splits_is_refused_without_statting_them(hostile, tmp_p
     runtime = hostile({"/health": lambda c: _send(c, HEALTH), "/props": lambda c: _send(c, _props(str(first))),
                        "/slots": lambda c: _send(c, b"[]"), "/metrics": lambda c: _send(c, b"")})
     lf = LiveFingerprints(cpu=("cpu", None), models_roots=[tmp_path])
-    registry, collector = _collector(runtime.url, budget_s=1.0, fingerprints=lf,
+    registry, collector = _collector(runtime.url, budget_s=LOADED_BUDGET_S, fingerprints=lf,
                                      process_reader=FakeProcessReader(THIS_PROCESS))
     try:
         _, seconds = _scrape(registry)
@@ -198,7 +201,7 @@ def test_a_model_of_99999_splits_is_refused_without_statting_them(hostile, tmp_p
     finally:
         collector.close()
     assert fp["model"]["files"] is None and "99999 splits" in fp["unknown"]["model.files"]
-    assert seconds < 1.0
+    assert seconds < 2.0
 
 
 def test_a_hostile_model_path_outside_the_models_root_is_never_read(hostile, tmp_path: Path) -> None:
@@ -207,7 +210,7 @@ def test_a_hostile_model_path_outside_the_models_root_is_never_read(hostile, tmp
     runtime = hostile({"/health": lambda c: _send(c, HEALTH), "/props": lambda c: _send(c, _props(str(secret))),
                        "/slots": lambda c: _send(c, b"[]"), "/metrics": lambda c: _send(c, b"")})
     lf = LiveFingerprints(cpu=("cpu", None), models_roots=[tmp_path / "models"])
-    registry, collector = _collector(runtime.url, budget_s=1.0, fingerprints=lf,
+    registry, collector = _collector(runtime.url, budget_s=LOADED_BUDGET_S, fingerprints=lf,
                                      process_reader=FakeProcessReader(THIS_PROCESS))
     try:
         _scrape(registry)
@@ -216,3 +219,31 @@ def test_a_hostile_model_path_outside_the_models_root_is_never_read(hostile, tmp
         collector.close()
     assert fp["model"]["files"] is None and "not read" in fp["unknown"]["model.files"]
     assert lf.hasher.hashed == 0
+
+
+def test_a_connection_closed_before_the_answer_is_tried_once_more(hostile) -> None:
+    # the keep-alive race, forced: the runtime closes the connection without an answer (as when it closed an
+    # idle connection the client was reusing); a GET may be sent again (RFC 9110 9.2.2), once
+    calls: list[int] = []
+
+    def flaky(conn: socket.socket) -> None:
+        calls.append(1)
+        if len(calls) > 1:
+            _send(conn, HEALTH)
+
+    def closing(conn: socket.socket) -> None:
+        calls.append(2)
+
+    runtime = hostile({"/health": flaky, "/props": closing})
+    for path, expected in (("/health", [1, 1]), ("/props", [2, 2])):
+        calls.clear()
+        fetcher = EndpointFetcher(runtime.url)  # a new pool each: no kept-alive connection races the count
+        try:
+            reply = fetcher.get(path, path, 2.0)
+        finally:
+            fetcher.close()
+        assert calls == expected, path
+        if path == "/health":
+            assert (reply.status, reply.body) == (200, HEALTH.decode())
+        else:
+            assert reply.status is None and "RemoteProtocolError" in (reply.error or "")
