@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv system-deps run test test-fast lint typecheck check generate test-real clean test-fidelity
+.PHONY: venv system-deps run test test-fast lint typecheck check generate test-real clean test-fidelity test-durations
 
 venv: $(STAMP)
 
@@ -37,16 +37,24 @@ run: venv system-deps
 	$(BIN)/satbench run $(ARGS)
 
 ## The default test suite: unit, wire (loopback), real Prometheus and session tests. No GPU, no model download.
-## Two workers (pytest-xdist; the tests mostly wait on windows and children, not on the CPU): each test file
-## runs whole on one worker, and every test of the shared session on one (tests/conftest.py).
-TEST_WORKERS ?= 2
+## Four workers (pytest-xdist) on two cores: the tests mostly wait on windows and children, not on the CPU
+## (at two workers the CPUs were busy a third of the time). Each test file runs whole on one worker, and every
+## test of the shared session on one, longest first (tests/conftest.py).
+TEST_WORKERS ?= 4
 test: venv system-deps
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
+## Records each parallel unit's seconds in tests/unit_seconds.json, the order `make test` hands units out
+## (longest first); rerun when tests are added or grow.
+test-durations: venv system-deps
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --record-unit-seconds $(PYTEST_ARGS)
+
 ## The inner loop: every test not marked slow (no whole session, no real Prometheus or other server binary,
-## nothing that takes more than about a second); no system packages needed. On the same workers as `make test`.
+## nothing that takes more than about a second); no system packages needed. These keep the CPU busy, so one
+## worker per core.
+FAST_WORKERS ?= 2
 test-fast: venv
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow and not real" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(FAST_WORKERS) --dist loadgroup -m "not slow and not real" $(PYTEST_ARGS)
 
 lint: venv
 	$(BIN)/ruff check .

@@ -7,14 +7,19 @@
   where one is installed. Each test reads the run,
   none changes it. A test that uses it is marked ``slow``, and its file is one of ``SHARED_SESSION_FILES``
   (a test elsewhere that asks for it is a usage error naming this list).
-- Parallel runs (``make test``: ``-n 2 --dist loadgroup``) send each test file to one worker, whole (its module
-  fixtures start once), and the shared session's files to one worker together, so the session starts once
-  (``pytest_xdist_make_scheduler``); the units with a slow test are handed out first.
+- Parallel runs (``make test``: ``-n 4 --dist loadgroup``; the suite mostly waits on windows and children, so
+  four workers keep two cores busy) send each test file to one worker, whole (its module fixtures start once),
+  and the shared session's files to one worker together, so the session starts once
+  (``pytest_xdist_make_scheduler``). The files of ``PER_TEST_FILES`` (long, independent tests: each starts its
+  own runtimes) are split, one test per unit. Units are handed out longest first, by the seconds
+  ``unit_seconds.json`` recorded (longest-processing-time first: the suite ends when its last long unit does,
+  so a long one handed out last sets the wall time; xdist's own order, by number of tests, put them last).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -52,10 +57,31 @@ def shared_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedS
         yield SharedSession(run, store)
 
 
+# Each parallel unit's seconds as last measured (``make test-durations``; units under a second left out): the
+# order units are handed out, longest first. pytest-split keeps its ``.test_durations`` the same way.
+UNIT_SECONDS = Path(__file__).parent / "unit_seconds.json"
+UNKNOWN_SLOW_S, UNKNOWN_S = 5.0, 0.05
+
+# Files whose tests are long and share nothing wider than a test (checked at collection): one test per unit
+PER_TEST_FILES = frozenset({
+    "tests/recommender/test_live_verdicts.py",
+    "tests/tune/test_tune_wire.py",
+    "tests/tune/test_tune_control.py",
+    "tests/tune/test_tune_edges.py",
+    "tests/rates/test_truth.py",
+    "tests/traces/test_session_traffic.py",
+    "tests/traces/test_trace_answer.py",
+})
+_SHARED_SCOPES = ("module", "class", "package")
+
+
 def scope(nodeid: str) -> str:
-    """The unit a parallel run gives one worker: the shared session's files together, else one file."""
+    """The unit a parallel run gives one worker: the shared session's files together, a test of
+    ``PER_TEST_FILES`` alone, else one file."""
     path = nodeid.split("::", 1)[0]
-    return SHARED_GROUP if path in SHARED_SESSION_FILES else path
+    if path in SHARED_SESSION_FILES:
+        return SHARED_GROUP
+    return nodeid if path in PER_TEST_FILES else path
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -66,10 +92,46 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if item.nodeid.split("::", 1)[0] not in SHARED_SESSION_FILES:
                 raise pytest.UsageError(f"{item.nodeid} reads the shared session: add its file to "
                                         "SHARED_SESSION_FILES in tests/conftest.py (they run on one worker)")
-    if hasattr(config, "workerinput"):  # a parallel run's worker: the units with a slow test first (each
-        # worker sorts the same collection the same way), so the many quick ones fill the end evenly
-        slow = {scope(item.nodeid) for item in items if item.get_closest_marker("slow")}
-        items.sort(key=lambda item: scope(item.nodeid) not in slow)
+        if item.nodeid.split("::", 1)[0] in PER_TEST_FILES:
+            shared = sorted(name for name, defs in item._fixtureinfo.name2fixturedefs.items()
+                            if any(d.scope in _SHARED_SCOPES for d in defs))
+            if shared:
+                raise pytest.UsageError(f"{item.nodeid} shares fixture(s) {', '.join(shared)} with the tests of its "
+                                        "file: remove the file from PER_TEST_FILES in tests/conftest.py")
+    if hasattr(config, "workerinput"):  # a parallel run's worker: the longest units first (each worker sorts
+        # the same collection the same way; the scheduler keeps this order), so the quick ones fill the end
+        cost = unit_estimates(items)
+        items.sort(key=lambda item: -cost[scope(item.nodeid)])
+
+
+def unit_estimates(items: list[pytest.Item]) -> dict[str, float]:
+    """Each unit's seconds as ``UNIT_SECONDS`` recorded them, else ``UNKNOWN_SLOW_S`` per slow test and
+    ``UNKNOWN_S`` per other (a unit new since the record, or renamed)."""
+    recorded = json.loads(UNIT_SECONDS.read_text()) if UNIT_SECONDS.exists() else {}
+    guessed: dict[str, float] = {}
+    for item in items:
+        unit = scope(item.nodeid)
+        guessed[unit] = guessed.get(unit, 0.0) + (UNKNOWN_SLOW_S if item.get_closest_marker("slow") else UNKNOWN_S)
+    return {unit: float(recorded.get(unit, guess)) for unit, guess in guessed.items()}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--record-unit-seconds", action="store_true",
+                     help=f"write each parallel unit's measured seconds to {UNIT_SECONDS.name} (make test-durations)")
+
+
+_measured: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # a parallel run's controller sees every worker's reports; setup, call and teardown all count
+    _measured[scope(report.nodeid)] = _measured.get(scope(report.nodeid), 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if session.config.getoption("record_unit_seconds") and not hasattr(session.config, "workerinput"):
+        kept = {unit: round(s, 1) for unit, s in sorted(_measured.items(), key=lambda kv: -kv[1]) if s >= 1.0}
+        UNIT_SECONDS.write_text(json.dumps(kept, indent=1) + "\n")
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: a run without the plugin loads this file too
@@ -86,4 +148,5 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         def _split_scope(self, nodeid: str) -> str:
             return scope(nodeid)
 
+    config.option.loadscopereorder = False  # the workers' order above, not xdist's by number of tests
     return FileOrGroup(config, log)
