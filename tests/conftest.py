@@ -87,12 +87,13 @@ def scope(nodeid: str) -> str:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # a test of the shared session is slow (it waits for a whole session), and its file is listed
     for item in items:
+        path = item.nodeid.split("::", 1)[0]
         if "shared_session" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
-            if item.nodeid.split("::", 1)[0] not in SHARED_SESSION_FILES:
+            if path not in SHARED_SESSION_FILES:
                 raise pytest.UsageError(f"{item.nodeid} reads the shared session: add its file to "
                                         "SHARED_SESSION_FILES in tests/conftest.py (they run on one worker)")
-        if item.nodeid.split("::", 1)[0] in PER_TEST_FILES:
+        if path in PER_TEST_FILES:
             shared = sorted(name for name, defs in item._fixtureinfo.name2fixturedefs.items()
                             if any(d.scope in _SHARED_SCOPES for d in defs))
             if shared:
@@ -125,7 +126,8 @@ _measured: dict[str, float] = {}
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     # a parallel run's controller sees every worker's reports; setup, call and teardown all count
-    _measured[scope(report.nodeid)] = _measured.get(scope(report.nodeid), 0.0) + report.duration
+    unit = scope(report.nodeid)
+    _measured[unit] = _measured.get(unit, 0.0) + report.duration
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

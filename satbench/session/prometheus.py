@@ -210,14 +210,14 @@ def wait_remote_written(url: str, *, timeout_s: float, client: httpx.Client | No
     """Waits until every remote_write queue of the Prometheus at ``url`` has sent the samples it had stored
     when the wait began. False at the deadline (or with no queue to ask), never raises: a slow store costs
     its own last samples, never the session."""
-    began: list[float] = []  # what was stored when the wait began: the target, not one that moves on
+    target: float | None = None  # what was stored when the wait began, not a figure that moves on
 
     def sent(http: httpx.Client) -> bool:
+        nonlocal target
         lag = remote_write_lag(http.get(f"{url}/metrics").text)
         if lag is None:
             return False
-        if not began:
-            began.append(lag[0])
-        return lag[1] >= began[0] > 0
+        target = lag[0] if target is None else target
+        return lag[1] >= target > 0
 
     return _poll(sent, timeout_s=timeout_s, client=client)

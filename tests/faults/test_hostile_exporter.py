@@ -27,7 +27,6 @@ from satbench.exporter.process import FakeProcessReader, ProcessReading
 
 Handler = Callable[[socket.socket], None]
 HEALTH = b'{"status":"ok"}'
-LOADED_BUDGET_S = 5.0  # where the test is about what was read, not how fast
 THIS_PROCESS = ProcessReading(os.getpid(), 1e8, ("python", "-m", "pytest"))  # beside the runtime, not llama-server
 
 
@@ -174,15 +173,13 @@ def test_hostile_numbers_and_bytes_are_data(hostile) -> None:
                        "/props": lambda c: _send(c, _props().replace(b"b1-evil", b"b1-\xff\xfe\xc3(")),
                        "/slots": lambda c: _send(c, b'[{"id": 0, "n_ctx": NaN, "is_processing": "yes"}]'),
                        "/metrics": lambda c: _send(c, metrics)})
-    # a budget no honest answer misses on a loaded machine (at 1 s, /props once came late in a parallel
-    # suite and the fingerprint had no build to check): the point here is the data, not the budget
-    registry, collector = _collector(runtime.url, budget_s=LOADED_BUDGET_S)
+    registry, collector = _collector(runtime.url, budget_s=1.0)
     try:
         got, seconds = _scrape(registry)
         fp = collector.fingerprints()[None]
     finally:
         collector.close()
-    assert got[("runtime_up", ())] == 1 and seconds < LOADED_BUDGET_S + 1.0
+    assert got[("runtime_up", ())] == 1 and seconds < 2.0
     assert ("runtime_requests_processing", ()) not in got and ("runtime_queue_depth", ()) not in got
     assert fp["runtime"]["build"].startswith("b1-")  # invalid UTF-8 replaced, kept as data
 
@@ -193,7 +190,7 @@ def test_a_model_of_99999_splits_is_refused_without_statting_them(hostile, tmp_p
     runtime = hostile({"/health": lambda c: _send(c, HEALTH), "/props": lambda c: _send(c, _props(str(first))),
                        "/slots": lambda c: _send(c, b"[]"), "/metrics": lambda c: _send(c, b"")})
     lf = LiveFingerprints(cpu=("cpu", None), models_roots=[tmp_path])
-    registry, collector = _collector(runtime.url, budget_s=LOADED_BUDGET_S, fingerprints=lf,
+    registry, collector = _collector(runtime.url, budget_s=1.0, fingerprints=lf,
                                      process_reader=FakeProcessReader(THIS_PROCESS))
     try:
         _, seconds = _scrape(registry)
@@ -201,7 +198,7 @@ def test_a_model_of_99999_splits_is_refused_without_statting_them(hostile, tmp_p
     finally:
         collector.close()
     assert fp["model"]["files"] is None and "99999 splits" in fp["unknown"]["model.files"]
-    assert seconds < 2.0
+    assert seconds < 1.0
 
 
 def test_a_hostile_model_path_outside_the_models_root_is_never_read(hostile, tmp_path: Path) -> None:
@@ -210,7 +207,7 @@ def test_a_hostile_model_path_outside_the_models_root_is_never_read(hostile, tmp
     runtime = hostile({"/health": lambda c: _send(c, HEALTH), "/props": lambda c: _send(c, _props(str(secret))),
                        "/slots": lambda c: _send(c, b"[]"), "/metrics": lambda c: _send(c, b"")})
     lf = LiveFingerprints(cpu=("cpu", None), models_roots=[tmp_path / "models"])
-    registry, collector = _collector(runtime.url, budget_s=LOADED_BUDGET_S, fingerprints=lf,
+    registry, collector = _collector(runtime.url, budget_s=1.0, fingerprints=lf,
                                      process_reader=FakeProcessReader(THIS_PROCESS))
     try:
         _scrape(registry)

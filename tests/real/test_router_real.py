@@ -132,23 +132,21 @@ def test_real_router_exporter_agrees_with_each_models_slots(
         prompt = "Once upon a time " * 20
         n_predict = 3600
         for model in ("dense", "moe"):
-            # the exporter's view is compared while every slot streams: a stream that ended between the
-            # client's check and the reads (one started long before the other) voids the try, not the test.
-            # The exporter's read falls somewhere inside its scrape, so it is bracketed by a /slots read and
-            # the client's count before the scrape and again after it: while every slot streams, the tokens
-            # held only grow. (A fixed tolerance failed on CI: the tiny MoE decoded ~1,400 tokens per slot
-            # between the exporter's read and a /slots read taken after the scrape returned.)
+            # the exporter's view is compared while every slot streams; its read falls somewhere inside its
+            # scrape, so it is bracketed by the server's own /slots read before and after the scrape (the tokens
+            # held only grow while every slot streams). A fixed tolerance failed on CI: the tiny MoE decoded
+            # ~1,400 tokens per slot between the exporter's read and a /slots read after the scrape. The reads
+            # start when /slots shows every slot busy, not on the client's count, which may lag a fast model far
+            # behind. A stream that ends during the reads voids the try, not the test.
             for _ in range(5):
                 streams = _Streams(router.url, model, prompt, PARALLEL, n_predict)
-                # the server's own view says when every slot streams (the client may lag a fast model far
-                # behind, so its count would start the reads when the streams are nearly done)
                 deadline = time.monotonic() + 60
-                client_before = sum(streams.received)
-                before = _held(router.url, model)
-                while before is None and not streams.ended() and time.monotonic() < deadline:
-                    time.sleep(0.02)
+                while True:
                     client_before = sum(streams.received)
                     before = _held(router.url, model)
+                    if before is not None or streams.ended() or time.monotonic() >= deadline:
+                        break
+                    time.sleep(0.02)
                 series = _scrape(exporter, model)
                 after = _held(router.url, model)
                 client_after = sum(streams.received)
