@@ -15,7 +15,8 @@ declare them in this order, which is the JSON's)::
         + "comparisons": [{"challenger", "holder", "difference_tok_s", "half_width_tok_s", "significant",
                            "gain_per_doubling", "verdict" (replaced | not_faster | not_significant | gain_short)}],
         + "decision": {"settled", "rounds", "walks", "budget", "rewalked", "defaults" [{"kept", "over",
-                        "direction", "difference_tok_s", "half_width_tok_s", "why"}], "said"},
+                        "direction", "difference_tok_s", "half_width_tok_s", "why"}], "said",
+                       + "unjudged" [str...] (candidates no walk could judge, each with why)},
         + "context": {"ctx_per_slot", "prompt_tokens", "output_tokens", "margin", "source", "detail"},
         + "memory": {"model": {"source", "kv_bytes_per_token", "weights_bytes", "compute_bytes", "layers",
                                "kv_arithmetic", "why"} | null, "budget": {"total_bytes", "source",
@@ -118,7 +119,8 @@ def _comparison(c: Comparison) -> ComparisonModel:
 
 def _decision(d: Decision) -> DecisionModel:
     return DecisionModel(settled=d.settled, rounds=d.rounds, walks=d.walks, budget=d.budget,
-                         rewalked=list(d.rewalked), defaults=list(d.defaults), said=d.said())
+                         rewalked=list(d.rewalked), defaults=list(d.defaults), said=d.said(),
+                         unjudged=list(d.unjudged))
 
 
 def _context(n: ContextNeed) -> ContextModel:

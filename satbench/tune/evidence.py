@@ -16,6 +16,16 @@ When the budget is spent and the comparison is still open, the winner stands: it
 prefers (``satbench.tune.grid``: fewer slots, the larger batch, split KV), so the fallback is the cheaper
 setting, and ``Decision`` says which way it went, over which challenger, by how much and why, for
 ``tune.json`` and the report.
+
+Before those rounds, a candidate whose walk judged nothing (``unjudged``: measured, but no constraint bound it
+and no answer stands: a lowest rung whose throughput was too unstable to compare, too few requests, a rung
+lost) is walked once more at ``factor`` times the windows, in grid order, within the same budget. Its first
+walk says nothing about the candidate, only about the measurement, so leaving it out would decide the lane
+among the candidates that happened to measure well: on a loaded machine the real tune's 4-slot candidate
+came back unjudged (a c=2 throughput interval 31 % of its mean, where the policy allows 25 %) and the lane
+was answered among the others without a word. A candidate still unjudged after its second walk is named
+with its reason in ``Decision.unjudged``, and the decision is not settled: the winner is the best of those
+judged, said so.
 """
 
 from __future__ import annotations
@@ -28,7 +38,7 @@ from satbench.tune.grid import Candidate
 from satbench.tune.models import DefaultKept
 from satbench.tune.search import Outcome
 
-__all__ = ["Decision", "settle"]
+__all__ = ["Decision", "settle", "unjudged"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,16 +51,28 @@ class Decision:
     budget: int = 0
     rewalked: tuple[str, ...] = ()
     defaults: tuple[DefaultKept, ...] = field(default_factory=tuple)
+    unjudged: tuple[str, ...] = ()  # "<candidate id>: <why>" for each candidate no walk could judge
 
     def said(self) -> str:
         if self.settled and not self.rounds:
-            return "every comparison that decided the winner was significant"
+            return ("no comparison waited for evidence: each challenger was significantly faster, not faster, or "
+                    "short of the gain a doubling of slots must buy")
         longer = f"{self.walks} longer walks in {self.rounds} rounds ({', '.join(self.rewalked)})"
         if self.settled:
             return f"settled by {longer}"
-        why = "; ".join(d.why for d in self.defaults)
+        why = "; ".join([d.why for d in self.defaults]
+                        + [f"{u} (the winner is the best of the candidates judged)" for u in self.unjudged])
         spent = longer if self.rounds else f"no longer walk (tune.evidence_walks = {self.budget})"
         return f"not settled after {spent}: {why}"
+
+
+def unjudged(o: Outcome) -> bool:
+    """A walk that judged nothing (module docstring): measured, no constraint bound it, no answer stands."""
+    return o.state == "measured" and not o.feasible and o.binding is None
+
+
+def _why_unjudged(o: Outcome) -> str:
+    return f"{o.candidate.id}: not judged: {o.reason or o.status or 'its walk gave no answer'}"
 
 
 def _direction(winner: Candidate, other: Candidate) -> str:
@@ -83,18 +105,31 @@ def settle(outcomes: Sequence[Outcome], decide: Callable[[Sequence[Outcome]], Ch
            min_gain: float, confidence: float) -> tuple[list[Outcome], Choice, Decision]:
     """The outcomes (re-walked ones replaced), the final choice and how it was settled (module docstring)."""
     current = list(outcomes)
-    choice = decide(current)
     used = rounds = 0
     rewalked: list[str] = []
+
+    def walk(old: Outcome, times: float) -> None:
+        nonlocal current, used
+        new = replace(remeasure(old.candidate, times), candidate=old.candidate)
+        current = [new if o.candidate == old.candidate else o for o in current]
+        used += 1
+        rewalked.append(f"{old.candidate.id} x{times:g}")
+
+    lost = [o for o in current if unjudged(o)][:walks]
+    if lost:
+        rounds += 1
+        for old in lost:
+            walk(old, factor)
+    choice = decide(current)
+    longer = 0  # rounds of the open comparisons: windows factor ** longer
     while choice.winner is not None and choice.open and walks - used >= 2:
         rounds += 1
+        longer += 1
         contenders = [choice.winner, *sorted(choice.open, key=lambda o: -(o.throughput_tok_s or 0.0))]
         for old in contenders[: walks - used]:
-            new = replace(remeasure(old.candidate, factor ** rounds), candidate=old.candidate)
-            current = [new if o.candidate == old.candidate else o for o in current]
-            used += 1
-            rewalked.append(f"{old.candidate.id} x{factor ** rounds:g}")
+            walk(old, factor ** longer)
         choice = decide(current)
+    still = tuple(_why_unjudged(o) for o in current if unjudged(o))
     settled = choice.winner is None or not choice.open
     defaults = () if settled else _defaults(choice, min_gain, confidence)
-    return current, choice, Decision(settled, rounds, used, walks, tuple(rewalked), defaults)
+    return current, choice, Decision(settled and not still, rounds, used, walks, tuple(rewalked), defaults, still)

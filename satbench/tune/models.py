@@ -185,6 +185,7 @@ class DecisionModel(BaseModel):
     rewalked: list[str]
     defaults: list[DefaultKept]
     said: str
+    unjudged: list[str] = Field(default_factory=list)  # "<candidate id>: not judged: <why>", after a second walk
 
 
 class ContextModel(BaseModel):

@@ -2,7 +2,9 @@
 -ub {256, 512}, at the default batch (-b 2048) and chunked (-b 256), under the starvation workload
 (``examples/real-tune.toml``). A 1500-token prompt in a 2048-token batch pauses every running decode for
 0.30-0.44 s on this build (measured with ``examples/real-starvation.toml``), a 256-token chunk for about
-0.1 s: the tune must pick the chunked setting and print its flags.
+0.1 s: the tune must pick the chunked setting and print its flags. How many slots pay depends on the CPU
+(4 slots won on one machine, 2 on another, where 4 gained 4 % a doubling): at any other count than 4 the
+tune must say why not 4 (a comparison, a default kept, a pruning, or a candidate no walk could judge).
 
 Memory: a budget (``tune.memory_bytes``) that holds the weights and 6 x 2048 tokens of KV cache, stated from
 the model's shape (``satbench.models.tiny``): 4 slots of the ~1.8k-token context fit, 8 do not, so every
@@ -50,9 +52,15 @@ def test_real_tune_picks_the_chunked_batch(llama_server_binary: Path, tiny_model
     winner = lane["winner"]
     assert winner["batch"] == 256 and winner["ubatch"] == 256, candidates
     assert "-b 256 -ub 256" in lane["flags"] and lane["flags"] in done.stdout
-    if winner["parallel"] != 4:
-        defaults = lane["decision"]["defaults"]
-        assert any(d["over"].startswith("np4-") and d["why"] for d in defaults), lane["decision"]
+    if winner["parallel"] != 4:  # how many slots pay is the CPU's to decide; why not 4 is the tune's to say
+        four = "np4-b256-ub256-"
+        decision = lane["decision"]
+        said = ([c for c in lane["comparisons"] if four in (c["challenger"][:len(four)], c["holder"][:len(four)])]
+                + [d for d in decision["defaults"] if d["over"].startswith(four) and d["why"]]
+                + [u for u in decision["unjudged"] if u.startswith(four) and u in decision["said"]]
+                + [c for c in candidates if c["id"].startswith(four) and c["state"] in ("pruned", "skipped")
+                   and c["reason"]])
+        assert said, (lane["comparisons"], decision)
     unchunked = [c for c in candidates if c["batch"] == 2048 and c["state"] == "measured"]
     assert unchunked and all(c["starved_at"] for c in unchunked), unchunked
     assert lane["walked"] < lane["grid"]["size"]  # a dominated candidate was not walked
