@@ -45,7 +45,10 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def server(request: pytest.FixtureRequest, llama_server_binary: Path, tiny_models: dict[str, Path],
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
     lane = str(request.param)
-    spec = LlamaServerSpec(model=tiny_models[lane], parallel=4, ctx_size=16384, alias=lane)
+    # one compute thread: the tests' own clients need a core. With llama.cpp's default (every core) on a 2-core
+    # machine a Python client polling /slots beside six streams slowed the tiny MoE's decode from 3 to 21 ms
+    # a token and delayed admissions by seconds (a spinning thread pool descheduled at each barrier)
+    spec = LlamaServerSpec(model=tiny_models[lane], parallel=4, ctx_size=16384, alias=lane, threads=1)
     log = tmp_path_factory.mktemp(f"llama-{lane}") / "server.log"
     with LlamaServer(spec, log, binary=llama_server_binary, ready_timeout_s=120) as running:
         yield running
