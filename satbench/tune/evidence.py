@@ -61,7 +61,7 @@ class Decision:
         if self.settled:
             return f"settled by {longer}"
         why = "; ".join([d.why for d in self.defaults]
-                        + [f"{u} (the winner is the best of the candidates judged)" for u in self.unjudged])
+                        + [f"{u} (left out of the comparison)" for u in self.unjudged])
         spent = longer if self.rounds else f"no longer walk (tune.evidence_walks = {self.budget})"
         return f"not settled after {spent}: {why}"
 

@@ -121,7 +121,7 @@ def test_a_candidate_no_walk_could_judge_is_named_and_the_answer_is_not_settled(
         assert final.winner is not None and final.winner.candidate.parallel == 2 and not decision.settled
         (said,) = decision.unjudged
         assert said.startswith("np4-b256-ub256-c4096: not judged: lowest rung c=2 cannot be used"), said
-        assert "best of the candidates judged" in decision.said() and said in decision.said()
+        assert "left out of the comparison" in decision.said() and said in decision.said()
 
 
 def test_a_candidate_that_broke_a_constraint_was_judged_and_is_not_walked_again() -> None:
