@@ -24,8 +24,7 @@ walk says nothing about the candidate, only about the measurement, so leaving it
 among the candidates that happened to measure well: on a loaded machine the real tune's 4-slot candidate
 came back unjudged (a c=2 throughput interval 31 % of its mean, where the policy allows 25 %) and the lane
 was answered among the others without a word. A candidate still unjudged after its second walk is named
-with its reason in ``Decision.unjudged``, and the decision is not settled: the winner is the best of those
-judged, said so.
+with its reason in ``Decision.unjudged``, left out of the comparison, and the decision is not settled.
 """
 
 from __future__ import annotations

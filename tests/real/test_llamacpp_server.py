@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from satbench.exporter.llamacpp import LlamaCppAdapter
 from satbench.runtimes import RunningRuntime
 from satbench.runtimes.llamacpp import LlamaServer
 
@@ -105,12 +106,12 @@ def test_connection_is_closed_after_a_streamed_response(server: LlamaServer) -> 
     assert after == b"", "the server kept the connection open after the stream"
 
 
-def _busy_slot_decodes(metrics: str) -> tuple[float, float]:
-    """The server's own count of llama_decode calls and of busy slots over them (its average times its count)."""
-    samples = {ln.split()[0]: float(ln.split()[-1]) for ln in metrics.splitlines()
-               if ln.startswith(("llamacpp:n_decode_total ", "llamacpp:n_busy_slots_per_decode "))}
-    decodes = samples["llamacpp:n_decode_total"]
-    return decodes, decodes * samples["llamacpp:n_busy_slots_per_decode"]
+def _decodes(adapter: LlamaCppAdapter) -> tuple[float, float]:
+    """The server's llama_decode calls and the busy slots summed over them, as the exporter reads them (the
+    lifetime average ``n_busy_slots_per_decode`` times ``n_decode_total``; llama.cpp resets neither)."""
+    snap = adapter.fetch(10.0)
+    assert snap.decode_steps_total is not None and snap.busy_slot_decodes_total is not None, snap.sources
+    return snap.decode_steps_total, snap.busy_slot_decodes_total
 
 
 def test_metrics_and_slots_during_load(server: LlamaServer) -> None:
@@ -119,7 +120,8 @@ def test_metrics_and_slots_during_load(server: LlamaServer) -> None:
     one it would be 1; /slots, polled every 20 ms, shows them busy. The server runs one compute thread
     (``server``): at every core, a tight poll loop beside six streams slowed the tiny MoE sevenfold and saw
     one busy slot at most, once, on a loaded machine."""
-    decodes0, busy0 = _busy_slot_decodes(httpx.get(f"{server.url}/metrics", timeout=10).text)
+    adapter = LlamaCppAdapter(server.url)
+    decodes0, busy0 = _decodes(adapter)
     with ThreadPoolExecutor(max_workers=6) as pool:
         futures = [pool.submit(_stream_completion, server.url, 1024) for _ in range(6)]
         busy = 0
@@ -133,10 +135,12 @@ def test_metrics_and_slots_during_load(server: LlamaServer) -> None:
             time.sleep(0.02)
         results = [f.result() for f in futures]
     assert len(slots) == 4 and {s["id"] for s in slots} == {0, 1, 2, 3} and 2 <= busy <= 4
+    decodes1, busy1 = _decodes(adapter)
+    adapter.fetcher.close()
+    per_decode = (busy1 - busy0) / max(1.0, decodes1 - decodes0)
+    print(f"busy slots per llama_decode over the load: {per_decode:.2f} ({decodes1 - decodes0:.0f} decodes)")
+    assert decodes1 > decodes0 and per_decode >= 1.5, (decodes1 - decodes0, busy1 - busy0)
     after = httpx.get(f"{server.url}/metrics", timeout=10).text
-    decodes1, busy1 = _busy_slot_decodes(after)
-    assert decodes1 > decodes0 and (busy1 - busy0) / (decodes1 - decodes0) >= 1.5, (decodes1 - decodes0,
-                                                                                   busy1 - busy0)
     finals = [_events(r)[0][-1] for r in results]
     assert all(f["stop"] and f["timings"]["predicted_n"] == 1024 for f in finals)  # type: ignore[index]
     for name in ("llamacpp:prompt_tokens_total", "llamacpp:tokens_predicted_total",

@@ -55,7 +55,7 @@ def test_real_tune_picks_the_chunked_batch(llama_server_binary: Path, tiny_model
     if winner["parallel"] != 4:  # how many slots pay is the CPU's to decide; why not 4 is the tune's to say
         four = "np4-b256-ub256-"
         decision = lane["decision"]
-        said = ([c for c in lane["comparisons"] if four in (c["challenger"][:len(four)], c["holder"][:len(four)])]
+        said = ([c for c in lane["comparisons"] if c["challenger"].startswith(four) or c["holder"].startswith(four)]
                 + [d for d in decision["defaults"] if d["over"].startswith(four) and d["why"]]
                 + [u for u in decision["unjudged"] if u.startswith(four) and u in decision["said"]]
                 + [c for c in candidates if c["id"].startswith(four) and c["state"] in ("pruned", "skipped")
