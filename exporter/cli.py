@@ -3,21 +3,44 @@
 Run one beside each runtime node; the node's lane is a target label in ``prometheus.yml``, not a flag. A
 llama-server in router mode is detected (``--router auto``) and served per model: every loaded model's
 series carry a ``model`` label, and ``/metrics?model=NAME`` serves one model, for one lane.
+
+``--fingerprint-key-file`` (or ``SATBENCH_EXPORTER_FINGERPRINT_KEY``; never a flag's value) holds the node's
+fingerprint key: the fingerprint series is then signed, so a recommender with the fleet key can tell it from
+one written into the store by anyone else (``core.fingerprint_signature``).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from satbench.exporter.relay_metrics import RelayMetrics
 
-__all__ = ["configure", "main"]
+__all__ = ["KEY_ENV", "configure", "fingerprint_key", "main"]
+
+KEY_ENV = "SATBENCH_EXPORTER_FINGERPRINT_KEY"
+
+
+def fingerprint_key(path: Path | None, environ: dict[str, str] | None = None) -> bytes | None:
+    """The node's fingerprint key: the file's text, else ``$SATBENCH_EXPORTER_FINGERPRINT_KEY``, else None.
+    ``ValueError`` naming the setting for a file that cannot be read or is empty."""
+    if path is not None:
+        try:
+            text = path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"--fingerprint-key-file {path}: {getattr(exc, 'strerror', None) or exc}") from exc
+        if not text:
+            raise ValueError(f"--fingerprint-key-file {path}: the file is empty")
+        return text.encode()
+    text = (os.environ if environ is None else environ).get(KEY_ENV, "").strip()
+    return text.encode() if text else None
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -48,6 +71,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "(repeatable; besides these only files the runtime itself has open are read)")
     parser.add_argument("--max-body-bytes", type=int, default=16 << 20,
                         help="the most bytes read of one runtime answer (default 16 MiB)")
+    parser.add_argument("--fingerprint-key-file", type=Path, default=None, metavar="PATH",
+                        help="a file holding this node's fingerprint key (satbench fingerprint-key --node N): "
+                             "runtime_fingerprint_info is signed with it (default: "
+                             f"${KEY_ENV}; unset: not signed)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -59,6 +86,7 @@ def main(args: argparse.Namespace) -> int:
             flavour=args.flavour, gpu=args.gpu, budget_s=args.budget_s, props_ttl_s=args.props_ttl_s,
             router=args.router, model=args.model, kv_unified=args.kv_unified,
             models_roots=tuple(args.models_root), max_body_bytes=args.max_body_bytes,
+            fingerprint_key=fingerprint_key(getattr(args, "fingerprint_key_file", None)),
         )
     except ValueError as exc:
         print(f"satbench exporter: {exc}", file=sys.stderr)

@@ -166,7 +166,7 @@ class RuntimeCollector(Collector):
         except Exception:  # the fingerprint must never cost the scrape its other series
             fps = {}
         if fps:
-            families.append(fingerprint_family(fps))
+            families.append(fingerprint_family(fps, self._fingerprints.signer))
         return families
 
     def _visible(self, outcomes: Sequence[_GpuOutcome]) -> list[_GpuOutcome]:

@@ -22,7 +22,7 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -36,7 +36,7 @@ from satbench.exporter.adapter import MAX_BODY_BYTES, EndpointFetcher, RuntimeAd
 from satbench.exporter.collector import DEFAULT_BUDGET_S, RuntimeCollector
 from satbench.exporter.gpu import GpuReader, NvmlGpuReader
 from satbench.exporter.kvcache import KV_SETTINGS
-from satbench.exporter.live_fingerprint import LiveFingerprints
+from satbench.exporter.live_fingerprint import FingerprintSigner, LiveFingerprints
 from satbench.exporter.llamacpp import PROPS_TTL_S, LlamaCppAdapter
 from satbench.exporter.process import ProcessReader, PsutilProcessReader, local_port_of
 from satbench.exporter.sim_gpu import SimulatedGpuReader
@@ -64,6 +64,7 @@ class ExporterConfig:
     kv_unified: str = "auto"
     models_roots: tuple[str, ...] = ()
     max_body_bytes: int = MAX_BODY_BYTES
+    fingerprint_key: bytes | None = field(default=None, repr=False)  # the node's key: series are signed
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.runtime_url)
@@ -94,6 +95,8 @@ class ExporterConfig:
                 raise ValueError(f"--models-root must be an absolute folder, got {root!r}")
         if not 1024 <= self.max_body_bytes <= 1 << 30:
             raise ValueError(f"--max-body-bytes must be within 1024..1073741824, got {self.max_body_bytes}")
+        if self.fingerprint_key is not None and len(self.fingerprint_key) < 16:
+            raise ValueError("--fingerprint-key-file: a key of at least 16 characters is needed")
 
     @property
     def router_mode(self) -> bool | None:
@@ -128,7 +131,9 @@ def build_collector(config: ExporterConfig) -> RuntimeCollector:
     return RuntimeCollector(
         adapter, gpu_readers, process_reader, budget_s=config.budget_s,
         simulated_gpu_replaces_real=config.gpu == "auto", kv_unified=config.kv_unified,
-        fingerprints=LiveFingerprints(models_roots=[Path(r) for r in config.models_roots]),
+        fingerprints=LiveFingerprints(models_roots=[Path(r) for r in config.models_roots],
+                                      signer=None if config.fingerprint_key is None
+                                      else FingerprintSigner(config.fingerprint_key)),
     )
 
 

@@ -68,7 +68,7 @@ from satbench.recommender.models import (
     RunInfo,
     RunRegistered,
 )
-from satbench.recommender.prometheus_source import HttpxPromClient
+from satbench.recommender.prometheus_source import HttpxPromClient, public_url
 from satbench.recommender.run_analysis import analyze_run_async
 from satbench.recommender.settings import RecommenderSettings
 from satbench.recommender.store import Analyzer, RecommendationStore
@@ -121,7 +121,8 @@ class SettingsAnalyzer:
         return await analyze_run_async(manifest, prometheus_url=s.prometheus_url, run_dir=run_dir,
                                        policy=self._policy, source_config=s.source_config(),
                                        prometheus_timeout_s=s.prometheus_timeout_s,
-                                       prometheus_headers=s.prometheus_headers)
+                                       prometheus_headers=s.prometheus_headers, prometheus_auth=s.prometheus_auth(),
+                                       fingerprint_key=s.fingerprint_key_bytes())
 
 
 def check_bounds(manifest: RunManifest, settings: RecommenderSettings) -> None:
@@ -152,8 +153,8 @@ def prometheus_fingerprints(settings: RecommenderSettings) -> FingerprintSource:
             return {key: (None, "the service reads no Prometheus, so the lane's live fingerprint cannot be taken")
                     for key in starts}
         async with HttpxPromClient(settings.prometheus_url, timeout_s=settings.prometheus_timeout_s,
-                                   headers=settings.prometheus_headers) as client:
-            return await fingerprints_when_measured(client, starts)
+                                   headers=settings.prometheus_headers, auth=settings.prometheus_auth()) as client:
+            return await fingerprints_when_measured(client, starts, fleet_key=settings.fingerprint_key_bytes())
 
     return source
 
@@ -188,14 +189,15 @@ async def _check_validity_forever(store: RecommendationStore, settings: Recommen
     unreachable Prometheus leaves the last verdicts standing (the refresh tick marks the document stale)."""
     interval_s = settings.validity_interval_s or settings.scrape_interval_s
     async with HttpxPromClient(url, timeout_s=settings.prometheus_timeout_s,
-                               headers=settings.prometheus_headers) as client:
+                               headers=settings.prometheus_headers, auth=settings.prometheus_auth()) as client:
         while True:
             answers = store.answers_to_check()
             if answers:
                 try:
                     now = clock()
-                    store.set_validity(await check_answers(client, measured_fingerprints(answers), now=now),
-                                      checked_at=now)
+                    store.set_validity(await check_answers(client, measured_fingerprints(answers), now=now,
+                                                           fleet_key=settings.fingerprint_key_bytes()),
+                                       checked_at=now)
                 except (SourceUnavailable, PrometheusQueryError) as exc:
                     log.info("validity check skipped: %s", exc)
                 except Exception:  # the loop must outlive any one failure
@@ -383,7 +385,8 @@ def create_app(settings: RecommenderSettings, *, analyzer: Analyzer | None = Non
     @app.get("/healthz", response_model=HealthModel)
     async def healthz(store: StoreDep, settings: SettingsDep) -> HealthModel:
         return HealthModel(status="ok", runs=store.run_count, document=store.state,  # type: ignore[arg-type]
-                           prometheus_url=settings.prometheus_url)
+                           prometheus_url=None if settings.prometheus_url is None
+                           else public_url(settings.prometheus_url))
 
     @app.get("/metrics", response_class=Response)
     async def metrics() -> Response:

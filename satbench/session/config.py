@@ -34,10 +34,12 @@ is the policy's ``min_gain_per_doubling`` too, unless set.
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -212,7 +214,10 @@ class PrometheusSection(_Model):
     """``url`` set: use that Prometheus (it must scrape the lanes' exporters). Otherwise one is started.
 
     ``remote_write``: URLs the started Prometheus forwards every sample to (a fleet's central PromQL store,
-    docs/fleet-store.md); a Prometheus given by ``url`` is configured by its owner instead.
+    docs/fleet-store.md); a Prometheus given by ``url`` is configured by its owner instead. A store that takes
+    writes only with credentials gets ``remote_write_username`` and ``remote_write_password_file`` as basic
+    auth: the rendered ``prometheus.yml`` names the file (Prometheus reads it), so the password is in no
+    command line, config or evidence file. A URL with a password in it is refused for that reason.
     """
 
     url: HttpUrl | None = None
@@ -220,6 +225,40 @@ class PrometheusSection(_Model):
     scrape_interval_s: float = Field(default=1.0, gt=0.0, le=60.0)
     start_timeout_s: float = Field(default=30.0, gt=0.0)
     remote_write: list[HttpUrl] = Field(default_factory=list)
+    remote_write_username: str | None = Field(default=None, min_length=1, max_length=256)
+    remote_write_password_file: Path | None = None
+
+    @field_validator("remote_write")
+    @classmethod
+    def _no_password_in_url(cls, value: list[HttpUrl]) -> list[HttpUrl]:
+        if any(urlsplit(url).password for url in value):
+            raise ValueError("a remote_write URL carries a password: it would be written into the run's "
+                             "prometheus.yml; give remote_write_username and remote_write_password_file instead")
+        return value
+
+    @field_validator("remote_write_password_file")
+    @classmethod
+    def _readable(cls, value: Path | None) -> Path | None:
+        if value is None:
+            return None
+        path = value.expanduser().resolve()
+        if not path.is_file() or not os.access(path, os.R_OK):
+            raise ValueError(f"{value} is not a readable file")
+        return path
+
+    @model_validator(mode="after")
+    def _auth_whole(self) -> PrometheusSection:
+        if (self.remote_write_username is None) != (self.remote_write_password_file is None):
+            raise ValueError("remote_write_username and remote_write_password_file go together")
+        if self.remote_write_username is not None and not self.remote_write:
+            raise ValueError("remote_write_username is set but remote_write names no URL")
+        return self
+
+    def remote_write_auth(self) -> tuple[str, Path] | None:
+        """``(username, password_file)`` for the remote_write section, or None."""
+        if self.remote_write_username is None or self.remote_write_password_file is None:
+            return None
+        return self.remote_write_username, self.remote_write_password_file
 
 
 class RecommenderSection(_Model):

@@ -292,7 +292,8 @@ def _start_monitoring(
     if prom_binary is not None:
         rules = rule_files()
         text = render_prometheus_config(targets, rules, config.prometheus.scrape_interval_s,
-                                        remote_write=config.prometheus.remote_write)
+                                        remote_write=config.prometheus.remote_write,
+                                        remote_write_auth=config.prometheus.remote_write_auth())
         started = start_prometheus(
             processes,
             prom_binary,
