@@ -14,6 +14,9 @@ exporter now publishes 2 slots (build b2), so the answer is ``changed`` (served 
 - A writer that holds the credentials (any site's agent) still cannot make the answer ``valid`` where the
   recommender holds the fleet key: an unsigned series, or a replay of the node's own older signed one, decides
   nothing (``core.fingerprint_signature``).
+- The whole path, real at each hop: the simulator as a llama-server, an exporter signing with its node's key,
+  a Prometheus scraping it and remote-writing with credentials into the guarded VictoriaMetrics, the
+  recommender reading it back with the fleet key: the genuine series verifies after every hop.
 """
 
 from __future__ import annotations
@@ -29,15 +32,22 @@ import httpx
 import pytest
 
 from satbench.core.fingerprint_labels import info_labels
+from satbench.core.fingerprint_signature import node_key
+from satbench.exporter.collector import RuntimeCollector
+from satbench.exporter.live_fingerprint import FingerprintSigner, LiveFingerprints
+from satbench.exporter.llamacpp import LlamaCppAdapter
 from satbench.exporter.promconfig import ScrapeTarget, render_prometheus_config
+from satbench.exporter.server import serve
 from satbench.recommender.app import prometheus_fingerprints
 from satbench.recommender.errors import PrometheusUnavailable
 from satbench.recommender.prometheus_source import HttpxPromClient
 from satbench.recommender.settings import RecommenderSettings
 from satbench.recommender.validity import FINGERPRINT_SERIES, check_answers, measured_fingerprints
+from testkit.net import free_port
 from testkit.prom import PrometheusProcess, prometheus_binary
 from testkit.remote_write import HEADERS, write_request
 from testkit.victoria import MISSING_REASON, VictoriaMetricsProcess, victoria_metrics_binary
+from tests.exporter.test_fingerprint_series import DropInProcess, fingerprint
 from tests.recommender.test_signed_fingerprints import FLEET_KEY, MEASURED, NOW_RUNS, exporter_series
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -219,3 +229,49 @@ def test_prometheus_with_web_auth_refuses_the_forge_and_has_no_delete(tmp_path: 
         # the forged body is a valid write: with the credentials it lands (so 401 was the credentials)
         assert _post(store.url + "/api/v1/write", content=body, headers=HEADERS, auth=creds) == 204
         assert len(store.query(FINGERPRINT_SERIES)) == 1
+
+
+@needs_vm
+@needs_prometheus
+def test_a_real_exporters_signed_series_verifies_after_prometheus_and_the_store(
+        guarded_vm: VictoriaMetricsProcess, tmp_path: Path) -> None:
+    vm, creds = guarded_vm, (USER, PASSWORD)
+    password_file = tmp_path / "remote-write-password"
+    password_file.write_text(PASSWORD)
+    flags = ("-c", "8192", "-np", "2", "-b", "256", "-ub", "64", "--metrics")
+    signer = FingerprintSigner(node_key(FLEET_KEY, "gpu-a"))
+    with DropInProcess(free_port(), *flags) as sim:
+        collector = RuntimeCollector(LlamaCppAdapter(sim.url, props_ttl_s=0), budget_s=2.0,
+                                     fingerprints=LiveFingerprints(cpu=("Test CPU (2 cores)", None), signer=signer))
+        exporter = serve(collector)
+        try:
+            live = fingerprint(exporter.url)  # what the node runs: 2 slots
+            measured = {**live, "settings": {**live["settings"], "slots": 4}}  # the answer was measured on 4
+            config = render_prometheus_config(
+                [ScrapeTarget("satbench_exporter", exporter.url.removeprefix("http://"),
+                              {"lane": "dense", "node": "gpu-a"})], [], scrape_interval_s=0.5,
+                remote_write=[vm.write_url], remote_write_auth=(USER, password_file.resolve()))
+            with PrometheusProcess(config):
+                vm.wait_holds(lambda v: bool(v.query(FINGERPRINT_SERIES)), what="the exporter's signed series")
+        finally:
+            exporter.close()
+            collector.close()
+    now = time.time()
+
+    def state(fleet_key: bytes | None) -> str:
+        async def run() -> str:
+            async with HttpxPromClient(vm.url, auth=creds) as client:
+                got = await check_answers(client, measured_fingerprints({KEY: {"fingerprint": measured},
+                                                                          "gpu-a/moe": {"fingerprint": live}}),
+                                          now=now, fleet_key=fleet_key)
+            assert got["gpu-a/moe"].state == "unknown"  # no series of that lane at all
+            return got[KEY].state
+        return asyncio.run(run())
+
+    assert state(FLEET_KEY) == "changed"  # the genuine series verified: it decided
+    labels = {k: v for k, v in info_labels(measured).items() if v}
+    forged = {**labels, "lane": "dense", "node": "gpu-a", "job": "satbench_exporter"}
+    assert _post(vm.url + "/api/v1/import", content=_import_line(forged, now), auth=creds) == 204
+    vm.flush()
+    assert state(None) == "valid"  # a credentialed forge, without the key
+    assert state(FLEET_KEY) == "changed"
