@@ -43,6 +43,8 @@ from satbench.recommender.errors import PrometheusUnavailable
 from satbench.recommender.prometheus_source import HttpxPromClient
 from satbench.recommender.settings import RecommenderSettings
 from satbench.recommender.validity import FINGERPRINT_SERIES, check_answers, measured_fingerprints
+from satbench.session.processes import ProcessSet
+from satbench.session.prometheus import start_prometheus
 from testkit.net import free_port
 from testkit.prom import PrometheusProcess, prometheus_binary
 from testkit.remote_write import HEADERS, write_request
@@ -275,3 +277,25 @@ def test_a_real_exporters_signed_series_verifies_after_prometheus_and_the_store(
     vm.flush()
     assert state(None) == "valid"  # a credentialed forge, without the key
     assert state(FLEET_KEY) == "changed"
+
+
+@needs_prometheus
+def test_the_sessions_own_prometheus_takes_no_write_and_no_delete(tmp_path: Path) -> None:
+    """The Prometheus a session starts (``start_prometheus``, as ``satbench run`` does) has neither the
+    remote-write receiver nor the admin API: nothing written into it, nothing deleted from it."""
+    processes = ProcessSet(tmp_path / "logs")
+    try:
+        port = free_port()
+        started = start_prometheus(processes, "prometheus", tmp_path / "prometheus",
+                                   render_prometheus_config([ScrapeTarget("session_self", f"127.0.0.1:{port}")], [],
+                                                            scrape_interval_s=0.5), port=port, timeout_s=30)
+        body = _forged_write(MEASURED, time.time())
+        written = httpx.post(started.url + "/api/v1/write", content=body, headers=HEADERS, timeout=10.0)
+        assert written.status_code == 404 and "remote write receiver needs to be enabled" in written.text
+        deleted = httpx.post(started.url + "/api/v1/admin/tsdb/delete_series", params={"match[]": "up"},
+                             timeout=10.0)
+        assert deleted.status_code >= 400 and deleted.json()["error"] == "admin APIs disabled"
+        found = httpx.get(started.url + "/api/v1/query", params={"query": FINGERPRINT_SERIES}, timeout=10.0)
+        assert found.json()["data"]["result"] == []
+    finally:
+        processes.stop_all()
