@@ -33,12 +33,13 @@ import pytest
 
 from satbench.core.fingerprint_labels import info_labels
 from satbench.core.fingerprint_signature import node_key
+from satbench.core.manifest import RunManifest, StepWindow
 from satbench.exporter.collector import RuntimeCollector
 from satbench.exporter.live_fingerprint import FingerprintSigner, LiveFingerprints
 from satbench.exporter.llamacpp import LlamaCppAdapter
 from satbench.exporter.promconfig import ScrapeTarget, render_prometheus_config
 from satbench.exporter.server import serve
-from satbench.recommender.app import prometheus_fingerprints
+from satbench.recommender.app import create_app, prometheus_fingerprints
 from satbench.recommender.errors import PrometheusUnavailable
 from satbench.recommender.prometheus_source import HttpxPromClient
 from satbench.recommender.settings import RecommenderSettings
@@ -50,7 +51,9 @@ from testkit.prom import PrometheusProcess, prometheus_binary
 from testkit.remote_write import HEADERS, write_request
 from testkit.victoria import MISSING_REASON, VictoriaMetricsProcess, victoria_metrics_binary
 from tests.exporter.test_fingerprint_series import DropInProcess, fingerprint
+from tests.recommender.server import serve as serve_app
 from tests.recommender.test_signed_fingerprints import FLEET_KEY, MEASURED, NOW_RUNS, exporter_series
+from tests.recommender.test_validity import _answer, _document
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -299,3 +302,45 @@ def test_the_sessions_own_prometheus_takes_no_write_and_no_delete(tmp_path: Path
         assert found.json()["data"]["result"] == []
     finally:
         processes.stop_all()
+
+
+@needs_vm
+def test_the_service_serves_the_forged_lane_stale_only_with_the_key(guarded_vm: VictoriaMetricsProcess,
+                                                                     tmp_path: Path) -> None:
+    """``satbench recommender`` as configured (credentials, key) over the guarded store, after a credentialed
+    forge: its own validity loop serves the answer stale with the key, valid without it."""
+    vm, creds, now = guarded_vm, (USER, PASSWORD), time.time()
+    assert _answer("gpu-a", "dense")["fingerprint"] == MEASURED  # the scenario: measured on 4 slots, build b1
+    lines = [_import_line(_genuine(NOW_RUNS, now - 60), now + s) for s in range(0, 60, 5)]
+    lines += [_import_line(_forged(MEASURED), now + s) for s in range(0, 60, 5)]
+    assert _post(vm.url + "/api/v1/import", content="\n".join(lines), auth=creds) == 204
+    vm.flush()
+    doc = _document({KEY: _answer("gpu-a", "dense")})
+
+    async def analyzer(manifest: RunManifest, run_dir: Path | None) -> dict[str, Any]:
+        return doc
+
+    async def no_fingerprints(starts: Any) -> dict[str, Any]:
+        return {key: (None, "not read in this test") for key in starts}
+
+    manifest = RunManifest(run_id="r1", created_at=now - 100, steps=(StepWindow(KEY, 1, now - 90, now - 60),))
+    served: dict[bytes | None, tuple[str, str]] = {}
+    for key in (None, FLEET_KEY):
+        settings = RecommenderSettings(prometheus_url=vm.url, prometheus_username=USER,
+                                       prometheus_password=PASSWORD, runs_dir=tmp_path / ("open" if key is None
+                                                                                          else "keyed"),
+                                       fingerprint_key=None if key is None else key.decode(),
+                                       refresh_interval_s=3600, validity_interval_s=0.2, write_token="w" * 16)
+        with serve_app(create_app(settings, analyzer=analyzer, fingerprints=no_fingerprints)) as url, \
+                httpx.Client(base_url=url, timeout=10, headers={"Authorization": "Bearer " + "w" * 16}) as client:
+            assert client.post("/runs", json=manifest.to_dict()).status_code in (201, 202)
+            deadline = time.monotonic() + 20
+            while True:
+                lane = client.get("/recommendations").json()["lanes"][KEY]
+                if lane["validity"] is not None and lane["validity"]["checked_at"] is not None:
+                    break
+                assert time.monotonic() < deadline, lane
+                time.sleep(0.1)
+            served[key] = (lane["status"], lane["validity"]["state"])
+    assert served[None] == ("ok", "valid")  # the forge decides without the key
+    assert served[FLEET_KEY] == ("stale", "changed")
