@@ -6,6 +6,7 @@ start the real binaries with exactly the flags and variables a manifest gives th
 
 from __future__ import annotations
 
+import functools
 import re
 import shutil
 import subprocess
@@ -44,14 +45,20 @@ def base_documents() -> list[Doc]:
 
 
 def render(overlay: str) -> list[Doc]:
-    """``kubectl kustomize deploy/kubernetes/OVERLAY`` ("base" or "overlays/NAME"); skips without kubectl."""
+    """``kubectl kustomize deploy/kubernetes/OVERLAY`` ("base" or "overlays/NAME"), fresh objects each call
+    (rendered once per test process); skips without kubectl."""
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         pytest.skip("kubectl is not installed (its kustomize renders the overlays)")
+    return _docs(_rendered(kubectl, overlay))
+
+
+@functools.cache
+def _rendered(kubectl: str, overlay: str) -> str:
     done = subprocess.run([kubectl, "kustomize", str(DEPLOY / overlay)], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0, done.stderr
-    return _docs(done.stdout)
+    return done.stdout
 
 
 def pod_specs(docs: list[Doc]) -> dict[str, Doc]:
