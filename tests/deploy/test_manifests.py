@@ -92,7 +92,7 @@ def test_every_container_is_bounded_and_unprivileged(overlay: str) -> None:
         assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault", where
         assert not any(pod.get(k) for k in ("hostNetwork", "hostPID", "hostIPC")), where
         assert not any("hostPath" in v for v in pod.get("volumes") or []), where
-        for c in pod["containers"]:
+        for c in [*pod.get("initContainers", []), *pod["containers"]]:
             for kind in ("requests", "limits"):
                 assert {"cpu", "memory"} <= set(c["resources"][kind]), (where, c["name"], kind)
             sc = c["securityContext"]
@@ -450,7 +450,61 @@ def test_the_recommenders_settings_take_the_readers_credentials_from_its_environ
     if "prometheus_username" not in RecommenderSettings.model_fields:
         pytest.skip("this recommender sends no credentials to the store (store authentication not merged)")
     c = container(base_documents(), "Deployment/satbench-recommender", "recommender")
-    env = container_env(c, {"satbench-store-reader": {"username": "reader", "password": "reader-pass"}})
+    fleet_key = "fleet-key-of-thirty-two-characters"
+    env = container_env(c, {"satbench-store-reader": {"username": "reader", "password": "reader-pass"},
+                            "satbench-fingerprint-fleet-key": {"key": fleet_key}})
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    assert RecommenderSettings().prometheus_auth() == ("reader", "reader-pass")
+    settings = RecommenderSettings()
+    assert settings.prometheus_auth() == ("reader", "reader-pass")
+    assert settings.fingerprint_key_bytes() == fleet_key.encode()
+
+
+# --- signed fingerprints: each node holds its own key, the recommender the fleet key ----------------------------
+
+
+def test_each_node_signs_with_its_own_key_and_only_the_recommender_holds_the_fleet_key(tmp_path: Path) -> None:
+    for overlay in RENDERINGS:
+        docs = render(overlay)
+        (nodes,) = [d for d in docs if d["kind"] == "StatefulSet" and d["metadata"]["name"] == "llamacpp"]
+        pod = nodes["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        (init,) = pod["initContainers"]
+        assert init["command"] == ["cp", "/node-keys/$(POD_NAME)", "/fingerprint/key"]
+        assert [e["valueFrom"] for e in init["env"] if e["name"] == "POD_NAME"] == [
+            {"fieldRef": {"fieldPath": "metadata.name"}}]
+        mounts = {m["mountPath"]: m["name"] for m in init["volumeMounts"]}
+        assert volumes[mounts["/node-keys"]]["secret"]["secretName"] == "satbench-fingerprint-node-keys"
+        assert volumes[mounts["/fingerprint"]]["emptyDir"]["medium"] == "Memory"
+        (exporter,) = [c for c in pod["containers"] if c["name"] == "exporter"]
+        key_file = exporter["args"][exporter["args"].index("--fingerprint-key-file") + 1]
+        assert key_file == "/fingerprint/key", overlay
+        for c in pod["containers"]:  # the node keys are the init container's alone
+            assert all(volumes[m["name"]].get("secret") is None for m in c.get("volumeMounts") or []), c["name"]
+        fleet_key_holders = {where for where, template in pod_specs(docs).items()
+                             for c in template["spec"]["containers"] for e in c.get("env") or []
+                             if e.get("valueFrom", {}).get("secretKeyRef", {}).get("name")
+                             == "satbench-fingerprint-fleet-key"}
+        assert fleet_key_holders == {"Deployment/satbench-recommender"}, overlay
+    # the node keys are derived for the node names the store's series carry: the pods' names, the fleet's nodes
+    config = _fleet_config(base_documents(), tmp_path)
+    replicas = next(d for d in base_documents() if d["kind"] == "StatefulSet")["spec"]["replicas"]
+    assert {lane.node_name for lane in config.lanes} == {f"llamacpp-{i}" for i in range(replicas)}
+
+
+def test_the_exporter_takes_the_manifests_arguments() -> None:
+    """The exporter's own parser reads the sidecar's arguments (where it knows the key flag: branch i39-store)."""
+    import argparse
+
+    from satbench.exporter.cli import configure
+
+    parser = argparse.ArgumentParser(prog="satbench exporter", exit_on_error=False)
+    configure(parser)
+    if "--fingerprint-key-file" not in parser.format_help():
+        pytest.skip("this exporter signs nothing (signed fingerprints not merged)")
+    for overlay in RENDERINGS:
+        (nodes,) = [d for d in render(overlay) if d["kind"] == "StatefulSet" and d["metadata"]["name"] == "llamacpp"]
+        (exporter,) = [c for c in nodes["spec"]["template"]["spec"]["containers"] if c["name"] == "exporter"]
+        assert exporter["args"][0] == "exporter"
+        args = parser.parse_args(exporter["args"][1:])
+        assert str(args.fingerprint_key_file) == "/fingerprint/key", overlay
