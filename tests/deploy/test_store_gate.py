@@ -1,15 +1,16 @@
 """The store refuses forged writes and deletes, with the real binaries started as the manifests start them.
 
-Anyone who could reach the metrics store decided validity: one forged import turned a stale answer ``valid``,
-one ``delete_series`` turned every answer ``unknown``. The base (deploy/kubernetes) now puts vmauth in front of
+Anyone who could reach the metrics store decided validity: one forged import turned a stale answer ``valid``, one
+``delete_series`` turned every answer ``unknown``. The base (deploy/kubernetes) now puts vmauth in front of
 VictoriaMetrics with a writer and a reader, and VictoriaMetrics itself refuses anything without the gate's
 credentials and keeps its admin APIs behind a key nobody else holds. This test starts the real
-``victoria-metrics``, ``vmauth`` and ``vmagent`` (Debian packages) on loopback with the arguments, environment
-and config files of the rendered base (Secrets from a table here, ``$(VAR)`` expanded as the kubelet does), so a
-misspelt flag, an environment name VictoriaMetrics does not read, or a route that lets a reader import fails
-here. What differs from a cluster is said where it is done: listen addresses, data folders and the backends'
-URLs become loopback ones, and vmagent scrapes nothing (its Kubernetes discovery needs a cluster; it takes one
-pushed sample instead and remote-writes it as the writer, through the gate).
+``victoria-metrics``, ``vmauth``, ``vmagent`` and ``vmalert`` (Debian packages) on loopback with the arguments,
+environment and config files of the rendered base (Secrets from a table here, ``$(VAR)`` expanded as the kubelet
+does), so a misspelt flag, an environment name VictoriaMetrics does not read, or a route that lets a reader
+import fails here. What differs from a cluster is said where it is done: listen addresses, data folders and the
+backends' URLs become loopback ones, vmagent scrapes nothing (its Kubernetes discovery needs a cluster; it takes
+one pushed sample instead and remote-writes it as the writer, through the gate), and vmalert evaluates one
+recording rule of this test's instead of satbench's (read as the reader, written back as the writer).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from tests.deploy.manifests import base_documents, container, container_env, exp
 
 pytestmark = pytest.mark.slow
 
-BINARIES = ("victoria-metrics", "vmauth", "vmagent")
+BINARIES = ("victoria-metrics", "vmauth", "vmagent", "vmalert")
 GATE_URL = "http://vmauth.satbench.svc:8427"
 SECRETS = {
     "satbench-store-backend": {"username": "store", "password": "backend-pass", "admin-key": "admin-key-1",
@@ -105,13 +106,20 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     agent_args = _flag(agent_args, "remoteWrite.basicAuth.passwordFile",
                        _secret_file(pods["Deployment/vmagent"], agent, password_file, tmp / "secrets"))
 
+    yield from _started(tmp, vm_args, vm_url, container_env(vm, SECRETS), gate_args, gate_url, gate_env,
+                        agent_args, agent_port)
+
+
+def _started(tmp: Path, vm_args: list[str], vm_url: str, vm_env: dict[str, str], gate_args: list[str],
+             gate_url: str, gate_env: dict[str, str], agent_args: list[str], agent_port: int,
+             ) -> Iterator[dict[str, str]]:
     with (ChildProcess([shutil.which("victoria-metrics") or "", *vm_args], name="victoria-metrics",
-                       ready_url=f"{vm_url}/health", env=_env(container_env(vm, SECRETS)), graceful=True),
+                       ready_url=f"{vm_url}/health", env=_env(vm_env), graceful=True),
           ChildProcess([shutil.which("vmauth") or "", *gate_args], name="vmauth", ready_url=f"{gate_url}/health",
                        env=_env(gate_env)),
           ChildProcess([shutil.which("vmagent") or "", *agent_args], name="vmagent",
                        ready_url=f"http://127.0.0.1:{agent_port}/health", env=_env({}))):
-        yield {"vm": vm_url, "gate": gate_url, "agent": f"http://127.0.0.1:{agent_port}"}
+        yield {"vm": vm_url, "gate": gate_url, "agent": f"http://127.0.0.1:{agent_port}", "tmp": str(tmp)}
 
 
 def _series(client: httpx.Client, gate: str, name: str) -> list[dict[str, Any]]:
@@ -163,16 +171,45 @@ def test_through_the_gate_a_reader_only_reads_and_a_writer_only_writes(stack: di
 
 
 def test_vmagent_writes_through_the_gate_with_the_manifests_credentials(stack: dict[str, str]) -> None:
-    gate = stack["gate"]
     with httpx.Client(timeout=10) as client:
         pushed = client.post(f"{stack['agent']}/api/v1/import/prometheus",
                              content=b'satbench_gate_probe{via="vmagent"} 42\n')
         assert pushed.status_code == 204, pushed.text
-        found: list[dict[str, Any]] = []
-        deadline = time.monotonic() + 30
-        while not found and time.monotonic() < deadline:  # remote write each second, searchable ~2 s later
-            client.get(f"{stack['vm']}/internal/force_flush", params={"authKey": "admin-key-1"}, auth=BACKEND)
-            found = _series(client, gate, "satbench_gate_probe")
-            if not found:
-                time.sleep(0.5)
+        found = _wait_for(client, stack, "satbench_gate_probe")  # remote write each second, searchable ~2 s later
         assert [s["value"][1] for s in found] == ["42"]
+
+
+def _wait_for(client: httpx.Client, stack: dict[str, str], name: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 30
+    while not found and time.monotonic() < deadline:
+        client.get(f"{stack['vm']}/internal/force_flush", params={"authKey": "admin-key-1"}, auth=BACKEND)
+        found = _series(client, stack["gate"], name)
+        if not found:
+            time.sleep(0.5)
+    return found
+
+
+def test_vmalert_reads_as_the_reader_and_writes_its_rules_as_the_writer(stack: dict[str, str]) -> None:
+    docs = base_documents()
+    alert = container(docs, "Deployment/vmalert", "vmalert")
+    env = container_env(alert, SECRETS)
+    tmp = Path(stack["tmp"])
+    rules = tmp / "rules.yml"
+    rules.write_text("groups:\n  - name: gate\n    interval: 1s\n    rules:\n"
+                     "      - record: satbench_gate_recorded\n        expr: vector(7)\n")
+    port = free_port()
+    args = [expand(a, env) for a in alert["args"]]
+    args = _flag(_flag(args, "rule", str(rules)), "httpListenAddr", f"127.0.0.1:{port}")
+    args = _flag(args, "notifier.url", f"http://127.0.0.1:{free_port()}")  # no alert here; nothing listens
+    for prefix in ("datasource", "remoteRead", "remoteWrite"):
+        (url,) = [a.split("=", 1)[1] for a in args if a.startswith(f"-{prefix}.url=")]
+        assert url == GATE_URL, (prefix, url)
+        args = _flag(args, f"{prefix}.url", stack["gate"])
+        (path,) = [a.split("=", 1)[1] for a in args if a.startswith(f"-{prefix}.basicAuth.passwordFile=")]
+        args = _flag(args, f"{prefix}.basicAuth.passwordFile",
+                     _secret_file(pod_specs(docs)["Deployment/vmalert"], alert, path, tmp / f"vmalert-{prefix}"))
+    with ChildProcess([shutil.which("vmalert") or "", *args], name="vmalert",
+                      ready_url=f"http://127.0.0.1:{port}/health", env=_env({})), httpx.Client(timeout=10) as client:
+        found = _wait_for(client, stack, "satbench_gate_recorded")
+    assert [s["value"][1] for s in found] == ["7"]
