@@ -248,14 +248,14 @@ class InputFile:
 
 
 def json_line(path: Path, line: int, text: str, what: str) -> Any:
-    """One JSON value of a line; ``TraceError`` (``what``: the message) for bad JSON or JSON nested deeper than
+    """One JSON value of a line; ``TraceError`` (``what``: its message) for bad JSON, or for JSON nested deeper than
     the decoder's recursion bound (``sys.getrecursionlimit()``, 1,000 levels by default; no input satbench
     reads nests more than 4)."""
     try:
         return json.loads(text)
     except RecursionError:
         raise _problem(path, line, "JSON nested too deep (the decoder's bound is about "
-                                   f"{sys.getrecursionlimit():,} levels; {what} nests at most 4)") from None
+                                   f"{sys.getrecursionlimit():,} levels; an input line nests at most 4)") from None
     except ValueError:
         raise _problem(path, line, what) from None
 

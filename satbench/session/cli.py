@@ -200,6 +200,9 @@ def main(args: argparse.Namespace) -> int:
     except (SessionConfigError, ValueError) as exc:
         print(f"satbench run: {exc}", file=sys.stderr)
         return 2
+    except RecursionError:  # a --set value (TOML) nested past the parser's recursion bound
+        print("satbench run: an input nests too deep (past the parser's recursion bound)", file=sys.stderr)
+        return 2
     for line in plan.lines:
         print(line, flush=True)
     if plan.empty:

@@ -398,6 +398,8 @@ def _file_sd_nodes(path: Path) -> list[dict[str, Any]]:
             groups = json.loads(text)
     except (OSError, ValueError) as exc:
         raise FieldError([("fleet.file_sd", f"cannot read {path}: {exc}")]) from None
+    except RecursionError:
+        raise FieldError([("fleet.file_sd", f"cannot read {path}: nested too deep")]) from None
     if not isinstance(groups, list):
         raise FieldError([("fleet.file_sd", f"{path}: a file_sd file is a list of target groups")])
     nodes: dict[str, dict[str, Any]] = {}

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 import tracemalloc
 from pathlib import Path
@@ -23,14 +25,15 @@ import psutil
 import pytest
 
 from satbench.cli import main
-from satbench.core.config_files import MAX_SECONDS, MAX_TOKENS
+from satbench.core.config_files import MAX_CONFIG_BYTES, MAX_SECONDS, MAX_TOKENS
 from satbench.loadgen.config import LoadgenConfig, TraceConfig, load_config
 from satbench.loadgen.datasets import MAX_DATASET_LINE_BYTES, read_dataset
 from satbench.loadgen.inputs import Inputs
 from satbench.loadgen.runner import LadderRunner
 from satbench.loadgen.traces import CHUNK_BYTES, MAX_TRACE_LINE_BYTES, TraceError, read_trace
 
-SAMPLES = Path(__file__).resolve().parents[2] / "examples" / "traces"
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLES = ROOT / "examples" / "traces"
 NESTED = "[" * 100_000 + "]" * 100_000
 
 
@@ -78,6 +81,17 @@ def test_a_hostile_config_value_is_one_line_naming_it_before_anything_starts(
     assert f"{setting}: " in line, line
 
 
+def test_a_nested_or_oversized_config_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "session.toml"
+    config.write_text("x = " + NESTED + "\n")
+    assert "nests too deep" in _run(tmp_path, capsys, "--config", str(config))
+    with config.open("w") as fh:  # 17 MB, a hole past its first line: read no further than the limit
+        fh.write("[loadgen]\n")
+        fh.truncate(MAX_CONFIG_BYTES + (1 << 20))
+    assert f"longer than {MAX_CONFIG_BYTES:,} bytes" in _run(tmp_path, capsys, "--config", str(config))
+    assert "nests too deep" in _run(tmp_path, capsys, "--set", "loadgen.x=" + "[" * 50_000 + "]" * 50_000)
+
+
 def test_the_bounds_leave_every_real_value_accepted() -> None:
     config = load_config(None, {"workload.prompt_tokens.value": MAX_TOKENS, "request_timeout_s": MAX_SECONDS,
                                 "min_window_s": 3600.0, "max_window_s": MAX_SECONDS,
@@ -117,6 +131,19 @@ def test_a_hostile_input_file_is_one_line_naming_it_before_anything_starts(
     (tmp_path / name).write_text(text)
     line = _run(tmp_path, capsys, flag, str(tmp_path / name))
     assert said in line, line
+
+
+@pytest.mark.slow  # the console script in a process of its own (a second to import)
+def test_the_console_script_refuses_a_hostile_config_and_trace_with_exit_2(tmp_path: Path) -> None:
+    config, trace, out = tmp_path / "session.toml", tmp_path / "m.jsonl", tmp_path / "runs"
+    config.write_text("[loadgen]\nrequest_timeout_s = inf\n")
+    trace.write_text(_moon(input_length=10**12))
+    for args, said in ((["--config", str(config)], "loadgen.request_timeout_s: Input should be a finite number"),
+                       (["--trace", str(trace)], "m.jsonl:2: input_length must be a whole number in")):
+        done = subprocess.run([sys.executable, "-m", "satbench.cli", "run", "--out", str(out), *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done
+        assert not out.exists()
 
 
 def _peak_bytes(read: object, *args: object, **kwargs: object) -> tuple[int, str]:
