@@ -146,6 +146,17 @@ def test_the_console_script_refuses_a_hostile_config_and_trace_with_exit_2(tmp_p
         assert not out.exists()
 
 
+def test_satbench_loadgen_refuses_a_hostile_trace_before_any_load(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    config, trace, out = tmp_path / "loadgen.toml", tmp_path / "m.jsonl", tmp_path / "out"
+    trace.write_text(_moon(output_length=10**12))
+    config.write_text(f'[[lanes]]\nname = "d"\nurl = "http://127.0.0.1:9"\n[trace]\npath = "{trace}"\n')
+    assert main(["loadgen", "--config", str(config), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("satbench loadgen: ") and "m.jsonl:2: output_length must be" in err, err
+    assert len(err.splitlines()) == 1 and not out.exists()
+
+
 def _peak_bytes(read: object, *args: object, **kwargs: object) -> tuple[int, str]:
     tracemalloc.start()
     try:
