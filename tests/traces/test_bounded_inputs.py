@@ -157,6 +157,18 @@ def test_satbench_loadgen_refuses_a_hostile_trace_before_any_load(tmp_path: Path
     assert len(err.splitlines()) == 1 and not out.exists()
 
 
+def test_satbench_tune_refuses_a_hostile_dataset_before_any_runtime(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    config, dataset, out = tmp_path / "tune.toml", tmp_path / "p.jsonl", tmp_path / "runs"
+    dataset.write_text('{"prompt": "a"}\n' + NESTED + "\n")
+    config.write_text(f'[tune]\nparallel = [2, 4]\n[loadgen.workload.dataset]\npath = "{dataset}"\n')
+    assert main(["tune", "--config", str(config), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("satbench tune: ") and "p.jsonl:2: JSON nested too deep" in err, err
+    assert len(err.splitlines()) == 1 and not out.exists()
+    assert psutil.Process().children(recursive=True) == []
+
+
 def _peak_bytes(read: object, *args: object, **kwargs: object) -> tuple[int, str]:
     tracemalloc.start()
     try:
