@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from satbench.loadgen.config import TraceConfig
 
 __all__ = ["BLOCK_TOKENS", "CHUNK_BYTES", "FORMATS", "MAX_TRACE_LINE_BYTES", "MAX_TRACE_SPAN_S", "InputFile", "Trace",
-           "TraceError", "TracePrompts", "TraceRequest", "file_digest", "json_line", "load_trace", "read_trace"]
+           "TraceError", "TracePrompts", "TraceRequest", "json_line", "load_trace", "read_trace"]
 
 BLOCK_TOKENS = 512  # Mooncake's published traces hash the prompt in blocks of 512 tokens
 CHUNK_BYTES = 1 << 20  # what one read takes from a file
@@ -92,17 +92,6 @@ class TraceRequest:
     output_tokens: int
     hash_ids: tuple[int, ...] = ()
     line: int = 0
-
-
-def file_digest(path: Path) -> tuple[str, int]:
-    """The file's sha256 (hex) and size in bytes."""
-    digest = hashlib.sha256()
-    size = 0
-    with path.open("rb") as fh:
-        while chunk := fh.read(1 << 20):
-            digest.update(chunk)
-            size += len(chunk)
-    return digest.hexdigest(), size
 
 
 @dataclass(frozen=True, slots=True)
