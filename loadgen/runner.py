@@ -42,7 +42,7 @@ from satbench.core.step_figures import compute_step_figures
 from satbench.loadgen.client import LaneClient
 from satbench.loadgen.config import ConfigError, LaneConfig, LoadgenConfig
 from satbench.loadgen.dataset_lengths import answer_lengths
-from satbench.loadgen.datasets import load_dataset
+from satbench.loadgen.inputs import Inputs, load_inputs
 from satbench.loadgen.ladder import extension_stop, next_step
 from satbench.loadgen.metrics import LoadgenMetrics, MetricsServer
 from satbench.loadgen.open_step import OpenStepRun
@@ -50,7 +50,7 @@ from satbench.loadgen.progress import Progress, progress_wanted, rate_line, rung
 from satbench.loadgen.rates import RateOutcome, judge, next_rate
 from satbench.loadgen.step import Clock, StepRun
 from satbench.loadgen.trace_step import TraceStepRun, next_factor
-from satbench.loadgen.traces import TracePrompts, load_trace
+from satbench.loadgen.traces import TracePrompts
 from satbench.loadgen.workload import PromptText, max_prompt_tokens
 
 __all__ = ["LadderRunner", "run_ladder"]
@@ -63,7 +63,7 @@ class LadderRunner:
 
     def __init__(self, config: LoadgenConfig, out_dir: Path, *, run_id: str | None = None,
                  manifest: RunManifest | None = None, progress: bool | None = None,
-                 registry: CollectorRegistry | None = None) -> None:
+                 registry: CollectorRegistry | None = None, inputs: Inputs | None = None) -> None:
         if not config.lanes:
             raise ConfigError("invalid loadgen config: lanes: at least one lane is needed to run")
         preload()  # scipy, imported on first use, would otherwise stall the first window's users (a second here)
@@ -84,8 +84,9 @@ class LadderRunner:
         self.progress = Progress(progress_wanted(wanted), lines=wanted is not False)
         self.figures: list[StepFigures] = []
         self._server: MetricsServer | None = None
-        self.trace = load_trace(config.trace)  # read and checked whole before any load is sent
-        self.dataset = load_dataset(config.workload.dataset)
+        inputs = inputs or load_inputs(config)  # read and checked whole before any load is sent, once
+        self.trace = inputs.trace
+        self.dataset = inputs.dataset
 
     @property
     def metrics_port(self) -> int | None:
@@ -331,10 +332,11 @@ async def _lane_evidence(lane: LaneConfig, round_trips: int = 5) -> dict[str, An
 
 async def run_ladder(config: LoadgenConfig, out_dir: Path, *, run_id: str | None = None,
                      manifest: RunManifest | None = None, progress: bool | None = None,
-                     registry: CollectorRegistry | None = None) -> RunManifest:
-    """Walks every lane's ladder; writes records.jsonl, steps.json, manifest.json into ``out_dir``."""
+                     registry: CollectorRegistry | None = None, inputs: Inputs | None = None) -> RunManifest:
+    """Walks every lane's ladder; writes records.jsonl, steps.json, manifest.json into ``out_dir``. ``inputs``:
+    the config's trace and dataset already read (``loadgen.inputs``), else read here."""
     runner = LadderRunner(config, out_dir, run_id=run_id, manifest=manifest, progress=progress,
-                          registry=registry)
+                          registry=registry, inputs=inputs)
     try:
         return await runner.run()
     finally:

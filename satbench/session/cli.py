@@ -177,8 +177,7 @@ def _traffic_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(args: argparse.Namespace) -> int:
     from satbench.loadgen.cli import parse_overrides
-    from satbench.loadgen.datasets import load_dataset
-    from satbench.loadgen.traces import load_trace
+    from satbench.loadgen.inputs import load_inputs
     from satbench.session.config import SessionConfigError, load_session_config
     from satbench.session.processes import StartError
     from satbench.session.run import run_session
@@ -195,12 +194,14 @@ def main(args: argparse.Namespace) -> int:
         if lanes is not None:
             overrides["lanes"] = lanes
         config = load_session_config(args.config, overrides)
-        load_trace(config.loadgen.trace)  # a bad trace or dataset file is refused before anything starts
-        load_dataset(config.loadgen.workload.dataset)
+        inputs = load_inputs(config.loadgen)  # a bad trace or dataset file is refused before anything starts
         _check_out_dir(args.out or config.out_dir)
         plan = fleet_plan(args, config)
     except (SessionConfigError, ValueError) as exc:
         print(f"satbench run: {exc}", file=sys.stderr)
+        return 2
+    except RecursionError:  # a --set value (TOML) nested past the parser's recursion bound
+        print("satbench run: an input nests too deep (past the parser's recursion bound)", file=sys.stderr)
         return 2
     for line in plan.lines:
         print(line, flush=True)
@@ -215,7 +216,7 @@ def main(args: argparse.Namespace) -> int:
     command = [*launcher, *sys.argv[1:]]
     try:
         result = run_session(plan.config, command=command, out_dir=args.out, say=lambda m: print(m, flush=True),
-                             run_id=plan.run_id, shard=plan.stamp, remeasure=plan.remeasure)
+                             run_id=plan.run_id, shard=plan.stamp, remeasure=plan.remeasure, inputs=inputs)
     except StartError as exc:
         print(f"satbench run: cannot start: {exc}", file=sys.stderr)
         return 1

@@ -29,6 +29,11 @@ this session uses (``[policy]``, validated as ``recommender.policy.Policy``): ``
 wins. ``ladder.max_concurrency`` (64) caps it; on the simulator profiles (4 and 8 slots) it adds a rung or two.
 ``loadgen.decide_gain`` (sequential measuring: a window whose gain over the rung below straddles it goes on)
 is the policy's ``min_gain_per_doubling`` too, unless set.
+
+Every value is bounded as the load generator's are (``core.config_files``: finite floats, lengths within
+``MAX_TOKENS``, durations within ``MAX_SECONDS``), and ``satbench run`` reads the trace and dataset files the
+config names once, checked whole, before anything starts: a value past its bound is one line naming the
+setting (exit 2), never a failure after the runtimes and the ladder ran.
 """
 
 from __future__ import annotations
@@ -51,7 +56,7 @@ from pydantic import (
     model_validator,
 )
 
-from satbench.core.config_files import FieldError, HttpUrl, load_toml_model, merge_tables
+from satbench.core.config_files import MAX_SECONDS, MAX_TOKENS, FieldError, HttpUrl, load_toml_model, merge_tables
 from satbench.core.lanes import LOCAL_NODE, NAME_PATTERN, Lane, duplicate_names, lane_named
 from satbench.evidence import refuse_home_path
 from satbench.loadgen.config import LadderConfig, LaneConfig, LoadgenConfig, ObjectivesConfig
@@ -99,7 +104,7 @@ class SessionConfigError(ValueError):
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class LaneRuntime(Lane):
@@ -112,10 +117,10 @@ class LaneRuntime(Lane):
     # The settings that shape serving; None is the runtime's own: the simulator profile's, or for
     # llama-server LLAMACPP_DEFAULTS. The manifest records the config as given and each runtime's /props.
     parallel: int | None = Field(default=None, gt=0, le=256)
-    ctx_size: int | None = Field(default=None, gt=0)
-    batch: int | None = Field(default=None, gt=0)
-    ubatch: int | None = Field(default=None, gt=0)
-    threads: int | None = Field(default=None, gt=0)
+    ctx_size: int | None = Field(default=None, gt=0, le=MAX_TOKENS)
+    batch: int | None = Field(default=None, gt=0, le=MAX_TOKENS)
+    ubatch: int | None = Field(default=None, gt=0, le=MAX_TOKENS)
+    threads: int | None = Field(default=None, gt=0, le=4096)
     server_args: list[str] = Field(default_factory=list)
     # An exporter already running for this lane (compose, or one on the node itself): the session starts
     # none and records this URL; the Prometheus the session uses must scrape it with this lane's label.
@@ -223,7 +228,7 @@ class PrometheusSection(_Model):
     url: HttpUrl | None = None
     binary: str = "prometheus"
     scrape_interval_s: float = Field(default=1.0, gt=0.0, le=60.0)
-    start_timeout_s: float = Field(default=30.0, gt=0.0)
+    start_timeout_s: float = Field(default=30.0, gt=0.0, le=MAX_SECONDS)
     remote_write: list[HttpUrl] = Field(default_factory=list)
     remote_write_username: str | None = Field(default=None, min_length=1, max_length=256)
     remote_write_password_file: Path | None = None
@@ -265,7 +270,7 @@ class RecommenderSection(_Model):
     """``url`` set: use that recommender service. Otherwise one is started on a free loopback port."""
 
     url: HttpUrl | None = None
-    start_timeout_s: float = Field(default=30.0, gt=0.0)
+    start_timeout_s: float = Field(default=30.0, gt=0.0, le=MAX_SECONDS)
 
 
 def _check_profile(profile: str) -> None:
@@ -310,7 +315,7 @@ class SessionConfig(_Model):
     recommender: RecommenderSection = Field(default_factory=RecommenderSection)
     model_dir: Path | None = None
     out_dir: Path = Path("runs")
-    start_timeout_s: float = Field(default=30.0, gt=0.0)
+    start_timeout_s: float = Field(default=30.0, gt=0.0, le=MAX_SECONDS)
 
     @field_serializer("policy")
     def _policy_as_given(self, policy: Policy) -> dict[str, Any]:
@@ -432,6 +437,8 @@ def _file_sd_nodes(path: Path) -> list[dict[str, Any]]:
             groups = json.loads(text)
     except (OSError, ValueError) as exc:
         raise FieldError([("fleet.file_sd", f"cannot read {path}: {exc}")]) from None
+    except RecursionError:
+        raise FieldError([("fleet.file_sd", f"cannot read {path}: nested too deep")]) from None
     if not isinstance(groups, list):
         raise FieldError([("fleet.file_sd", f"{path}: a file_sd file is a list of target groups")])
     nodes: dict[str, dict[str, Any]] = {}

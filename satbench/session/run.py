@@ -59,6 +59,7 @@ from satbench.core.manifest import RunManifest, new_run_id, write_json_atomic
 from satbench.core.net import free_port
 from satbench.core.shards import ShardStamp, shard_key
 from satbench.exporter.promconfig import EXPORTER_JOB, LOADGEN_JOB, RECOMMENDER_JOB, ScrapeTarget
+from satbench.loadgen.inputs import Inputs
 from satbench.loadgen.runner import run_ladder
 from satbench.models.tiny import describe_model_files
 from satbench.recommender.document import read_document
@@ -247,7 +248,7 @@ def _recommend(
 
 
 def _walk(config: SessionConfig, endpoints: list[LaneEndpoint], run_dir: Path, header: RunManifest,
-          metrics_port: int) -> RunManifest:
+          metrics_port: int, inputs: Inputs | None) -> RunManifest:
     """The ladder walk in-process; returns the session's header joined with the load generator's part."""
     loadgen = config.loadgen.model_copy(
         update={"lanes": [ep.lane.at(ep.client_url) for ep in endpoints], "metrics_port": metrics_port,
@@ -255,7 +256,7 @@ def _walk(config: SessionConfig, endpoints: list[LaneEndpoint], run_dir: Path, h
     )
     with asyncio.Runner(loop_factory=fast_loop_factory()) as runner:
         try:
-            return runner.run(run_ladder(loadgen, run_dir, run_id=header.run_id, manifest=header))
+            return runner.run(run_ladder(loadgen, run_dir, run_id=header.run_id, manifest=header, inputs=inputs))
         except asyncio.CancelledError as exc:  # the ladder cancelled from outside is an interrupted session
             raise KeyboardInterrupt from exc
 
@@ -331,10 +332,12 @@ def run_session(
     run_id: str | None = None,
     shard: ShardStamp | None = None,
     remeasure: dict[str, Any] | None = None,
+    inputs: Inputs | None = None,
 ) -> SessionResult:
     """Runs a whole session (see the module docstring); raises StartError with a one-line reason. ``run_id``: one
     given (shards share it), else a new one; ``shard``: this walk is that shard of a fleet run, its folder named
-    ``core.shards.shard_key``; ``remeasure``: the lanes ``--remeasure`` chose, for the manifest."""
+    ``core.shards.shard_key``; ``remeasure``: the lanes ``--remeasure`` chose, for the manifest; ``inputs``: the
+    config's trace and dataset as the entry point read them (``loadgen.inputs``; else the walk reads them)."""
     prom_binary = find_prometheus(config.prometheus.binary) if config.prometheus.url is None else None
     run_id = run_id or new_run_id()
     run_dir = (out_dir or config.out_dir) / (run_id if shard is None else shard_key(run_id, shard))
@@ -377,7 +380,7 @@ def run_session(
                 + " on "
                 + ", ".join(ep.lane.key for ep in endpoints)
             )
-            manifest = _walk(config, endpoints, run_dir, manifest, metrics_port)  # the runner wrote it too
+            manifest = _walk(config, endpoints, run_dir, manifest, metrics_port, inputs)  # the runner wrote it too
             walked = time.time()
             settle_s = 2 * config.prometheus.scrape_interval_s + 1.0
             # Every sample of the walk is in once each exporter and the load generator were scraped after it
