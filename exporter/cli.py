@@ -48,6 +48,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "(repeatable; besides these only files the runtime itself has open are read)")
     parser.add_argument("--max-body-bytes", type=int, default=16 << 20,
                         help="the most bytes read of one runtime answer (default 16 MiB)")
+    parser.add_argument("--read-max-age-s", type=float, default=0.5,
+                        help="scrapes within this many seconds share one read of the node, so many scrapers "
+                             "cost it one (default 0.5: half a 1 s scrape interval; 0: every scrape reads)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -59,6 +62,7 @@ def main(args: argparse.Namespace) -> int:
             flavour=args.flavour, gpu=args.gpu, budget_s=args.budget_s, props_ttl_s=args.props_ttl_s,
             router=args.router, model=args.model, kv_unified=args.kv_unified,
             models_roots=tuple(args.models_root), max_body_bytes=args.max_body_bytes,
+            read_max_age_s=args.read_max_age_s,
         )
     except ValueError as exc:
         print(f"satbench exporter: {exc}", file=sys.stderr)

@@ -33,7 +33,7 @@ from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
 from satbench.exporter.adapter import MAX_BODY_BYTES, EndpointFetcher, RuntimeAdapter
-from satbench.exporter.collector import DEFAULT_BUDGET_S, RuntimeCollector
+from satbench.exporter.collector import DEFAULT_BUDGET_S, DEFAULT_READ_MAX_AGE_S, RuntimeCollector
 from satbench.exporter.gpu import GpuReader, NvmlGpuReader
 from satbench.exporter.kvcache import KV_SETTINGS
 from satbench.exporter.live_fingerprint import LiveFingerprints
@@ -64,6 +64,7 @@ class ExporterConfig:
     kv_unified: str = "auto"
     models_roots: tuple[str, ...] = ()
     max_body_bytes: int = MAX_BODY_BYTES
+    read_max_age_s: float = DEFAULT_READ_MAX_AGE_S
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.runtime_url)
@@ -94,6 +95,9 @@ class ExporterConfig:
                 raise ValueError(f"--models-root must be an absolute folder, got {root!r}")
         if not 1024 <= self.max_body_bytes <= 1 << 30:
             raise ValueError(f"--max-body-bytes must be within 1024..1073741824, got {self.max_body_bytes}")
+        if not 0 <= self.read_max_age_s <= 60:  # NaN fails too
+            raise ValueError(f"--read-max-age-s must be within 0..60 s (0: every scrape reads the node), "
+                             f"got {self.read_max_age_s}")
 
     @property
     def router_mode(self) -> bool | None:
@@ -129,6 +133,7 @@ def build_collector(config: ExporterConfig) -> RuntimeCollector:
         adapter, gpu_readers, process_reader, budget_s=config.budget_s,
         simulated_gpu_replaces_real=config.gpu == "auto", kv_unified=config.kv_unified,
         fingerprints=LiveFingerprints(models_roots=[Path(r) for r in config.models_roots]),
+        read_max_age_s=config.read_max_age_s,
     )
 
 
@@ -211,7 +216,7 @@ def serve(
     """Serves ``collector`` and ``also`` at ``http://host:port/metrics`` (0: any port), ``?model=`` too."""
 
     class Server(ThreadingWSGIServer):
-        pass
+        request_queue_size = 128  # socketserver's 5 drops connects when a dozen scrapers come at once
 
     family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
     Server.address_family = family
