@@ -133,10 +133,6 @@ class RuntimeCollector(Collector):
         """A collector publishing only ``model`` of a router node (plus the node-wide series)."""
         return ModelScope(self, model)
 
-    @property
-    def read_max_age_s(self) -> float:
-        return self._reads.max_age_s
-
     def collect_for(self, model: str | None) -> Iterator[Metric]:
         start = self._clock()
         try:
