@@ -75,6 +75,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="a file holding this node's fingerprint key (satbench fingerprint-key --node N): "
                              "runtime_fingerprint_info is signed with it (default: "
                              f"${KEY_ENV}; unset: not signed)")
+    parser.add_argument("--read-max-age-s", type=float, default=0.5,
+                        help="scrapes within this many seconds share one read of the node, so many scrapers "
+                             "cost it one (default 0.5: half a 1 s scrape interval; 0: every scrape reads)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -87,6 +90,7 @@ def main(args: argparse.Namespace) -> int:
             router=args.router, model=args.model, kv_unified=args.kv_unified,
             models_roots=tuple(args.models_root), max_body_bytes=args.max_body_bytes,
             fingerprint_key=fingerprint_key(getattr(args, "fingerprint_key_file", None)),
+            read_max_age_s=args.read_max_age_s,
         )
     except ValueError as exc:
         print(f"satbench exporter: {exc}", file=sys.stderr)

@@ -33,7 +33,7 @@ from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
 from satbench.exporter.adapter import MAX_BODY_BYTES, EndpointFetcher, RuntimeAdapter
-from satbench.exporter.collector import DEFAULT_BUDGET_S, RuntimeCollector
+from satbench.exporter.collector import DEFAULT_BUDGET_S, DEFAULT_READ_MAX_AGE_S, RuntimeCollector
 from satbench.exporter.gpu import GpuReader, NvmlGpuReader
 from satbench.exporter.kvcache import KV_SETTINGS
 from satbench.exporter.live_fingerprint import FingerprintSigner, LiveFingerprints
@@ -65,6 +65,7 @@ class ExporterConfig:
     models_roots: tuple[str, ...] = ()
     max_body_bytes: int = MAX_BODY_BYTES
     fingerprint_key: bytes | None = field(default=None, repr=False)  # the node's key: series are signed
+    read_max_age_s: float = DEFAULT_READ_MAX_AGE_S
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.runtime_url)
@@ -97,6 +98,9 @@ class ExporterConfig:
             raise ValueError(f"--max-body-bytes must be within 1024..1073741824, got {self.max_body_bytes}")
         if self.fingerprint_key is not None and len(self.fingerprint_key) < 16:
             raise ValueError("--fingerprint-key-file: a key of at least 16 characters is needed")
+        if not 0 <= self.read_max_age_s <= 60:  # NaN fails too
+            raise ValueError(f"--read-max-age-s must be within 0..60 s (0: every scrape reads the node), "
+                             f"got {self.read_max_age_s}")
 
     @property
     def router_mode(self) -> bool | None:
@@ -134,6 +138,7 @@ def build_collector(config: ExporterConfig) -> RuntimeCollector:
         fingerprints=LiveFingerprints(models_roots=[Path(r) for r in config.models_roots],
                                       signer=None if config.fingerprint_key is None
                                       else FingerprintSigner(config.fingerprint_key)),
+        read_max_age_s=config.read_max_age_s,
     )
 
 
@@ -216,7 +221,7 @@ def serve(
     """Serves ``collector`` and ``also`` at ``http://host:port/metrics`` (0: any port), ``?model=`` too."""
 
     class Server(ThreadingWSGIServer):
-        pass
+        request_queue_size = 128  # socketserver's 5 drops connects when a dozen scrapers come at once
 
     family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
     Server.address_family = family

@@ -89,6 +89,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                        help="derive the shared run id from this start time (Unix seconds or ISO 8601)")
     fleet.add_argument("--remeasure", default=None, metavar="URL",
                        help="walk only the lanes the recommender at URL calls stale or unknown")
+    fleet.add_argument("--remeasure-max-bytes", type=int, default=None, metavar="N",
+                       help="the most bytes read of the --remeasure document (default 16 MiB)")
+    fleet.add_argument("--remeasure-timeout-s", type=float, default=None, metavar="S",
+                       help="the whole --remeasure document must arrive within S seconds (default 30)")
 
 
 def _lane_name(base: str, url: str) -> str:
@@ -143,13 +147,18 @@ def fleet_plan(args: argparse.Namespace, config: Any, environ: dict[str, str] | 
     """The lanes to walk (``satbench.fleet.plan``): the shard (``--shard``, else an Indexed Job's environment),
     the shared run id (``--run-id``, else ``SATBENCH_RUN_ID``) and the served document of ``--remeasure``."""
     from satbench.fleet.plan import plan_walk
-    from satbench.fleet.remeasure import read_document
+    from satbench.fleet.remeasure import MAX_DOCUMENT_BYTES, READ_TIMEOUT_S, read_document
     from satbench.fleet.shards import RUN_ID_ENV, parse_shard, shard_from_env
 
     env = os.environ if environ is None else environ
     shard = parse_shard(args.shard) if args.shard else shard_from_env(env)
     run_id = args.run_id or (None if args.run_started_at else env.get(RUN_ID_ENV) or None)
-    document = read_document(args.remeasure) if args.remeasure else None
+    max_bytes, timeout_s = getattr(args, "remeasure_max_bytes", None), getattr(args, "remeasure_timeout_s", None)
+    for flag, value in (("--remeasure-max-bytes", max_bytes), ("--remeasure-timeout-s", timeout_s)):
+        if value is not None and not args.remeasure:
+            raise ValueError(f"{flag} applies to --remeasure URL, and none was given")
+    document = read_document(args.remeasure, max_bytes=MAX_DOCUMENT_BYTES if max_bytes is None else max_bytes,
+                             timeout_s=READ_TIMEOUT_S if timeout_s is None else timeout_s) if args.remeasure else None
     return plan_walk(config, shard=shard, run_id=run_id, started_at=args.run_started_at,
                      remeasure_url=args.remeasure, document=document)
 

@@ -147,25 +147,31 @@ def shares_runtime(endpoint: LaneEndpoint, endpoints: Sequence[LaneEndpoint]) ->
         other is not endpoint and other.url == endpoint.url for other in endpoints)
 
 
-def start_exporters(endpoints: list[LaneEndpoint], processes: ProcessSet, timeout_s: float) -> None:
+def start_exporters(endpoints: list[LaneEndpoint], processes: ProcessSet, timeout_s: float,
+                    scrape_interval_s: float | None = None) -> None:
     """One exporter per server: lanes of one router node (or one external URL) share it, each scraped with
-    its own ``model`` (``ScrapeTarget.params``)."""
+    its own ``model`` (``ScrapeTarget.params``). Given the scrape interval, each shares one read of its node
+    among the scrapes within half of it (``--read-max-age-s``), so every scrape of the session's Prometheus
+    reads afresh while extra scrapers cost the node nothing."""
     started: dict[str, str] = {}
     for ep in endpoints:
         if ep.lane.exporter_url is None and not ep.lane.relay and ep.url in started:
             ep.exporter_url = started[ep.url]
             continue
-        _start_exporter(ep, processes, timeout_s)
+        _start_exporter(ep, processes, timeout_s, scrape_interval_s)
         if ep.lane.exporter_url is None and not ep.lane.relay and ep.exporter_url is not None:
             started[ep.url] = ep.exporter_url
 
 
-def _start_exporter(endpoint: LaneEndpoint, processes: ProcessSet, timeout_s: float) -> None:
+def _start_exporter(endpoint: LaneEndpoint, processes: ProcessSet, timeout_s: float,
+                    scrape_interval_s: float | None) -> None:
     if endpoint.lane.exporter_url is not None:  # one runs already (compose, the node's own): use it
         endpoint.exporter_url = endpoint.lane.exporter_url
         return
     port = free_port()
     argv = python_cli("exporter", "--runtime-url", endpoint.url, "--host", "127.0.0.1", "--port", str(port))
+    if scrape_interval_s is not None:
+        argv += ["--read-max-age-s", repr(scrape_interval_s / 2)]
     if endpoint.runtime.pid is not None:
         argv += ["--runtime-pid", str(endpoint.runtime.pid)]
     if endpoint.lane.runtime == "external" and not is_this_host(endpoint.url):

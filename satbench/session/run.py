@@ -359,7 +359,7 @@ def run_session(
             endpoints = start_runtimes(config, processes, stack, say, unreachable)
             if not endpoints:
                 raise StartError("no lane's runtime answered: " + "; ".join(unreachable.values()))
-            start_exporters(endpoints, processes, config.start_timeout_s)
+            start_exporters(endpoints, processes, config.start_timeout_s, config.prometheus.scrape_interval_s)
             say("  exporters: " + ", ".join(f"{ep.lane.key} {ep.exporter_url}" for ep in endpoints))
             prom_url, rec_url, prom_info, metrics_port = _start_monitoring(
                 config, endpoints, run_dir, processes, prom_binary, say, write_token
