@@ -10,10 +10,10 @@ rung (the client fell behind its schedule) stops the ascent: the client cannot o
 
 A rate the search computes (a relative rung, a halving, a midpoint) is kept to ``RATE_DECIMALS`` decimals
 (``rate_key``), a listed one as listed, and a rung measured is known by the same key, so a rung is never asked
-for twice because its rate came back a rounding away. Every
-search ends: it measures at most ``rung_bound`` rungs (every rung of its ladder, two halvings and
-``search_steps`` bisections, the most an honest walk needs), whatever its outcomes say, and ``search_end``
-says why it ended: decided, a lower bound, none, or ``undecided`` at the bound with its reason.
+for twice because its rate came back a rounding away. Every search ends: it measures at most ``rung_bound``
+rungs (every rung of its ladder, two halvings and ``search_steps`` bisections, the most an honest walk needs),
+whatever its outcomes say, and ``search_end`` says why it ended: decided, a lower bound, none, or
+``undecided`` at the bound with its reason.
 
 ``judge(figures, arrival, capacity_rps)`` is the load generator's verdict on a finished rung
 (``core.attainment.rate_verdict``: not above the closed ladder's capacity, the backlog not growing
