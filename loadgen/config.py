@@ -88,8 +88,10 @@ class LadderConfig(_Model):
     ``extend``: once the listed rungs are measured, keep doubling concurrency past the top one while the
     newest rung still pays (``loadgen.ladder.extension_stop``): its throughput gained at least
     ``extend_min_gain`` per doubling over the rung below it, its TTFT and ITL p95 hold ``extend_ttft_p95_s``
-    and ``extend_itl_p95_s`` (``None``: unchecked), its error ratio stays within ``extend_max_error_ratio``
-    and it is valid. No rung is ever measured above ``max_concurrency``, listed or not.
+    and ``extend_itl_p95_s`` (``None``: unchecked), no more than ``extend_ttft_late_share`` of its requests
+    were past their own TTFT deadline (goodput's count by the objectives, ``core.objectives``: the session's
+    check where the deadline grows with the prompt; ``None``: unchecked), its error ratio stays within
+    ``extend_max_error_ratio`` and it is valid. No rung is ever measured above ``max_concurrency``, listed or not.
     """
 
     concurrency: list[Annotated[int, Field(le=MAX_CONCURRENCY)]] = Field(default_factory=lambda: [1, 2, 4, 8])
@@ -103,6 +105,7 @@ class LadderConfig(_Model):
     extend_min_gain: float = Field(default=0.10, ge=0.0, le=10.0)
     extend_ttft_p95_s: float | None = Field(default=None, gt=0.0, le=MAX_SECONDS)
     extend_itl_p95_s: float | None = Field(default=None, gt=0.0, le=MAX_SECONDS)
+    extend_ttft_late_share: float | None = Field(default=None, gt=0.0, le=1.0)
     extend_max_error_ratio: float = Field(default=0.01, ge=0.0, le=1.0)
 
     @field_validator("concurrency")

@@ -47,9 +47,9 @@ from satbench.loadgen.ladder import extension_stop, next_step
 from satbench.loadgen.metrics import LoadgenMetrics, MetricsServer
 from satbench.loadgen.open_step import OpenStepRun
 from satbench.loadgen.progress import Progress, progress_wanted, rate_line, rung_line
-from satbench.loadgen.rates import RateOutcome, judge, next_rate
+from satbench.loadgen.rates import RateOutcome, factor_label, judge, next_rate, search_end
 from satbench.loadgen.step import Clock, StepRun
-from satbench.loadgen.trace_step import TraceStepRun, next_factor
+from satbench.loadgen.trace_step import TraceStepRun, factor_search_end, next_factor
 from satbench.loadgen.traces import TracePrompts
 from satbench.loadgen.workload import PromptText, max_prompt_tokens
 
@@ -232,6 +232,7 @@ class LadderRunner:
             outcomes.append(outcome)
             self.progress.done(rate_line(figures, outcome.passed))
             self._write()
+        self.progress.done(f"  {lane.key}: rate search over: {search_end(outcomes, arrival, capacity)}")
 
     def _open_warmup(self, closed: list[StepFigures]) -> float:
         """An open-loop rung's warm-up (``ArrivalConfig``): as set, else the longest of the ladder's warm-up,
@@ -266,8 +267,10 @@ class LadderRunner:
             figures = self._step_done(step, window)
             outcome = judge(figures, self.config.arrival, bound)
             outcomes.append(outcome)
-            self.progress.done(f"{rate_line(figures, outcome.passed)} (trace x{factor:g})")
+            self.progress.done(f"{rate_line(figures, outcome.passed)} (trace {factor_label(factor)})")
             self._write()
+        why = factor_search_end(outcomes, cfg, self.config.arrival, trace.rate_rps)
+        self.progress.done(f"  {lane.key}: speed-factor search over: {why}")
 
     @property
     def manifest(self) -> RunManifest:

@@ -24,9 +24,11 @@ The session's ladder extends (``loadgen.ladder.extend = true``, unless set to fa
 rung it keeps doubling concurrency while the newest rung is still worth it by the recommender's own
 measure, so the walk does not end below saturation (``ladder_top``). Its thresholds come from the policy
 this session uses (``[policy]``, validated as ``recommender.policy.Policy``): ``extend_min_gain`` from
-``min_gain_per_doubling``, ``extend_ttft_p95_s`` and ``extend_itl_p95_s`` from ``slo``,
-``extend_max_error_ratio`` from ``max_error_ratio``; a value set in ``[loadgen.ladder]`` (or with ``--set``)
-wins. ``ladder.max_concurrency`` (64) caps it; on the simulator profiles (4 and 8 slots) it adds a rung or two.
+``min_gain_per_doubling``, ``extend_ttft_p95_s`` and ``extend_itl_p95_s`` from ``slo`` (where the TTFT
+deadline grows with the prompt, ``slo.ttft_per_1k_prompt_s``, the share of requests past their own deadline
+instead: ``extend_ttft_late_share`` 5 %, what a p95 allows), ``extend_max_error_ratio`` from
+``max_error_ratio``; a value set in ``[loadgen.ladder]`` (or with ``--set``) wins. ``ladder.max_concurrency``
+(64) caps it; on the simulator profiles (4 and 8 slots) it adds a rung or two.
 ``loadgen.decide_gain`` (sequential measuring: a window whose gain over the rung below straddles it goes on)
 is the policy's ``min_gain_per_doubling`` too, unless set.
 
@@ -287,7 +289,9 @@ def _default_lanes() -> list[LaneRuntime]:
 # The ladder extension's thresholds and the policy's figures they default to.
 _EXTENSION_FROM_POLICY = {
     "extend_min_gain": lambda policy: policy.min_gain_per_doubling,
-    "extend_ttft_p95_s": lambda policy: policy.slo.ttft_p95_s,
+    # one TTFT deadline: its p95; one that grows with the prompt: the share past each request's own (a p95: 5 %)
+    "extend_ttft_p95_s": lambda policy: None if policy.slo.ttft_per_1k_prompt_s else policy.slo.ttft_p95_s,
+    "extend_ttft_late_share": lambda policy: 0.05 if policy.slo.ttft_per_1k_prompt_s else None,
     "extend_itl_p95_s": lambda policy: policy.slo.itl_p95_s,
     "extend_max_error_ratio": lambda policy: policy.max_error_ratio,
 }
@@ -296,6 +300,8 @@ _EXTENSION_FROM_POLICY = {
 def _extension_from_policy(ladder: LadderConfig, policy: Policy) -> LadderConfig:
     """``ladder`` with each extension threshold it was not given set from ``policy``."""
     fill = {k: get(policy) for k, get in _EXTENSION_FROM_POLICY.items() if k not in ladder.model_fields_set}
+    if fill.get("extend_ttft_late_share", 0.0) is None:  # unchecked, as it was before there was one
+        del fill["extend_ttft_late_share"]
     if not fill:
         return ladder
     return LadderConfig.model_validate({**ladder.model_dump(exclude_unset=True), **fill})
