@@ -61,7 +61,8 @@ def shard_manifest(run_id: str, index: int, *, count: int = 3, fleet: str = FLEE
     steps = [StepWindow(key, c, start + 10.0 * c, start + 10.0 * c + 5.0)
              for key in stamp.share() for c in (1, 2, 4, 8)]
     lanes = {key: {"node": key.split("/")[0], "lane": key.split("/")[1]} for key in stamp.share()}
-    return RunManifest(run_id=run_id, created_at=start, steps=steps, lanes=lanes, shard=stamp.model_dump())
+    return RunManifest(run_id=run_id, created_at=start, steps=steps, lanes=lanes, shard=stamp.model_dump(),
+                       finished_at=start + 100.0)
 
 
 @pytest.fixture
@@ -85,7 +86,7 @@ def test_three_shards_file_into_one_fleet_document(url: str, tmp_path: Path) -> 
         key: EXPECTED[key.split("/")[1]] for key in OWNERS}
     assert all(v["run_id"] == "night-1" for v in doc["lanes"].values())
     assert doc["shards"] == {"night-1": {"count": 3, "fleet": FLEET, "reported": [0, 1, 2], "missing": {},
-                                         "failed": {}}}
+                                         "failed": {}, "partial": {}}}
     fleet = httpx.get(f"{url}/runs/night-1", timeout=10).json()
     assert set(fleet["recommendations"]["lanes"]) == set(OWNERS) and fleet["analyzed"]
     one = httpx.get(f"{url}/runs/night-1.shard-1-of-3", timeout=10).json()
