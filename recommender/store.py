@@ -292,7 +292,8 @@ class RecommendationStore:
         out = {}
         for key, (_, entry, answer) in chosen.items():
             why = entry.partial
-            out[key] = (entry, answer if why is None else {**answer, "partial": f"run {entry.manifest.run_id}: {why}"})
+            marked = answer if why is None else {**answer, "partial": f"run {entry_key(entry.manifest)}: {why}"}
+            out[key] = (entry, marked)
         return out
 
     def _partial_notes(self, served: Mapping[str, tuple[RunEntry, dict[str, Any]]]) -> list[str]:
