@@ -343,7 +343,7 @@ class LadderRunner:
     def _cut_short(self, cause: OSError, records: int) -> WalkCutShort:
         """The manifest marked cut short (written on the reserve's room), and the one line that says so."""
         self._give_back_reserve()
-        why = str(cause) if cause.errno != errno.ENOSPC else f"the disk is full: {cause}"
+        why = str(cause) if cause.errno != errno.ENOSPC else f"the disk is full ({cause.strerror})"
         self.part = self.part.model_copy(update={"cut_short": why})
         rungs = len(self.part.steps)
         kept = (f"{self.out_dir} keeps its {records} whole records and {rungs} finished rung(s), marked partial "

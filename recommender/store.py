@@ -159,9 +159,21 @@ class RecommendationStore:
                 key = entry_key(manifest)
             except (OSError, ValueError, KeyError, TypeError, BadInput):
                 continue
-            self._runs.setdefault(key, RunEntry(manifest, self._clock()))
+            if self._found(key, RunEntry(manifest, self._clock())):
+                self._dirs[key] = path.parent
             found += 1
         return found
+
+    def _found(self, key: str, entry: RunEntry) -> bool:
+        """Keeps ``entry`` found in a folder unless a folder already read holds the same run and ranks higher:
+        a killed attempt moved aside beside its rerun (``<key>.killed``) must not hide the finished rerun,
+        whichever folder is read first."""
+        held = self._runs.get(key)
+        if held is not None and (held.partial is None, held.measured_at()) >= (entry.partial is None,
+                                                                               entry.measured_at()):
+            return False
+        self._runs[key] = entry
+        return True
 
     def add_run_dir(self, path: Path) -> RunManifest:
         """Registers (without analysing) the run folder ``path`` wherever it lies; ``BadInput`` when it holds
@@ -171,8 +183,8 @@ class RecommendationStore:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise BadInput(f"{path} is not a run folder (no readable manifest.json: {exc})") from exc
         key = entry_key(manifest)
-        self._runs[key] = RunEntry(manifest, self._clock())
-        self._dirs[key] = path
+        if self._found(key, RunEntry(manifest, self._clock())):
+            self._dirs[key] = path
         return manifest
 
     def run(self, run_id: str) -> RunEntry:

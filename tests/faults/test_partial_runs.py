@@ -228,3 +228,20 @@ def test_a_run_folder_that_exists_is_refused_in_one_line_not_resumed(tmp_path: P
     assert line.startswith(f"satbench run: run folder {killed} already exists (a partial run: it did not finish")
     assert "move the folder aside" in line
     assert sorted(p.name for p in killed.iterdir()) == before and sorted(p.name for p in out.iterdir()) == ["night-1"]
+
+
+def test_a_killed_attempt_moved_aside_never_hides_its_finished_rerun(tmp_path: Path) -> None:
+    # the refusal's way out: the killed attempt's folder moved aside (X.killed), the run walked again as X
+    now = time.time()
+    first = write_run(tmp_path, "night-1", [1, 2], t0=now - 7200, killed=True)
+    first.rename(tmp_path / "night-1.killed")  # sorts before night-1/ in a folder listing
+    rerun = write_run(tmp_path, "night-1", [1, 2, 4, 8, 16], t0=now - 3600)
+    with satbench_serve(tmp_path) as (url, _):  # the folders named one by one
+        served = lanes_of(httpx.get(f"{url}/recommendations", timeout=10).json())
+    assert served == {"dense": (SLOTS, "ok", "night-1", False)}
+    settings = RecommenderSettings(prometheus_url=None, runs_dir=tmp_path, recorded_answers=True)
+    with serve(create_app(settings), ready_path="/recommendations") as url:  # a recommender on the folder
+        doc = httpx.get(f"{url}/recommendations", timeout=10).json()
+        runs = httpx.get(f"{url}/runs", timeout=10).json()["runs"]
+    assert lanes_of(doc) == {"dense": (SLOTS, "ok", "night-1", False)}
+    assert [(r["key"], r["complete"]) for r in runs] == [("night-1", True)] and rerun.is_dir()
