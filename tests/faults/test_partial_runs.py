@@ -34,6 +34,7 @@ from satbench.core.records import read_records, write_records
 from satbench.loadgen.runner import WalkCutShort, run_ladder
 from satbench.recommender.app import create_app
 from satbench.recommender.settings import RecommenderSettings
+from satbench.report.data import load_run
 from testkit.net import free_port, wait_http
 from testkit.session import ROOT, start_session
 from testkit.sim import SimulatorProcess
@@ -113,6 +114,9 @@ def test_satbench_serve_serves_the_complete_run_and_lists_the_killed_one_as_part
     # the torn last record was cut and said in the killed run's own analysis
     notes = one["recommendations"]["notes"]
     assert any("records.jsonl: 1 line(s), 61 bytes cut (a torn last line" in n for n in notes), notes
+    problems = load_run(killed).problems  # and in its report
+    assert any(p.startswith("partial run: it did not finish") for p in problems), problems
+    assert any(p.startswith("records.jsonl: 1 line(s), 61 bytes cut") for p in problems), problems
 
 
 def _kill_tree(proc: subprocess.Popen[str], pids: set[int]) -> None:
@@ -207,6 +211,8 @@ def test_a_disk_full_walk_leaves_a_readable_run_marked_partial(sim: SimulatorPro
     assert (run_dir / "records.jsonl").stat().st_size == disk.whole
     assert sum(r.concurrency == 2 for r in records) == 2 and any(r.concurrency == 1 for r in records)
     assert sorted(p.name for p in run_dir.iterdir()) == ["manifest.json", "records.jsonl", "steps.json"]
+    problems = load_run(run_dir).problems  # its report says it
+    assert any(p.startswith("partial run: its walk was cut short: the disk is full") for p in problems), problems
 
     settings = RecommenderSettings(prometheus_url=None, run_dirs=[run_dir], recorded_answers=True)
     with serve(create_app(settings), ready_path="/recommendations") as url:
