@@ -47,7 +47,7 @@ import json
 import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -84,9 +84,18 @@ class RunEntry:
     order: int = 0
     failed_at: float | None = None
     _read: tuple[dict[str, Any], RecommendationsDocument] | None = None
+    _until: dict[str | None, float] = field(default_factory=dict, init=False)  # measured_at per lane (None: run)
+    lanes: tuple[str, ...] = field(default=(), init=False)  # the manifest's lane_names(), read once
 
     def __post_init__(self) -> None:
         self.order = next(_ORDER)
+        self.lanes = tuple(self.manifest.lane_names())
+        ends: dict[str | None, float] = {}
+        for w in self.manifest.steps:  # one pass: a fleet run's ranks are read per lane at every rebuild
+            end = w.drain_end if w.drain_end is not None else w.end
+            ends[w.lane] = max(ends.get(w.lane, end), end)
+        ends[None] = max(ends.values(), default=self.manifest.measured_until())
+        self._until = {lane: min(end, self.registered_at) for lane, end in ends.items()}
 
     @property
     def partial(self) -> str | None:
@@ -94,8 +103,10 @@ class RunEntry:
         return self.manifest.partial
 
     def measured_at(self, lane: str | None = None) -> float:
-        """When ``lane`` (the run) was measured, clamped to when the service registered it (module docstring)."""
-        return min(self.manifest.measured_until(lane), self.registered_at)
+        """When ``lane`` (the run) was measured (``RunManifest.measured_until``), clamped to when the service
+        registered it (module docstring)."""
+        found = self._until.get(lane)
+        return found if found is not None else self._until[None]
 
     def lane_rank(self, lane: str) -> tuple[bool, float, int]:
         """How its answer for ``lane`` ranks, highest served: complete first, then measured later, then posted
@@ -283,7 +294,7 @@ class RecommendationStore:
         """Per lane, the run whose answer ranks highest (``RunEntry.lane_rank``), newest last."""
         chosen: dict[str, tuple[tuple[bool, float, int], RunEntry]] = {}
         for entry in self._runs.values():
-            for lane in entry.manifest.lane_names():
+            for lane in entry.lanes:
                 rank = entry.lane_rank(lane)
                 if lane not in chosen or chosen[lane][0] < rank:
                     chosen[lane] = (rank, entry)
