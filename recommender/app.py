@@ -66,12 +66,13 @@ from satbench.recommender.models import (
     LaneModel,
     RecommendationsDocument,
     RunInfo,
+    RunList,
     RunRegistered,
 )
 from satbench.recommender.prometheus_source import HttpxPromClient, public_url
 from satbench.recommender.run_analysis import analyze_run_async
 from satbench.recommender.settings import RecommenderSettings
-from satbench.recommender.store import Analyzer, RecommendationStore
+from satbench.recommender.store import Analyzer, RecommendationStore, entry_key
 from satbench.recommender.validity import check_answers, fingerprints_when_measured, measured_fingerprints
 from satbench.recommender.write_guard import WriteGuardASGI
 
@@ -376,11 +377,19 @@ def create_app(settings: RecommenderSettings, *, analyzer: Analyzer | None = Non
             shards, fleet = await store.fleet_run(run_id)
             return RunInfo(run_id=run_id, registered_at=min(e.registered_at for e in shards),
                            analyzed=fleet is not None, reason="; ".join(e.reason for e in shards if e.reason) or None,
-                           manifest=shards[0].manifest.to_dict(),
+                           partial="; ".join(f"{entry_key(e.manifest)}: {e.partial}" for e in shards if e.partial)
+                           or None, manifest=shards[0].manifest.to_dict(),
                            recommendations=None if fleet is None else RecommendationsDocument.model_validate(fleet))
         doc = None if entry.document is None else RecommendationsDocument.model_validate(entry.document)
         return RunInfo(run_id=run_id, registered_at=entry.registered_at, analyzed=entry.document is not None,
-                       reason=entry.reason, manifest=entry.manifest.to_dict(), recommendations=doc)
+                       reason=entry.reason, partial=entry.partial, manifest=entry.manifest.to_dict(),
+                       recommendations=doc)
+
+    @app.get("/runs", response_model=RunList)
+    async def runs_listed(store: StoreDep) -> RunList:
+        """Every registered run, oldest measured first, each said complete or partial (and why), with the lanes
+        of the served document it answers (``recommender.store``)."""
+        return RunList.model_validate({"runs": store.runs()})
 
     @app.get("/healthz", response_model=HealthModel)
     async def healthz(store: StoreDep, settings: SettingsDep) -> HealthModel:

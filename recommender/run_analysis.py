@@ -147,7 +147,7 @@ async def _patch_from_records(manifest: RunManifest, figures: dict[str, list[Ste
     if not bad:
         return figures
     try:
-        records = await asyncio.to_thread(load_records, run_dir)
+        records = await asyncio.to_thread(load_records, run_dir, notes)
     except SourceUnavailable:
         return figures
     from_records = figures_from_records(manifest, records, objectives)
@@ -222,10 +222,11 @@ async def analyze_run_async(
                 raise
             notes.append(f"Prometheus unusable ({exc})")
     assert run_dir is not None
-    records = await asyncio.to_thread(load_records, run_dir)
+    fell_back = len(notes) - 1  # the note saying why Prometheus was not used, if one does
+    records = await asyncio.to_thread(load_records, run_dir, notes)
     figures = figures_from_records(manifest, records, objectives_of(policy))
-    if notes:
-        notes[-1] += "; figures computed from the run's records instead"
+    if fell_back >= 0:
+        notes[fell_back] += "; figures computed from the run's records instead"
     return document_from_figures(manifest, figures, policy=policy, generated_at=clock(),
                                  source={"kind": "records", "run_dir": run_dir.name}, notes=notes)
 

@@ -12,8 +12,9 @@ is said and exits 0 without starting anything.
 
 Exit status, the one rule of every ``satbench`` command that answers: 0 when every lane has an answer, 1
 when some lane has none (each said by name; a part that cannot start counts: nothing was answered), 2 for
-bad input (config, flags, an out folder that is not a folder), refused before anything starts and before a
-run folder exists; 130 on Ctrl-C. Every child process is stopped in every case.
+bad input (config, flags, an out folder that is not a folder, a run id whose run folder already exists: a
+killed shard rerun under its run id is refused, not resumed, ``satbench.session.run``), refused before
+anything starts and before a run folder exists; 130 on Ctrl-C. Every child process is stopped in every case.
 """
 
 from __future__ import annotations
@@ -187,9 +188,10 @@ def _traffic_overrides(args: argparse.Namespace) -> dict[str, Any]:
 def main(args: argparse.Namespace) -> int:
     from satbench.loadgen.cli import parse_overrides
     from satbench.loadgen.inputs import load_inputs
+    from satbench.loadgen.runner import WalkCutShort
     from satbench.session.config import SessionConfigError, load_session_config
     from satbench.session.processes import StartError
-    from satbench.session.run import run_session
+    from satbench.session.run import run_folder, run_session, taken_run_folder
 
     try:
         overrides: dict[str, Any] = parse_overrides(args.set)
@@ -206,6 +208,10 @@ def main(args: argparse.Namespace) -> int:
         inputs = load_inputs(config.loadgen)  # a bad trace or dataset file is refused before anything starts
         _check_out_dir(args.out or config.out_dir)
         plan = fleet_plan(args, config)
+        taken = None if plan.run_id is None else taken_run_folder(run_folder(args.out or config.out_dir,
+                                                                             plan.run_id, plan.stamp))
+        if taken is not None:  # a shard rerun under its run id: refused, not resumed (satbench.session.run)
+            raise ValueError(taken)
     except (SessionConfigError, ValueError) as exc:
         print(f"satbench run: {exc}", file=sys.stderr)
         return 2
@@ -228,6 +234,9 @@ def main(args: argparse.Namespace) -> int:
                              run_id=plan.run_id, shard=plan.stamp, remeasure=plan.remeasure, inputs=inputs)
     except StartError as exc:
         print(f"satbench run: cannot start: {exc}", file=sys.stderr)
+        return 1
+    except WalkCutShort as exc:  # a full disk: the run folder is kept, marked partial
+        print(f"satbench run: {exc}", file=sys.stderr)
         return 1
     except Exception as exc:  # every child is already stopped; say why in one line, not a traceback
         print(f"satbench run: failed: {type(exc).__name__}: {exc}", file=sys.stderr)

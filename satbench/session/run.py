@@ -6,7 +6,12 @@ Order of a session (``run_session``):
    command); the run folder ``<out>/<run_id>/`` is created (and removed again if a part cannot start:
    nothing was measured, and the one-line reason quotes the failing child's log). The run id is the one
    given (the shards of a fleet run share it) or a new one; a shard's folder is ``<run_id>.shard-I-of-N``
-   (``core.shards``), and its config holds only the lanes it walks (``satbench.fleet.plan``).
+   (``core.shards``), and its config holds only the lanes it walks (``satbench.fleet.plan``). A run folder
+   that already exists (a shard rerun with its run id after a kill) is refused in one line
+   (``taken_run_folder``), not resumed: the rungs a resumed walk adds would come from runtimes started again
+   (cold caches, another process), so the ladder's doublings would compare two starts; and walking over the
+   folder would lose the killed attempt's evidence. Moving the folder aside reruns the shard whole, under its
+   run id.
 2. Start (``satbench.session.parts``), each as its own process group (``satbench.session.processes``):
    one runtime per lane through its launcher (``LAUNCHERS``: the simulator, a real ``llama-server``, or an
    ``external`` lane only checked to answer ``/health``), or one router per ``node``, each a
@@ -55,7 +60,7 @@ import httpx
 
 from satbench import evidence
 from satbench.core.loops import fast_loop_factory
-from satbench.core.manifest import RunManifest, new_run_id, write_json_atomic
+from satbench.core.manifest import RunManifest, new_run_id, read_manifest, write_json_atomic
 from satbench.core.net import free_port
 from satbench.core.shards import ShardStamp, shard_key
 from satbench.exporter.promconfig import EXPORTER_JOB, LOADGEN_JOB, RECOMMENDER_JOB, ScrapeTarget
@@ -89,7 +94,7 @@ from satbench.session.prometheus import (
     wait_targets_up,
 )
 
-__all__ = ["LaneEndpoint", "SessionResult", "run_session"]
+__all__ = ["LaneEndpoint", "SessionResult", "run_folder", "run_session", "taken_run_folder"]
 
 Say = Callable[[str], None]
 # how long the session's end waits for its Prometheus to send a remote_write store (the fleet's) every sample
@@ -322,6 +327,25 @@ def _start_monitoring(
     return prom_url, rec_url, prom_info, metrics_port
 
 
+def run_folder(out_dir: Path, run_id: str, shard: ShardStamp | None) -> Path:
+    """The run's folder: ``<out>/<run_id>``, a shard's ``<out>/<run_id>.shard-I-of-N`` (``core.shards``)."""
+    return out_dir / (run_id if shard is None else shard_key(run_id, shard))
+
+
+def taken_run_folder(path: Path) -> str | None:
+    """The one line refusing to walk into ``path`` when it exists (module docstring), or None."""
+    if not path.exists():
+        return None
+    try:
+        manifest = read_manifest(path / "manifest.json")
+        state = "its walk finished" if manifest.partial is None else f"a partial run: {manifest.partial}"
+    except (OSError, ValueError, KeyError, TypeError):
+        state = "no readable manifest"
+    return (f"run folder {path} already exists ({state}); a run is not resumed under its id (its new rungs would "
+            f"be measured on runtimes started again, and its first attempt's evidence lost): move the folder aside "
+            f"to walk it again under this run id, or give another --run-id")
+
+
 def run_session(
     config: SessionConfig,
     *,
@@ -340,10 +364,13 @@ def run_session(
     config's trace and dataset as the entry point read them (``loadgen.inputs``; else the walk reads them)."""
     prom_binary = find_prometheus(config.prometheus.binary) if config.prometheus.url is None else None
     run_id = run_id or new_run_id()
-    run_dir = (out_dir or config.out_dir) / (run_id if shard is None else shard_key(run_id, shard))
+    run_dir = run_folder(out_dir or config.out_dir, run_id, shard)
     fleet = {k: v for k, v in (("shard", None if shard is None else shard.model_dump()),
                                ("remeasure", remeasure)) if v is not None}
-    run_dir.mkdir(parents=True, exist_ok=False)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=False)
+    except FileExistsError:
+        raise ValueError(taken_run_folder(run_dir) or f"run folder {run_dir} already exists") from None
     say(f"satbench run {run_id}: starting")
     redact = _redactor(config, command)
     say(f"  command: {shlex.join(redact(list(command)))}")
