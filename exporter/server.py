@@ -65,6 +65,7 @@ class ExporterConfig:
     models_roots: tuple[str, ...] = ()
     max_body_bytes: int = MAX_BODY_BYTES
     fingerprint_key: bytes | None = field(default=None, repr=False)  # the node's key: series are signed
+    runtime_api_key: str | None = field(default=None, repr=False)  # sent with every read of the runtime
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.runtime_url)
@@ -97,6 +98,9 @@ class ExporterConfig:
             raise ValueError(f"--max-body-bytes must be within 1024..1073741824, got {self.max_body_bytes}")
         if self.fingerprint_key is not None and len(self.fingerprint_key) < 16:
             raise ValueError("--fingerprint-key-file: a key of at least 16 characters is needed")
+        key = self.runtime_api_key
+        if key is not None and (not key or not key.isprintable()):
+            raise ValueError("--runtime-api-key-file: the key must be one printable, non-empty line")
 
     @property
     def router_mode(self) -> bool | None:
@@ -117,7 +121,8 @@ def build_collector(config: ExporterConfig) -> RuntimeCollector:
     """The real sources of one node; one HTTP fetcher is shared, and closed with the collector. With ``--gpu
     auto`` a runtime on another host (no ``--runtime-pid``, a URL that is not this host's) gets no NVML
     reader: this host's GPUs are not the node's."""
-    fetcher = EndpointFetcher(config.runtime_url, max_body_bytes=config.max_body_bytes)
+    fetcher = EndpointFetcher(config.runtime_url, max_body_bytes=config.max_body_bytes,
+                              api_key=config.runtime_api_key)
     adapter = build_adapter(config, fetcher)
     process_reader: ProcessReader | None = None
     if config.runtime_pid is not None:
