@@ -66,6 +66,7 @@ class ExporterConfig:
     max_body_bytes: int = MAX_BODY_BYTES
     fingerprint_key: bytes | None = field(default=None, repr=False)  # the node's key: series are signed
     read_max_age_s: float = DEFAULT_READ_MAX_AGE_S
+    runtime_api_key: str | None = field(default=None, repr=False)  # sent with every read of the runtime
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.runtime_url)
@@ -101,6 +102,9 @@ class ExporterConfig:
         if not 0 <= self.read_max_age_s <= 60:  # NaN fails too
             raise ValueError(f"--read-max-age-s must be within 0..60 s (0: every scrape reads the node), "
                              f"got {self.read_max_age_s}")
+        key = self.runtime_api_key
+        if key is not None and (not key or not key.isprintable()):
+            raise ValueError("--runtime-api-key-file: the key must be one printable, non-empty line")
 
     @property
     def router_mode(self) -> bool | None:
@@ -121,7 +125,8 @@ def build_collector(config: ExporterConfig) -> RuntimeCollector:
     """The real sources of one node; one HTTP fetcher is shared, and closed with the collector. With ``--gpu
     auto`` a runtime on another host (no ``--runtime-pid``, a URL that is not this host's) gets no NVML
     reader: this host's GPUs are not the node's."""
-    fetcher = EndpointFetcher(config.runtime_url, max_body_bytes=config.max_body_bytes)
+    fetcher = EndpointFetcher(config.runtime_url, max_body_bytes=config.max_body_bytes,
+                              api_key=config.runtime_api_key)
     adapter = build_adapter(config, fetcher)
     process_reader: ProcessReader | None = None
     if config.runtime_pid is not None:

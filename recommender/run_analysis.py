@@ -232,12 +232,12 @@ async def analyze_run_async(
 
 
 def analyze_run(manifest: RunManifest, *, prometheus_url: str | None, run_dir: Path | None,
-                policy: Policy) -> dict[str, Any]:
+                policy: Policy, prometheus_auth: tuple[str, str] | None = None) -> dict[str, Any]:
     """Blocking form of ``analyze_run_async``; safe to call from inside a running event loop too."""
 
     def run() -> dict[str, Any]:
         return asyncio.run(analyze_run_async(manifest, prometheus_url=prometheus_url, run_dir=run_dir,
-                                             policy=policy))
+                                             policy=policy, prometheus_auth=prometheus_auth))
 
     try:
         asyncio.get_running_loop()

@@ -225,6 +225,13 @@ class PrometheusSection(_Model):
     writes only with credentials gets ``remote_write_username`` and ``remote_write_password_file`` as basic
     auth: the rendered ``prometheus.yml`` names the file (Prometheus reads it), so the password is in no
     command line, config or evidence file. A URL with a password in it is refused for that reason.
+
+    ``username`` and ``password_file``: the basic-auth credentials of a Prometheus or store given by ``url``
+    that wants them for reads (a fleet's, behind its gate: docs/fleet-store.md, "Credentials"). Every reader of
+    it in the session sends them: the waits for its scrapes, the recommender the session starts
+    (``--prometheus-username``, ``--prometheus-password-file``) and the in-process analysis. The password is
+    read from the file when the session starts and is in no command line, manifest or evidence file; a
+    Prometheus that refuses the session's reads (401/403) stops it before anything starts, in one line.
     """
 
     url: HttpUrl | None = None
@@ -234,6 +241,16 @@ class PrometheusSection(_Model):
     remote_write: list[HttpUrl] = Field(default_factory=list)
     remote_write_username: str | None = Field(default=None, min_length=1, max_length=256)
     remote_write_password_file: Path | None = None
+    username: str | None = Field(default=None, min_length=1, max_length=256)
+    password_file: Path | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _no_password_in_read_url(cls, value: HttpUrl | None) -> HttpUrl | None:
+        if value is not None and urlsplit(str(value)).password:
+            raise ValueError("the URL carries a password: it would be written into the run's manifest and the "
+                             "recommender's command line; give username and password_file instead")
+        return value
 
     @field_validator("remote_write")
     @classmethod
@@ -243,7 +260,7 @@ class PrometheusSection(_Model):
                              "prometheus.yml; give remote_write_username and remote_write_password_file instead")
         return value
 
-    @field_validator("remote_write_password_file")
+    @field_validator("remote_write_password_file", "password_file")
     @classmethod
     def _readable(cls, value: Path | None) -> Path | None:
         if value is None:
@@ -259,7 +276,27 @@ class PrometheusSection(_Model):
             raise ValueError("remote_write_username and remote_write_password_file go together")
         if self.remote_write_username is not None and not self.remote_write:
             raise ValueError("remote_write_username is set but remote_write names no URL")
+        if (self.username is None) != (self.password_file is None):
+            raise ValueError("username and password_file go together (the read credentials of prometheus.url)")
+        if self.username is not None and self.url is None:
+            raise ValueError("username is set but url is not: the Prometheus a session starts is its own, on "
+                             "loopback, and takes no credentials")
         return self
+
+    def read_auth(self) -> tuple[str, str] | None:
+        """``(username, password)`` for reading the Prometheus at ``url``, the password read from its file now;
+        None without credentials. ``ValueError`` naming the setting for a file that cannot be read or is
+        empty."""
+        if self.username is None or self.password_file is None:
+            return None
+        try:
+            password = self.password_file.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"prometheus.password_file {self.password_file}: "
+                             f"{getattr(exc, 'strerror', None) or exc}") from exc
+        if not password:
+            raise ValueError(f"prometheus.password_file {self.password_file}: the file is empty")
+        return self.username, password
 
     def remote_write_auth(self) -> tuple[str, Path] | None:
         """``(username, password_file)`` for the remote_write section, or None."""

@@ -1,7 +1,15 @@
 """Starting a session's parts: each lane's runtime (a server of its own through its launcher, or its node's
 router, started once), one exporter per server (lanes of one router node or one external URL share it, each
 scraped with its own model), and the recommender. Every child is a process group of the session's
-ProcessSet."""
+ProcessSet.
+
+Secrets reach a child through its environment or a file it reads, never its command line (which every user
+of the host can read): a lane's runtime API key (the value of its ``api_key_env``, which the load generator
+sends) goes to the lane's exporter as ``SATBENCH_EXPORTER_RUNTIME_API_KEY``, so it can read the ``/metrics``,
+``/slots`` and ``/props`` a runtime started with ``--api-key`` guards; the recommender gets the write token in
+its environment and the Prometheus password as ``--prometheus-password-file`` (the session's
+``[prometheus] password_file``).
+"""
 
 from __future__ import annotations
 
@@ -15,6 +23,7 @@ from typing import Any
 
 from satbench.core.manifest import write_json_atomic
 from satbench.core.net import free_port
+from satbench.exporter.cli import RUNTIME_API_KEY_ENV
 from satbench.recommender.settings import WRITE_TOKEN_ENV
 from satbench.runtimes import RunningRuntime
 from satbench.runtimes.external import check_external, is_this_host
@@ -68,7 +77,8 @@ def _llamacpp(lane: LaneRuntime, config: SessionConfig, processes: ProcessSet,
     assert config.model_dir is not None and lane.model_file is not None  # the config refuses them missing
     spec = LlamaServerSpec(model=config.model_dir / lane.model_file, parallel=lane.setting("parallel"),
                            ctx_size=lane.setting("ctx_size"), batch=lane.setting("batch"),
-                           ubatch=lane.setting("ubatch"), threads=lane.threads, extra_args=tuple(lane.server_args))
+                           ubatch=lane.setting("ubatch"), threads=lane.threads, extra_args=tuple(lane.server_args),
+                           api_key=lane.api_key())
     try:
         return stack.enter_context(
             LlamaServer(spec, processes.log_dir / f"llamacpp-{lane.name}.log", ready_timeout_s=120.0)
@@ -181,7 +191,9 @@ def _start_exporter(endpoint: LaneEndpoint, processes: ProcessSet, timeout_s: fl
         argv += ["--relay", f"127.0.0.1:{relay_port}"]
     router = nodes_of([endpoint.lane])
     name = next(iter(router)) if router else endpoint.lane.key  # one exporter per router node, else per lane
-    child = processes.start(f"exporter-{name.replace('/', '-')}", argv)
+    key = endpoint.lane.api_key()  # the lane's runtime key, read now from its api_key_env, never in argv
+    env = {**os.environ, RUNTIME_API_KEY_ENV: key} if key else None
+    child = processes.start(f"exporter-{name.replace('/', '-')}", argv, env=env)
     endpoint.exporter_url = f"http://127.0.0.1:{port}"
     wait_until_ready(child, f"{endpoint.exporter_url}/metrics", timeout_s=timeout_s)
     if relay_port is not None:
@@ -195,10 +207,15 @@ def start_recommender(
     write_token: str | None = None,
 ) -> tuple[str, Any]:
     """The session's recommender; ``write_token`` (the bearer its writes need) is handed to it in its
-    environment, never on its command line (which every user of the host can read)."""
+    environment, never on its command line (which every user of the host can read). A Prometheus given by
+    URL with credentials (``[prometheus] username``, ``password_file``) is read with them: the user and the
+    password file's path are its flags, the password stays in the file."""
     argv = python_cli("recommender", "--prometheus-url", prom_url, "--port", str(port),
                        "--runs-dir", str(run_dir.parent.resolve()),
                        "--scrape-interval", repr(config.prometheus.scrape_interval_s))
+    if config.prometheus.username is not None and config.prometheus.password_file is not None:
+        argv += ["--prometheus-username", config.prometheus.username,
+                 "--prometheus-password-file", str(config.prometheus.password_file)]
     if config.policy_given:
         policy_path = run_dir / "policy.json"
         write_json_atomic(policy_path, config.policy_given)

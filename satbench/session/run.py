@@ -3,8 +3,11 @@
 Order of a session (``run_session``):
 
 1. Refuse early: a Prometheus binary must exist when one is to be started (the reason names the install
-   command); the run folder ``<out>/<run_id>/`` is created (and removed again if a part cannot start:
-   nothing was measured, and the one-line reason quotes the failing child's log). The run id is the one
+   command); a Prometheus given by URL must take the session's reads (with ``[prometheus] username`` and
+   ``password_file`` where it wants credentials, which every reader of it in the session then sends: the
+   waits, the recommender it starts, the in-process analysis); the run folder ``<out>/<run_id>/`` is
+   created (and removed again if a part cannot start: nothing was measured, and the one-line reason quotes
+   the failing child's log). The run id is the one
    given (the shards of a fleet run share it) or a new one; a shard's folder is ``<run_id>.shard-I-of-N``
    (``core.shards``), and its config holds only the lanes it walks (``satbench.fleet.plan``). A run folder
    that already exists (a shard rerun with its run id after a kill) is refused in one line
@@ -85,6 +88,7 @@ from satbench.session.parts import (
 )
 from satbench.session.processes import ProcessSet, StartError, install_signal_handlers, wait_until_ready
 from satbench.session.prometheus import (
+    check_readable,
     find_prometheus,
     render_prometheus_config,
     rule_files,
@@ -165,7 +169,8 @@ def _build_manifest(
                 "api": ep.lane.api,
                 "model": ep.lane.model,
                 "runtime_props": evidence.runtime_props(
-                    client, ep.url, model=ep.lane.model_id if shares_runtime(ep, endpoints) else None),
+                    client, ep.url, model=ep.lane.model_id if shares_runtime(ep, endpoints) else None,
+                    api_key=ep.lane.api_key()),
                 "model_files": files,
                 **take_fingerprint(client, ep, shares_runtime(ep, endpoints)),
             })
@@ -212,7 +217,7 @@ def _answered(doc: dict[str, Any] | None) -> int:
 
 def _recommend(
     manifest: RunManifest, rec_url: str, prom_url: str, run_dir: Path, config: SessionConfig, say: Say,
-    write_token: str | None = None,
+    write_token: str | None = None, prom_auth: tuple[str, str] | None = None,
 ) -> dict[str, Any] | None:
     """The recommender service's answer for the run; the same analysis in-process (which can also read this
     run folder's records) if the service fails or answers no lane (a service elsewhere, without this run's
@@ -242,7 +247,8 @@ def _recommend(
     say(f"  recommender service gave no answer ({reason}); analysing in-process")
     try:
         policy = config.policy
-        doc = analyze_run(manifest, prometheus_url=prom_url, run_dir=run_dir, policy=policy)
+        doc = analyze_run(manifest, prometheus_url=prom_url, run_dir=run_dir, policy=policy,
+                          prometheus_auth=prom_auth)
     except (RecommenderError, ValueError) as exc:
         say(f"  no recommendations in-process either: {exc}")
         return service
@@ -274,6 +280,7 @@ def _start_monitoring(
     prom_binary: str | None,
     say: Say,
     write_token: str,
+    prom_auth: tuple[str, str] | None = None,
 ) -> tuple[str, str, dict[str, Any], int]:
     """Recommender and Prometheus (unless configured as URLs); returns their URLs, evidence, loadgen port."""
     metrics_port = config.loadgen.metrics_port or free_port()  # fixed where a running Prometheus scrapes it
@@ -295,6 +302,8 @@ def _start_monitoring(
     if rec_child is not None:
         targets.append(ScrapeTarget(RECOMMENDER_JOB, rec_url.removeprefix("http://")))
     prom_info: dict[str, Any] = {"url": prom_url, "started": prom_binary is not None}
+    if prom_auth is not None:  # who the session read it as; the password stays in its file
+        prom_info["username"] = prom_auth[0]
     if prom_binary is not None:
         rules = rule_files()
         text = render_prometheus_config(targets, rules, config.prometheus.scrape_interval_s,
@@ -322,7 +331,7 @@ def _start_monitoring(
     if prom_binary is not None:
         # the load generator's target only answers once the walk starts: wait for the others
         wait_targets_up(
-            prom_url, len(targets) - 1, timeout_s=config.start_timeout_s, ignore_jobs=(LOADGEN_JOB,)
+            prom_url, len(targets) - 1, timeout_s=config.start_timeout_s, ignore_jobs=(LOADGEN_JOB,), auth=prom_auth
         )
     return prom_url, rec_url, prom_info, metrics_port
 
@@ -363,6 +372,12 @@ def run_session(
     ``core.shards.shard_key``; ``remeasure``: the lanes ``--remeasure`` chose, for the manifest; ``inputs``: the
     config's trace and dataset as the entry point read them (``loadgen.inputs``; else the walk reads them)."""
     prom_binary = find_prometheus(config.prometheus.binary) if config.prometheus.url is None else None
+    try:
+        prom_auth = config.prometheus.read_auth()
+    except ValueError as exc:
+        raise StartError(str(exc)) from exc
+    if config.prometheus.url is not None:
+        check_readable(str(config.prometheus.url).rstrip("/"), prom_auth)
     run_id = run_id or new_run_id()
     run_dir = run_folder(out_dir or config.out_dir, run_id, shard)
     fleet = {k: v for k, v in (("shard", None if shard is None else shard.model_dump()),
@@ -389,7 +404,7 @@ def run_session(
             start_exporters(endpoints, processes, config.start_timeout_s, config.prometheus.scrape_interval_s)
             say("  exporters: " + ", ".join(f"{ep.lane.key} {ep.exporter_url}" for ep in endpoints))
             prom_url, rec_url, prom_info, metrics_port = _start_monitoring(
-                config, endpoints, run_dir, processes, prom_binary, say, write_token
+                config, endpoints, run_dir, processes, prom_binary, say, write_token, prom_auth
             )
             pids = processes.pids()
             started = True
@@ -413,10 +428,11 @@ def run_session(
             # Every sample of the walk is in once each exporter and the load generator were scraped after it
             # ended: a scrape after the walk (answered, or failed on a target gone) means the one before it,
             # which the load generator lingered for with every step's published figures, is stored.
-            if not wait_scraped_since(prom_url, walked, (EXPORTER_JOB, LOADGEN_JOB), timeout_s=settle_s):
+            if not wait_scraped_since(prom_url, walked, (EXPORTER_JOB, LOADGEN_JOB), timeout_s=settle_s,
+                                      auth=prom_auth):
                 say(f"  prometheus: not every target scraped after the walk within {settle_s:g} s")
             say("asking the recommender")
-            doc = _recommend(manifest, rec_url, prom_url, run_dir, config, say, write_token)
+            doc = _recommend(manifest, rec_url, prom_url, run_dir, config, say, write_token, prom_auth)
             if doc is not None:
                 write_json_atomic(run_dir / "recommendations.json", doc)
                 if prom_binary is not None and not wait_scraped_since(  # our Prometheus keeps the answer too

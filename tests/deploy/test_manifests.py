@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import re
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -100,10 +101,21 @@ def test_every_container_is_bounded_and_unprivileged(overlay: str) -> None:
             assert not sc.get("privileged") and not sc["capabilities"].get("add"), where
 
 
-def _fleet_config(docs: list[dict[str, Any]], tmp_path: Path) -> Any:
+READER_PASSWORD = "/etc/satbench-store-reader/password"  # fleet.toml's, the reader Secret as the shards mount it
+
+
+def _fleet_text(docs: list[dict[str, Any]]) -> str:
     config_map = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "satbench-fleet")
+    return str(config_map["data"]["fleet.toml"])
+
+
+def _fleet_config(docs: list[dict[str, Any]], tmp_path: Path) -> Any:
+    """The fleet config as a shard loads it, the reader's password file (a Secret mounted in the pod, checked by
+    the credential tests below) standing in as a file here."""
+    password = tmp_path / "reader-password"
+    password.write_text("reader-pass\n")
     path = tmp_path / "fleet.toml"
-    path.write_text(config_map["data"]["fleet.toml"])
+    path.write_text(_fleet_text(docs).replace(READER_PASSWORD, str(password)))
     return load_session_config(path)
 
 
@@ -421,14 +433,20 @@ def test_every_client_of_the_gate_carries_the_credentials_of_its_role(overlay: s
                 assert (user["key"], password["key"]) == ("username", "password"), where
                 assert user["name"] == password["name"] == reader, where
                 got.add(reader)
+            if where.startswith(("Job/", "CronJob/")):  # a session: fleet.toml's [prometheus] credentials
+                prom = tomllib.loads(_fleet_text(docs))["prometheus"]
+                if gate in prom["url"]:
+                    (secret,) = [n for p, n in files.items() if prom["password_file"].startswith(p + "/")]
+                    assert prom["username"] == "reader", where  # the reader Secret's username (docs/kubernetes.md)
+                    got.add(secret)
             roles[f"{where} {c['name']}"] = got
     assert roles == {
         "Deployment/vmagent vmagent": {writer},
         "Deployment/vmalert vmalert": {writer, reader},
         "Deployment/satbench-recommender recommender": {reader},
-        # the session sends no credentials on its own queries yet (its fallback): the shards hold none
-        "Job/satbench-fleet-walk loadgen": set(),
-        "CronJob/satbench-remeasure loadgen": set(),
+        # the shards' own reads (the scrape wait, the in-process fallback) as the reader
+        "Job/satbench-fleet-walk loadgen": {reader},
+        "CronJob/satbench-remeasure loadgen": {reader},
     }
     (grafana,) = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "grafana-provisioning"]
     (source,) = yaml.safe_load(grafana["data"]["datasource.yml"])["datasources"]
@@ -480,7 +498,8 @@ def test_each_node_signs_with_its_own_key_and_only_the_recommender_holds_the_fle
         key_file = exporter["args"][exporter["args"].index("--fingerprint-key-file") + 1]
         assert key_file == "/fingerprint/key", overlay
         for c in pod["containers"]:  # the node keys are the init container's alone
-            assert all(volumes[m["name"]].get("secret") is None for m in c.get("volumeMounts") or []), c["name"]
+            assert all((volumes[m["name"]].get("secret") or {}).get("secretName") != "satbench-fingerprint-node-keys"
+                       for m in c.get("volumeMounts") or []), c["name"]
         fleet_key_holders = {where for where, template in pod_specs(docs).items()
                              for c in template["spec"]["containers"] for e in c.get("env") or []
                              if e.get("valueFrom", {}).get("secretKeyRef", {}).get("name")
