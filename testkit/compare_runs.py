@@ -9,6 +9,7 @@ about 440 requests. What changes between runs is set here, so the truth is the s
   a lognormal of ``run_speed_sd``, the spread two measurements of one node show);
 - ``prefill_scale``: every prefill takes this much longer (1.5: TTFT, and its p95 at every rung within the
   slots, 1.5 times the deployment's; the decode is unchanged);
+- ``decode_scale``: every token gap this much longer (throughput, e2e and the pause excess move with it);
 - ``prompt_tokens``, ``policy``: another workload (its digest differs) or another policy;
 - ``build``: the runtime build in the lane's fingerprint (what the verdict heads with).
 
@@ -53,14 +54,15 @@ class Simulated:
     run: Run
 
 
-def simulate(*, seed: int, prefill_scale: float = 1.0, prompt_tokens: int = 64, policy: Policy | None = None,
+def simulate(*, seed: int, prefill_scale: float = 1.0, decode_scale: float = 1.0, prompt_tokens: int = 64,
+             policy: Policy | None = None,
              build: str = "b5000", window_s: float = 20.0, jitter: float = 0.25, run_speed_sd: float = 0.01,
              ladder: tuple[int, ...] = LADDER) -> Simulated:
     """One run of the deployment (module docstring). Each rung's figures are computed once with every value in
     its tails; the document's keep the largest ``TAIL_SIZE``, as the load generator's do."""
     policy = policy or Policy()
     speed = math.exp(random.Random(f"speed:{seed}").gauss(0.0, run_speed_sd))
-    lane = SyntheticLane(LANE, slots=8, prefill_s=0.05 * prefill_scale * speed, itl_s=0.01 * speed,
+    lane = SyntheticLane(LANE, slots=8, prefill_s=0.05 * prefill_scale * speed, itl_s=0.01 * decode_scale * speed,
                          output_tokens=24, prompt_tokens=prompt_tokens, jitter=jitter)
     run_id = f"20261205T000000Z-{seed:06d}"
     manifest, records = simulate_run([lane], ladder, t0=1.7e9, window_s=window_s, warmup_s=2.0, seed=seed,

@@ -82,7 +82,7 @@ def test_a_slower_deployment_is_named_with_its_figure_under_what_changed() -> No
         assert any(line.startswith("a/dense: output tok/s at c=4 ") and "(-2" in line for line in lines), lines
         assert any(line.startswith(("a/dense: TTFT p95 at c=4 ", "a/dense: e2e p95 at c=4 ")) for line in lines), lines
         assert result.verdict == "FAIL"
-        assert result.headline().startswith("FAIL runtime.build b5000 -> b5100: a/dense: "), result.headline()
+        assert result.headline().startswith("FAIL runtime.build b5000 -> b5100: a/dense c=4 "), result.headline()
 
 
 def test_a_small_significant_change_is_within_the_threshold() -> None:
@@ -123,7 +123,7 @@ def test_the_command_line_reads_folders_files_and_refuses_bad_input_in_one_line(
     slower = cli(str(tmp_path / "run-a"), str(tmp_path / "b.json"))
     assert slower.returncode == 1 and "regression (" in slower.stdout, slower.stdout
     assert "a/dense: output tok/s at c=4 " in slower.stdout
-    assert slower.stdout.startswith("FAIL no deployment field differs: a/dense: ")
+    assert slower.stdout.startswith("FAIL no deployment field differs: a/dense c=4 ")
     bad_threshold = [str(tmp_path / "b.json")] * 2 + ["--threshold", "150%"]
     bad_floor = [str(tmp_path / "b.json")] * 2 + ["--floor", "tft=10%"]
     bad_allow = [str(tmp_path / "b.json")] * 2 + ["--allow", "hardware"]
