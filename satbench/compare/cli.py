@@ -106,6 +106,10 @@ def render(comparison: Comparison) -> list[str]:
     lines = [comparison.headline(),
              f"comparing {len(comparison.lanes)} lanes{pooled}: a figure fails where it is worse beyond its floor "
              f"and significant at {comparison.confidence:.0%} over {comparison.tests} tests (each at p < {alpha:.2g})"]
+    powers = [p for lane in comparison.lanes for c in lane.changes if (p := c.power(alpha)) is not None]
+    if powers:
+        lines.append(f"the tail tests could see B's p95 at A's p90 with power {min(powers):.2f} at least "
+                     "(a PASS rules out little where it is low)")
     lines += [f"allowed: {name} differs ({what})" for name, what in comparison.allowed]
     for lane in comparison.lanes:
         if lane.concurrency is not None:
