@@ -251,3 +251,22 @@ def test_answers_are_compared_with_their_intervals_and_repeated_runs_pooled() ->
                           [Run(read_document(run_document(s, slow=1.3))) for s in (2, 4)])
     assert pooled.runs == (2, 2) and pooled.verdict == "FAIL"
     assert any(line.startswith("a/dense: output tok/s at c=4 ") for line in pooled.regressions())
+
+
+def _rate(answer: float, bracket: list[float]) -> dict[str, Any]:
+    return {"status": "settled", "reason": None, "max_rate_rps": answer, "max_rate_rpm": int(answer * 60),
+            "interval": bracket, "goodput_rps": None, "goodput_tok_s": None, "attainment": None,
+            "attainment_target": 0.9, "binding_objective": "ttft", "curve": [], "littles_law": None}
+
+
+@pytest.mark.parametrize(("b_rate", "dropped"), [
+    ((6.0, [6.0, 8.0]), True),     # B's bracket wholly below A's
+    ((9.0, [9.0, 11.0]), False),   # the brackets overlap: the runs cannot tell
+    ((9.5, [9.5, 9.8]), False),    # below A's bracket, by less than the answer floor (10 %)
+])
+def test_the_rate_answer_is_compared_with_its_bracket(b_rate: tuple[float, list[float]], dropped: bool) -> None:
+    a, b = run_document(1), run_document(2)
+    a["lanes"]["a/dense"]["rate"] = _rate(10.0, [10.0, 12.0])
+    b["lanes"]["a/dense"]["rate"] = _rate(*b_rate)
+    lines = compare_documents(a, b).regressions()
+    assert any(line.startswith("a/dense: rate answer 10 [10, 12] (settled) -> ") for line in lines) is dropped, lines
