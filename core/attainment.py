@@ -225,7 +225,7 @@ def pass_growth(times: Sequence[tuple[float, float]], start: float, end: float,
 
 def rate_look(done: Sequence[tuple[float, float, float, bool]], pending: Sequence[tuple[float, float, bool]],
               start: float, now: float, rate: float, *, target: float, confidence: float = 0.95,
-              capacity_rps: float | None = None, cut: bool = True) -> RateVerdict:
+              capacity_rps: float | None = None, cut: bool = True, period: float | None = None) -> RateVerdict:
     """A look at a rate rung still running. ``done`` holds each ended request of the rung (its warm-up too) as
     ``(intended send, wait, end, attained)``, ``pending`` each one still in flight as ``(intended send, wait
     so far, already missed)`` (its TTFT deadline passed without a token); the wait is to the first token, or
@@ -234,15 +234,20 @@ def rate_look(done: Sequence[tuple[float, float, float, bool]], pending: Sequenc
     request that ended is a short one: counting it alone would favour short requests), the backlog every one.
     The verdict's ``start`` is where the window began. ``cut=False`` (a trace rung: its schedule is not
     stationary, and its warm-up is traffic before the window, ``loadgen.trace_step``) keeps the window from
-    ``start`` and asks nothing of its steadiness (``steady`` ``None``)."""
+    ``start`` and asks nothing of its steadiness (``steady`` ``None``); with the schedule's ``period`` (a trace
+    rung's pass) the backlog's growth is ``pass_growth``'s, not yet told before the window holds a pass."""
     settled = warmup_cut([(t, w) for t, w, _, _ in done] + [(t, w) for t, w, _ in pending]) if cut \
         else WarmupCut(None, None)
     begin = max(start, settled.at) if settled.at is not None and settled.steady else start
     horizon = min([t for t, _, missed in pending if not missed and t >= begin] + [now])
     outcomes = [(t, ok) for t, _, _, ok in done] + [(t, False) for t, _, missed in pending if missed]
     estimate = attainment_estimate(outcomes, begin, horizon)
-    growth = backlog_growth([(t, e) for t, _, e, _ in done if t >= begin]
-                            + [(t, math.inf) for t, _, _ in pending if t >= begin], begin, now)
+    if period is None:
+        growth = backlog_growth([(t, e) for t, _, e, _ in done if t >= begin]
+                                + [(t, math.inf) for t, _, _ in pending if t >= begin], begin, now)
+    else:  # the pass before the window's is part of the comparison
+        growth = pass_growth([(t, e) for t, _, e, _ in done] + [(t, math.inf) for t, _, _ in pending], begin, now,
+                             period)
     verdict = rate_verdict(rate, estimate, growth, target=target, confidence=confidence,
                            capacity_rps=capacity_rps, steady=settled.steady)
     return dataclasses.replace(verdict, start=begin, steady=settled.steady)

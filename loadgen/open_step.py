@@ -71,6 +71,7 @@ class OpenStepRun(StepRun):
         # a trace rung's window is its schedule's own stretch [warm-up, warm-up + window cap]: never cut, never ended
         # early, its bounds exact (loadgen.trace_step)
         self.fixed_window = False
+        self.look_period: float | None = None  # a trace rung's pass: its looks' backlog growth is pass against pass
 
     def _live_tokens(self) -> list[tuple[str, str, int]]:
         return [(self.lane.key, "0", len(a.parser.token_ns)) for a in list(self.active.values())]
@@ -148,7 +149,7 @@ class OpenStepRun(StepRun):
             pending.append(((a.decided_ns - base) / 1e9, wait, missed))
         return rate_look(list(self._done), pending, (start_ns - base) / 1e9, (now_ns - base) / 1e9, self.open_rate,
                          target=self.config.arrival.target, capacity_rps=self.capacity_rps,
-                         cut=not self.fixed_window)
+                         cut=not self.fixed_window, period=self.look_period)
 
     def _outcome(self, intended_ns: int, result: RawResult, prompt_tokens: int | None) -> None:
         """One ended request as the looks count it: its wait and whether it attained every objective (the pause

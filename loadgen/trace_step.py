@@ -121,6 +121,7 @@ class TraceStepRun(OpenStepRun):
         super().__init__(rate=trace.rate_rps * factor, warmup_s=self.plan.warmup_s, **kwargs)  # type: ignore[arg-type]
         self.decide_early = False
         self.fixed_window = True
+        self.look_period = self.plan.period_s
 
     def _stream(self) -> _Replay:
         return _Replay(self.trace.offsets(self.factor), self.plan.period_s, self.plan.until_s)

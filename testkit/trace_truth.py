@@ -271,7 +271,7 @@ def measured_trace_rung(profile: Profile, trace: Trace, factor: float, *, object
             wait = min(first, end) - at
             pending.append((at, wait, wait > (objectives.ttft_s or math.inf)))
     look = rate_look(done, pending, start, end, rate, target=target, confidence=confidence,
-                     capacity_rps=capacity_rps, cut=False)
+                     capacity_rps=capacity_rps, cut=False, period=plan.period_s)
     records = []
     for at, spec in arrivals:
         times = tokens.get(spec.request_id, [])

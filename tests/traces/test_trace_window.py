@@ -80,6 +80,9 @@ def test_a_ramp_on_an_ideal_server_is_no_growing_backlog() -> None:
     assert carried is not None and carried.mean == 0.0 and carried.interval(0.95)[0] < 0
     verdict = rate_verdict(rate, None, carried, target=0.9, final=True)
     assert verdict.sustained is True and verdict.verdict == "pass"
+    done = [(t, 0.1, e, True) for t, e in times]  # the trace rung's look at the window's end: the same figure
+    look = rate_look(done, [], period, 2 * period, rate, target=0.9, cut=False, period=period)
+    assert look.verdict == "pass" and look.sustained is True
 
 
 def _fifo(sends: list[float], service_s: float) -> list[tuple[float, float]]:
