@@ -41,13 +41,13 @@ from dataclasses import dataclass
 from satbench.core.figures import StepFigures
 from satbench.core.statistics import MeanEstimate, batch_mean_estimate, wilson_interval
 
-__all__ = ["AttainmentEstimate", "RateVerdict", "attainment_estimate", "backlog_growth", "capacity_bound", "rate_look",
-           "rate_verdict", "step_attainment", "step_growth", "step_steady",
-           "warmup_cut"]
+__all__ = ["AttainmentEstimate", "RateVerdict", "attainment_estimate", "backlog_growth", "capacity_bound",
+           "pass_growth", "rate_look", "rate_verdict", "step_attainment", "step_growth", "step_steady", "warmup_cut"]
 
 MAX_BINS = 64
 PER_BIN = 4.0
 BACKLOG_SAMPLES = 64
+PASS_SAMPLES = 32
 GROWTH_MARGIN = 0.1  # a look passes a rate only where its backlog's growth is shown below this share of it
 
 
@@ -188,26 +188,69 @@ def backlog_growth(times: Sequence[tuple[float, float]], start: float, end: floa
     return MeanEstimate(slope, max(math.sqrt(2.0) * residual, 0.5) / length, float(len(xs) - 2))
 
 
+def pass_growth(times: Sequence[tuple[float, float]], start: float, end: float,
+                period: float) -> MeanEstimate | None:
+    """How fast the backlog grew from one pass to the next of a schedule replayed in whole passes (a trace
+    rung, ``loadgen.trace_step``: its window ``[start, end]`` is whole passes of ``period`` seconds after at
+    least one whole pass of warm-up), per second, from each request's ``(intended send, end)`` (``inf``: not
+    ended). ``None`` without a request, or where the window is shorter than a pass.
+
+    A recorded schedule is not stationary: a trace that ramps up holds more requests in flight at its end
+    than at its start on any server, an ideal one too (Little's law: in flight = rate x latency), so the
+    backlog's slope over the window (``backlog_growth``) reads a rising rate as a growing queue. What the
+    schedule itself implies is that at the same moment of two passes the backlog is the same where the node
+    keeps up: the sends are the same, and what one pass began from (the warm-up's idle start, or the last
+    pass's end) has relaxed by the next pass's end. A node that does not keep up carries more from each pass
+    into the next, and the difference does not relax. So the figure is ``D(t) = B(t) - B(t - period)``, the
+    backlog against itself one pass earlier, averaged over the last pass's second half (32 instants) and
+    divided by the period: the carry-over's growth per pass, in requests/s like ``backlog_growth``'s slope,
+    so ``rate_verdict`` judges it by the same rule (significant, and more than a tenth of the rate: that is,
+    the backlog grows each pass by more than a tenth of a pass's requests). Its standard error is the spread of
+    ``D`` over those instants (at least half a request) over the period: the wander of a backlog against its
+    own earlier pass, which is all a node that keeps up shows there."""
+    if not times or period <= 0 or end - start < period * (1 - 1e-9):
+        return None
+    sends = sorted(t for t, _ in times)
+    ends = sorted(e for _, e in times)
+
+    def backlog(t: float) -> int:
+        return bisect.bisect_right(sends, t) - bisect.bisect_right(ends, t)
+
+    xs = [end - period / 2 + period / 2 * i / (PASS_SAMPLES - 1) for i in range(PASS_SAMPLES)]
+    ds = [backlog(t) - backlog(t - period) for t in xs]
+    mean = sum(ds) / len(ds)
+    spread = math.sqrt(sum((d - mean) ** 2 for d in ds) / (len(ds) - 1))
+    return MeanEstimate(mean / period, max(spread, 0.5) / period, float(len(ds) - 1))
+
+
 def rate_look(done: Sequence[tuple[float, float, float, bool]], pending: Sequence[tuple[float, float, bool]],
               start: float, now: float, rate: float, *, target: float, confidence: float = 0.95,
-              capacity_rps: float | None = None) -> RateVerdict:
+              capacity_rps: float | None = None, cut: bool = True, period: float | None = None) -> RateVerdict:
     """A look at a rate rung still running. ``done`` holds each ended request of the rung (its warm-up too) as
     ``(intended send, wait, end, attained)``, ``pending`` each one still in flight as ``(intended send, wait
     so far, already missed)`` (its TTFT deadline passed without a token); the wait is to the first token, or
     to the end without one. The warm-up cut (``warmup_cut``) moves the window's start past the idle start;
     the attainment counts the requests meant to be sent before the oldest pending one not yet missed (a later
     request that ended is a short one: counting it alone would favour short requests), the backlog every one.
-    The verdict's ``start`` is where the window began."""
-    cut = warmup_cut([(t, w) for t, w, _, _ in done] + [(t, w) for t, w, _ in pending])
-    begin = max(start, cut.at) if cut.at is not None and cut.steady else start
+    The verdict's ``start`` is where the window began. ``cut=False`` (a trace rung: its schedule is not
+    stationary, and its warm-up is traffic before the window, ``loadgen.trace_step``) keeps the window from
+    ``start`` and asks nothing of its steadiness (``steady`` ``None``); with the schedule's ``period`` (a trace
+    rung's pass) the backlog's growth is ``pass_growth``'s, not yet told before the window holds a pass."""
+    settled = warmup_cut([(t, w) for t, w, _, _ in done] + [(t, w) for t, w, _ in pending]) if cut \
+        else WarmupCut(None, None)
+    begin = max(start, settled.at) if settled.at is not None and settled.steady else start
     horizon = min([t for t, _, missed in pending if not missed and t >= begin] + [now])
     outcomes = [(t, ok) for t, _, _, ok in done] + [(t, False) for t, _, missed in pending if missed]
     estimate = attainment_estimate(outcomes, begin, horizon)
-    growth = backlog_growth([(t, e) for t, _, e, _ in done if t >= begin]
-                            + [(t, math.inf) for t, _, _ in pending if t >= begin], begin, now)
+    if period is None:
+        growth = backlog_growth([(t, e) for t, _, e, _ in done if t >= begin]
+                                + [(t, math.inf) for t, _, _ in pending if t >= begin], begin, now)
+    else:  # the pass before the window's is part of the comparison
+        growth = pass_growth([(t, e) for t, _, e, _ in done] + [(t, math.inf) for t, _, _ in pending], begin, now,
+                             period)
     verdict = rate_verdict(rate, estimate, growth, target=target, confidence=confidence,
-                           capacity_rps=capacity_rps, steady=cut.steady)
-    return dataclasses.replace(verdict, start=begin, steady=cut.steady)
+                           capacity_rps=capacity_rps, steady=settled.steady)
+    return dataclasses.replace(verdict, start=begin, steady=settled.steady)
 
 
 def step_attainment(step: StepFigures) -> AttainmentEstimate | None:

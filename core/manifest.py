@@ -79,7 +79,8 @@ class StepWindow:
     ``slots`` is how many requests the runtime serves at once, as it reported (``/props`` ``total_slots``):
     the bound FIFO admission puts on a queued request's wait needs it. An open-loop rung (``core.arrivals``)
     has its ``rate_rps`` and, as ``concurrency``, its in-flight cap (0: none); a closed rung has no rate, and
-    ``(lane, concurrency, rate_rps)`` names a rung. A trace rung is an open-loop rung with its ``speed_factor``.
+    ``(lane, concurrency, rate_rps)`` names a rung. A trace rung is an open-loop rung with its ``speed_factor``,
+    and ``period_s``, one pass of its scaled window, where its window is whole passes of it (``loadgen.trace_step``).
     A pydantic dataclass: positional like any dataclass, and validated on construction, at every edge.
     """
 
@@ -97,6 +98,8 @@ class StepWindow:
     steady: bool | None = None  # an open-loop rung: its waits settled in the window (core.attainment.warmup_cut)
     # a trace rung (loadgen.trace_step): the speed factor its recorded arrivals were replayed at
     speed_factor: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    # a trace rung: one pass of its scaled window, where its window is whole passes after whole passes of warm-up
+    period_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
 
     @model_validator(mode="after")
     def _closed_rungs_have_users(self) -> StepWindow:

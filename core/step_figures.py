@@ -42,7 +42,9 @@ What counts (DESIGN.md "Metric definitions"):
   ``ttft_intended_s``/``latency_intended_s`` their TTFT and e2e from the intended time. ``backlog_growth_rps``
   is how fast the backlog (requests meant to be sent and not yet ended) grew over the window, with a standard
   error that is a stable queue's wander (``backlog_growth``): a queue that grows is a rate the lane does not
-  sustain.
+  sustain. A trace rung's window is whole passes of its recorded schedule (``period_s``): there it is the
+  backlog's growth from one pass to the next at the same moment of the schedule (``pass_growth``), since a
+  recorded schedule's own rise fills any server's slots and is no growing queue.
 - goodput (``core.objectives``, given ``objectives``): per judged request whether it attained every
   objective (TTFT and e2e from the intended time in open loop); ``attained_requests`` of
   ``judged_requests``, ``attainment`` their share, ``goodput_rps``/``goodput_tok_s`` the attained requests and
@@ -61,7 +63,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from satbench.core.admission import admission_figures
-from satbench.core.attainment import attainment_estimate
+from satbench.core.attainment import attainment_estimate, pass_growth
 from satbench.core.attainment import backlog_growth as growth_of
 from satbench.core.figures import TAIL_SIZE, StepFigures, Tail
 from satbench.core.manifest import StepWindow
@@ -138,11 +140,14 @@ def window_validity(window: StepWindow, requests: int) -> tuple[bool, str | None
     return window.valid, window.reason
 
 
-def backlog_growth(records: Sequence[RequestRecord], start: float, end: float) -> MeanEstimate | None:
+def backlog_growth(records: Sequence[RequestRecord], start: float, end: float,
+                   period_s: float | None = None) -> MeanEstimate | None:
     """How fast the backlog (requests meant to be sent by t and not ended by t) grew over ``[start, end]``
-    (``core.attainment.backlog_growth``); ``None`` for a closed rung (nothing has an intended time)."""
-    return growth_of([(r.intended_at, r.ended_at if r.ended_at is not None else math.inf) for r in records
-                      if r.intended_at is not None], start, end)
+    (``core.attainment.backlog_growth``), or from pass to pass of a schedule replayed in whole passes of
+    ``period_s`` (``core.attainment.pass_growth``); ``None`` for a closed rung (nothing has an intended time)."""
+    times = [(r.intended_at, r.ended_at if r.ended_at is not None else math.inf) for r in records
+             if r.intended_at is not None]
+    return growth_of(times, start, end) if period_s is None else pass_growth(times, start, end, period_s)
 
 
 def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *, batch_s: float | None = None,
@@ -247,7 +252,7 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
     slack = max((b - a for a, b in window_gaps), default=0.0)
     admission = admission_figures(mine, window, per_user, paces, slack)
     estimate = throughput_estimate(arrivals, start, end, batch_s)
-    growth = backlog_growth(mine, start, end)
+    growth = backlog_growth(mine, start, end, window.period_s)
     goodput = _goodput(objectives, judged_records, stalls.excess_of, start, end)
     return StepFigures(
         lane=window.lane,

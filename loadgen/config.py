@@ -237,9 +237,9 @@ class TraceConfig(_Model):
     window of it replayed (``offset_s``, ``length_s`` of the trace's own time; ``None``: to its end), the speed
     factors walked (``factors``, increasing, then 1.25x steps up to ``max_factor`` while every factor passes,
     then ``search_steps`` bisections between the last that passed and the first that failed: the search of
-    ``loadgen.rates`` over the trace's recorded rate), and ``seed`` of the synthesised prompt text. A rung whose
-    scaled window is shorter than its warm-up and ``min_window_s`` replays the window again from its start
-    (the same requests, the same text)."""
+    ``loadgen.rates`` over the trace's recorded rate), and ``seed`` of the synthesised prompt text. A rung plays
+    the window once as its warm-up, then measures it whole: whole passes of it, as many as the warm-up and
+    ``min_window_s`` need (``loadgen.trace_step``; the same requests, the same text)."""
 
     path: Path
     format: Literal["auto", "mooncake", "burstgpt", "azure"] = "auto"

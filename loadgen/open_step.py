@@ -68,6 +68,10 @@ class OpenStepRun(StepRun):
         self._room = asyncio.Condition()
         self._lags: list[float] = []
         self.decide_early = True  # a look that decides ends the window (a trace rung replays its whole window)
+        # a trace rung's window is its schedule's own stretch [warm-up, warm-up + window cap]: never cut, never ended
+        # early, its bounds exact (loadgen.trace_step)
+        self.fixed_window = False
+        self.look_period: float | None = None  # a trace rung's pass: its looks' backlog growth is pass against pass
 
     def _live_tokens(self) -> list[tuple[str, str, int]]:
         return [(self.lane.key, "0", len(a.parser.token_ns)) for a in list(self.active.values())]
@@ -104,11 +108,13 @@ class OpenStepRun(StepRun):
     async def _control(self, warm_ns: int) -> None:
         """Warm-up, then a window looked at (``core.attainment.rate_look``) at ``min_window_s`` and 1.5x growing
         lengths up to ``arrival.max_window_s``, ending at the first look that decides the rate; the warm-up
-        cut of the last look moves the window's start past the idle start."""
+        cut of the last look moves the window's start past the idle start. A ``fixed_window`` (a trace rung's)
+        is exactly ``[warm-up, warm-up + _window_cap_s()]``, looked at but neither cut nor ended early."""
         cfg = self.config
         await self._tick_until(warm_ns + int(self.warmup_s * 1e9), "warmup", warm_ns)
         self.client.take_read_lags()
-        self.window_start_ns = start = time.perf_counter_ns()
+        self.window_start_ns = start = warm_ns + int(self.warmup_s * 1e9) if self.fixed_window \
+            else time.perf_counter_ns()
         self.metrics.set_step(self.lane.key, self.run_id, self.c)
         cap_end = start + int(self._window_cap_s() * 1e9)
         look_at = min(cap_end, start + int(cfg.min_window_s * 1e9))
@@ -124,8 +130,8 @@ class OpenStepRun(StepRun):
                 look_at = min(cap_end, start + int(1.5 * (now - start)))
             self._show("window", start, now)
             await asyncio.sleep(min(0.25, max(0.01, (look_at - now) / 1e9)))
-        self.window_end_ns = time.perf_counter_ns()
-        if verdict is not None:
+        self.window_end_ns = cap_end if self.fixed_window else time.perf_counter_ns()
+        if verdict is not None and not self.fixed_window:
             self.steady = verdict.steady
             if verdict.start is not None:
                 self.window_start_ns = max(start, self._warm_ns + int(verdict.start * 1e9))
@@ -141,7 +147,8 @@ class OpenStepRun(StepRun):
             missed = not a.parser.token_ns and self.objectives.ttft_overdue(wait, a.prompt_tokens)
             pending.append(((a.decided_ns - base) / 1e9, wait, missed))
         return rate_look(list(self._done), pending, (start_ns - base) / 1e9, (now_ns - base) / 1e9, self.open_rate,
-                         target=self.config.arrival.target, capacity_rps=self.capacity_rps)
+                         target=self.config.arrival.target, capacity_rps=self.capacity_rps,
+                         cut=not self.fixed_window, period=self.look_period)
 
     def _outcome(self, intended_ns: int, result: RawResult, prompt_tokens: int | None) -> None:
         """One ended request as the looks count it: its wait and whether it attained every objective (the pause

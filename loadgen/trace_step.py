@@ -5,10 +5,30 @@ trace's send offsets (``Trace.offsets(factor)``: factor 2 sends the recorded win
 trace's requests (its input lengths, the prompt text ``loadgen.traces.TracePrompts`` synthesises from its
 block ids, its output lengths with ``ignore_eos``). Its ``rate_rps`` is the window's recorded rate times the
 factor, and its window carries the ``speed_factor``; every record has its intended send time, so the step
-figures, the looks and the attainment verdict (``core.attainment.rate_verdict``) apply as they are. The whole
-replayed window is the measurement (no early end at a decided look: the trace's later stretch is as much the
-workload as its start); where the scaled window is shorter than the warm-up and ``min_window_s``, it is
-replayed again from its start (period: the window's length over the factor), said in the window's notes.
+figures, the looks and the attainment verdict (``core.attainment.rate_verdict``) apply as they are.
+
+The warm-up is the window itself, played once and discarded; then the whole recorded window is measured, from
+its first request to its last (``trace_plan``). The question is "does this node take this traffic, going on
+like this": the state the node is in when the window begins is what the traffic before it left, and the
+window's own end is that traffic in the answer's meaning (the truth, ``testkit.trace_truth``, is the window
+sent again and again). A pass of it reproduces that state wherever the node forgets in less than a window
+(a node that does not is one whose backlog outlives a whole window: not sustained, which the carry-over says).
+The trace's recorded segment before the window would be the other choice, but there is none at its start, it
+is other traffic at another rate, and the window is the traffic the answer is about. What it never does is cut
+recorded traffic: the open rung's warm-up cut (MSER-5, ``core.attainment.warmup_cut``) looks for where a
+stationary process's initial transient ends, and on a recorded schedule, which is not stationary, it took a
+burst in the window's first seconds for that transient (moving the start 34-71 s past it and answering 1.8x
+where the node takes 0.35x). The literature on warm-up deletion (White 1997; Hoad, Robinson and Davies 2010)
+assumes a process with a steady state; a trace has none to find. The looks ask nothing of steadiness, and there
+is no early end at a decided look: the trace's later stretch is as much the workload as its start.
+
+So warm-up and window are whole passes of the scaled window (period: its length over the factor): at least
+one pass, and as many as ``warmup_s`` and ``min_window_s`` need where a pass is shorter, the window beginning
+and ending at the same moment of the schedule (``period_s`` on the window). That is what makes "sustained"
+mean the same as for a stationary rate without assuming one: the step figures' backlog growth of a trace rung
+is the backlog against itself one pass earlier (``core.attainment.pass_growth``), not the slope over the
+window, which reads a ramp's rising rate (more in flight on any server) as a growing queue. A trace rung takes
+two passes and the drain where it took one.
 
 The speed-factor search (``next_factor``) is ``loadgen.rates.next_rate`` run in factors (a capacity of 1):
 ``trace.factors`` as its relative rates, 1.25x steps up to ``trace.max_factor``, ``trace.search_steps``
@@ -20,8 +40,9 @@ on the way, so listed factors are replayed and labelled as listed (``loadgen.rat
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from satbench.core.manifest import StepWindow
 from satbench.loadgen.config import ArrivalConfig, TraceConfig
@@ -30,7 +51,45 @@ from satbench.loadgen.rates import RateOutcome, factor_label, next_rate, rate_ke
 from satbench.loadgen.traces import Trace, TracePrompts
 from satbench.loadgen.workload import RequestSpec, text_body
 
-__all__ = ["TraceStepRun", "factor_search_end", "next_factor"]
+__all__ = ["TracePlan", "TraceStepRun", "factor_search_end", "next_factor", "replay_prompt", "trace_plan"]
+
+
+@dataclass(frozen=True, slots=True)
+class TracePlan:
+    """A trace rung's schedule (module docstring): one pass of the scaled window, the warm-up and the window,
+    in seconds since the rung began; the window is ``[warmup_s, warmup_s + window_s]``."""
+
+    period_s: float
+    warmup_s: float
+    window_s: float
+
+    @property
+    def until_s(self) -> float:
+        """When the rung stops sending: the window's end."""
+        return self.warmup_s + self.window_s
+
+
+def trace_plan(trace: Trace, factor: float, warmup_s: float, min_window_s: float) -> TracePlan:
+    """Warm-up and window as whole passes of the window at ``factor``: at least one each, enough to last
+    ``warmup_s`` and ``min_window_s``."""
+    if not factor > 0:
+        raise ValueError(f"speed factor must be positive, got {factor!r}")
+    period = len(trace.requests) / trace.rate_rps / factor
+    return TracePlan(period, period * max(1, math.ceil(warmup_s / period - 1e-9)),
+                     period * max(1, math.ceil(min_window_s / period - 1e-9)))
+
+
+def replay_prompt(prompts: TracePrompts, trace: Trace, index: int) -> str:
+    """The text of the ``index``-th request a trace rung sends: the trace's request ``index % n``, each pass its
+    own copy (its block ids and its own words drawn for the pass), so the requests of a pass share exactly what
+    the trace's ids imply within the window and never a prompt the pass before sent (the warm-up pass would
+    otherwise leave the measured one in the prompt cache)."""
+    n = len(trace.requests)
+    cycle, i = divmod(index, n)
+    req = trace.requests[i]
+    if cycle:
+        req = replace(req, hash_ids=tuple(h + (cycle << 64) for h in req.hash_ids))
+    return prompts.prompt(req, index)
 
 
 @dataclass
@@ -60,24 +119,24 @@ class TraceStepRun(OpenStepRun):
         self.trace = trace
         self.factor = factor
         self.prompts = prompts
-        self.period_s = len(trace.requests) / trace.rate_rps / factor
         config = kwargs["config"]
-        self.window_s = max(config.min_window_s, self.period_s - warmup_s)  # type: ignore[attr-defined]
-        super().__init__(rate=trace.rate_rps * factor, warmup_s=warmup_s, **kwargs)  # type: ignore[arg-type]
+        self.plan = trace_plan(trace, factor, warmup_s, config.min_window_s)  # type: ignore[attr-defined]
+        super().__init__(rate=trace.rate_rps * factor, warmup_s=self.plan.warmup_s, **kwargs)  # type: ignore[arg-type]
         self.decide_early = False
+        self.fixed_window = True
+        self.look_period = self.plan.period_s
 
     def _stream(self) -> _Replay:
-        return _Replay(self.trace.offsets(self.factor), self.period_s, self.warmup_s + self.window_s)
+        return _Replay(self.trace.offsets(self.factor), self.plan.period_s, self.plan.until_s)
 
     def _window_cap_s(self) -> float:
-        return self.window_s
+        return self.plan.window_s
 
     def _request(self, index: int) -> tuple[RequestSpec, bytes]:
-        n = len(self.trace.requests)
-        req = self.trace.requests[index % n]
+        req = self.trace.requests[index % len(self.trace.requests)]
         spec = RequestSpec(0, index, req.input_tokens, req.output_tokens, False)
-        body = text_body(self.lane.api, self.lane.model, self.prompts.prompt(req, index % n), req.output_tokens,
-                         self.config.workload, "u0")
+        body = text_body(self.lane.api, self.lane.model, replay_prompt(self.prompts, self.trace, index),
+                         req.output_tokens, self.config.workload, "u0")
         return spec, body
 
     def _open_window(self, warm_ns: int, lags: list[float], read_lags: list[float], cpu_s: float) -> StepWindow:
@@ -85,7 +144,8 @@ class TraceStepRun(OpenStepRun):
         replays = self.stream.index / len(self.trace.requests)  # type: ignore[attr-defined]
         said = (f"trace {self.trace.sha256[:12]} at {factor_label(self.factor)}: {self.stream.index} requests "  # type: ignore[attr-defined]
                 f"sent, {replays:.2f} times its window of {len(self.trace.requests)}")
-        return StepWindow(**{**window.to_dict(), "notes": (*window.notes, said), "speed_factor": self.factor})
+        return StepWindow(**{**window.to_dict(), "notes": (*window.notes, said), "speed_factor": self.factor,
+                              "period_s": self.plan.period_s})
 
 
 def _search(trace: TraceConfig, arrival: ArrivalConfig) -> ArrivalConfig:

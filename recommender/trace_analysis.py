@@ -9,6 +9,12 @@ which the lane stays sustainable and within its objectives, the rate answer over
 each rung's attainment against its factor. ``status`` is the rate answer's: ``settled``, ``unsaturated`` (every
 factor walked passed: a lower bound) or ``none`` with the reason.
 
+A trace rung's figures are the whole recorded window, measured after the window played once (never cut by a
+warm-up rule for stationary processes), and its ``backlog_growth_rps`` is the backlog's growth from one pass of
+the window to the next at the same moment of the schedule (``core.attainment.pass_growth``), not the slope over
+the window: so "the backlog grew" (binding ``sustained``) means the node falls further behind each time the
+traffic comes round, never that the recorded rate rose (``loadgen.trace_step``).
+
 The trace's evidence (the manifest's ``traces`` entry of the lane: file sha256, size, window, the prompt cache
 share its block ids imply, what was synthesised) goes with the answer, so a reader knows which traffic it is for.
 Pure: figures, factors and the policy in, a frozen ``TraceAnswer`` out (``to_dict()`` for the document).

@@ -5,22 +5,27 @@ construction: Poisson arrivals at ``rate_rps``, each request opening with one of
 ``prefix_blocks`` blocks (a system prompt: the same ids, so the same text) with probability ``share``, then
 blocks of its own; lengths drawn uniformly. ``generate_burstgpt`` and ``generate_azure`` write the same
 arrivals and lengths in those formats (no block ids); ``generate_sharegpt``, ``generate_openai`` and
-``generate_prompts`` write the same generated conversations as the three dataset formats. The samples in
+``generate_prompts`` write the same generated conversations as the three dataset formats. ``generate_shaped``
+writes traffic that is not stationary (a rate that ramps, bursts anywhere in the window). The samples in
 ``examples/traces`` are these generators' output (``python -m testkit.trace_truth examples/traces``).
 
 Truth (``true_max_factor``) is the engine's alone, never the load generator's windows, statistics or search:
 the engine (``simulator.virtual.run_requests``) is fed the trace's own requests at ``offset / factor`` (the
-lengths as recorded, the prompts' token ids as the simulator's tokenizer reads ``loadgen.traces.TracePrompts``'
-text, so its prompt cache sees the sharing), the window sent ``cycles`` times in a row (8: the traffic of a
-long stretch like it), every request followed to its end; a factor passes where at least ``target`` of the
+lengths as recorded, the prompts' token ids as the simulator's tokenizer reads the text a trace rung sends,
+``loadgen.trace_step.replay_prompt``, so its prompt cache sees the sharing the ids imply), the window sent
+``cycles`` times in a row (8: the traffic of a long stretch like it), every request followed to its end. Each
+pass is its own copy of the text, as a trace rung sends it; the engine's cache matches prefixes, so a later
+pass's copy is the first pass's ids with a first token of the pass's own (what tokenizing 8 copies of the text
+would tell it, at an eighth of the cost); a factor passes where at least ``target`` of the
 requests after the first pass attain every objective (TTFT and e2e from the intended send, the request's TPOT).
 A factor the engine cannot keep up with queues without end, so its long-run attainment falls below any target.
 The answer is the largest passing factor, bisected to 1 %.
 
 Measurement (``measured_trace_rung``): one trace rung as the load generator measures it
-(``loadgen.trace_step``: the window replayed again while warm-up and window last), in virtual time: the same
-sends fed to the engine, the window looked at once at its end (``core.attainment.rate_look``), its records and
-window; the load generator's figures, verdict and search then apply to them as they are.
+(``loadgen.trace_step.trace_plan``: the window played once as warm-up, then measured whole, in whole passes), in
+virtual time: the same sends fed to the engine, the window looked at once at its end
+(``core.attainment.rate_look``, uncut as the trace rung's looks are), its records and window (with its
+``period_s``); the load generator's figures, verdict and search then apply to them as they are.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import math
 import random
 import sys
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +44,7 @@ from satbench.core.attainment import rate_look
 from satbench.core.manifest import StepWindow
 from satbench.core.objectives import Objectives
 from satbench.core.records import RequestRecord
+from satbench.loadgen.trace_step import replay_prompt, trace_plan
 from satbench.loadgen.traces import BLOCK_TOKENS, Trace, TracePrompts
 from satbench.simulator.engine import Engine, RequestSpec
 from satbench.simulator.profile import Profile
@@ -45,8 +52,8 @@ from satbench.simulator.tokens import tokenize
 from satbench.simulator.virtual import run_requests
 
 __all__ = ["TraceServed", "generate_azure", "generate_burstgpt", "generate_mooncake", "generate_openai",
-           "generate_prompts", "generate_sharegpt", "measured_trace_rung", "serve_trace", "trace_attainment",
-           "true_max_factor"]
+           "generate_prompts", "generate_shaped", "generate_sharegpt", "measured_trace_rung", "serve_trace",
+           "trace_attainment", "true_max_factor"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +97,36 @@ def generate_mooncake(path: Path, n: int = 200, rate_rps: float = 2.0, seed: int
     return path
 
 
+def generate_shaped(path: Path, length_s: float, rate_rps: tuple[float, float], seed: int = 0, *,
+                    bursts: Sequence[tuple[float, int, float]] = (), input_tokens: tuple[int, int] = (128, 768),
+                    output_tokens: tuple[int, int] = (16, 96)) -> Path:
+    """A Mooncake-format trace whose rate is not stationary, known by construction: Poisson arrivals over
+    ``length_s`` whose rate runs linearly from ``rate_rps[0]`` to ``rate_rps[1]`` (thinning; equal: flat), plus
+    each burst ``(at_s, requests, spread_s)`` drawn uniformly in ``[at_s, at_s + spread_s)``; lengths uniform,
+    every prompt its own blocks. Timestamps from the first request, as the format has them."""
+    rng = random.Random(f"shaped:{seed}")
+    lo, hi = rate_rps
+    peak = max(lo, hi)
+    times: list[float] = []
+    t = 0.0
+    while (t := t + rng.expovariate(peak)) < length_s:
+        if rng.random() * peak < lo + (hi - lo) * t / length_s:
+            times.append(t)
+    for at, n, spread in bursts:
+        times += [at + rng.random() * spread for _ in range(n)]
+    times.sort()
+    next_id = 0
+    with path.open("w", encoding="utf-8") as fh:
+        for at in times:
+            length = rng.randint(*input_tokens)
+            blocks = -(-length // BLOCK_TOKENS)
+            fh.write(json.dumps({"timestamp": round((at - times[0]) * 1000), "input_length": length,
+                                 "output_length": rng.randint(*output_tokens),
+                                 "hash_ids": list(range(next_id, next_id + blocks))}) + "\n")
+            next_id += blocks
+    return path
+
+
 def generate_burstgpt(path: Path, n: int = 200, rate_rps: float = 2.0, seed: int = 0) -> Path:
     """The same arrivals and lengths as a BurstGPT CSV (one failed request, 0 response tokens, among them)."""
     rows = _rows(n, rate_rps, seed, 0, 0, 0.0, (1, 3), (16, 96))
@@ -130,6 +167,11 @@ class TraceServed:
                                      e2e_s=self.tokens[-1] - self.sent, prompt_tokens=self.prompt_tokens)
 
 
+# each request's token ids in the first pass, by trace window, seed and request: a truth's bisection and a search's
+# rungs send the same requests again and again, and tokenizing them is most of a virtual run's time
+_PROMPT_IDS: dict[tuple[str, float, float | None, int, int, int], tuple[int, ...]] = {}
+
+
 def _run_sends(profile: Profile, trace: Trace, sends: list[tuple[float, int]],
                seed: int) -> tuple[Engine, list[tuple[float, RequestSpec]], dict[str, list[float]]]:
     """The engine fed ``sends`` (virtual time, index into the trace), each request's prompt synthesised from its
@@ -137,9 +179,15 @@ def _run_sends(profile: Profile, trace: Trace, sends: list[tuple[float, int]],
     prompts = TracePrompts(seed, trace.block_tokens)
     n = len(trace.requests)
     arrivals = []
+    if len(_PROMPT_IDS) > 100_000:
+        _PROMPT_IDS.clear()
     for at, i in sends:
         req = trace.requests[i % n]
-        ids = tuple(tokenize(prompts.prompt(req, i % n)))
+        cycle = i // n
+        key = (trace.sha256, trace.offset_s, trace.length_s, n, seed, i % n)
+        ids = _PROMPT_IDS.get(key) or _PROMPT_IDS.setdefault(key, tuple(tokenize(replay_prompt(prompts, trace, i % n))))
+        if cycle:  # the pass's own copy (replay_prompt): to a prefix cache, a copy whose first token differs
+            ids = (-cycle, *ids[1:])
         arrivals.append((at, RequestSpec(f"r{i}", len(ids), req.output_tokens, ignore_eos=True, user="user-0",
                                          prompt_ids=ids)))
     engine, emissions = run_requests(profile, arrivals)
@@ -204,14 +252,13 @@ def measured_trace_rung(profile: Profile, trace: Trace, factor: float, *, object
                         warmup_s: float = 2.0, min_window_s: float = 8.0,
                         lane: str = "x") -> tuple[list[RequestRecord], StepWindow]:
     """One trace rung as the load generator measures it, in virtual time: the engine fed the rung's own sends
-    (the trace at ``factor``, replayed again while the window lasts), the whole window looked at once at its end
-    (``core.attainment.rate_look``: its warm-up cut), its records and window."""
+    (the trace at ``factor``: its warm-up and window in whole passes, ``loadgen.trace_step.trace_plan``), the
+    whole window looked at once at its end (``core.attainment.rate_look``, uncut), its records and window."""
     rate = trace.rate_rps * factor
-    period = len(trace.requests) / trace.rate_rps / factor
-    window_s = max(min_window_s, period - warmup_s)
-    engine, arrivals, tokens = _run_sends(profile, trace, _replayed(trace, factor, warmup_s + window_s), 0)
+    plan = trace_plan(trace, factor, warmup_s, min_window_s)
+    engine, arrivals, tokens = _run_sends(profile, trace, _replayed(trace, factor, plan.until_s), 0)
     admitted = {r.request_id: r.admitted for r in engine.truth}
-    start, end = warmup_s, warmup_s + window_s
+    start, end = plan.warmup_s, plan.until_s
     done, pending = [], []
     for at, spec in arrivals:
         times = tokens.get(spec.request_id, [])
@@ -224,8 +271,7 @@ def measured_trace_rung(profile: Profile, trace: Trace, factor: float, *, object
             wait = min(first, end) - at
             pending.append((at, wait, wait > (objectives.ttft_s or math.inf)))
     look = rate_look(done, pending, start, end, rate, target=target, confidence=confidence,
-                     capacity_rps=capacity_rps)
-    start = look.start if look.start is not None else start
+                     capacity_rps=capacity_rps, cut=False, period=plan.period_s)
     records = []
     for at, spec in arrivals:
         times = tokens.get(spec.request_id, [])
@@ -239,7 +285,7 @@ def measured_trace_rung(profile: Profile, trace: Trace, factor: float, *, object
             itl_s=tuple(b - a for a, b in itertools.pairwise(times)), prompt_tokens=spec.prompt_tokens,
             output_tokens=len(times), outcome="ok", rate_rps=rate, intended_at=at))
     window = StepWindow(lane=lane, concurrency=0, start=start, end=end, slots=profile.server.slots, rate_rps=rate,
-                        steady=look.steady, speed_factor=factor)
+                        steady=look.steady, speed_factor=factor, period_s=plan.period_s)
     return records, window
 
 

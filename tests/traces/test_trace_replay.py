@@ -49,11 +49,16 @@ def test_a_trace_rung_sends_the_trace_at_its_times_lengths_and_factor(tmp_path: 
     sent = sorted((r for r in read_records(tmp_path / "run" / "records.jsonl", strict=True)
                    if r.rate_rps == window.rate_rps), key=lambda r: int(r.request_id.rsplit("-", 1)[1]))
     intended = [r.intended_at or 0.0 for r in sent]
-    assert len(sent) >= len(trace.requests)  # the window is replayed again until warm-up and window are over
-    first = sent[0].intended_at
-    assert first is not None
     n = len(trace.requests)
     period = trace.duration_s / 2 * n / (n - 1)
+    # warm-up: the window once (5 s covers the 1 s asked); window: two passes (10 s covers min_window_s 8 s)
+    assert len(sent) == 3 * n
+    assert window.period_s == pytest.approx(period, rel=1e-6)
+    assert window.end - window.start == pytest.approx(2 * period, abs=1e-3)
+    assert intended[n] == pytest.approx(window.start, abs=1e-3)  # the window opens on its first request
+    assert window.steady is None  # no warm-up cut, no steadiness asked of a recorded schedule
+    first = sent[0].intended_at
+    assert first is not None
     for i, record in enumerate(sent[:n]):  # each intended at its recorded time over the factor
         assert intended[i] - first == pytest.approx(trace.requests[i].at_s / 2, abs=2e-3)
         assert record.prompt_tokens == trace.requests[i].input_tokens  # the simulator's own count
