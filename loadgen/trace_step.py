@@ -3,7 +3,9 @@
 Replay is open-loop load with recorded arrivals, so a trace rung is ``loadgen.open_step.OpenStepRun`` with the
 trace's send offsets (``Trace.offsets(factor)``: factor 2 sends the recorded window in half its time) and the
 trace's requests (its input lengths, the prompt text ``loadgen.traces.TracePrompts`` synthesises from its
-block ids, its output lengths with ``ignore_eos``). Its ``rate_rps`` is the window's recorded rate times the
+block ids, its output lengths with ``ignore_eos``; each pass over the window at each factor a replay of its
+own, ``TracePrompts.replay``: the trace's sharing within it, none with another). Its ``rate_rps`` is the
+window's recorded rate times the
 factor, and its window carries the ``speed_factor``; every record has its intended send time, so the step
 figures, the looks and the attainment verdict (``core.attainment.rate_verdict``) apply as they are. The whole
 replayed window is the measurement (no early end at a decided look: the trace's later stretch is as much the
@@ -60,6 +62,7 @@ class TraceStepRun(OpenStepRun):
         self.trace = trace
         self.factor = factor
         self.prompts = prompts
+        self._passes: dict[int, TracePrompts] = {}  # each pass over the window's own text
         self.period_s = len(trace.requests) / trace.rate_rps / factor
         config = kwargs["config"]
         self.window_s = max(config.min_window_s, self.period_s - warmup_s)  # type: ignore[attr-defined]
@@ -74,9 +77,13 @@ class TraceStepRun(OpenStepRun):
 
     def _request(self, index: int) -> tuple[RequestSpec, bytes]:
         n = len(self.trace.requests)
-        req = self.trace.requests[index % n]
+        cycle, i = divmod(index, n)
+        req = self.trace.requests[i]
+        prompts = self._passes.get(cycle)
+        if prompts is None:
+            self._passes = {cycle: (prompts := self.prompts.replay(f"{rate_key(self.factor)!r}:{cycle}"))}
         spec = RequestSpec(0, index, req.input_tokens, req.output_tokens, False)
-        body = text_body(self.lane.api, self.lane.model, self.prompts.prompt(req, index % n), req.output_tokens,
+        body = text_body(self.lane.api, self.lane.model, prompts.prompt(req, i), req.output_tokens,
                          self.config.workload, "u0")
         return spec, body
 

@@ -11,11 +11,12 @@ arrivals and lengths in those formats (no block ids); ``generate_sharegpt``, ``g
 Truth (``true_max_factor``) is the engine's alone, never the load generator's windows, statistics or search:
 the engine (``simulator.virtual.run_requests``) is fed the trace's own requests at ``offset / factor`` (the
 lengths as recorded, the prompts' token ids as the simulator's tokenizer reads ``loadgen.traces.TracePrompts``'
-text, so its prompt cache sees the sharing), the window sent ``cycles`` times in a row (8: the traffic of a
-long stretch like it), every request followed to its end; a factor passes where at least ``target`` of the
-requests after the first pass attain every objective (TTFT and e2e from the intended send, the request's TPOT).
-A factor the engine cannot keep up with queues without end, so its long-run attainment falls below any target.
-The answer is the largest passing factor, bisected to 1 %.
+text, so its prompt cache sees the sharing; each pass over the window a replay of its own, as the load
+generator sends it), the window sent ``cycles`` times in a row (8: the traffic of a long stretch like it),
+every request followed to its end; a factor passes where at least ``target`` of the requests after the first
+pass attain every objective (TTFT and e2e from the intended send, the request's TPOT). A factor the engine
+cannot keep up with queues without end, so its long-run attainment falls below any target. The answer is the
+largest passing factor, bisected to 1 %.
 
 Measurement (``measured_trace_rung``): one trace rung as the load generator measures it
 (``loadgen.trace_step``: the window replayed again while warm-up and window last), in virtual time: the same
@@ -134,11 +135,13 @@ def _run_sends(profile: Profile, trace: Trace, sends: list[tuple[float, int]],
                seed: int) -> tuple[Engine, list[tuple[float, RequestSpec]], dict[str, list[float]]]:
     """The engine fed ``sends`` (virtual time, index into the trace), each request's prompt synthesised from its
     blocks as the load generator does: the engine, the arrivals and each request's token times."""
-    prompts = TracePrompts(seed, trace.block_tokens)
+    base = TracePrompts(seed, trace.block_tokens)
+    passes: dict[int, TracePrompts] = {}
     n = len(trace.requests)
     arrivals = []
     for at, i in sends:
         req = trace.requests[i % n]
+        prompts = passes.setdefault(i // n, base.replay(str(i // n)))
         ids = tuple(tokenize(prompts.prompt(req, i % n)))
         arrivals.append((at, RequestSpec(f"r{i}", len(ids), req.output_tokens, ignore_eos=True, user="user-0",
                                          prompt_ids=ids)))
