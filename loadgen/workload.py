@@ -18,14 +18,14 @@ lane, the rung and the user (an open-loop rung's: its rate), its nonce the run's
 the first token differs from every other prompt's, within the rung, across rungs, across sessions, and only
 what the workload declares is shared: its shared prefixes (the same within a run, drawn anew by each run) and
 a conversation's exchanges so far. The draws (lengths, prefixes, turns) do not depend on the nonce, so the
-same seed sends the same lengths on every run. A cache that reuses chunks past the first difference (``--cache-
-reuse``, off by default) could still match the prepared text after the head.
+same seed sends the same lengths on every run. A cache that reuses chunks past the first difference
+(``--cache-reuse``, off by default) could still match the prepared text after the head.
 
 The prefill probe is a share of requests (drawn per request) that send a long prompt, so decode stalls of
 the other users and prefill waits show up in the figures.
 
-Two workloads exercise the runtime's prompt cache (both off by default, which leaves the default requests
-byte for byte as they were):
+Two workloads exercise the runtime's prompt cache (both off by default, which leaves every request a head and
+the prepared text, as above):
 
 - ``shared_prefix`` (``share``, ``prefixes`` K, ``tokens`` T): that share of the requests (drawn per request)
   opens with one of K common prefixes (drawn uniformly), the rest unique as usual. Prefix k is T words of the
