@@ -62,7 +62,9 @@ class OpenStepRun(StepRun):
         self._warm_ns = 0
         self.steady: bool | None = None
         self.stream = self._stream()
-        self.workload = UserWorkload(self.config.workload, self.lane.key, 0, 0, self.text)
+        # its requests' heads name the rate: the same lengths as at any other rate, never the same prompts
+        self.workload = UserWorkload(self.config.workload, self.lane.key, 0, 0, self.text,
+                                     stream=f"{self.lane.key}:rate:{self.rate!r}")
         self._index = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._room = asyncio.Condition()

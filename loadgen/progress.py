@@ -66,7 +66,15 @@ def rung_line(figures: StepFigures) -> str:
     itl = "-" if figures.itl_s.p95 is None else f"{figures.itl_s.p95 * 1e3:.1f} ms"
     line = (f"  {figures.lane} c={figures.concurrency}: {figures.throughput_tok_s:.1f} tok/s, TTFT p95 {ttft}, "
             f"ITL p95 {itl}, {figures.requests} requests, {figures.errors} errors in {figures.window_s:.1f} s")
-    return line + ("" if figures.valid else f" (invalid: {figures.reason})")
+    return line + _cache_said(figures) + ("" if figures.valid else f" (invalid: {figures.reason})")
+
+
+def _cache_said(figures: StepFigures) -> str:
+    """What the runtime said its prompt cache served of the window's prompts, where it said (``cache_n``)."""
+    cached, prompt = figures.cached_prompt_tokens, figures.cache_reported_prompt_tokens
+    if cached is None or not prompt:
+        return ""
+    return f", the prompt cache served {cached} of {prompt} prompt tokens ({cached / prompt:.0%})"
 
 
 def rate_line(figures: StepFigures, passed: bool | None) -> str:
@@ -78,5 +86,5 @@ def rate_line(figures: StepFigures, passed: bool | None) -> str:
     verdict = {True: "passes", False: "fails", None: "not judged"}[passed]
     line = (f"  {figures.lane} {figures.rate_rps:.10g} req/s: offered {offered:.2f}/s, "  # the rate as named
             f"served {figures.requests_per_s:.2f}/s{share}, TTFT p95 from intended {ttft}, schedule lag p99 {lag}, "
-            f"{figures.errors} errors in {figures.window_s:.1f} s: {verdict}")
+            f"{figures.errors} errors in {figures.window_s:.1f} s{_cache_said(figures)}: {verdict}")
     return line + ("" if figures.valid else f" (invalid: {figures.reason})")

@@ -147,7 +147,8 @@ class LadderRunner:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.start_metrics()
         clock = Clock.now()
-        text = PromptText(max_prompt_tokens(self.config.workload) + 8, self.config.workload.seed)
+        # the run's id makes every prompt new to a runtime that served an earlier run (loadgen.workload)
+        text = PromptText(max_prompt_tokens(self.config.workload) + 8, self.config.workload.seed, nonce=self.run_id)
         self._hold_reserve()
         writer = RecordsWriter(self.out_dir / "records.jsonl", write=self._records_write)
         try:
@@ -206,7 +207,7 @@ class LadderRunner:
             if self.dataset is not None:  # the answers' lengths as this lane's tokenizer counts them
                 counted = await answer_lengths(lane, self.dataset)
                 self.part = self.part.with_dataset(lane.key, counted.evidence())
-                text = PromptText(text.max_tokens + 8, self.config.workload.seed, counted)
+                text = PromptText(text.max_tokens + 8, self.config.workload.seed, counted, text.nonce)
             slots = _slots(evidence)
             lane_figures: list[StepFigures] = []
             while (c := next_step(lane_figures, self.config)) is not None:
@@ -300,7 +301,8 @@ class LadderRunner:
         # no closed-ladder bound: the closed rungs sent the configured workload's lengths, not the trace's
         bound = None
         warmup = self._open_warmup(closed)
-        prompts = TracePrompts(cfg.seed, trace.block_tokens)
+        # new text for this run and lane; each replay of the window then draws its own (loadgen.trace_step)
+        prompts = TracePrompts(cfg.seed, trace.block_tokens, nonce=f"{self.run_id}:{lane.key}")
         outcomes: list[RateOutcome] = []
         factors: list[float] = []
         while (factor := next_factor(outcomes, cfg, self.config.arrival, trace.rate_rps)) is not None:

@@ -10,7 +10,9 @@ its mean; or at ``max_window_s``.
 
 Sequential measuring (``loadgen.stop_rule``): given the rung below and the gain a doubling must buy, a window
 whose gain is undecided goes on, at a few growing lengths up to ``decide_max_window_s``, until it is decided or
-the cap could not decide it either.
+the cap could not decide it either. With ``usable_ci_rel`` set, a window still too thin or too unsteady to use
+at ``max_window_s`` (the lowest rung's included) goes on too, looked at each time its length has doubled, up
+to the same cap (``stop_rule.held``; the looks are in the window's notes).
 
 Drain (``wait``, the default): the users keep going, so the load stays what it was, until every request sent
 inside the window has ended, or ``drain_timeout_s`` (default: the request timeout) has passed; then the users
@@ -128,6 +130,7 @@ class StepRun:
         self.answered: set[int] = set()
         self.decision: str | None = None
         self.looks: list[str] = []
+        self.held_looks: list[str] = []  # each look at which the window was too thin or unsteady to use
         self._bins: dict[int, int] = {}
         self._stall_hist = metrics.histogram("stall", lane.key)
         self._itl_hist = metrics.histogram("itl", lane.key)
@@ -200,24 +203,36 @@ class StepRun:
         start = self.window_start_ns
         max_end = start + int(cfg.max_window_s * 1e9)
         min_end = start + int(cfg.min_window_s * 1e9)
-        cap = max(cfg.max_window_s, cfg.decide_max_window_s or 0.0) if self._deciding else cfg.max_window_s
+        holding = cfg.usable_ci_rel is not None  # a rung too thin or unsteady to use goes on (stop_rule.held)
+        cap = max(cfg.max_window_s, cfg.decide_max_window_s) if self._deciding or holding else cfg.max_window_s
         cap_end = start + int(cap * 1e9)
-        look = min_end  # the next length at which an undecided gain is looked at again (doubling)
+        look = min_end  # the next length at which an undecided gain is looked at again (1.5x)
+        held = max_end  # the next length at which a rung not yet usable is looked at again (doubling)
         batch = self._batch_s
         while True:
             now = time.perf_counter_ns()
             if now >= cap_end:
                 break
             enough = now >= min_end and self.state.window_ok >= cfg.min_requests
+            stable = enough and self._stable(start, batch)
             # the rung is measured to its own precision first: it is the next rung's reference
-            if enough and (self._stable(start, batch) or now >= max_end):
-                if not self._deciding:
-                    break
-                if now >= look:
+            if (stable or now >= max_end) and (enough or holding):
+                ends = enough and not self._deciding
+                if enough and self._deciding and now >= look:
                     self.decision = self._decide(start, batch)
-                    if self.decision != "undecided" or not self._deciding_worth(start, batch):
-                        break
-                    look = start + int(1.5 * (now - start))
+                    ends = self.decision != "undecided" or not self._deciding_worth(start, batch)
+                    if not ends:
+                        look = start + int(1.5 * (now - start))
+                if holding and not stable and now >= held:
+                    why = stop_rule.held(self._live_rates(start, batch), self.state.window_ok, cfg.min_requests,
+                                         cfg.usable_ci_rel)
+                    if why is not None:
+                        self.held_looks.append(f"{(now - start) / 1e9:.0f} s: {why}")
+                        held = start + 2 * (now - start)
+                if ends and (stable or now >= held):
+                    break
+                if ends:  # decided, but not yet usable: the gain is looked at again with the rung's next look
+                    look = max(look, held)
             self._show("window", start, now)
             await asyncio.sleep(min(0.25, max(0.01, (cap_end - now) / 1e9)))
         self.window_end_ns = time.perf_counter_ns()
@@ -489,6 +504,8 @@ class StepRun:
             reason = f"only {self.users_alive} of {self.c} users were running at the window's end"
         if self.looks and self.reference is not None:
             notes.append(f"gain over c={self.reference.concurrency}, looked at " + "; ".join(self.looks))
+        if self.held_looks:
+            notes.append("measured on, not yet usable at " + "; ".join(self.held_looks))
         if reason is None:
             reason = verdict(health, self.config.max_loop_lag_s, max_idle_share=self.config.max_idle_share)
         if reason is None and errors and sum(errors.values()) > ok:

@@ -10,6 +10,13 @@ a window whose gain over that rung is *undecided* (its interval straddles the ga
 the cap allows could not decide it either: a futility rule, ``worth_deciding``). A few looks at growing
 lengths keep the error of peeking small (a group-sequential design; Pocock 1977), and certainty is bought only
 where the interval straddles the threshold.
+
+Held on (``held``): a rung whose window reaches ``max_window_s`` too thin (fewer than ``min_requests``) or too
+unsteady to use (its throughput interval wider than ``usable_ci_rel`` of its mean, the recommender policy's
+``max_throughput_ci_ratio``) would be given up, and where it is the lowest rung the lane gets no answer at all.
+It goes on, looked at again each time its window has doubled, up to ``decide_max_window_s``, and ends at the
+first look where it is usable (or at the cap). A rung already usable at ``max_window_s`` ends there, as before:
+the extension costs time only where the rung would otherwise be lost.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from satbench.core.statistics import (
     relative_half_width,
 )
 
-__all__ = ["decide", "deciding", "stable", "worth_deciding"]
+__all__ = ["decide", "deciding", "held", "stable", "worth_deciding"]
 
 
 def stable(rates: Sequence[float], ci_rel_bound: float) -> bool:
@@ -37,6 +44,25 @@ def stable(rates: Sequence[float], ci_rel_bound: float) -> bool:
     mean = sum(rates) / len(rates)
     ci = autocorrelated_batch_ci(list(rates))
     return ci is not None and relative_half_width(ci, mean) <= ci_rel_bound
+
+
+def held(rates: Sequence[float], requests: int, min_requests: int, usable_ci_rel: float | None) -> str | None:
+    """Why a window at its look is too thin or too unsteady to use (module docstring), ``None`` when it is usable
+    or nothing is held (``usable_ci_rel`` unset)."""
+    if usable_ci_rel is None:
+        return None
+    if requests < min_requests:
+        return f"{requests} requests, {min_requests} needed"
+    if len(rates) < 2:
+        return "no throughput interval yet"
+    mean = sum(rates) / len(rates)
+    ci = autocorrelated_batch_ci(list(rates))
+    if ci is None or mean <= 0:
+        return "no throughput interval yet"
+    ratio = relative_half_width(ci, mean)
+    if ratio > usable_ci_rel:
+        return f"throughput interval {ratio:.0%} of the mean, {usable_ci_rel:.0%} usable"
+    return None
 
 
 def deciding(reference: StepFigures | None, concurrency: int, decide_gain: float | None) -> bool:

@@ -3,7 +3,9 @@
 Replay is open-loop load with recorded arrivals, so a trace rung is ``loadgen.open_step.OpenStepRun`` with the
 trace's send offsets (``Trace.offsets(factor)``: factor 2 sends the recorded window in half its time) and the
 trace's requests (its input lengths, the prompt text ``loadgen.traces.TracePrompts`` synthesises from its
-block ids, its output lengths with ``ignore_eos``). Its ``rate_rps`` is the window's recorded rate times the
+block ids, its output lengths with ``ignore_eos``; each pass over the window at each factor a replay of its
+own, ``TracePrompts.replay``: the trace's sharing within it, none with another). Its ``rate_rps`` is the
+window's recorded rate times the
 factor, and its window carries the ``speed_factor``; every record has its intended send time, so the step
 figures, the looks and the attainment verdict (``core.attainment.rate_verdict``) apply as they are.
 
@@ -42,7 +44,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from satbench.core.manifest import StepWindow
 from satbench.loadgen.config import ArrivalConfig, TraceConfig
@@ -79,17 +81,22 @@ def trace_plan(trace: Trace, factor: float, warmup_s: float, min_window_s: float
                      period * max(1, math.ceil(min_window_s / period - 1e-9)))
 
 
-def replay_prompt(prompts: TracePrompts, trace: Trace, index: int) -> str:
-    """The text of the ``index``-th request a trace rung sends: the trace's request ``index % n``, each pass its
-    own copy (its block ids and its own words drawn for the pass), so the requests of a pass share exactly what
-    the trace's ids imply within the window and never a prompt the pass before sent (the warm-up pass would
-    otherwise leave the measured one in the prompt cache)."""
+def replay_prompt(prompts: TracePrompts, trace: Trace, index: int,
+                  passes: dict[int, TracePrompts] | None = None) -> str:
+    """The text of the ``index``-th request a trace rung sends: the trace's request ``index % n``, each pass over
+    the window a replay of its own (``TracePrompts.replay``: its block ids drawn as new text), so the requests of
+    a pass share exactly what the trace's ids imply within the window and never a prompt the pass before sent
+    (the warm-up pass would otherwise leave the measured one in the prompt cache). ``passes`` keeps the pass
+    being sent, so its blocks are drawn once."""
     n = len(trace.requests)
     cycle, i = divmod(index, n)
-    req = trace.requests[i]
-    if cycle:
-        req = replace(req, hash_ids=tuple(h + (cycle << 64) for h in req.hash_ids))
-    return prompts.prompt(req, index)
+    replay = None if passes is None else passes.get(cycle)
+    if replay is None:
+        replay = prompts.replay(str(cycle))
+        if passes is not None:
+            passes.clear()
+            passes[cycle] = replay
+    return replay.prompt(trace.requests[i], i)
 
 
 @dataclass
@@ -118,7 +125,8 @@ class TraceStepRun(OpenStepRun):
                  **kwargs: object) -> None:
         self.trace = trace
         self.factor = factor
-        self.prompts = prompts
+        self.prompts = prompts.replay(repr(rate_key(factor)))  # each factor a replay of its own
+        self._passes: dict[int, TracePrompts] = {}  # the pass being sent, its text drawn once
         config = kwargs["config"]
         self.plan = trace_plan(trace, factor, warmup_s, config.min_window_s)  # type: ignore[attr-defined]
         super().__init__(rate=trace.rate_rps * factor, warmup_s=self.plan.warmup_s, **kwargs)  # type: ignore[arg-type]
@@ -133,9 +141,10 @@ class TraceStepRun(OpenStepRun):
         return self.plan.window_s
 
     def _request(self, index: int) -> tuple[RequestSpec, bytes]:
-        req = self.trace.requests[index % len(self.trace.requests)]
+        n = len(self.trace.requests)
+        req = self.trace.requests[index % n]
         spec = RequestSpec(0, index, req.input_tokens, req.output_tokens, False)
-        body = text_body(self.lane.api, self.lane.model, replay_prompt(self.prompts, self.trace, index),
+        body = text_body(self.lane.api, self.lane.model, replay_prompt(self.prompts, self.trace, index, self._passes),
                          req.output_tokens, self.config.workload, "u0")
         return spec, body
 

@@ -28,12 +28,16 @@ nested no deeper than the decoder's recursion bound, lengths in ``[1, MAX_TOKENS
 times at a speed factor (``t / factor``). The evidence (``Trace.evidence``) is the file's sha256,
 size, format, the window and what is synthesised.
 
-Prompts (``TracePrompts``): a trace carries lengths, not text. A block id is always the same text (512 words
-drawn from ``(seed, id)`` out of the short common words ``loadgen.workload`` uses, one token each in the usual
-vocabularies), so two requests that share leading ids share that many tokens of prompt, and the runtime's
-prompt cache sees the reuse the trace recorded; past its ids (BurstGPT and Azure have none) a request's text is
-its own (a unique head, then words drawn from its index). ``implied_cache_share`` is what the ids imply an
-unbounded prefix cache would hit: each request's leading ids already seen before it, in tokens, over all
+Prompts (``TracePrompts``): a trace carries lengths, not text. Within a replay a block id is always the same
+text (a word of its own, 8 hex digits of a digest of the replay's nonce and the id, then 511 words drawn from
+``(seed, nonce, id)`` out of the short common words ``loadgen.workload`` uses, one token each in the usual
+vocabularies), so two requests that share leading ids share exactly that many tokens of prompt (the next block
+differs at its first token), and the runtime's prompt cache sees the reuse the trace recorded and nothing
+more; past its ids (BurstGPT and Azure have none) a request's text is its own (a unique head, then words drawn
+from its index). ``replay(key)`` is the text of another replay (a new run, lane, speed factor or pass over the
+window: ``loadgen.trace_step``): every block new, as the trace's sharing is the recorded traffic's within its
+window, not with an earlier replay a runtime's cache still holds. ``implied_cache_share`` is what the ids imply
+an unbounded prefix cache would hit: each request's leading ids already seen before it, in tokens, over all
 prompt tokens.
 """
 
@@ -419,21 +423,31 @@ def read_trace(path: Path | str, fmt: str = "auto") -> Trace:
 
 class TracePrompts:
     """Prompt text for a trace's requests (module docstring): ``prompt(request, index)`` has the request's input
-    length in words (less ``bos``, the runtime's own start token), its leading blocks the text of its ids."""
+    length in words (less ``bos``, the runtime's own start token), its leading blocks the text of its ids;
+    ``nonce`` names the replay (``replay``)."""
 
-    def __init__(self, seed: int = 0, block_tokens: int = BLOCK_TOKENS, bos: int = 1) -> None:
+    def __init__(self, seed: int = 0, block_tokens: int = BLOCK_TOKENS, bos: int = 1, nonce: str = "") -> None:
         self.seed = seed
         self.block_tokens = block_tokens
         self.bos = bos
+        self.nonce = nonce
         self._blocks: dict[int, list[str]] = {}
+
+    def replay(self, key: str) -> TracePrompts:
+        """The prompts of another replay (module docstring): the same lengths, every block's text new."""
+        return TracePrompts(self.seed, self.block_tokens, self.bos, f"{self.nonce}/{key}")
+
+    def _word(self, what: str, n: int) -> str:
+        return hashlib.blake2b(f"{self.seed}|{self.nonce}|{what}{n}".encode(), digest_size=4).hexdigest()
 
     def block(self, block_id: int) -> list[str]:
         words = self._blocks.get(block_id)
         if words is None:
             if len(self._blocks) >= 4096:  # a long window: keep the memory bounded (the text is redrawn alike)
                 self._blocks.clear()
-            rng = random.Random(f"trace-block:{self.seed}:{block_id}")
-            words = self._blocks[block_id] = [rng.choice(_WORDS) for _ in range(self.block_tokens)]
+            rng = random.Random(f"trace-block:{self.seed}:{self.nonce}:{block_id}")
+            words = [self._word("b", block_id)] + [rng.choice(_WORDS) for _ in range(self.block_tokens - 1)]
+            self._blocks[block_id] = words
         return words
 
     def prompt(self, request: TraceRequest, index: int) -> str:
@@ -444,8 +458,8 @@ class TracePrompts:
                 break
             words += self.block(h)
         if len(words) < n:  # past its ids the request is its own: a unique head, then its own words
-            rng = random.Random(f"trace-tail:{self.seed}:{index}")
-            words += [f"q{index}"] + [rng.choice(_WORDS) for _ in range(n - len(words) - 1)]
+            rng = random.Random(f"trace-tail:{self.seed}:{self.nonce}:{index}")
+            words += [self._word("q", index)] + [rng.choice(_WORDS) for _ in range(n - len(words) - 1)]
         return " ".join(words[:n])
 
 

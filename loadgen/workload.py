@@ -6,19 +6,31 @@ n-th request of user u at rung c is the same on every run with the same config, 
 Prompt text of a wanted token length is cut from one long synthetic text prepared before the step: a
 sequence of short common words that the usual SPM/BPE vocabularies encode as one token each (the
 server's own count, ``timings.prompt_n`` / ``usage.prompt_tokens``, is what gets recorded, so the
-approximation only has to be close). A short unique head (``u3 r17:``) keeps the runtime's prompt cache from
-turning a long prompt into a cache hit. Nothing is tokenized, and no text is built, in the hot loop: a
-prompt is a slice of the prepared text.
+approximation only has to be close). Nothing is tokenized, and no text is built, in the hot loop: a prompt is
+a short head, then a slice of the prepared text.
+
+Fresh prompts: a runtime's prompt cache (llama-server's slots, its host-memory cache ``--cache-ram``, 8 GiB by
+default in recent builds, and ``--slot-prompt-similarity``) serves the longest prefix a new prompt shares with
+one it holds, so a prompt sent before, by an earlier rung or an earlier session, is a cache hit the figures
+would count as speed. Each request's own text therefore opens with a head unique to it (``request_head``: 8 hex
+digits of a digest of the run's nonce, the request's stream and its index, then ``u3:``), its stream being the
+lane, the rung and the user (an open-loop rung's: its rate), its nonce the run's id (``PromptText.nonce``):
+the first token differs from every other prompt's, within the rung, across rungs, across sessions, and only
+what the workload declares is shared: its shared prefixes (the same within a run, drawn anew by each run) and
+a conversation's exchanges so far. The draws (lengths, prefixes, turns) do not depend on the nonce, so the
+same seed sends the same lengths on every run. A cache that reuses chunks past the first difference
+(``--cache-reuse``, off by default) could still match the prepared text after the head.
 
 The prefill probe is a share of requests (drawn per request) that send a long prompt, so decode stalls of
 the other users and prefill waits show up in the figures.
 
-Two workloads exercise the runtime's prompt cache (both off by default, which leaves the default requests
-byte for byte as they were):
+Two workloads exercise the runtime's prompt cache (both off by default, which leaves every request a head and
+the prepared text, as above):
 
 - ``shared_prefix`` (``share``, ``prefixes`` K, ``tokens`` T): that share of the requests (drawn per request)
   opens with one of K common prefixes (drawn uniformly), the rest unique as usual. Prefix k is T words of the
-  same vocabulary, drawn from ``(seed, k)``, so it is the same text, and the same tokens, on every run. It
+  same vocabulary, drawn from ``(seed, nonce, k)``, so it is the same text, and the same tokens, on every rung
+  of a run, and new in the next run (its first uses are its cache's cold start, as a deployment's were). It
   counts toward the request's drawn prompt length (prefix, unique head, then the prepared text); a chat
   request sends it as a system message. A draw shorter than T + 5 tokens still gets one word after its head.
 - ``conversation`` (``turns`` N): a user's next request extends its previous exchange: the chat messages
@@ -35,11 +47,14 @@ byte for byte as they were):
 
 A dataset (``workload.dataset``, ``loadgen.datasets``; handed in with the ``PromptText``) replaces the drawn
 prompts: each user replays whole conversations of it, turn by turn, the messages as the dataset wrote them and
-the answers as received; ``max_tokens`` is the length of the dataset's answer to the turn (or a draw).
+the answers as received; ``max_tokens`` is the length of the dataset's answer to the turn (or a draw). A
+conversation's opening message gets the request's head before it (a conversation drawn again, by this rung or
+another, is then a new one to the cache), its later turns extend it as sent.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import math
@@ -51,7 +66,7 @@ from satbench.core.api import ApiFlavour
 from satbench.loadgen.config import LengthDist, WorkloadConfig
 from satbench.loadgen.datasets import Dataset, estimate_tokens
 
-__all__ = ["PromptText", "RequestSpec", "UserWorkload", "build_body", "draw_length", "text_body"]
+__all__ = ["PromptText", "RequestSpec", "UserWorkload", "build_body", "draw_length", "request_head", "text_body"]
 
 _WORDS = (
     "the", "of", "and", "to", "in", "is", "for", "on", "with", "as", "at", "by", "from", "it", "an",
@@ -72,12 +87,20 @@ def draw_length(dist: LengthDist, rng: random.Random) -> int:
     return min(max(value, dist.low), dist.high)
 
 
+def request_head(nonce: str, stream: str, index: int) -> str:
+    """The first word of a request's own text (module docstring): 8 hex digits of a digest of the run's nonce,
+    the request's stream and its index, the same for the same three and new wherever one differs."""
+    return hashlib.blake2b(f"{nonce}|{stream}|{index}".encode(), digest_size=4).hexdigest()
+
+
 class PromptText:
     """One long synthetic text; ``prompt(n)`` is its first n words (one token each, roughly), and
-    ``shared_prefix(k, n)`` the k-th common prefix of n words (built once, at its first use)."""
+    ``shared_prefix(k, n)`` the k-th common prefix of n words (built once, at its first use). ``nonce``: the
+    run's (its id), which makes every head and shared prefix new to a runtime that served an earlier run."""
 
-    def __init__(self, max_tokens: int, seed: int = 0, dataset: Dataset | None = None) -> None:
+    def __init__(self, max_tokens: int, seed: int = 0, dataset: Dataset | None = None, nonce: str = "") -> None:
         self.seed = seed
+        self.nonce = nonce
         self.dataset = dataset  # a conversation dataset whose prompts the users send (loadgen.datasets)
         self._prefixes: dict[tuple[int, int], str] = {}
         rng = random.Random(f"prompt-text:{seed}")
@@ -95,7 +118,8 @@ class PromptText:
         key = (k, n_tokens)
         text = self._prefixes.get(key)
         if text is None:
-            rng = random.Random(f"shared-prefix:{self.seed}:{k}")
+            rng = random.Random(f"shared-prefix:{self.seed}:{self.nonce}:{k}" if self.nonce
+                                else f"shared-prefix:{self.seed}:{k}")
             text = self._prefixes[key] = " ".join(rng.choice(_WORDS) for _ in range(max(1, n_tokens)))
         return text
 
@@ -114,6 +138,7 @@ class RequestSpec:
     prefix: int | None = None
     history: tuple[tuple[RequestSpec, str], ...] = ()
     text: str | None = None  # a dataset's message, sent as it is (loadgen.datasets)
+    head: str = ""  # the first word of its own text (request_head; a dataset's later turns: none)
 
     @property
     def turn(self) -> int:
@@ -131,12 +156,15 @@ class RequestSpec:
 
 class UserWorkload:
     """The request stream of one user at one rung of one lane; ``answered(spec, text)`` after each request
-    of a conversation workload (``converses``)."""
+    of a conversation workload (``converses``). ``stream`` names it in the requests' heads (default: the lane,
+    the rung and the user; an open-loop rung's names its rate)."""
 
     def __init__(self, config: WorkloadConfig, lane: str, concurrency: int, user: int,
-                 text: PromptText | None = None) -> None:
+                 text: PromptText | None = None, stream: str | None = None) -> None:
         self.config = config
         self.user = user
+        self._nonce = text.nonce if text is not None else ""
+        self._stream = f"{lane}:{concurrency}:{user}" if stream is None else stream
         self.dataset = text.dataset if text is not None else None
         self.converses = config.conversation is not None or self.dataset is not None
         self._rng = random.Random(f"{config.seed}:{lane}:{concurrency}:{user}")
@@ -171,8 +199,9 @@ class UserWorkload:
         if output is None:
             output = draw_length(self.config.output_tokens, self._rng)
         self._awaiting = True
+        head = "" if self._history else request_head(self._nonce, self._stream, self._index)
         spec = RequestSpec(self.user, self._index, estimate_tokens(turn.user), output, False, None, self._history,
-                           turn.user)
+                           turn.user, head)
         self._index += 1
         return spec
 
@@ -189,7 +218,8 @@ class UserWorkload:
             opens = self._rng.random() < shared.share
             k = self._rng.randrange(shared.prefixes)
             prefix = k if opens and not self._history else None
-        spec = RequestSpec(self.user, self._index, prompt, output, probe, prefix, self._history)
+        spec = RequestSpec(self.user, self._index, prompt, output, probe, prefix, self._history,
+                           head=request_head(self._nonce, self._stream, self._index))
         self._index += 1
         return spec
 
@@ -219,14 +249,15 @@ def max_prompt_tokens(config: WorkloadConfig) -> int:
 
 
 def _message(spec: RequestSpec, text: PromptText, config: WorkloadConfig) -> str:
-    """The request's own text: a dataset's message as it is, else its unique head, then the prepared text (less
-    what its shared prefix holds)."""
+    """The request's own text: a dataset's message as it is (an opening one after its head), else its unique
+    head, then the prepared text (less what its shared prefix holds)."""
     if spec.text is not None:
-        return spec.text
+        return f"{spec.head} {spec.text}" if spec.head else spec.text
     n = spec.prompt_tokens - 4
     if spec.prefix is not None and config.shared_prefix is not None:
         n -= config.shared_prefix.tokens
-    return f"u{spec.user} r{spec.index}: " + text.prompt(max(1, n))
+    head = f"{spec.head} u{spec.user}: " if spec.head else f"u{spec.user} r{spec.index}: "
+    return head + text.prompt(max(1, n))
 
 
 def _prefix(spec: RequestSpec, text: PromptText, config: WorkloadConfig) -> str | None:

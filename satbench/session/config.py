@@ -30,7 +30,9 @@ instead: ``extend_ttft_late_share`` 5 %, what a p95 allows), ``extend_max_error_
 ``max_error_ratio``; a value set in ``[loadgen.ladder]`` (or with ``--set``) wins. ``ladder.max_concurrency``
 (64) caps it; on the simulator profiles (4 and 8 slots) it adds a rung or two.
 ``loadgen.decide_gain`` (sequential measuring: a window whose gain over the rung below straddles it goes on)
-is the policy's ``min_gain_per_doubling`` too, unless set.
+is the policy's ``min_gain_per_doubling`` too, unless set, and ``loadgen.usable_ci_rel`` (a rung too unsteady to
+use at ``max_window_s``, the lowest included, goes on, doubling, up to ``decide_max_window_s``) the policy's
+``max_throughput_ci_ratio``.
 
 Every value is bounded as the load generator's are (``core.config_files``: finite floats, lengths within
 ``MAX_TOKENS``, durations within ``MAX_SECONDS``), and ``satbench run`` reads the trace and dataset files the
@@ -379,6 +381,8 @@ class SessionConfig(_Model):
         update: dict[str, Any] = {} if ladder is value.ladder else {"ladder": ladder}
         if "decide_gain" not in value.model_fields_set:  # measure longer where a doubling straddles the gain
             update["decide_gain"] = policy.min_gain_per_doubling
+        if "usable_ci_rel" not in value.model_fields_set:  # and where a rung would be too unsteady to use
+            update["usable_ci_rel"] = policy.max_throughput_ci_ratio
         if "objectives" not in value.model_fields_set:  # goodput by the policy's per-request objectives
             update["objectives"] = ObjectivesConfig.model_validate(asdict(objectives_of(policy)))
         if "target" not in value.arrival.model_fields_set:

@@ -3,7 +3,7 @@
 Why not the nominal lengths: the workload's prompt lengths are word counts of the load generator's text
 (``loadgen.workload``), which a real vocabulary encodes as roughly one token each, and the server adds its
 own: the BOS token, the chat template's role markers around every message, the request's unique head
-(``u12 r345:``). Sized from the nominal figures, a prompt of 1000 plus 24 output tokens asks exactly 1024,
+(``3fa9c21e u12:``). Sized from the nominal figures, a prompt of 1000 plus 24 output tokens asks exactly 1024,
 and every such request overflows a 1024-token slot: llama.cpp stops the answer at the slot's end
 (``stop_type: limit``). So the tune builds the workload's longest request exactly as the load generator
 would (``build_body``: its longest prompt, or the prefill probe, with a shared prefix where the workload
@@ -42,7 +42,8 @@ from satbench.loadgen.workload import PromptText, RequestSpec, build_body, max_p
 __all__ = ["ContextNeed", "count_prompt_tokens", "longest_request", "need_from_count", "round_context",
            "truncated_requests"]
 
-_HEAD_USER, _HEAD_INDEX = 99999, 999999  # the widest unique head (``u99999 r999999:``) a walk sends
+_HEAD_USER, _HEAD_INDEX = 99999, 999999
+_HEAD = "0a1b2c3d"  # the widest unique head a walk sends (``0a1b2c3d u99999:``): hex digits, letters and digits apart
 _CONTEXT_WORDS = ("context size", "context length", "exceeds the available context")
 
 
@@ -76,9 +77,10 @@ def longest_request(workload: WorkloadConfig, api: ApiFlavour) -> dict[str, Any]
     turns = workload.conversation.turns if workload.conversation is not None else 1
     for turn in range(turns - 1):
         earlier = RequestSpec(_HEAD_USER, _HEAD_INDEX - turns + turn, prompt, output, False,
-                              prefix if turn == 0 else None)
+                              prefix if turn == 0 else None, head=_HEAD)
         history = (*history, (earlier, " " + text.prompt(output)))
-    spec = RequestSpec(_HEAD_USER, _HEAD_INDEX, prompt, output, False, prefix if not history else None, history)
+    spec = RequestSpec(_HEAD_USER, _HEAD_INDEX, prompt, output, False, prefix if not history else None, history,
+                       head=_HEAD)
     return dict(json.loads(build_body(api, "", spec, text, workload, "tune")))
 
 

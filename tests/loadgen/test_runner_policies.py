@@ -11,11 +11,14 @@ from typing import Any
 
 import pytest
 
+from satbench.core.figures import StepFigures
 from satbench.core.records import read_records
 from satbench.loadgen import cli
 from satbench.loadgen.progress import Progress, progress_wanted
 from satbench.loadgen.runner import run_ladder
 from satbench.loadgen.selfcheck import ClientHealth, verdict
+from satbench.recommender.analysis import analyze_lane
+from satbench.recommender.policy import Policy
 from testkit.stream_server import StreamServer, StreamServerConfig
 from tests.loadgen.test_wire import config, with_server
 
@@ -78,6 +81,55 @@ def test_window_runs_to_max_when_throughput_is_not_stable_enough(tmp_path: Path)
     # a zero-width interval that is rightly "stable")
     manifest = asyncio.run(with_server(StreamServerConfig(ttft_s=0.2, itl_s=0.003), body))
     assert manifest.steps[0].duration_s >= 1.45
+
+
+def _half_width_share(step: dict[str, Any]) -> float:
+    low, high = step["throughput_ci_tok_s"]
+    return (high - low) / 2 / step["throughput_tok_s"]
+
+
+@pytest.mark.slow
+def test_a_rung_too_unsteady_to_use_is_measured_longer_and_a_usable_one_is_not(tmp_path: Path) -> None:
+    """Users whose requests are 0.3 s of silence, then 16 tokens in 32 ms: a 1.5 s window holds 5 requests a user
+    and its throughput interval is far wider than the 25 % the policy allows, so without the hold the lowest rung
+    is given up and the lane has no answer, while the same stream over 6 s is within it (a stationary cycle, whose
+    interval narrows as the window grows). With ``usable_ci_rel`` each window goes on past ``max_window_s``,
+    doubling, ends usable within ``decide_max_window_s``, and the lane is answered. A steady lane (tokens every
+    3 ms after 20 ms), within the policy at 1.5 s, ends at ``max_window_s`` as it did without the hold."""
+    timing = {"min_window_s": 1.0, "max_window_s": 1.5, "decide_max_window_s": 6.0, "ci_rel_bound": 1e-9,
+              "min_requests": 10, "metrics_port": None}
+
+    def run(tag: str, ladder: list[int], output: int, **extra: Any) -> Any:
+        async def body(server: StreamServer, url: str) -> Any:
+            cfg = config(url, "llamacpp", ladder, **timing, **extra,
+                         workload={"output_tokens": {"value": output}, "prompt_tokens": {"value": 8}})
+            return await run_ladder(cfg, tmp_path / tag)
+        return body
+
+    def steps(tag: str) -> list[dict[str, Any]]:
+        return list(json.loads((tmp_path / tag / "steps.json").read_text()))
+
+    noisy = StreamServerConfig(ttft_s=0.3, itl_s=0.002)
+    given_up = asyncio.run(with_server(noisy, run("given-up", [1, 2], 16)))
+    held = asyncio.run(with_server(noisy, run("held", [1, 2], 16, usable_ci_rel=0.25)))
+    before, after = steps("given-up"), steps("held")
+    assert [w.duration_s < 1.6 for w in given_up.steps] == [True, True]
+    assert _half_width_share(before[0]) > 0.25
+    for window, step, was in zip(held.steps, after, before, strict=True):
+        assert 2.9 < window.duration_s < 6.2 and step["valid"] and _half_width_share(step) <= 0.25
+        assert any(n.startswith("measured on, not yet usable at ") for n in window.notes)
+        assert step["requests"] > 2 * was["requests"]
+    no_answer = analyze_lane("dense", [StepFigures.from_dict(s) for s in before], Policy())
+    answer = analyze_lane("dense", [StepFigures.from_dict(s) for s in after], Policy())
+    assert no_answer.recommended_concurrency is None
+    assert no_answer.reason is not None and no_answer.reason.startswith("lowest rung c=1 cannot be used")
+    assert answer.recommended_concurrency is not None, answer.reason
+
+    steady = StreamServerConfig(ttft_s=0.02, itl_s=0.003)
+    for tag, extra in (("steady", {}), ("steady-held", {"usable_ci_rel": 0.25})):
+        manifest = asyncio.run(with_server(steady, run(tag, [1], 32, **extra)))
+        assert 1.45 < manifest.steps[0].duration_s < 1.6 and _half_width_share(steps(tag)[0]) < 0.25
+        assert not any(n.startswith("measured on") for n in manifest.steps[0].notes)
 
 
 @pytest.mark.slow

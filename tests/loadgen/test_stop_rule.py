@@ -53,3 +53,21 @@ def test_deciding_needs_a_lower_rung_with_an_interval_and_a_gain_to_decide() -> 
     assert not stop_rule.deciding(reference(100.0, 1.0), 4, GAIN)  # not a rung above
     assert not stop_rule.deciding(reference(100.0, 1.0), 8, None)
     assert not stop_rule.deciding(None, 8, GAIN)
+
+
+def test_a_rung_is_held_while_too_thin_or_too_unsteady_to_use_and_never_when_nothing_is_held() -> None:
+    """Batch rates drawn around 100 with a 3 % noise over 40 batches: an interval of about 1 % of the mean, usable
+    under the policy's 25 %; 6 batches of a bursty rung (0 or 200, drawn): far wider than 25 %, held; 400 batches
+    of the same bursts: about 10 %, usable (a longer window is what makes it so)."""
+    steady = rates(100.0, 1)
+    rng = random.Random(4)
+    short = [rng.choice((0.0, 200.0)) for _ in range(6)]
+    long = [rng.choice((0.0, 200.0)) for _ in range(400)]
+    assert stop_rule.held(steady, 20, 12, 0.25) is None
+    assert stop_rule.held(steady, 11, 12, 0.25) == "11 requests, 12 needed"
+    said = stop_rule.held(short, 20, 12, 0.25)
+    assert said is not None and said.startswith("throughput interval") and said.endswith("25% usable")
+    assert stop_rule.held(long, 400, 12, 0.25) is None
+    assert stop_rule.held([100.0], 20, 12, 0.25) == "no throughput interval yet"
+    for window in (steady, short, long, [100.0]):  # unset: nothing is held, as before
+        assert stop_rule.held(window, 0, 12, None) is None

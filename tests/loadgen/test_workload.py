@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import statistics
 
 import pytest
@@ -55,7 +56,7 @@ def test_prompt_text_has_the_asked_word_count_and_bodies_per_flavour() -> None:
     assert chat["stream_options"] == {"include_usage": True} and chat["model"] == "m"
     assert 60 <= len(chat["messages"][0]["content"].split()) <= 64
     llama = json.loads(build_body("llamacpp", "", spec, text, cfg, "u2"))
-    assert llama["n_predict"] == 64 and "model" not in llama and llama["prompt"].startswith("u2 r0: ")
+    assert llama["n_predict"] == 64 and "model" not in llama and llama["prompt"].startswith(f"{spec.head} u2: ")
     comp = json.loads(build_body("openai-completions", "m", spec, text, cfg, "u2"))
     assert comp["max_tokens"] == 64 and isinstance(comp["prompt"], str)
 
@@ -77,15 +78,18 @@ def test_shared_prefixes_are_seeded_and_open_the_configured_share() -> None:
     assert len(prefixes) == 4 and all(len(p.split()) == 100 for p in prefixes)
     for spec, prompt in zip(drawn, bodies, strict=False):
         if spec.prefix is None:
-            assert prompt.startswith(f"u0 r{spec.index}: ") and not any(prompt.startswith(p) for p in prefixes)
+            assert prompt.startswith(f"{spec.head} u0: ") and not any(prompt.startswith(p) for p in prefixes)
         else:  # the prefix, then the request's own head and text: the drawn length in all
-            head = text.shared_prefix(spec.prefix, 100) + f" u0 r{spec.index}: "
+            head = text.shared_prefix(spec.prefix, 100) + f" {spec.head} u0: "
             assert prompt.startswith(head) and len(prompt.split()) == 300 - 2  # BOS and ':' are tokens
     assert PromptText(400, seed=2).shared_prefix(1, 100) == text.shared_prefix(1, 100)
     assert PromptText(400, seed=3).shared_prefix(1, 100) != text.shared_prefix(1, 100)
     chat = json.loads(build_body("openai-chat", "m", next(s for s in drawn if s.prefix == 2), text, cfg, "u0"))
     assert chat["messages"][0] == {"role": "system", "content": text.shared_prefix(2, 100)}
     assert chat["messages"][1]["role"] == "user" and len(chat["messages"]) == 2
+
+
+HEAD = re.compile(r"[0-9a-f]{8} u1: ")  # a request's own text opens with its head (loadgen.workload)
 
 
 def converse(cfg: WorkloadConfig, answers: list[str | None], api: str = "openai-chat") -> list[dict]:
@@ -106,12 +110,12 @@ def test_conversation_turns_extend_the_previous_exchange_then_reset() -> None:
     for earlier, later in ((bodies[0], bodies[1]), (bodies[1], bodies[2]), (bodies[3], bodies[4])):
         assert later["messages"][:len(earlier["messages"])] == earlier["messages"]  # the exchange repeated
     assert bodies[2]["messages"][3] == {"role": "assistant", "content": " a2"}
-    assert bodies[2]["messages"][4]["content"].startswith("u1 r2: ")  # a new message of the drawn length
+    assert HEAD.match(bodies[2]["messages"][4]["content"])  # a new message of the drawn length
     assert len(bodies[2]["messages"][4]["content"].split()) == 20 - 2  # BOS and ":" are tokens, not words
     assert converse(cfg, [" a1", " a2", " a3", " b1", None, " c1"]) == bodies  # seeded: same prompts
     prompts = [b["prompt"] for b in converse(cfg, [" a1", " a2", " a3", " b1"], "llamacpp")]
     assert prompts[1] == prompts[0] + " a1\n" + bodies[1]["messages"][2]["content"]
-    assert prompts[2].startswith(prompts[1] + " a2\n") and prompts[3].startswith("u1 r3: ")
+    assert prompts[2].startswith(prompts[1] + " a2\n") and HEAD.match(prompts[3])
 
 
 def test_a_conversation_keeps_its_opening_prefix() -> None:
@@ -121,7 +125,7 @@ def test_a_conversation_keeps_its_opening_prefix() -> None:
     assert [b["messages"][0]["role"] for b in bodies] == ["system"] * 3
     assert bodies[2]["messages"][:4] == bodies[1]["messages"]
     prompts = [b["prompt"] for b in converse(cfg, [" x", " y"], "openai-completions")]
-    assert prompts[1].startswith(prompts[0] + " x\nu1 r1: ")
+    assert prompts[1].startswith(prompts[0] + " x\n") and HEAD.match(prompts[1][len(prompts[0]) + 3:])
     assert len(prompts[1].split()) == len(prompts[0].split()) + 1 + 120 - 2  # the new message is not cut
 
 

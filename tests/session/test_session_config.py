@@ -54,6 +54,15 @@ def test_a_ttft_deadline_that_grows_with_the_prompt_extends_by_the_share_past_it
     assert load_session_config(None).loadgen.ladder.extend_ttft_late_share is None
 
 
+def test_a_rung_too_unsteady_for_the_policy_is_held_unless_the_user_says_otherwise() -> None:
+    """The session holds a rung on where the recommender would find it too unsteady to use: the policy's
+    ``max_throughput_ci_ratio`` (0.25 by default; any ratio the policy takes), unless ``loadgen`` sets its own."""
+    assert load_session_config(None).loadgen.usable_ci_rel == Policy().max_throughput_ci_ratio == 0.25
+    assert load_session_config(None, {"policy.max_throughput_ci_ratio": 10.0}).loadgen.usable_ci_rel == 10.0
+    assert load_session_config(None, {"policy.max_throughput_ci_ratio": 0.4,
+                                      "loadgen.usable_ci_rel": 0.3}).loadgen.usable_ci_rel == 0.3
+
+
 def test_the_ladder_extension_keeps_what_the_user_set(tmp_path: Path) -> None:
     path = tmp_path / "s.toml"
     path.write_text("[loadgen.ladder]\nextend_min_gain = 0.3\nmax_concurrency = 32\n"

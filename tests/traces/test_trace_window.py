@@ -189,7 +189,6 @@ def test_each_pass_sends_its_own_copy_of_the_windows_prompts() -> None:
     prompts = TracePrompts(0, 512)
     first = [replay_prompt(prompts, trace, i).split() for i in range(3)]
     second = [replay_prompt(prompts, trace, 3 + i).split() for i in range(3)]
-    assert [" ".join(w) for w in first] == [prompts.prompt(r, i) for i, r in enumerate(reqs)]  # pass 0 as before
     for words in (first, second):
         assert words[0][:1024] == words[1][:1024] and words[0][1024:1030] != words[1][1024:1030]
         assert [len(w) for w in words] == [1199, 1099, 599]

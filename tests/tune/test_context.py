@@ -28,7 +28,7 @@ def test_the_longest_request_is_the_probe_or_the_deepest_turn_at_its_longest() -
     probe = longest_request(workload(prompt_tokens={"kind": "fixed", "value": 64}, prefill_probe_share=0.1,
                                      prefill_probe_tokens=1500,
                                      output_tokens={"kind": "uniform", "low": 96, "high": 160}), "llamacpp")
-    assert probe["n_predict"] == 160 and probe["prompt"].startswith("u99999 r999999: ")
+    assert probe["n_predict"] == 160 and probe["prompt"].startswith("0a1b2c3d u99999: ")  # the widest head sent
     assert len(probe["prompt"].split()) == 2 + 1500 - 4  # its head, then the prepared text
     chat = longest_request(workload(conversation={"turns": 3}, shared_prefix={"share": 0.5, "prefixes": 2,
                                                                               "tokens": 20}), "openai-chat")
