@@ -38,9 +38,11 @@ import asyncio
 import contextlib
 import json
 import logging
+import multiprocessing
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from concurrent.futures import Executor, ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
@@ -83,8 +85,8 @@ from satbench.recommender.store import Analyzer, ManifestWriter, RecommendationS
 from satbench.recommender.validity import check_answers, fingerprints_when_measured, measured_fingerprints
 from satbench.recommender.write_guard import WriteGuardASGI
 
-__all__ = ["CachedDocumentASGI", "FingerprintSource", "SettingsAnalyzer", "check_bounds", "create_app",
-           "prometheus_fingerprints", "with_measured_fingerprints"]
+__all__ = ["CachedDocumentASGI", "FingerprintSource", "SettingsAnalyzer", "analysis_workers", "check_bounds",
+           "create_app", "prometheus_fingerprints", "with_measured_fingerprints"]
 
 log = logging.getLogger("satbench.recommender")
 
@@ -132,6 +134,12 @@ class SettingsAnalyzer:
                                        policy=self._policy, source_config=s.source_config(),
                                        prometheus_timeout_s=s.prometheus_timeout_s,
                                        prometheus_headers=s.prometheus_headers)
+
+
+def analysis_workers() -> ProcessPoolExecutor:
+    """The service's analyses' own process (``create_app(analysis_executor=)``; the entry points give it):
+    spawned, never a fork of the threaded server; one, as analyses run one batch at a time."""
+    return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
 
 
 def check_bounds(manifest: RunManifest, settings: RecommenderSettings) -> None:
@@ -272,13 +280,15 @@ class CachedDocumentASGI:
 
 def create_app(settings: RecommenderSettings, *, analyzer: Analyzer | None = None,
                clock: Callable[[], float] = time.time, background_refresh: bool = True,
-               fingerprints: FingerprintSource | None = None, write_manifest: ManifestWriter | None = None) -> FastAPI:
+               fingerprints: FingerprintSource | None = None, write_manifest: ManifestWriter | None = None,
+               analysis_executor: Executor | None = None) -> FastAPI:
     """The service. ``analyzer``, ``clock``, ``fingerprints`` (where a posted run's fingerprints come from) and
     ``write_manifest`` (how a posted run is saved in the runs folder) are injected; their defaults read the
-    settings' Prometheus and write the folder."""
+    settings' Prometheus and write the folder. ``analysis_executor``: where analyses run (``analysis_workers``;
+    default a worker thread), its analyzer then picklable."""
     fingerprint_source = fingerprints or prometheus_fingerprints(settings)
     store = RecommendationStore(analyzer or SettingsAnalyzer(settings), runs_dir=settings.runs_dir,
-                                clock=clock, retry_after_s=settings.refresh_interval_s,
+                                clock=clock, retry_after_s=settings.refresh_interval_s, executor=analysis_executor,
                                 **({} if write_manifest is None else {"write_manifest": write_manifest}))
     write_token = settings.write_token.get_secret_value() if settings.write_token else secrets.token_urlsafe(32)
     registry = build_registry(store)

@@ -91,7 +91,7 @@ def main(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from satbench.core.config_files import format_validation_error
-    from satbench.recommender.app import create_app
+    from satbench.recommender.app import analysis_workers, create_app
     from satbench.recommender.errors import BadInput
     from satbench.recommender.http_server import serve
     from satbench.recommender.settings import RecommenderSettings
@@ -105,10 +105,11 @@ def main(args: argparse.Namespace) -> int:
         print(f"satbench recommender: {format_validation_error(exc, 'recommender', model=RecommenderSettings)}",
               file=sys.stderr)
         return 2
-    app = create_app(settings)
-    if settings.write_token is None:
-        print("satbench recommender: writes (POST /runs) need Authorization: Bearer "
-              f"{app.state.write_token} (made up at start; set SATBENCH_RECOMMENDER_WRITE_TOKEN to choose one)",
-              file=sys.stderr, flush=True)
-    serve(app, settings)  # half-sent requests timed out, connections bounded (recommender.http_server)
+    with analysis_workers() as workers:  # analyses in their own process, off the serving loop and its GIL
+        app = create_app(settings, analysis_executor=workers)
+        if settings.write_token is None:
+            print("satbench recommender: writes (POST /runs) need Authorization: Bearer "
+                  f"{app.state.write_token} (made up at start; set SATBENCH_RECOMMENDER_WRITE_TOKEN to choose one)",
+                  file=sys.stderr, flush=True)
+        serve(app, settings)  # half-sent requests timed out, connections bounded (recommender.http_server)
     return 0

@@ -1,10 +1,13 @@
 """The service's memory: registered runs, their analyses, and the document served right now.
 
-Analysis is expensive (hundreds of PromQL queries); serving is not allowed to be (p99 < 5 ms). So the
-store analyses a run when it is registered and again on each refresh tick, in a worker thread's own event
-loop (``_analyze_off_loop``), and keeps the current document as a dict and rendered once per change in every
-served form (``recommender.rendition``, also in a worker thread), so ``GET /recommendations`` is a memory
-copy, stale or fresh. Only the service's loop changes the store; the threads get immutable inputs.
+Analysis is expensive (hundreds of PromQL queries, then seconds of pure Python for a fleet); serving is not
+allowed to be (p99 < 5 ms). So the store analyses a run when it is registered and again on each refresh tick,
+never on the service's event loop (``analyze_all``: in a loop of its own, in a worker thread, or in a worker
+process where the entry point gives one, as ``satbench recommender`` does: a thread still shares the GIL, and
+beside a 60-lane analysis each GIL hand-over of the serving loop can wait the 5 ms switch interval). It keeps
+the current document as a dict, rendered once per change in every served form (``recommender.rendition``, in
+a worker thread), so ``GET /recommendations`` is a memory copy, stale or fresh. Only the service's loop
+changes the store; the workers get immutable inputs and hand back new objects.
 
 The current document merges, lane by lane, the newest analysed run that measured the lane (a run of
 ``moe`` alone does not hide yesterday's ``dense`` answer); each lane names its own ``run_id``. "Newest" is
@@ -45,6 +48,7 @@ import shutil
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -55,6 +59,7 @@ from satbench.recommender.document import mark_changed, mark_stale, node_index, 
 from satbench.recommender.errors import (
     BadInput,
     NothingToServe,
+    RecommenderError,
     RunsFolderFull,
     RunsFolderUnwritable,
     SourceUnavailable,
@@ -65,7 +70,7 @@ from satbench.recommender.fleet_runs import FleetRun, ShardEntry, check_join, fl
 from satbench.recommender.models import RecommendationsDocument, ValidityModel
 from satbench.recommender.rendition import Rendition, Served, render
 
-__all__ = ["Analyzer", "ManifestWriter", "RecommendationStore", "RunEntry", "entry_key"]
+__all__ = ["Analyzer", "ManifestWriter", "RecommendationStore", "RunEntry", "analyze_all", "entry_key"]
 
 
 class Analyzer(Protocol):
@@ -77,6 +82,20 @@ ManifestWriter = Callable[[RunManifest, Path], None]
 
 def _write_manifest(manifest: RunManifest, path: Path) -> None:
     manifest.write(path)
+
+
+def analyze_all(analyzer: Analyzer, jobs: list[tuple[RunManifest, Path | None]], portable: bool = False) -> list[Any]:
+    """Each job's analysis (a document, or the exception it raised), in an event loop of this thread's own: run
+    in a worker thread or process (``RecommendationStore(executor=)``), never on the service's loop. ``portable``
+    (a worker process): an exception that is not the recommender's own travels back as its text."""
+    async def analyses() -> list[Any]:
+        return await asyncio.gather(*(analyzer(m, d) for m, d in jobs), return_exceptions=True)
+
+    results = asyncio.run(analyses())
+    if portable:
+        results = [RuntimeError(repr(r)) if isinstance(r, BaseException) and not isinstance(r, RecommenderError)
+                   else r for r in results]
+    return results
 
 
 _ORDER = itertools.count()
@@ -121,8 +140,9 @@ class RunEntry:
 class RecommendationStore:
     def __init__(self, analyzer: Analyzer, *, runs_dir: Path | None = None,
                  clock: Callable[[], float] = time.time, retry_after_s: float = 60.0,
-                 write_manifest: ManifestWriter = _write_manifest) -> None:
+                 write_manifest: ManifestWriter = _write_manifest, executor: Executor | None = None) -> None:
         self._analyzer = analyzer
+        self._executor = executor  # where analyses run (analyze_all): None, a worker thread
         self._write_manifest = write_manifest
         self.retry_after_s = retry_after_s
         self._runs_dir = runs_dir
@@ -302,7 +322,11 @@ class RecommendationStore:
     async def _analyze(self, entries: list[RunEntry]) -> None:
         async with self._lock:
             jobs = [(e.manifest, self.run_dir(entry_key(e.manifest))) for e in entries]
-            results = await asyncio.to_thread(self._analyze_in_thread, jobs)
+            try:
+                results = await asyncio.get_running_loop().run_in_executor(
+                    self._executor, analyze_all, self._analyzer, jobs, self._executor is not None)
+            except Exception as exc:  # a worker process lost, or a result that cannot travel back
+                results = [RuntimeError(f"the analysis worker failed: {exc!r}")] * len(jobs)
             failure: str | None = None
             for entry, result in zip(entries, results, strict=True):
                 if isinstance(result, SourceUnavailable):
@@ -314,15 +338,6 @@ class RecommendationStore:
                 else:
                     entry.document, entry.reason, entry.failed_at = result, None, None
             await self._rebuild(failure)
-
-    def _analyze_in_thread(self, jobs: list[tuple[RunManifest, Path | None]]) -> list[Any]:
-        """The analyses, in a worker thread's own event loop (``_analyze``): a fleet run's document is seconds
-        of pure Python, which on the service's loop held every poll (p99 970 ms at a 3 s refresh). Only the
-        immutable manifests and folders go in; the results are laid into the store back on the service's loop."""
-        async def analyses() -> list[Any]:
-            return await asyncio.gather(*(self._analyzer(m, d) for m, d in jobs), return_exceptions=True)
-
-        return asyncio.run(analyses())
 
     async def _rebuild(self, failure: str | None) -> None:
         entries = [e for e in self._current_entries() if e.document is not None]

@@ -71,7 +71,7 @@ def main(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from satbench.core.config_files import format_validation_error
-    from satbench.recommender.app import create_app
+    from satbench.recommender.app import analysis_workers, create_app
     from satbench.recommender.http_server import serve
     from satbench.recommender.settings import RecommenderSettings
 
@@ -98,5 +98,6 @@ def main(args: argparse.Namespace) -> int:
         return 1
     print(f"satbench serve: {len(folders)} run folder(s) at http://{settings.host}:{settings.port}/recommendations "
           "(read it with: satbench capabilities)", flush=True)
-    serve(create_app(settings), settings)  # bounded connections, half-sent requests timed out
+    with analysis_workers() as workers:  # a folder without recommendations.json is analysed off the loop
+        serve(create_app(settings, analysis_executor=workers), settings)  # bounded, half-sent requests timed out
     return 0

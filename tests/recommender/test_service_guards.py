@@ -22,7 +22,7 @@ import uvicorn
 from pydantic import SecretStr
 
 from satbench.core.manifest import RunManifest
-from satbench.recommender.app import create_app
+from satbench.recommender.app import analysis_workers, create_app
 from satbench.recommender.http_server import deadline_protocol, uvicorn_config
 from satbench.recommender.settings import RecommenderSettings
 from testkit.net import free_port, wait_http
@@ -237,3 +237,27 @@ def test_served_bytes_are_built_once_per_change_and_a_stale_age_once_per_second(
         assert served == store.document()
         zipped = httpx.get(f"{url}/recommendations", headers={"Accept-Encoding": "gzip"}, timeout=10)
         assert zipped.headers["content-encoding"] == "gzip" and zipped.content == raw.content  # httpx unzips
+
+
+class ElsewhereAnalyzer:
+    """``FakeAnalyzer``'s answers, with the process that computed them in the notes (picklable: no closure)."""
+
+    def __init__(self) -> None:
+        self.inner = FakeAnalyzer(FakeClock())
+
+    async def __call__(self, manifest: RunManifest, run_dir: Path | None) -> dict[str, Any]:
+        doc = await self.inner(manifest, run_dir)
+        return {**doc, "notes": [*doc.get("notes", []), f"analysed in process {os.getpid()}"]}
+
+
+@pytest.mark.slow
+def test_the_entry_points_analyse_in_a_worker_process(tmp_path: Path) -> None:
+    settings = settings_for(tmp_path)
+    with analysis_workers() as workers:
+        app = create_app(settings, analyzer=ElsewhereAnalyzer(), clock=FakeClock(), fingerprints=no_fingerprints,
+                         background_refresh=False, analysis_executor=workers)
+        with running(app, uvicorn_config(app, settings)) as url:
+            assert httpx.post(f"{url}/runs", json=manifest_dict("r1"), headers=AUTH, timeout=60).status_code == 201
+            notes = httpx.get(f"{url}/recommendations", timeout=10).json()["notes"]
+    pids = {int(n.rsplit(" ", 1)[1]) for n in notes if n.startswith("analysed in process")}
+    assert len(pids) == 1 and os.getpid() not in pids
