@@ -102,7 +102,7 @@ class Served:
     _exact: Rendition | None = None
 
     def _aged(self, name: str, template: bytes) -> bytes:
-        if self.age_s is None:
+        if self.age_s is None or self.rendition.exact:  # fresh, or rendered whole at this age already
             return template
         if name not in self._forms:
             self._forms[name] = template.replace(_MARK_FLOAT, repr(float(self.age_s)).encode()).replace(
