@@ -39,6 +39,7 @@ import contextlib
 import json
 import logging
 import multiprocessing
+import os
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -136,10 +137,16 @@ class SettingsAnalyzer:
                                        prometheus_headers=s.prometheus_headers)
 
 
+def _background() -> None:
+    os.nice(10)  # the analysis yields the CPU to the serving loop where both want it
+
+
 def analysis_workers() -> ProcessPoolExecutor:
     """The service's analyses' own process (``create_app(analysis_executor=)``; the entry points give it):
-    spawned, never a fork of the threaded server; one, as analyses run one batch at a time."""
-    return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+    spawned, never a fork of the threaded server; one, as analyses run one batch at a time; niced, so a
+    fleet's analysis, seconds of CPU at each refresh, never takes a core from the polls."""
+    return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_background)
 
 
 def check_bounds(manifest: RunManifest, settings: RecommenderSettings) -> None:

@@ -4,8 +4,8 @@ DNS rebinding: a web page on a name the attacker controls (``evil.example``) has
 service's address (127.0.0.1, or a cluster address the browser can reach), and the browser, believing it talks
 to ``evil.example``, reads every answer (``/runs/{id}`` gave the full manifest) and could post with a token it
 found. The browser still sends ``Host: evil.example``, so the service refuses any ``Host`` that is not one of
-its names (``RecommenderSettings.host_names``: the bind address, ``localhost``, ``127.0.0.1``, ``::1``, and
-``allowed_hosts``) with 421 Misdirected Request, before any route reads anything.
+its names (``RecommenderSettings.host_names``: the bind address, this host's name, ``localhost``, ``127.0.0.1``,
+``::1``, and ``allowed_hosts``) with 421 Misdirected Request, before any route reads anything.
 
 An IP literal is always let through: a rebinding needs a name to rebind, and Prometheus' pod discovery and a
 kubelet's probes address the service by its IP. ``*.example.org`` in the list allows every name under

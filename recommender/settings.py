@@ -11,8 +11,9 @@ and nobody can write until it is handed out (``satbench recommender`` prints it,
 own to its own clients). Reads stay open. ``max_body_bytes``, ``max_steps``, ``max_lanes``,
 ``max_window_s`` and ``max_span_s`` bound what a write may ask the service to read and analyse.
 
-``allowed_hosts`` lists the names the service answers to besides its bind address, ``localhost``,
-``127.0.0.1`` and ``::1`` (``host_names``; ``recommender.host_check``: any other ``Host`` gets 421).
+``allowed_hosts`` lists the names the service answers to besides its bind address, this host's name,
+``localhost``, ``127.0.0.1`` and ``::1`` (``host_names``; ``recommender.host_check``: any other ``Host`` gets
+421).
 ``request_timeout_s`` is how long a connection may take to send a whole request (head and body) and
 ``max_connections`` how many the service holds open at once (``recommender.serving``).
 """
@@ -20,6 +21,7 @@ own to its own clients). Reads stay open. ``max_body_bytes``, ``max_steps``, ``m
 from __future__ import annotations
 
 import json
+import socket
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -100,8 +102,9 @@ class RecommenderSettings(BaseSettings):
         return [name.strip() for name in value]
 
     def host_names(self) -> list[str]:
-        """Every name the service answers to (``recommender.host_check``)."""
-        return sorted({self.host, "localhost", "127.0.0.1", "::1", *self.allowed_hosts})
+        """Every name the service answers to (``recommender.host_check``): its bind address, this host's own
+        name (a rebinding needs the attacker's name, never ours), the loopback names, and ``allowed_hosts``."""
+        return sorted({self.host, socket.gethostname(), "localhost", "127.0.0.1", "::1", *self.allowed_hosts})
 
     def source_config(self) -> PrometheusSourceConfig:
         return PrometheusSourceConfig(ci_batches=self.ci_batches, min_batch_s=self.min_batch_s,

@@ -168,7 +168,8 @@ def test_a_host_the_service_is_not_named_is_refused_before_any_route(tmp_path: P
 def test_allowed_hosts_refuses_what_is_not_a_name() -> None:
     with pytest.raises(ValueError, match="allowed_hosts"):
         RecommenderSettings(allowed_hosts=["http://evil.example/"])
-    assert "0.0.0.0" in RecommenderSettings(host="0.0.0.0").host_names()
+    names = RecommenderSettings(host="0.0.0.0").host_names()
+    assert "0.0.0.0" in names and socket.gethostname() in names and "evil.example" not in names
 
 
 # -- a runs folder that cannot take a run ---------------------------------------------------------------------
