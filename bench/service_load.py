@@ -17,12 +17,14 @@ streams, ``--rate`` req/s each, random phase; ``bench/_fleet_service.py``):
 
 Floor: the same pollers against a bare asyncio server (uvloop, its own process) answering every request with
 the stale document's bytes (``fleet.py --serve-static``), measured in the same run; the ratio to it is what
-carries to other hardware. ``--service-root DIR`` runs another checkout's service (its ``satbench`` package)
-with this bench, for a before/after comparison. Goals are printed, not asserted; exit 0 unless a phase failed
-to run.
+carries to other hardware, and so does the service's CPU per answer (its process' CPU over the phase divided
+by the answers), which a busy machine's queueing leaves alone. ``--gzip``: the pollers accept gzip (as HTTP
+libraries do by default; the floor serves the same gzipped bytes), a sixth of the bytes to move.
+``--service-root DIR`` runs another checkout's service (its ``satbench`` package) with this bench, for a
+before/after comparison. Goals are printed, not asserted; exit 0 unless a phase failed to run.
 
     .venv/bin/python bench/service_load.py [--nodes 30] [--pollers 200] [--rate 1] [--seconds 20]
-        [--half-open 2000] [--refresh 3] [--service-root DIR]
+        [--half-open 2000] [--refresh 3] [--gzip] [--phases fresh,stale,half-open] [--service-root DIR]
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gzip
 import json
 import os
 import resource
@@ -69,8 +72,9 @@ def _line(name: str, got: Polled, floor: Polled | None = None) -> str:
     if floor is not None and p99 is not None and (f99 := floor.pct(0.99)):
         ratio = f", p99 {p99 / f99:.1f}x the floor's"
     errors = sum(got.errors.values())
+    per_answer = f", {got.server_cpu_s / len(got.latencies) * 1e3:.2f} ms server CPU an answer" if got.latencies else ""
     return (f"{name:<26} {len(got.latencies):>6} ok {errors:>5} errors  p50 {_ms(p50):>10}  p99 {_ms(p99):>10}"
-            f"{ratio}  ({got.cpu_note()}){'  ' + str(dict(got.errors)) if errors else ''}")
+            f"{ratio}  ({got.cpu_note()}{per_answer}){'  ' + str(dict(got.errors)) if errors else ''}")
 
 
 @contextlib.contextmanager
@@ -107,8 +111,10 @@ def wait_document(url: str, proc: subprocess.Popen[bytes], log: Path, state: str
 
 
 # -- pollers on a new connection per request, and half-open connections ----------------------------------------
-async def _reconnecting_poller(port: int, rate: float, start: asyncio.Event, until: list[float], out: Polled) -> None:
-    request = b"GET /recommendations HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+async def _reconnecting_poller(port: int, rate: float, start: asyncio.Event, until: list[float], out: Polled,
+                               gzipped: bool) -> None:
+    request = (b"GET /recommendations HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+               + (b"Accept-Encoding: gzip\r\n" if gzipped else b"") + b"\r\n")
     async for _ in paced(rate, start, until):
         t = time.perf_counter()
         try:
@@ -169,14 +175,16 @@ class HalfOpen:
         await asyncio.gather(*(self._one() for _ in range(self.count)))
 
 
-async def _attacked(port: int, pollers: int, rate: float, seconds: float, half_open: int) -> tuple[Polled, HalfOpen]:
+async def _attacked(port: int, pollers: int, rate: float, seconds: float, half_open: int,
+                   gzipped: bool) -> tuple[Polled, HalfOpen]:
     attack = HalfOpen(port, half_open)
     holder = asyncio.create_task(attack.hold())
     await asyncio.sleep(min(10.0, 1.0 + half_open / 500))  # every half-open connection made
     held_at_start = attack.open
     out = Polled(seconds=seconds)
     start, until = asyncio.Event(), [time.perf_counter() + seconds]
-    tasks = [asyncio.create_task(_reconnecting_poller(port, rate, start, until, out)) for _ in range(pollers)]
+    tasks = [asyncio.create_task(_reconnecting_poller(port, rate, start, until, out, gzipped))
+             for _ in range(pollers)]
     start.set()
     await asyncio.wait_for(asyncio.gather(*tasks), seconds + 2 * HTTP_TIMEOUT_S)
     attack.peak = max(attack.peak, held_at_start)
@@ -186,24 +194,25 @@ async def _attacked(port: int, pollers: int, rate: float, seconds: float, half_o
 
 
 def attacked(port: int, pollers: int, rate: float, seconds: float, half_open: int,
-             server_pid: int | None) -> tuple[Polled, HalfOpen]:
+             server_pid: int | None, gzipped: bool) -> tuple[Polled, HalfOpen]:
     client0, t0 = time.process_time(), time.perf_counter()
     server0 = cpu_s(server_pid) if server_pid else 0.0
-    out, attack = asyncio.run(_attacked(port, pollers, rate, seconds, half_open))
+    out, attack = asyncio.run(_attacked(port, pollers, rate, seconds, half_open, gzipped))
     out.client_cpu_s, out.wall_s = time.process_time() - client0, time.perf_counter() - t0
     out.server_cpu_s = cpu_s(server_pid) - server0 if server_pid else 0.0
     return out, attack
 
 
-def _fresh_floor(body: bytes, tmp: Path, pollers: int, rate: float, seconds: float) -> tuple[Polled, Polled]:
+def _fresh_floor(body: bytes, tmp: Path, pollers: int, rate: float, seconds: float,
+                 gzipped: bool) -> tuple[Polled, Polled]:
     static_file = tmp / "stale.json"
-    static_file.write_bytes(body)
+    static_file.write_bytes(gzip.compress(body, compresslevel=1, mtime=0) if gzipped else body)
     port = free_port()
     with child([sys.executable, str(FLEET_PY), "--serve-static", str(static_file), "--port", str(port)],
                tmp / "static.log") as static:
         wait_http(f"http://127.0.0.1:{port}/recommendations", timeout_s=30)
-        kept = poll(port, pollers, rate, seconds, static.pid)
-        renewed, _ = attacked(port, pollers, rate, seconds, 0, static.pid)
+        kept = poll(port, pollers, rate, seconds, static.pid, gzipped=gzipped)
+        renewed, _ = attacked(port, pollers, rate, seconds, 0, static.pid, gzipped)
         return kept, renewed
 
 
@@ -218,6 +227,8 @@ def main() -> int:
     parser.add_argument("--service-root", type=Path, default=ROOT, dest="service_root",
                         help="the checkout whose service runs (default: this one)")
     parser.add_argument("--phases", default="fresh,stale,half-open")
+    parser.add_argument("--gzip", action="store_true", help="the pollers accept gzip (as HTTP libraries do); the "
+                        "floor then serves the gzipped bytes")
     args = parser.parse_args()
     phases = set(args.phases.split(","))
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -236,7 +247,8 @@ def main() -> int:
         print(f"fleet run: {len(manifest.lane_names())} lanes, {len(records)} records "
               f"({time.perf_counter() - t:.1f} s to write); service from {args.service_root}, refresh every "
               f"{args.refresh:g} s, soft open-files limit {DEFAULT_SOFT_NOFILE} at start (hard {hard})")
-        print(f"{args.pollers} pollers at {args.rate:g} req/s, {args.seconds:g} s per phase")
+        print(f"{args.pollers} pollers at {args.rate:g} req/s{' accepting gzip' if args.gzip else ''}, "
+              f"{args.seconds:g} s per phase; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
         log = tmp / "recommender.log"
         results: list[str] = []
         with recommender(args.service_root, tmp / "runs", args.refresh, log) as (port, proc):
@@ -248,16 +260,19 @@ def main() -> int:
                   f"{len(json.loads(body)['lanes'])} lanes, {len(body) / 1e6:.2f} MB")
             if "fresh" in phases:
                 results.append(_line("fresh, re-analysed", poll(port, args.pollers, args.rate, args.seconds,
-                                                                 proc.pid)))
+                                                                 proc.pid, gzipped=args.gzip)))
             shutil.move(run_dir / "records.jsonl", tmp / "records.jsonl.away")
             wait_document(url, proc, log, "stale", timeout_s=120)
             stale_body = httpx.get(f"{url}/recommendations", timeout=HTTP_TIMEOUT_S).content
-            stale = poll(port, args.pollers, args.rate, args.seconds, proc.pid) if "stale" in phases else None
+            stale = (poll(port, args.pollers, args.rate, args.seconds, proc.pid, gzipped=args.gzip)
+                     if "stale" in phases else None)
             attack_figures = None
             if "half-open" in phases:
-                attack_figures = attacked(port, args.pollers, args.rate, args.seconds, args.half_open, proc.pid)
+                attack_figures = attacked(port, args.pollers, args.rate, args.seconds, args.half_open, proc.pid,
+                                          args.gzip)
             alive = proc.poll() is None
-        floor, floor_renewed = _fresh_floor(stale_body, tmp, args.pollers, args.rate, args.seconds)
+        print(f"load average after: {os.getloadavg()[0]:.1f}")
+        floor, floor_renewed = _fresh_floor(stale_body, tmp, args.pollers, args.rate, args.seconds, args.gzip)
         for line in results:
             print(line)
         if stale is not None:
@@ -271,7 +286,7 @@ def main() -> int:
             print(_line(f"stale + {args.half_open} half-open", got, floor_renewed))
             print(_line("floor, new connections", floor_renewed))
             print(f"half-open connections: {attack.peak} held at once, {attack.closed_by_server} closed by the "
-                  f"service at their deadline, {attack.refused} connects refused; service "
+                  f"service (at their deadline, or on arrival), {attack.refused} connects refused; service "
                   f"{'alive' if alive else 'DEAD'}")
             answered = len(got.latencies) > 0 and not got.errors
             print(f"goal: every poll answered beside {args.half_open} half-open connections -> "

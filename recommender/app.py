@@ -268,7 +268,7 @@ class CachedDocumentASGI:
         if path == "/recommendations" and (schema == "v2" or served.v1_ready()):
             headers = [(b"content-type", b"application/json"), (b"vary", b"accept-encoding")]
             if schema == "v2" and _accepts_gzip(scope):
-                body = served.gzip()
+                body = await served.gzip_async()
                 headers.append((b"content-encoding", b"gzip"))
             else:
                 body = served.v2() if schema == "v2" else served.v1()

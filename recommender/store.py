@@ -99,6 +99,7 @@ def analyze_all(analyzer: Analyzer, jobs: list[tuple[RunManifest, Path | None]],
 
 
 _ORDER = itertools.count()
+_SAME = object()  # _publish: keep what the last publish left
 
 
 def entry_key(manifest: RunManifest) -> str:
@@ -344,7 +345,7 @@ class RecommendationStore:
         if failure is not None:
             if self._current is not None:
                 if failure != self._stale_reason:
-                    await self._publish(self._merged, stale_reason=failure, good_at=self._good_at)
+                    await self._publish(stale_reason=failure)
                 return
             self._stale_reason = failure
         elif self._stale_reason is not None and self._current is None:
@@ -378,16 +379,21 @@ class RecommendationStore:
         """Per fleet, its newest run's shards that did not report, or failed, among the runs registered."""
         return fleet_runs(self._shard_entries(list(self._runs.values())))
 
-    async def _publish(self, merged: dict[str, Any] | None, *, stale_reason: str | None, good_at: float | None,
-                       validity: Mapping[str, ValidityModel] | None = None) -> None:
+    async def _publish(self, merged: Any = _SAME, *, stale_reason: Any = _SAME, good_at: Any = _SAME,
+                       validity: Any = _SAME) -> None:
         """The merged answers with each one's validity laid over them, rendered in every served form in a
         worker thread (``recommender.rendition``), then swapped in at once: what is served changes in one
-        step, and never costs the event loop a serialisation. The dicts handed to the thread are never
-        changed in place (each publish builds new ones), so the thread reads them safely."""
+        step, and never costs the event loop a serialisation. What is not given stays as the last publish
+        left it, read under the lock (a validity tick waiting behind an analysis keeps its answers). The dicts
+        handed to the thread are never changed in place (each publish builds new ones), so it reads them
+        safely."""
         async with self._publish_lock:
-            validity = self._validity if validity is None else dict(validity)
+            merged = self._merged if merged is _SAME else merged
+            stale_reason = self._stale_reason if stale_reason is _SAME else stale_reason
+            good_at = self._good_at if good_at is _SAME else good_at
+            validity = dict(self._validity if validity is _SAME else validity)
             if merged is None:
-                self._validity = dict(validity)
+                self._validity = validity
                 return
             current = dict(merged)
             current["lanes"] = {key: mark_changed(lane, validity[key]) if key in validity else lane
@@ -395,7 +401,7 @@ class RecommendationStore:
             when = good_at if good_at is not None else self._clock()
             rendition = await asyncio.to_thread(render, current, stale_reason=stale_reason, good_at=when)
             self.builds["render"] += 1
-            self._merged, self._validity, self._stale_reason, self._good_at = merged, dict(validity), stale_reason, when
+            self._merged, self._validity, self._stale_reason, self._good_at = merged, validity, stale_reason, when
             self._current, self._rendered, self._served = current, rendition, None
 
     # -- validity ----------------------------------------------------------------------------------
@@ -417,8 +423,7 @@ class RecommendationStore:
             state(self._validity.get(k)) != state(v) for k, v in validity.items())
         self.validity_checked_at = checked_at if checked_at is not None else self._clock()
         if moved:
-            await self._publish(self._merged, stale_reason=self._stale_reason, good_at=self._good_at,
-                                validity=validity)
+            await self._publish(validity=validity)
         return moved
 
     # -- serving -----------------------------------------------------------------------------------

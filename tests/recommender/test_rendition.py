@@ -39,6 +39,13 @@ def test_each_stale_form_at_an_age_is_the_document_marked_stale_whole(age: int) 
     assert served.v1() == dumps(as_v1(whole))
     assert served.capabilities() == dumps(capability_fragment(whole))
     assert gzip.decompress(served.gzip()) == dumps(whole)
+    zipped_off_loop = Served(served.rendition, age)
+
+    async def twice() -> tuple[bytes, bytes]:  # two polls at once share one compression
+        return await asyncio.gather(zipped_off_loop.gzip_async(), zipped_off_loop.gzip_async())
+
+    first, second = asyncio.run(twice())
+    assert first is second and gzip.decompress(first) == dumps(whole)
     assert served.model().age_s == age and served.model().lanes["dense"].status == "stale"
 
 
