@@ -309,6 +309,7 @@ def create_app(settings: RecommenderSettings, *, analyzer: Analyzer | None = Non
         tasks = []
         if background_refresh:
             tasks.append(asyncio.create_task(_refresh_forever(store, settings.refresh_interval_s)))
+            tasks.append(asyncio.create_task(store.prepare_ages()))
             if settings.prometheus_url is not None:
                 tasks.append(asyncio.create_task(_check_validity_forever(
                     store, settings, settings.prometheus_url, clock)))

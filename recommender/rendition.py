@@ -147,6 +147,12 @@ class Served:
             self._forms["gzip"] = _zip(self.v2())
         return self._forms["gzip"]
 
+    def prepare(self) -> None:
+        """Fills in the plain and gzipped forms now (``RecommendationStore.prepare_ages`` runs it in a worker
+        thread for the next second's age, before any poll asks)."""
+        self.v2()
+        self.gzip()
+
     async def gzip_async(self) -> bytes:
         """``gzip()``, a stale age's compressed in a worker thread (zlib lets go of the GIL, 8 ms for 1.3 MB here),
         once, however many polls ask meanwhile: the loop serves the other polls while it runs."""

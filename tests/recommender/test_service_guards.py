@@ -229,7 +229,8 @@ def test_served_bytes_are_built_once_per_change_and_a_stale_age_once_per_second(
                 if i % 10 == 9:
                     clock.now += 0.25  # 40 polls of four forms over a second of age
             assert store.builds["render"] == before["render"]  # nothing rendered whole
-            assert store.builds["age"] - before["age"] <= 2  # at most one fill per whole second of age
+            # at most one fill per whole second of age (and the next second's, made ahead)
+            assert store.builds["age"] - before["age"] <= 3
             raw = client.get("/recommendations", headers={"Accept-Encoding": "identity"})
         served = raw.json()
         assert served["stale"] is True and served["age_s"] == first["age_s"] + 1.0
