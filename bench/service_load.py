@@ -204,7 +204,7 @@ def attacked(port: int, pollers: int, rate: float, seconds: float, half_open: in
 
 
 def _fresh_floor(body: bytes, tmp: Path, pollers: int, rate: float, seconds: float,
-                 gzipped: bool) -> tuple[Polled, Polled]:
+                 gzipped: bool, half_open: int) -> tuple[Polled, Polled, Polled | None]:
     static_file = tmp / "stale.json"
     static_file.write_bytes(gzip.compress(body, compresslevel=1, mtime=0) if gzipped else body)
     port = free_port()
@@ -213,7 +213,8 @@ def _fresh_floor(body: bytes, tmp: Path, pollers: int, rate: float, seconds: flo
         wait_http(f"http://127.0.0.1:{port}/recommendations", timeout_s=30)
         kept = poll(port, pollers, rate, seconds, static.pid, gzipped=gzipped)
         renewed, _ = attacked(port, pollers, rate, seconds, 0, static.pid, gzipped)
-        return kept, renewed
+        beside = attacked(port, pollers, rate, seconds, half_open, static.pid, gzipped)[0] if half_open else None
+        return kept, renewed, beside
 
 
 def main() -> int:
@@ -272,7 +273,8 @@ def main() -> int:
                                           args.gzip)
             alive = proc.poll() is None
         print(f"load average after: {os.getloadavg()[0]:.1f}")
-        floor, floor_renewed = _fresh_floor(stale_body, tmp, args.pollers, args.rate, args.seconds, args.gzip)
+        floor, floor_renewed, floor_beside = _fresh_floor(stale_body, tmp, args.pollers, args.rate, args.seconds,
+                                                          args.gzip, args.half_open if "half-open" in phases else 0)
         for line in results:
             print(line)
         if stale is not None:
@@ -285,6 +287,8 @@ def main() -> int:
             got, attack = attack_figures
             print(_line(f"stale + {args.half_open} half-open", got, floor_renewed))
             print(_line("floor, new connections", floor_renewed))
+            if floor_beside is not None:  # the bare server never closes them: what holding them costs the pollers
+                print(_line(f"floor + {args.half_open} half-open", floor_beside))
             print(f"half-open connections: {attack.peak} held at once, {attack.closed_by_server} closed by the "
                   f"service (at their deadline, or on arrival), {attack.refused} connects refused; service "
                   f"{'alive' if alive else 'DEAD'}")
