@@ -13,7 +13,26 @@ and a bad field read the same wherever they are refused:
 - ``load_toml_model(model, path, overrides, what=, error=, prepare=)``: all of the above in order, the one
   loader of every config (``prepare`` reshapes the file's table before the overrides);
 - ``HttpUrl``: a string field that must be an ``http(s)`` URL with a host and no query, kept without
-  its trailing slash (``check_http_url`` is the check itself).
+  its trailing slash (``check_http_url`` is the check itself);
+- the declared limits every config and input file is held to (``MAX_TOKENS``, ``MAX_SECONDS``,
+  ``MAX_CONCURRENCY``, ``MAX_TRACE_SPAN_S``), so that a value no session could mean (a prompt of 10^12 tokens,
+  a window of 1e300 s, a timeout of ``inf``) is refused in one line naming the setting when the config is read,
+  before any runtime starts, rather than found later as a ``MemoryError`` or a session that never ends. Every
+  float of a config is finite too (its models set ``allow_inf_nan=False``).
+
+The limits and why each is where it is:
+
+- ``MAX_TOKENS`` = 2^24 (16,777,216) tokens, for any length (a prompt, an answer, a context, a batch): 16 times
+  the longest context a GGUF model serves today (1M tokens), so no real request is refused, while a prompt of
+  that many words still fits in memory (about 75 MB of text);
+- ``MAX_SECONDS`` = one week, for any duration (a window, a warm-up, a timeout): a rung is measured in seconds
+  to minutes and a session in hours, so a longer value is a typo (or ``inf``) that would hang a session
+  rather than measure anything;
+- ``MAX_CONCURRENCY`` = 65,536 users or requests in flight: each is a connection from one client address, and
+  one address has at most that many ports;
+- ``MAX_TRACE_SPAN_S`` = 366 days, for a recorded trace's timestamps (from its first request) and the window
+  replayed: the longest published trace (BurstGPT) spans 121 days;
+- ``MAX_CONFIG_BYTES`` = 16 MiB for a config file, read no further: a fleet of 10,000 nodes is about 2 MB.
 """
 
 from __future__ import annotations
@@ -29,6 +48,11 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, BaseModel, ValidationError
 
 __all__ = [
+    "MAX_CONCURRENCY",
+    "MAX_CONFIG_BYTES",
+    "MAX_SECONDS",
+    "MAX_TOKENS",
+    "MAX_TRACE_SPAN_S",
     "FieldError",
     "HttpUrl",
     "apply_overrides",
@@ -40,6 +64,13 @@ __all__ = [
     "read_toml_config",
     "validation_problems",
 ]
+
+
+MAX_TOKENS = 1 << 24
+MAX_SECONDS = 7 * 24 * 3600.0
+MAX_CONCURRENCY = 1 << 16
+MAX_TRACE_SPAN_S = 366 * 86400.0
+MAX_CONFIG_BYTES = 16 << 20
 
 
 def check_http_url(value: str) -> str:
@@ -198,11 +229,18 @@ def read_toml_config(path: Path, what: str, error: type[ValueError]) -> dict[str
     """The TOML table of a config file; ``error`` names the file and the cause when it cannot be read."""
     try:
         with Path(path).open("rb") as fh:
-            return tomllib.load(fh)
+            data = fh.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise error(f"{what} config {path} is longer than {MAX_CONFIG_BYTES:,} bytes (the config file limit)")
+        return tomllib.loads(data.decode("utf-8"))
     except OSError as exc:
         raise error(f"cannot read {what} config {path}: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise error(f"{what} config {path} is not UTF-8 text ({exc.reason})") from None
     except tomllib.TOMLDecodeError as exc:
         raise error(f"{what} config {path} is not valid TOML: {exc}") from exc
+    except RecursionError:
+        raise error(f"{what} config {path} nests too deep (past the TOML parser's recursion bound)") from None
 
 
 M = TypeVar("M", bound=BaseModel)

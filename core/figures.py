@@ -61,8 +61,11 @@ class Tail:
     top: tuple[float, ...] = ()
 
     @classmethod
-    def of(cls, values: list[float]) -> Tail:
-        return cls(len(values), tuple(sorted(values, reverse=True)[:TAIL_SIZE]))
+    def of(cls, values: list[float], size: int | None = TAIL_SIZE) -> Tail:
+        """The tail of ``values``: its ``size`` largest (every value where ``size`` is None: the exact count
+        above any limit, as ``satbench compare`` reads a run folder's records)."""
+        ordered = sorted(values, reverse=True)
+        return cls(len(values), tuple(ordered if size is None else ordered[:size]))
 
     def above(self, limit: float) -> tuple[int, bool]:
         """How many of the ``n`` exceed ``limit``, and whether that count is exact (False: at least that many,

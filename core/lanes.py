@@ -24,6 +24,7 @@ from typing import Any, Protocol, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from satbench.core.api import ApiFlavour
+from satbench.core.config_files import MAX_CONCURRENCY
 
 __all__ = ["LOCAL_NODE", "NAME_PATTERN", "Lane", "duplicate_names", "key_labels", "lane_key", "lane_named", "split_key"]
 
@@ -57,7 +58,7 @@ class Lane(BaseModel):
     api: ApiFlavour = "llamacpp"
     model: str = ""
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    slots: int | None = Field(default=None, gt=0)
+    slots: int | None = Field(default=None, gt=0, le=MAX_CONCURRENCY)  # a slot per concurrent request at most
     # The runtime host this lane is on (module docstring); None: the session's own host (LOCAL_NODE).
     node: str | None = Field(default=None, pattern=NAME_PATTERN, min_length=1, max_length=64)
 

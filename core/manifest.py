@@ -12,7 +12,8 @@ another producer's part:
   url, API flavour, model, the runtime's ``/props`` and a round trip), the trace each lane replayed
   (``traces``: its file's sha256 and size, window, what was synthesised, the factors) and the dataset its
   users sent (``datasets``: sha256, size, filters, sample), the load generator's /metrics URL and when the
-  walk finished. ``loadgen.runner`` returns it and writes ``header.with_ladder(part)`` after every rung, so a
+  walk finished (``finished_at``), or why it was cut short (``cut_short``: its records could not be written,
+  a full disk). ``loadgen.runner`` returns it and writes ``header.with_ladder(part)`` after every rung, so a
   crash loses at most the rung in flight.
 - ``RunManifest`` (the session's header, a ``LadderPart`` with more): run id, command, redacted config,
   versions, hardware, network, Prometheus, the recommender URL and ``lanes``: how each lane's runtime was
@@ -21,6 +22,13 @@ another producer's part:
 One shape for every edge: frozen pydantic models (``StepWindow`` a pydantic dataclass), so the
 recommender's ``POST /runs`` validates a body with the same class the writers use (bounds on run ids, lanes,
 concurrency, finite times).
+
+A run is complete only when its walk finished: ``finished_at`` set and nothing ``cut_short``. A session killed
+mid-walk leaves the manifest of its last finished rung (``finished_at`` null); a disk that fills leaves
+``cut_short``. Either is a partial run (``RunManifest.partial``): its rungs are real measurements, but its
+ladder stopped where the kill or the disk stopped it, not where saturation did, so its answer may only
+stand where no complete run answers (``recommender.store``). When a run was measured is its windows' end
+(``measured_until``), never a time a writer or a poster claims beside them.
 """
 
 from __future__ import annotations
@@ -123,6 +131,7 @@ class LadderPart(BaseModel):
     clients: dict[str, dict[str, Any]] = Field(default_factory=dict)
     loadgen_metrics_url: str | None = None
     finished_at: FiniteFloat | None = None
+    cut_short: str | None = None  # why the walk ended before its ladder did (its records could not be written)
     # per lane, the trace it replayed (loadgen.traces.Trace.evidence: file sha256, size, window, what was
     # synthesised) and the speed factors walked
     traces: dict[str, dict[str, Any]] = Field(default_factory=dict)
@@ -166,6 +175,23 @@ class RunManifest(LadderPart):
     def windows(self, lane: str | None = None) -> list[StepWindow]:
         return [s for s in self.steps if lane is None or s.lane == lane]
 
+    @property
+    def partial(self) -> str | None:
+        """Why this run is not complete (module docstring), or None when its walk finished."""
+        if self.cut_short is not None:
+            return f"its walk was cut short: {self.cut_short}"
+        if self.finished_at is None:
+            return "it did not finish (finished_at null: the session was killed or crashed mid-walk)"
+        return None
+
+    def measured_until(self, lane: str | None = None) -> float:
+        """When ``lane`` (any lane by default) was last measured: its windows' latest end (drained), else when
+        the walk finished, else when the run was created."""
+        ends = [w.drain_end if w.drain_end is not None else w.end for w in self.windows(lane)]
+        if ends:
+            return max(ends)
+        return self.finished_at if self.finished_at is not None else self.created_at
+
     def lane_names(self) -> list[str]:
         names = [*self.lanes, *(n for n in self.clients if n not in self.lanes)]
         for step in self.steps:
@@ -198,12 +224,17 @@ def read_manifest(path: Path | str) -> RunManifest:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Writes JSON through a temporary file and a rename, so readers never see a half-written file."""
+    """Writes JSON through a temporary file and a rename, so readers never see a half-written file; a write
+    that fails (a full disk) leaves the file as it was and no temporary file behind."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2, sort_keys=False, default=str)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with tmp.open("w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2, sort_keys=False, default=str)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

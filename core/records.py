@@ -10,28 +10,40 @@ an open-loop request (a rate rung, ``core.arrivals``) carries its rung's ``rate_
 meant to be sent (``intended_at``), ``None`` both in a closed loop: fields added later have defaults, so older
 files still load.
 
-The writer appends and flushes a line per record, so a crash leaves every finished request on disk; it
-fsyncs at each step end (``sync()``), so a killed process loses nothing that had ended before the last sync
-and at most the OS buffer after it.
+The writer appends a whole line per record in one unbuffered write, so a crash leaves every finished request
+on disk; it fsyncs at each step end (``sync()``), so a killed process loses nothing that had ended before the
+last sync and at most the OS buffer after it. A write that fails (a full disk: ``ENOSPC``) may have put part
+of its line on disk: the writer cuts the file back to its last whole line and raises ``RecordsNotWritten``
+from then on, so the file stays every whole record and nothing torn, and the walk can end marked partial
+(``core.manifest``). The write itself is injected (``os.write`` by default): a test fills the disk after N
+bytes without filling one.
+
+A reader cuts what is not a whole record: a last line without its newline (a process killed mid-write, a
+disk that filled before the writer could cut it back) and any line that is not a record. ``read_records_file``
+says what it cut (``RecordsRead.cut_lines``, ``cut_bytes``) so every reader can say it; the file is never
+rewritten by a reader (a run folder is evidence).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import Any, Literal
 
 __all__ = [
     "OUTCOMES",
     "PHASES",
     "Outcome",
     "Phase",
+    "RecordsNotWritten",
+    "RecordsRead",
     "RecordsWriter",
     "RequestRecord",
     "read_records",
+    "read_records_file",
     "write_records",
 ]
 
@@ -139,32 +151,61 @@ class RequestRecord:
         return cls(**kwargs)
 
 
-class RecordsWriter:
-    """Appends records to a JSONL file: one flushed line per record, fsync on ``sync()`` and ``close()``."""
+class RecordsNotWritten(OSError):
+    """A record could not be written (a full disk): the file holds every record before it, whole."""
 
-    def __init__(self, path: Path) -> None:
+
+class RecordsWriter:
+    """Appends records to a JSONL file: one whole line per record in one write, fsync on ``sync()`` and
+    ``close()``; ``write`` is the syscall (``os.write``), injected by tests that fill the disk."""
+
+    def __init__(self, path: Path, *, write: Callable[[int, memoryview], int] = os.write) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh: IO[str] | None = path.open("a", encoding="utf-8")
+        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._write = write
+        self._whole = os.fstat(self._fd).st_size  # where the last whole line ends
+        self.failed: RecordsNotWritten | None = None
         self.count = 0
 
     def write(self, record: RequestRecord) -> None:
-        if self._fh is None:
+        if self.failed is not None:
+            raise self.failed
+        if self._fd is None:
             raise ValueError(f"records file {self.path} is closed")
-        self._fh.write(record.to_json() + "\n")
-        self._fh.flush()
+        data = (record.to_json() + "\n").encode()
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[self._write(self._fd, view):]
+        except OSError as exc:
+            self.failed = self._cut_back(exc)
+            raise self.failed from exc
+        self._whole += len(data)
         self.count += 1
 
+    def _cut_back(self, exc: OSError) -> RecordsNotWritten:
+        """Cuts the file back to its last whole line (what the failed write put there is torn)."""
+        cut = "its last whole line kept"
+        try:
+            assert self._fd is not None
+            os.ftruncate(self._fd, self._whole)
+        except OSError as again:
+            cut = f"its torn tail could not be cut ({again.strerror or again}): readers cut it"
+        why = exc.strerror or str(exc)
+        return RecordsNotWritten(exc.errno, f"{self.path.name}: {why} after {self.count} records ({cut})")
+
     def sync(self) -> None:
-        if self._fh is not None:
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
+        if self._fd is not None and self.failed is None:
+            os.fsync(self._fd)
 
     def close(self) -> None:
-        if self._fh is not None:
-            self.sync()
-            self._fh.close()
-            self._fh = None
+        if self._fd is not None:
+            try:
+                self.sync()
+            finally:
+                os.close(self._fd)
+                self._fd = None
 
     def __enter__(self) -> RecordsWriter:
         return self
@@ -176,18 +217,55 @@ class RecordsWriter:
 _FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))
 
 
-def read_records(path: Path | str, *, strict: bool = False) -> Iterator[RequestRecord]:
-    """Yields the records of a JSONL file. A torn last line (a crash mid-write) is skipped unless ``strict``."""
-    with Path(path).open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            line = line.strip()
+@dataclass(frozen=True, slots=True)
+class RecordsRead:
+    """A records file read whole: its records, and what was cut (module docstring)."""
+
+    records: list[RequestRecord]
+    cut_lines: int = 0  # lines that were not a whole record: a torn last line, a malformed one
+    cut_bytes: int = 0
+    torn_tail: bool = False  # the last line had no newline: the writer was stopped mid-line
+
+    def said(self, name: str = "records.jsonl") -> str | None:
+        """One line saying what was cut, or None when nothing was."""
+        if not self.cut_lines:
+            return None
+        torn = "a torn last line" if self.torn_tail else "no torn line"
+        return (f"{name}: {self.cut_lines} line(s), {self.cut_bytes} bytes cut ({torn}; "
+                f"{len(self.records)} whole records read)")
+
+
+def _scan(path: Path | str, strict: bool, tally: list[int]) -> Iterator[RequestRecord]:
+    """The records of ``path``, counting into ``tally`` (lines cut, bytes cut, torn tail) what is not one."""
+    with Path(path).open("rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            line = raw.strip()
             if not line:
                 continue
+            whole = raw.endswith(b"\n")
             try:
+                if not whole:
+                    raise ValueError("torn last line (no newline: its writer was stopped mid-line)")
                 yield RequestRecord.from_dict(json.loads(line))
-            except (ValueError, TypeError) as exc:
+            except (ValueError, TypeError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
                 if strict:
                     raise ValueError(f"{path}:{lineno}: {exc}") from exc
+                tally[0] += 1
+                tally[1] += len(raw)
+                tally[2] = int(not whole)
+
+
+def read_records(path: Path | str, *, strict: bool = False) -> Iterator[RequestRecord]:
+    """Yields the records of a JSONL file, cutting what is not a whole record unless ``strict``
+    (``read_records_file`` says what it cut)."""
+    yield from _scan(path, strict, [0, 0, 0])
+
+
+def read_records_file(path: Path | str) -> RecordsRead:
+    """Every whole record of ``path`` and what was cut (module docstring)."""
+    tally = [0, 0, 0]
+    records = list(_scan(path, False, tally))
+    return RecordsRead(records, cut_lines=tally[0], cut_bytes=tally[1], torn_tail=bool(tally[2]))
 
 
 def write_records(path: Path, records: Iterable[RequestRecord]) -> None:

@@ -63,7 +63,7 @@ from typing import Any
 from satbench.core.admission import admission_figures
 from satbench.core.attainment import attainment_estimate
 from satbench.core.attainment import backlog_growth as growth_of
-from satbench.core.figures import StepFigures, Tail
+from satbench.core.figures import TAIL_SIZE, StepFigures, Tail
 from satbench.core.manifest import StepWindow
 from satbench.core.objectives import Objectives
 from satbench.core.records import RequestRecord
@@ -146,9 +146,10 @@ def backlog_growth(records: Sequence[RequestRecord], start: float, end: float) -
 
 
 def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *, batch_s: float | None = None,
-                         confidence: float = 0.95, objectives: Objectives | None = None) -> StepFigures:
+                         confidence: float = 0.95, objectives: Objectives | None = None,
+                         tail_size: int | None = TAIL_SIZE) -> StepFigures:
     """Exact figures of one step window from the records of its rung, its lane, concurrency and rate (others
-    are ignored); goodput where ``objectives`` are given."""
+    are ignored); goodput where ``objectives`` are given; ``tail_size`` None keeps every value in the tails."""
     start, end = window.start, window.end
     length = max(end - start, 1e-9)
     mine = [r for r in records if r.lane == window.lane and r.concurrency == window.concurrency
@@ -278,9 +279,9 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
         decode_step_s=step_s,
         decode_step_gaps=stalls.decode_step_gaps,
         pause_excess_s=quantiles(stalls.excesses),
-        pause_excess_tail=Tail.of(stalls.excesses),
-        ttft_tail=Tail.of(ttft),
-        latency_tail=Tail.of(e2e),
+        pause_excess_tail=Tail.of(stalls.excesses, tail_size),
+        ttft_tail=Tail.of(ttft, tail_size),
+        latency_tail=Tail.of(e2e, tail_size),
         censored_requests=cut,
         queued_requests=admission.queued_requests,
         admission_wait_max_s=admission.admission_wait_max_s,

@@ -14,6 +14,11 @@ deadline clamps every socket operation, headers included, and the body is cut at
 that trickles bytes or sends a gigabyte of ``/slots`` costs one bounded fetch, its worker thread is free
 again at the deadline, and :meth:`EndpointFetcher.close` returns within one scrape budget.
 
+A runtime started with an API key (llama-server's ``--api-key``) answers ``/metrics``, ``/slots`` and ``/props``
+401 without it (only ``/health``, ``/models`` and the web UI are public); ``api_key`` is then sent with every
+read as ``Authorization: Bearer KEY``, which llama-server and the simulator both take. A 401 or 403 comes back
+as a reply whose error says which of the two is wrong: no key given, or the one given refused.
+
 ``fetch`` takes ``model`` only from callers that were asked for one model of a router node (the exporter's
 ``/metrics?model=NAME``); an adapter of a runtime without router mode may leave it out of its signature.
 """
@@ -30,9 +35,14 @@ import httpx
 from satbench.exporter.bounded_http import TooLarge, bounded_transport, deadline, read_bounded
 from satbench.exporter.snapshot import EndpointReply, RuntimeSnapshot
 
-__all__ = ["MAX_BODY_BYTES", "Clock", "EndpointFetcher", "Path", "RuntimeAdapter"]
+__all__ = ["MAX_BODY_BYTES", "NO_KEY", "REFUSED_KEY", "Clock", "EndpointFetcher", "Path", "RuntimeAdapter"]
 
 MAX_BODY_BYTES = 16 << 20  # a /slots of 256 busy slots is about 1 MB; a /metrics a few kB
+# why a 401/403 came back: the exporter's settings that would mend it, never the key
+NO_KEY = ("the runtime wants an API key; give the exporter its key (--runtime-api-key-file or "
+          "$SATBENCH_EXPORTER_RUNTIME_API_KEY)")
+REFUSED_KEY = ("the runtime refused the exporter's API key (--runtime-api-key-file or "
+               "$SATBENCH_EXPORTER_RUNTIME_API_KEY)")
 
 Clock = Callable[[], float]
 Path = str | tuple[str, Mapping[str, str]]
@@ -59,8 +69,13 @@ class EndpointFetcher:
         clock: Clock = time.monotonic,
         max_workers: int = 16,
         max_body_bytes: int = MAX_BODY_BYTES,
+        api_key: str | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self._headers = {"Accept-Encoding": "identity"}
+        if api_key is not None:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._refused = REFUSED_KEY if api_key is not None else NO_KEY
         self._own_client = client is None
         self._client = client if client is not None else httpx.Client(transport=bounded_transport())
         self._clock = clock
@@ -88,7 +103,7 @@ class EndpointFetcher:
             with deadline(ends), self._client.stream(
                     "GET", self.base_url + route, params=params,
                     timeout=httpx.Timeout(max(0.0, ends - time.monotonic())),
-                    headers={"Accept-Encoding": "identity"}) as resp:
+                    headers=self._headers) as resp:
                 answered = True
                 raw = read_bounded(resp, self.max_body_bytes)
                 body = raw.decode(resp.encoding or "utf-8", errors="replace")
@@ -101,7 +116,9 @@ class EndpointFetcher:
             return EndpointReply(name, None, "", self._clock() - start, f"{type(exc).__name__}: {exc}"[:200]), lost
         except Exception as exc:  # a transport may raise anything; a scrape must not
             return EndpointReply(name, None, "", self._clock() - start, f"{type(exc).__name__}: {exc}"[:200]), False
-        return EndpointReply(name, resp.status_code, body, self._clock() - start), False
+        refused = self._refused if resp.status_code in (401, 403) else None
+        return EndpointReply(name, resp.status_code, body, self._clock() - start,
+                             None if refused is None else f"HTTP {resp.status_code}: {refused}"), False
 
     def fetch_many(self, paths: Mapping[str, Path], budget_s: float) -> dict[str, EndpointReply]:
         """``name -> reply`` for every ``name -> path``; unanswered by the deadline -> a timed-out reply."""

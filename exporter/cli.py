@@ -3,21 +3,67 @@
 Run one beside each runtime node; the node's lane is a target label in ``prometheus.yml``, not a flag. A
 llama-server in router mode is detected (``--router auto``) and served per model: every loaded model's
 series carry a ``model`` label, and ``/metrics?model=NAME`` serves one model, for one lane.
+
+``--fingerprint-key-file`` (or ``SATBENCH_EXPORTER_FINGERPRINT_KEY``; never a flag's value) holds the node's
+fingerprint key: the fingerprint series is then signed, so a recommender with the fleet key can tell it from
+one written into the store by anyone else (``core.fingerprint_signature``).
+
+``--runtime-api-key-file`` (or ``SATBENCH_EXPORTER_RUNTIME_API_KEY``; never a flag's value, which every user of
+the host can read) holds the runtime's API key: a llama-server started with ``--api-key`` answers ``/metrics``,
+``/slots`` and ``/props`` only with it, and the exporter sends it with every read of the runtime.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from satbench.exporter.relay_metrics import RelayMetrics
 
-__all__ = ["configure", "main"]
+__all__ = ["KEY_ENV", "RUNTIME_API_KEY_ENV", "configure", "fingerprint_key", "main", "runtime_api_key"]
+
+KEY_ENV = "SATBENCH_EXPORTER_FINGERPRINT_KEY"
+RUNTIME_API_KEY_ENV = "SATBENCH_EXPORTER_RUNTIME_API_KEY"
+
+
+def _secret(flag: str, env: str, path: Path | None, environ: dict[str, str] | None) -> str | None:
+    """A secret's text: the file's (surrounding whitespace stripped), else ``$env``'s, else None. ``ValueError``
+    naming the flag for a file that cannot be read or is empty."""
+    if path is not None:
+        try:
+            text = path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{flag} {path}: {getattr(exc, 'strerror', None) or exc}") from exc
+        if not text:
+            raise ValueError(f"{flag} {path}: the file is empty")
+        return text
+    text = (os.environ if environ is None else environ).get(env, "").strip()
+    return text or None
+
+
+def fingerprint_key(path: Path | None, environ: dict[str, str] | None = None) -> bytes | None:
+    """The node's fingerprint key: the file's text, else ``$SATBENCH_EXPORTER_FINGERPRINT_KEY``, else None.
+    ``ValueError`` naming the setting for a file that cannot be read or is empty."""
+    text = _secret("--fingerprint-key-file", KEY_ENV, path, environ)
+    return None if text is None else text.encode()
+
+
+def runtime_api_key(path: Path | None, environ: dict[str, str] | None = None) -> str | None:
+    """The runtime's API key: the file's text (one line), else ``$SATBENCH_EXPORTER_RUNTIME_API_KEY``, else
+    None. ``ValueError`` naming the setting for a file that cannot be read, is empty or holds several lines
+    (llama-server's ``--api-key-file`` takes one key a line; the exporter sends one)."""
+    text = _secret("--runtime-api-key-file", RUNTIME_API_KEY_ENV, path, environ)
+    if text is not None and not text.isprintable():
+        where = f"--runtime-api-key-file {path}" if path is not None else f"${RUNTIME_API_KEY_ENV}"
+        raise ValueError(f"{where}: the key must be one printable line (the exporter sends one key)")
+    return text
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -48,6 +94,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "(repeatable; besides these only files the runtime itself has open are read)")
     parser.add_argument("--max-body-bytes", type=int, default=16 << 20,
                         help="the most bytes read of one runtime answer (default 16 MiB)")
+    parser.add_argument("--fingerprint-key-file", type=Path, default=None, metavar="PATH",
+                        help="a file holding this node's fingerprint key (satbench fingerprint-key --node N): "
+                             "runtime_fingerprint_info is signed with it (default: "
+                             f"${KEY_ENV}; unset: not signed)")
+    parser.add_argument("--read-max-age-s", type=float, default=0.5,
+                        help="scrapes within this many seconds share one read of the node, so many scrapers "
+                             "cost it one (default 0.5: half a 1 s scrape interval; 0: every scrape reads)")
+    parser.add_argument("--runtime-api-key-file", type=Path, default=None, metavar="PATH",
+                        help="a file holding the runtime's API key (llama-server --api-key), sent with every "
+                             f"read of the runtime (default: ${RUNTIME_API_KEY_ENV}; unset: none sent)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -59,6 +115,9 @@ def main(args: argparse.Namespace) -> int:
             flavour=args.flavour, gpu=args.gpu, budget_s=args.budget_s, props_ttl_s=args.props_ttl_s,
             router=args.router, model=args.model, kv_unified=args.kv_unified,
             models_roots=tuple(args.models_root), max_body_bytes=args.max_body_bytes,
+            fingerprint_key=fingerprint_key(getattr(args, "fingerprint_key_file", None)),
+            read_max_age_s=args.read_max_age_s,
+            runtime_api_key=runtime_api_key(getattr(args, "runtime_api_key_file", None)),
         )
     except ValueError as exc:
         print(f"satbench exporter: {exc}", file=sys.stderr)

@@ -7,6 +7,15 @@ is limited to the previous decode counters of each model (for ``runtime_decode_o
 monotonic ``runtime_busy_slot_decodes_total``, see :mod:`exporter.occupancy`) and the adapter's ``/props``
 cache. The runtime series themselves are built in :mod:`exporter.runtime_series`.
 
+Scrapes that come close together share one read of the node (:mod:`exporter.shared_read`): a scrape that
+finds a read in flight, or one that began at most ``read_max_age_s`` ago (``--read-max-age-s``, default
+``DEFAULT_READ_MAX_AGE_S``, 0.5 s: half the 1 s scrape interval, so a single scraper always reads afresh),
+reports that read, so sixteen clients scraping one exporter cost the node about what one does. Each scrape
+still answers with its own ``exporter_scrape_duration_seconds``, and says how old its read is
+(``exporter_read_age_seconds``, whose HELP states the bound) and whether another scrape made it
+(``exporter_read_shared``); every other value, ``*_up`` included, is the shared read's. The occupancy state
+steps once per read, not per scrape. ``fingerprints()`` (``GET /fingerprint``) always reads afresh.
+
 ``collect_for(model)`` serves ``/metrics?model=NAME`` on a router node: the adapter fetches only that model,
 and the node-wide series (runtime, GPU, process) come along, so one exporter can be scraped once per lane.
 
@@ -36,12 +45,15 @@ from satbench.exporter.live_fingerprint import GpuReading, LiveFingerprints, fin
 from satbench.exporter.occupancy import OccupancyBook
 from satbench.exporter.process import ProcessReader, ProcessReading
 from satbench.exporter.runtime_series import runtime_series
+from satbench.exporter.shared_read import SharedReads
 from satbench.exporter.snapshot import RuntimeSnapshot
 
-__all__ = ["DEFAULT_BUDGET_S", "ModelScope", "RuntimeCollector"]
+__all__ = ["DEFAULT_BUDGET_S", "DEFAULT_READ_MAX_AGE_S", "ModelScope", "RuntimeCollector"]
 
 DEFAULT_BUDGET_S = 0.5
+DEFAULT_READ_MAX_AGE_S = 0.5  # half the 1 s scrape interval of the session's Prometheus
 _GRACE_S = 0.1
+_WAIT_SLACK_S = 2.0  # beyond budget and grace, before a scrape gives up on a shared read and reads itself
 
 
 @dataclass(frozen=True)
@@ -70,6 +82,10 @@ def _gauge(name: str, doc: str, value: float | None = None, labels: Sequence[str
     return GaugeMetricFamily(name, doc, labels=list(labels))
 
 
+def _failure(exc: Exception) -> Metric:
+    return _gauge("runtime_up", f"exporter failure: {type(exc).__name__}", 0.0)
+
+
 class RuntimeCollector(Collector):
     """Publishes ``runtime_*`` and ``gpu_*`` for one runtime node; register it on a private registry."""
 
@@ -83,7 +99,10 @@ class RuntimeCollector(Collector):
         simulated_gpu_replaces_real: bool = False,
         kv_unified: str = "auto",
         fingerprints: LiveFingerprints | None = None,
+        read_max_age_s: float = 0.0,
     ) -> None:
+        """``read_max_age_s`` 0 (the default here; ``satbench exporter`` uses ``DEFAULT_READ_MAX_AGE_S``):
+        every scrape reads the node."""
         if kv_unified not in KV_SETTINGS:
             raise ValueError(f"--kv-unified must be one of {', '.join(KV_SETTINGS)}, got {kv_unified!r}")
         self.adapter = adapter
@@ -96,6 +115,8 @@ class RuntimeCollector(Collector):
         self._pool = ThreadPoolExecutor(max_workers=4 + len(self.gpu_readers), thread_name_prefix="collector")
         self._occupancy = OccupancyBook()
         self._fingerprints = fingerprints if fingerprints is not None else LiveFingerprints()
+        self._reads: SharedReads[list[Metric]] = SharedReads(read_max_age_s, clock,
+                                                             budget_s + _GRACE_S + _WAIT_SLACK_S)
 
     def describe(self) -> list[Metric]:
         return []
@@ -115,13 +136,31 @@ class RuntimeCollector(Collector):
     def collect_for(self, model: str | None) -> Iterator[Metric]:
         start = self._clock()
         try:
-            families = self._scrape(start, model)
+            read = self._reads.get(model, lambda: self._read_node(model))
+            families, began, shared = list(read.value), read.began, read.shared
         except Exception as exc:  # collect() must never raise
-            families = [_gauge("runtime_up", f"exporter failure: {type(exc).__name__}", 0.0)]
-        total = _gauge("exporter_scrape_duration_seconds", "Time this exporter took to answer the scrape.")
-        total.add_metric([], self._clock() - start)
-        families.append(total)
+            families, began, shared = [_failure(exc)], start, False
+        end = self._clock()
+        max_age = self._reads.max_age_s
+        families.append(_gauge(
+            "exporter_read_age_seconds",
+            f"Seconds since the node read this scrape reports began: scrapes within --read-max-age-s "
+            f"({max_age:g} s; 0: off) share one read of the runtime, its GPUs and its process, so every other "
+            f"value here, *_up included, may be up to that old (plus one read).", max(0.0, end - began)))
+        families.append(_gauge("exporter_read_shared",
+                               "1 when this scrape reports a read another scrape made (see exporter_read_age_seconds).",
+                               float(shared)))
+        families.append(_gauge("exporter_scrape_duration_seconds",
+                               "Time this exporter took to answer this scrape (its own, also with a shared read).",
+                               end - start))
         yield from families
+
+    def _read_node(self, model: str | None) -> list[Metric]:
+        """One read of the node, as the families a scrape publishes (never raises)."""
+        try:
+            return self._scrape(self._clock(), model)
+        except Exception as exc:
+            return [_failure(exc)]
 
     def _fetch(self, model: str | None) -> RuntimeSnapshot:
         if model is None:
@@ -166,7 +205,7 @@ class RuntimeCollector(Collector):
         except Exception:  # the fingerprint must never cost the scrape its other series
             fps = {}
         if fps:
-            families.append(fingerprint_family(fps))
+            families.append(fingerprint_family(fps, self._fingerprints.signer))
         return families
 
     def _visible(self, outcomes: Sequence[_GpuOutcome]) -> list[_GpuOutcome]:

@@ -27,6 +27,11 @@ The series is ``runtime_fingerprint_info{<core.fingerprint_labels.INFO_LABELS>} 
 loaded model, whose ``model`` label is the model id (as on every per-model series) and ``model_path`` the
 path. ``GET /fingerprint`` waits up to ``sample_wait_s`` for pending sample hashes, so the fingerprint the
 session takes when its walk begins already tells a model swapped in place.
+
+With a fingerprint key (``--fingerprint-key-file``: the node's key, ``satbench fingerprint-key --node N``) each
+series also carries ``fingerprint_since`` (when this exporter first published that exact fingerprint) and
+``fingerprint_mac``, its signature (``FingerprintSigner``; ``core.fingerprint_signature`` says why), so a
+recommender holding the fleet key takes no fingerprint that this exporter did not publish.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from prometheus_client.metrics_core import Metric
 
 from satbench.core.fingerprint import cpu_facts, gpu_facts, node_fingerprint
 from satbench.core.fingerprint_labels import info_labels
+from satbench.core.fingerprint_signature import MAC_LABEL, SINCE_LABEL, sign
 from satbench.core.llama_argv import is_llama_server_argv
 from satbench.core.model_files import ModelHasher, model_file_facts, permitted
 from satbench.exporter.gpu import GpuDevice
@@ -51,8 +57,8 @@ from satbench.exporter.process import ProcessReading
 from satbench.exporter.runtime_files import binary_facts, merge_reasons, open_files
 from satbench.exporter.snapshot import RuntimeSnapshot
 
-__all__ = ["FINGERPRINT_SERIES", "GpuReading", "LiveFingerprints", "fingerprint_family", "read_cpu",
-           "runtime_state"]
+__all__ = ["FINGERPRINT_SERIES", "FingerprintSigner", "GpuReading", "LiveFingerprints", "fingerprint_family",
+           "read_cpu", "runtime_state"]
 
 FINGERPRINT_SERIES = "runtime_fingerprint_info"
 _DOC = ("1 per runtime (per loaded model on a router): what answers measured now are valid for; "
@@ -94,7 +100,8 @@ class LiveFingerprints:
 
     def __init__(self, hasher: ModelHasher | None = None, cpu: tuple[str | None, str | None] | None = None, *,
                  models_roots: Sequence[Path] = (), busy_hold_s: float = 5.0, sample_wait_s: float = 3.0,
-                 clock: Any = time.monotonic) -> None:
+                 clock: Any = time.monotonic, signer: FingerprintSigner | None = None) -> None:
+        self.signer = signer
         self.hasher = hasher if hasher is not None else ModelHasher()
         self.hasher.set_busy(self._busy)
         self._cpu = cpu if cpu is not None else read_cpu()
@@ -294,13 +301,42 @@ class LiveFingerprints:
         return {**facts, "cpu": cpu}, reasons
 
 
-def fingerprint_family(fingerprints: Mapping[str | None, Mapping[str, Any]]) -> Metric:
-    """``runtime_fingerprint_info`` with one sample per fingerprint (``model`` + ``model_path`` on a router)."""
+class FingerprintSigner:
+    """Signs each fingerprint series with the node's key: ``fingerprint_since`` (Unix seconds, from ``clock``:
+    when this exact label set was first published, per model) and ``fingerprint_mac`` over both."""
+
+    def __init__(self, key: bytes, clock: Any = time.time) -> None:
+        if len(key) < 16:
+            raise ValueError("the fingerprint key must be at least 16 bytes")
+        self._key = key
+        self._clock = clock
+        self._since: dict[str | None, tuple[tuple[tuple[str, str], ...], str]] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return "FingerprintSigner(key=<hidden>)"
+
+    def signed(self, model: str | None, labels: Mapping[str, str]) -> dict[str, str]:
+        """``labels`` with ``fingerprint_since`` and ``fingerprint_mac`` added."""
+        identity = tuple(sorted(labels.items()))
+        with self._lock:
+            known = self._since.get(model)
+            if known is None or known[0] != identity:
+                known = self._since[model] = (identity, f"{self._clock():.3f}")
+        out = {**labels, SINCE_LABEL: known[1]}
+        out[MAC_LABEL] = sign(out, self._key)
+        return out
+
+
+def fingerprint_family(fingerprints: Mapping[str | None, Mapping[str, Any]],
+                       signer: FingerprintSigner | None = None) -> Metric:
+    """``runtime_fingerprint_info`` with one sample per fingerprint (``model`` + ``model_path`` on a router),
+    signed where a ``signer`` is given."""
     family = Metric(FINGERPRINT_SERIES, _DOC, "gauge")
     for model, fp in fingerprints.items():
         labels = info_labels(fp)
         if model is not None:
             labels["model_path"] = labels["model"]
             labels["model"] = model
-        family.add_sample(FINGERPRINT_SERIES, labels, 1.0)
+        family.add_sample(FINGERPRINT_SERIES, labels if signer is None else signer.signed(model, labels), 1.0)
     return family

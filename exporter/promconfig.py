@@ -21,7 +21,8 @@ every sample it stores, rule results included, to a central PromQL store (Victor
 Receive; docs/fleet-store.md) that the recommender can then be pointed at instead. Their
 ``queue_config.batch_send_deadline`` is short (``REMOTE_WRITE_DEADLINE_S``): Prometheus' default (5 s) holds
 a partly filled batch that long, and a session of a few seconds per window would end, and the store be asked,
-before its last samples were sent.
+before its last samples were sent. ``remote_write_auth`` (user, password file) adds ``basic_auth`` with a
+``password_file``: Prometheus reads the password from that file, so it is in no rendered config.
 """
 
 from __future__ import annotations
@@ -116,10 +117,13 @@ def render_prometheus_config(
     scrape_interval_s: float = 1.0,
     remote_write: Sequence[str] = (),
     remote_write_deadline_s: float = REMOTE_WRITE_DEADLINE_S,
+    remote_write_auth: tuple[str, Path] | None = None,
 ) -> str:
     """The text of a ``prometheus.yml`` scraping ``targets`` (grouped by job), loading ``rule_files`` and
     forwarding every stored sample to each ``remote_write`` URL (batches sent within
-    ``remote_write_deadline_s``)."""
+    ``remote_write_deadline_s``, with basic auth from ``remote_write_auth``: user, absolute password file)."""
+    if remote_write_auth is not None and not remote_write_auth[1].is_absolute():
+        raise ValueError(f"remote_write password file {remote_write_auth[1]} must be an absolute path")
     interval = format_duration(scrape_interval_s)
     urls = [_check_remote_write(url) for url in remote_write]
     jobs: dict[str, list[ScrapeTarget]] = {}
@@ -152,4 +156,8 @@ def render_prometheus_config(
         lines.append("remote_write:")
         for url in urls:
             lines += [f"  - url: {_q(url)}", "    queue_config:", f"      batch_send_deadline: {deadline}"]
+            if remote_write_auth is not None:
+                user, password_file = remote_write_auth
+                lines += ["    basic_auth:", f"      username: {_q(user)}",
+                          f"      password_file: {_q(str(password_file))}"]
     return "\n".join(lines) + "\n"

@@ -22,7 +22,7 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -33,10 +33,10 @@ from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
 from satbench.exporter.adapter import MAX_BODY_BYTES, EndpointFetcher, RuntimeAdapter
-from satbench.exporter.collector import DEFAULT_BUDGET_S, RuntimeCollector
+from satbench.exporter.collector import DEFAULT_BUDGET_S, DEFAULT_READ_MAX_AGE_S, RuntimeCollector
 from satbench.exporter.gpu import GpuReader, NvmlGpuReader
 from satbench.exporter.kvcache import KV_SETTINGS
-from satbench.exporter.live_fingerprint import LiveFingerprints
+from satbench.exporter.live_fingerprint import FingerprintSigner, LiveFingerprints
 from satbench.exporter.llamacpp import PROPS_TTL_S, LlamaCppAdapter
 from satbench.exporter.process import ProcessReader, PsutilProcessReader, local_port_of
 from satbench.exporter.sim_gpu import SimulatedGpuReader
@@ -64,6 +64,9 @@ class ExporterConfig:
     kv_unified: str = "auto"
     models_roots: tuple[str, ...] = ()
     max_body_bytes: int = MAX_BODY_BYTES
+    fingerprint_key: bytes | None = field(default=None, repr=False)  # the node's key: series are signed
+    read_max_age_s: float = DEFAULT_READ_MAX_AGE_S
+    runtime_api_key: str | None = field(default=None, repr=False)  # sent with every read of the runtime
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.runtime_url)
@@ -94,6 +97,14 @@ class ExporterConfig:
                 raise ValueError(f"--models-root must be an absolute folder, got {root!r}")
         if not 1024 <= self.max_body_bytes <= 1 << 30:
             raise ValueError(f"--max-body-bytes must be within 1024..1073741824, got {self.max_body_bytes}")
+        if self.fingerprint_key is not None and len(self.fingerprint_key) < 16:
+            raise ValueError("--fingerprint-key-file: a key of at least 16 characters is needed")
+        if not 0 <= self.read_max_age_s <= 60:  # NaN fails too
+            raise ValueError(f"--read-max-age-s must be within 0..60 s (0: every scrape reads the node), "
+                             f"got {self.read_max_age_s}")
+        key = self.runtime_api_key
+        if key is not None and (not key or not key.isprintable()):
+            raise ValueError("--runtime-api-key-file: the key must be one printable, non-empty line")
 
     @property
     def router_mode(self) -> bool | None:
@@ -114,7 +125,8 @@ def build_collector(config: ExporterConfig) -> RuntimeCollector:
     """The real sources of one node; one HTTP fetcher is shared, and closed with the collector. With ``--gpu
     auto`` a runtime on another host (no ``--runtime-pid``, a URL that is not this host's) gets no NVML
     reader: this host's GPUs are not the node's."""
-    fetcher = EndpointFetcher(config.runtime_url, max_body_bytes=config.max_body_bytes)
+    fetcher = EndpointFetcher(config.runtime_url, max_body_bytes=config.max_body_bytes,
+                              api_key=config.runtime_api_key)
     adapter = build_adapter(config, fetcher)
     process_reader: ProcessReader | None = None
     if config.runtime_pid is not None:
@@ -128,7 +140,10 @@ def build_collector(config: ExporterConfig) -> RuntimeCollector:
     return RuntimeCollector(
         adapter, gpu_readers, process_reader, budget_s=config.budget_s,
         simulated_gpu_replaces_real=config.gpu == "auto", kv_unified=config.kv_unified,
-        fingerprints=LiveFingerprints(models_roots=[Path(r) for r in config.models_roots]),
+        fingerprints=LiveFingerprints(models_roots=[Path(r) for r in config.models_roots],
+                                      signer=None if config.fingerprint_key is None
+                                      else FingerprintSigner(config.fingerprint_key)),
+        read_max_age_s=config.read_max_age_s,
     )
 
 
@@ -211,7 +226,7 @@ def serve(
     """Serves ``collector`` and ``also`` at ``http://host:port/metrics`` (0: any port), ``?model=`` too."""
 
     class Server(ThreadingWSGIServer):
-        pass
+        request_queue_size = 128  # socketserver's 5 drops connects when a dozen scrapers come at once
 
     family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
     Server.address_family = family

@@ -45,6 +45,7 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 def main(args: argparse.Namespace) -> int:
     from satbench.core.manifest import new_run_id
     from satbench.loadgen.config import ConfigError, load_config
+    from satbench.loadgen.inputs import load_inputs
     from satbench.loadgen.runner import run_ladder
 
     try:
@@ -54,6 +55,7 @@ def main(args: argparse.Namespace) -> int:
         config = load_config(args.config, overrides)
         if not config.lanes:
             raise ConfigError("invalid loadgen config: lanes: at least one lane is needed to run")
+        inputs = load_inputs(config)  # a bad trace or dataset file is bad input, said before any load is sent
     except (ConfigError, ValueError) as exc:
         print(f"satbench loadgen: {exc}", file=sys.stderr)
         return 2
@@ -62,7 +64,7 @@ def main(args: argparse.Namespace) -> int:
     run_id = args.run_id or new_run_id()
     out = args.out or Path("runs") / run_id
     with asyncio.Runner(loop_factory=fast_loop_factory()) as runner:
-        manifest = runner.run(run_ladder(config, out, run_id=run_id))
+        manifest = runner.run(run_ladder(config, out, run_id=run_id, inputs=inputs))
     invalid = [s for s in manifest.steps if not s.valid]
     print(f"satbench loadgen: {len(manifest.steps)} steps, {len(invalid)} invalid; results in {out}")
     return 0

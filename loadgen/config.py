@@ -19,6 +19,11 @@ step whose users sat idle more than ``max_idle_share`` of their time, is marked 
 Python's cyclic garbage collector off while a step runs (a full collection can stall the loop for tens of
 milliseconds) and collects between steps.
 
+Every value is bounded (``core.config_files``): floats finite, lengths within ``MAX_TOKENS``, durations within
+``MAX_SECONDS``, concurrency within ``MAX_CONCURRENCY``, rates within ``MAX_RATE_RPS``, trace windows within
+``MAX_TRACE_SPAN_S`` and speed factors within ``MAX_SPEED_FACTOR``; a value past its bound is refused when the
+config is read, naming the setting, instead of failing (or hanging) once the runtimes run.
+
 Overrides are a flat dict of dotted paths (``{"ladder.concurrency": [1, 2], "warmup_s": 1}``) applied on top
 of the file before validation. API keys are never stored: a lane names an environment variable
 (``api_key_env``) that is read when the session opens.
@@ -31,7 +36,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from satbench.core.config_files import FieldError, HttpUrl, load_toml_model
+from satbench.core.config_files import (
+    MAX_CONCURRENCY,
+    MAX_SECONDS,
+    MAX_TOKENS,
+    MAX_TRACE_SPAN_S,
+    FieldError,
+    HttpUrl,
+    load_toml_model,
+)
 from satbench.core.lanes import Lane, duplicate_names, lane_named
 from satbench.core.objectives import Objectives
 
@@ -51,12 +64,16 @@ __all__ = [
     "load_config",
 ]
 
+MAX_RATE_RPS = 1e6  # an open-loop rate: a million requests/s is far past what one client sends
+MAX_SPEED_FACTOR = 1e4  # a trace replayed ten thousand times faster than recorded
+
+
 class ConfigError(ValueError):
     """A configuration was refused; the message names every bad field."""
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class LaneConfig(Lane):
@@ -71,21 +88,24 @@ class LadderConfig(_Model):
     ``extend``: once the listed rungs are measured, keep doubling concurrency past the top one while the
     newest rung still pays (``loadgen.ladder.extension_stop``): its throughput gained at least
     ``extend_min_gain`` per doubling over the rung below it, its TTFT and ITL p95 hold ``extend_ttft_p95_s``
-    and ``extend_itl_p95_s`` (``None``: unchecked), its error ratio stays within ``extend_max_error_ratio``
-    and it is valid. No rung is ever measured above ``max_concurrency``, listed or not.
+    and ``extend_itl_p95_s`` (``None``: unchecked), no more than ``extend_ttft_late_share`` of its requests
+    were past their own TTFT deadline (goodput's count by the objectives, ``core.objectives``: the session's
+    check where the deadline grows with the prompt; ``None``: unchecked), its error ratio stays within
+    ``extend_max_error_ratio`` and it is valid. No rung is ever measured above ``max_concurrency``, listed or not.
     """
 
-    concurrency: list[int] = Field(default_factory=lambda: [1, 2, 4, 8])
+    concurrency: list[Annotated[int, Field(le=MAX_CONCURRENCY)]] = Field(default_factory=lambda: [1, 2, 4, 8])
     plateau_stop: bool = False
     plateau_min_gain: float = Field(default=0.10, ge=0.0, le=10.0)
-    plateau_patience: int = Field(default=1, ge=1)
+    plateau_patience: int = Field(default=1, ge=1, le=64)
     refine: bool = False
     refine_steps: int = Field(default=1, ge=0, le=8)
     extend: bool = False
-    max_concurrency: int = Field(default=64, ge=1)
-    extend_min_gain: float = Field(default=0.10, ge=0.0)
-    extend_ttft_p95_s: float | None = Field(default=None, gt=0.0)
-    extend_itl_p95_s: float | None = Field(default=None, gt=0.0)
+    max_concurrency: int = Field(default=64, ge=1, le=MAX_CONCURRENCY)
+    extend_min_gain: float = Field(default=0.10, ge=0.0, le=10.0)
+    extend_ttft_p95_s: float | None = Field(default=None, gt=0.0, le=MAX_SECONDS)
+    extend_itl_p95_s: float | None = Field(default=None, gt=0.0, le=MAX_SECONDS)
+    extend_ttft_late_share: float | None = Field(default=None, gt=0.0, le=1.0)
     extend_max_error_ratio: float = Field(default=0.01, ge=0.0, le=1.0)
 
     @field_validator("concurrency")
@@ -125,11 +145,11 @@ class LengthDist(_Model):
     """
 
     kind: Literal["fixed", "uniform", "lognormal"] = "fixed"
-    value: int = Field(default=64, ge=1)
-    low: int = Field(default=1, ge=1)
-    high: int = Field(default=4096, ge=1)
-    median: float = Field(default=64.0, gt=0)
-    sigma: float = Field(default=0.5, ge=0)
+    value: int = Field(default=64, ge=1, le=MAX_TOKENS)
+    low: int = Field(default=1, ge=1, le=MAX_TOKENS)
+    high: int = Field(default=4096, ge=1, le=MAX_TOKENS)
+    median: float = Field(default=64.0, gt=0, le=MAX_TOKENS)
+    sigma: float = Field(default=0.5, ge=0, le=10.0)
 
     @model_validator(mode="after")
     def _check_bounds(self) -> LengthDist:
@@ -144,7 +164,7 @@ class SharedPrefixConfig(_Model):
 
     share: float = Field(default=0.5, ge=0.0, le=1.0)
     prefixes: int = Field(default=4, ge=1, le=4096)
-    tokens: int = Field(default=256, ge=1)
+    tokens: int = Field(default=256, ge=1, le=MAX_TOKENS)
 
 
 class ConversationConfig(_Model):
@@ -179,18 +199,18 @@ class ArrivalConfig(_Model):
     and the waits an objective judges take about their own length to build)."""
 
     process: Literal["closed", "constant", "poisson", "gamma"] = "closed"
-    burstiness: float | None = Field(default=None, gt=0)
-    cv: float | None = Field(default=None, gt=0)
-    max_in_flight: int | None = Field(default=None, ge=1, le=100_000)
-    rates: list[Annotated[float, Field(gt=0, allow_inf_nan=False)]] | None = None
-    relative: list[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
+    burstiness: float | None = Field(default=None, gt=0, le=1e6)
+    cv: float | None = Field(default=None, gt=0, le=1e3)
+    max_in_flight: int | None = Field(default=None, ge=1, le=MAX_CONCURRENCY)
+    rates: list[Annotated[float, Field(gt=0, le=MAX_RATE_RPS, allow_inf_nan=False)]] | None = None
+    relative: list[Annotated[float, Field(gt=0, le=1e3, allow_inf_nan=False)]] = Field(
         default_factory=lambda: [0.5, 0.75, 1.0, 1.25])
-    max_relative: float = Field(default=2.0, gt=0)
+    max_relative: float = Field(default=2.0, gt=0, le=1e3)
     search_steps: int = Field(default=3, ge=0, le=8)
     target: float = Field(default=0.9, gt=0, le=1)
-    max_lag_s: float = Field(default=0.05, gt=0)
+    max_lag_s: float = Field(default=0.05, gt=0, le=MAX_SECONDS)
     max_window_s: float = Field(default=90.0, gt=0, le=3600)
-    warmup_s: float | None = Field(default=None, ge=0)
+    warmup_s: float | None = Field(default=None, ge=0, le=MAX_SECONDS)
 
     @model_validator(mode="after")
     def _check_arrival(self) -> ArrivalConfig:
@@ -223,11 +243,11 @@ class TraceConfig(_Model):
 
     path: Path
     format: Literal["auto", "mooncake", "burstgpt", "azure"] = "auto"
-    offset_s: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
-    length_s: float | None = Field(default=None, gt=0.0, allow_inf_nan=False)
-    factors: list[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
+    offset_s: float = Field(default=0.0, ge=0.0, le=MAX_TRACE_SPAN_S, allow_inf_nan=False)
+    length_s: float | None = Field(default=None, gt=0.0, le=MAX_TRACE_SPAN_S, allow_inf_nan=False)
+    factors: list[Annotated[float, Field(gt=0, le=MAX_SPEED_FACTOR, allow_inf_nan=False)]] = Field(
         default_factory=lambda: [0.5, 1.0, 2.0, 4.0])
-    max_factor: float = Field(default=64.0, gt=0, allow_inf_nan=False)
+    max_factor: float = Field(default=64.0, gt=0, le=MAX_SPEED_FACTOR, allow_inf_nan=False)
     search_steps: int = Field(default=3, ge=0, le=8)
     seed: int = 0
 
@@ -242,11 +262,11 @@ class TraceConfig(_Model):
 class ObjectivesConfig(_Model):
     """Per-request objectives for goodput (``core.objectives``): the session sets them from its policy."""
 
-    ttft_s: float | None = Field(default=None, gt=0)
-    ttft_s_per_1k_prompt: float = Field(default=0.0, ge=0)
-    tpot_s: float | None = Field(default=None, gt=0)
-    pause_excess_s: float | None = Field(default=None, gt=0)
-    e2e_s: float | None = Field(default=None, gt=0)
+    ttft_s: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
+    ttft_s_per_1k_prompt: float = Field(default=0.0, ge=0, le=MAX_SECONDS)
+    tpot_s: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
+    pause_excess_s: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
+    e2e_s: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
 
     def objectives(self) -> Objectives:
         return Objectives(**self.model_dump())
@@ -265,10 +285,10 @@ class DatasetConfig(_Model):
     format: Literal["auto", "sharegpt", "openai", "prompt"] = "auto"
     sample: int | None = Field(default=None, ge=1, le=10_000_000)
     seed: int = 0
-    min_prompt_tokens: int = Field(default=1, ge=1)
-    max_prompt_tokens: int | None = Field(default=None, ge=1)
-    max_output_tokens: int | None = Field(default=None, ge=1)
-    max_turns: int | None = Field(default=None, ge=1)
+    min_prompt_tokens: int = Field(default=1, ge=1, le=MAX_TOKENS)
+    max_prompt_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    max_output_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
+    max_turns: int | None = Field(default=None, ge=1, le=10_000)
     output: Literal["answer", "workload"] = "answer"
 
 
@@ -281,9 +301,9 @@ class WorkloadConfig(_Model):
     prompt_tokens: LengthDist = Field(default_factory=lambda: LengthDist(value=64))
     output_tokens: LengthDist = Field(default_factory=lambda: LengthDist(value=64))
     ignore_eos: bool = True
-    temperature: float = Field(default=0.0, ge=0.0)
+    temperature: float = Field(default=0.0, ge=0.0, le=100.0)
     prefill_probe_share: float = Field(default=0.0, ge=0.0, le=1.0)
-    prefill_probe_tokens: int = Field(default=1024, ge=1)
+    prefill_probe_tokens: int = Field(default=1024, ge=1, le=MAX_TOKENS)
     shared_prefix: SharedPrefixConfig | None = None
     conversation: ConversationConfig | None = None
     dataset: DatasetConfig | None = None
@@ -314,28 +334,28 @@ class LoadgenConfig(_Model):
     arrival: ArrivalConfig = Field(default_factory=ArrivalConfig)
     objectives: ObjectivesConfig | None = None
     trace: TraceConfig | None = None
-    warmup_s: float = Field(default=2.0, ge=0.0)
-    min_window_s: float = Field(default=8.0, gt=0.0)
-    max_window_s: float = Field(default=20.0, gt=0.0)
-    min_requests: int = Field(default=8, ge=1)
+    warmup_s: float = Field(default=2.0, ge=0.0, le=MAX_SECONDS)
+    min_window_s: float = Field(default=8.0, gt=0.0, le=MAX_SECONDS)
+    max_window_s: float = Field(default=20.0, gt=0.0, le=MAX_SECONDS)
+    min_requests: int = Field(default=8, ge=1, le=10_000_000)
     ci_rel_bound: float = Field(default=0.05, gt=0.0, le=1.0)
-    batch_s: float | None = Field(default=None, gt=0.0)
+    batch_s: float | None = Field(default=None, gt=0.0, le=MAX_SECONDS)
     drain: Literal["wait", "cancel"] = "wait"
     # how long the drain follows the window's requests to their end (the load kept on); None: the request
     # timeout. A request still running then is cut off and its figures are lower bounds (``censored``).
-    drain_timeout_s: float | None = Field(default=None, ge=0.0)
+    drain_timeout_s: float | None = Field(default=None, ge=0.0, le=MAX_SECONDS)
     # then how long requests sent after the window may take to end before they are cut off (they count for
     # nothing: this only spares their records the cut)
-    drain_settle_s: float = Field(default=5.0, ge=0.0)
+    drain_settle_s: float = Field(default=5.0, ge=0.0, le=MAX_SECONDS)
     # sequential measuring: where a rung's gain over the rung below straddles this gain (the policy's
     # min_gain_per_doubling: `satbench run` sets it), the window goes on, doubling, up to decide_max_window_s
-    decide_gain: float | None = Field(default=None, ge=0.0)
-    decide_max_window_s: float = Field(default=40.0, gt=0.0)
-    request_timeout_s: float = Field(default=120.0, gt=0.0)
-    connect_timeout_s: float = Field(default=5.0, gt=0.0)
-    max_event_bytes: int = Field(default=1 << 20, ge=1024)
+    decide_gain: float | None = Field(default=None, ge=0.0, le=10.0)
+    decide_max_window_s: float = Field(default=40.0, gt=0.0, le=MAX_SECONDS)
+    request_timeout_s: float = Field(default=120.0, gt=0.0, le=MAX_SECONDS)
+    connect_timeout_s: float = Field(default=5.0, gt=0.0, le=MAX_SECONDS)
+    max_event_bytes: int = Field(default=1 << 20, ge=1024, le=1 << 30)
     http_client: Literal["auto", "aiohttp"] = "auto"
-    max_loop_lag_s: float = Field(default=0.010, gt=0.0)
+    max_loop_lag_s: float = Field(default=0.010, gt=0.0, le=MAX_SECONDS)
     max_idle_share: float = Field(default=0.05, gt=0.0, le=1.0)
     gc_pause: bool = True
     metrics_port: int | None = Field(default=0, ge=0, le=65535)

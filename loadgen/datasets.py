@@ -28,22 +28,30 @@ new conversation's first turn (open arrivals are independent requests).
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
 import random
+import re
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from satbench.loadgen.traces import TraceError, file_digest
+from satbench.core.config_files import MAX_TOKENS
+from satbench.loadgen.traces import CHUNK_BYTES, InputFile, TraceError, json_line
 
 if TYPE_CHECKING:
     from satbench.loadgen.config import DatasetConfig
 
-__all__ = ["CHARS_PER_TOKEN", "Conversation", "Dataset", "Turn", "estimate_tokens", "load_dataset", "read_dataset"]
+__all__ = ["CHARS_PER_TOKEN", "MAX_DATASET_LINE_BYTES", "Conversation", "Dataset", "Turn", "estimate_tokens",
+           "load_dataset", "read_dataset"]
 
 CHARS_PER_TOKEN = 4.0
+# A conversation of 4M tokens at CHARS_PER_TOKEN, four times the longest context a GGUF model serves (1M): the
+# longest JSONL line, or JSON array item, read (more is refused by its line, with no more than this held).
+MAX_DATASET_LINE_BYTES = 16 << 20
 DATASET_FORMATS = ("auto", "sharegpt", "openai", "prompt")
 _USER = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "chatgpt": "assistant",
          "bing": "assistant", "bard": "assistant", "model": "assistant", "system": "system"}
@@ -140,32 +148,105 @@ def _problem(path: Path, line: int, what: str) -> TraceError:
     return TraceError(f"{path}:{line}: {what}")
 
 
-def _json_items(path: Path, text: str) -> Iterator[tuple[int, Any]]:
-    """A JSON array's items, or a JSONL file's lines, each with the line it starts on."""
-    stripped = text.lstrip()
-    if stripped.startswith("["):
-        decoder = json.JSONDecoder()
-        pos = text.index("[") + 1
-        while True:
-            while pos < len(text) and text[pos] in " \t\r\n,":
-                pos += 1
-            if pos >= len(text):
-                raise _problem(path, text.count("\n") + 1, "the JSON array is not closed")
-            if text[pos] == "]":
-                return
-            line = text.count("\n", 0, pos) + 1
-            try:
-                item, pos = decoder.raw_decode(text, pos)
-            except json.JSONDecodeError as exc:
-                raise _problem(path, line, f"not JSON ({exc.msg})") from None
-            yield line, item
-    for line, row in enumerate(text.splitlines(), 1):
-        if not row.strip():
-            continue
+_SPACE = re.compile(r"[ \t\r\n\ufeff]*")  # a byte-order mark read as white space
+
+
+class _ArrayItems:
+    """A JSON array's items, read in chunks and decoded one at a time, each with the line it starts on.
+
+    Why not ``json.load``: the whole file's objects at once, and no line to name. Why not ``ijson``: its items
+    carry no line either, and it is a dependency for what ``json.JSONDecoder.raw_decode`` does at C speed once
+    it is handed a buffer that holds the item. The buffer is the text from the current item on: a chunk is
+    read when an item does not decode yet (the held text at least doubled each time, so a long item is decoded
+    O(log n) times, linear in all), the consumed text is dropped once it is half the buffer, and the lines are
+    counted over each character once. An item longer than ``max_item_chars`` is refused by its line, after
+    holding at most that much."""
+
+    def __init__(self, path: Path, src: InputFile, max_item_chars: int) -> None:
+        self.path, self.src, self.max_item_chars = path, src, max_item_chars
+        self.text = ""
+        self.pos = 0
+        self.line = 1  # the line of self.pos
+        self.eof = False
+        self._decoder = codecs.getincrementaldecoder("utf-8")()
+        self._json = json.JSONDecoder()
+
+    def _fill(self, at_least: int = 0) -> bool:
+        """Appends the next chunk(s) (``at_least`` bytes); False at the end of the file."""
+        if self.eof:
+            return False
+        if self.pos > len(self.text) // 2:  # drop what is consumed, once it is half the buffer
+            self.text, self.pos = self.text[self.pos:], 0
+        data = self.src.read(max(CHUNK_BYTES, at_least))
+        self.eof = not data
         try:
-            yield line, json.loads(row)
-        except ValueError:
-            raise _problem(path, line, "not a JSON object (a JSONL dataset has one a line)") from None
+            self.text += self._decoder.decode(data, final=self.eof)
+        except UnicodeDecodeError as exc:
+            raise _problem(self.path, self.line, f"not UTF-8 text ({exc.reason})") from None
+        return not self.eof
+
+    def _advance(self, to: int) -> None:
+        self.line += self.text.count("\n", self.pos, to)
+        self.pos = to
+
+    def _next_char(self, what: str) -> str:
+        """The next character past white space (reading on as needed); ``what`` is refused at the end."""
+        while True:
+            self._advance(_SPACE.match(self.text, self.pos).end())  # type: ignore[union-attr]
+            if self.pos < len(self.text):
+                return self.text[self.pos]
+            if not self._fill():
+                raise _problem(self.path, self.line, what)
+
+    def __iter__(self) -> Iterator[tuple[int, Any]]:
+        if self._next_char("no JSON array") != "[":
+            raise _problem(self.path, self.line, "not a JSON array")
+        self._advance(self.pos + 1)
+        if self._next_char("the JSON array is not closed") == "]":
+            return
+        while True:
+            yield self.line, self._item()
+            char = self._next_char("the JSON array is not closed")
+            if char == "]":
+                return
+            if char != ",":
+                raise _problem(self.path, self.line, f"expected ',' or ']' after an item of the JSON array, got "
+                                                     f"{char!r}")
+            self._advance(self.pos + 1)
+            self._next_char("the JSON array is not closed")
+
+    def _item(self) -> Any:
+        while True:
+            try:
+                item, end = self._json.raw_decode(self.text, self.pos)
+            except json.JSONDecodeError as exc:  # the item goes on past the buffer, or is not JSON
+                cut = exc.msg.startswith("Unterminated string") or exc.pos >= len(self.text) - 8
+                if self.eof or not cut:
+                    raise _problem(self.path, self.line + self.text.count("\n", self.pos, exc.pos),
+                                   f"not JSON ({exc.msg})") from None
+            except RecursionError:
+                raise _problem(self.path, self.line, "JSON nested too deep (the decoder's bound is about "
+                                                     f"{sys.getrecursionlimit():,} levels; a dataset item nests "
+                                                     "at most 4)") from None
+            else:
+                if end < len(self.text) or self.eof:  # a number cut at the buffer's end may go on
+                    self._advance(end)
+                    return item
+            held = len(self.text) - self.pos
+            if held > self.max_item_chars:
+                raise _problem(self.path, self.line, f"an item longer than {self.max_item_chars:,} characters "
+                                                     "(the dataset line limit)")
+            self._fill(held)
+
+
+def _json_items(path: Path, src: InputFile, max_line_bytes: int) -> Iterator[tuple[int, Any]]:
+    """A JSON array's items (streamed: ``_ArrayItems``), or a JSONL file's lines, each with its line."""
+    if src.head().lstrip(b" \t\r\n\xef\xbb\xbf").startswith(b"["):
+        yield from _ArrayItems(path, src, max_line_bytes)
+        return
+    for line, row in src.lines(max_line_bytes, "the dataset line limit"):
+        if row.strip():
+            yield line, json_line(path, line, row, "not a JSON object (a JSONL dataset has one a line)")
 
 
 def _sniff(path: Path, first: Any) -> str:
@@ -203,38 +284,38 @@ def _turns(path: Path, line: int, messages: Any, key: str, role_key: str, text_k
     return tuple(turns)
 
 
-def read_dataset(path: Path | str, fmt: str = "auto") -> Dataset:
-    """Reads and checks a whole dataset file (module docstring); ``TraceError`` on the first bad item."""
+def read_dataset(path: Path | str, fmt: str = "auto", *, max_line_bytes: int | None = None) -> Dataset:
+    """Reads and checks a whole dataset file, once (module docstring); ``TraceError`` on the first bad item.
+    ``max_line_bytes``: the longest line (or JSON array item) read, ``MAX_DATASET_LINE_BYTES`` by default."""
     path = Path(path)
     if fmt not in DATASET_FORMATS:
         raise TraceError(f"{path}: unknown dataset format {fmt!r} (one of {', '.join(DATASET_FORMATS)})")
-    if not path.is_file():
+    if not path.exists() or path.is_dir():  # a named pipe reads too: each file is read once
         raise TraceError(f"{path}: no such dataset file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise _problem(path, 1, f"not UTF-8 text ({exc.reason})") from None
     convs: list[Conversation] = []
-    for line, item in _json_items(path, text):
-        if fmt == "auto":
-            fmt = _sniff(path, item)
-        if not isinstance(item, dict):
-            raise _problem(path, line, "not a JSON object")
-        if fmt == "sharegpt":
-            turns = _turns(path, line, item.get("conversations"), "conversations", "from", "value")
-        elif fmt == "openai":
-            turns = _turns(path, line, item.get("messages"), "messages", "role", "content")
-        else:
-            prompt, out = item.get("prompt"), item.get("output_tokens")
-            if not isinstance(prompt, str) or not prompt.strip():
-                raise _problem(path, line, "prompt must be non-empty text")
-            if out is not None and (isinstance(out, bool) or not isinstance(out, int) or out < 1):
-                raise _problem(path, line, f"output_tokens must be a whole number >= 1, got {out!r}")
-            turns = (Turn(prompt, None, out),)
-        convs.append(Conversation(turns, line))
-    if not convs:
-        raise _problem(path, 1, "no conversation in the dataset")
-    digest, size = file_digest(path)
+    with InputFile(path) as src:
+        for line, item in _json_items(path, src, max_line_bytes or MAX_DATASET_LINE_BYTES):
+            if fmt == "auto":
+                fmt = _sniff(path, item)
+            if not isinstance(item, dict):
+                raise _problem(path, line, "not a JSON object")
+            if fmt == "sharegpt":
+                turns = _turns(path, line, item.get("conversations"), "conversations", "from", "value")
+            elif fmt == "openai":
+                turns = _turns(path, line, item.get("messages"), "messages", "role", "content")
+            else:
+                prompt, out = item.get("prompt"), item.get("output_tokens")
+                if not isinstance(prompt, str) or not prompt.strip():
+                    raise _problem(path, line, "prompt must be non-empty text")
+                if out is not None and (isinstance(out, bool) or not isinstance(out, int)
+                                        or not 1 <= out <= MAX_TOKENS):
+                    raise _problem(path, line, f"output_tokens must be a whole number in [1, {MAX_TOKENS:,}] (the "
+                                               f"declared limit), got {str(out)[:40]}")
+                turns = (Turn(prompt, None, out),)
+            convs.append(Conversation(turns, line))
+        if not convs:
+            raise _problem(path, 1, "no conversation in the dataset")
+        digest, size = src.finish()
     return Dataset(str(path), fmt, digest, size, tuple(convs), read=len(convs))
 
 

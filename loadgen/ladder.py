@@ -69,9 +69,10 @@ def _secs(value: float) -> str:
 def extension_stop(previous: Sequence[StepFigures], ladder: LadderConfig) -> str | None:
     """Why the walk should not measure one more doubling past the newest rung, or ``None`` when it should.
 
-    The newest rung is the highest concurrency measured. In order: it is invalid; its error ratio, TTFT p95
-    or ITL p95 broke ``extend_max_error_ratio``, ``extend_ttft_p95_s`` or ``extend_itl_p95_s`` (an unknown
-    quantile is not a breach); its throughput gained significantly less than ``extend_min_gain`` per doubling
+    The newest rung is the highest concurrency measured. In order: it is invalid; its error ratio, TTFT p95,
+    share of requests past their own TTFT deadline or ITL p95 broke ``extend_max_error_ratio``,
+    ``extend_ttft_p95_s``, ``extend_ttft_late_share`` or ``extend_itl_p95_s`` (an unknown figure is not a
+    breach); its throughput gained significantly less than ``extend_min_gain`` per doubling
     over the highest valid rung below it (no such rung: nothing to compare, not a stop); its doubling would pass
     ``max_concurrency``. It does not look at ``ladder.extend`` or at which listed rungs are still to come:
     ``next_step`` decides when to ask.
@@ -87,6 +88,10 @@ def extension_stop(previous: Sequence[StepFigures], ladder: LadderConfig) -> str
     ttft, itl = newest.ttft_s.p95, newest.itl_s.p95
     if ladder.extend_ttft_p95_s is not None and ttft is not None and ttft > ladder.extend_ttft_p95_s:
         return f"TTFT p95 {_secs(ttft)} above {_secs(ladder.extend_ttft_p95_s)}"
+    late, judged = ladder.extend_ttft_late_share, newest.judged_requests
+    if late is not None and judged and newest.objective_misses.get("ttft", 0) / judged > late:
+        return (f"{newest.objective_misses['ttft']} of {judged} requests past their own TTFT deadline, more than "
+                f"{_pct(late)}")
     if ladder.extend_itl_p95_s is not None and itl is not None and itl > ladder.extend_itl_p95_s:
         return f"ITL p95 {_secs(itl)} above {_secs(ladder.extend_itl_p95_s)}"
     below = [f for f in previous if f.valid and f.concurrency < c]

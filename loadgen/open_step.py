@@ -134,12 +134,11 @@ class OpenStepRun(StepRun):
     def _look(self, start_ns: int, now_ns: int) -> RateVerdict:
         """What the rung shows so far (``core.attainment.rate_look``), on seconds since the rung began."""
         base = self._warm_ns
-        deadline = self.objectives.ttft_s
         pending = []
-        for a in list(self.active.values()):
+        for a in list(self.active.values()):  # one still without a token has missed past its own TTFT deadline
             first = a.parser.token_ns[0] if a.parser.token_ns else now_ns
             wait = (first - a.decided_ns) / 1e9
-            missed = deadline is not None and not a.parser.token_ns and wait > deadline
+            missed = not a.parser.token_ns and self.objectives.ttft_overdue(wait, a.prompt_tokens)
             pending.append(((a.decided_ns - base) / 1e9, wait, missed))
         return rate_look(list(self._done), pending, (start_ns - base) / 1e9, (now_ns - base) / 1e9, self.open_rate,
                          target=self.config.arrival.target, capacity_rps=self.capacity_rps)
@@ -199,7 +198,7 @@ class OpenStepRun(StepRun):
         spec, body = self._request(index)
         rid = f"{self.run_id}-{self.lane.key}-r{self.rate:g}-{index}"
         parser = StreamParser(self.lane.api, self.config.max_event_bytes)
-        self.active[index] = _Active(intended_ns, parser)
+        self.active[index] = _Active(intended_ns, parser, spec.prompt_tokens)
         self.metrics.add_in_flight(self.lane.key, 1)
         sent = time.perf_counter_ns()
         try:

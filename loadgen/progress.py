@@ -76,7 +76,7 @@ def rate_line(figures: StepFigures, passed: bool | None) -> str:
     share = "" if figures.attainment is None else f", {figures.attainment:.0%} within objectives"
     offered = 0.0 if figures.offered_rps is None else figures.offered_rps
     verdict = {True: "passes", False: "fails", None: "not judged"}[passed]
-    line = (f"  {figures.lane} {figures.rate_rps:g} req/s: offered {offered:.2f}/s, served {figures.requests_per_s:.2f}"
-            f"/s{share}, TTFT p95 from intended {ttft}, schedule lag p99 {lag}, {figures.errors} errors in "
-            f"{figures.window_s:.1f} s: {verdict}")
+    line = (f"  {figures.lane} {figures.rate_rps:.10g} req/s: offered {offered:.2f}/s, "  # the rate as named
+            f"served {figures.requests_per_s:.2f}/s{share}, TTFT p95 from intended {ttft}, schedule lag p99 {lag}, "
+            f"{figures.errors} errors in {figures.window_s:.1f} s: {verdict}")
     return line + ("" if figures.valid else f" (invalid: {figures.reason})")

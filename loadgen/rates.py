@@ -8,6 +8,13 @@ bracket (its midpoint), ``arrival.search_steps`` times, so the answer is known w
 2**search_steps``. A lowest rate that fails is halved, twice at most, to find one that passes. An invalid
 rung (the client fell behind its schedule) stops the ascent: the client cannot offer more.
 
+A rate the search computes (a relative rung, a halving, a midpoint) is kept to ``RATE_DECIMALS`` decimals
+(``rate_key``), a listed one as listed, and a rung measured is known by the same key, so a rung is never asked
+for twice because its rate came back a rounding away. Every search ends: it measures at most ``rung_bound``
+rungs (every rung of its ladder, two halvings and ``search_steps`` bisections, the most an honest walk needs),
+whatever its outcomes say, and ``search_end`` says why it ended: decided, a lower bound, none, or
+``undecided`` at the bound with its reason.
+
 ``judge(figures, arrival, capacity_rps)`` is the load generator's verdict on a finished rung
 (``core.attainment.rate_verdict``: not above the closed ladder's capacity, the backlog not growing
 significantly, at least ``arrival.target`` of the requests attaining every objective). The recommender judges
@@ -25,7 +32,11 @@ from satbench.core.attainment import rate_verdict, step_attainment, step_growth,
 from satbench.core.figures import StepFigures
 from satbench.loadgen.config import ArrivalConfig
 
-__all__ = ["RateOutcome", "judge", "next_rate"]
+__all__ = ["RATE_DECIMALS", "RateOutcome", "factor_label", "judge", "next_rate", "rate_key", "rung_bound",
+           "search_end"]
+
+RATE_DECIMALS = 6  # a rate (or a trace's speed factor) the search names, and the key a measured rung is known by
+HALVINGS = 2  # a failing bottom is halved at most this often
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +57,17 @@ def judge(figures: StepFigures, arrival: ArrivalConfig, capacity_rps: float | No
     return RateOutcome(figures.rate_rps, None if verdict.verdict == "undecided" else verdict.verdict == "pass")
 
 
+def rate_key(rate: float) -> float:
+    """The rate the search names, and the key a measured rung is known by: ``RATE_DECIMALS`` decimals."""
+    return round(rate, RATE_DECIMALS)
+
+
+def factor_label(factor: float) -> str:
+    """A speed factor (a rate's multiple) as listed: ``0.5x``, ``1x``, ``9.765625x``: every digit the search
+    keeps, none a rounding adds."""
+    return f"{factor:.{RATE_DECIMALS + 4}g}x"
+
+
 def _ladder(arrival: ArrivalConfig, capacity_rps: float | None) -> list[float]:
     if arrival.rates:
         return sorted(arrival.rates)
@@ -56,39 +78,83 @@ def _ladder(arrival: ArrivalConfig, capacity_rps: float | None) -> list[float]:
     while top * 1.25 <= arrival.max_relative + 1e-9:
         top *= 1.25
         factors.append(top)
-    return [round(f * capacity_rps, 6) for f in factors]
+    return [rate_key(f * capacity_rps) for f in factors]
+
+
+def rung_bound(arrival: ArrivalConfig, capacity_rps: float | None) -> int:
+    """The most rungs one search measures (module docstring): its ladder's, ``HALVINGS`` and ``search_steps``."""
+    return len(_ladder(arrival, capacity_rps)) + HALVINGS + arrival.search_steps
 
 
 def next_rate(measured: Sequence[RateOutcome], arrival: ArrivalConfig, capacity_rps: float | None) -> float | None:
     """The next rate to measure, or ``None`` when the search is over (module docstring)."""
-    done = {round(o.rate, 6) for o in measured}
+    return _step(measured, arrival, capacity_rps)[0]
+
+
+def search_end(measured: Sequence[RateOutcome], arrival: ArrivalConfig, capacity_rps: float | None,
+               unit: str = "requests/s") -> str | None:
+    """Why the search is over, ``None`` while it goes on; one that reached ``rung_bound`` without its answer
+    says ``undecided`` and why. ``unit`` names the rates (a trace's factor search: ``x``)."""
+    rate, why = _step(measured, arrival, capacity_rps, unit)
+    return None if rate is not None else why
+
+
+def _step(measured: Sequence[RateOutcome], arrival: ArrivalConfig, capacity_rps: float | None,
+          unit: str = "requests/s") -> tuple[float | None, str]:
+    """The next rate (``None``: over) and why the search stands where it does."""
+    rate, why = _next(measured, arrival, capacity_rps, unit)
+    bound = rung_bound(arrival, capacity_rps)
+    if rate is not None and len(measured) >= bound:
+        return None, (f"undecided: the search measured {len(measured)} rungs, its bound ({bound}: the ladder's "
+                      f"{bound - HALVINGS - arrival.search_steps}, {HALVINGS} halvings, {arrival.search_steps} "
+                      f"bisections), and would still measure {_said(rate, unit)}: its outcomes do not close a bracket")
+    return rate, why
+
+
+def _next(measured: Sequence[RateOutcome], arrival: ArrivalConfig, capacity_rps: float | None,
+          unit: str) -> tuple[float | None, str]:
+    done = {rate_key(o.rate) for o in measured}
     judged = sorted((o for o in measured if o.passed is not None), key=lambda o: o.rate)
     lowest_fail = min((o.rate for o in judged if not o.passed), default=None)
     invalid = min((o.rate for o in measured if o.passed is None), default=None)
     passed = [o.rate for o in judged if o.passed and (lowest_fail is None or o.rate < lowest_fail)]
     ladder = _ladder(arrival, capacity_rps)
-    listed = {round(r, 6) for r in ladder}
+    if not ladder and not measured:
+        return None, "no rate to measure: no rates listed and no capacity to scale"
+    listed = {rate_key(r) for r in ladder}
     halvings = _halvings(measured)
     if lowest_fail is None and invalid is None:  # every rate so far passed: climb
-        return next((r for r in ladder if round(r, 6) not in done), None)
+        rate = next((r for r in ladder if rate_key(r) not in done), None)
+        top = _said(max(ladder, default=None), unit)
+        return rate, f"every rate passed, up to the ladder's top {top}: a lower bound"
     if not passed:  # nothing passed: halve the lowest, twice at most
-        if lowest_fail is None or halvings >= 2:
-            return None
-        return round(min(o.rate for o in measured) / 2, 6)
+        if lowest_fail is None:
+            return None, f"the lowest rung ({_said(invalid, unit)}) could not be judged: no answer"
+        if halvings >= HALVINGS:
+            return None, (f"none passed: the lowest rate failed, halved {HALVINGS} times down to "
+                          f"{_said(lowest_fail, unit)}")
+        return rate_key(min(o.rate for o in measured) / 2), "halving a failing bottom"
     if lowest_fail is None:  # the ascent stopped at an invalid rung: the client cannot offer more
-        return None
-    bisections = sum(1 for o in measured if round(o.rate, 6) not in listed) - halvings
+        return None, f"a rung at {_said(invalid, unit)} could not be judged (the client fell behind): a lower bound"
+    bracket = f"between {_said(max(passed), unit)} (passed) and {_said(lowest_fail, unit)} (failed)"
+    bisections = sum(1 for o in measured if rate_key(o.rate) not in listed) - halvings
     if bisections >= arrival.search_steps:
-        return None
-    mid = round((max(passed) + lowest_fail) / 2, 6)
-    return None if mid in done else mid
+        return None, f"decided {bracket} after {bisections} bisections"
+    mid = rate_key((max(passed) + lowest_fail) / 2)
+    return (None, f"decided {bracket}: its midpoint was measured already") if mid in done else (mid, "bisecting")
+
+
+def _said(rate: float | None, unit: str) -> str:
+    if rate is None:
+        return "none"
+    return factor_label(rate) if unit == "x" else f"{rate:.{RATE_DECIMALS + 4}g} {unit}"
 
 
 def _halvings(measured: Sequence[RateOutcome]) -> int:
     """How many measured rates halved the lowest rate measured before them."""
     count, lowest = 0, math.inf
     for o in measured:
-        if lowest < math.inf and round(o.rate, 6) == round(lowest / 2, 6):
+        if lowest < math.inf and rate_key(o.rate) == rate_key(lowest / 2):
             count += 1
         lowest = min(lowest, o.rate)
     return count

@@ -7,6 +7,13 @@ atomically, so a crash keeps every finished rung. ``records.jsonl`` gets one lin
 and an fsync at each rung's end. At the end the manifest is POSTed to ``recommender_url + "/runs"`` when
 configured; a failure there is a warning, not a crash.
 
+A disk that fills mid-walk (``core.records.RecordsNotWritten``, or the manifest's own write failing) ends the
+walk: the rung in flight is left out of the manifest (its records are cut short), the manifest says why
+(``cut_short``, ``finished_at`` null: a partial run, ``core.manifest``) and ``WalkCutShort`` says it in one
+line. A reserve of ``SPACE_RESERVE_BYTES`` held in the run folder while the walk runs is given back first,
+so that last manifest can be written on a disk with no byte left. A killed walk leaves the manifest of its
+last finished rung, ``finished_at`` null: partial too.
+
 The manifest is the header the caller passes (the session's, or one made here for the CLI) with this
 runner's own part (``core.manifest.LadderPart``: windows, per-lane client evidence, /metrics URL, end
 time). The runner never edits the header; ``LadderRunner.manifest`` and ``run_ladder`` return the two joined.
@@ -21,11 +28,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import json
 import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,26 +45,49 @@ from satbench.core import __version__
 from satbench.core.attainment import capacity_bound
 from satbench.core.figures import StepFigures, client_values
 from satbench.core.manifest import LadderPart, RunManifest, StepWindow, new_run_id, write_json_atomic
-from satbench.core.records import RecordsWriter
+from satbench.core.records import RecordsNotWritten, RecordsWriter
 from satbench.core.statistics import preload
 from satbench.core.step_figures import compute_step_figures
 from satbench.loadgen.client import LaneClient
 from satbench.loadgen.config import ConfigError, LaneConfig, LoadgenConfig
 from satbench.loadgen.dataset_lengths import answer_lengths
-from satbench.loadgen.datasets import load_dataset
+from satbench.loadgen.inputs import Inputs, load_inputs
 from satbench.loadgen.ladder import extension_stop, next_step
 from satbench.loadgen.metrics import LoadgenMetrics, MetricsServer
 from satbench.loadgen.open_step import OpenStepRun
 from satbench.loadgen.progress import Progress, progress_wanted, rate_line, rung_line
-from satbench.loadgen.rates import RateOutcome, judge, next_rate
+from satbench.loadgen.rates import RateOutcome, factor_label, judge, next_rate, search_end
 from satbench.loadgen.step import Clock, StepRun
-from satbench.loadgen.trace_step import TraceStepRun, next_factor
-from satbench.loadgen.traces import TracePrompts, load_trace
+from satbench.loadgen.trace_step import TraceStepRun, factor_search_end, next_factor
+from satbench.loadgen.traces import TracePrompts
 from satbench.loadgen.workload import PromptText, max_prompt_tokens
 
-__all__ = ["LadderRunner", "run_ladder"]
+__all__ = ["SPACE_RESERVE_BYTES", "LadderRunner", "WalkCutShort", "run_ladder"]
 
 log = logging.getLogger("satbench.loadgen")
+
+SPACE_RESERVE_BYTES = 1 << 20  # a run's last manifest and steps.json, written when the disk is full
+_RESERVE = ".space-reserve"
+
+
+class WalkCutShort(RuntimeError):
+    """The walk ended before its ladder did, its evidence could not be written (module docstring); the run
+    folder holds every whole record and finished rung, marked partial."""
+
+
+class _EvidenceNotWritten(OSError):
+    """``steps.json`` or ``manifest.json`` could not be written (a full disk)."""
+
+
+def _cut_short_cause(exc: BaseException) -> OSError | None:
+    """The evidence write that failed inside ``exc`` (an exception group of parallel nodes too), or None."""
+    if isinstance(exc, (RecordsNotWritten, _EvidenceNotWritten)):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            if (found := _cut_short_cause(inner)) is not None:
+                return found
+    return None
 
 
 class LadderRunner:
@@ -63,7 +95,8 @@ class LadderRunner:
 
     def __init__(self, config: LoadgenConfig, out_dir: Path, *, run_id: str | None = None,
                  manifest: RunManifest | None = None, progress: bool | None = None,
-                 registry: CollectorRegistry | None = None) -> None:
+                 registry: CollectorRegistry | None = None, inputs: Inputs | None = None,
+                 records_write: Callable[[int, memoryview], int] = os.write) -> None:
         if not config.lanes:
             raise ConfigError("invalid loadgen config: lanes: at least one lane is needed to run")
         preload()  # scipy, imported on first use, would otherwise stall the first window's users (a second here)
@@ -76,6 +109,7 @@ class LadderRunner:
                                               config={"loadgen": config.model_dump(mode="json")},
                                               versions={"satbench": __version__})
         self.part = LadderPart()
+        self._records_write = records_write  # the records file's write syscall: a test fills the disk with it
         self._published_at = 0.0
         self._own_registry = registry is None
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
@@ -84,8 +118,9 @@ class LadderRunner:
         self.progress = Progress(progress_wanted(wanted), lines=wanted is not False)
         self.figures: list[StepFigures] = []
         self._server: MetricsServer | None = None
-        self.trace = load_trace(config.trace)  # read and checked whole before any load is sent
-        self.dataset = load_dataset(config.workload.dataset)
+        inputs = inputs or load_inputs(config)  # read and checked whole before any load is sent, once
+        self.trace = inputs.trace
+        self.dataset = inputs.dataset
 
     @property
     def metrics_port(self) -> int | None:
@@ -113,10 +148,20 @@ class LadderRunner:
         self.start_metrics()
         clock = Clock.now()
         text = PromptText(max_prompt_tokens(self.config.workload) + 8, self.config.workload.seed)
-        with RecordsWriter(self.out_dir / "records.jsonl") as writer:
-            await self._run_nodes(writer, clock, text)
-        self.part = self.part.model_copy(update={"finished_at": time.time()})
-        self._write()
+        self._hold_reserve()
+        writer = RecordsWriter(self.out_dir / "records.jsonl", write=self._records_write)
+        try:
+            with writer:
+                await self._run_nodes(writer, clock, text)
+            self._give_back_reserve()
+            self.part = self.part.model_copy(update={"finished_at": time.time()})
+            self._write()
+        except BaseException as exc:
+            cause = _cut_short_cause(exc)
+            if cause is None:
+                self._give_back_reserve()
+                raise
+            raise self._cut_short(cause, writer.count) from cause
         await self._linger()
         await self._post_manifest()
         return self.manifest
@@ -172,6 +217,7 @@ class LadderRunner:
                                progress=self.progress,
                                reference=max(below, key=lambda f: f.concurrency) if below else None)
                 window = await step.run()
+                _check_written(writer)
                 if slots is None and lane.model:  # a router loads the model on the rung's first request
                     later = await _lane_evidence(lane, round_trips=0)
                     slots = _slots(later)
@@ -226,11 +272,13 @@ class LadderRunner:
                                run_id=self.run_id, client=client, writer=writer, clock=clock, metrics=self.metrics,
                                text=text, progress=self.progress)
             window = dataclasses.replace(await step.run(), slots=slots)
+            _check_written(writer)
             figures = self._step_done(step, window)
             outcome = judge(figures, arrival, bound)
             outcomes.append(outcome)
             self.progress.done(rate_line(figures, outcome.passed))
             self._write()
+        self.progress.done(f"  {lane.key}: rate search over: {search_end(outcomes, arrival, capacity)}")
 
     def _open_warmup(self, closed: list[StepFigures]) -> float:
         """An open-loop rung's warm-up (``ArrivalConfig``): as set, else the longest of the ladder's warm-up,
@@ -262,11 +310,14 @@ class LadderRunner:
                                 config=self.config, lane=lane, run_id=self.run_id, client=client, writer=writer,
                                 clock=clock, metrics=self.metrics, text=text, progress=self.progress)
             window = dataclasses.replace(await step.run(), slots=slots)
+            _check_written(writer)
             figures = self._step_done(step, window)
             outcome = judge(figures, self.config.arrival, bound)
             outcomes.append(outcome)
-            self.progress.done(f"{rate_line(figures, outcome.passed)} (trace x{factor:g})")
+            self.progress.done(f"{rate_line(figures, outcome.passed)} (trace {factor_label(factor)})")
             self._write()
+        why = factor_search_end(outcomes, cfg, self.config.arrival, trace.rate_rps)
+        self.progress.done(f"  {lane.key}: speed-factor search over: {why}")
 
     @property
     def manifest(self) -> RunManifest:
@@ -274,8 +325,39 @@ class LadderRunner:
         return self.header.with_ladder(self.part)
 
     def _write(self) -> None:
-        write_json_atomic(self.out_dir / "steps.json", [f.to_dict() for f in self.figures])
-        self.manifest.write(self.out_dir / "manifest.json")
+        try:
+            write_json_atomic(self.out_dir / "steps.json", [f.to_dict() for f in self.figures])
+            self.manifest.write(self.out_dir / "manifest.json")
+        except OSError as exc:
+            raise _EvidenceNotWritten(exc.errno, f"the run's manifest or steps.json: {exc.strerror or exc}") from exc
+
+    def _hold_reserve(self) -> None:
+        """Holds ``SPACE_RESERVE_BYTES`` of the run folder's disk (module docstring); a disk without them
+        walks without a reserve."""
+        path = self.out_dir / _RESERVE
+        try:
+            with path.open("wb") as fh:
+                os.posix_fallocate(fh.fileno(), 0, SPACE_RESERVE_BYTES)
+        except OSError:
+            path.unlink(missing_ok=True)
+
+    def _give_back_reserve(self) -> None:
+        (self.out_dir / _RESERVE).unlink(missing_ok=True)
+
+    def _cut_short(self, cause: OSError, records: int) -> WalkCutShort:
+        """The manifest marked cut short (written on the reserve's room), and the one line that says so."""
+        self._give_back_reserve()
+        why = str(cause) if cause.errno != errno.ENOSPC else f"the disk is full ({cause.strerror})"
+        self.part = self.part.model_copy(update={"cut_short": why})
+        rungs = len(self.part.steps)
+        kept = (f"{self.out_dir} keeps its {records} whole records and {rungs} finished rung(s), marked partial "
+                f"(manifest cut_short)")
+        try:
+            self._write()
+        except OSError as exc:
+            kept = (f"{self.out_dir} keeps its {records} whole records and {rungs} finished rung(s); its manifest "
+                    f"could not be marked ({exc}), and its finished_at null marks it partial")
+        return WalkCutShort(f"the walk was cut short: {why}; {kept}")
 
     async def _post_manifest(self) -> None:
         url = self.config.recommender_url
@@ -292,6 +374,13 @@ class LadderRunner:
                     log.warning("recommender refused the run manifest: HTTP %s", resp.status)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             log.warning("could not POST the run manifest to %s/runs: %s", url, exc)
+
+
+def _check_written(writer: RecordsWriter) -> None:
+    """Raises the records write that failed during the rung just run: the rung is not whole, so it ends the walk
+    (its users swallowed the error as each one stopped)."""
+    if writer.failed is not None:
+        raise writer.failed
 
 
 def _slots(evidence: dict[str, Any]) -> int | None:
@@ -331,10 +420,13 @@ async def _lane_evidence(lane: LaneConfig, round_trips: int = 5) -> dict[str, An
 
 async def run_ladder(config: LoadgenConfig, out_dir: Path, *, run_id: str | None = None,
                      manifest: RunManifest | None = None, progress: bool | None = None,
-                     registry: CollectorRegistry | None = None) -> RunManifest:
-    """Walks every lane's ladder; writes records.jsonl, steps.json, manifest.json into ``out_dir``."""
+                     registry: CollectorRegistry | None = None, inputs: Inputs | None = None,
+                     records_write: Callable[[int, memoryview], int] = os.write) -> RunManifest:
+    """Walks every lane's ladder; writes records.jsonl, steps.json, manifest.json into ``out_dir``;
+    ``WalkCutShort`` when a full disk ended it (module docstring). ``inputs``: the config's trace and dataset
+    already read (``loadgen.inputs``), else read here."""
     runner = LadderRunner(config, out_dir, run_id=run_id, manifest=manifest, progress=progress,
-                          registry=registry)
+                          registry=registry, inputs=inputs, records_write=records_write)
     try:
         return await runner.run()
     finally:

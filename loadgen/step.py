@@ -87,6 +87,7 @@ class Clock:
 class _Active:
     decided_ns: int
     parser: StreamParser
+    prompt_tokens: int | None = None  # its prompt's length: an open rung's look judges its own TTFT deadline
 
 
 @dataclass(slots=True)

@@ -10,9 +10,12 @@ replayed window is the measurement (no early end at a decided look: the trace's 
 workload as its start); where the scaled window is shorter than the warm-up and ``min_window_s``, it is
 replayed again from its start (period: the window's length over the factor), said in the window's notes.
 
-The speed-factor search (``next_factor``) is ``loadgen.rates.next_rate`` over the trace's recorded rate:
+The speed-factor search (``next_factor``) is ``loadgen.rates.next_rate`` run in factors (a capacity of 1):
 ``trace.factors`` as its relative rates, 1.25x steps up to ``trace.max_factor``, ``trace.search_steps``
-bisections; each rung judged by ``loadgen.rates.judge``.
+bisections; each rung judged by ``loadgen.rates.judge``. A rung measured at the recorded rate times its factor
+is known again by its factor (``loadgen.rates.rate_key`` of rate over recorded rate), never by a rate rounded
+on the way, so listed factors are replayed and labelled as listed (``loadgen.rates.factor_label``: 0.5x,
+9.765625x) and the search ends within ``loadgen.rates.rung_bound`` rungs (``factor_search_end`` says why).
 """
 
 from __future__ import annotations
@@ -23,11 +26,11 @@ from dataclasses import dataclass
 from satbench.core.manifest import StepWindow
 from satbench.loadgen.config import ArrivalConfig, TraceConfig
 from satbench.loadgen.open_step import OpenStepRun
-from satbench.loadgen.rates import RateOutcome, next_rate
+from satbench.loadgen.rates import RateOutcome, factor_label, next_rate, rate_key, search_end
 from satbench.loadgen.traces import Trace, TracePrompts
 from satbench.loadgen.workload import RequestSpec, text_body
 
-__all__ = ["TraceStepRun", "next_factor"]
+__all__ = ["TraceStepRun", "factor_search_end", "next_factor"]
 
 
 @dataclass
@@ -80,7 +83,7 @@ class TraceStepRun(OpenStepRun):
     def _open_window(self, warm_ns: int, lags: list[float], read_lags: list[float], cpu_s: float) -> StepWindow:
         window = super()._open_window(warm_ns, lags, read_lags, cpu_s)
         replays = self.stream.index / len(self.trace.requests)  # type: ignore[attr-defined]
-        said = (f"trace {self.trace.sha256[:12]} at {self.factor:g}x: {self.stream.index} requests "  # type: ignore[attr-defined]
+        said = (f"trace {self.trace.sha256[:12]} at {factor_label(self.factor)}: {self.stream.index} requests "  # type: ignore[attr-defined]
                 f"sent, {replays:.2f} times its window of {len(self.trace.requests)}")
         return StepWindow(**{**window.to_dict(), "notes": (*window.notes, said), "speed_factor": self.factor})
 
@@ -90,9 +93,19 @@ def _search(trace: TraceConfig, arrival: ArrivalConfig) -> ArrivalConfig:
                                       "search_steps": trace.search_steps})
 
 
+def _in_factors(measured: Sequence[RateOutcome], recorded_rps: float) -> list[RateOutcome]:
+    """Each rung's outcome at its factor: its rate (recorded rate x factor) over the recorded rate, keyed."""
+    return [RateOutcome(rate_key(o.rate / recorded_rps), o.passed) for o in measured]
+
+
 def next_factor(measured: Sequence[RateOutcome], trace: TraceConfig, arrival: ArrivalConfig,
                 recorded_rps: float) -> float | None:
     """The next speed factor to replay, or ``None`` when the search is over (module docstring); ``measured``
     holds each rung's outcome at its rate (recorded rate x factor)."""
-    rate = next_rate(measured, _search(trace, arrival), recorded_rps)
-    return None if rate is None else float(f"{rate / recorded_rps:.6g}")  # the listed factor, not its rounding
+    return next_rate(_in_factors(measured, recorded_rps), _search(trace, arrival), 1.0)
+
+
+def factor_search_end(measured: Sequence[RateOutcome], trace: TraceConfig, arrival: ArrivalConfig,
+                      recorded_rps: float) -> str | None:
+    """Why the factor search is over (``loadgen.rates.search_end`` in factors), ``None`` while it goes on."""
+    return search_end(_in_factors(measured, recorded_rps), _search(trace, arrival), 1.0, unit="x")

@@ -19,8 +19,13 @@ The formats, with their columns as published:
 
 ``read_trace(path)`` checks the whole file before anything is sent: a missing column, a non-number, a
 timestamp that goes back, a file in another format is one ``TraceError`` line naming the file, the line and the
-problem. ``Trace.window(offset_s, length_s)`` keeps a stretch of it (re-based to 0); ``Trace.offsets(factor)``
-are the send times at a speed factor (``t / factor``). The evidence (``Trace.evidence``) is the file's sha256,
+problem. The file is read once (``InputFile``: parsed, hashed and measured in the same pass) and within declared
+bounds, so a hostile file is refused in one line with memory bounded: a line of at most ``MAX_TRACE_LINE_BYTES``
+(read with a bounded ``readline``, never whole), a CSV field within the csv module's ``field_size_limit``, JSON
+nested no deeper than the decoder's recursion bound, lengths in ``[1, MAX_TOKENS]`` tokens
+(``core.config_files``), timestamps within ``MAX_TRACE_SPAN_S`` of the first, block ids of 64 bits.
+``Trace.window(offset_s, length_s)`` keeps a stretch of it (re-based to 0); ``Trace.offsets(factor)`` are the send
+times at a speed factor (``t / factor``). The evidence (``Trace.evidence``) is the file's sha256,
 size, format, the window and what is synthesised.
 
 Prompts (``TracePrompts``): a trace carries lengths, not text. A block id is always the same text (512 words
@@ -36,23 +41,33 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
+import itertools
 import json
 import math
 import random
 import re
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from satbench.core.config_files import MAX_TOKENS, MAX_TRACE_SPAN_S
 
 if TYPE_CHECKING:
     from satbench.loadgen.config import TraceConfig
 
-__all__ = ["BLOCK_TOKENS", "FORMATS", "Trace", "TraceError", "TracePrompts", "TraceRequest", "file_digest",
-           "load_trace", "read_trace"]
+__all__ = ["BLOCK_TOKENS", "CHUNK_BYTES", "FORMATS", "MAX_TRACE_LINE_BYTES", "MAX_TRACE_SPAN_S", "InputFile", "Trace",
+           "TraceError", "TracePrompts", "TraceRequest", "json_line", "load_trace", "read_trace"]
 
 BLOCK_TOKENS = 512  # Mooncake's published traces hash the prompt in blocks of 512 tokens
+CHUNK_BYTES = 1 << 20  # what one read takes from a file
+# The longest Mooncake line a request of MAX_TOKENS makes (32,768 block ids of up to 20 digits) is about 700 KB;
+# a CSV trace's line is under 100 bytes.
+MAX_TRACE_LINE_BYTES = 1 << 20
+_ID_BOUND = 1 << 63
 FORMATS = ("auto", "mooncake", "burstgpt", "azure")
 
 _BURSTGPT = ("Timestamp", "Request tokens", "Response tokens")
@@ -77,17 +92,6 @@ class TraceRequest:
     output_tokens: int
     hash_ids: tuple[int, ...] = ()
     line: int = 0
-
-
-def file_digest(path: Path) -> tuple[str, int]:
-    """The file's sha256 (hex) and size in bytes."""
-    digest = hashlib.sha256()
-    size = 0
-    with path.open("rb") as fh:
-        while chunk := fh.read(1 << 20):
-            digest.update(chunk)
-            size += len(chunk)
-    return digest.hexdigest(), size
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,17 +177,95 @@ def _problem(path: Path, line: int, what: str) -> TraceError:
     return TraceError(f"{path}:{line}: {what}")
 
 
+class InputFile:
+    """A trace or dataset file read once, front to back, in bounded pieces, hashed as it is read.
+
+    The readers take their lines (``lines``) or chunks (``read``) from here, so a file is opened once, its
+    sha256 and size are the bytes the parser saw (``finish`` reads whatever the parser left and returns them),
+    and no piece is larger than its caller's bound: ``lines(max_line_bytes)`` reads each line with
+    ``readline(limit)`` and refuses a longer one by its number, never holding more than the limit."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self._fh = io.BufferedReader(io.FileIO(path, "rb"), buffer_size=CHUNK_BYTES)
+        except OSError as exc:
+            raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        self._digest = hashlib.sha256()
+        self.size = 0
+
+    def __enter__(self) -> InputFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._fh.close()
+
+    def head(self) -> bytes:
+        """The file's first bytes (up to ``CHUNK_BYTES``), without consuming them."""
+        return self._fh.peek(CHUNK_BYTES)[:CHUNK_BYTES]
+
+    def read(self, n: int) -> bytes:
+        data = self._fh.read(n)
+        self._digest.update(data)
+        self.size += len(data)
+        return data
+
+    def lines(self, max_line_bytes: int, what: str) -> Iterator[tuple[int, str]]:
+        """Each line (1-based number, text with its newline), decoded; ``TraceError`` names a line longer than
+        ``max_line_bytes`` (``what``: the limit's name in the message) or one that is not UTF-8."""
+        number = 0
+        while True:
+            raw = self._fh.readline(max_line_bytes + 1)
+            if not raw:
+                return
+            number += 1
+            self._digest.update(raw)
+            self.size += len(raw)
+            if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
+                raise _problem(self.path, number, f"line longer than {max_line_bytes:,} bytes ({what})")
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise _problem(self.path, number, f"not UTF-8 text ({exc.reason})") from None
+            yield number, text.removeprefix("\ufeff") if number == 1 else text
+
+    def finish(self) -> tuple[str, int]:
+        """Reads what the parser left (bounded chunks) and returns the whole file's sha256 (hex) and size."""
+        while self.read(CHUNK_BYTES):
+            pass
+        return self._digest.hexdigest(), self.size
+
+
+def json_line(path: Path, line: int, text: str, what: str) -> Any:
+    """One JSON value of a line; ``TraceError`` (``what``: its message) for bad JSON, or for JSON nested deeper than
+    the decoder's recursion bound (``sys.getrecursionlimit()``, 1,000 levels by default; no input satbench
+    reads nests more than 4)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise _problem(path, line, "JSON nested too deep (the decoder's bound is about "
+                                   f"{sys.getrecursionlimit():,} levels; an input line nests at most 4)") from None
+    except ValueError:
+        raise _problem(path, line, what) from None
+
+
 def _count(path: Path, line: int, row: dict[str, Any], key: str, low: int) -> int:
     value = row.get(key)
     if isinstance(value, str):
         try:
             value = float(value) if value.strip() else None
         except ValueError:
-            raise _problem(path, line, f"{key} is not a number: {value!r}") from None
+            raise _problem(path, line, f"{key} is not a number: {_shown(value)}") from None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
-            or value != int(value) or value < low:
-        raise _problem(path, line, f"{key} must be a whole number >= {low}, got {value!r}")
+            or value != int(value) or not low <= value <= MAX_TOKENS:
+        raise _problem(path, line, f"{key} must be a whole number in [{low}, {MAX_TOKENS:,}] tokens (the declared "
+                                   f"limit), got {_shown(value)}")
     return int(value)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _seconds(path: Path, line: int, value: Any, key: str, scale: float) -> float:
@@ -191,9 +273,11 @@ def _seconds(path: Path, line: int, value: Any, key: str, scale: float) -> float
         try:
             value = float(value)
         except ValueError:
-            raise _problem(path, line, f"{key} is not a number: {value!r}") from None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise _problem(path, line, f"{key} must be a number >= 0, got {value!r}")
+            raise _problem(path, line, f"{key} is not a number: {_shown(value)}") from None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+            or not 0 <= value * scale <= MAX_TRACE_SPAN_S:
+        raise _problem(path, line, f"{key} must be a number in [0, {MAX_TRACE_SPAN_S / scale:g}] (at most "
+                                   f"{MAX_TRACE_SPAN_S / 86400:g} days from the trace's start), got {_shown(value)}")
     return float(value) * scale
 
 
@@ -203,16 +287,19 @@ _AZURE_TIME = re.compile(r"^(\d{4}-\d{2}-\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(
 def _azure_time(path: Path, line: int, value: str) -> float:
     """Azure's ``TIMESTAMP`` (``2023-11-16 18:15:46.6805900``) as seconds since the epoch, naive as UTC."""
     m = _AZURE_TIME.match(value.strip())
-    if not m:
-        raise _problem(path, line, f"TIMESTAMP is not a date and time: {value!r}")
-    day = datetime.fromisoformat(m.group(1)).timestamp()
+    hours, minutes, secs = (int(m.group(i)) for i in (2, 3, 4)) if m else (0, 0, 0)
+    try:
+        if not m or hours > 23 or minutes > 59 or secs > 60:
+            raise ValueError
+        day = datetime.fromisoformat(m.group(1)).replace(tzinfo=UTC).timestamp()
+    except (ValueError, OverflowError):
+        raise _problem(path, line, f"TIMESTAMP is not a date and time: {_shown(value)}") from None
     fraction = float("0." + m.group(5)) if m.group(5) else 0.0
-    return day + int(m.group(2)) * 3600 + int(m.group(3)) * 60 + int(m.group(4)) + fraction
+    return day + hours * 3600 + minutes * 60 + secs + fraction
 
 
-def _sniff(path: Path) -> str:
-    with path.open(encoding="utf-8", errors="replace") as fh:
-        head = fh.readline().strip()
+def _sniff(path: Path, head: str) -> str:
+    head = head.strip()
     if head.startswith("{"):
         return "mooncake"
     columns = {c.strip() for c in head.split(",")}
@@ -225,83 +312,109 @@ def _sniff(path: Path) -> str:
                             "tokens) or an Azure LLM trace CSV header (TIMESTAMP, ContextTokens, GeneratedTokens)")
 
 
-def _mooncake(path: Path) -> Iterator[tuple[int, float, int, int, tuple[int, ...]]]:
-    with path.open(encoding="utf-8") as fh:
-        for line, text in enumerate(fh, 1):
-            if not text.strip():
-                continue
-            try:
-                row = json.loads(text)
-            except ValueError:
-                raise _problem(path, line, "not a JSON object (a Mooncake trace has one a line)") from None
-            if not isinstance(row, dict):
-                raise _problem(path, line, "not a JSON object (a Mooncake trace has one a line)")
-            for key in ("timestamp", "input_length", "output_length"):
-                if key not in row:
-                    raise _problem(path, line, f"missing {key!r} (a Mooncake line has timestamp, input_length, "
-                                               "output_length and hash_ids)")
-            ids = row.get("hash_ids", [])
-            if not isinstance(ids, list) or any(isinstance(h, bool) or not isinstance(h, int) for h in ids):
-                raise _problem(path, line, f"hash_ids must be a list of whole numbers, got {ids!r}"[:200])
-            yield (line, _seconds(path, line, row["timestamp"], "timestamp", 1e-3),
-                   _count(path, line, row, "input_length", 1), _count(path, line, row, "output_length", 1),
-                   tuple(ids))
+Rows = Iterator[tuple[int, float, int, int, tuple[int, ...]]]
+Lines = Iterator[tuple[int, str]]
 
 
-def _csv_rows(path: Path, columns: Sequence[str], name: str) -> Iterator[tuple[int, dict[str, str]]]:
-    with path.open(encoding="utf-8", newline="") as fh:
-        reader = csv.DictReader(fh)
+def _mooncake(path: Path, lines: Lines) -> Rows:
+    for line, text in lines:
+        if not text.strip():
+            continue
+        row = json_line(path, line, text, "not a JSON object (a Mooncake trace has one a line)")
+        if not isinstance(row, dict):
+            raise _problem(path, line, "not a JSON object (a Mooncake trace has one a line)")
+        for key in ("timestamp", "input_length", "output_length"):
+            if key not in row:
+                raise _problem(path, line, f"missing {key!r} (a Mooncake line has timestamp, input_length, "
+                                           "output_length and hash_ids)")
+        ids = row.get("hash_ids", [])
+        if not isinstance(ids, list) or len(ids) > MAX_TOKENS // BLOCK_TOKENS \
+                or any(isinstance(h, bool) or not isinstance(h, int) or not -_ID_BOUND <= h < _ID_BOUND for h in ids):
+            raise _problem(path, line, f"hash_ids must be a list of whole numbers (at most "
+                                       f"{MAX_TOKENS // BLOCK_TOKENS:,}, each of 64 bits), got {_shown(ids)}")
+        yield (line, _seconds(path, line, row["timestamp"], "timestamp", 1e-3),
+               _count(path, line, row, "input_length", 1), _count(path, line, row, "output_length", 1),
+               tuple(ids))
+
+
+def _csv_rows(path: Path, lines: Lines, columns: Sequence[str], name: str) -> Iterator[tuple[int, dict[str, str]]]:
+    """The rows of a CSV trace, each record (a quoted field may span lines) at most ``MAX_TRACE_LINE_BYTES``
+    characters, each field within the csv module's ``field_size_limit`` (128 KiB by default)."""
+    held = at = 0
+
+    def bounded() -> Iterator[str]:
+        nonlocal held, at
+        for number, text in lines:
+            held += len(text)
+            at = number
+            if held > MAX_TRACE_LINE_BYTES:
+                raise _problem(path, number, f"a CSV record longer than {MAX_TRACE_LINE_BYTES:,} characters "
+                                             "(the trace line limit)")
+            yield text
+
+    reader = csv.DictReader(bounded())
+    try:
         header = [c.strip() for c in reader.fieldnames or ()]
         missing = [c for c in columns if c not in header]
         if missing:
-            raise _problem(path, 1, f"missing column {missing[0]!r} of a {name} trace (header: {', '.join(header)})")
+            raise _problem(path, 1, f"missing column {missing[0]!r} of a {name} trace (header: "
+                                    f"{_shown(', '.join(header))})")
         reader.fieldnames = header
         for row in reader:
+            held = 0
             yield reader.line_num, row
+    except csv.Error as exc:  # a field past the csv module's field_size_limit (128 KiB by default) among others
+        raise _problem(path, at, f"not CSV ({exc})") from None
 
 
-def _burstgpt(path: Path) -> Iterator[tuple[int, float, int, int, tuple[int, ...]]]:
-    for line, row in _csv_rows(path, _BURSTGPT, "BurstGPT"):
+def _burstgpt(path: Path, lines: Lines) -> Rows:
+    for line, row in _csv_rows(path, lines, _BURSTGPT, "BurstGPT"):
         out = _count(path, line, row, "Response tokens", 0)
         yield (line, _seconds(path, line, row["Timestamp"], "Timestamp", 1.0),
                _count(path, line, row, "Request tokens", 1), out, ())
 
 
-def _azure(path: Path) -> Iterator[tuple[int, float, int, int, tuple[int, ...]]]:
-    for line, row in _csv_rows(path, _AZURE, "Azure LLM inference"):
+def _azure(path: Path, lines: Lines) -> Rows:
+    for line, row in _csv_rows(path, lines, _AZURE, "Azure LLM inference"):
         yield (line, _azure_time(path, line, row["TIMESTAMP"] or ""), _count(path, line, row, "ContextTokens", 1),
                _count(path, line, row, "GeneratedTokens", 0), ())
 
 
 def read_trace(path: Path | str, fmt: str = "auto") -> Trace:
-    """Reads and checks a whole trace file (module docstring); ``TraceError`` on the first bad line."""
+    """Reads and checks a whole trace file, once (module docstring); ``TraceError`` on the first bad line."""
     path = Path(path)
     if fmt not in FORMATS:
         raise TraceError(f"{path}: unknown trace format {fmt!r} (one of {', '.join(FORMATS)})")
-    if not path.is_file():
+    if not path.exists() or path.is_dir():  # a named pipe reads too: each file is read once
         raise TraceError(f"{path}: no such trace file")
-    fmt = _sniff(path) if fmt == "auto" else fmt
-    rows = {"mooncake": _mooncake, "burstgpt": _burstgpt, "azure": _azure}[fmt](path)
     requests: list[TraceRequest] = []
     skipped = 0
     last: tuple[int, float] | None = None
-    try:
+    start = 0.0
+    with InputFile(path) as src:
+        lines = src.lines(MAX_TRACE_LINE_BYTES, "the trace line limit")
+        first = next(lines, None)
+        fmt = _sniff(path, "" if first is None else first[1]) if fmt == "auto" else fmt
+        rows = {"mooncake": _mooncake, "burstgpt": _burstgpt, "azure": _azure}[fmt](
+            path, itertools.chain([first] if first is not None else [], lines))
         for line, at, n_in, n_out, ids in rows:
             if last is not None and at < last[1]:
                 raise _problem(path, line, f"timestamp goes back ({at - last[1]:+.3f} s after line {last[0]}): a "
                                            "trace must be sorted by arrival")
+            start = at if last is None else start
+            if at - start > MAX_TRACE_SPAN_S:
+                raise _problem(path, line, f"timestamp {at - start:.6g} s after the first line's: a trace spans at "
+                                           f"most {MAX_TRACE_SPAN_S / 86400:g} days (the declared limit)")
             last = (line, at)
             if n_out == 0:  # BurstGPT's failed requests (and Azure's empty answers): nothing to replay
                 skipped += 1
                 continue
             requests.append(TraceRequest(at, n_in, n_out, ids, line))
-    except UnicodeDecodeError as exc:
-        raise _problem(path, 1, f"not UTF-8 text ({exc.reason})") from None
-    if not requests:
-        raise _problem(path, 1, "no request in the trace")
-    first = requests[0].at_s
-    digest, size = file_digest(path)
-    return Trace(str(path), fmt, digest, size, tuple(replace(r, at_s=r.at_s - first) for r in requests), skipped)
+        if not requests:
+            raise _problem(path, 1, "no request in the trace")
+        digest, size = src.finish()
+    first_at = requests[0].at_s
+    return Trace(str(path), fmt, digest, size, tuple(replace(r, at_s=r.at_s - first_at) for r in requests), skipped)
 
 
 class TracePrompts:

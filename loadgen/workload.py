@@ -40,9 +40,11 @@ the answers as received; ``max_tokens`` is the length of the dataset's answer to
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
+from array import array
 from dataclasses import dataclass, replace
 
 from satbench.core.api import ApiFlavour
@@ -81,17 +83,13 @@ class PromptText:
         rng = random.Random(f"prompt-text:{seed}")
         words = [rng.choice(_WORDS) for _ in range(max(1, max_tokens))]
         self._text = " ".join(words)
-        self._ends = []
-        pos = 0
-        for word in words:
-            pos += len(word)
-            self._ends.append(pos)
-            pos += 1
+        # each word's end in the text, as 4-byte offsets: at MAX_TOKENS words, 64 MB where a list of ints is 600 MB
+        self._ends = array("I", itertools.accumulate(len(word) + 1 for word in words))
         self.max_tokens = len(words)
 
     def prompt(self, n_tokens: int) -> str:
         n = min(max(1, n_tokens), self.max_tokens)
-        return self._text[: self._ends[n - 1]]
+        return self._text[: self._ends[n - 1] - 1]
 
     def shared_prefix(self, k: int, n_tokens: int) -> str:
         key = (k, n_tokens)

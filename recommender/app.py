@@ -77,12 +77,13 @@ from satbench.recommender.models import (
     LaneModel,
     RecommendationsDocument,
     RunInfo,
+    RunList,
     RunRegistered,
 )
-from satbench.recommender.prometheus_source import HttpxPromClient
+from satbench.recommender.prometheus_source import HttpxPromClient, public_url
 from satbench.recommender.run_analysis import analyze_run_async
 from satbench.recommender.settings import RecommenderSettings
-from satbench.recommender.store import Analyzer, ManifestWriter, RecommendationStore
+from satbench.recommender.store import Analyzer, ManifestWriter, RecommendationStore, entry_key
 from satbench.recommender.validity import check_answers, fingerprints_when_measured, measured_fingerprints
 from satbench.recommender.write_guard import WriteGuardASGI
 
@@ -134,7 +135,8 @@ class SettingsAnalyzer:
         return await analyze_run_async(manifest, prometheus_url=s.prometheus_url, run_dir=run_dir,
                                        policy=self._policy, source_config=s.source_config(),
                                        prometheus_timeout_s=s.prometheus_timeout_s,
-                                       prometheus_headers=s.prometheus_headers)
+                                       prometheus_headers=s.prometheus_headers, prometheus_auth=s.prometheus_auth(),
+                                       fingerprint_key=s.fingerprint_key_bytes())
 
 
 def _background() -> None:
@@ -177,8 +179,8 @@ def prometheus_fingerprints(settings: RecommenderSettings) -> FingerprintSource:
             return {key: (None, "the service reads no Prometheus, so the lane's live fingerprint cannot be taken")
                     for key in starts}
         async with HttpxPromClient(settings.prometheus_url, timeout_s=settings.prometheus_timeout_s,
-                                   headers=settings.prometheus_headers) as client:
-            return await fingerprints_when_measured(client, starts)
+                                   headers=settings.prometheus_headers, auth=settings.prometheus_auth()) as client:
+            return await fingerprints_when_measured(client, starts, fleet_key=settings.fingerprint_key_bytes())
 
     return source
 
@@ -213,13 +215,14 @@ async def _check_validity_forever(store: RecommendationStore, settings: Recommen
     unreachable Prometheus leaves the last verdicts standing (the refresh tick marks the document stale)."""
     interval_s = settings.validity_interval_s or settings.scrape_interval_s
     async with HttpxPromClient(url, timeout_s=settings.prometheus_timeout_s,
-                               headers=settings.prometheus_headers) as client:
+                               headers=settings.prometheus_headers, auth=settings.prometheus_auth()) as client:
         while True:
             answers = store.answers_to_check()
             if answers:
                 try:
                     now = clock()
-                    await store.set_validity(await check_answers(client, measured_fingerprints(answers), now=now),
+                    await store.set_validity(await check_answers(client, measured_fingerprints(answers), now=now,
+                                                                 fleet_key=settings.fingerprint_key_bytes()),
                                              checked_at=now)
                 except (SourceUnavailable, PrometheusQueryError) as exc:
                     log.info("validity check skipped: %s", exc)
@@ -395,16 +398,25 @@ def create_app(settings: RecommenderSettings, *, analyzer: Analyzer | None = Non
             shards, fleet = await store.fleet_run(run_id)
             return RunInfo(run_id=run_id, registered_at=min(e.registered_at for e in shards),
                            analyzed=fleet is not None, reason="; ".join(e.reason for e in shards if e.reason) or None,
-                           manifest=shards[0].manifest.to_dict(),
+                           partial="; ".join(f"{entry_key(e.manifest)}: {e.partial}" for e in shards if e.partial)
+                           or None, manifest=shards[0].manifest.to_dict(),
                            recommendations=None if fleet is None else RecommendationsDocument.model_validate(fleet))
         doc = None if entry.document is None else RecommendationsDocument.model_validate(entry.document)
         return RunInfo(run_id=run_id, registered_at=entry.registered_at, analyzed=entry.document is not None,
-                       reason=entry.reason, manifest=entry.manifest.to_dict(), recommendations=doc)
+                       reason=entry.reason, partial=entry.partial, manifest=entry.manifest.to_dict(),
+                       recommendations=doc)
+
+    @app.get("/runs", response_model=RunList)
+    async def runs_listed(store: StoreDep) -> RunList:
+        """Every registered run, oldest measured first, each said complete or partial (and why), with the lanes
+        of the served document it answers (``recommender.store``)."""
+        return RunList.model_validate({"runs": store.runs()})
 
     @app.get("/healthz", response_model=HealthModel)
     async def healthz(store: StoreDep, settings: SettingsDep) -> HealthModel:
         return HealthModel(status="ok", runs=store.run_count, document=store.state,  # type: ignore[arg-type]
-                           prometheus_url=settings.prometheus_url)
+                           prometheus_url=None if settings.prometheus_url is None
+                           else public_url(settings.prometheus_url))
 
     @app.get("/metrics", response_class=Response)
     async def metrics() -> Response:

@@ -189,6 +189,8 @@ def _entry(node: str, name: str, lane: LaneModel | None) -> dict[str, Any]:
                      trace_max_rate_rps=trace.max_rate_rps, trace_sha256=trace.trace.sha256)
     if lane.reason:
         entry["reason"] = lane.reason
+    if lane.partial:  # a run that did not finish (recommender.store): a lower bound, said
+        entry["partial"] = lane.partial
     return entry
 
 

@@ -10,6 +10,10 @@ printed once on stderr for the operator to hand to the load generators (the same
 The service answers only to its bind address, localhost and ``--allowed-host`` names (DNS rebinding), and
 times out half-sent requests (``--request-timeout``) with its open connections bounded
 (``recommender.http_server``).
+
+The store's credentials and the fingerprint key come the same way, never as a flag's value:
+``--prometheus-username`` with ``SATBENCH_RECOMMENDER_PROMETHEUS_PASSWORD`` or ``--prometheus-password-file``;
+``SATBENCH_RECOMMENDER_FINGERPRINT_KEY`` or ``--fingerprint-key-file`` (docs/fleet-store.md, "Credentials").
 """
 
 from __future__ import annotations
@@ -46,6 +50,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "'*.example.org' for every name under it); any other Host header gets 421")
     parser.add_argument("--request-timeout", type=float, dest="request_timeout_s",
                         help="seconds a client may take to send a whole request (default 10)")
+    parser.add_argument("--prometheus-username", dest="prometheus_username", metavar="USER",
+                        help="basic-auth user for the store's queries (password: "
+                             "$SATBENCH_RECOMMENDER_PROMETHEUS_PASSWORD or --prometheus-password-file)")
+    parser.add_argument("--prometheus-password-file", type=Path, dest="prometheus_password_file", metavar="PATH",
+                        help="a file holding the store's basic-auth password")
+    parser.add_argument("--fingerprint-key-file", type=Path, dest="fingerprint_key_file", metavar="PATH",
+                        help="a file holding the fleet key the exporters' fingerprint series are signed with "
+                             "(default: $SATBENCH_RECOMMENDER_FINGERPRINT_KEY; unset: series are not verified)")
     parser.add_argument("--default-schema", choices=("v1", "v2"), dest="default_schema",
                         help="what GET /recommendations serves without ?schema= (default v2; v1 keeps an "
                              "unmigrated consumer working)")
@@ -57,7 +69,7 @@ def build_settings(args: argparse.Namespace) -> Any:
 
     overrides: dict[str, Any] = {}
     for name in ("host", "port", "runs_dir", "refresh_interval_s", "validity_interval_s", "scrape_interval_s",
-                 "default_schema", "allowed_hosts", "request_timeout_s"):
+                 "default_schema", "allowed_hosts", "request_timeout_s", "prometheus_username"):
         value = getattr(args, name, None)
         if value is not None:
             overrides[name] = value
@@ -84,7 +96,25 @@ def build_settings(args: argparse.Namespace) -> Any:
         if len(token) < 16:
             raise BadInput(f"--write-token-file {token_file}: a token of at least 16 characters is needed")
         overrides["write_token"] = token
+    for flag, name in (("--prometheus-password-file", "prometheus_password"),
+                       ("--fingerprint-key-file", "fingerprint_key")):
+        path = getattr(args, f"{name}_file", None)
+        if path is not None:
+            overrides[name] = _secret_file(flag, path)
     return RecommenderSettings(**overrides)
+
+
+def _secret_file(flag: str, path: Path) -> str:
+    """A secret's text from a file (surrounding whitespace stripped), or ``BadInput`` naming the flag."""
+    from satbench.recommender.errors import BadInput
+
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(f"{flag} {path}: {getattr(exc, 'strerror', None) or exc}") from exc
+    if not text:
+        raise BadInput(f"{flag} {path}: the file is empty")
+    return text
 
 
 def main(args: argparse.Namespace) -> int:

@@ -10,8 +10,11 @@ walking the whole fleet would get from the same windows. What this module adds i
   Job started), another shard count, a run of one process under the same id, or, under another run id, the
   same fleet and count walked at the same time as shards already registered (the shards disagree on the run
   id, so each would file half a fleet);
-- ``fleet_runs``: per fleet, its newest run, which shards reported and which did not, with the lanes each
-  missing one owns (a shard killed mid-run never posts: its lanes are named, the others served);
+- ``fleet_runs``: per fleet, its newest run (by when its shards measured, ``core.manifest.measured_until``),
+  which shards reported and which did not, with the lanes each missing one owns (a shard killed mid-run never
+  posts: its lanes are named, the others served). A shard whose manifest says it did not finish (a killed
+  shard's folder, found by a recommender restarted on the fleet's shared folder; a shard cut short by a full
+  disk) has not reported either: it stays missing, with why (``partial``), after any restart;
 - ``missing_answers``: for a missing shard's lane that no run answers, an answer that says so
   (``recommended_concurrency`` null, ``status`` ``insufficient_data``, the reason naming the shard), so a
   consumer reads "not measured: shard 1/3 of run X has not reported" instead of finding no key at all.
@@ -20,7 +23,7 @@ walking the whole fleet would get from the same windows. What this module adds i
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from satbench.core.manifest import RunManifest
@@ -36,13 +39,15 @@ __all__ = ["FleetRun", "ShardEntry", "check_join", "fleet_runs", "missing_answer
 @dataclass(frozen=True, slots=True)
 class ShardEntry:
     """One registered shard: its manifest, its stamp, its rank in the store (newest last), and its analysis'
-    outcome (``answered`` false with ``reason`` where it failed or is pending)."""
+    outcome (``answered`` false with ``reason`` where it failed or is pending); ``partial`` says why it did not
+    finish (``RunManifest.partial``)."""
 
     manifest: RunManifest
     stamp: ShardStamp
     rank: tuple[float, int]
     answered: bool = True
     reason: str | None = None
+    partial: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,19 +57,25 @@ class FleetRun:
     reported: tuple[int, ...]
     failed: dict[int, str]  # shards that reported and whose analysis failed or is pending -> why
     missing: tuple[int, ...]
+    partial: dict[int, str] = field(default_factory=dict)  # missing shards whose folder says they did not finish
 
     def summary(self) -> dict[str, Any]:
         """The document's ``shards.<run_id>``."""
         return {"count": self.stamp.count, "fleet": self.stamp.fleet, "reported": list(self.reported),
                 "missing": {str(i): self.stamp.share(i) for i in self.missing},
-                "failed": {str(i): why for i, why in self.failed.items()}}
+                "failed": {str(i): why for i, why in self.failed.items()},
+                "partial": {str(i): why for i, why in self.partial.items()}}
+
+    def _missing_why(self, i: int) -> str:
+        said = f"shard {i}/{self.stamp.count} of run {self.run_id} has not reported"
+        return said if i not in self.partial else f"{said}: {self.partial[i]}"
 
     def unanswered(self) -> dict[str, str]:
         """Lane key -> why no answer of this run covers it."""
         out: dict[str, str] = {}
         for i in self.missing:
             for key in self.stamp.share(i):
-                out[key] = f"shard {i}/{self.stamp.count} of run {self.run_id} has not reported"
+                out[key] = self._missing_why(i)
         for i, why in self.failed.items():
             for key in self.stamp.share(i):
                 out[key] = f"shard {i}/{self.stamp.count} of run {self.run_id} reported, but {why}"
@@ -72,7 +83,7 @@ class FleetRun:
 
     def note(self) -> str | None:
         said = [f"shard {i}/{self.stamp.count} has not reported ({', '.join(self.stamp.share(i)) or 'no lane'})"
-                for i in self.missing]
+                + (f": {self.partial[i]}" if i in self.partial else "") for i in self.missing]
         said += [f"shard {i}/{self.stamp.count}: {why}" for i, why in self.failed.items()]
         return f"fleet run {self.run_id}: " + "; ".join(said) if said else None
 
@@ -145,10 +156,13 @@ def fleet_runs(entries: Sequence[ShardEntry]) -> list[FleetRun]:
     for _, run_id in sorted(newest.values()):
         shards = by_run[run_id]
         stamp = shards[0].stamp
-        reported = sorted({e.stamp.index for e in shards})
-        failed = {e.stamp.index: e.reason or "its analysis is pending" for e in shards if not e.answered}
+        finished = [e for e in shards if e.partial is None]
+        partial = {e.stamp.index: e.partial for e in shards if e.partial is not None}
+        reported = sorted({e.stamp.index for e in finished})
+        failed = {e.stamp.index: e.reason or "its analysis is pending" for e in finished if not e.answered}
         missing = tuple(i for i in range(stamp.count) if i not in reported)
-        out.append(FleetRun(run_id, stamp, tuple(reported), failed, missing))
+        out.append(FleetRun(run_id, stamp, tuple(reported), failed, missing,
+                            {i: why for i, why in sorted(partial.items()) if i in missing}))
     return out
 
 

@@ -40,6 +40,8 @@ __all__ = [
     "NodeModel",
     "RecommendationsDocument",
     "RunInfo",
+    "RunList",
+    "RunListed",
     "RunRegistered",
     "StepModel",
     "TraceEvidenceModel",
@@ -355,6 +357,9 @@ class LaneModel(BaseModel):
     steps: list[StepModel]
     last_status: LaneStatus | None = Field(None, description="status before the answer went stale")
     age_s: float | None = None
+    partial: str | None = Field(None, description="set where the answer comes from a run that did not finish "
+                                "(killed mid-walk, or cut short by a full disk): which run and why. Such an answer "
+                                "is served only where no complete run answers the lane")
     tuned: TunedModel | None = Field(None, description="present where the answer comes from satbench tune")
     rate: RateModel | None = Field(None, description="the rate answer, where the run walked open-loop rates")
     trace: TraceModel | None = Field(None, description="the trace answer, where the lane replayed a recorded "
@@ -415,6 +420,8 @@ class CapabilityEntry(BaseModel):
                                             "node: its answer was measured with them idle")
     max_useful_concurrency_together: int | None = Field(None, description="its share while every lane of its "
                                                          "node runs at once (the node's capacity_rule, split evenly)")
+    partial: str | None = Field(None, description="set where the answer comes from a run that did not finish: "
+                                                  "which run and why (its ladder stopped early: a lower bound)")
 
 
 class CapabilityLane(CapabilityEntry):
@@ -452,8 +459,27 @@ class RunInfo(BaseModel):
     registered_at: float
     analyzed: bool
     reason: str | None = None
+    partial: str | None = Field(None, description="why the run is not complete (killed, cut short), or null")
     manifest: dict[str, Any]
     recommendations: RecommendationsDocument | None
+
+
+class RunListed(BaseModel):
+    """One registered run in ``GET /runs`` (``recommender.store.RecommendationStore.runs``)."""
+
+    key: str = Field(description="its key: the run id, or <run_id>.shard-I-of-N for a shard")
+    run_id: str
+    registered_at: float
+    measured_at: float = Field(description="when it was measured (its windows' end), what answers rank by")
+    complete: bool = Field(description="its walk finished; false: a partial run, ranked below every complete one")
+    partial: str | None = Field(description="why it is not complete")
+    analyzed: bool
+    reason: str | None = None
+    serves: list[str] = Field(description="the lane keys of the served document whose answer it gives")
+
+
+class RunList(BaseModel):
+    runs: list[RunListed]
 
 
 class HealthModel(BaseModel):

@@ -42,7 +42,7 @@ class SLO(BaseModel):
     slow one (``Policy``).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     ttft_p95_s: float | None = _f(2.0, "TTFT p95 objective, seconds (null: unchecked)", gt=0)
     itl_p95_s: float | None = _f(0.2, "inter-token latency p95 objective, seconds (null: unchecked)", gt=0)
@@ -59,7 +59,7 @@ class SLO(BaseModel):
 class Policy(BaseModel):
     """The policy as configuration and as it appears in the recommendations document."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     min_gain_per_doubling: float = _f(0.10, "least relative throughput gain a doubling must still buy", ge=0)
     slo: SLO = Field(default_factory=SLO)

@@ -9,6 +9,10 @@ Every window's queries are in flight together (bounded by ``max_in_flight``) thr
 limits); tests may pass any object with the same two coroutines. Connection failures and 5xx answers
 raise ``PrometheusUnavailable`` (the service then serves its last good answer); a refused query raises
 ``PrometheusQueryError``.
+
+A store that takes writes only with credentials (docs/fleet-store.md, "Credentials") usually wants them for
+reads too: ``auth`` (user, password) is sent as HTTP basic auth with every query. A password never appears in
+what the client says: its errors and ``public_url`` name the store without it (a URL's own userinfo too).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
@@ -34,6 +39,7 @@ __all__ = [
     "VectorSample",
     "fetch_run_figures",
     "fetch_step_figures",
+    "public_url",
 ]
 
 QUANTILES = (0.5, 0.95, 0.99)
@@ -82,16 +88,26 @@ class PrometheusSourceConfig:
     published_lookback_s: float = 120.0
 
 
+def public_url(url: str) -> str:
+    """``url`` as it may be shown (a document's ``source``, a log line, an error): without a password."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
+
+
 class HttpxPromClient:
     """A ``PromQLClient`` over Prometheus' HTTP API. Use as an async context manager."""
 
     def __init__(self, base_url: str, *, timeout_s: float = 10.0,
                  transport: httpx.AsyncBaseTransport | None = None,
-                 headers: Mapping[str, str] | None = None) -> None:
-        """``headers`` go with every query: a multi-tenant store's tenant (Mimir, Cortex: ``X-Scope-OrgID``)."""
-        self.base_url = base_url.rstrip("/")
-        self._client = httpx.AsyncClient(base_url=self.base_url, timeout=timeout_s, transport=transport,
-                                         headers=dict(headers or {}))
+                 headers: Mapping[str, str] | None = None, auth: tuple[str, str] | None = None) -> None:
+        """``headers`` go with every query: a multi-tenant store's tenant (Mimir, Cortex: ``X-Scope-OrgID``);
+        ``auth``: basic auth (user, password) for a store that asks for it."""
+        self.base_url = public_url(base_url.rstrip("/"))
+        self._client = httpx.AsyncClient(base_url=base_url.rstrip("/"), timeout=timeout_s, transport=transport,
+                                         headers=dict(headers or {}), auth=auth)
 
     async def __aenter__(self) -> HttpxPromClient:
         return self
@@ -109,6 +125,9 @@ class HttpxPromClient:
             raise PrometheusUnavailable(f"Prometheus at {self.base_url} unreachable: {exc!r}") from exc
         if resp.status_code >= 500:
             raise PrometheusUnavailable(f"Prometheus at {self.base_url} answered {resp.status_code}")
+        if resp.status_code in (401, 403):
+            raise PrometheusUnavailable(f"Prometheus at {self.base_url} refused the credentials (HTTP "
+                                        f"{resp.status_code}): set prometheus_username and prometheus_password")
         try:
             body = resp.json()
         except ValueError as exc:

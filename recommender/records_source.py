@@ -1,6 +1,7 @@
 """Step figures from a run folder's raw records: the offline source, exact where Prometheus is binned.
 
-Reads ``records.jsonl`` once, groups the records by rung (lane, concurrency, rate) and hands each step window to
+Reads ``records.jsonl`` once (cutting, and saying in the notes, what is not a whole record: ``core.records``),
+groups the records by rung (lane, concurrency, rate) and hands each step window to
 ``core.step_figures.compute_step_figures``, the very function the load generator uses for
 ``steps.json``: quantiles are exact order statistics, not bucket interpolations. Server-side figures
 (occupancy, queue depth, memory) are not in the records and stay ``None``.
@@ -14,7 +15,7 @@ from pathlib import Path
 from satbench.core.figures import StepFigures
 from satbench.core.manifest import RunManifest, StepWindow
 from satbench.core.objectives import Objectives
-from satbench.core.records import RequestRecord, read_records
+from satbench.core.records import RequestRecord, read_records_file
 from satbench.core.step_figures import compute_step_figures
 from satbench.recommender.errors import RecordsUnavailable
 
@@ -29,12 +30,18 @@ def unusable_window_figures(window: StepWindow, reason: str) -> StepFigures:
                        reason=reason, rate_rps=window.rate_rps)
 
 
-def load_records(run_dir: Path) -> list[RequestRecord]:
+def load_records(run_dir: Path, notes: list[str] | None = None) -> list[RequestRecord]:
+    """Every whole record of the run folder; what was cut (a torn last line: ``core.records``) is said in
+    ``notes``."""
     path = run_dir / RECORDS_FILE
     try:
-        return list(read_records(path))
+        read = read_records_file(path)
     except OSError as exc:
         raise RecordsUnavailable(f"cannot read {path.name} in the run folder: {exc.strerror or exc}") from exc
+    said = read.said(path.name)
+    if said is not None and notes is not None:
+        notes.append(f"{said}: cut at its last whole line")
+    return read.records
 
 
 def figures_from_records(manifest: RunManifest, records: list[RequestRecord], objectives: Objectives | None = None

@@ -36,6 +36,7 @@ from satbench.recommender.prometheus_source import (
     PrometheusSourceConfig,
     PromQLClient,
     fetch_run_figures,
+    public_url,
 )
 from satbench.recommender.rate_analysis import rate_answer
 from satbench.recommender.records_source import figures_from_records, load_records, unusable_window_figures
@@ -146,7 +147,7 @@ async def _patch_from_records(manifest: RunManifest, figures: dict[str, list[Ste
     if not bad:
         return figures
     try:
-        records = await asyncio.to_thread(load_records, run_dir)
+        records = await asyncio.to_thread(load_records, run_dir, notes)
     except SourceUnavailable:
         return figures
     from_records = figures_from_records(manifest, records, objectives)
@@ -164,14 +165,14 @@ async def _patch_from_records(manifest: RunManifest, figures: dict[str, list[Ste
     return patched
 
 
-async def _validity_now(manifest: RunManifest, client: PromQLClient,
-                        clock: Callable[[], float]) -> dict[str, ValidityModel]:
+async def _validity_now(manifest: RunManifest, client: PromQLClient, clock: Callable[[], float],
+                        fleet_key: bytes | None = None) -> dict[str, ValidityModel]:
     """Each answer's validity against the live fingerprints now (``recommender.validity``), so an answer is
     checked the moment it is made; an unreadable fingerprint series leaves the answers unchecked."""
     taken = {key: measured for key in manifest.lanes
              if (measured := manifest_lane(manifest, key).measured) is not None}  # one without keeps its reason
     try:
-        return await check_answers(client, taken, now=clock())
+        return await check_answers(client, taken, now=clock(), fleet_key=fleet_key)
     except (SourceUnavailable, PrometheusQueryError):
         return {}
 
@@ -187,24 +188,29 @@ async def analyze_run_async(
     prometheus_timeout_s: float = 10.0,
     clock: Callable[[], float] = time.time,
     prometheus_headers: dict[str, str] | None = None,
+    prometheus_auth: tuple[str, str] | None = None,
+    fingerprint_key: bytes | None = None,
 ) -> dict[str, Any]:
-    """The recommendations document of ``manifest`` (see the module docstring for the source order)."""
+    """The recommendations document of ``manifest`` (see the module docstring for the source order);
+    ``prometheus_auth``: the store's basic-auth credentials, ``fingerprint_key``: the fleet key signed
+    fingerprint series are verified with (``recommender.validity``)."""
     config = source_config or PrometheusSourceConfig(confidence=policy.confidence)
     notes: list[str] = []
     if prometheus_url is None and prom_client is None and run_dir is None:
         raise BadInput("no source: give a Prometheus URL or a run folder with records.jsonl")
     if prometheus_url is not None or prom_client is not None:
-        url = prometheus_url or "(injected client)"
+        url = public_url(prometheus_url) if prometheus_url is not None else "(injected client)"
         try:
             live: dict[str, ValidityModel] = {}
             if prom_client is not None:
                 figures = await _from_prometheus(manifest, prom_client, config)
-                live = await _validity_now(manifest, prom_client, clock)
+                live = await _validity_now(manifest, prom_client, clock, fingerprint_key)
             else:
-                async with HttpxPromClient(url, timeout_s=prometheus_timeout_s,
-                                           headers=prometheus_headers) as client:
+                assert prometheus_url is not None
+                async with HttpxPromClient(prometheus_url, timeout_s=prometheus_timeout_s,
+                                           headers=prometheus_headers, auth=prometheus_auth) as client:
                     figures = await _from_prometheus(manifest, client, config)
-                    live = await _validity_now(manifest, client, clock)
+                    live = await _validity_now(manifest, client, clock, fingerprint_key)
             if _has_samples(figures) or run_dir is None:
                 if run_dir is not None:
                     figures = await _patch_from_records(manifest, figures, run_dir, notes, objectives_of(policy))
@@ -216,21 +222,22 @@ async def analyze_run_async(
                 raise
             notes.append(f"Prometheus unusable ({exc})")
     assert run_dir is not None
-    records = await asyncio.to_thread(load_records, run_dir)
+    fell_back = len(notes) - 1  # the note saying why Prometheus was not used, if one does
+    records = await asyncio.to_thread(load_records, run_dir, notes)
     figures = figures_from_records(manifest, records, objectives_of(policy))
-    if notes:
-        notes[-1] += "; figures computed from the run's records instead"
+    if fell_back >= 0:
+        notes[fell_back] += "; figures computed from the run's records instead"
     return document_from_figures(manifest, figures, policy=policy, generated_at=clock(),
                                  source={"kind": "records", "run_dir": run_dir.name}, notes=notes)
 
 
 def analyze_run(manifest: RunManifest, *, prometheus_url: str | None, run_dir: Path | None,
-                policy: Policy) -> dict[str, Any]:
+                policy: Policy, prometheus_auth: tuple[str, str] | None = None) -> dict[str, Any]:
     """Blocking form of ``analyze_run_async``; safe to call from inside a running event loop too."""
 
     def run() -> dict[str, Any]:
         return asyncio.run(analyze_run_async(manifest, prometheus_url=prometheus_url, run_dir=run_dir,
-                                             policy=policy))
+                                             policy=policy, prometheus_auth=prometheus_auth))
 
     try:
         asyncio.get_running_loop()

@@ -15,7 +15,14 @@ own to its own clients). Reads stay open. ``max_body_bytes``, ``max_steps``, ``m
 ``localhost``, ``127.0.0.1`` and ``::1`` (``host_names``; ``recommender.host_check``: any other ``Host`` gets
 421).
 ``request_timeout_s`` is how long a connection may take to send a whole request (head and body) and
-``max_connections`` how many the service holds open at once (``recommender.serving``).
+``max_connections`` how many the service holds open at once (``recommender.http_server``).
+
+``prometheus_username`` and ``prometheus_password`` (``SATBENCH_RECOMMENDER_PROMETHEUS_PASSWORD``, or
+``--prometheus-password-file``; never a flag's value) are the store's basic-auth credentials, sent with every
+query and validity check: a store that refuses unauthenticated writes usually refuses unauthenticated reads
+too. ``fingerprint_key`` (``SATBENCH_RECOMMENDER_FINGERPRINT_KEY`` or ``--fingerprint-key-file``) is the
+fleet key the exporters' fingerprint series are signed with (``recommender.validity``): set, a series the
+key does not verify decides nothing.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from satbench.core.config_files import validation_problems
@@ -59,6 +66,11 @@ class RecommenderSettings(BaseSettings):
     prometheus_timeout_s: float = Field(default=10.0, gt=0)
     prometheus_headers: dict[str, str] = Field(default_factory=dict, description="HTTP headers sent with every "
                                                "query (a multi-tenant store's X-Scope-OrgID)")
+    prometheus_username: str | None = Field(default=None, description="basic-auth user for the store's queries")
+    prometheus_password: SecretStr | None = Field(default=None, description="basic-auth password for the "
+                                                  "store's queries (from the environment or a file)")
+    fingerprint_key: SecretStr | None = Field(default=None, description="the fleet key fingerprint series are "
+                                              "signed with; set: unsigned or badly signed series are ignored")
     ci_batches: int = Field(default=10, ge=2)
     ci_min_batches: int = Field(default=5, ge=2, description="fewest batches for a throughput interval")
     ci_min_e2e_multiple: float = Field(default=10.0, gt=0, description="shortest batch in mean latencies")
@@ -105,6 +117,33 @@ class RecommenderSettings(BaseSettings):
         """Every name the service answers to (``recommender.host_check``): its bind address, this host's own
         name (a rebinding needs the attacker's name, never ours), the loopback names, and ``allowed_hosts``."""
         return sorted({self.host, socket.gethostname(), "localhost", "127.0.0.1", "::1", *self.allowed_hosts})
+
+    @field_validator("fingerprint_key", mode="before")
+    @classmethod
+    def _key_or_none(cls, value: object) -> object:
+        """An empty key is no key; a short one is refused: it could be guessed."""
+        text = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if text is None or (isinstance(text, str) and not text.strip()):
+            return None
+        if isinstance(text, str) and len(text.strip()) < 16:
+            raise ValueError("fingerprint_key must be at least 16 characters")
+        return text.strip() if isinstance(text, str) else value
+
+    @model_validator(mode="after")
+    def _password_needs_user(self) -> RecommenderSettings:
+        if self.prometheus_password is not None and not self.prometheus_username:
+            raise ValueError("prometheus_password is set without prometheus_username")
+        return self
+
+    def prometheus_auth(self) -> tuple[str, str] | None:
+        """The store's basic-auth credentials, or None where none are configured."""
+        if not self.prometheus_username:
+            return None
+        password = self.prometheus_password.get_secret_value() if self.prometheus_password is not None else ""
+        return self.prometheus_username, password
+
+    def fingerprint_key_bytes(self) -> bytes | None:
+        return None if self.fingerprint_key is None else self.fingerprint_key.get_secret_value().encode()
 
     def source_config(self) -> PrometheusSourceConfig:
         return PrometheusSourceConfig(ci_batches=self.ci_batches, min_batch_s=self.min_batch_s,

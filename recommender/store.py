@@ -11,9 +11,15 @@ changes the store; the workers get immutable inputs and hand back new objects.
 
 The current document merges, lane by lane, the newest analysed run that measured the lane (a run of
 ``moe`` alone does not hide yesterday's ``dense`` answer); each lane names its own ``run_id``. "Newest" is
-the service's own order, never a time a body claims: a posted run ranks by when the service registered it,
-and a run folder found on disk by its manifest's ``created_at``, clamped to when the service read it (a
-posted ``created_at`` of 4e9 would otherwise win forever, and was persisted so).
+when the lane was measured (its windows' end, ``core.manifest.RunManifest.measured_until``), never when the
+run was posted or found: an old manifest posted again (with the token) does not replace a newer answer. A
+measured time is clamped to when the service registered the run (a window claimed in the future would
+otherwise win forever); two runs measured at the same time rank by registration, the later first.
+
+Only a complete run is an answer (``RunManifest.partial``: a run killed mid-walk, ``finished_at`` null, or one
+cut short by a full disk). A partial run never outranks a complete one, whenever either was measured: its
+answer for a lane is served only where no complete run answers it, marked ``partial`` with why, and the
+document's notes name every partial run and what of it is served (``runs()``, ``GET /runs``, list them).
 
 A run whose analysis failed keeps its reason, and ``GET /runs/{id}`` answers it from the store until
 ``retry_after_s`` has passed (the refresh tick retries the current runs anyway): a failed run cannot make
@@ -49,7 +55,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -100,6 +106,7 @@ def analyze_all(analyzer: Analyzer, jobs: list[tuple[RunManifest, Path | None]],
 
 _ORDER = itertools.count()
 _SAME = object()  # _publish: keep what the last publish left
+_PARTIAL_NOTES = 20  # partial runs named one by one in the document's notes (GET /runs lists every one)
 
 
 def entry_key(manifest: RunManifest) -> str:
@@ -114,15 +121,37 @@ class RunEntry:
     registered_at: float
     document: dict[str, Any] | None = None
     reason: str | None = None
-    ranked_at: float | None = None  # the service's time for "newest": registration, or a clamped created_at
     order: int = 0
     failed_at: float | None = None
     _read: tuple[dict[str, Any], RecommendationsDocument] | None = None
+    _until: dict[str | None, float] = field(default_factory=dict, init=False)  # measured_at per lane (None: run)
+    lanes: tuple[str, ...] = field(default=(), init=False)  # the manifest's lane_names(), read once
 
     def __post_init__(self) -> None:
-        if self.ranked_at is None:
-            self.ranked_at = min(self.manifest.created_at, self.registered_at)
         self.order = next(_ORDER)
+        self.lanes = tuple(self.manifest.lane_names())
+        ends: dict[str | None, float] = {}
+        for w in self.manifest.steps:  # one pass: a fleet run's ranks are read per lane at every rebuild
+            end = w.drain_end if w.drain_end is not None else w.end
+            ends[w.lane] = max(ends.get(w.lane, end), end)
+        ends[None] = max(ends.values(), default=self.manifest.measured_until())
+        self._until = {lane: min(end, self.registered_at) for lane, end in ends.items()}
+
+    @property
+    def partial(self) -> str | None:
+        """Why the run is not complete (``RunManifest.partial``), or None."""
+        return self.manifest.partial
+
+    def measured_at(self, lane: str | None = None) -> float:
+        """When ``lane`` (the run) was measured (``RunManifest.measured_until``), clamped to when the service
+        registered it (module docstring)."""
+        found = self._until.get(lane)
+        return found if found is not None else self._until[None]
+
+    def lane_rank(self, lane: str) -> tuple[bool, float, int]:
+        """How its answer for ``lane`` ranks, highest served: complete first, then measured later, then posted
+        later."""
+        return (self.partial is None, self.measured_at(lane), self.order)
 
     def read(self) -> RecommendationsDocument | None:
         """``document`` as the model (``read_document``), validated once per document the entry holds: the
@@ -135,7 +164,8 @@ class RunEntry:
 
     @property
     def sort_key(self) -> tuple[float, int]:
-        return (self.ranked_at if self.ranked_at is not None else self.registered_at, self.order)
+        """The run's place among runs, newest last: when it was measured, then registered."""
+        return (self.measured_at(), self.order)
 
 
 class RecommendationStore:
@@ -158,6 +188,7 @@ class RecommendationStore:
         self._good_at: float | None = None
         self._stale_reason: str | None = None
         self._merged: dict[str, Any] | None = None  # the newest answers merged, before validity
+        self._serving: dict[str, str] = {}  # lane key -> the key of the run its served answer comes from
         self._validity: dict[str, ValidityModel] = {}
         self.validity_checked_at: float | None = None  # the latest validity tick (set_validity)
         self._lock = asyncio.Lock()
@@ -183,9 +214,21 @@ class RecommendationStore:
                 key = entry_key(manifest)
             except (OSError, ValueError, KeyError, TypeError, BadInput):
                 continue
-            self._runs.setdefault(key, RunEntry(manifest, self._clock()))
+            if self._found(key, RunEntry(manifest, self._clock())):
+                self._dirs[key] = path.parent
             found += 1
         return found
+
+    def _found(self, key: str, entry: RunEntry) -> bool:
+        """Keeps ``entry`` found in a folder unless a folder already read holds the same run and ranks higher:
+        a killed attempt moved aside beside its rerun (``<key>.killed``) must not hide the finished rerun,
+        whichever folder is read first."""
+        held = self._runs.get(key)
+        if held is not None and (held.partial is None, held.measured_at()) >= (entry.partial is None,
+                                                                               entry.measured_at()):
+            return False
+        self._runs[key] = entry
+        return True
 
     def add_run_dir(self, path: Path) -> RunManifest:
         """Registers (without analysing) the run folder ``path`` wherever it lies; ``BadInput`` when it holds
@@ -195,8 +238,8 @@ class RecommendationStore:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise BadInput(f"{path} is not a run folder (no readable manifest.json: {exc})") from exc
         key = entry_key(manifest)
-        self._runs[key] = RunEntry(manifest, self._clock())
-        self._dirs[key] = path
+        if self._found(key, RunEntry(manifest, self._clock())):
+            self._dirs[key] = path
         return manifest
 
     def run(self, run_id: str) -> RunEntry:
@@ -256,7 +299,7 @@ class RecommendationStore:
         for e in entries:
             stamp = stamp_of(e.manifest)
             if stamp is not None:
-                out.append(ShardEntry(e.manifest, stamp, e.sort_key, e.document is not None, e.reason))
+                out.append(ShardEntry(e.manifest, stamp, e.sort_key, e.document is not None, e.reason, e.partial))
         return out
 
     @property
@@ -264,12 +307,12 @@ class RecommendationStore:
         return len(self._runs)
 
     async def register(self, manifest: RunManifest) -> RunEntry:
-        """Registers (or replaces) a run and analyses it now; a source failure leaves it pending. It ranks as
-        the newest run: the service's own clock, not the manifest's."""
+        """Registers (or replaces) a run and analyses it now; a source failure leaves it pending. It ranks by
+        when it was measured, no later than now (module docstring)."""
         now = self._clock()
         key = entry_key(manifest)
         check_join(manifest, stamp_of(manifest), (e.manifest for k, e in self._runs.items() if k != key))
-        entry = RunEntry(manifest, now, ranked_at=now)
+        entry = RunEntry(manifest, now)
         self._persist(manifest)  # before it is registered: a run the folder refused is not one
         self._runs[key] = entry
         await self._analyze([entry])
@@ -309,13 +352,58 @@ class RecommendationStore:
 
     # -- analysis ----------------------------------------------------------------------------------
     def _current_entries(self) -> list[RunEntry]:
-        """Per lane, the newest run that measured it."""
-        chosen: dict[str, RunEntry] = {}
-        for entry in sorted(self._runs.values(), key=lambda e: e.sort_key):
-            for lane in entry.manifest.lane_names():
-                chosen[lane] = entry
-        unique = {id(e): e for e in chosen.values()}
+        """Per lane, the run whose answer ranks highest (``RunEntry.lane_rank``), newest last."""
+        chosen: dict[str, tuple[tuple[bool, float, int], RunEntry]] = {}
+        for entry in self._runs.values():
+            for lane in entry.lanes:
+                rank = entry.lane_rank(lane)
+                if lane not in chosen or chosen[lane][0] < rank:
+                    chosen[lane] = (rank, entry)
+        unique = {id(e): e for _, e in chosen.values()}
         return sorted(unique.values(), key=lambda e: e.sort_key)
+
+    @staticmethod
+    def _served_answers(entries: list[RunEntry]) -> dict[str, tuple[RunEntry, dict[str, Any]]]:
+        """Per lane key, the answer served and the run it comes from: among ``entries``' documents, the one
+        that ranks highest; a partial run's marked so."""
+        chosen: dict[str, tuple[tuple[bool, float, int], RunEntry, Any]] = {}
+        for entry in entries:
+            assert entry.document is not None
+            for key, answer in entry.document["lanes"].items():
+                rank = entry.lane_rank(key)
+                if key not in chosen or chosen[key][0] < rank:
+                    chosen[key] = (rank, entry, answer)
+        out = {}
+        for key, (_, entry, answer) in chosen.items():
+            why = entry.partial
+            marked = answer if why is None else {**answer, "partial": f"run {entry_key(entry.manifest)}: {why}"}
+            out[key] = (entry, marked)
+        return out
+
+    def _partial_notes(self, served: Mapping[str, tuple[RunEntry, dict[str, Any]]]) -> list[str]:
+        """A note per partial run registered: why, and which of its answers are served (module docstring)."""
+        partial = sorted((e for e in self._runs.values() if e.partial is not None), key=lambda e: e.sort_key)
+        notes = []
+        for entry in partial[-_PARTIAL_NOTES:]:
+            mine = sorted(k for k, (e, _) in served.items() if e is entry)
+            said = (f"its answers for {', '.join(mine)} are served marked partial (no complete run answers them)"
+                    if mine else "none of its answers is served")
+            notes.append(f"run {entry_key(entry.manifest)} is partial ({entry.partial}): {said}")
+        if len(partial) > _PARTIAL_NOTES:
+            notes.insert(0, f"{len(partial) - _PARTIAL_NOTES} more partial runs registered (GET /runs lists them)")
+        return notes
+
+    def runs(self) -> list[dict[str, Any]]:
+        """Every registered run, oldest measured first: its key, whether it is complete (``partial`` says why
+        not), whether it is analysed, and the lanes of the served document it answers."""
+        out = []
+        for entry in sorted(self._runs.values(), key=lambda e: e.sort_key):
+            key = entry_key(entry.manifest)
+            out.append({"key": key, "run_id": entry.manifest.run_id, "registered_at": entry.registered_at,
+                        "measured_at": entry.measured_at(), "complete": entry.partial is None,
+                        "partial": entry.partial, "analyzed": entry.document is not None, "reason": entry.reason,
+                        "serves": sorted(lane for lane, by in self._serving.items() if by == key)})
+        return out
 
     async def refresh(self) -> None:
         """Re-analyses the runs behind the current document (the refresh tick)."""
@@ -353,24 +441,30 @@ class RecommendationStore:
             self._stale_reason = None
         if not entries:
             return
-        newest = entries[-1].document
+        base = next((e for e in reversed(entries) if e.partial is None), entries[-1])  # the newest complete run
+        newest = base.document
         assert newest is not None
         merged = dict(newest)
-        lanes: dict[str, Any] = {}
+        served = self._served_answers(entries)
+        self._serving = {key: entry_key(entry.manifest) for key, (entry, _) in served.items()}
+        lanes: dict[str, Any] = {key: answer for key, (_, answer) in served.items()}
         labels: dict[str, dict[str, str]] = {}
         for entry in entries:
             assert entry.document is not None
-            lanes.update(entry.document["lanes"])
             model = entry.read()
             if model is not None and "nodes" in entry.document:  # a v1 document (no index) says no labels
                 labels.update({node: dict(info.labels) for node, info in model.nodes.items()})
+        read = base.read()
+        assert read is not None
+        notes = list(read.notes)
         runs = self._fleet_gaps()
         if runs:
-            read = entries[-1].read()
-            assert read is not None
             lanes.update(missing_answers(runs, lanes, read.policy))
             merged["shards"] = {r.run_id: r.summary() for r in runs}
-            merged["notes"] = [*read.notes, *(n for r in runs if (n := r.note()))]
+            notes += [n for r in runs if (n := r.note())]
+        notes += self._partial_notes(served)
+        if notes != read.notes:
+            merged["notes"] = notes
         merged["lanes"] = {lane: lanes[lane] for lane in sorted(lanes)}
         if "nodes" in newest or any("nodes" in (e.document or {}) for e in entries):
             merged["nodes"] = node_index(merged["lanes"], labels)

@@ -21,17 +21,26 @@ gives (valid, then changed, then unknown).
 Matching: a lane key ``node/lane`` takes the series with those ``node`` and ``lane`` labels; a bare key
 (a lane that names no node) the series with its ``lane`` and no ``node`` label (or ``node="local"``), else,
 where its exporter target carries a ``node`` label anyway, that one node's.
+
+Signed series (``fingerprint_key`` set; ``core.fingerprint_signature`` says why a signature and how): anyone
+who can write to the store could otherwise decide validity (one forged import turned a correctly stale answer
+``valid``). With the fleet key, a series counts only where its ``fingerprint_mac`` verifies under its node's
+key, and of a lane's verified series only those with the newest ``fingerprint_since`` (a replayed old one is
+outranked by the exporter's current one). A lane whose series all fail is ``unknown`` with the reason
+``unverified``: never ``valid``, so ``--remeasure`` measures it again. Without the key every series counts, as
+before (a store whose writers are all trusted).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
 from satbench.core.fingerprint_compare import assess
 from satbench.core.fingerprint_labels import from_info_labels
+from satbench.core.fingerprint_signature import MAC_LABEL, node_key, signed_since, verify
 from satbench.core.lane_evidence import FingerprintModel
 from satbench.core.lanes import LOCAL_NODE
 from satbench.recommender.document import iso_utc, unchecked
@@ -45,28 +54,66 @@ __all__ = ["FINGERPRINT_SERIES", "check_answers", "fingerprints_when_measured", 
 FINGERPRINT_SERIES = "runtime_fingerprint_info"
 _COMPARED = ("runtime", "model", "settings", "hardware", "unknown")
 _RANK = {"valid": 0, "changed": 1, "unknown": 2}
+_T = TypeVar("_T")
+
+
+def _lane_key(labels: Mapping[str, str]) -> tuple[str, str] | None:
+    """``(key, node)`` of a series by its ``lane`` and ``node`` target labels; None without a lane."""
+    lane = labels.get("lane")
+    if not lane:
+        return None
+    node = labels.get("node") or LOCAL_NODE
+    return (lane if node == LOCAL_NODE else f"{node}/{lane}"), node
 
 
 def live_by_key(samples: list[VectorSample]) -> dict[str, list[dict[str, Any]]]:
     """The live fingerprints of an instant query of ``runtime_fingerprint_info``, by lane key."""
-    out: dict[str, list[dict[str, Any]]] = {}
+    return _read_live(samples, None)[0]
+
+
+def _read_live(samples: list[VectorSample], fleet_key: bytes | None
+               ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, int]]:
+    """The fingerprints by lane key, and (with ``fleet_key``) how many series of each key failed to verify.
+    With the key, a key keeps only its verified series with the newest ``fingerprint_since``."""
+    kept: dict[str, list[tuple[float, dict[str, Any]]]] = {}
+    unverified: dict[str, int] = {}
+    keys: dict[str, bytes] = {}
     for sample in samples:
-        lane = sample.labels.get("lane")
-        if not lane:
+        found = _lane_key(sample.labels)
+        if found is None:
             continue
-        node = sample.labels.get("node") or LOCAL_NODE
-        key = lane if node == LOCAL_NODE else f"{node}/{lane}"
-        out.setdefault(key, []).append(from_info_labels(sample.labels))
-    return out
+        key, node = found
+        since = 0.0
+        if fleet_key is not None:
+            if node not in keys:
+                keys[node] = node_key(fleet_key, node)
+            if not verify(sample.labels, keys[node]):
+                unverified[key] = unverified.get(key, 0) + 1
+                continue
+            since = signed_since(sample.labels)
+        kept.setdefault(key, []).append((since, from_info_labels(sample.labels)))
+    out = {}
+    for key, entries in kept.items():
+        newest = max(since for since, _ in entries)
+        out[key] = [fp for since, fp in entries if since == newest]
+    return out, unverified
 
 
-def validity_of(measured: FingerprintModel | None, live: list[dict[str, Any]] | None, *, now: float
-                ) -> ValidityModel:
+def _unverified(count: int) -> str:
+    return (f"unverified: {count} {FINGERPRINT_SERIES} series of this lane carry no valid signature "
+            f"({MAC_LABEL} under its node's key), so none decides: written by something other than its exporter")
+
+
+def validity_of(measured: FingerprintModel | None, live: list[dict[str, Any]] | None, *, now: float,
+                unverified: int = 0) -> ValidityModel:
     """The validity of an answer measured on ``measured`` (None: no fingerprint was taken) against its lane's
-    live fingerprints (None: the lane has none)."""
+    live fingerprints (None: the lane has none; ``unverified``: how many series of the lane failed to verify)."""
     if measured is None:
         return ValidityModel.model_validate(
             unchecked("no fingerprint was taken when this lane was measured, so nothing to compare"))
+    if not live and unverified:
+        return ValidityModel.model_validate(unchecked(_unverified(unverified))).model_copy(
+            update={"checked_at": iso_utc(now)})
     if not live:
         return ValidityModel.model_validate(unchecked(
             f"no live fingerprint: Prometheus has no {FINGERPRINT_SERIES} series for this lane (its exporter is "
@@ -90,33 +137,37 @@ def measured_fingerprints(answers: Mapping[str, Mapping[str, Any]]) -> dict[str,
 
 
 async def check_answers(client: PromQLClient, fingerprints: Mapping[str, FingerprintModel | None], *,
-                        now: float) -> dict[str, ValidityModel]:
+                        now: float, fleet_key: bytes | None = None) -> dict[str, ValidityModel]:
     """The validity of every answer (by key, the fingerprint it was measured on), from one instant query at
-    ``now``."""
-    live = live_by_key(await client.query(FINGERPRINT_SERIES, now))
-    return {key: validity_of(measured, _live_of(key, live), now=now) for key, measured in fingerprints.items()}
+    ``now``; with ``fleet_key`` only signed series count."""
+    live, unverified = _read_live(await client.query(FINGERPRINT_SERIES, now), fleet_key)
+    return {key: validity_of(measured, _live_of(key, live), now=now, unverified=_live_of(key, unverified) or 0)
+            for key, measured in fingerprints.items()}
 
 
-async def fingerprints_when_measured(client: PromQLClient, starts: Mapping[str, float]
+async def fingerprints_when_measured(client: PromQLClient, starts: Mapping[str, float], *,
+                                     fleet_key: bytes | None = None
                                      ) -> dict[str, tuple[dict[str, Any] | None, str | None]]:
     """For each lane key, the live fingerprint its exporter published when the lane's first window began
     (``starts``: key -> Unix seconds), and why there is none: what a posted run's answers are taken to be
     measured on, instead of a fingerprint the body says. One instant query per distinct start time; a source
-    failure is the reason of every lane it leaves without one."""
+    failure is the reason of every lane it leaves without one. With ``fleet_key`` only signed series count."""
     out: dict[str, tuple[dict[str, Any] | None, str | None]] = {}
     by_time: dict[float, list[str]] = {}
     for key, at in starts.items():
         by_time.setdefault(at, []).append(key)
     for at, keys in sorted(by_time.items()):
         try:
-            live = live_by_key(await client.query(FINGERPRINT_SERIES, at))
+            live, unverified = _read_live(await client.query(FINGERPRINT_SERIES, at), fleet_key)
         except (SourceUnavailable, PrometheusQueryError) as exc:
             for key in keys:
                 out[key] = (None, f"Prometheus could not be asked for the lane's {FINGERPRINT_SERIES}: {exc}")
             continue
         for key in keys:
             found = _live_of(key, live)
-            if not found:
+            if not found and (count := _live_of(key, unverified)):
+                out[key] = (None, f"{_unverified(count)} (when its first window began, {iso_utc(at)})")
+            elif not found:
                 out[key] = (None, f"Prometheus holds no {FINGERPRINT_SERIES} of this lane when its first window "
                                   f"began ({iso_utc(at)}): its exporter was not scraped then")
             elif len(found) > 1:
@@ -127,7 +178,7 @@ async def fingerprints_when_measured(client: PromQLClient, starts: Mapping[str, 
     return out
 
 
-def _live_of(key: str, live: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]] | None:
+def _live_of(key: str, live: dict[str, _T]) -> _T | None:
     """The live fingerprints of lane ``key``; a bare key whose series carry a ``node`` target label anyway
     (a lane that names no node, on a node the scrape config names) takes that node's, when only one has it."""
     if key in live or "/" in key:

@@ -43,6 +43,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("satbench.serve", "serve finished runs' answers at GET /recommendations (no Prometheus needed)"),
     "compare": ("satbench.compare.cli", "what changed from run A to run B, lane by lane, judged by the runs' own "
                 "intervals (exits 1 on a significant regression)"),
+    "fingerprint-key": ("satbench.recommender.fingerprint_key_cli", "the key a node's exporter signs its "
+                        "fingerprint series with, derived from the fleet key"),
     "capabilities": ("satbench.recommender.capabilities_cli", "print the answer per node and lane where routers "
                      "read it (json, prometheus, litellm)"),
 }

@@ -265,11 +265,14 @@ def measure_round_trip(
     return result
 
 
-def runtime_props(client: httpx.Client, url: str, model: str | None = None) -> dict[str, Any]:
+def runtime_props(client: httpx.Client, url: str, model: str | None = None,
+                  api_key: str | None = None) -> dict[str, Any]:
     """The runtime's build evidence from ``GET /props`` (llama.cpp): build info, model path, slot count;
-    ``model`` asks a router-mode node about that model (``?model=``) rather than about the router."""
+    ``model`` asks a router-mode node about that model (``?model=``) rather than about the router;
+    ``api_key``: the key a runtime started with ``--api-key`` wants for ``/props`` (sent as a bearer)."""
     try:
-        resp = client.get(url.rstrip("/") + "/props", params={"model": model} if model else None)
+        resp = client.get(url.rstrip("/") + "/props", params={"model": model} if model else None,
+                          headers={"Authorization": f"Bearer {api_key}"} if api_key else None)
         resp.raise_for_status()
         props = resp.json()
     except (httpx.HTTPError, ValueError) as exc:

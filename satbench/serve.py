@@ -9,8 +9,13 @@ capability reporting can poll a node's measured answer after the benchmark is ov
 
 Each RUN_DIR is a run folder (it holds ``manifest.json``) or a folder of run folders (default: ``runs``).
 A folder whose manifest cannot be read (another schema, a crash before it was written) is skipped with a
-line saying so. Exit status 2 when a RUN_DIR holds no readable run folder or a setting is refused; 1 when the
-port cannot be bound (the service cannot start); 0 when stopped.
+line saying so. A run that did not finish (killed mid-walk: its manifest's ``finished_at`` null; cut short by
+a full disk) is partial: it is said in a line here, listed so at ``GET /runs`` and in the document's notes,
+and its answer for a lane is served only where no finished run answers it, marked ``partial``
+(``recommender.store``): a killed walk's top rung is where the kill stopped it, not where the lane saturated.
+
+Exit status 2 when a RUN_DIR holds no readable run folder or a setting is refused; 1 when the port cannot be
+bound (the service cannot start); 0 when stopped.
 """
 
 from __future__ import annotations
@@ -31,10 +36,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="a name the service answers to besides its bind address and localhost (repeatable)")
 
 
-def run_folders(paths: list[Path], skipped: list[str] | None = None) -> list[Path]:
+def run_folders(paths: list[Path], skipped: list[str] | None = None, partial: list[str] | None = None) -> list[Path]:
     """Every readable run folder that ``paths`` name (a run folder itself, or the run folders inside a
-    folder); an unreadable one is left out and said in ``skipped``; ``ValueError`` naming a path that holds
-    no readable run folder."""
+    folder); an unreadable one is left out and said in ``skipped``, a partial one said in ``partial``;
+    ``ValueError`` naming a path that holds no readable run folder."""
     from satbench.core.manifest import read_manifest
 
     out: list[Path] = []
@@ -44,11 +49,14 @@ def run_folders(paths: list[Path], skipped: list[str] | None = None) -> list[Pat
         readable = []
         for folder in found:
             try:
-                read_manifest(folder / "manifest.json")
+                manifest = read_manifest(folder / "manifest.json")
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 if skipped is not None:
                     skipped.append(f"{folder}: manifest.json unreadable ({type(exc).__name__}: {exc})")
                 continue
+            if manifest.partial is not None and partial is not None:
+                partial.append(f"{folder}: partial, {manifest.partial}; its answers stand only where no finished "
+                               "run answers the lane, marked partial")
             readable.append(folder)
         if not readable:
             raise ValueError(f"RUN_DIR: {path} holds no readable run folder (no manifest.json in it or under it)")
@@ -76,8 +84,9 @@ def main(args: argparse.Namespace) -> int:
     from satbench.recommender.settings import RecommenderSettings
 
     skipped: list[str] = []
+    partial: list[str] = []
     try:
-        folders = run_folders(args.run_dirs or [Path("runs")], skipped)
+        folders = run_folders(args.run_dirs or [Path("runs")], skipped, partial)
         extra = {} if args.port is None else {"port": args.port}
         settings = RecommenderSettings(prometheus_url=None, host=args.host, run_dirs=folders,
                                        recorded_answers=True, allowed_hosts=getattr(args, "allowed_hosts", []),
@@ -91,6 +100,8 @@ def main(args: argparse.Namespace) -> int:
         return 2
     for line in skipped:
         print(f"satbench serve: skipped {line}", file=sys.stderr)
+    for line in partial:
+        print(f"satbench serve: {line}", file=sys.stderr)
     why = _port_free(settings.host, settings.port)
     if why is not None:
         print(f"satbench serve: cannot listen on {settings.host}:{settings.port}: {why} (choose another --port)",

@@ -121,7 +121,6 @@ def measured_rung(profile: Profile, process: str, rate: float, seed: int | str, 
     and its window, whose end is the first look that decided the rate (or ``max_window_s``)."""
     served = serve(profile, process, rate, seed, warmup_s + max_window_s + 60.0, prompt_tokens=prompt_tokens,
                    output_tokens=output_tokens, shape=shape)
-    deadline = (objectives.ttft_s or math.inf) + objectives.ttft_s_per_1k_prompt * prompt_tokens / 1000.0
     start = warmup_s
     end = start + min_window_s
     while True:
@@ -135,7 +134,7 @@ def measured_rung(profile: Profile, process: str, rate: float, seed: int | str, 
                 done.append((req.sent, first - req.sent, last, not req.misses(objectives, prompt_tokens)))
             else:
                 wait = min(first, end) - req.sent
-                pending.append((req.sent, wait, wait > deadline))
+                pending.append((req.sent, wait, objectives.ttft_overdue(wait, prompt_tokens)))
         look = rate_look(done, pending, start, end, rate, target=target, confidence=confidence,
                          capacity_rps=capacity_rps)
         if look.verdict != "undecided" or end >= start + max_window_s:

@@ -8,6 +8,10 @@ never touches a system Prometheus that may already listen on :9090.
 ``rule_files`` given here are appended to the config's ``rule_files`` (a config that already lists rule
 files keeps them). ``query`` returns the ``data.result`` list of an instant query, ``query_range`` that of a
 range query; both raise :class:`PrometheusQueryError` on an error answer.
+
+``web_config`` (the text of a ``--web.config.file``: ``basic_auth_users`` with bcrypt hashes) with ``auth`` (the
+user and password its own readiness check and queries send) starts it behind basic auth, as a store that
+takes writes must run (docs/fleet-store.md, "Credentials").
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -50,8 +55,12 @@ class PrometheusProcess:
         rule_files: Sequence[Path] = (),
         startup_timeout_s: float = 30.0,
         extra_args: Iterable[str] = (),
+        web_config: str | None = None,
+        auth: tuple[str, str] | None = None,
     ) -> None:
         self.config_text = config_text
+        self.web_config = web_config
+        self.auth = auth
         self.rule_files = tuple(Path(p) for p in rule_files)
         self.startup_timeout_s = startup_timeout_s
         self.extra_args = tuple(extra_args)
@@ -100,7 +109,14 @@ class PrometheusProcess:
             "--log.level=warn",
             *self.extra_args,
         ]
-        self.child = ChildProcess(argv, name="prometheus", ready_url=self.url + "/-/ready", cwd=root,
+        ready_url = self.url + "/-/ready"
+        if self.web_config is not None:
+            (root / "web.yml").write_text(self.web_config)
+            argv.append(f"--web.config.file={root / 'web.yml'}")
+        if self.auth is not None:
+            user, password = (quote(part, safe="") for part in self.auth)
+            ready_url = f"http://{user}:{password}@127.0.0.1:{self.port}/-/ready"
+        self.child = ChildProcess(argv, name="prometheus", ready_url=ready_url, cwd=root,
                                   log_path=root / "prometheus.log", startup_timeout_s=self.startup_timeout_s)
         try:
             self.child.start()
@@ -126,7 +142,7 @@ class PrometheusProcess:
         return "" if self.child is None else self.child.log()
 
     def _get(self, path: str, params: dict[str, Any]) -> Any:
-        resp = httpx.get(self.url + path, params=params, timeout=10.0)
+        resp = httpx.get(self.url + path, params=params, timeout=10.0, auth=self.auth)
         body = resp.json()
         if resp.status_code != 200 or body.get("status") != "success":
             raise PrometheusQueryError(f"{path} {params}: HTTP {resp.status_code}: {body.get('error', body)}")

@@ -19,10 +19,18 @@ Its flags make it answer like a fresh Prometheus for data only seconds old:
 
 VictoriaMetrics buffers what it ingests and makes it searchable about once a second; ``flush`` forces that
 (``/internal/force_flush``) so that a test can ask straight after it waited for the writes (``wait_holds``).
+
+``auth=(user, password)`` starts it as a fleet's store should run (docs/fleet-store.md, "Credentials"): every
+request but ``/health`` and ``/metrics`` needs basic auth (``-httpAuth.*``), and the delete, snapshot,
+force-merge, cache-reset, config and flags endpoints need an auth key (``admin_key``) that no writer holds. Both
+reach it through the environment (``-envflag.enable``), never its command line, which every user of the host can
+read in ``/proc``.
 """
 
 from __future__ import annotations
 
+import os
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -81,7 +89,9 @@ class VictoriaMetricsProcess:
     """
 
     def __init__(self, startup_timeout_s: float = 30.0, stop_timeout_s: float = 10.0,
-                 extra_args: Iterable[str] = ()) -> None:
+                 extra_args: Iterable[str] = (), auth: tuple[str, str] | None = None) -> None:
+        self.auth = auth
+        self.admin_key = secrets.token_urlsafe(24) if auth is not None else None
         self.startup_timeout_s = startup_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self.extra_args = tuple(extra_args)
@@ -109,8 +119,12 @@ class VictoriaMetricsProcess:
             *DEFAULT_FLAGS,
             *self.extra_args,
         ]
+        env = None
+        if self.auth is not None:
+            argv.append("-envflag.enable")
+            env = {**os.environ, **self._secret_flags()}
         # SIGTERM first: it flushes its buffers and closes the storage cleanly
-        self.child = ChildProcess(argv, name="victoria-metrics", ready_url=self.url + "/health", cwd=root,
+        self.child = ChildProcess(argv, name="victoria-metrics", ready_url=self.url + "/health", cwd=root, env=env,
                                   log_path=root / "victoria-metrics.log", startup_timeout_s=self.startup_timeout_s,
                                   stop_timeout_s=self.stop_timeout_s, graceful=True)
         try:
@@ -127,6 +141,14 @@ class VictoriaMetricsProcess:
             self.child.stop()
         self._cleanup()
 
+    def _secret_flags(self) -> dict[str, str]:
+        """The auth flags as ``-envflag.enable`` reads them (a flag's dots as underscores)."""
+        assert self.auth is not None and self.admin_key is not None
+        keys = ("deleteAuthKey", "snapshotAuthKey", "forceMergeAuthKey", "search.resetCacheAuthKey",
+                "configAuthKey", "flagsAuthKey", "pprofAuthKey")
+        return {"httpAuth_username": self.auth[0], "httpAuth_password": self.auth[1],
+                **{key.replace(".", "_"): self.admin_key for key in keys}}
+
     def _cleanup(self) -> None:
         self.child = None
         if self._tmp is not None:
@@ -139,10 +161,10 @@ class VictoriaMetricsProcess:
 
     def flush(self) -> None:
         """Makes every sample ingested so far searchable now (instead of within about a second)."""
-        httpx.get(self.url + "/internal/force_flush", timeout=10.0).raise_for_status()
+        httpx.get(self.url + "/internal/force_flush", timeout=10.0, auth=self.auth).raise_for_status()
 
     def _get(self, path: str, params: dict[str, Any]) -> Any:
-        resp = httpx.get(self.url + path, params=params, timeout=10.0)
+        resp = httpx.get(self.url + path, params=params, timeout=10.0, auth=self.auth)
         try:
             body = resp.json()
         except ValueError:

@@ -1,158 +1,112 @@
-"""Two answers for one fleet, lane by lane: what changed, and whether it is more than the runs' own noise.
+"""Two deployments' answers, lane by lane: what changed, whether it is more than the runs' own noise and more
+than a practical floor, and the gate's verdict: PASS, FAIL or INCONCLUSIVE.
 
-The gate after a llama.cpp upgrade is "did anything get worse": a lower answer, less throughput at the same
-concurrency, longer latency tails, a verdict that now flags. Each run carries its own uncertainty, so a
-change is judged against it, never against a fixed tolerance alone:
+The gate after a llama.cpp upgrade is "did anything get worse". Each run carries its own uncertainty, so a
+change is judged against it, and a change too small to matter is not one however sure it is:
 
-- **throughput** at one rung (A's answer, where B measured it too; else the highest rung both measured): the
-  difference of the two means with Welch's standard error and degrees of freedom from each step's
-  ``throughput_se_tok_s`` and ``throughput_dof`` (``core.statistics.welch_difference``; where a run did not
-  publish them, the two intervals' half-widths in quadrature), significant where the interval of the
-  difference at the confidence excludes 0;
-- **latency quantiles** (TTFT, e2e, and the pause excess: the figures with a ``*_tail``): the p95 of A is the
-  limit, each run's tail counts its requests above it, and Fisher's exact test says whether B's share above
-  it is larger (``core.statistics.exceedances_differ``; a better tail is tested the other way round). ITL has
-  no tail: its change is reported, never judged;
-- **verdicts**: a check (decode or prefill starvation, fairness) that held in A and flags in B is a
-  regression: the analysis already judged each flag with its own significance;
-- **the answer**: a lower recommended concurrency is a regression, unless either run's answer is
-  ``undecided`` (its deciding doubling straddled the policy's gain: a coin flip, reported as such).
+- **the sides** must differ only in the deployment (``satbench.compare.comparable``): a workload, policy or
+  ladder that differs refuses the comparison unless ``allow`` names it; the fingerprint fields that differ
+  (build, model, settings, hardware) head the verdict;
+- **throughput** at one rung (A's answer, where B measured it too; else the highest rung both measured):
+  Welch's difference of the means from each step's ``throughput_se_tok_s`` and ``throughput_dof``
+  (``core.statistics.welch_difference``; where a run did not publish them, the two intervals' half-widths in
+  quadrature), with its interval;
+- **latency tails** (TTFT, e2e and the pause excess: the figures with a ``*_tail``): the count of each side's
+  requests above A's p95, exact from a run folder's records, else bounded from the document's tail and
+  quantiles, and Fisher's exact test of B's share being larger (``satbench.compare.tails``, which says why and
+  how the bound is honoured); the ratio of the p95s with its interval where the values allow one, and the
+  test's power to see B's p95 at A's p90 at these sample sizes. ITL has no tail: reported, never judged;
+- **verdicts**: a check (decode or prefill starvation, fairness) that held in A and flags in B;
+- **answers**: the recommended concurrency and the rate answer each with its interval (an ``undecided`` or
+  ``indistinguishable`` doubling spans both rungs; a rate, its bracket): lower only where B's interval lies
+  wholly below A's.
 
-A figure is a regression where it is worse, significant, and worse by more than ``threshold`` (relative):
-significance alone flags a 0.5 % slowdown of a long run, the threshold alone flags noise. The tests of one
-comparison are many (several figures of every lane), so each is made at the family's level, Bonferroni's
-``(1 - confidence) / m``: two runs of one config then say "no significant change" at the stated confidence,
-not once in every few lanes.
+A figure **fails** where it is worse, significant (one-sided, at the family's level: Bonferroni's
+``(1 - confidence) / m`` over the ``m`` tests made, so two runs of one deployment pass at the stated
+confidence) and beyond its floor: worse by more than the relative floor *and* the absolute one
+(``DEFAULT_FLOORS``: throughput 5 % and 1 tok/s; TTFT 10 % and 5 ms; e2e 10 % and 50 ms; pause excess 10 % and
+2 ms; answers 10 %; each configurable). A figure worse beyond its floor but not significant, or one that
+could not be judged (no interval, no tail), is **unsettled**. The verdict: FAIL where anything fails,
+INCONCLUSIVE where nothing fails and something is unsettled (or nothing could be compared), else PASS.
+
+Repeated runs on a side are pooled: tails over every run's requests (exact where every run gave its
+records), throughput as the mean of the runs' means with the larger of the runs' own standard error and
+their spread's, answers as the span of the runs' intervals.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from satbench.compare.comparable import deployment_changes, differences, refuse
+from satbench.compare.tails import TailSide, exceedance_test, ratio_interval
+from satbench.compare.verdict import (
+    CHECKS,
+    DEFAULT_FLOORS,
+    FIGURES,
+    Answer,
+    Change,
+    Comparison,
+    Figure,
+    Floor,
+    LaneComparison,
+    describe,
+)
 from satbench.core.figures import StepFigures, Tail
-from satbench.core.statistics import exceedances_differ, t_quantile, welch_difference
+from satbench.core.statistics import t_quantile, welch_difference
 from satbench.recommender.document import read_document
 from satbench.recommender.models import LaneModel, RecommendationsDocument, said
 
-__all__ = ["Change", "Comparison", "LaneComparison", "compare_documents"]
-
-LATENCIES = (("TTFT p95", "ttft_s", "ttft_tail"), ("e2e p95", "latency_s", "latency_tail"),
-             ("ITL p95", "itl_s", None), ("pause excess p95", "pause_excess_s", "pause_excess_tail"))
-CHECKS = (("decode starvation", "starvation", "decode_ok"), ("prefill starvation", "starvation", "prefill_ok"),
-          ("fairness", "fairness", "ok"))
+__all__ = ["DEFAULT_FLOORS", "FIGURES", "Answer", "Change", "Comparison", "Figure", "Floor", "LaneComparison",
+           "Run", "RungTails", "compare_documents", "compare_runs", "describe"]
 
 
 @dataclass(frozen=True, slots=True)
-class Change:
-    """One figure of one lane, A against B. ``p_value`` None: nothing to judge it by (no interval or tail)."""
+class RungTails:
+    """One rung's tails with every value, from the run folder's records (``satbench.compare.runs``)."""
 
-    figure: str
-    unit: str
-    a: float | None
-    b: float | None
-    higher_is_better: bool
-    p_value: float | None = None
-    how: str = ""
-
-    @property
-    def relative(self) -> float | None:
-        if self.a is None or self.b is None or self.a == 0:
-            return None
-        return self.b / self.a - 1.0
-
-    @property
-    def worse(self) -> bool:
-        rel = self.relative
-        return rel is not None and (rel < 0 if self.higher_is_better else rel > 0)
-
-    def significant(self, alpha: float) -> bool:
-        return self.p_value is not None and self.p_value < alpha
-
-    def regression(self, threshold: float, alpha: float) -> bool:
-        rel = self.relative
-        return self.worse and self.significant(alpha) and rel is not None and abs(rel) > threshold
+    ttft_tail: Tail
+    latency_tail: Tail
+    pause_excess_tail: Tail
 
 
 @dataclass(frozen=True, slots=True)
-class LaneComparison:
-    key: str
-    answer_a: int | None
-    answer_b: int | None
-    status_a: str | None
-    status_b: str | None
-    rung: int | None
-    changes: tuple[Change, ...] = ()
-    flagged: tuple[str, ...] = ()  # checks that held in A and flag in B
-    cleared: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
+class Run:
+    """One run of a side: its document and, where its folder had records, each rung's full tails
+    (``{lane: {concurrency: RungTails}}``)."""
 
-    @property
-    def answer_dropped(self) -> bool:
-        undecided = "undecided" in (self.status_a, self.status_b)
-        return (not undecided and self.answer_a is not None and self.answer_b is not None
-                and self.answer_b < self.answer_a) or (self.answer_a is not None and self.answer_b is None)
+    document: RecommendationsDocument
+    tails: Mapping[str, Mapping[int, RungTails]] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class Comparison:
-    lanes: tuple[LaneComparison, ...]
-    only_a: tuple[str, ...]
-    only_b: tuple[str, ...]
-    threshold: float
-    confidence: float
-    tests: int = field(default=0)
-
-    @property
-    def alpha(self) -> float:
-        """Each test's level: the family's ``1 - confidence`` over the tests made (Bonferroni)."""
-        return (1.0 - self.confidence) / max(1, self.tests)
-
-    def regressions(self) -> list[str]:
-        """Every regression, one line each, naming the lane and the figure."""
-        out = []
-        for lane in self.lanes:
-            if lane.answer_dropped:
-                out.append(f"{lane.key}: recommended concurrency {lane.answer_a} -> {lane.answer_b}")
-            for check in lane.flagged:
-                out.append(f"{lane.key}: {check} now flagged")
-            for change in lane.changes:
-                if change.regression(self.threshold, self.alpha):
-                    out.append(f"{lane.key}: {describe(change, lane.rung)}")
-        out.extend(f"{key}: in A, no answer in B" for key in self.only_a)
-        return out
-
-
-def describe(change: Change, rung: int | None) -> str:
-    at = f" at c={rung}" if rung is not None else ""
-    rel = change.relative
-    moved = "" if rel is None else f" ({rel:+.1%})"
-    return f"{change.figure}{at} {_fmt(change.a)} -> {_fmt(change.b)} {change.unit}{moved}" + (
-        f", {change.how}" if change.how else "")
-
-
-def _fmt(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.1f}" if abs(value) >= 10 else f"{value:.3g}"
-
-
-def _steps(lane: LaneModel) -> dict[int, StepFigures]:
-    """The lane's valid rungs by concurrency, as the figures the tests read."""
+def _steps(run: Run, key: str) -> dict[int, StepFigures]:
+    """The lane's valid closed-loop rungs by concurrency, as the figures the tests read (full tails where the
+    run kept its records)."""
     fields = [f.name for f in dataclasses.fields(StepFigures)]
-    return {step.concurrency: StepFigures(**{name: getattr(step, name) for name in fields})
-            for step in lane.steps if step.valid and step.concurrency}
+    full = run.tails.get(key, {})
+    out = {}
+    for step in run.document.lanes[key].steps:
+        if step.valid and step.concurrency and step.rate_rps is None:
+            fig = StepFigures(**{name: getattr(step, name) for name in fields})
+            kept = full.get(step.concurrency)
+            out[step.concurrency] = fig if kept is None else dataclasses.replace(
+                fig, ttft_tail=kept.ttft_tail, latency_tail=kept.latency_tail,
+                pause_excess_tail=kept.pause_excess_tail)
+    return out
 
 
-def _rung(lane_a: LaneModel, a: Mapping[int, StepFigures], b: Mapping[int, StepFigures]) -> int | None:
-    answer = lane_a.recommended_concurrency
-    if answer is not None and answer in a and answer in b:
-        return answer
-    common = sorted(set(a) & set(b))
-    return common[-1] if common else None
+def _rung(lanes_a: Sequence[LaneModel], a: Sequence[Mapping[int, StepFigures]],
+          b: Sequence[Mapping[int, StepFigures]]) -> int | None:
+    common = set.intersection(*(set(s) for s in (*a, *b)))
+    answers = [lane.recommended_concurrency for lane in lanes_a if lane.recommended_concurrency in common]
+    if answers:
+        return statistics.mode(answers)
+    return max(common) if common else None
 
 
 def _half_width(step: StepFigures) -> float | None:
@@ -160,94 +114,180 @@ def _half_width(step: StepFigures) -> float | None:
     return None if ci is None else (ci[1] - ci[0]) / 2
 
 
-def _throughput(a: StepFigures, b: StepFigures, confidence: float) -> Change:
-    """Welch's test of the difference (module docstring); the p-value of |t| two-sided."""
-    diff = b.throughput_tok_s - a.throughput_tok_s
-    p: float | None = None
-    how = "no interval in one run"
-    if None not in (a.throughput_se_tok_s, a.throughput_dof, b.throughput_se_tok_s, b.throughput_dof):
-        se, dof = welch_difference(float(a.throughput_se_tok_s or 0.0), float(a.throughput_dof or 1.0),
-                                   float(b.throughput_se_tok_s or 0.0), float(b.throughput_dof or 1.0))
-        p = _two_sided_t(diff, se, dof)
-        how = f"Welch t over {dof:.0f} dof, p={p:.2g}"
-    elif (ha := _half_width(a)) is not None and (hb := _half_width(b)) is not None:
-        half = math.hypot(ha, hb)
-        z = t_quantile(confidence, 1e6)  # the intervals' own level, read as normal
-        p = _two_sided_t(diff, half / z, 1e6) if half > 0 else (0.0 if diff else 1.0)
-        how = f"intervals in quadrature, p={p:.2g}"
-    return Change("output tok/s", "tok/s", a.throughput_tok_s, b.throughput_tok_s, True, p, how)
+def _mean_se(steps: Sequence[StepFigures], confidence: float) -> tuple[float, float | None, float]:
+    """A side's throughput: the mean of its runs' means, its standard error and dof (module docstring)."""
+    means = [s.throughput_tok_s for s in steps]
+    mean = sum(means) / len(means)
+    within: list[tuple[float, float]] = []
+    for s in steps:
+        if s.throughput_se_tok_s is not None and s.throughput_dof is not None:
+            within.append((float(s.throughput_se_tok_s), float(s.throughput_dof)))
+        elif (half := _half_width(s)) is not None:
+            within.append((half / t_quantile(confidence, 1e6), 1e6))
+    if len(within) < len(steps):
+        return mean, None, 1.0
+    m = len(steps)
+    var = sum(se * se for se, _ in within) / (m * m)
+    dof = var * var / max(sum((se * se / (m * m)) ** 2 / d for se, d in within), 1e-300) if var > 0 else 1e6
+    if m > 1:
+        spread = statistics.variance(means) / m
+        if spread > var:
+            var, dof = spread, float(m - 1)
+    return mean, math.sqrt(var), dof
 
 
-def _two_sided_t(diff: float, se: float, dof: float) -> float:
+def _throughput(a: Sequence[StepFigures], b: Sequence[StepFigures], confidence: float, floor: Floor) -> Change:
+    """Welch's test of the difference (module docstring); the p-value one-sided, towards less throughput."""
+    ma, sa, da = _mean_se(a, confidence)
+    mb, sb, db = _mean_se(b, confidence)
+    if sa is None or sb is None:
+        return Change("output tok/s", "tok/s", ma, mb, True, None, "no interval in one run", floor)
+    se, dof = welch_difference(sa, da, sb, db)
+    diff = mb - ma
+    p = _one_sided_t(-diff, se, dof)
+    half = t_quantile(confidence, dof) * se
+    interval = ((diff - half) / ma, (diff + half) / ma) if ma else None
+    return Change("output tok/s", "tok/s", ma, mb, True, p, f"Welch t over {dof:.0f} dof, p={p:.2g}", floor,
+                  interval)
+
+
+def _one_sided_t(diff: float, se: float, dof: float) -> float:
+    """P(T >= diff / se): small where ``diff`` (the worsening) is large against its standard error."""
     if se <= 0:
-        return 0.0 if diff else 1.0
+        return 0.0 if diff > 0 else 1.0
     from scipy import stats
 
-    return float(2 * stats.t.sf(abs(diff) / se, max(dof, 1.0)))
+    return float(stats.t.sf(diff / se, max(dof, 1.0)))
 
 
-def _above(tail: Tail, limit: float) -> int:
-    return tail.above(limit)[0]
-
-
-def _latency(name: str, figure: str, tail_name: str | None, a: StepFigures, b: StepFigures) -> Change | None:
-    qa, qb = getattr(a, figure).p95, getattr(b, figure).p95
+def _latency(fig: Figure, a: Sequence[StepFigures], b: Sequence[StepFigures], confidence: float, floor: Floor
+             ) -> Change | None:
+    if fig.tail is None:
+        pa = [getattr(s, fig.attr).p95 for s in a]
+        pb = [getattr(s, fig.attr).p95 for s in b]
+        if None in pa or None in pb:
+            return None
+        return Change(fig.label, fig.unit, statistics.fmean(pa) * fig.scale, statistics.fmean(pb) * fig.scale,
+                      False, None, "no tail to judge by", floor, judged=False)
+    side_a = TailSide.pooled([(getattr(s, fig.tail), getattr(s, fig.attr)) for s in a])
+    side_b = TailSide.pooled([(getattr(s, fig.tail), getattr(s, fig.attr)) for s in b])
+    qa, qb = side_a.p95, side_b.p95
     if qa is None or qb is None:
         return None
-    if tail_name is None:
-        return Change(name, "ms", qa * 1e3, qb * 1e3, False, None, "no tail to judge by")
-    ta, tb = getattr(a, tail_name), getattr(b, tail_name)
-    if not ta.n or not tb.n:
-        return Change(name, "ms", qa * 1e3, qb * 1e3, False, None, "no tail in one run")
-    if qb >= qa:  # is B's share above A's p95 larger?
-        ka, kb = _above(ta, qa), _above(tb, qa)
-        p = exceedances_differ(ka, ta.n, kb, tb.n)
-        how = f"{kb} of {tb.n} above A's p95 against {ka} of {ta.n}, p={p:.2g}"
-    else:  # better: is A's share above B's p95 larger?
-        ka, kb = _above(ta, qb), _above(tb, qb)
-        p = exceedances_differ(kb, tb.n, ka, ta.n)
-        how = f"{ka} of {ta.n} above B's p95 in A against {kb} of {tb.n}, p={p:.2g}"
-    return Change(name, "ms", qa * 1e3, qb * 1e3, False, p, how)
+    if not side_a.n or not side_b.n:
+        return Change(fig.label, fig.unit, qa * fig.scale, qb * fig.scale, False, None, "no tail in one run", floor)
+    tested = exceedance_test(side_a, side_b)
+    ratio = ratio_interval(side_a, side_b, confidence)
+    p, how = tested if tested is not None else (None, "no tail to judge by")
+    return Change(fig.label, fig.unit, qa * fig.scale, qb * fig.scale, False, p, how, floor,
+                  None if ratio is None else (ratio[0] - 1, ratio[1] - 1), sizes=(side_a.n, side_b.n))
 
 
-def _checks(lane_a: LaneModel, lane_b: LaneModel) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _checks(lanes_a: Sequence[LaneModel], lanes_b: Sequence[LaneModel]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     flagged, cleared = [], []
     for name, group, field_name in CHECKS:
-        was = said(getattr(lane_a, group), field_name)
-        now = said(getattr(lane_b, group), field_name)
-        if was is True and now is False:
+        was = [said(getattr(lane, group), field_name) for lane in lanes_a]
+        now = [said(getattr(lane, group), field_name) for lane in lanes_b]
+        if all(w is True for w in was) and any(n is False for n in now):
             flagged.append(name)
-        elif was is False and now is True:
+        elif any(w is False for w in was) and all(n is True for n in now):
             cleared.append(name)
     return tuple(flagged), tuple(cleared)
 
 
-def compare_lane(key: str, lane_a: LaneModel, lane_b: LaneModel, confidence: float) -> LaneComparison:
-    a, b = _steps(lane_a), _steps(lane_b)
-    rung = _rung(lane_a, a, b)
+def _concurrency(lanes: Sequence[LaneModel]) -> Answer:
+    values, lows, highs = [], [], []
+    for lane in lanes:
+        if lane.recommended_concurrency is None:
+            return Answer(None, None, None, lane.status)
+        span = lane.undecided or lane.indistinguishable
+        value = lane.recommended_concurrency
+        values.append(value)
+        lows.append(min(value, span.smaller) if span is not None else value)
+        highs.append(max(value, span.larger) if span is not None else value)
+    return Answer(statistics.median(values), min(lows), max(highs), lanes[0].status)
+
+
+def _rate(lanes: Sequence[LaneModel]) -> Answer | None:
+    rates = [lane.rate for lane in lanes]
+    if any(r is None for r in rates):
+        return None
+    values, lows, highs = [], [], []
+    for r in rates:
+        assert r is not None
+        if r.max_rate_rps is None:
+            return Answer(None, None, None, r.status)
+        span = r.interval or [r.max_rate_rps]
+        values.append(r.max_rate_rps)
+        lows.append(min(*span, r.max_rate_rps))
+        highs.append(max(*span, r.max_rate_rps))
+    return Answer(statistics.median(values), min(lows), max(highs), rates[0].status if rates[0] else None)
+
+
+def compare_lane(key: str, runs_a: Sequence[Run], runs_b: Sequence[Run], confidence: float,
+                 floors: Mapping[str, Floor]) -> LaneComparison:
+    lanes_a = [r.document.lanes[key] for r in runs_a]
+    lanes_b = [r.document.lanes[key] for r in runs_b]
+    a, b = [_steps(r, key) for r in runs_a], [_steps(r, key) for r in runs_b]
+    rung = _rung(lanes_a, a, b)
     changes: list[Change] = []
     notes: list[str] = []
     if rung is None:
         notes.append("no rung measured in both runs")
     else:
-        changes.append(_throughput(a[rung], b[rung], confidence))
-        changes.extend(c for name, fig, tail in LATENCIES if (c := _latency(name, fig, tail, a[rung], b[rung])))
-    flagged, cleared = _checks(lane_a, lane_b)
-    return LaneComparison(key, lane_a.recommended_concurrency, lane_b.recommended_concurrency, lane_a.status,
-                          lane_b.status, rung, tuple(changes), flagged, cleared, tuple(notes))
+        at_a, at_b = [s[rung] for s in a], [s[rung] for s in b]
+        for fig in FIGURES:
+            floor = floors[fig.key]
+            if fig.key == "throughput":
+                changes.append(_throughput(at_a, at_b, confidence, floor))
+            elif (change := _latency(fig, at_a, at_b, confidence, floor)) is not None:
+                changes.append(change)
+    flagged, cleared = _checks(lanes_a, lanes_b)
+    rate_a, rate_b = _rate(lanes_a), _rate(lanes_b)
+    return LaneComparison(key, lanes_a[0].recommended_concurrency, lanes_b[0].recommended_concurrency,
+                          lanes_a[0].status, lanes_b[0].status, rung, tuple(changes), flagged, cleared, tuple(notes),
+                          deployment_changes(lanes_a[0], lanes_b[0]),
+                          (_concurrency(lanes_a), _concurrency(lanes_b)),
+                          None if rate_a is None or rate_b is None else (rate_a, rate_b), floors["answer"])
+
+
+def _floors(threshold: float | None, floors: Mapping[str, Floor] | None) -> dict[str, Floor]:
+    out = dict(DEFAULT_FLOORS)
+    if threshold is not None:
+        out = {k: Floor(threshold, v.absolute) for k, v in out.items()}
+    out.update(floors or {})
+    return out
+
+
+def compare_runs(runs_a: Sequence[Run], runs_b: Sequence[Run], *, threshold: float | None = None,
+                 floors: Mapping[str, Floor] | None = None, confidence: float | None = None,
+                 lanes: Sequence[str] = (), allow: Sequence[str] = ()) -> Comparison:
+    """Every lane every run answers (or ``lanes`` of them), compared (module docstring). ``threshold``: one
+    relative floor for every figure (``DEFAULT_FLOORS`` otherwise; ``floors`` names some); ``confidence``:
+    the family's, default A's policy's. ``NotComparable`` where the sides differ in more than the deployment
+    and ``allow`` does not name it."""
+    if not runs_a or not runs_b:
+        raise ValueError("compare: each side needs at least one run")
+    docs_a, docs_b = [r.document for r in runs_a], [r.document for r in runs_b]
+    every = [set(d.lanes) for d in (*docs_a, *docs_b)]
+    keys = [k for k in sorted(set.intersection(*every)) if not lanes or k in lanes]
+    pairs = [(k, docs_a[0].lanes[k], other.lanes[k]) for k in keys for other in (*docs_a[1:], *docs_b)]
+    found = differences(pairs, docs_a[:1], [*docs_a[1:], *docs_b])
+    refuse(found, allow)
+    conf = confidence if confidence is not None else docs_a[0].policy.confidence
+    chosen = _floors(threshold, floors)
+    compared = tuple(compare_lane(k, runs_a, runs_b, conf, chosen) for k in keys)
+    tests = sum(1 for lane in compared for c in lane.changes if c.p_value is not None)
+    all_a, all_b = set.union(*(set(d.lanes) for d in docs_a)), set.union(*(set(d.lanes) for d in docs_b))
+    return Comparison(compared, tuple(sorted(all_a - all_b)), tuple(sorted(all_b - all_a)), threshold, conf, tests,
+                      tuple(found.items()), (len(runs_a), len(runs_b)))
 
 
 def compare_documents(doc_a: RecommendationsDocument | Mapping[str, Any],
-                      doc_b: RecommendationsDocument | Mapping[str, Any], *, threshold: float = 0.05,
-                      confidence: float | None = None, lanes: Sequence[str] = ()) -> Comparison:
-    """Every lane both documents answer (or ``lanes`` of them), compared (module docstring). ``confidence``:
-    the family's, default A's policy's (its default, 0.95, where it says none). Documents as JSON are
-    validated here (``recommender.document.read_document``)."""
-    doc_a, doc_b = read_document(doc_a), read_document(doc_b)
-    la, lb = doc_a.lanes, doc_b.lanes
-    keys = [k for k in sorted(set(la) & set(lb)) if not lanes or k in lanes]
-    conf = confidence if confidence is not None else doc_a.policy.confidence
-    compared = tuple(compare_lane(k, la[k], lb[k], conf) for k in keys)
-    tests = sum(1 for lane in compared for c in lane.changes if c.p_value is not None)
-    return Comparison(compared, tuple(sorted(set(la) - set(lb))), tuple(sorted(set(lb) - set(la))), threshold,
-                      conf, tests)
+                      doc_b: RecommendationsDocument | Mapping[str, Any], *, threshold: float | None = None,
+                      floors: Mapping[str, Floor] | None = None, confidence: float | None = None,
+                      lanes: Sequence[str] = (), allow: Sequence[str] = ()) -> Comparison:
+    """Two documents compared (``compare_runs`` of one run a side, tails from the documents). Documents as
+    JSON are validated here (``recommender.document.read_document``)."""
+    return compare_runs([Run(read_document(doc_a))], [Run(read_document(doc_b))], threshold=threshold,
+                        floors=floors, confidence=confidence, lanes=lanes, allow=allow)

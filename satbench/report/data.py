@@ -32,7 +32,7 @@ from typing import Any
 from satbench.core.figures import StepFigures, Tail, disagreements
 from satbench.core.lane_evidence import ConfiguredRun
 from satbench.core.manifest import RunManifest, StepWindow
-from satbench.core.records import read_records
+from satbench.core.records import read_records_file
 from satbench.core.step_figures import compute_step_figures
 from satbench.recommender.document import read_document
 from satbench.recommender.models import LaneModel, RateModel, RecommendationsDocument, StepModel, TraceModel
@@ -166,9 +166,11 @@ def _read_json(path: Path, problems: list[str]) -> Any:
 
 
 def _steps_from_records(run_dir: Path, manifest: RunManifest, problems: list[str]) -> list[StepFigures]:
-    records = list(read_records(run_dir / "records.jsonl"))
+    read = read_records_file(run_dir / "records.jsonl")
     problems.append("steps.json is missing: figures recomputed from records.jsonl")
-    return [compute_step_figures(records, window) for window in manifest.steps]
+    if (said := read.said()) is not None:
+        problems.append(f"{said}: cut at its last whole line")
+    return [compute_step_figures(read.records, window) for window in manifest.steps]
 
 
 def _count_lines(path: Path) -> int | None:
@@ -223,6 +225,8 @@ def load_run(run_dir: Path) -> RunReport:
     if manifest_doc is None:
         raise ValueError(f"{run_dir} is not a run folder: {'; '.join(problems)}")
     manifest = RunManifest.from_dict(manifest_doc)
+    if manifest.partial is not None:  # a killed or cut-short walk: its top rung is where it stopped
+        problems.append(f"partial run: {manifest.partial}")
     client_steps: list[StepFigures] = []
     steps_doc = _read_json(run_dir / "steps.json", problems)
     if steps_doc is not None:

@@ -2,11 +2,17 @@
 names: seconds as ms, the checks per rung from the document) and ``records.csv`` (one row per request of
 ``records.jsonl``; ITL as count, mean and max in ms), written by ``write_csv`` in a fixed column order
 (``STEPS_COLUMNS``, ``RECORDS_COLUMNS``). Cells are text: empty for unknown, ``true``/``false`` for booleans,
-floats with ten significant digits, so the same run gives the same bytes."""
+floats with ten significant digits, so the same run gives the same bytes.
+
+A text cell is escaped against spreadsheet formula injection (OWASP, "CSV Injection"): one that begins with
+``=``, ``+``, ``-``, ``@``, a tab or a carriage return gets a leading ``'``, so a runtime's error text such as
+``=HYPERLINK(...)`` opens as text, never as a formula. Only text is escaped: ``_cell`` marks the cells it
+formats from a number (``NumberCell``), and ``write_csv`` writes those as they are, so ``-0.05`` stays a
+number; every other cell, including one a future column adds without ``_cell``, is text and escaped. A cell
+holding a comma, a quote or a line break (a carriage return too) is quoted, RFC 4180's way."""
 
 from __future__ import annotations
 
-import csv
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -16,7 +22,8 @@ from satbench.core.records import OUTCOMES, read_records
 from satbench.report.data import RunReport
 from satbench.report.judgments import CHECK_NAMES, RungJudgment, verdict_label
 
-__all__ = ["RECORDS_COLUMNS", "STEPS_COLUMNS", "records_rows", "steps_rows", "write_csv"]
+__all__ = ["FORMULA_LEADS", "RECORDS_COLUMNS", "STEPS_COLUMNS", "NumberCell", "escape_text", "records_rows",
+           "steps_rows", "write_csv"]
 
 
 _QUANTILES = (("ttft", "ttft_s"), ("itl", "itl_s"), ("tpot", "tpot_s"), ("e2e", "latency_s"),
@@ -77,17 +84,33 @@ RECORDS_COLUMNS: tuple[str, ...] = (
 )
 
 
+_NEEDS_QUOTES = (",", '"', "\n", "\r")
+FORMULA_LEADS = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet may read as the start of a formula
+
+
+class NumberCell(str):
+    """A cell formatted from a number: written as it is (a negative number stays a number)."""
+
+    __slots__ = ()
+
+
+def escape_text(text: str) -> str:
+    """A text cell a spreadsheet opens as text: a leading ``'`` where it begins with one of ``FORMULA_LEADS``."""
+    return "'" + text if text.startswith(FORMULA_LEADS) else text
+
+
 def _cell(value: Any, scale: float = 1.0) -> str:
-    """One CSV cell: empty for unknown, ``true``/``false``, integers as they are, floats to ten digits."""
+    """One CSV cell: empty for unknown, ``true``/``false``, integers as they are, floats to ten digits (those
+    two as a ``NumberCell``), anything else as its text."""
     if value is None:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int) and scale == 1.0:
-        return str(value)
+        return NumberCell(value)
     if isinstance(value, int | float):
         scaled = float(value) * scale
-        return "" if math.isnan(scaled) else format(scaled, ".10g")
+        return "" if math.isnan(scaled) else NumberCell(format(scaled, ".10g"))
     return str(value)
 
 
@@ -102,7 +125,7 @@ def steps_rows(report: RunReport) -> Iterator[dict[str, str]]:
             ci = step.throughput_ci_tok_s
             gain = judged.gain_interval
             row: dict[str, str] = {
-                "run_id": report.run_id, "lane": lane.lane, "concurrency": str(step.concurrency),
+                "run_id": report.run_id, "lane": lane.lane, "concurrency": _cell(step.concurrency),
                 "slots": _cell(lane.slots), "valid": _cell(step.valid), "reason": _cell(step.reason),
                 "usable": _cell(judged.usable), "unusable_reason": _cell(judged.unusable_reason),
                 "recommended": _cell(lane.recommended == step.concurrency),
@@ -146,13 +169,13 @@ def records_rows(path: Path) -> Iterator[dict[str, str]]:
     for rec in read_records(path):
         gaps = rec.itl_s
         yield {
-            "run_id": rec.run_id, "lane": rec.lane, "concurrency": str(rec.concurrency), "user": str(rec.user),
-            "request_id": rec.request_id, "phase": rec.phase, "sent_at_unix_s": repr(float(rec.sent_at)),
+            "run_id": rec.run_id, "lane": rec.lane, "concurrency": _cell(rec.concurrency), "user": _cell(rec.user),
+            "request_id": rec.request_id, "phase": rec.phase, "sent_at_unix_s": NumberCell(repr(float(rec.sent_at))),
             "outcome": rec.outcome, "status": _cell(rec.status), "error": _cell(rec.error),
             "retried": _cell(rec.retried), "prompt_tokens": _cell(rec.prompt_tokens),
             "output_tokens": _cell(rec.output_tokens), "ttft_ms": _cell(rec.ttft_s, 1000.0),
             "e2e_ms": _cell(rec.e2e_s, 1000.0), "queue_ms": _cell(rec.queue_s, 1000.0),
-            "tpot_ms": _cell(rec.tpot_s, 1000.0), "itl_count": str(len(gaps)),
+            "tpot_ms": _cell(rec.tpot_s, 1000.0), "itl_count": _cell(len(gaps)),
             "itl_mean_ms": _cell(sum(gaps) / len(gaps) if gaps else None, 1000.0),
             "itl_max_ms": _cell(max(gaps) if gaps else None, 1000.0),
             "cached_prompt_tokens": _cell(rec.cached_prompt_tokens), "draft_tokens": _cell(rec.draft_tokens),
@@ -160,10 +183,25 @@ def records_rows(path: Path) -> Iterator[dict[str, str]]:
         }
 
 
+def _quoted(cell: str) -> str:
+    """RFC 4180 quoting where a cell needs it: a comma, a quote, or a line break of either kind (the ``csv``
+    module's writer, with ``\\n`` line ends, leaves a bare carriage return unquoted, and a reader then ends the
+    row there)."""
+    if any(c in cell for c in _NEEDS_QUOTES):
+        return '"' + cell.replace('"', '""') + '"'
+    return cell
+
+
 def write_csv(path: Path, columns: Sequence[str], rows: Iterable[dict[str, str]]) -> Path:
-    """Writes ``rows`` (dicts keyed by ``columns``) as CSV with a header line, in that column order."""
+    """Writes ``rows`` (dicts keyed by ``columns``) as CSV with a header line, in that column order, ``\\n``
+    line ends; every cell but a ``NumberCell`` is text, escaped (``escape_text``)."""
+    names = list(columns)
+    known = set(names)
     with path.open("w", encoding="utf-8", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(columns), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
+        fh.write(",".join(_quoted(name) for name in names) + "\n")
+        for row in rows:
+            if extra := row.keys() - known:
+                raise ValueError(f"{path.name}: cells for no column: {sorted(extra)}")
+            cells = (row.get(name, "") for name in names)
+            fh.write(",".join(_quoted(c if isinstance(c, NumberCell) else escape_text(c)) for c in cells) + "\n")
     return path

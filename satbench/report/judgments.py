@@ -122,6 +122,9 @@ _WORDS = (  # (judgment, words in its detail, unit, figure, policy setting)
 
 
 def _violation_unit(name: str, detail: str) -> tuple[str, str, str]:
+    if name == "slo_ttft" and "own TTFT deadline" in detail:  # deadlines that grow with the prompt
+        return ("share", "share of requests past their own TTFT deadline",
+                "policy.slo.ttft_p95_s plus ttft_per_1k_prompt_s per 1,000 prompt tokens (a p95: 5 %)")
     if name in _CONSTRAINT_UNITS:
         return _CONSTRAINT_UNITS[name]
     for judged, words, unit, figure, bound in _WORDS:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import PurePath
 
 from satbench.core.figures import StepFigures
+from satbench.loadgen.rates import factor_label
 from satbench.recommender.models import TraceEvidenceModel, TraceModel
 from satbench.report.rates import judged_cells
 
@@ -76,7 +77,7 @@ def trace_evidence(trace: TraceModel) -> list[tuple[str, str]]:
              ("size", "unknown" if ev.size_bytes is None else f"{ev.size_bytes} bytes"),
              ("window", _window(ev, named=False)),
              ("recorded rate", f"{trace.recorded_rate_rps:.3g} requests/s"),
-             ("speed factors walked", ", ".join(f"{f:g}x" for f in ev.speed_factors) or "unknown")]
+             ("speed factors walked", ", ".join(factor_label(f) for f in ev.speed_factors) or "unknown")]
     if ev.implied_cache_share is not None:
         facts.append(("prompt cache share its block ids imply", f"{ev.implied_cache_share:.1%}"))
     if ev.synthesised:
@@ -98,7 +99,7 @@ def trace_table(steps: Sequence[StepFigures], trace: TraceModel | None,
         point = points.get(key)
         factor = point.speed_factor if point is not None else factors.get(key)
         share, verdict = judged_cells(s, point)
-        rows.append(["" if factor is None else f"{factor:g}x", f"{s.rate_rps:.3g}",
+        rows.append(["" if factor is None else factor_label(factor), f"{s.rate_rps:.3g}",
                      "" if s.offered_rps is None else f"{s.offered_rps:.3g}", f"{s.window_s:.0f}",
                      str(s.judged_requests or s.requests), share,
                      "" if s.goodput_rps is None else f"{s.goodput_rps:.3g}", _ms(s.ttft_intended_s.p95),

@@ -45,7 +45,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -155,6 +155,8 @@ class LlamaServerSpec:
     port: int = 0
     alias: str | None = None
     extra_args: tuple[str, ...] = ()
+    # the key the server wants (``--api-key`` in ``extra_args``): sent with the session's own /props read
+    api_key: str | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         problems = []
@@ -338,7 +340,8 @@ class LlamaServer:
 
     def _read_props(self) -> dict[str, Any]:
         try:
-            resp = httpx.get(f"{self._url}/props", timeout=5.0)
+            auth = {"Authorization": f"Bearer {self.spec.api_key}"} if self.spec.api_key else None
+            resp = httpx.get(f"{self._url}/props", timeout=5.0, headers=auth)
             resp.raise_for_status()
             data = resp.json()
         except (httpx.HTTPError, ValueError) as exc:

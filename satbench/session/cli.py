@@ -12,8 +12,9 @@ is said and exits 0 without starting anything.
 
 Exit status, the one rule of every ``satbench`` command that answers: 0 when every lane has an answer, 1
 when some lane has none (each said by name; a part that cannot start counts: nothing was answered), 2 for
-bad input (config, flags, an out folder that is not a folder), refused before anything starts and before a
-run folder exists; 130 on Ctrl-C. Every child process is stopped in every case.
+bad input (config, flags, an out folder that is not a folder, a run id whose run folder already exists: a
+killed shard rerun under its run id is refused, not resumed, ``satbench.session.run``), refused before
+anything starts and before a run folder exists; 130 on Ctrl-C. Every child process is stopped in every case.
 """
 
 from __future__ import annotations
@@ -89,6 +90,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                        help="derive the shared run id from this start time (Unix seconds or ISO 8601)")
     fleet.add_argument("--remeasure", default=None, metavar="URL",
                        help="walk only the lanes the recommender at URL calls stale or unknown")
+    fleet.add_argument("--remeasure-max-bytes", type=int, default=None, metavar="N",
+                       help="the most bytes read of the --remeasure document (default 16 MiB)")
+    fleet.add_argument("--remeasure-timeout-s", type=float, default=None, metavar="S",
+                       help="the whole --remeasure document must arrive within S seconds (default 30)")
 
 
 def _lane_name(base: str, url: str) -> str:
@@ -143,13 +148,18 @@ def fleet_plan(args: argparse.Namespace, config: Any, environ: dict[str, str] | 
     """The lanes to walk (``satbench.fleet.plan``): the shard (``--shard``, else an Indexed Job's environment),
     the shared run id (``--run-id``, else ``SATBENCH_RUN_ID``) and the served document of ``--remeasure``."""
     from satbench.fleet.plan import plan_walk
-    from satbench.fleet.remeasure import read_document
+    from satbench.fleet.remeasure import MAX_DOCUMENT_BYTES, READ_TIMEOUT_S, read_document
     from satbench.fleet.shards import RUN_ID_ENV, parse_shard, shard_from_env
 
     env = os.environ if environ is None else environ
     shard = parse_shard(args.shard) if args.shard else shard_from_env(env)
     run_id = args.run_id or (None if args.run_started_at else env.get(RUN_ID_ENV) or None)
-    document = read_document(args.remeasure) if args.remeasure else None
+    max_bytes, timeout_s = getattr(args, "remeasure_max_bytes", None), getattr(args, "remeasure_timeout_s", None)
+    for flag, value in (("--remeasure-max-bytes", max_bytes), ("--remeasure-timeout-s", timeout_s)):
+        if value is not None and not args.remeasure:
+            raise ValueError(f"{flag} applies to --remeasure URL, and none was given")
+    document = read_document(args.remeasure, max_bytes=MAX_DOCUMENT_BYTES if max_bytes is None else max_bytes,
+                             timeout_s=READ_TIMEOUT_S if timeout_s is None else timeout_s) if args.remeasure else None
     return plan_walk(config, shard=shard, run_id=run_id, started_at=args.run_started_at,
                      remeasure_url=args.remeasure, document=document)
 
@@ -177,11 +187,11 @@ def _traffic_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(args: argparse.Namespace) -> int:
     from satbench.loadgen.cli import parse_overrides
-    from satbench.loadgen.datasets import load_dataset
-    from satbench.loadgen.traces import load_trace
+    from satbench.loadgen.inputs import load_inputs
+    from satbench.loadgen.runner import WalkCutShort
     from satbench.session.config import SessionConfigError, load_session_config
     from satbench.session.processes import StartError
-    from satbench.session.run import run_session
+    from satbench.session.run import run_folder, run_session, taken_run_folder
 
     try:
         overrides: dict[str, Any] = parse_overrides(args.set)
@@ -195,12 +205,18 @@ def main(args: argparse.Namespace) -> int:
         if lanes is not None:
             overrides["lanes"] = lanes
         config = load_session_config(args.config, overrides)
-        load_trace(config.loadgen.trace)  # a bad trace or dataset file is refused before anything starts
-        load_dataset(config.loadgen.workload.dataset)
+        inputs = load_inputs(config.loadgen)  # a bad trace or dataset file is refused before anything starts
         _check_out_dir(args.out or config.out_dir)
         plan = fleet_plan(args, config)
+        taken = None if plan.run_id is None else taken_run_folder(run_folder(args.out or config.out_dir,
+                                                                             plan.run_id, plan.stamp))
+        if taken is not None:  # a shard rerun under its run id: refused, not resumed (satbench.session.run)
+            raise ValueError(taken)
     except (SessionConfigError, ValueError) as exc:
         print(f"satbench run: {exc}", file=sys.stderr)
+        return 2
+    except RecursionError:  # a --set value (TOML) nested past the parser's recursion bound
+        print("satbench run: an input nests too deep (past the parser's recursion bound)", file=sys.stderr)
         return 2
     for line in plan.lines:
         print(line, flush=True)
@@ -215,9 +231,12 @@ def main(args: argparse.Namespace) -> int:
     command = [*launcher, *sys.argv[1:]]
     try:
         result = run_session(plan.config, command=command, out_dir=args.out, say=lambda m: print(m, flush=True),
-                             run_id=plan.run_id, shard=plan.stamp, remeasure=plan.remeasure)
+                             run_id=plan.run_id, shard=plan.stamp, remeasure=plan.remeasure, inputs=inputs)
     except StartError as exc:
         print(f"satbench run: cannot start: {exc}", file=sys.stderr)
+        return 1
+    except WalkCutShort as exc:  # a full disk: the run folder is kept, marked partial
+        print(f"satbench run: {exc}", file=sys.stderr)
         return 1
     except Exception as exc:  # every child is already stopped; say why in one line, not a traceback
         print(f"satbench run: failed: {type(exc).__name__}: {exc}", file=sys.stderr)

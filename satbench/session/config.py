@@ -24,20 +24,29 @@ The session's ladder extends (``loadgen.ladder.extend = true``, unless set to fa
 rung it keeps doubling concurrency while the newest rung is still worth it by the recommender's own
 measure, so the walk does not end below saturation (``ladder_top``). Its thresholds come from the policy
 this session uses (``[policy]``, validated as ``recommender.policy.Policy``): ``extend_min_gain`` from
-``min_gain_per_doubling``, ``extend_ttft_p95_s`` and ``extend_itl_p95_s`` from ``slo``,
-``extend_max_error_ratio`` from ``max_error_ratio``; a value set in ``[loadgen.ladder]`` (or with ``--set``)
-wins. ``ladder.max_concurrency`` (64) caps it; on the simulator profiles (4 and 8 slots) it adds a rung or two.
+``min_gain_per_doubling``, ``extend_ttft_p95_s`` and ``extend_itl_p95_s`` from ``slo`` (where the TTFT
+deadline grows with the prompt, ``slo.ttft_per_1k_prompt_s``, the share of requests past their own deadline
+instead: ``extend_ttft_late_share`` 5 %, what a p95 allows), ``extend_max_error_ratio`` from
+``max_error_ratio``; a value set in ``[loadgen.ladder]`` (or with ``--set``) wins. ``ladder.max_concurrency``
+(64) caps it; on the simulator profiles (4 and 8 slots) it adds a rung or two.
 ``loadgen.decide_gain`` (sequential measuring: a window whose gain over the rung below straddles it goes on)
 is the policy's ``min_gain_per_doubling`` too, unless set.
+
+Every value is bounded as the load generator's are (``core.config_files``: finite floats, lengths within
+``MAX_TOKENS``, durations within ``MAX_SECONDS``), and ``satbench run`` reads the trace and dataset files the
+config names once, checked whole, before anything starts: a value past its bound is one line naming the
+setting (exit 2), never a failure after the runtimes and the ladder ran.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -49,7 +58,7 @@ from pydantic import (
     model_validator,
 )
 
-from satbench.core.config_files import FieldError, HttpUrl, load_toml_model, merge_tables
+from satbench.core.config_files import MAX_SECONDS, MAX_TOKENS, FieldError, HttpUrl, load_toml_model, merge_tables
 from satbench.core.lanes import LOCAL_NODE, NAME_PATTERN, Lane, duplicate_names, lane_named
 from satbench.evidence import refuse_home_path
 from satbench.loadgen.config import LadderConfig, LaneConfig, LoadgenConfig, ObjectivesConfig
@@ -97,7 +106,7 @@ class SessionConfigError(ValueError):
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class LaneRuntime(Lane):
@@ -110,10 +119,10 @@ class LaneRuntime(Lane):
     # The settings that shape serving; None is the runtime's own: the simulator profile's, or for
     # llama-server LLAMACPP_DEFAULTS. The manifest records the config as given and each runtime's /props.
     parallel: int | None = Field(default=None, gt=0, le=256)
-    ctx_size: int | None = Field(default=None, gt=0)
-    batch: int | None = Field(default=None, gt=0)
-    ubatch: int | None = Field(default=None, gt=0)
-    threads: int | None = Field(default=None, gt=0)
+    ctx_size: int | None = Field(default=None, gt=0, le=MAX_TOKENS)
+    batch: int | None = Field(default=None, gt=0, le=MAX_TOKENS)
+    ubatch: int | None = Field(default=None, gt=0, le=MAX_TOKENS)
+    threads: int | None = Field(default=None, gt=0, le=4096)
     server_args: list[str] = Field(default_factory=list)
     # An exporter already running for this lane (compose, or one on the node itself): the session starts
     # none and records this URL; the Prometheus the session uses must scrape it with this lane's label.
@@ -212,21 +221,95 @@ class PrometheusSection(_Model):
     """``url`` set: use that Prometheus (it must scrape the lanes' exporters). Otherwise one is started.
 
     ``remote_write``: URLs the started Prometheus forwards every sample to (a fleet's central PromQL store,
-    docs/fleet-store.md); a Prometheus given by ``url`` is configured by its owner instead.
+    docs/fleet-store.md); a Prometheus given by ``url`` is configured by its owner instead. A store that takes
+    writes only with credentials gets ``remote_write_username`` and ``remote_write_password_file`` as basic
+    auth: the rendered ``prometheus.yml`` names the file (Prometheus reads it), so the password is in no
+    command line, config or evidence file. A URL with a password in it is refused for that reason.
+
+    ``username`` and ``password_file``: the basic-auth credentials of a Prometheus or store given by ``url``
+    that wants them for reads (a fleet's, behind its gate: docs/fleet-store.md, "Credentials"). Every reader of
+    it in the session sends them: the waits for its scrapes, the recommender the session starts
+    (``--prometheus-username``, ``--prometheus-password-file``) and the in-process analysis. The password is
+    read from the file when the session starts and is in no command line, manifest or evidence file; a
+    Prometheus that refuses the session's reads (401/403) stops it before anything starts, in one line.
     """
 
     url: HttpUrl | None = None
     binary: str = "prometheus"
     scrape_interval_s: float = Field(default=1.0, gt=0.0, le=60.0)
-    start_timeout_s: float = Field(default=30.0, gt=0.0)
+    start_timeout_s: float = Field(default=30.0, gt=0.0, le=MAX_SECONDS)
     remote_write: list[HttpUrl] = Field(default_factory=list)
+    remote_write_username: str | None = Field(default=None, min_length=1, max_length=256)
+    remote_write_password_file: Path | None = None
+    username: str | None = Field(default=None, min_length=1, max_length=256)
+    password_file: Path | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _no_password_in_read_url(cls, value: HttpUrl | None) -> HttpUrl | None:
+        if value is not None and urlsplit(str(value)).password:
+            raise ValueError("the URL carries a password: it would be written into the run's manifest and the "
+                             "recommender's command line; give username and password_file instead")
+        return value
+
+    @field_validator("remote_write")
+    @classmethod
+    def _no_password_in_url(cls, value: list[HttpUrl]) -> list[HttpUrl]:
+        if any(urlsplit(url).password for url in value):
+            raise ValueError("a remote_write URL carries a password: it would be written into the run's "
+                             "prometheus.yml; give remote_write_username and remote_write_password_file instead")
+        return value
+
+    @field_validator("remote_write_password_file", "password_file")
+    @classmethod
+    def _readable(cls, value: Path | None) -> Path | None:
+        if value is None:
+            return None
+        path = value.expanduser().resolve()
+        if not path.is_file() or not os.access(path, os.R_OK):
+            raise ValueError(f"{value} is not a readable file")
+        return path
+
+    @model_validator(mode="after")
+    def _auth_whole(self) -> PrometheusSection:
+        if (self.remote_write_username is None) != (self.remote_write_password_file is None):
+            raise ValueError("remote_write_username and remote_write_password_file go together")
+        if self.remote_write_username is not None and not self.remote_write:
+            raise ValueError("remote_write_username is set but remote_write names no URL")
+        if (self.username is None) != (self.password_file is None):
+            raise ValueError("username and password_file go together (the read credentials of prometheus.url)")
+        if self.username is not None and self.url is None:
+            raise ValueError("username is set but url is not: the Prometheus a session starts is its own, on "
+                             "loopback, and takes no credentials")
+        return self
+
+    def read_auth(self) -> tuple[str, str] | None:
+        """``(username, password)`` for reading the Prometheus at ``url``, the password read from its file now;
+        None without credentials. ``ValueError`` naming the setting for a file that cannot be read or is
+        empty."""
+        if self.username is None or self.password_file is None:
+            return None
+        try:
+            password = self.password_file.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"prometheus.password_file {self.password_file}: "
+                             f"{getattr(exc, 'strerror', None) or exc}") from exc
+        if not password:
+            raise ValueError(f"prometheus.password_file {self.password_file}: the file is empty")
+        return self.username, password
+
+    def remote_write_auth(self) -> tuple[str, Path] | None:
+        """``(username, password_file)`` for the remote_write section, or None."""
+        if self.remote_write_username is None or self.remote_write_password_file is None:
+            return None
+        return self.remote_write_username, self.remote_write_password_file
 
 
 class RecommenderSection(_Model):
     """``url`` set: use that recommender service. Otherwise one is started on a free loopback port."""
 
     url: HttpUrl | None = None
-    start_timeout_s: float = Field(default=30.0, gt=0.0)
+    start_timeout_s: float = Field(default=30.0, gt=0.0, le=MAX_SECONDS)
 
 
 def _check_profile(profile: str) -> None:
@@ -243,7 +326,9 @@ def _default_lanes() -> list[LaneRuntime]:
 # The ladder extension's thresholds and the policy's figures they default to.
 _EXTENSION_FROM_POLICY = {
     "extend_min_gain": lambda policy: policy.min_gain_per_doubling,
-    "extend_ttft_p95_s": lambda policy: policy.slo.ttft_p95_s,
+    # one TTFT deadline: its p95; one that grows with the prompt: the share past each request's own (a p95: 5 %)
+    "extend_ttft_p95_s": lambda policy: None if policy.slo.ttft_per_1k_prompt_s else policy.slo.ttft_p95_s,
+    "extend_ttft_late_share": lambda policy: 0.05 if policy.slo.ttft_per_1k_prompt_s else None,
     "extend_itl_p95_s": lambda policy: policy.slo.itl_p95_s,
     "extend_max_error_ratio": lambda policy: policy.max_error_ratio,
 }
@@ -252,6 +337,8 @@ _EXTENSION_FROM_POLICY = {
 def _extension_from_policy(ladder: LadderConfig, policy: Policy) -> LadderConfig:
     """``ladder`` with each extension threshold it was not given set from ``policy``."""
     fill = {k: get(policy) for k, get in _EXTENSION_FROM_POLICY.items() if k not in ladder.model_fields_set}
+    if fill.get("extend_ttft_late_share", 0.0) is None:  # unchecked, as it was before there was one
+        del fill["extend_ttft_late_share"]
     if not fill:
         return ladder
     return LadderConfig.model_validate({**ladder.model_dump(exclude_unset=True), **fill})
@@ -271,7 +358,7 @@ class SessionConfig(_Model):
     recommender: RecommenderSection = Field(default_factory=RecommenderSection)
     model_dir: Path | None = None
     out_dir: Path = Path("runs")
-    start_timeout_s: float = Field(default=30.0, gt=0.0)
+    start_timeout_s: float = Field(default=30.0, gt=0.0, le=MAX_SECONDS)
 
     @field_serializer("policy")
     def _policy_as_given(self, policy: Policy) -> dict[str, Any]:
@@ -393,6 +480,8 @@ def _file_sd_nodes(path: Path) -> list[dict[str, Any]]:
             groups = json.loads(text)
     except (OSError, ValueError) as exc:
         raise FieldError([("fleet.file_sd", f"cannot read {path}: {exc}")]) from None
+    except RecursionError:
+        raise FieldError([("fleet.file_sd", f"cannot read {path}: nested too deep")]) from None
     if not isinstance(groups, list):
         raise FieldError([("fleet.file_sd", f"{path}: a file_sd file is a list of target groups")])
     nodes: dict[str, dict[str, Any]] = {}

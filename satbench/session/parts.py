@@ -1,7 +1,15 @@
 """Starting a session's parts: each lane's runtime (a server of its own through its launcher, or its node's
 router, started once), one exporter per server (lanes of one router node or one external URL share it, each
 scraped with its own model), and the recommender. Every child is a process group of the session's
-ProcessSet."""
+ProcessSet.
+
+Secrets reach a child through its environment or a file it reads, never its command line (which every user
+of the host can read): a lane's runtime API key (the value of its ``api_key_env``, which the load generator
+sends) goes to the lane's exporter as ``SATBENCH_EXPORTER_RUNTIME_API_KEY``, so it can read the ``/metrics``,
+``/slots`` and ``/props`` a runtime started with ``--api-key`` guards; the recommender gets the write token in
+its environment and the Prometheus password as ``--prometheus-password-file`` (the session's
+``[prometheus] password_file``).
+"""
 
 from __future__ import annotations
 
@@ -15,6 +23,7 @@ from typing import Any
 
 from satbench.core.manifest import write_json_atomic
 from satbench.core.net import free_port
+from satbench.exporter.cli import RUNTIME_API_KEY_ENV
 from satbench.recommender.settings import WRITE_TOKEN_ENV
 from satbench.runtimes import RunningRuntime
 from satbench.runtimes.external import check_external, is_this_host
@@ -68,7 +77,8 @@ def _llamacpp(lane: LaneRuntime, config: SessionConfig, processes: ProcessSet,
     assert config.model_dir is not None and lane.model_file is not None  # the config refuses them missing
     spec = LlamaServerSpec(model=config.model_dir / lane.model_file, parallel=lane.setting("parallel"),
                            ctx_size=lane.setting("ctx_size"), batch=lane.setting("batch"),
-                           ubatch=lane.setting("ubatch"), threads=lane.threads, extra_args=tuple(lane.server_args))
+                           ubatch=lane.setting("ubatch"), threads=lane.threads, extra_args=tuple(lane.server_args),
+                           api_key=lane.api_key())
     try:
         return stack.enter_context(
             LlamaServer(spec, processes.log_dir / f"llamacpp-{lane.name}.log", ready_timeout_s=120.0)
@@ -147,25 +157,31 @@ def shares_runtime(endpoint: LaneEndpoint, endpoints: Sequence[LaneEndpoint]) ->
         other is not endpoint and other.url == endpoint.url for other in endpoints)
 
 
-def start_exporters(endpoints: list[LaneEndpoint], processes: ProcessSet, timeout_s: float) -> None:
+def start_exporters(endpoints: list[LaneEndpoint], processes: ProcessSet, timeout_s: float,
+                    scrape_interval_s: float | None = None) -> None:
     """One exporter per server: lanes of one router node (or one external URL) share it, each scraped with
-    its own ``model`` (``ScrapeTarget.params``)."""
+    its own ``model`` (``ScrapeTarget.params``). Given the scrape interval, each shares one read of its node
+    among the scrapes within half of it (``--read-max-age-s``), so every scrape of the session's Prometheus
+    reads afresh while extra scrapers cost the node nothing."""
     started: dict[str, str] = {}
     for ep in endpoints:
         if ep.lane.exporter_url is None and not ep.lane.relay and ep.url in started:
             ep.exporter_url = started[ep.url]
             continue
-        _start_exporter(ep, processes, timeout_s)
+        _start_exporter(ep, processes, timeout_s, scrape_interval_s)
         if ep.lane.exporter_url is None and not ep.lane.relay and ep.exporter_url is not None:
             started[ep.url] = ep.exporter_url
 
 
-def _start_exporter(endpoint: LaneEndpoint, processes: ProcessSet, timeout_s: float) -> None:
+def _start_exporter(endpoint: LaneEndpoint, processes: ProcessSet, timeout_s: float,
+                    scrape_interval_s: float | None) -> None:
     if endpoint.lane.exporter_url is not None:  # one runs already (compose, the node's own): use it
         endpoint.exporter_url = endpoint.lane.exporter_url
         return
     port = free_port()
     argv = python_cli("exporter", "--runtime-url", endpoint.url, "--host", "127.0.0.1", "--port", str(port))
+    if scrape_interval_s is not None:
+        argv += ["--read-max-age-s", repr(scrape_interval_s / 2)]
     if endpoint.runtime.pid is not None:
         argv += ["--runtime-pid", str(endpoint.runtime.pid)]
     if endpoint.lane.runtime == "external" and not is_this_host(endpoint.url):
@@ -175,7 +191,9 @@ def _start_exporter(endpoint: LaneEndpoint, processes: ProcessSet, timeout_s: fl
         argv += ["--relay", f"127.0.0.1:{relay_port}"]
     router = nodes_of([endpoint.lane])
     name = next(iter(router)) if router else endpoint.lane.key  # one exporter per router node, else per lane
-    child = processes.start(f"exporter-{name.replace('/', '-')}", argv)
+    key = endpoint.lane.api_key()  # the lane's runtime key, read now from its api_key_env, never in argv
+    env = {**os.environ, RUNTIME_API_KEY_ENV: key} if key else None
+    child = processes.start(f"exporter-{name.replace('/', '-')}", argv, env=env)
     endpoint.exporter_url = f"http://127.0.0.1:{port}"
     wait_until_ready(child, f"{endpoint.exporter_url}/metrics", timeout_s=timeout_s)
     if relay_port is not None:
@@ -189,10 +207,15 @@ def start_recommender(
     write_token: str | None = None,
 ) -> tuple[str, Any]:
     """The session's recommender; ``write_token`` (the bearer its writes need) is handed to it in its
-    environment, never on its command line (which every user of the host can read)."""
+    environment, never on its command line (which every user of the host can read). A Prometheus given by
+    URL with credentials (``[prometheus] username``, ``password_file``) is read with them: the user and the
+    password file's path are its flags, the password stays in the file."""
     argv = python_cli("recommender", "--prometheus-url", prom_url, "--port", str(port),
                        "--runs-dir", str(run_dir.parent.resolve()),
                        "--scrape-interval", repr(config.prometheus.scrape_interval_s))
+    if config.prometheus.username is not None and config.prometheus.password_file is not None:
+        argv += ["--prometheus-username", config.prometheus.username,
+                 "--prometheus-password-file", str(config.prometheus.password_file)]
     if config.policy_given:
         policy_path = run_dir / "policy.json"
         write_json_atomic(policy_path, config.policy_given)

@@ -9,6 +9,11 @@ until every target has been scraped once, so the first step window already has s
 ``wait_remote_written`` holds the session's end until a ``remote_write`` store (the fleet's) has been sent
 every sample this Prometheus had stored: stopping it sooner loses the last batches (on a loaded machine the
 store lacked the session's last seconds).
+
+A Prometheus given by URL may want credentials for reads (a fleet's store behind its gate): every wait takes
+``auth`` (user, password) and sends it as basic auth; ``check_readable`` asks it once before the session
+starts anything, so one that refuses the session's reads (401/403) stops it in one line naming the settings,
+not after a whole walk whose waits ran to their bounds.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ __all__ = [
     "INSTALL_HINT",
     "PROMETHEUS_DIR",
     "ScrapeTarget",
+    "check_readable",
     "find_prometheus",
     "remote_write_lag",
     "render_prometheus_config",
@@ -88,6 +94,28 @@ def start_prometheus(
     return StartedPrometheus(url=url, config_path=config_path, storage_path=storage, pid=child.pid)
 
 
+Auth = tuple[str, str]
+
+
+def check_readable(url: str, auth: Auth | None, *, timeout_s: float = 5.0,
+                   client: httpx.Client | None = None) -> None:
+    """One query of the Prometheus at ``url`` (``vector(1)``): ``StartError`` in one line where it refuses it
+    (401/403: no credentials, or wrong ones), naming the settings. Anything else (no answer yet, another
+    error) is left to the session's own waits, which degrade rather than stop."""
+    http = client or httpx.Client(timeout=timeout_s, auth=auth)
+    try:
+        status = http.get(f"{url}/api/v1/query", params={"query": "vector(1)"}).status_code
+    except httpx.HTTPError:
+        return
+    finally:
+        if client is None:
+            http.close()
+    if status in (401, 403):
+        why = ("refused the credentials of prometheus.username and prometheus.password_file" if auth is not None
+               else "wants credentials: set prometheus.username and prometheus.password_file")
+        raise StartError(f"Prometheus at {url} answered HTTP {status} to a query: it {why}")
+
+
 def wait_targets_up(
     url: str,
     expected: int,
@@ -95,12 +123,13 @@ def wait_targets_up(
     timeout_s: float,
     client: httpx.Client | None = None,
     ignore_jobs: Sequence[str] = (),
+    auth: Auth | None = None,
 ) -> None:
     """Waits until ``expected`` active targets (jobs in ``ignore_jobs`` aside) report health ``up``.
 
     Raises StartError naming the targets still down at the deadline.
     """
-    http = client or httpx.Client(timeout=2.0)
+    http = client or httpx.Client(timeout=2.0, auth=auth)
     deadline = time.monotonic() + timeout_s
     down: list[str] = ["(no answer)"]
     try:
@@ -149,6 +178,7 @@ def wait_scraped_since(
     *,
     timeout_s: float,
     client: httpx.Client | None = None,
+    auth: Auth | None = None,
 ) -> bool:
     """Waits until Prometheus has scraped every active target of ``jobs`` at or after Unix time ``since``.
 
@@ -164,13 +194,14 @@ def wait_scraped_since(
         stamps = [_unix(str(t.get("lastScrape") or "")) for t in targets]
         return bool(targets) and all(s is not None and s >= since for s in stamps)
 
-    return _poll(scraped, timeout_s=timeout_s, client=client)
+    return _poll(scraped, timeout_s=timeout_s, client=client, auth=auth)
 
 
-def _poll(check: Callable[[httpx.Client], bool], *, timeout_s: float, client: httpx.Client | None) -> bool:
+def _poll(check: Callable[[httpx.Client], bool], *, timeout_s: float, client: httpx.Client | None,
+          auth: Auth | None = None) -> bool:
     """``check`` every 0.1 s until it holds (True) or ``timeout_s`` passed (False); an answer it cannot read
     counts as not yet, never raises."""
-    http = client or httpx.Client(timeout=2.0)
+    http = client or httpx.Client(timeout=2.0, auth=auth)
     deadline = time.monotonic() + timeout_s
     try:
         while True:

@@ -3,10 +3,18 @@
 Order of a session (``run_session``):
 
 1. Refuse early: a Prometheus binary must exist when one is to be started (the reason names the install
-   command); the run folder ``<out>/<run_id>/`` is created (and removed again if a part cannot start:
-   nothing was measured, and the one-line reason quotes the failing child's log). The run id is the one
+   command); a Prometheus given by URL must take the session's reads (with ``[prometheus] username`` and
+   ``password_file`` where it wants credentials, which every reader of it in the session then sends: the
+   waits, the recommender it starts, the in-process analysis); the run folder ``<out>/<run_id>/`` is
+   created (and removed again if a part cannot start: nothing was measured, and the one-line reason quotes
+   the failing child's log). The run id is the one
    given (the shards of a fleet run share it) or a new one; a shard's folder is ``<run_id>.shard-I-of-N``
-   (``core.shards``), and its config holds only the lanes it walks (``satbench.fleet.plan``).
+   (``core.shards``), and its config holds only the lanes it walks (``satbench.fleet.plan``). A run folder
+   that already exists (a shard rerun with its run id after a kill) is refused in one line
+   (``taken_run_folder``), not resumed: the rungs a resumed walk adds would come from runtimes started again
+   (cold caches, another process), so the ladder's doublings would compare two starts; and walking over the
+   folder would lose the killed attempt's evidence. Moving the folder aside reruns the shard whole, under its
+   run id.
 2. Start (``satbench.session.parts``), each as its own process group (``satbench.session.processes``):
    one runtime per lane through its launcher (``LAUNCHERS``: the simulator, a real ``llama-server``, or an
    ``external`` lane only checked to answer ``/health``), or one router per ``node``, each a
@@ -55,10 +63,11 @@ import httpx
 
 from satbench import evidence
 from satbench.core.loops import fast_loop_factory
-from satbench.core.manifest import RunManifest, new_run_id, write_json_atomic
+from satbench.core.manifest import RunManifest, new_run_id, read_manifest, write_json_atomic
 from satbench.core.net import free_port
 from satbench.core.shards import ShardStamp, shard_key
 from satbench.exporter.promconfig import EXPORTER_JOB, LOADGEN_JOB, RECOMMENDER_JOB, ScrapeTarget
+from satbench.loadgen.inputs import Inputs
 from satbench.loadgen.runner import run_ladder
 from satbench.models.tiny import describe_model_files
 from satbench.recommender.document import read_document
@@ -79,6 +88,7 @@ from satbench.session.parts import (
 )
 from satbench.session.processes import ProcessSet, StartError, install_signal_handlers, wait_until_ready
 from satbench.session.prometheus import (
+    check_readable,
     find_prometheus,
     render_prometheus_config,
     rule_files,
@@ -88,7 +98,7 @@ from satbench.session.prometheus import (
     wait_targets_up,
 )
 
-__all__ = ["LaneEndpoint", "SessionResult", "run_session"]
+__all__ = ["LaneEndpoint", "SessionResult", "run_folder", "run_session", "taken_run_folder"]
 
 Say = Callable[[str], None]
 # how long the session's end waits for its Prometheus to send a remote_write store (the fleet's) every sample
@@ -159,7 +169,8 @@ def _build_manifest(
                 "api": ep.lane.api,
                 "model": ep.lane.model,
                 "runtime_props": evidence.runtime_props(
-                    client, ep.url, model=ep.lane.model_id if shares_runtime(ep, endpoints) else None),
+                    client, ep.url, model=ep.lane.model_id if shares_runtime(ep, endpoints) else None,
+                    api_key=ep.lane.api_key()),
                 "model_files": files,
                 **take_fingerprint(client, ep, shares_runtime(ep, endpoints)),
             })
@@ -206,7 +217,7 @@ def _answered(doc: dict[str, Any] | None) -> int:
 
 def _recommend(
     manifest: RunManifest, rec_url: str, prom_url: str, run_dir: Path, config: SessionConfig, say: Say,
-    write_token: str | None = None,
+    write_token: str | None = None, prom_auth: tuple[str, str] | None = None,
 ) -> dict[str, Any] | None:
     """The recommender service's answer for the run; the same analysis in-process (which can also read this
     run folder's records) if the service fails or answers no lane (a service elsewhere, without this run's
@@ -236,7 +247,8 @@ def _recommend(
     say(f"  recommender service gave no answer ({reason}); analysing in-process")
     try:
         policy = config.policy
-        doc = analyze_run(manifest, prometheus_url=prom_url, run_dir=run_dir, policy=policy)
+        doc = analyze_run(manifest, prometheus_url=prom_url, run_dir=run_dir, policy=policy,
+                          prometheus_auth=prom_auth)
     except (RecommenderError, ValueError) as exc:
         say(f"  no recommendations in-process either: {exc}")
         return service
@@ -247,7 +259,7 @@ def _recommend(
 
 
 def _walk(config: SessionConfig, endpoints: list[LaneEndpoint], run_dir: Path, header: RunManifest,
-          metrics_port: int) -> RunManifest:
+          metrics_port: int, inputs: Inputs | None) -> RunManifest:
     """The ladder walk in-process; returns the session's header joined with the load generator's part."""
     loadgen = config.loadgen.model_copy(
         update={"lanes": [ep.lane.at(ep.client_url) for ep in endpoints], "metrics_port": metrics_port,
@@ -255,7 +267,7 @@ def _walk(config: SessionConfig, endpoints: list[LaneEndpoint], run_dir: Path, h
     )
     with asyncio.Runner(loop_factory=fast_loop_factory()) as runner:
         try:
-            return runner.run(run_ladder(loadgen, run_dir, run_id=header.run_id, manifest=header))
+            return runner.run(run_ladder(loadgen, run_dir, run_id=header.run_id, manifest=header, inputs=inputs))
         except asyncio.CancelledError as exc:  # the ladder cancelled from outside is an interrupted session
             raise KeyboardInterrupt from exc
 
@@ -268,6 +280,7 @@ def _start_monitoring(
     prom_binary: str | None,
     say: Say,
     write_token: str,
+    prom_auth: tuple[str, str] | None = None,
 ) -> tuple[str, str, dict[str, Any], int]:
     """Recommender and Prometheus (unless configured as URLs); returns their URLs, evidence, loadgen port."""
     metrics_port = config.loadgen.metrics_port or free_port()  # fixed where a running Prometheus scrapes it
@@ -289,10 +302,13 @@ def _start_monitoring(
     if rec_child is not None:
         targets.append(ScrapeTarget(RECOMMENDER_JOB, rec_url.removeprefix("http://")))
     prom_info: dict[str, Any] = {"url": prom_url, "started": prom_binary is not None}
+    if prom_auth is not None:  # who the session read it as; the password stays in its file
+        prom_info["username"] = prom_auth[0]
     if prom_binary is not None:
         rules = rule_files()
         text = render_prometheus_config(targets, rules, config.prometheus.scrape_interval_s,
-                                        remote_write=config.prometheus.remote_write)
+                                        remote_write=config.prometheus.remote_write,
+                                        remote_write_auth=config.prometheus.remote_write_auth())
         started = start_prometheus(
             processes,
             prom_binary,
@@ -315,9 +331,28 @@ def _start_monitoring(
     if prom_binary is not None:
         # the load generator's target only answers once the walk starts: wait for the others
         wait_targets_up(
-            prom_url, len(targets) - 1, timeout_s=config.start_timeout_s, ignore_jobs=(LOADGEN_JOB,)
+            prom_url, len(targets) - 1, timeout_s=config.start_timeout_s, ignore_jobs=(LOADGEN_JOB,), auth=prom_auth
         )
     return prom_url, rec_url, prom_info, metrics_port
+
+
+def run_folder(out_dir: Path, run_id: str, shard: ShardStamp | None) -> Path:
+    """The run's folder: ``<out>/<run_id>``, a shard's ``<out>/<run_id>.shard-I-of-N`` (``core.shards``)."""
+    return out_dir / (run_id if shard is None else shard_key(run_id, shard))
+
+
+def taken_run_folder(path: Path) -> str | None:
+    """The one line refusing to walk into ``path`` when it exists (module docstring), or None."""
+    if not path.exists():
+        return None
+    try:
+        manifest = read_manifest(path / "manifest.json")
+        state = "its walk finished" if manifest.partial is None else f"a partial run: {manifest.partial}"
+    except (OSError, ValueError, KeyError, TypeError):
+        state = "no readable manifest"
+    return (f"run folder {path} already exists ({state}); a run is not resumed under its id (its new rungs would "
+            f"be measured on runtimes started again, and its first attempt's evidence lost): move the folder aside "
+            f"to walk it again under this run id, or give another --run-id")
 
 
 def run_session(
@@ -330,16 +365,27 @@ def run_session(
     run_id: str | None = None,
     shard: ShardStamp | None = None,
     remeasure: dict[str, Any] | None = None,
+    inputs: Inputs | None = None,
 ) -> SessionResult:
     """Runs a whole session (see the module docstring); raises StartError with a one-line reason. ``run_id``: one
     given (shards share it), else a new one; ``shard``: this walk is that shard of a fleet run, its folder named
-    ``core.shards.shard_key``; ``remeasure``: the lanes ``--remeasure`` chose, for the manifest."""
+    ``core.shards.shard_key``; ``remeasure``: the lanes ``--remeasure`` chose, for the manifest; ``inputs``: the
+    config's trace and dataset as the entry point read them (``loadgen.inputs``; else the walk reads them)."""
     prom_binary = find_prometheus(config.prometheus.binary) if config.prometheus.url is None else None
+    try:
+        prom_auth = config.prometheus.read_auth()
+    except ValueError as exc:
+        raise StartError(str(exc)) from exc
+    if config.prometheus.url is not None:
+        check_readable(str(config.prometheus.url).rstrip("/"), prom_auth)
     run_id = run_id or new_run_id()
-    run_dir = (out_dir or config.out_dir) / (run_id if shard is None else shard_key(run_id, shard))
+    run_dir = run_folder(out_dir or config.out_dir, run_id, shard)
     fleet = {k: v for k, v in (("shard", None if shard is None else shard.model_dump()),
                                ("remeasure", remeasure)) if v is not None}
-    run_dir.mkdir(parents=True, exist_ok=False)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=False)
+    except FileExistsError:
+        raise ValueError(taken_run_folder(run_dir) or f"run folder {run_dir} already exists") from None
     say(f"satbench run {run_id}: starting")
     redact = _redactor(config, command)
     say(f"  command: {shlex.join(redact(list(command)))}")
@@ -355,10 +401,10 @@ def run_session(
             endpoints = start_runtimes(config, processes, stack, say, unreachable)
             if not endpoints:
                 raise StartError("no lane's runtime answered: " + "; ".join(unreachable.values()))
-            start_exporters(endpoints, processes, config.start_timeout_s)
+            start_exporters(endpoints, processes, config.start_timeout_s, config.prometheus.scrape_interval_s)
             say("  exporters: " + ", ".join(f"{ep.lane.key} {ep.exporter_url}" for ep in endpoints))
             prom_url, rec_url, prom_info, metrics_port = _start_monitoring(
-                config, endpoints, run_dir, processes, prom_binary, say, write_token
+                config, endpoints, run_dir, processes, prom_binary, say, write_token, prom_auth
             )
             pids = processes.pids()
             started = True
@@ -376,16 +422,17 @@ def run_session(
                 + " on "
                 + ", ".join(ep.lane.key for ep in endpoints)
             )
-            manifest = _walk(config, endpoints, run_dir, manifest, metrics_port)  # the runner wrote it too
+            manifest = _walk(config, endpoints, run_dir, manifest, metrics_port, inputs)  # the runner wrote it too
             walked = time.time()
             settle_s = 2 * config.prometheus.scrape_interval_s + 1.0
             # Every sample of the walk is in once each exporter and the load generator were scraped after it
             # ended: a scrape after the walk (answered, or failed on a target gone) means the one before it,
             # which the load generator lingered for with every step's published figures, is stored.
-            if not wait_scraped_since(prom_url, walked, (EXPORTER_JOB, LOADGEN_JOB), timeout_s=settle_s):
+            if not wait_scraped_since(prom_url, walked, (EXPORTER_JOB, LOADGEN_JOB), timeout_s=settle_s,
+                                      auth=prom_auth):
                 say(f"  prometheus: not every target scraped after the walk within {settle_s:g} s")
             say("asking the recommender")
-            doc = _recommend(manifest, rec_url, prom_url, run_dir, config, say, write_token)
+            doc = _recommend(manifest, rec_url, prom_url, run_dir, config, say, write_token, prom_auth)
             if doc is not None:
                 write_json_atomic(run_dir / "recommendations.json", doc)
                 if prom_binary is not None and not wait_scraped_since(  # our Prometheus keeps the answer too

@@ -56,12 +56,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from satbench.loadgen.cli import parse_overrides
+    from satbench.loadgen.inputs import load_inputs
     from satbench.tune.config import TuneConfigError, load_tune_config
     from satbench.tune.run import run_tune
 
     try:
         overrides: dict[str, Any] = parse_overrides(args.set)
         setup = load_tune_config(args.config, overrides)
+        load_inputs(setup.session.loadgen)  # a bad trace or dataset file is refused before any runtime starts
         if args.resume is not None and not args.resume.is_dir():
             raise ValueError(f"--resume: {args.resume} is not a tune folder")
     except (TuneConfigError, ValueError) as exc:

@@ -112,7 +112,8 @@ class ClosedLoop:
 def test_promql_figures_match_simulator_truth() -> None:
     with SimulatorProcess("dense") as sim:
         slots = int(httpx.get(sim.url + "/props", timeout=5).json()["total_slots"])
-        collector = build_collector(ExporterConfig(runtime_url=sim.url, gpu="none"))
+        # scraped every 0.1 s: scrapes share a read within half that, so each sample is its own scrape's read
+        collector = build_collector(ExporterConfig(runtime_url=sim.url, gpu="none", read_max_age_s=0.05))
         server = serve(collector)
         try:
             target = ScrapeTarget(EXPORTER_JOB, f"127.0.0.1:{server.port}", {"lane": "dense", "node": "sim"})

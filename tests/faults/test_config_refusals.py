@@ -31,6 +31,7 @@ LOADGEN_BAD: list[tuple[dict[str, Any], str]] = [
     ({"lanes": [{**LANE, "name": 'x"}'}]}, "lanes[0].name"),
     ({"lanes": [{**LANE, "api_key": "sk-secret"}]}, "lanes[dense].api_key"),
     ({"lanes": [LANE, LANE]}, "duplicate lane"),
+    ({"lanes": [{**LANE, "slots": 10**9}]}, "lanes[dense].slots"),
     ({"warmup_s": 10.0, "min_window_s": 2.0, "max_window_s": 5.0}, "warmup_s"),
     ({"min_window_s": 0}, "min_window_s"),
     ({"warmup_s": -1}, "warmup_s"),
@@ -71,6 +72,9 @@ SESSION_BAD: list[Any] = [
     ({"model_dir": "/home/someone/models"}, "model_dir"),
     ({"prometheus.url": "localhost:9090"}, "prometheus.url"),
     ({"recommender.url": "not a url"}, "recommender.url"),
+    ({"policy.slo.ttft_p95_s": float("inf")}, "policy.slo.ttft_p95_s"),
+    ({"policy.max_throughput_ci_ratio": float("nan")}, "policy.max_throughput_ci_ratio"),
+    ({"policy.unbounded_stall_elasticity": float("inf")}, "policy.unbounded_stall_elasticity"),
 ]
 
 

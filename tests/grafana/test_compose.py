@@ -6,6 +6,11 @@ No Docker engine runs in the test environment, so the file is validated and rend
 against. ``render`` does what ``docker compose config`` does for this file: YAML anchors and merge keys,
 ``${VAR:-default}`` interpolation from an env file (``.env`` by default, ``compose/gpu.env`` for a GPU node)
 and profile selection (``COMPOSE_PROFILES``); the rendered profiles are checked for what a GPU node needs.
+
+The stack's defences: Grafana wants a login and reads its admin password from an env file outside the checkout
+(compose refuses to start without it), every image is pinned by digest or awaits one exactly as the Kubernetes
+base lists it (the digests of images both run agree), and the stack's Prometheus, started for real with the
+compose command, refuses a remote write, the admin API's deletes and the lifecycle API.
 """
 
 from __future__ import annotations
@@ -229,3 +234,87 @@ def test_the_stack_alertmanager_config_is_valid_and_prometheus_sends_to_it() -> 
     checked = subprocess.run([amtool, "check-config", str(ROOT / "compose/alertmanager.yml")],
                              capture_output=True, text=True, timeout=30)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_grafana_wants_a_login_and_its_admin_password_comes_from_an_env_file_outside_the_checkout(
+    compose: dict[str, Any],
+) -> None:
+    grafana = compose["services"]["grafana"]
+    env = grafana["environment"]
+    assert env["GF_AUTH_ANONYMOUS_ENABLED"] == "false" and "GF_AUTH_ANONYMOUS_ORG_ROLE" not in env
+    assert not any(key.startswith("GF_SECURITY_ADMIN") for key in env), "no password in the compose file"
+    (env_file,) = grafana["env_file"]
+    assert isinstance(env_file, str), "the short form: compose refuses to start without the file"
+    ignored = subprocess.run(["git", "check-ignore", "-q", env_file], cwd=ROOT, capture_output=True)
+    assert ignored.returncode == 0, f"{env_file} must not be part of the checkout"
+    text = (ROOT / "docker-compose.yml").read_text()
+    assert f"> {env_file.removeprefix('./')}" in text, "the file's top says how to write it"
+
+
+DIGEST = re.compile(r"^(?P<name>[^@\s]+):(?P<tag>[^@:/\s]+)@(?P<digest>sha256:[0-9a-f]{64})$")
+
+
+def _kustomize_awaiting() -> dict[str, str]:
+    base = yaml.safe_load((ROOT / "deploy/kubernetes/base/kustomization.yaml").read_text())
+    return {e["name"]: e["newTag"] for e in base["images"] if not e.get("digest")}
+
+
+def test_images_are_pinned_by_digest_or_await_one_as_in_kubernetes() -> None:
+    awaiting = _kustomize_awaiting()
+    seen = set()
+    for env_file in (ROOT / ".env", ROOT / "compose/gpu.env"):
+        for name, svc in render(env_file)["services"].items():
+            if svc.get("build"):
+                continue  # this repository's image, built where it runs
+            image = svc["image"]
+            seen.add(image)
+            if DIGEST.match(image):
+                continue
+            repo, _, tag = image.rpartition(":")
+            assert awaiting.get(repo) == tag, f"{name}: {image} is neither pinned by digest nor awaiting one"
+    # an image both stacks run has one digest: the manifests' and the compose file's agree
+    manifests = "\n".join(p.read_text() for p in (ROOT / "deploy/kubernetes").rglob("*.yaml"))
+    shared = {m["name"]: m["digest"] for m in map(DIGEST.match, seen) if m}
+    in_k8s = {m["name"]: m["digest"] for m in map(DIGEST.match, re.findall(r"image: (\S+)", manifests)) if m}
+    assert {"grafana/grafana", "prom/alertmanager", "prom/prometheus"} <= set(shared)
+    for name in set(shared) & set(in_k8s):
+        assert shared[name] == in_k8s[name], name
+
+
+def test_the_stacks_prometheus_is_not_asked_to_take_writes_or_deletes(compose: dict[str, Any]) -> None:
+    command = compose["services"]["prometheus"]["command"]
+    for flag in ("--web.enable-remote-write-receiver", "--web.enable-admin-api", "--web.enable-lifecycle",
+                 "--enable-feature=otlp-write-receiver"):
+        assert flag not in command, flag
+
+
+@pytest.mark.slow
+def test_the_stacks_prometheus_refuses_forged_writes_and_deletes(compose: dict[str, Any], tmp_path: Path) -> None:
+    """The real Prometheus with the compose command (its config, its flags; loopback and a scratch folder)."""
+    import httpx
+
+    from testkit.net import free_port
+    from testkit.process import ChildProcess
+    from testkit.prom import prometheus_binary
+
+    binary = prometheus_binary()
+    if binary is None:
+        pytest.skip("Prometheus is not installed (Debian: prometheus)")
+    port = free_port()
+    swap = {"--config.file": str(ROOT / "compose/prometheus.yml"), "--storage.tsdb.path": str(tmp_path),
+            "--web.listen-address": f"127.0.0.1:{port}"}
+    argv = [binary]
+    for arg in compose["services"]["prometheus"]["command"]:
+        flag = arg.split("=", 1)[0]
+        argv.append(f"{flag}={swap[flag]}" if flag in swap else arg)
+    url = f"http://127.0.0.1:{port}"
+    with ChildProcess(argv, name="prometheus", ready_url=f"{url}/-/ready", graceful=True), \
+            httpx.Client(timeout=10) as client:
+        assert client.get(f"{url}/api/v1/query", params={"query": "1"}).status_code == 200
+        refused = {
+            "remote write": client.post(f"{url}/api/v1/write", content=b"forged"),
+            "delete_series": client.post(f"{url}/api/v1/admin/tsdb/delete_series", params={"match[]": "up"}),
+            "clean_tombstones": client.post(f"{url}/api/v1/admin/tsdb/clean_tombstones"),
+            "quit": client.post(f"{url}/-/quit"),
+        }
+        assert {what: answer.status_code >= 400 for what, answer in refused.items()} == dict.fromkeys(refused, True)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 import pytest
 
@@ -101,6 +102,20 @@ def test_extension_stops_on_a_broken_ttft_objective() -> None:
     rungs, why = walk_figures(ladder, figures)
     assert rungs == [1, 2, 4, 8, 16, 32]
     assert why == "TTFT p95 2.3 s above 2 s"
+
+
+def test_extension_stops_where_too_many_requests_passed_their_own_ttft_deadline() -> None:
+    """Deadlines that grow with the prompt: a TTFT p95 of 9 s is no breach where each request had 10 s; 8 of 100
+    past their own deadline is, beyond the 5 % a p95 allows."""
+    ladder = EXTEND.model_copy(update={"extend_ttft_late_share": 0.05})
+    figures = {c: replace(fig(c, t, ttft_p95=9.0), judged_requests=100, objective_misses={"ttft": 2} if c < 32 else {})
+               for c, t in GROWING.items()}
+    figures[32] = replace(figures[32], objective_misses={"ttft": 8, "tpot": 3})
+    rungs, why = walk_figures(ladder, figures)
+    assert rungs == [1, 2, 4, 8, 16, 32]
+    assert why == "8 of 100 requests past their own TTFT deadline, more than 5%"
+    unjudged = {c: fig(c, t, ttft_p95=9.0) for c, t in GROWING.items()}  # no goodput counts: not a breach
+    assert walk_figures(ladder, unjudged)[0][-1] == 64
 
 
 def test_extension_stops_on_a_broken_itl_objective() -> None:

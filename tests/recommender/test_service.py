@@ -59,10 +59,13 @@ class FakeAnalyzer:
 
 
 def manifest_dict(run_id: str, lanes: tuple[str, ...] = ("dense", "moe"),
-                  created_at: float = 1.0) -> dict[str, Any]:
-    steps = [StepWindow(lane, c, 100.0 * i + c, 100.0 * i + c + 30.0) for i, lane in enumerate(lanes)
+                  created_at: float = 1.0, t0: float = 0.0, finished: bool = True) -> dict[str, Any]:
+    """A run's manifest as its session posts it: its windows from ``t0``, finished after the last one
+    (``finished`` false: as a killed walk leaves it, ``finished_at`` null)."""
+    steps = [StepWindow(lane, c, t0 + 100.0 * i + c, t0 + 100.0 * i + c + 30.0) for i, lane in enumerate(lanes)
              for c in (1, 2, 4, 8)]
-    return RunManifest(run_id=run_id, created_at=created_at, steps=steps).to_dict()
+    finished_at = max(w.end for w in steps) + 1.0 if finished else None
+    return RunManifest(run_id=run_id, created_at=created_at, steps=steps, finished_at=finished_at).to_dict()
 
 
 @pytest.fixture
@@ -193,8 +196,8 @@ def test_first_registration_with_the_source_down_is_pending_then_503(client: htt
 
 def test_newest_run_per_lane_is_served(client: httpx.Client, clock: FakeClock) -> None:
     client.post("/runs", json=manifest_dict("r1", created_at=1.0))
-    clock.now += 1  # newest by the service's clock
-    client.post("/runs", json=manifest_dict("r2", lanes=("moe",), created_at=2.0))
+    clock.now += 1
+    client.post("/runs", json=manifest_dict("r2", lanes=("moe",), created_at=2.0, t0=1000.0))  # measured later
     doc = client.get("/recommendations").json()
     assert doc["run_id"] == "r2"
     assert (doc["lanes"]["dense"]["run_id"], doc["lanes"]["moe"]["run_id"]) == ("r1", "r2")

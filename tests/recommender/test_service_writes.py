@@ -113,6 +113,41 @@ def test_answers_keep_the_services_order_whatever_created_at_a_body_claims(url: 
     assert persisted["created_at"] == 1_800_000_000.0
 
 
+def test_an_old_manifest_posted_again_does_not_replace_a_newer_answer(url: str, clock: FakeClock) -> None:
+    # last night's run (windows from t0=0) then tonight's (t0=50,000 s later); last night's manifest, readable by
+    # anyone at GET /runs/{id}, is then posted again with the token. Before, it ranked by when it was posted and
+    # replaced tonight's answer.
+    old = manifest_dict("night-1", t0=0.0)
+    assert httpx.post(f"{url}/runs", json=old, headers=AUTH, timeout=10).status_code == 201
+    clock.now += 60
+    assert httpx.post(f"{url}/runs", json=manifest_dict("night-2", t0=50_000.0), headers=AUTH,
+                      timeout=10).status_code == 201
+    clock.now += 60
+    again = httpx.get(f"{url}/runs/night-1", timeout=10).json()["manifest"]
+    assert httpx.post(f"{url}/runs", json=again, headers=AUTH, timeout=10).status_code == 201
+    doc = httpx.get(f"{url}/recommendations", timeout=10).json()
+    assert {k: v["run_id"] for k, v in doc["lanes"].items()} == {"dense": "night-2", "moe": "night-2"}
+    assert doc["run_id"] == "night-2"
+    listed = httpx.get(f"{url}/runs", timeout=10).json()["runs"]
+    assert [(r["key"], r["measured_at"], r["serves"]) for r in listed] == [
+        ("night-1", 138.0, []), ("night-2", 50_138.0, ["dense", "moe"])]  # each lane's last window end
+
+
+def test_a_partial_run_never_outranks_a_complete_one_whenever_it_was_measured(url: str, clock: FakeClock) -> None:
+    done = manifest_dict("done", lanes=("dense",), t0=0.0)
+    assert httpx.post(f"{url}/runs", json=done, headers=AUTH, timeout=10).status_code == 201
+    clock.now += 60
+    killed = manifest_dict("killed", t0=9_000.0, finished=False)  # measured later, dense and moe
+    assert httpx.post(f"{url}/runs", json=killed, headers=AUTH, timeout=10).status_code == 201
+    doc = httpx.get(f"{url}/recommendations", timeout=10).json()
+    assert {k: (v["run_id"], v.get("partial")) for k, v in doc["lanes"].items()} == {
+        "dense": ("done", None),
+        "moe": ("killed", "run killed: it did not finish (finished_at null: the session was killed or crashed "
+                          "mid-walk)")}
+    assert doc["run_id"] == "done"
+    assert any(n.startswith("run killed is partial") and "moe" in n and "dense" not in n for n in doc["notes"])
+
+
 def test_the_fingerprint_comes_from_the_exporters_never_the_body(url: str, exporters: Exporters) -> None:
     body = manifest_dict("r1")
     forged = _fingerprint(64)

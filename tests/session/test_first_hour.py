@@ -209,7 +209,8 @@ def test_a_service_that_answers_no_lane_is_checked_in_process(monkeypatch: pytes
                         lambda **kw: real_client(transport=httpx.MockTransport(service), **kw))
     calls: list[Path] = []
 
-    def in_process(manifest: RunManifest, *, prometheus_url: str, run_dir: Path, policy: object) -> dict:
+    def in_process(manifest: RunManifest, *, prometheus_url: str, run_dir: Path, policy: object,
+                   prometheus_auth: object = None) -> dict:
         calls.append(run_dir)
         return json.loads(json.dumps(answered))
 

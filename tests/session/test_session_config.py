@@ -48,6 +48,12 @@ def test_the_session_ladder_extends_by_the_policy_it_uses() -> None:
             ladder.extend_max_error_ratio) == (0.25, 3.5, 0.05, 0.02)
 
 
+def test_a_ttft_deadline_that_grows_with_the_prompt_extends_by_the_share_past_it() -> None:
+    ladder = load_session_config(None, {"policy.slo.ttft_per_1k_prompt_s": 1.0}).loadgen.ladder
+    assert (ladder.extend_ttft_p95_s, ladder.extend_ttft_late_share) == (None, 0.05)
+    assert load_session_config(None).loadgen.ladder.extend_ttft_late_share is None
+
+
 def test_the_ladder_extension_keeps_what_the_user_set(tmp_path: Path) -> None:
     path = tmp_path / "s.toml"
     path.write_text("[loadgen.ladder]\nextend_min_gain = 0.3\nmax_concurrency = 32\n"

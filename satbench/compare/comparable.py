@@ -1,0 +1,103 @@
+"""Whether two runs can be compared, and what changed between the deployments they measured.
+
+A comparison is meant to say what one change did (a new build, another model file, other server settings,
+other hardware). A run that sent 4x longer prompts, or whose answer was judged under another policy, or that
+walked other rungs, differs by more than the deployment: its "regression" is the workload's or the policy's.
+So the sides are checked first, lane by lane where both answer:
+
+- ``workload``: the lanes' fingerprints' ``workload.digest`` (the load generator's workload settings);
+- ``policy``: the documents' policies, and the fingerprints' ``policy.digest``;
+- ``ladder``: the closed-loop rungs each side walked, where neither is a prefix of the other (a walk that
+  stopped earlier at saturation is the same ladder).
+
+Any of them differing refuses the comparison (``NotComparable``, one line naming what differs), unless the
+user says that difference is the point (``allow``). The deployment's own fields (``runtime``, ``model``,
+``settings``, ``hardware``: ``core.fingerprint_compare.compare``) are what a comparison is for: they head
+the verdict ("runtime.build b5000 -> b5100").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from satbench.core.fingerprint_compare import compare as compare_fingerprints
+from satbench.core.fingerprint_compare import describe_changes
+from satbench.recommender.models import LaneModel, RecommendationsDocument
+
+__all__ = ["DIFFERENCES", "NotComparable", "deployment_changes", "differences", "refuse"]
+
+DIFFERENCES = ("workload", "policy", "ladder")
+
+
+class NotComparable(ValueError):
+    """The sides differ by more than the deployment (module docstring); the message names what, in one line."""
+
+
+def _fingerprint(lane: LaneModel) -> dict[str, Any]:
+    return lane.fingerprint.model_dump(mode="json") if lane.fingerprint is not None else {}
+
+
+def _digest(fp: Mapping[str, Any], part: str) -> str | None:
+    value = (fp.get(part) or {}).get("digest")
+    return str(value) if value else None
+
+
+def _values_differ(fp_a: Mapping[str, Any], fp_b: Mapping[str, Any], part: str) -> str:
+    va, vb = (fp_a.get(part) or {}).get("values") or {}, (fp_b.get(part) or {}).get("values") or {}
+    if not isinstance(va, Mapping) or not isinstance(vb, Mapping):
+        return ""
+    keys = [k for k in sorted(set(va) | set(vb)) if va.get(k) != vb.get(k)]
+    return "; ".join(f"{k} {va.get(k)} -> {vb.get(k)}" for k in keys[:3])
+
+
+def _rungs(lane: LaneModel) -> list[int]:
+    return [s.concurrency for s in lane.steps if s.rate_rps is None and s.concurrency]
+
+
+def _policy_fields(a: RecommendationsDocument, b: RecommendationsDocument) -> str:
+    da, db = a.policy.model_dump(mode="json"), b.policy.model_dump(mode="json")
+    keys = [k for k in sorted(set(da) | set(db)) if da.get(k) != db.get(k)]
+    return "; ".join(f"{k} {da.get(k)} -> {db.get(k)}" for k in keys[:3])
+
+
+def differences(pairs: Iterable[tuple[str, LaneModel, LaneModel]], docs_a: Sequence[RecommendationsDocument],
+                docs_b: Sequence[RecommendationsDocument]) -> dict[str, str]:
+    """``{difference: what differs}`` over :data:`DIFFERENCES` for the lanes both sides answer (``pairs``: key,
+    A's lane, B's lane) and the documents' policies; empty where the runs are comparable."""
+    found: dict[str, str] = {}
+    said = {(x.policy.model_dump_json(), y.policy.model_dump_json()) for x in docs_a for y in docs_b}
+    if any(x != y for x, y in said):
+        a = next(x for x in docs_a for y in docs_b if x.policy != y.policy)
+        b = next(y for y in docs_b if y.policy != a.policy)
+        found["policy"] = f"the documents' policies ({_policy_fields(a, b)})"
+    for key, lane_a, lane_b in pairs:
+        fp_a, fp_b = _fingerprint(lane_a), _fingerprint(lane_b)
+        for part in ("workload", "policy"):
+            da, db = _digest(fp_a, part), _digest(fp_b, part)
+            if part not in found and da and db and da != db:
+                values = _values_differ(fp_a, fp_b, part)
+                found[part] = f"lane {key}: {part} digest {da[:12]} -> {db[:12]}" + (f" ({values})" if values else "")
+        ra, rb = _rungs(lane_a), _rungs(lane_b)
+        common = min(len(ra), len(rb))
+        if "ladder" not in found and ra[:common] != rb[:common]:
+            found["ladder"] = f"lane {key}: rungs {ra} -> {rb}"
+    return found
+
+
+def refuse(found: Mapping[str, str], allow: Iterable[str]) -> None:
+    """Raise ``NotComparable`` naming every difference not allowed (module docstring)."""
+    allowed = set(allow)
+    left = {k: v for k, v in found.items() if k not in allowed}
+    if left:
+        names = ",".join(left)
+        raise NotComparable(f"A and B differ in {' and '.join(left)}, not only in the deployment: "
+                            + "; ".join(f"{k}: {v}" for k, v in left.items())
+                            + f" (--allow {names} if that difference is the point)")
+
+
+def deployment_changes(lane_a: LaneModel, lane_b: LaneModel) -> str:
+    """The deployment's fields that differ between the two lanes' fingerprints, in words ("" for none)."""
+    changes = [c for c in compare_fingerprints(_fingerprint(lane_a), _fingerprint(lane_b))
+               if not str(c["field"]).startswith(("workload.", "policy."))]
+    return describe_changes(changes)
