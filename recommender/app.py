@@ -36,11 +36,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import json
 import logging
 import multiprocessing
 import os
 import secrets
+import signal
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from concurrent.futures import Executor, ProcessPoolExecutor
@@ -140,13 +143,19 @@ class SettingsAnalyzer:
 
 
 def _background() -> None:
-    os.nice(10)  # the analysis yields the CPU to the serving loop where both want it
+    """The analysis worker's start: niced (it yields the CPU to the serving loop where both want it), and on
+    Linux ended with its parent, however the parent ends (a SIGKILL runs no shutdown)."""
+    os.nice(10)
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def analysis_workers() -> ProcessPoolExecutor:
-    """The service's analyses' own process (``create_app(analysis_executor=)``; the entry points give it):
-    spawned, never a fork of the threaded server; one, as analyses run one batch at a time; niced, so a
-    fleet's analysis, seconds of CPU at each refresh, never takes a core from the polls."""
+    """The service's analyses' own process (``create_app(analysis_executor=)``; the entry points give it, and
+    the service shuts it down when it stops): spawned, never a fork of the threaded server; one, as analyses
+    run one batch at a time; niced, so a fleet's analysis, seconds of CPU at each refresh, never takes a core
+    from the polls."""
     return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_background)
 
@@ -323,6 +332,8 @@ def create_app(settings: RecommenderSettings, *, analyzer: Analyzer | None = Non
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            if analysis_executor is not None:  # here, not after the server: uvicorn re-raises SIGTERM once stopped
+                await asyncio.to_thread(analysis_executor.shutdown, wait=True, cancel_futures=True)
 
     app = FastAPI(title="satbench recommender", version="1",
                   description="How much concurrency each lane can use, measured per step window.",
