@@ -17,24 +17,36 @@ was made (it ranks by the service's clock: ``recommender.store``) nor for what i
 lane's fingerprint is what its exporter published to Prometheus when its first window began
 (``recommender.validity.fingerprints_when_measured``), whatever the body says.
 
-``GET /recommendations`` is what every node polls, so it has a fast path (gzipped, once per change, for a
-poller that accepts it): ``CachedDocumentASGI`` answers it
-with the store's pre-serialised bytes before FastAPI routes anything (about a tenth of the per-request
-CPU); it steps aside whenever the document is not fresh, so stale documents, 503s and every other route go
-through FastAPI. The FastAPI route stays, declares the response model for OpenAPI, and serves the same bytes.
-``GET /capabilities`` (each lane's capability only: ``recommender.capabilities.capability_fragment`` of the v2
-document, whatever ``default_schema`` is) takes the same fast path, cut once per document (``CapabilitiesCut``).
+``GET /recommendations`` is what every node polls, so it has a fast path (gzipped for a poller that accepts
+it): ``CachedDocumentASGI`` answers it with the store's rendered bytes (``recommender.rendition``: every form
+built once per change, a stale document's age filled in at most once a second) before FastAPI routes anything
+(about a tenth of the per-request CPU), fresh or stale, v1 or v2; only the 503 before any document, and
+every other route, go through FastAPI. The FastAPI route stays, declares the response model for OpenAPI, and
+serves the same bytes. ``GET /capabilities`` (each lane's capability only:
+``recommender.capabilities.capability_fragment`` of the v2 document, whatever ``default_schema`` is) takes the
+same fast path.
+
+Requests whose ``Host`` is not one the service answers to are refused (421) before anything else
+(``HostCheckASGI``): a web page on a name the attacker controls, rebound to this address, would otherwise
+read every route, ``/runs/{id}`` with its manifest included. A posted run that the runs folder cannot take is
+refused with the store unchanged: 507 when the folder is full, 503 when it is read-only or refused.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import json
 import logging
+import multiprocessing
+import os
 import secrets
+import signal
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from concurrent.futures import Executor, ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
@@ -46,7 +58,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from satbench.core.manifest import RunManifest
 from satbench.core.statistics import preload
-from satbench.recommender.capabilities import capability_fragment
 from satbench.recommender.deps import SettingsDep, StoreDep
 from satbench.recommender.document import AmbiguousForV1, as_v2, iso_utc, read_document
 from satbench.recommender.errors import (
@@ -54,11 +65,14 @@ from satbench.recommender.errors import (
     NothingToServe,
     PrometheusQueryError,
     RecommenderError,
+    RunsFolderFull,
+    RunsFolderUnwritable,
     SourceUnavailable,
     TooLarge,
     UnknownLane,
     UnknownRun,
 )
+from satbench.recommender.host_check import HostCheckASGI
 from satbench.recommender.metrics import build_registry
 from satbench.recommender.models import (
     CapabilitiesModel,
@@ -72,12 +86,12 @@ from satbench.recommender.models import (
 from satbench.recommender.prometheus_source import HttpxPromClient, public_url
 from satbench.recommender.run_analysis import analyze_run_async
 from satbench.recommender.settings import RecommenderSettings
-from satbench.recommender.store import Analyzer, RecommendationStore, entry_key
+from satbench.recommender.store import Analyzer, ManifestWriter, RecommendationStore, entry_key
 from satbench.recommender.validity import check_answers, fingerprints_when_measured, measured_fingerprints
 from satbench.recommender.write_guard import WriteGuardASGI
 
-__all__ = ["CachedDocumentASGI", "FingerprintSource", "SettingsAnalyzer", "check_bounds", "create_app",
-           "prometheus_fingerprints", "with_measured_fingerprints"]
+__all__ = ["CachedDocumentASGI", "FingerprintSource", "SettingsAnalyzer", "analysis_workers", "check_bounds",
+           "create_app", "prometheus_fingerprints", "with_measured_fingerprints"]
 
 log = logging.getLogger("satbench.recommender")
 
@@ -89,6 +103,8 @@ _STATUS: dict[type[RecommenderError], int] = {
     TooLarge: 413,
     BadInput: 400,
     PrometheusQueryError: 502,
+    RunsFolderFull: 507,
+    RunsFolderUnwritable: 503,
 }
 
 
@@ -124,6 +140,24 @@ class SettingsAnalyzer:
                                        prometheus_timeout_s=s.prometheus_timeout_s,
                                        prometheus_headers=s.prometheus_headers, prometheus_auth=s.prometheus_auth(),
                                        fingerprint_key=s.fingerprint_key_bytes())
+
+
+def _background() -> None:
+    """The analysis worker's start: niced (it yields the CPU to the serving loop where both want it), and on
+    Linux ended with its parent, however the parent ends (a SIGKILL runs no shutdown)."""
+    os.nice(10)
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def analysis_workers() -> ProcessPoolExecutor:
+    """The service's analyses' own process (``create_app(analysis_executor=)``; the entry points give it, and
+    the service shuts it down when it stops): spawned, never a fork of the threaded server; one, as analyses
+    run one batch at a time; niced, so a fleet's analysis, seconds of CPU at each refresh, never takes a core
+    from the polls."""
+    return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_background)
 
 
 def check_bounds(manifest: RunManifest, settings: RecommenderSettings) -> None:
@@ -196,9 +230,9 @@ async def _check_validity_forever(store: RecommendationStore, settings: Recommen
             if answers:
                 try:
                     now = clock()
-                    store.set_validity(await check_answers(client, measured_fingerprints(answers), now=now,
-                                                           fleet_key=settings.fingerprint_key_bytes()),
-                                       checked_at=now)
+                    await store.set_validity(await check_answers(client, measured_fingerprints(answers), now=now,
+                                                                 fleet_key=settings.fingerprint_key_bytes()),
+                                             checked_at=now)
                 except (SourceUnavailable, PrometheusQueryError) as exc:
                     log.info("validity check skipped: %s", exc)
                 except Exception:  # the loop must outlive any one failure
@@ -222,48 +256,36 @@ def _accepts_gzip(scope: Scope) -> bool:
     return False
 
 
-class CapabilitiesCut:
-    """``GET /capabilities``' bytes: the served document's capability fragment (``capability_fragment``, what
-    ``satbench capabilities`` prints), cut once per document. A fresh document is one object until the store
-    publishes the next; a stale one is rendered anew each time (with its age), and so is its cut."""
-
-    def __init__(self, store: RecommendationStore) -> None:
-        self.store = store
-        self._doc: RecommendationsDocument | None = None
-        self._body = b""
-
-    def body(self) -> bytes:
-        doc = self.store.model()
-        if doc is not self._doc:
-            self._doc, self._body = doc, json.dumps(capability_fragment(doc), separators=(",", ":")).encode()
-        return self._body
+_SCHEMA_QUERIES = {b"": None, b"schema=v1": "v1", b"schema=v2": "v2"}
 
 
 class CachedDocumentASGI:
-    """ASGI middleware: ``GET /recommendations`` and ``GET /capabilities`` straight from cached bytes when the
-    document is fresh (FastAPI's routing would cost more than the answer)."""
+    """ASGI middleware: ``GET /recommendations`` and ``GET /capabilities`` straight from the store's rendered
+    bytes (FastAPI's routing would cost more than the answer), fresh or stale; before any document, and for
+    any other query, FastAPI answers."""
 
-    def __init__(self, app: ASGIApp, store: RecommendationStore, cut: CapabilitiesCut, schema: str = "v2") -> None:
+    def __init__(self, app: ASGIApp, store: RecommendationStore, schema: str = "v2") -> None:
         self.app = app
         self.store = store
-        self.cut = cut
         self.schema = schema
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (scope["type"] != "http" or scope["method"] != "GET" or scope.get("query_string")
-                or self.store.state != "fresh"):
+        if (scope["type"] != "http" or scope["method"] != "GET" or self.store.state == "none"
+                or scope.get("query_string", b"") not in _SCHEMA_QUERIES):
             await self.app(scope, receive, send)
             return
+        served = self.store.served()
         path = scope["path"]
-        if path == "/recommendations" and (self.schema == "v2" or self.store.v1_ready()):
+        schema = _SCHEMA_QUERIES[scope.get("query_string", b"")] or self.schema
+        if path == "/recommendations" and (schema == "v2" or served.v1_ready()):
             headers = [(b"content-type", b"application/json"), (b"vary", b"accept-encoding")]
-            if self.schema == "v2" and _accepts_gzip(scope):
-                body = self.store.document_gzip()
+            if schema == "v2" and _accepts_gzip(scope):
+                body = await served.gzip_async()
                 headers.append((b"content-encoding", b"gzip"))
             else:
-                body = self.store.document_bytes(self.schema)
-        elif path == "/capabilities":
-            headers, body = [(b"content-type", b"application/json")], self.cut.body()
+                body = served.v2() if schema == "v2" else served.v1()
+        elif path == "/capabilities" and not scope.get("query_string"):
+            headers, body = [(b"content-type", b"application/json")], served.capabilities()
         else:
             await self.app(scope, receive, send)
             return
@@ -277,12 +299,16 @@ class CachedDocumentASGI:
 
 def create_app(settings: RecommenderSettings, *, analyzer: Analyzer | None = None,
                clock: Callable[[], float] = time.time, background_refresh: bool = True,
-               fingerprints: FingerprintSource | None = None) -> FastAPI:
-    """The service. ``analyzer``, ``clock`` and ``fingerprints`` (where a posted run's fingerprints come from)
-    are injected; their defaults read the settings' Prometheus."""
+               fingerprints: FingerprintSource | None = None, write_manifest: ManifestWriter | None = None,
+               analysis_executor: Executor | None = None) -> FastAPI:
+    """The service. ``analyzer``, ``clock``, ``fingerprints`` (where a posted run's fingerprints come from) and
+    ``write_manifest`` (how a posted run is saved in the runs folder) are injected; their defaults read the
+    settings' Prometheus and write the folder. ``analysis_executor``: where analyses run (``analysis_workers``;
+    default a worker thread), its analyzer then picklable."""
     fingerprint_source = fingerprints or prometheus_fingerprints(settings)
     store = RecommendationStore(analyzer or SettingsAnalyzer(settings), runs_dir=settings.runs_dir,
-                                clock=clock, retry_after_s=settings.refresh_interval_s)
+                                clock=clock, retry_after_s=settings.refresh_interval_s, executor=analysis_executor,
+                                **({} if write_manifest is None else {"write_manifest": write_manifest}))
     write_token = settings.write_token.get_secret_value() if settings.write_token else secrets.token_urlsafe(32)
     registry = build_registry(store)
 
@@ -295,6 +321,7 @@ def create_app(settings: RecommenderSettings, *, analyzer: Analyzer | None = Non
         tasks = []
         if background_refresh:
             tasks.append(asyncio.create_task(_refresh_forever(store, settings.refresh_interval_s)))
+            tasks.append(asyncio.create_task(store.prepare_ages()))
             if settings.prometheus_url is not None:
                 tasks.append(asyncio.create_task(_check_validity_forever(
                     store, settings, settings.prometheus_url, clock)))
@@ -305,6 +332,8 @@ def create_app(settings: RecommenderSettings, *, analyzer: Analyzer | None = Non
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            if analysis_executor is not None:  # here, not after the server: uvicorn re-raises SIGTERM once stopped
+                await asyncio.to_thread(analysis_executor.shutdown, wait=True, cancel_futures=True)
 
     app = FastAPI(title="satbench recommender", version="1",
                   description="How much concurrency each lane can use, measured per step window.",
@@ -312,9 +341,9 @@ def create_app(settings: RecommenderSettings, *, analyzer: Analyzer | None = Non
     app.state.store = store
     app.state.settings = settings
     app.state.write_token = write_token
-    cut = CapabilitiesCut(store)
-    app.add_middleware(CachedDocumentASGI, store=store, cut=cut, schema=settings.default_schema)
+    app.add_middleware(CachedDocumentASGI, store=store, schema=settings.default_schema)
     app.add_middleware(WriteGuardASGI, token=write_token, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(HostCheckASGI, allowed=settings.host_names())  # outermost: before anything is read
     bearer = HTTPBearer(auto_error=False, description="the service's write token (SATBENCH_RECOMMENDER_WRITE_TOKEN); "
                                                       "checked before the body is read")
 
@@ -343,17 +372,20 @@ def create_app(settings: RecommenderSettings, *, analyzer: Analyzer | None = Non
     @app.get("/capabilities", response_model=CapabilitiesModel, responses=error_doc)
     async def capabilities(store: StoreDep) -> Response:
         """Each lane's capability only (``satbench capabilities``' fragment): what a router polling a fleet
-        reads, under a kilobyte per lane where the document holds every step's evidence. (A fresh document's
-        is served by ``CachedDocumentASGI``; this route serves a stale one's, or the 503.)"""
+        reads, under a kilobyte per lane where the document holds every step's evidence. (Served by
+        ``CachedDocumentASGI`` once there is a document; this route serves the 503 before.)"""
         headers = {}
         if store.validity_checked_at is not None:
             headers["X-Satbench-Validity-Checked-At"] = iso_utc(store.validity_checked_at)
-        return Response(content=cut.body(), media_type="application/json", headers=headers)
+        return Response(content=store.capabilities_bytes(), media_type="application/json", headers=headers)
 
     @app.post("/runs", response_model=RunRegistered, status_code=201, dependencies=[Depends(bearer)],
               responses={202: {"model": RunRegistered, "description": "registered; analysis pending"},
                          401: {"description": "no write token, or another one"},
-                         413: {"description": "a body, or a run, larger than the service reads"}})
+                         413: {"description": "a body, or a run, larger than the service reads"},
+                         503: {"description": "the runs folder is read-only or refused the run: nothing "
+                                              "registered"},
+                         507: {"description": "the runs folder is full: nothing registered"}})
     async def register_run(body: RunManifest, store: StoreDep, response: Response) -> RunRegistered:
         """Registers a run by its step windows and analyses it; its fingerprints are taken from Prometheus
         and it ranks as the newest run (module docstring)."""

@@ -7,6 +7,10 @@ Writes (``POST /runs``) need the write token: ``SATBENCH_RECOMMENDER_WRITE_TOKEN
 (never a flag's value, which every user of the host can read); without either, one is made up at start and
 printed once on stderr for the operator to hand to the load generators (the same variable).
 
+The service answers only to its bind address, localhost and ``--allowed-host`` names (DNS rebinding), and
+times out half-sent requests (``--request-timeout``) with its open connections bounded
+(``recommender.http_server``).
+
 The store's credentials and the fingerprint key come the same way, never as a flag's value:
 ``--prometheus-username`` with ``SATBENCH_RECOMMENDER_PROMETHEUS_PASSWORD`` or ``--prometheus-password-file``;
 ``SATBENCH_RECOMMENDER_FINGERPRINT_KEY`` or ``--fingerprint-key-file`` (docs/fleet-store.md, "Credentials").
@@ -41,6 +45,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--write-token-file", type=Path, dest="write_token_file", metavar="PATH",
                         help="a file holding the bearer token writes need (default: "
                              "$SATBENCH_RECOMMENDER_WRITE_TOKEN, else one made up and printed at start)")
+    parser.add_argument("--allowed-host", action="append", default=None, metavar="NAME", dest="allowed_hosts",
+                        help="a name the service answers to besides its bind address and localhost (repeatable; "
+                             "'*.example.org' for every name under it); any other Host header gets 421")
+    parser.add_argument("--request-timeout", type=float, dest="request_timeout_s",
+                        help="seconds a client may take to send a whole request (default 10)")
     parser.add_argument("--prometheus-username", dest="prometheus_username", metavar="USER",
                         help="basic-auth user for the store's queries (password: "
                              "$SATBENCH_RECOMMENDER_PROMETHEUS_PASSWORD or --prometheus-password-file)")
@@ -60,7 +69,7 @@ def build_settings(args: argparse.Namespace) -> Any:
 
     overrides: dict[str, Any] = {}
     for name in ("host", "port", "runs_dir", "refresh_interval_s", "validity_interval_s", "scrape_interval_s",
-                 "default_schema", "prometheus_username"):
+                 "default_schema", "allowed_hosts", "request_timeout_s", "prometheus_username"):
         value = getattr(args, name, None)
         if value is not None:
             overrides[name] = value
@@ -109,12 +118,12 @@ def _secret_file(flag: str, path: Path) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    import uvicorn
     from pydantic import ValidationError
 
     from satbench.core.config_files import format_validation_error
-    from satbench.recommender.app import create_app
+    from satbench.recommender.app import analysis_workers, create_app
     from satbench.recommender.errors import BadInput
+    from satbench.recommender.http_server import serve
     from satbench.recommender.settings import RecommenderSettings
 
     try:
@@ -126,10 +135,11 @@ def main(args: argparse.Namespace) -> int:
         print(f"satbench recommender: {format_validation_error(exc, 'recommender', model=RecommenderSettings)}",
               file=sys.stderr)
         return 2
-    app = create_app(settings)
-    if settings.write_token is None:
-        print("satbench recommender: writes (POST /runs) need Authorization: Bearer "
-              f"{app.state.write_token} (made up at start; set SATBENCH_RECOMMENDER_WRITE_TOKEN to choose one)",
-              file=sys.stderr, flush=True)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)
+    with analysis_workers() as workers:  # analyses in their own process, off the serving loop and its GIL
+        app = create_app(settings, analysis_executor=workers)
+        if settings.write_token is None:
+            print("satbench recommender: writes (POST /runs) need Authorization: Bearer "
+                  f"{app.state.write_token} (made up at start; set SATBENCH_RECOMMENDER_WRITE_TOKEN to choose one)",
+                  file=sys.stderr, flush=True)
+        serve(app, settings)  # half-sent requests timed out, connections bounded (recommender.http_server)
     return 0

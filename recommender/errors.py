@@ -2,7 +2,8 @@
 
 ``SourceUnavailable`` (Prometheus or the records cannot be read right now: serve the last good answer) is
 kept apart from ``BadInput`` (the caller sent something wrong: a 4xx) and ``UnknownRun``/``UnknownLane``
-(404). Not enough data is never an exception: it is a lane status.
+(404). Not enough data is never an exception: it is a lane status. A runs folder that cannot take a posted run
+(``RunsFolderFull``: 507, ``RunsFolderUnwritable``: 503) leaves the service as it was: nothing registered.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ __all__ = [
     "PrometheusUnavailable",
     "RecommenderError",
     "RecordsUnavailable",
+    "RunsFolderFull",
+    "RunsFolderUnwritable",
     "SourceUnavailable",
     "TooLarge",
     "UnknownLane",
@@ -59,3 +62,11 @@ class UnknownLane(RecommenderError):
 
 class NothingToServe(RecommenderError):
     """No document has been computed yet (no run registered, or every source failed so far)."""
+
+
+class RunsFolderUnwritable(RecommenderError):
+    """The runs folder refused a posted run's manifest (read-only, permission denied): nothing was registered."""
+
+
+class RunsFolderFull(RunsFolderUnwritable):
+    """The runs folder is out of space or quota (ENOSPC, EDQUOT): nothing was registered."""

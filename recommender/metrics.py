@@ -57,7 +57,7 @@ from __future__ import annotations
 import calendar
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import Metric
@@ -67,7 +67,9 @@ from satbench.core.lanes import LOCAL_NODE, key_labels, lane_key, split_key
 from satbench.recommender.document import read_document
 from satbench.recommender.errors import NothingToServe
 from satbench.recommender.models import LaneModel, RecommendationsDocument, said
-from satbench.recommender.store import RecommendationStore
+
+if TYPE_CHECKING:  # the store renders capabilities, which read this module
+    from satbench.recommender.store import RecommendationStore
 
 __all__ = [
     "VALIDITY_STATES",

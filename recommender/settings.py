@@ -11,6 +11,12 @@ and nobody can write until it is handed out (``satbench recommender`` prints it,
 own to its own clients). Reads stay open. ``max_body_bytes``, ``max_steps``, ``max_lanes``,
 ``max_window_s`` and ``max_span_s`` bound what a write may ask the service to read and analyse.
 
+``allowed_hosts`` lists the names the service answers to besides its bind address, this host's name,
+``localhost``, ``127.0.0.1`` and ``::1`` (``host_names``; ``recommender.host_check``: any other ``Host`` gets
+421).
+``request_timeout_s`` is how long a connection may take to send a whole request (head and body) and
+``max_connections`` how many the service holds open at once (``recommender.http_server``).
+
 ``prometheus_username`` and ``prometheus_password`` (``SATBENCH_RECOMMENDER_PROMETHEUS_PASSWORD``, or
 ``--prometheus-password-file``; never a flag's value) are the store's basic-auth credentials, sent with every
 query and validity check: a store that refuses unauthenticated writes usually refuses unauthenticated reads
@@ -22,6 +28,7 @@ key does not verify decides nothing.
 from __future__ import annotations
 
 import json
+import socket
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -78,6 +85,13 @@ class RecommenderSettings(BaseSettings):
     max_lanes: int = Field(default=512, ge=1, description="most lanes one posted run may name")
     max_window_s: float = Field(default=3600.0, gt=0, description="longest step window a posted run may list")
     max_span_s: float = Field(default=7 * 86400.0, gt=0, description="longest time a posted run's windows span")
+    allowed_hosts: list[str] = Field(default_factory=list, description="names the service answers to besides "
+                                     "its bind address, localhost, 127.0.0.1 and ::1 ('*.example.org': every "
+                                     "name under it; '*': any); any other Host header gets 421")
+    request_timeout_s: float = Field(default=10.0, gt=0, le=3600, description="seconds a connection may take "
+                                     "to send a whole request, head and body; then it is closed")
+    max_connections: int = Field(default=8192, ge=16, description="connections held open at once; more are "
+                                 "closed as they arrive (bounded by the open-files limit, less a reserve)")
 
     @field_validator("write_token", mode="before")
     @classmethod
@@ -90,6 +104,19 @@ class RecommenderSettings(BaseSettings):
         if isinstance(text, str) and len(text.strip()) < 16:
             raise ValueError("write_token must be at least 16 characters")
         return text.strip() if isinstance(text, str) else value
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not name.strip() or any(c in name for c in " /@?#,"):
+                raise ValueError(f"allowed_hosts: {name!r} is not a host name")
+        return [name.strip() for name in value]
+
+    def host_names(self) -> list[str]:
+        """Every name the service answers to (``recommender.host_check``): its bind address, this host's own
+        name (a rebinding needs the attacker's name, never ours), the loopback names, and ``allowed_hosts``."""
+        return sorted({self.host, socket.gethostname(), "localhost", "127.0.0.1", "::1", *self.allowed_hosts})
 
     @field_validator("fingerprint_key", mode="before")
     @classmethod

@@ -1,8 +1,13 @@
 """The service's memory: registered runs, their analyses, and the document served right now.
 
-Analysis is expensive (hundreds of PromQL queries); serving is not allowed to be (p99 < 5 ms). So the
-store analyses a run when it is registered and again on each refresh tick, and keeps the current document
-twice: as a dict and pre-serialised as bytes, so ``GET /recommendations`` is a memory copy.
+Analysis is expensive (hundreds of PromQL queries, then seconds of pure Python for a fleet); serving is not
+allowed to be (p99 < 5 ms). So the store analyses a run when it is registered and again on each refresh tick,
+never on the service's event loop (``analyze_all``: in a loop of its own, in a worker thread, or in a worker
+process where the entry point gives one, as ``satbench recommender`` does: a thread still shares the GIL, and
+beside a 60-lane analysis each GIL hand-over of the serving loop can wait the 5 ms switch interval). It keeps
+the current document as a dict, rendered once per change in every served form (``recommender.rendition``, in
+a worker thread), so ``GET /recommendations`` is a memory copy, stale or fresh. Only the service's loop
+changes the store; the workers get immutable inputs and hand back new objects.
 
 The current document merges, lane by lane, the newest analysed run that measured the lane (a run of
 ``moe`` alone does not hide yesterday's ``dense`` answer); each lane names its own ``run_id``. "Newest" is
@@ -40,32 +45,67 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import glob
-import gzip
 import itertools
-import json
+import math
 import re
+import shutil
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from satbench.core.manifest import RUN_ID_PATTERN, RunManifest, read_manifest
 from satbench.core.shards import shard_key
-from satbench.recommender.document import as_v1, mark_changed, mark_stale, node_index, read_document
-from satbench.recommender.errors import BadInput, NothingToServe, SourceUnavailable, UnknownLane, UnknownRun
+from satbench.recommender.document import mark_changed, mark_stale, node_index, read_document
+from satbench.recommender.errors import (
+    BadInput,
+    NothingToServe,
+    RecommenderError,
+    RunsFolderFull,
+    RunsFolderUnwritable,
+    SourceUnavailable,
+    UnknownLane,
+    UnknownRun,
+)
 from satbench.recommender.fleet_runs import FleetRun, ShardEntry, check_join, fleet_runs, missing_answers, stamp_of
 from satbench.recommender.models import RecommendationsDocument, ValidityModel
+from satbench.recommender.rendition import Rendition, Served, render
 
-__all__ = ["Analyzer", "RecommendationStore", "RunEntry", "entry_key"]
+__all__ = ["Analyzer", "ManifestWriter", "RecommendationStore", "RunEntry", "analyze_all", "entry_key"]
 
 
 class Analyzer(Protocol):
     async def __call__(self, manifest: RunManifest, run_dir: Path | None) -> dict[str, Any]: ...
 
 
+ManifestWriter = Callable[[RunManifest, Path], None]
+
+
+def _write_manifest(manifest: RunManifest, path: Path) -> None:
+    manifest.write(path)
+
+
+def analyze_all(analyzer: Analyzer, jobs: list[tuple[RunManifest, Path | None]], portable: bool = False) -> list[Any]:
+    """Each job's analysis (a document, or the exception it raised), in an event loop of this thread's own: run
+    in a worker thread or process (``RecommendationStore(executor=)``), never on the service's loop. ``portable``
+    (a worker process): an exception that is not the recommender's own travels back as its text."""
+    async def analyses() -> list[Any]:
+        return await asyncio.gather(*(analyzer(m, d) for m, d in jobs), return_exceptions=True)
+
+    results = asyncio.run(analyses())
+    if portable:
+        results = [RuntimeError(repr(r)) if isinstance(r, BaseException) and not isinstance(r, RecommenderError)
+                   else r for r in results]
+    return results
+
+
 _ORDER = itertools.count()
+_SAME = object()  # _publish: keep what the last publish left
 _PARTIAL_NOTES = 20  # partial runs named one by one in the document's notes (GET /runs lists every one)
 
 
@@ -130,25 +170,29 @@ class RunEntry:
 
 class RecommendationStore:
     def __init__(self, analyzer: Analyzer, *, runs_dir: Path | None = None,
-                 clock: Callable[[], float] = time.time, retry_after_s: float = 60.0) -> None:
+                 clock: Callable[[], float] = time.time, retry_after_s: float = 60.0,
+                 write_manifest: ManifestWriter = _write_manifest, executor: Executor | None = None) -> None:
         self._analyzer = analyzer
+        self._executor = executor  # where analyses run (analyze_all): None, a worker thread
+        self._write_manifest = write_manifest
         self.retry_after_s = retry_after_s
         self._runs_dir = runs_dir
         self._clock = clock
         self._runs: dict[str, RunEntry] = {}
         self._dirs: dict[str, Path] = {}  # run folders registered one by one (add_run_dir)
         self._current: dict[str, Any] | None = None
-        self._current_bytes: bytes | None = None
-        self._model: tuple[dict[str, Any], RecommendationsDocument] | None = None  # (its dict, validated)
+        self._rendered: Rendition | None = None  # every served form of _current (None with it)
+        self._served: Served | None = None  # the rendition at the age served last
+        self._ahead: Served | None = None  # a stale rendition at the next second's age, made ahead (prepare_ages)
+        self.builds: Counter[str] = Counter()  # "render": whole documents serialised; "age": stale ages filled
         self._good_at: float | None = None
         self._stale_reason: str | None = None
         self._merged: dict[str, Any] | None = None  # the newest answers merged, before validity
         self._serving: dict[str, str] = {}  # lane key -> the key of the run its served answer comes from
         self._validity: dict[str, ValidityModel] = {}
-        self._v1_bytes: bytes | None = None
-        self._gzip_bytes: bytes | None = None
         self.validity_checked_at: float | None = None  # the latest validity tick (set_validity)
         self._lock = asyncio.Lock()
+        self._publish_lock = asyncio.Lock()  # one publish at a time: each renders from the last one's state
 
     # -- runs --------------------------------------------------------------------------------------
     def run_dir(self, run_id: str) -> Path | None:
@@ -269,8 +313,8 @@ class RecommendationStore:
         key = entry_key(manifest)
         check_join(manifest, stamp_of(manifest), (e.manifest for k, e in self._runs.items() if k != key))
         entry = RunEntry(manifest, now)
+        self._persist(manifest)  # before it is registered: a run the folder refused is not one
         self._runs[key] = entry
-        self._persist(manifest)
         await self._analyze([entry])
         return entry
 
@@ -283,11 +327,28 @@ class RecommendationStore:
         return entry
 
     def _persist(self, manifest: RunManifest) -> None:
+        """Writes the run's manifest into ``runs_dir``; a folder that cannot take it (full: ``RunsFolderFull``;
+        read-only or refused: ``RunsFolderUnwritable``) leaves nothing behind, not even the run's folder."""
         if self._runs_dir is None:
             return
-        path = self._runs_dir / entry_key(manifest) / "manifest.json"
-        if not path.exists():
-            manifest.write(path)
+        folder = self._runs_dir / entry_key(manifest)
+        path = folder / "manifest.json"
+        if path.exists():
+            return
+        existed = folder.exists()
+        try:
+            self._write_manifest(manifest, path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                for leftover in folder.glob(".manifest.json.*.tmp"):
+                    leftover.unlink()
+                if not existed:
+                    shutil.rmtree(folder)
+            said = f"the runs folder {self._runs_dir} cannot take run {entry_key(manifest)!r}: " \
+                   f"{exc.strerror or exc}"
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise RunsFolderFull(f"{said}; nothing was registered") from exc
+            raise RunsFolderUnwritable(f"{said}; nothing was registered") from exc
 
     # -- analysis ----------------------------------------------------------------------------------
     def _current_entries(self) -> list[RunEntry]:
@@ -350,10 +411,12 @@ class RecommendationStore:
 
     async def _analyze(self, entries: list[RunEntry]) -> None:
         async with self._lock:
-            results = await asyncio.gather(
-                *(self._analyzer(e.manifest, self.run_dir(entry_key(e.manifest))) for e in entries),
-                return_exceptions=True,
-            )
+            jobs = [(e.manifest, self.run_dir(entry_key(e.manifest))) for e in entries]
+            try:
+                results = await asyncio.get_running_loop().run_in_executor(
+                    self._executor, analyze_all, self._analyzer, jobs, self._executor is not None)
+            except Exception as exc:  # a worker process lost, or a result that cannot travel back
+                results = [RuntimeError(f"the analysis worker failed: {exc!r}")] * len(jobs)
             failure: str | None = None
             for entry, result in zip(entries, results, strict=True):
                 if isinstance(result, SourceUnavailable):
@@ -364,15 +427,17 @@ class RecommendationStore:
                     failure = entry.reason
                 else:
                     entry.document, entry.reason, entry.failed_at = result, None, None
-            self._rebuild(failure)
+            await self._rebuild(failure)
 
-    def _rebuild(self, failure: str | None) -> None:
+    async def _rebuild(self, failure: str | None) -> None:
         entries = [e for e in self._current_entries() if e.document is not None]
         if failure is not None:
-            self._stale_reason = failure
             if self._current is not None:
+                if failure != self._stale_reason:
+                    await self._publish(stale_reason=failure)
                 return
-        else:
+            self._stale_reason = failure
+        elif self._stale_reason is not None and self._current is None:
             self._stale_reason = None
         if not entries:
             return
@@ -403,32 +468,43 @@ class RecommendationStore:
         merged["lanes"] = {lane: lanes[lane] for lane in sorted(lanes)}
         if "nodes" in newest or any("nodes" in (e.document or {}) for e in entries):
             merged["nodes"] = node_index(merged["lanes"], labels)
-        self._merged = merged
-        self._good_at = self._clock()
-        self._publish()
+        await self._publish(merged, stale_reason=failure, good_at=self._clock())
 
     def _fleet_gaps(self) -> list[FleetRun]:
         """Per fleet, its newest run's shards that did not report, or failed, among the runs registered."""
         return fleet_runs(self._shard_entries(list(self._runs.values())))
 
-    def _publish(self) -> None:
-        """The merged answers with each one's validity laid over them, serialised once."""
-        if self._merged is None:
-            return
-        current = dict(self._merged)
-        current["lanes"] = {key: mark_changed(lane, self._validity[key]) if key in self._validity else lane
-                            for key, lane in self._merged["lanes"].items()}
-        self._current = current
-        self._current_bytes = json.dumps(current, separators=(",", ":")).encode()
-        self._v1_bytes = None
-        self._gzip_bytes = None
+    async def _publish(self, merged: Any = _SAME, *, stale_reason: Any = _SAME, good_at: Any = _SAME,
+                       validity: Any = _SAME) -> None:
+        """The merged answers with each one's validity laid over them, rendered in every served form in a
+        worker thread (``recommender.rendition``), then swapped in at once: what is served changes in one
+        step, and never costs the event loop a serialisation. What is not given stays as the last publish
+        left it, read under the lock (a validity tick waiting behind an analysis keeps its answers). The dicts
+        handed to the thread are never changed in place (each publish builds new ones), so it reads them
+        safely."""
+        async with self._publish_lock:
+            merged = self._merged if merged is _SAME else merged
+            stale_reason = self._stale_reason if stale_reason is _SAME else stale_reason
+            good_at = self._good_at if good_at is _SAME else good_at
+            validity = dict(self._validity if validity is _SAME else validity)
+            if merged is None:
+                self._validity = validity
+                return
+            current = dict(merged)
+            current["lanes"] = {key: mark_changed(lane, validity[key]) if key in validity else lane
+                                for key, lane in merged["lanes"].items()}
+            when = good_at if good_at is not None else self._clock()
+            rendition = await asyncio.to_thread(render, current, stale_reason=stale_reason, good_at=when)
+            self.builds["render"] += 1
+            self._merged, self._validity, self._stale_reason, self._good_at = merged, validity, stale_reason, when
+            self._current, self._rendered, self._served = current, rendition, None
 
     # -- validity ----------------------------------------------------------------------------------
     def answers_to_check(self) -> dict[str, dict[str, Any]]:
         """The merged answers (before validity), by key: what the validity tick compares."""
         return dict(self._merged["lanes"]) if self._merged is not None else {}
 
-    def set_validity(self, validity: Mapping[str, ValidityModel], *, checked_at: float | None = None) -> bool:
+    async def set_validity(self, validity: Mapping[str, ValidityModel], *, checked_at: float | None = None) -> bool:
         """Lays each answer's validity over the served document; True when some answer's state changed.
 
         Only a change re-serialises (a 100-lane document is a megabyte: serialising it every tick would stall
@@ -442,8 +518,7 @@ class RecommendationStore:
             state(self._validity.get(k)) != state(v) for k, v in validity.items())
         self.validity_checked_at = checked_at if checked_at is not None else self._clock()
         if moved:
-            self._validity = dict(validity)
-            self._publish()
+            await self._publish(validity=validity)
         return moved
 
     # -- serving -----------------------------------------------------------------------------------
@@ -457,55 +532,91 @@ class RecommendationStore:
         why = self._stale_reason or "no run has been registered yet (POST /runs, or --runs-dir)"
         return NothingToServe(f"no recommendations to serve yet: {why}")
 
-    def document(self) -> dict[str, Any]:
-        if self._current is None:
+    def _age_s(self, rendition: Rendition) -> int:
+        """A stale document's age in whole seconds (``recommender.rendition``)."""
+        return max(0, math.floor(self._clock() - rendition.good_at))
+
+    def served(self) -> Served:
+        """The document in every served form, as of now: the rendition of the last publish, its stale age
+        filled in at most once per whole second (``NothingToServe`` before there is one)."""
+        rendition = self._rendered
+        if rendition is None:
             raise self._nothing()
-        if self._stale_reason is None:
-            return self._current
-        generated = self._good_at if self._good_at is not None else self._clock()
-        return mark_stale(self._current, age_s=self._clock() - generated, reason=self._stale_reason)
+        age = self._age_s(rendition) if rendition.stale else None
+        served = self._served
+        if served is None or served.rendition is not rendition or served.age_s != age:
+            ahead = self._ahead
+            if ahead is not None and ahead.rendition is rendition and ahead.age_s == age:
+                served = ahead
+            else:
+                served = Served(rendition, age)
+                if age is not None:
+                    self.builds["age"] += 1
+            self._served = served
+        return served
+
+    async def prepare_ages(self) -> None:
+        """Forever, while the document is stale: the next second's forms (its age filled in, gzipped) made
+        ahead in a worker thread, so a poll at the turn of a second finds them ready (a 1.3 MB document's
+        gzip is 8 ms here, and every poll at that turn waited for it)."""
+        while True:
+            rendition = self._rendered
+            if rendition is None or not rendition.stale:
+                await asyncio.sleep(0.25)
+                continue
+            age = self._age_s(rendition) + 1
+            ahead = self._ahead
+            if ahead is None or ahead.rendition is not rendition or ahead.age_s != age:
+                ahead = Served(rendition, age)
+                await asyncio.to_thread(ahead.prepare)
+                self.builds["age"] += 1
+                self._ahead = ahead
+            await asyncio.sleep(min(1.0, max(0.05, rendition.good_at + age - self._clock())))
+
+    def document(self) -> dict[str, Any]:
+        """The document as a dict (a stale one marked whole, with its age: slow on a large document, so the
+        routes serve ``served()``'s bytes instead)."""
+        rendition = self._rendered
+        if rendition is None:
+            raise self._nothing()
+        if rendition.stale_reason is None:
+            return rendition.document
+        return mark_stale(rendition.document, age_s=float(self._age_s(rendition)), reason=rendition.stale_reason)
 
     def model(self) -> RecommendationsDocument:
-        """``document()`` as the model its readers take (``/metrics``, ``/capabilities``), validated once per
-        document (a stale one is a new document at each read: its age grew)."""
-        document = self.document()
-        if self._model is None or self._model[0] is not document:
-            self._model = (document, read_document(document))
-        return self._model[1]
+        """The served document as the model its readers take (``/metrics``), validated once per publish (a
+        stale one once per second of age at most)."""
+        return self.served().model()
 
     def document_gzip(self) -> bytes:
-        """The fresh document's bytes gzipped (level 1, once per publish): a poller that accepts gzip gets a
-        sixth of the bytes (a fleet's document is a megabyte)."""
-        if self._gzip_bytes is None:
-            self._gzip_bytes = gzip.compress(self.document_bytes(), compresslevel=1, mtime=0)
-        return self._gzip_bytes
+        """The document's bytes gzipped (level 1, once per publish, or per second of a stale one's age): a
+        poller that accepts gzip gets a sixth of the bytes (a fleet's document is a megabyte)."""
+        return self.served().gzip()
 
     def v1_ready(self) -> bool:
-        """Whether the v1 view can be served from cache (it can be said, and was already rendered)."""
-        if self._v1_bytes is None and self._current is not None:
-            try:
-                self._v1_bytes = json.dumps(as_v1(self._current), separators=(",", ":")).encode()
-            except ValueError:
-                return False
-        return self._v1_bytes is not None
+        """Whether the document can be said in schema v1 (``recommender.document.as_v1``)."""
+        return self._rendered is not None and self.served().v1_ready()
 
     def document_bytes(self, schema: str = "v2") -> bytes:
-        """The serialised document: cached bytes when fresh, rendered with its age when stale. ``schema``
+        """The serialised document, as rendered at its last publish (a stale one with its age). ``schema``
         ``v1``: its v1 view (``recommender.document.as_v1``; ``AmbiguousForV1`` where it cannot be said)."""
-        if schema == "v1":
-            if self._v1_bytes is None or self._stale_reason is not None:
-                body = json.dumps(as_v1(self.document()), separators=(",", ":")).encode()
-                if self._stale_reason is not None:
-                    return body
-                self._v1_bytes = body
-            return self._v1_bytes
-        if self._current_bytes is not None and self._stale_reason is None:
-            return self._current_bytes
-        return json.dumps(self.document(), separators=(",", ":")).encode()
+        served = self.served()
+        return served.v1() if schema == "v1" else served.v2()
+
+    def capabilities_bytes(self) -> bytes:
+        """The served document's capability fragment (``recommender.capabilities.capability_fragment``)."""
+        return self.served().capabilities()
 
     def lane(self, lane: str) -> dict[str, Any]:
-        lanes = self.document()["lanes"]
+        rendition = self._rendered
+        if rendition is None:
+            raise self._nothing()
+        lanes = rendition.document["lanes"]
         if lane not in lanes:
             known = ", ".join(sorted(lanes)) or "none"
             raise UnknownLane(f"no lane {lane!r} in the current recommendations (lanes: {known})")
-        return dict(lanes[lane])
+        if rendition.stale_reason is None:
+            return dict(lanes[lane])
+        one = mark_stale({**rendition.document, "lanes": {lane: lanes[lane]}}, age_s=float(self._age_s(rendition)),
+                         reason=rendition.stale_reason)
+        return dict(one["lanes"][lane])

@@ -32,6 +32,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="run folders, or folders of run folders (default: runs)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=None, help="port to bind (default 9108)")
+    parser.add_argument("--allowed-host", action="append", default=[], metavar="NAME", dest="allowed_hosts",
+                        help="a name the service answers to besides its bind address and localhost (repeatable)")
 
 
 def run_folders(paths: list[Path], skipped: list[str] | None = None, partial: list[str] | None = None) -> list[Path]:
@@ -74,11 +76,11 @@ def _port_free(host: str, port: int) -> str | None:
 
 
 def main(args: argparse.Namespace) -> int:
-    import uvicorn
     from pydantic import ValidationError
 
     from satbench.core.config_files import format_validation_error
-    from satbench.recommender.app import create_app
+    from satbench.recommender.app import analysis_workers, create_app
+    from satbench.recommender.http_server import serve
     from satbench.recommender.settings import RecommenderSettings
 
     skipped: list[str] = []
@@ -87,7 +89,8 @@ def main(args: argparse.Namespace) -> int:
         folders = run_folders(args.run_dirs or [Path("runs")], skipped, partial)
         extra = {} if args.port is None else {"port": args.port}
         settings = RecommenderSettings(prometheus_url=None, host=args.host, run_dirs=folders,
-                                       recorded_answers=True, **extra)
+                                       recorded_answers=True, allowed_hosts=getattr(args, "allowed_hosts", []),
+                                       **extra)
     except ValueError as exc:
         text = (format_validation_error(exc, "serve", model=RecommenderSettings)
                 if isinstance(exc, ValidationError) else str(exc))
@@ -106,6 +109,6 @@ def main(args: argparse.Namespace) -> int:
         return 1
     print(f"satbench serve: {len(folders)} run folder(s) at http://{settings.host}:{settings.port}/recommendations "
           "(read it with: satbench capabilities)", flush=True)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning",
-                access_log=False)
+    with analysis_workers() as workers:  # a folder without recommendations.json is analysed off the loop
+        serve(create_app(settings, analysis_executor=workers), settings)  # bounded, half-sent requests timed out
     return 0

@@ -32,7 +32,9 @@ _MANIFEST.write(_RUNS / _MANIFEST.run_id / "manifest.json")
 write_records(_RUNS / _MANIFEST.run_id / "records.jsonl", _RECORDS)
 
 TOKEN = "fuzz-write-token-0000"
-APP = create_app(RecommenderSettings(prometheus_url=None, runs_dir=_RUNS, write_token=TOKEN), background_refresh=False)
+APP = create_app(RecommenderSettings(prometheus_url=None, runs_dir=_RUNS, write_token=TOKEN,
+                                     allowed_hosts=["testserver"]),  # the ASGI test client's Host
+                 background_refresh=False)
 asyncio.run(APP.state.store.register(_MANIFEST))
 schema = schemathesis.openapi.from_asgi("/openapi.json", APP)
 

@@ -97,6 +97,7 @@ def test_the_store_validates_its_document_once_per_publish(tmp_path: Path) -> No
                                            steps=(StepWindow("dense", 1, 10.0, 40.0),))))
     first = store.model()
     assert store.model() is first and first.lanes["dense"].recommended_concurrency == 4
-    store.set_validity({"dense": ValidityModel(state="changed", checked_at=None, changes=[], reason="slots")})
+    asyncio.run(store.set_validity({"dense": ValidityModel(state="changed", checked_at=None, changes=[],
+                                                           reason="slots")}))
     again = store.model()
     assert again is not first and again.lanes["dense"].status == "stale"

@@ -92,7 +92,7 @@ def test_a_generated_token_is_needed_when_none_is_configured(analyzer: FakeAnaly
         RecommenderSettings(write_token=SecretStr("guessable"))
     with serve(app) as base:
         assert httpx.post(f"{base}/runs", json=manifest_dict("r1"), timeout=10).status_code == 401
-        head = b"POST /runs HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer\r\nContent-Length: 2\r\n\r\n"
+        head = b"POST /runs HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer\r\nContent-Length: 2\r\n\r\n"
         assert _raw_post(base, head, iter([b"{}"]))[0] == 401  # an empty Bearer (httpx will not send one)
         ok = httpx.post(f"{base}/runs", json=manifest_dict("r1"), timeout=10,
                         headers={"Authorization": f"Bearer {token}"})
@@ -185,11 +185,12 @@ def _raw_post(url: str, head: bytes, body_chunks: Iterator[bytes], timeout_s: fl
 def test_a_100_mb_body_is_refused_without_being_read(url: str) -> None:
     hundred = 100 << 20
     chunk = b"x" * (1 << 20)
-    head = (f"POST /runs HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
+    head = (f"POST /runs HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n"
+            "Content-Type: application/json\r\n"
             f"Content-Length: {hundred}\r\n\r\n").encode()
     status, took = _raw_post(url, head, iter([chunk] * 100))
     assert status == 413 and took < 5.0, took
-    chunked = (f"POST /runs HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {TOKEN}\r\n"
+    chunked = (f"POST /runs HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n"
                "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n").encode()
     framed = (b"%x\r\n" % len(chunk) + chunk + b"\r\n" for _ in range(100))
     status, took = _raw_post(url, chunked, framed)

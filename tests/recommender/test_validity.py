@@ -117,19 +117,21 @@ def test_the_store_serves_validity_and_turns_exactly_the_changed_answer_stale() 
             async def query_range(self, expr: str, start: float, end: float, step_s: float) -> list[list[float]]:
                 return []
 
-        store.set_validity(await check_answers(Client(), measured_fingerprints(store.answers_to_check()), now=10.0))
+        await store.set_validity(await check_answers(Client(), measured_fingerprints(store.answers_to_check()),
+                                                     now=10.0))
         served = json.loads(store.document_bytes())
         assert {k: v["validity"]["state"] for k, v in served["lanes"].items()} == {"a/dense": "valid",
                                                                                    "b/dense": "valid"}
         live[1] = _series("b/dense", _fingerprint(2))
-        assert store.set_validity(
+        assert await store.set_validity(
             await check_answers(Client(), measured_fingerprints(store.answers_to_check()), now=11.0))
         served = json.loads(store.document_bytes())
         assert served["lanes"]["b/dense"]["status"] == "stale" and served["lanes"]["a/dense"]["status"] == "ok"
         with pytest.raises(AmbiguousForV1):
             store.document_bytes("v1")
         live[1] = _series("b/dense", _fingerprint(4))
-        store.set_validity(await check_answers(Client(), measured_fingerprints(store.answers_to_check()), now=12.0))
+        await store.set_validity(await check_answers(Client(), measured_fingerprints(store.answers_to_check()),
+                                                     now=12.0))
         assert json.loads(store.document_bytes())["lanes"]["b/dense"]["status"] == "ok"
 
     asyncio.run(scenario())
