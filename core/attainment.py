@@ -29,9 +29,12 @@ a queue's memory is longer than one AR(1) lag shows, and with ``n_w`` alone the 
 the target were covered 87 % of the time. ``n_i = p (1 - p) / se^2`` is the same design effect read from the
 share itself (batch means of the per-request indicator over the same bins), where the window holds misses
 to read it from. The interval is the hull of that score
-interval and the batch-means one (share +- t se), at ``t`` for ``n_eff - 1`` degrees of freedom (stored as
-the estimate's ``dof``, so the figures carry it and the recommender rebuilds the interval at its own
-confidence). Where the waits are independent ``n_eff`` is the request count and the interval is Wilson's.
+interval and the batch-means one (share +- z se), both at the normal quantile: the score interval inverts
+the normal test, and a Student quantile for ``n_eff - 1`` degrees of freedom, tried, turned the rungs near
+saturation (``n_eff`` about 2: the whole window one excursion of the queue) into [0, 1] without covering
+more anywhere (``bench/attainment_coverage.py``: every case at or above 90 % either way). ``n_eff - 1`` is
+stored as the estimate's ``dof``, so the figures carry it and the recommender rebuilds the interval at its
+own confidence. Where the waits are independent ``n_eff`` is the request count and the interval is Wilson's.
 Measured coverage of a nominal 95 % (``bench/attainment_coverage.py``; truth from long runs of
 ``testkit.open_engine``) is in that script's docstring.
 
@@ -46,9 +49,10 @@ and the lane's closed-loop capacity (``capacity_bound``):
 - ``undecided`` otherwise, and where the backlog grew significantly before the window's last look (a burst
   grows it for a while; a rate above capacity keeps growing it); the load generator then measures on
   (``loadgen.open_step``: looks at 1.5x growing lengths up to ``arrival.max_window_s``), and a finished
-  window (``final=True``) fails on a significant growth and is otherwise judged by its point share where
-  its interval straddles the target: the best estimate there is, where the interval says the rate sits
-  near the boundary.
+  window (``final=True``) fails on a significant growth; where its interval still straddles the target it
+  is *undecided* (``decided=False``, with its reason), its point share given as the verdict for the search
+  to steer by (the best estimate there is, where the interval says the rate sits near the boundary), and
+  the rate answer's interval (``recommender.rate_analysis``) carries the doubt.
 
 The load generator's looks, its judgment of the finished rung (``loadgen.rates.judge``) and the
 recommender's (``recommender.rate_analysis``) all call this one function.
@@ -70,6 +74,7 @@ __all__ = ["AttainmentEstimate", "RateVerdict", "attainment_estimate", "backlog_
            "step_steady", "warmup_cut"]
 
 MAX_BINS = 64
+_NORMAL_DOF = 1e12  # Student's quantile this far out is the normal one
 PER_BIN = 4.0
 BACKLOG_SAMPLES = 64
 GROWTH_MARGIN = 0.1  # a look passes a rate only where its backlog's growth is shown below this share of it
@@ -97,14 +102,14 @@ class AttainmentEstimate:
         return float(self.judged) if self.dof is None else min(float(self.judged), self.dof + 1.0)
 
     def interval(self, confidence: float = 0.95) -> tuple[float, float] | None:
-        """Wilson's score interval at the effective count (a Student quantile for it), hulled with the
-        batch-means interval, clipped to [0, 1]; exactly Wilson's without ``dof``."""
+        """Wilson's score interval at the effective count, hulled with the batch-means interval, clipped to
+        [0, 1]; exactly Wilson's without ``dof`` (module docstring)."""
         share, count = self.share, self.effective
         if share is None or count is None:
             return None
         if self.dof is None:
             return wilson_interval(self.attained, self.judged, confidence)
-        q = t_quantile(confidence, max(1.0, count - 1.0))
+        q = t_quantile(confidence, _NORMAL_DOF)
         low, high = score_interval(share, count, q)
         if self.se is not None:
             low, high = min(low, share - q * self.se), max(high, share + q * self.se)
@@ -199,6 +204,7 @@ class RateVerdict:
     reason: str
     start: float | None = None  # a look's: where its warm-up cut put the window's start
     steady: bool | None = None  # a look's: whether the waits had settled (warmup_cut)
+    decided: bool = True  # False: a finished window whose interval straddled the target (judged by its point)
 
 
 def rate_verdict(rate: float, attainment: AttainmentEstimate | None, growth: MeanEstimate | None, *,
@@ -241,7 +247,8 @@ def rate_verdict(rate: float, attainment: AttainmentEstimate | None, growth: Mea
     if not final:
         return RateVerdict("undecided", sustained, interval, said + f" straddles {target:.0%}")
     return RateVerdict("pass" if share >= target else "fail", sustained, interval,
-                       said + f" straddles {target:.0%}: judged by its point share")
+                       said + f" straddles {target:.0%} at the window's limit: undecided (its point share "
+                       f"{'passes' if share >= target else 'fails'} it for the search)", decided=False)
 
 
 def backlog_growth(times: Sequence[tuple[float, float]], start: float, end: float) -> MeanEstimate | None:

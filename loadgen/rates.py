@@ -8,6 +8,14 @@ bracket (its midpoint), ``arrival.search_steps`` times, so the answer is known w
 2**search_steps``. A lowest rate that fails is halved, twice at most, to find one that passes. An invalid
 rung (the client fell behind its schedule) stops the ascent: the client cannot offer more.
 
+A rung whose attainment interval still straddled the target at the window's limit is *undecided*
+(``RateOutcome.decided`` False; ``passed`` is its point share's verdict, which steers the climb). Measuring
+again between two such rungs teaches the answer nothing: its interval (``recommender.rate_analysis``) is
+bounded by the highest rate that passed decidedly and the lowest that failed decidedly. So the bisection
+narrows that bracket from its ends: the next rate halves the wider of the gaps between the decided pass and
+the first rate above it and between the last rate below the decided fail and that fail (the whole bracket
+where nothing lies inside), ``search_steps`` times; with every rung decided this is the plain bisection.
+
 ``judge(figures, arrival, capacity_rps)`` is the load generator's verdict on a finished rung
 (``core.attainment.rate_verdict``: not above the closed ladder's capacity, the backlog not growing
 significantly, at least ``arrival.target`` of the requests attaining every objective). The recommender judges
@@ -32,6 +40,7 @@ __all__ = ["RateOutcome", "judge", "next_rate"]
 class RateOutcome:
     rate: float
     passed: bool | None  # None: the rung could not be judged (invalid)
+    decided: bool = True  # False: its interval straddled the target at the window's limit (passed: its point)
 
 
 def judge(figures: StepFigures, arrival: ArrivalConfig, capacity_rps: float | None = None,
@@ -43,7 +52,8 @@ def judge(figures: StepFigures, arrival: ArrivalConfig, capacity_rps: float | No
     verdict = rate_verdict(figures.rate_rps, step_attainment(figures), step_growth(figures),
                            target=arrival.target, confidence=confidence, capacity_rps=capacity_rps, final=True,
                            steady=step_steady(figures))
-    return RateOutcome(figures.rate_rps, None if verdict.verdict == "undecided" else verdict.verdict == "pass")
+    return RateOutcome(figures.rate_rps, None if verdict.verdict == "undecided" else verdict.verdict == "pass",
+                       verdict.decided)
 
 
 def _ladder(arrival: ArrivalConfig, capacity_rps: float | None) -> list[float]:
@@ -59,8 +69,10 @@ def _ladder(arrival: ArrivalConfig, capacity_rps: float | None) -> list[float]:
     return [round(f * capacity_rps, 6) for f in factors]
 
 
-def next_rate(measured: Sequence[RateOutcome], arrival: ArrivalConfig, capacity_rps: float | None) -> float | None:
-    """The next rate to measure, or ``None`` when the search is over (module docstring)."""
+def next_rate(measured: Sequence[RateOutcome], arrival: ArrivalConfig, capacity_rps: float | None, *,
+              from_decided: bool = True) -> float | None:
+    """The next rate to measure, or ``None`` when the search is over (module docstring); ``from_decided=False``:
+    plain bisection between the point verdicts, undecided rungs or not (the trace factor search)."""
     done = {round(o.rate, 6) for o in measured}
     judged = sorted((o for o in measured if o.passed is not None), key=lambda o: o.rate)
     lowest_fail = min((o.rate for o in judged if not o.passed), default=None)
@@ -80,8 +92,23 @@ def next_rate(measured: Sequence[RateOutcome], arrival: ArrivalConfig, capacity_
     bisections = sum(1 for o in measured if round(o.rate, 6) not in listed) - halvings
     if bisections >= arrival.search_steps:
         return None
-    mid = round((max(passed) + lowest_fail) / 2, 6)
+    if not from_decided:
+        mid = round((max(passed) + lowest_fail) / 2, 6)
+        return None if mid in done else mid
+    low, high = _edges(judged, max(passed), lowest_fail)
+    between = sorted({o.rate for o in judged if low < o.rate < high})
+    below, above = (between[0], between[-1]) if between else (high, low)
+    mid = round((low + below) / 2, 6) if below / low >= high / above else round((above + high) / 2, 6)
     return None if mid in done else mid
+
+
+def _edges(judged: Sequence[RateOutcome], passed: float, failed: float) -> tuple[float, float]:
+    """The bracket the search narrows: the highest rate that passed *decidedly* below the lowest that failed
+    decidedly (each, where none did, the one its point share passed or failed: module docstring)."""
+    fails = [o.rate for o in judged if o.decided and not o.passed]
+    high = min(fails, default=failed)
+    passes = [o.rate for o in judged if o.decided and o.passed and o.rate < high]
+    return max(passes, default=min(passed, high)), high
 
 
 def _halvings(measured: Sequence[RateOutcome]) -> int:

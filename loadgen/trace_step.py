@@ -94,5 +94,7 @@ def next_factor(measured: Sequence[RateOutcome], trace: TraceConfig, arrival: Ar
                 recorded_rps: float) -> float | None:
     """The next speed factor to replay, or ``None`` when the search is over (module docstring); ``measured``
     holds each rung's outcome at its rate (recorded rate x factor)."""
-    rate = next_rate(measured, _search(trace, arrival), recorded_rps)
+    # the trace answer reads the bracket around its point curve's crossing (recommender.trace_analysis):
+    # plain bisection, not the rate answer's narrowing from decided ends
+    rate = next_rate(measured, _search(trace, arrival), recorded_rps, from_decided=False)
     return None if rate is None else float(f"{rate / recorded_rps:.6g}")  # the listed factor, not its rounding

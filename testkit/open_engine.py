@@ -14,6 +14,13 @@ sends) and returns each request's intended send, first token and end. ``true_att
 the requests of long runs (seeds pooled, each run's first ``skip_s`` left out: it starts empty) whose TTFT
 and e2e from the intended send met the objectives; ``true_max_rate`` the highest rate, to 1 %, whose
 long-run attainment reaches the target.
+
+``measured_rung`` is one rate rung as the load generator measures it, on this engine: the same seeded
+schedule, the looks of ``loadgen.open_step`` (``core.attainment.rate_look`` at ``min_window_s`` and 1.5x
+growing lengths up to ``max_window_s``, with what was known at each: the requests ended, and those in flight
+whose TTFT deadline had passed), then the finished window's figures (``core.step_figures``). A test walks the
+search (``loadgen.rates``) over it and answers with ``recommender.rate_analysis``: satbench's measurement,
+minus its wire, against a truth that is the engine's.
 """
 
 from __future__ import annotations
@@ -23,9 +30,14 @@ from collections import deque
 from dataclasses import dataclass
 
 from satbench.core.arrivals import schedule
+from satbench.core.attainment import rate_look
+from satbench.core.figures import StepFigures
+from satbench.core.manifest import StepWindow
 from satbench.core.objectives import Objectives
+from satbench.core.records import RequestRecord
+from satbench.core.step_figures import compute_step_figures
 
-__all__ = ["OpenEngine", "Served", "serve", "true_attainment", "true_max_rate"]
+__all__ = ["OpenEngine", "Served", "measured_rung", "serve", "true_attainment", "true_max_rate"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,3 +147,41 @@ def true_max_rate(engine: OpenEngine, process: str, capacity_rps: float, *, obje
         mid = math.sqrt(low * high)
         low, high = (mid, high) if ok(mid) else (low, mid)
     return low
+
+
+def measured_rung(engine: OpenEngine, process: str, rate: float, seed: int | str, *, objectives: Objectives,
+                  target: float = 0.9, capacity_rps: float | None = None, shape: float = 1.0, warmup_s: float = 4.0,
+                  min_window_s: float = 8.0, max_window_s: float = 90.0) -> StepFigures:
+    """One open rung measured as the load generator measures it (module docstring)."""
+    served = serve(engine, process, rate, seed, warmup_s + max_window_s + 120.0, shape)
+    deadline = math.inf if objectives.ttft_s is None else objectives.ttft_s
+    attained = [r.attained(objectives, engine.prompt_tokens, engine.output_tokens) for r in served]
+    start = warmup_s
+    now = start + min_window_s
+    while True:
+        done, pending = [], []
+        for r, ok in zip(served, attained, strict=True):
+            if r.sent > now:
+                continue
+            if r.end <= now:
+                done.append((r.sent, r.wait, r.end, ok))
+            else:
+                wait = min(r.first, now) - r.sent
+                pending.append((r.sent, wait, r.first > now and wait > deadline))
+        look = rate_look(done, pending, start, now, rate, target=target, capacity_rps=capacity_rps)
+        if look.verdict != "undecided" or now >= start + max_window_s:
+            break
+        now = min(start + max_window_s, start + 1.5 * (now - start))
+    begin = start if look.start is None else look.start
+    records = []
+    out = engine.output_tokens
+    for i, r in enumerate(served):
+        gap = (r.end - r.first) / (out - 1) if out > 1 else 0.0
+        records.append(RequestRecord(
+            run_id="engine", lane="x", concurrency=0, user=0, request_id=f"r{i}",
+            phase="window" if begin <= r.sent <= now else "warmup", sent_at=r.sent, ttft_s=r.first - r.sent,
+            e2e_s=r.end - r.sent, queue_s=None, itl_s=(gap,) * (out - 1), prompt_tokens=engine.prompt_tokens,
+            output_tokens=out, outcome="ok", rate_rps=rate, intended_at=r.sent))
+    window = StepWindow(lane="x", concurrency=0, start=begin, end=now, slots=engine.slots, rate_rps=rate,
+                        steady=look.steady)
+    return compute_step_figures(records, window, objectives=objectives)

@@ -111,7 +111,10 @@ def test_verdicts() -> None:
     assert rate_verdict(10.0, AttainmentEstimate(100, 200), flat, target=0.9).verdict == "fail"
     straddles = AttainmentEstimate(46, 50)
     assert rate_verdict(10.0, straddles, flat, target=0.9).verdict == "undecided"
-    assert rate_verdict(10.0, straddles, flat, target=0.9, final=True).verdict == "pass"  # 92 %, by its point
+    finished = rate_verdict(10.0, straddles, flat, target=0.9, final=True)
+    assert finished.verdict == "pass" and not finished.decided  # 92 %: its point steers the search; undecided
+    assert "undecided" in finished.reason
+    assert rate_verdict(10.0, good, flat, target=0.9, final=True).decided
     growing = MeanEstimate(3.0, 0.2, 50)
     assert rate_verdict(10.0, good, growing, target=0.9).verdict == "undecided"  # a burst, or not: measure on
     assert rate_verdict(10.0, good, growing, target=0.9, final=True).verdict == "fail"
