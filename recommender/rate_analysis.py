@@ -21,7 +21,8 @@ is within 10 % of the answer), else ``undecided`` with the reason: under bursty 
 target holds few independent stretches and its interval still straddles the target at
 ``arrival.max_window_s``, which is said, never a settled answer off by a third (the audit's gamma cv 3 and 4
 searches with 90 s windows were 33 % and 51 % high, all ``settled``). Where every rate passed: the highest
-offered, a lower bound (``unsaturated``); where none did: ``none`` with the reason. The ``binding`` objective
+offered, a lower bound (``unsaturated``); where none did: ``none`` with the reason (``undecided`` where the
+lowest rate measured still straddled the target). The ``binding`` objective
 is what failed at the first failing rate: ``sustained`` (above capacity, or the backlog grew) or the most
 missed objective. Goodput and attainment at the best passing rung, and the whole curve, go with it.
 
@@ -75,6 +76,7 @@ class RatePoint:
     ttft_p95_s: float | None
     judged: int = 0
     reason: str | None = None
+    decided: bool = True  # False: its interval straddled the target at the window's limit (passed: its point)
 
     @property
     def served_rate(self) -> float:
@@ -138,7 +140,8 @@ def rate_passes(step: StepFigures, policy: Policy, capacity_rps: float | None = 
                      missed_most=max(misses, key=lambda k: misses[k]) if misses else None,
                      latency_mean_s=step.latency_intended_s.mean or step.latency_s.mean,
                      ttft_p95_s=step.ttft_intended_s.p95 or step.ttft_s.p95, judged=step.judged_requests or 0,
-                     reason=step.reason if not step.valid else None if verdict is None else verdict.reason)
+                     reason=step.reason if not step.valid else None if verdict is None else verdict.reason,
+                     decided=verdict is None or verdict.decided)
 
 
 def attainment_curve(points: Sequence[RatePoint]) -> list[tuple[float, float]]:
@@ -191,6 +194,11 @@ def rate_answer(steps: Sequence[StepFigures], policy: Policy, closed_at_answer: 
             f"{p.rate_rps:g}/s {p.reason}" for p in points) + ")") if not judged else (
             f"even the lowest rate measured, {judged[0].rate_rps:g} requests/s, is not served within the objectives "
             f"({_failure(judged[0], target)})")
+        if tolerance is not None and judged and not judged[0].decided:
+            return RateAnswer("undecided", f"the lowest rate measured, {judged[0].rate_rps:g} requests/s, still "
+                              f"straddled the {target:.0%} target at the window's limit (arrival.max_window_s): the "
+                              "answer lies near or below it (measure longer, or list lower rates)", None, None,
+                              None, None, None, None, target, tuple(points))
         return RateAnswer("none", why, None, None, None, None, None,
                           None if not failing else _binding(failing[0]), target, tuple(points))
     best = passing[-1]

@@ -65,3 +65,22 @@ def test_a_rate_search_is_within_ten_per_cent_of_the_engines_truth_or_undecided(
         assert answer.reason
     if answer.interval is not None and answer.status == "settled":
         assert answer.interval[0] <= truth <= answer.interval[1]
+
+
+def test_a_lowest_rung_that_straddled_makes_no_none_answer() -> None:
+    """Every rung failed by its point share, the lowest one undecided (its interval straddled the target at the
+    window's limit): the answer is undecided, not 'none' (the truth may lie just below it); decidedly failed, it
+    is 'none'."""
+    from satbench.core.figures import StepFigures
+
+    def step(rate: float, attained: int, dof: float) -> StepFigures:
+        return StepFigures(lane="x", concurrency=0, window_s=600.0, requests=200, errors=0, throughput_tok_s=1.0,
+                           requests_per_s=rate, rate_rps=rate, offered_rps=rate,
+                           judged_requests=200, attained_requests=attained, attainment=attained / 200,
+                           attainment_se=0.0, attainment_dof=dof, waits_settled=1)
+
+    policy = Policy()
+    straddled = rate_answer([step(0.5, 170, 4.0), step(1.0, 100, 199.0)], policy)
+    assert straddled is not None and straddled.status == "undecided" and "0.5 requests/s" in (straddled.reason or "")
+    failed = rate_answer([step(0.5, 150, 199.0), step(1.0, 100, 199.0)], policy)
+    assert failed is not None and failed.status == "none"
