@@ -335,6 +335,7 @@ def _goodput(objectives: Objectives | None, judged: Sequence[tuple[int, RequestR
     tokens = 0
     misses: dict[str, int] = {}
     outcomes: list[tuple[float, bool]] = []
+    waits: list[tuple[float, float]] = []
     for index, rec, cut in judged:
         excess = excess_of.get(index)
         ttft = rec.ttft_s if rec.ttft_s is not None else (rec.e2e_s if cut else None)
@@ -347,9 +348,11 @@ def _goodput(objectives: Objectives | None, judged: Sequence[tuple[int, RequestR
             misses[name] = misses.get(name, 0) + 1
         meant = rec.intended_at if rec.intended_at is not None else rec.sent_at
         outcomes.append((min(max(meant, start), end), not missed))
+        if ttft is not None:
+            waits.append((min(max(meant, start), end), ttft + rec.lag_s))
         if not missed:
             tokens += rec.output_tokens
-    estimate = attainment_estimate(outcomes, start, end)
+    estimate = attainment_estimate(outcomes, start, end, waits)
     return {"judged_requests": estimate.judged, "attained_requests": estimate.attained,
             "attainment": estimate.share, "attainment_se": estimate.se, "attainment_dof": estimate.dof,
             "goodput_rps": estimate.attained / length, "goodput_tok_s": tokens / length,

@@ -15,6 +15,14 @@ rungs (every rung of its ladder, two halvings and ``search_steps`` bisections, t
 whatever its outcomes say, and ``search_end`` says why it ended: decided, a lower bound, none, or
 ``undecided`` at the bound with its reason.
 
+A rung whose attainment interval still straddled the target at the window's limit is *undecided*
+(``RateOutcome.decided`` False; ``passed`` is its point share's verdict, which steers the climb). Measuring
+again between two such rungs teaches the answer nothing: its interval (``recommender.rate_analysis``) is
+bounded by the highest rate that passed decidedly and the lowest that failed decidedly. So the bisection
+narrows that bracket from its ends: the next rate halves the wider of the gaps between the decided pass and
+the first rate above it and between the last rate below the decided fail and that fail (the whole bracket
+where nothing lies inside), ``search_steps`` times; with every rung decided this is the plain bisection.
+
 ``judge(figures, arrival, capacity_rps)`` is the load generator's verdict on a finished rung
 (``core.attainment.rate_verdict``: not above the closed ladder's capacity, the backlog not growing
 significantly, at least ``arrival.target`` of the requests attaining every objective). The recommender judges
@@ -43,6 +51,7 @@ HALVINGS = 2  # a failing bottom is halved at most this often
 class RateOutcome:
     rate: float
     passed: bool | None  # None: the rung could not be judged (invalid)
+    decided: bool = True  # False: its interval straddled the target at the window's limit (passed: its point)
 
 
 def judge(figures: StepFigures, arrival: ArrivalConfig, capacity_rps: float | None = None,
@@ -54,7 +63,8 @@ def judge(figures: StepFigures, arrival: ArrivalConfig, capacity_rps: float | No
     verdict = rate_verdict(figures.rate_rps, step_attainment(figures), step_growth(figures),
                            target=arrival.target, confidence=confidence, capacity_rps=capacity_rps, final=True,
                            steady=step_steady(figures))
-    return RateOutcome(figures.rate_rps, None if verdict.verdict == "undecided" else verdict.verdict == "pass")
+    return RateOutcome(figures.rate_rps, None if verdict.verdict == "undecided" else verdict.verdict == "pass",
+                       verdict.decided)
 
 
 def rate_key(rate: float) -> float:
@@ -86,23 +96,25 @@ def rung_bound(arrival: ArrivalConfig, capacity_rps: float | None) -> int:
     return len(_ladder(arrival, capacity_rps)) + HALVINGS + arrival.search_steps
 
 
-def next_rate(measured: Sequence[RateOutcome], arrival: ArrivalConfig, capacity_rps: float | None) -> float | None:
-    """The next rate to measure, or ``None`` when the search is over (module docstring)."""
-    return _step(measured, arrival, capacity_rps)[0]
+def next_rate(measured: Sequence[RateOutcome], arrival: ArrivalConfig, capacity_rps: float | None, *,
+              from_decided: bool = True) -> float | None:
+    """The next rate to measure, or ``None`` when the search is over (module docstring); ``from_decided=False``:
+    plain bisection between the point verdicts, undecided rungs or not (the trace factor search)."""
+    return _step(measured, arrival, capacity_rps, from_decided=from_decided)[0]
 
 
 def search_end(measured: Sequence[RateOutcome], arrival: ArrivalConfig, capacity_rps: float | None,
-               unit: str = "requests/s") -> str | None:
+               unit: str = "requests/s", *, from_decided: bool = True) -> str | None:
     """Why the search is over, ``None`` while it goes on; one that reached ``rung_bound`` without its answer
     says ``undecided`` and why. ``unit`` names the rates (a trace's factor search: ``x``)."""
-    rate, why = _step(measured, arrival, capacity_rps, unit)
+    rate, why = _step(measured, arrival, capacity_rps, unit, from_decided=from_decided)
     return None if rate is not None else why
 
 
 def _step(measured: Sequence[RateOutcome], arrival: ArrivalConfig, capacity_rps: float | None,
-          unit: str = "requests/s") -> tuple[float | None, str]:
+          unit: str = "requests/s", *, from_decided: bool = True) -> tuple[float | None, str]:
     """The next rate (``None``: over) and why the search stands where it does."""
-    rate, why = _next(measured, arrival, capacity_rps, unit)
+    rate, why = _next(measured, arrival, capacity_rps, unit, from_decided)
     bound = rung_bound(arrival, capacity_rps)
     if rate is not None and len(measured) >= bound:
         return None, (f"undecided: the search measured {len(measured)} rungs, its bound ({bound}: the ladder's "
@@ -112,7 +124,7 @@ def _step(measured: Sequence[RateOutcome], arrival: ArrivalConfig, capacity_rps:
 
 
 def _next(measured: Sequence[RateOutcome], arrival: ArrivalConfig, capacity_rps: float | None,
-          unit: str) -> tuple[float | None, str]:
+          unit: str, from_decided: bool) -> tuple[float | None, str]:
     done = {rate_key(o.rate) for o in measured}
     judged = sorted((o for o in measured if o.passed is not None), key=lambda o: o.rate)
     lowest_fail = min((o.rate for o in judged if not o.passed), default=None)
@@ -140,7 +152,13 @@ def _next(measured: Sequence[RateOutcome], arrival: ArrivalConfig, capacity_rps:
     bisections = sum(1 for o in measured if rate_key(o.rate) not in listed) - halvings
     if bisections >= arrival.search_steps:
         return None, f"decided {bracket} after {bisections} bisections"
-    mid = rate_key((max(passed) + lowest_fail) / 2)
+    if from_decided:
+        low, high = _edges(judged, max(passed), lowest_fail)
+        between = sorted({o.rate for o in judged if low < o.rate < high})
+        below, above = (between[0], between[-1]) if between else (high, low)
+        mid = rate_key((low + below) / 2) if below / low >= high / above else rate_key((above + high) / 2)
+    else:
+        mid = rate_key((max(passed) + lowest_fail) / 2)
     return (None, f"decided {bracket}: its midpoint was measured already") if mid in done else (mid, "bisecting")
 
 
@@ -148,6 +166,15 @@ def _said(rate: float | None, unit: str) -> str:
     if rate is None:
         return "none"
     return factor_label(rate) if unit == "x" else f"{rate:.{RATE_DECIMALS + 4}g} {unit}"
+
+
+def _edges(judged: Sequence[RateOutcome], passed: float, failed: float) -> tuple[float, float]:
+    """The bracket the search narrows: the highest rate that passed *decidedly* below the lowest that failed
+    decidedly (each, where none did, the one its point share passed or failed: module docstring)."""
+    fails = [o.rate for o in judged if o.decided and not o.passed]
+    high = min(fails, default=failed)
+    passes = [o.rate for o in judged if o.decided and o.passed and o.rate < high]
+    return max(passes, default=min(passed, high)), high
 
 
 def _halvings(measured: Sequence[RateOutcome]) -> int:

@@ -164,17 +164,20 @@ def _search(trace: TraceConfig, arrival: ArrivalConfig) -> ArrivalConfig:
 
 def _in_factors(measured: Sequence[RateOutcome], recorded_rps: float) -> list[RateOutcome]:
     """Each rung's outcome at its factor: its rate (recorded rate x factor) over the recorded rate, keyed."""
-    return [RateOutcome(rate_key(o.rate / recorded_rps), o.passed) for o in measured]
+    return [RateOutcome(rate_key(o.rate / recorded_rps), o.passed, o.decided) for o in measured]
 
 
 def next_factor(measured: Sequence[RateOutcome], trace: TraceConfig, arrival: ArrivalConfig,
                 recorded_rps: float) -> float | None:
     """The next speed factor to replay, or ``None`` when the search is over (module docstring); ``measured``
     holds each rung's outcome at its rate (recorded rate x factor)."""
-    return next_rate(_in_factors(measured, recorded_rps), _search(trace, arrival), 1.0)
+    # the trace answer reads the bracket around its point curve's crossing (recommender.trace_analysis):
+    # plain bisection, not the rate answer's narrowing from decided ends
+    return next_rate(_in_factors(measured, recorded_rps), _search(trace, arrival), 1.0, from_decided=False)
 
 
 def factor_search_end(measured: Sequence[RateOutcome], trace: TraceConfig, arrival: ArrivalConfig,
                       recorded_rps: float) -> str | None:
     """Why the factor search is over (``loadgen.rates.search_end`` in factors), ``None`` while it goes on."""
-    return search_end(_in_factors(measured, recorded_rps), _search(trace, arrival), 1.0, unit="x")
+    return search_end(_in_factors(measured, recorded_rps), _search(trace, arrival), 1.0, unit="x",
+                      from_decided=False)

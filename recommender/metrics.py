@@ -30,8 +30,8 @@ Per lane (``lane`` is the lane's name, never its key; ``node`` where the lane na
 
 - ``satbench_max_rate_rps{status}`` and ``satbench_goodput_rps``: the rate answer (``recommender.rate_analysis``)
   where the run walked open-loop rates: the highest request rate the lane serves within its objectives for
-  the policy's share of requests, labelled with its status (``settled``, ``unsaturated``), and the goodput
-  there; absent for a lane whose run walked no rates, or none passed.
+  the policy's share of requests, labelled with its status (``settled``, ``unsaturated``, ``undecided``), and
+  the goodput there; absent for a lane whose run walked no rates, or none passed.
 - ``satbench_trace_max_factor{status}``: the trace answer (``recommender.trace_analysis``) where the lane
   replayed a recorded trace: the largest speed factor it takes within its objectives ("this node takes N x the
   recorded traffic"), labelled with its status; absent for a lane that replayed none, or where no factor passed.

@@ -193,8 +193,9 @@ class RateModel(BaseModel):
     """The rate answer: the highest request rate the lane sustains with at least ``attainment_target`` of its
     requests within every objective (goodput), from open-loop rungs; absent without them."""
 
-    status: Literal["settled", "unsaturated", "none"] = Field(
-        description="settled: bracketed by a failing rate; unsaturated: every rate passed (a lower bound); none")
+    status: Literal["settled", "unsaturated", "undecided", "none"] = Field(
+        description="settled: bracketed by a failing rate, its interval within 10 % of the answer; unsaturated: "
+                    "every rate passed (a lower bound); undecided: the interval is wider (the reason says why); none")
     reason: str | None
     max_rate_rps: float | None = Field(description="what an autoscaler or rate limiter reads (requests/s)")
     max_rate_rpm: int | None = Field(description="the same per minute (LiteLLM rpm)")

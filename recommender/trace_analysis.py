@@ -99,7 +99,7 @@ def trace_answer(rungs: Sequence[tuple[float, StepFigures]], policy: Policy, rec
     if not recorded_rate_rps > 0:
         raise ValueError(f"recorded_rate_rps must be positive, got {recorded_rate_rps!r}")
     factor_of = {round(step.rate_rps or 0.0, 6): factor for factor, step in rungs}
-    rate = rate_answer([step for _, step in rungs], policy, None, capacity_rps)
+    rate = rate_answer([step for _, step in rungs], policy, None, capacity_rps, tolerance=None)
     assert rate is not None
     points = tuple(TracePoint(factor_of.get(round(p.rate_rps, 6), p.rate_rps / recorded_rate_rps), p.rate_rps,
                               p.offered_rps, p.attainment, p.attainment_interval, p.passed, p.sustained,

@@ -72,7 +72,8 @@ def rate_facts(rate: RateModel | None) -> list[tuple[str, str]]:
     if rate is None:
         return []
     if rate.max_rate_rps is None:
-        return [("rate answer", f"none: {rate.reason or rate.status}")]
+        said = "undecided" if rate.status == "undecided" else "none"
+        return [("rate answer", f"{said}: {rate.reason or rate.status}")]
     interval = rate.interval
     said = f"{rate.max_rate_rps:.3g} requests/s ({rate.max_rate_rpm} rpm), {rate.status}"
     if interval:

@@ -61,3 +61,22 @@ def test_an_invalid_rung_stops_the_ascent() -> None:
 
 def test_no_capacity_and_no_rates_is_no_search() -> None:
     assert next_rate([], ArrivalConfig(process="poisson"), None) is None
+
+
+def test_undecided_rungs_are_bracketed_from_their_decided_ends() -> None:
+    """Rates within 8 % of the threshold 10 end undecided (their interval straddles the target at the window's
+    limit; their point share steers): the bisection narrows the decided pass and the decided fail from the
+    ends, never bisecting again between two undecided rungs, so the decided bracket closes in on the
+    undecided zone."""
+    arrival = ArrivalConfig(process="poisson", search_steps=4)
+    done: list[RateOutcome] = []
+    while (rate := next_rate(done, arrival, 8.0)) is not None:
+        done.append(RateOutcome(rate, rate <= 10.0, decided=abs(rate / 10.0 - 1) > 0.08))
+        assert len(done) < 30
+    decided_pass = max(o.rate for o in done if o.decided and o.passed)
+    decided_fail = min(o.rate for o in done if o.decided and not o.passed)
+    undecided = sorted(o.rate for o in done if not o.decided)
+    assert undecided and decided_pass < undecided[0] and undecided[-1] < decided_fail
+    assert decided_pass >= 10.0 / 1.08 * 0.93 and decided_fail <= 10.0 * 1.08 * 1.07  # within 7 % of the zone
+    bisected = [o.rate for o in done if round(o.rate, 6) not in {4.0, 6.0, 8.0, 10.0, 12.5, 15.625}]
+    assert not any(a < r < b for r in bisected for a in undecided for b in undecided)

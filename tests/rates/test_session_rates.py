@@ -37,7 +37,9 @@ def test_an_open_loop_session_answers_a_rate_everywhere(tmp_path: Path) -> None:
     doc = json.loads((run_dir / "recommendations.json").read_text())
     rate = doc["lanes"]["dense"]["rate"]
     # 5/s is far below the ~12/s the dense lane completes with its 4 slots busy, 30/s far above it
-    assert rate["status"] == "settled" and 5 <= rate["max_rate_rps"] < 30
+    # three rungs 8 s long bracket it, but their intervals cannot hold it within 10 %: undecided, said so
+    assert rate["status"] in {"settled", "undecided"} and 5 <= rate["max_rate_rps"] < 30
+    assert rate["status"] == "settled" or "interval" in rate["reason"]
     assert rate["max_rate_rpm"] == int(rate["max_rate_rps"] * 60)
     assert {round(p["rate_rps"]) for p in rate["curve"]} >= {5, 30}
     over = next(p for p in rate["curve"] if round(p["rate_rps"]) == 30)
@@ -46,11 +48,12 @@ def test_an_open_loop_session_answers_a_rate_everywhere(tmp_path: Path) -> None:
     html = (run_dir / "report.html").read_text()
     assert "Open-loop rates" in html and "coordinated omission" in html
     fragment = capability_fragment(doc)["lanes"]["dense"]
-    assert fragment["max_rate_rps"] == rate["max_rate_rps"] and fragment["rate_status"] == "settled"
+    assert fragment["max_rate_rps"] == rate["max_rate_rps"] and fragment["rate_status"] == rate["status"]
     litellm, _ = litellm_config(doc, api_bases={"dense": "http://127.0.0.1:1"})
     (deployment,) = litellm["model_list"]
-    assert deployment["litellm_params"]["rpm"] == rate["max_rate_rpm"]
-    assert f'satbench_max_rate_rps{{lane="dense",status="settled"}} {float(rate["max_rate_rps"])!r}' in \
+    # a router gets an rpm only from a settled answer
+    assert deployment["litellm_params"].get("rpm") == (rate["max_rate_rpm"] if rate["status"] == "settled" else None)
+    assert f'satbench_max_rate_rps{{lane="dense",status="{rate["status"]}"}} {float(rate["max_rate_rps"])!r}' in \
         exposition(doc)
     window = Window.of_run(run_dir)
     with replay_prometheus(run_dir, tmp_path / "replay") as prom:

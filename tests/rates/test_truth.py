@@ -49,7 +49,10 @@ def test_the_rate_answer_is_within_ten_percent_of_the_engine_truth(name: str, sh
             capacity_high=bound, warmup_s=warmup, judge=lambda f, hi: judge(f, arrival, hi).passed,
             next_rate=lambda done, cap: next_rate([RateOutcome(r, p) for r, p in done], arrival, cap))
         answer = rate_answer(steps, POLICY, capacity_rps=capacity)
-        assert answer is not None and answer.max_rate_rps is not None and answer.status == "settled"
+        # settled where its interval holds it within 10 %, else undecided (its reason says why): either way
+        # the point answer is held to 10 % here
+        assert answer is not None and answer.max_rate_rps is not None and answer.status in {"settled", "undecided"}
+        assert answer.status == "settled" or answer.reason
         errors.append(answer.max_rate_rps / truth - 1)
     print(f"\n{name} {process}: truth {truth:.3f} req/s, errors " + ", ".join(f"{e:+.1%}" for e in errors))
     assert all(abs(e) <= 0.10 for e in errors), errors
