@@ -24,7 +24,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from testkit.accuracy.datasheet import ANSWERS, measure_draw, render, table
+from testkit.accuracy.datasheet import ANSWERS, measure_draw, render, render_buckets, table
 from testkit.accuracy.space import Space, sample
 
 
@@ -68,7 +68,10 @@ def main(argv: list[str] | None = None) -> int:
                         encoding="utf-8")
     failed = [d for d in draws if "error" in d]
     print()
-    print(render(table([d for d in draws if "error" not in d])))
+    ran = [d for d in draws if "error" not in d]
+    print(render(table(ran)))
+    print()
+    print(render_buckets(ran))
     print(f"\n{len(draws)} draws (seed {args.seed}) in {wall:.0f} s with {args.jobs} process(es); "
           f"{len(failed)} failed to run; every draw in {args.out}")
     for d in failed:

@@ -39,7 +39,7 @@ from testkit.accuracy.truth import (
     true_rungs,
 )
 
-__all__ = ["ANSWERS", "Score", "measure_draw", "render", "table"]
+__all__ = ["ANSWERS", "Score", "bucket", "measure_draw", "render", "render_buckets", "table"]
 
 ANSWERS = ("concurrency", "rate", "trace")
 
@@ -104,6 +104,7 @@ class Score:
     settled: int
     unsettled: int  # with a value, not settled
     none: int  # no value
+    none_wrong: int  # no value where the truth is positive
     error_median: float | None  # |relative error|, answers with a value, truth > 0
     error_p90: float | None
     error_max: float | None
@@ -142,7 +143,7 @@ def table(draws: Sequence[dict[str, Any]]) -> list[Score]:
         if not entries:
             continue
         errors, rungs_off, doublings = [], [], []
-        settled = unsettled = none = on_target = far = within = 0
+        settled = unsettled = none = none_wrong = on_target = far = within = 0
         coverage: dict[str, list[int]] = {}
         seconds = [sum(e["seconds"].values()) for e in entries]
 
@@ -156,6 +157,7 @@ def table(draws: Sequence[dict[str, Any]]) -> list[Score]:
             truth, value, status = e["truth"], e["answer"], e["status"]
             if value is None:
                 none += 1
+                none_wrong += truth > 0
             elif status == "settled":
                 settled += 1
             else:
@@ -190,7 +192,7 @@ def table(draws: Sequence[dict[str, Any]]) -> list[Score]:
                     if pair in e.get("true_gains", {}):
                         cover("gain per doubling interval", _covers(interval, e["true_gains"][pair]))
         rows.append(Score(
-            name, len(entries), settled, unsettled, none, _quantile(errors, 0.5), _quantile(errors, 0.9),
+            name, len(entries), settled, unsettled, none, none_wrong, _quantile(errors, 0.5), _quantile(errors, 0.9),
             max(errors, default=None), max(rungs_off, default=None) if name == "concurrency" else None,
             on_target, far, within, max(doublings, default=None),
             {k: (v[0], v[1]) for k, v in coverage.items()},
@@ -204,15 +206,16 @@ def _pct(x: float | None) -> str:
 
 def render(rows: Sequence[Score]) -> str:
     """The table as the bench prints it and docs/accuracy.md states it (Markdown)."""
-    lines = ["| answer | draws | settled / not settled / none | error median / p90 / max | settled on target "
-             "(goal >= 95 %) | settled and off > 20 % (goal 0) | not settled within one doubling | seconds per "
-             "draw, median / max |",
+    lines = ["| answer | draws | settled / not settled / none (truth > 0) | error median / p90 / max | settled on "
+             "target (goal >= 95 %) | settled and off > 20 % (goal 0) | not settled within one doubling | seconds per "
+             "draw, median / max (truth and answer; the closed ladder with each) |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         share = r.on_target_share()
         rungs = "" if r.rungs_off_max is None else f"; rungs off max {r.rungs_off_max:.0f}"
         lines.append(
-            f"| {r.answer} | {r.draws} | {r.settled} / {r.unsettled} / {r.none} | {_pct(r.error_median)} / "
+            f"| {r.answer} | {r.draws} | {r.settled} / {r.unsettled} / {r.none} ({r.none_wrong}) | "
+            f"{_pct(r.error_median)} / "
             f"{_pct(r.error_p90)} / {_pct(r.error_max)}{rungs} | {r.settled_on_target} of {r.settled} "
             f"({_pct(share)}) | {r.settled_far} | {r.unsettled_within_doubling} of {r.unsettled} | "
             f"{r.seconds_median or 0:.1f} / {r.seconds_max or 0:.1f} |")
@@ -220,4 +223,33 @@ def render(rows: Sequence[Score]) -> str:
     for r in rows:
         for key, (hit, n) in sorted(r.coverage.items()):
             lines.append(f"| {r.answer} | {key} | {hit} of {n} ({_pct(hit / n if n else None)}) |")
+    return "\n".join(lines)
+
+
+def bucket(answer: str, condition: dict[str, Any]) -> str:
+    """The condition an answer's accuracy is split by: the arrivals' burstiness for the rate, the trace's shape
+    for the factor, the slots and the step for the concurrency."""
+    if answer == "rate":
+        cv = condition["cv"]
+        return "Poisson" if cv == 1 else ("gamma cv < 2" if cv < 2 else "gamma cv >= 2")
+    if answer == "trace":
+        return str(condition["trace"])
+    slots = condition["slots"]
+    return f"{'1-7' if slots < 8 else '8-63' if slots < 64 else '64'} slots, {condition['speed']} step"
+
+
+def render_buckets(draws: Sequence[dict[str, Any]]) -> str:
+    """Each answer's table split by ``bucket`` (Markdown): where the errors are."""
+    lines = ["| answer | condition | draws | settled on target | settled and off > 20 % | not settled | none "
+             "(truth > 0) |",
+             "|---|---|---|---|---|---|---|"]
+    for name in ANSWERS:
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for d in draws:
+            if name in d:
+                groups.setdefault(bucket(name, d["condition"]), []).append(d)
+        for key in sorted(groups):
+            (row,) = table([{name: d[name]} for d in groups[key]])
+            lines.append(f"| {name} | {key} | {row.draws} | {row.settled_on_target} of {row.settled} | "
+                         f"{row.settled_far} | {row.unsettled} | {row.none} ({row.none_wrong}) |")
     return "\n".join(lines)

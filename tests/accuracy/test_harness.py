@@ -137,3 +137,35 @@ def test_a_draw_runs_satbenchs_whole_answer_path_and_is_scored() -> None:
     rows = table([draw])
     assert [r.answer for r in rows] == ["concurrency", "rate", "trace"]
     assert "| rate | 1 |" in render(rows)
+
+
+def _entry(truth: float, answer: float | None, status: str, interval: list[float] | None = None
+           ) -> dict[str, object]:
+    return {"truth": truth, "answer": answer, "status": status, "interval": interval, "points": [],
+            "seconds": {"truth": 1.0, "answer": 2.0}}
+
+
+def test_the_table_scores_settled_unsettled_and_absent_answers_and_interval_coverage() -> None:
+    draws = [{"rate": _entry(1.0, 1.05, "settled", [0.95, 1.1])},  # on target, covered
+             {"rate": _entry(1.0, 1.15, "settled", [1.1, 1.2])},  # neither on target nor far; not covered
+             {"rate": _entry(1.0, 1.5, "settled", [1.4, 1.6])},  # far
+             {"rate": _entry(1.0, 1.9, "unsaturated")},  # within one doubling
+             {"rate": _entry(1.0, 4.5, "unsaturated")},  # two doublings off
+             {"rate": _entry(0.0, None, "none")},  # right: nothing is served
+             {"rate": _entry(2.0, None, "none")}]  # wrong
+    (row,) = table(draws)
+    assert (row.settled, row.unsettled, row.none, row.none_wrong) == (3, 2, 2, 1)
+    assert (row.settled_on_target, row.settled_far) == (1, 1)
+    assert row.unsettled_within_doubling == 1 and row.unsettled_doublings_max == pytest.approx(math.log2(4.5))
+    assert row.coverage == {"rate interval (bracket)": (1, 3)}  # the unsettled state no interval
+    assert row.error_max == pytest.approx(3.5) and row.seconds_median == 3.0
+
+
+def test_a_concurrency_answer_is_on_target_only_on_the_truths_rung() -> None:
+    draws = [{"concurrency": {**_entry(8, 8.0, "settled"), "gain_intervals": {"4-8": [0.2, 0.5]},
+                              "true_gains": {"4-8": 0.3}}},
+             {"concurrency": {**_entry(8, 4.0, "settled"), "gain_intervals": {"4-8": [0.2, 0.5]},
+                              "true_gains": {"4-8": 0.05}}}]
+    (row,) = table(draws)
+    assert (row.settled_on_target, row.settled_far, row.rungs_off_max) == (1, 1, 1.0)
+    assert row.coverage == {"gain per doubling interval": (1, 2)}
