@@ -111,9 +111,14 @@ def _closed_rung(cond: Condition, c: int, rules: Rules) -> RungTruth:
     def draw(user: int, rng: object) -> tuple[int, int]:
         return cond.lengths(rng, long_user(cond, user))  # type: ignore[arg-type]
 
-    steps: list[tuple[float, float, int]] = []
-    served = serve_closed(e, c, duration, draw, seed=f"{cond.name}:closed:{c}", steps=steps)
-    t0, t1 = duration / 10, duration
+    for _ in range(6):  # a run too short for its requests (a heavy tail, a long queue) is run longer
+        steps: list[tuple[float, float, int]] = []
+        served = serve_closed(e, c, duration, draw, seed=f"{cond.name}:closed:{c}", steps=steps)
+        t0, t1 = duration / 10, duration
+        ended = sum(1 for r in served if r.end is not None and t0 <= r.end <= t1)
+        if ended >= requests / 2:
+            break
+        duration *= 2
     kept = [r for r in served if t0 <= r.sent and r.end is not None and r.end <= t1]
     tokens = sum(d for end, _, d in steps if t0 <= end <= t1) + sum(
         1 for r in served if r.first is not None and t0 <= r.first <= t1)
@@ -121,7 +126,7 @@ def _closed_rung(cond: Condition, c: int, rules: Rules) -> RungTruth:
                  and r.first - r.sent <= cond.ttft_s + cond.ttft_per_1k_s * r.prompt / 1000.0)
     holds = sorted(r.hold_s for r in kept)
     return RungTruth(
-        c, tokens / (t1 - t0), len(kept) / (t1 - t0), within / len(kept) if kept else 0.0,
+        c, tokens / (t1 - t0), ended / (t1 - t0), within / len(kept) if kept else 0.0,
         _weighted_quantile([(dur, d) for end, dur, d in steps if t0 <= end <= t1], rules.itl_quantile),
         holds[min(len(holds) - 1, math.ceil(rules.pause_quantile * len(holds)) - 1)] if holds else 0.0,
         sum((r.end or 0.0) - r.sent for r in kept) / len(kept) if kept else math.nan)
@@ -208,6 +213,8 @@ def _largest(test: Callable[[float], bool], start: float, precision: float, floo
 
 def true_rate(cond: Condition, capacity: float, rules: Rules = Rules()) -> float:
     """The rate truth (module docstring), below ``capacity`` (``true_capacity``)."""
+    if not capacity > 0:
+        return 0.0
     return _largest(lambda r: true_attainment(cond, r, rules) >= rules.target, capacity / 2, rules.precision,
                     capacity / 256, capacity * 0.999)
 
