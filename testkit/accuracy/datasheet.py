@@ -42,6 +42,7 @@ from testkit.accuracy.truth import (
 __all__ = ["ANSWERS", "Score", "bucket", "measure_draw", "render", "render_buckets", "table"]
 
 ANSWERS = ("concurrency", "rate", "trace")
+PAUSE_S = Rules().pause_s
 
 
 def _answer_json(a: answers.Answer) -> dict[str, Any]:
@@ -228,12 +229,15 @@ def render(rows: Sequence[Score]) -> str:
 
 def bucket(answer: str, condition: dict[str, Any]) -> str:
     """The condition an answer's accuracy is split by: the arrivals' burstiness for the rate, the trace's shape
-    for the factor, the slots and the step for the concurrency."""
+    for the factor, the slots and the step for the concurrency; for the rate and the factor also whether a
+    prefill can hold a decode past the pause-excess objective (whole prefill, or a chunk that takes longer)."""
+    holds = condition["chunk"] == 0 or condition["chunk"] / condition["prefill_tok_s"] > PAUSE_S
+    held = "; prefill holds past the pause objective" if holds else ""
     if answer == "rate":
         cv = condition["cv"]
-        return "Poisson" if cv == 1 else ("gamma cv < 2" if cv < 2 else "gamma cv >= 2")
+        return ("Poisson" if cv == 1 else ("gamma cv < 2" if cv < 2 else "gamma cv >= 2")) + held
     if answer == "trace":
-        return str(condition["trace"])
+        return str(condition["trace"]) + held
     slots = condition["slots"]
     return f"{'1-7' if slots < 8 else '8-63' if slots < 64 else '64'} slots, {condition['speed']} step"
 
