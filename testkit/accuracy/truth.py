@@ -1,0 +1,236 @@
+"""Each answer's truth for one draw, from the engine's construction and long runs, never from the load generator's
+windows, statistics or search, nor the recommender's verdicts.
+
+The rules are the policy's, stated here on their own (``Rules``; the adapter hands the same numbers to
+satbench's ``Policy``), and a request attains its objectives when its TTFT is within its own deadline
+(``ttft_s + ttft_per_1k_s x prompt / 1000``), its TPOT within ``tpot_s`` and the longest hold another request's
+prefill put on its decode within ``pause_s``, all known to the engine exactly.
+
+- Concurrency (``true_concurrency``): the session's ladder (1, 2, 4, ... 64) walked on long closed runs (each
+  rung ``closed_requests`` requests or more, the first tenth of its time left out). A rung holds when at least
+  95 % of its requests meet their own TTFT deadline, the p95 of its inter-token gaps (every decoding request's
+  gap is its step's duration) is within ``tpot_s``, and, from c=2, the p99 over requests of their longest hold
+  is within the stall limit (``pause_s``; 0.1 s where the hold grows with the prompt: whole prefill). The walk
+  accepts each next rung that holds and gains at least ``min_gain`` throughput per doubling; the truth is the
+  last rung accepted (0 where c=1 does not hold). Why: it is the policy's definition, on figures known without
+  sampling error, so a measured answer off the truth's rung is the measurement's error.
+- Rate (``true_rate``): the largest rate, to ``precision``, below the engine's capacity (a closed loop with
+  twice its slots) whose long-run attainment (``open_requests`` arrivals of the draw's process from the truth's
+  own generator, fewer where they would take more than ``step_budget`` engine steps, ``cv`` times more for
+  bursty arrivals, the first tenth left out)
+  is at least ``target``. Why: a rate above capacity has no steady state
+  whatever a finite window shows, and below it the long-run share is what an operator at that rate gets.
+- Trace factor (``true_factor``): the largest factor, to ``precision``, at which the recorded window sent
+  ``cycles`` times in a row (the traffic of a long stretch like it) has at least ``target`` of the requests after
+  its first pass attain their objectives. Why: the first pass starts from an idle server, which the recorded
+  window never did.
+
+Each long run's figures are also kept (``RungTruth``, ``attainment``) so the bench can score the intervals the
+answers state (a throughput gain per doubling, a rung's attainment) against their true values.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from testkit.accuracy.engine import Served, serve_closed, serve_open
+from testkit.accuracy.space import Condition
+from testkit.accuracy.traffic import TraceRows, long_user, open_arrivals, trace_rows, unit_gaps
+
+__all__ = ["LADDER", "Rules", "RungTruth", "attained", "true_attainment", "true_capacity", "true_concurrency",
+           "true_factor", "true_rate", "true_rungs"]
+
+LADDER = (1, 2, 4, 8, 16, 32, 64)
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    target: float = 0.9
+    min_gain: float = 0.10
+    ttft_share: float = 0.95
+    itl_quantile: float = 0.95
+    pause_quantile: float = 0.99
+    pause_s: float = 0.25
+    pause_whole_prefill_s: float = 0.1
+    closed_requests: int = 500
+    open_requests: int = 1200
+    cycles: int = 3
+    precision: float = 0.03  # the truths' bisection: within 1.5 % of the crossing
+    step_budget: int = 30_000  # engine steps one long run may take (about 0.15 s), so a one-slot draw stays cheap
+
+
+def attained(cond: Condition, r: Served, rules: Rules) -> bool:
+    if r.first is None or r.end is None:
+        return False
+    if r.first - r.sent > cond.ttft_s + cond.ttft_per_1k_s * r.prompt / 1000.0:
+        return False
+    tpot = r.tpot_s
+    return (tpot is None or tpot <= cond.tpot_s) and r.hold_s <= rules.pause_s
+
+
+@dataclass(frozen=True, slots=True)
+class RungTruth:
+    concurrency: int
+    throughput_tok_s: float
+    requests_per_s: float
+    ttft_share: float
+    itl_p95_s: float
+    pause_p99_s: float
+    latency_s: float
+
+    def holds(self, cond: Condition, rules: Rules) -> bool:
+        limit = rules.pause_whole_prefill_s if cond.engine.chunk == 0 else rules.pause_s
+        return (self.ttft_share >= rules.ttft_share and self.itl_p95_s <= cond.tpot_s
+                and (self.concurrency < 2 or self.pause_p99_s <= min(limit, rules.pause_s)))
+
+
+def _weighted_quantile(pairs: list[tuple[float, int]], q: float) -> float:
+    pairs = sorted(pairs)
+    total = sum(w for _, w in pairs)
+    if not total:
+        return math.nan
+    acc = 0
+    for value, w in pairs:
+        acc += w
+        if acc >= q * total:
+            return value
+    return pairs[-1][0]
+
+
+def _closed_rung(cond: Condition, c: int, rules: Rules) -> RungTruth:
+    e = cond.engine
+    busy = min(c, e.slots)
+    out = cond.output.mean()
+    per_request = out * e.decode_step_s(busy) + cond.prompt.mean() * e.per_prefill_token_s
+    requests = max(200, min(rules.closed_requests, rules.step_budget // max(1.0, out / busy)))
+    duration = requests * per_request / busy
+
+    def draw(user: int, rng: object) -> tuple[int, int]:
+        return cond.lengths(rng, long_user(cond, user))  # type: ignore[arg-type]
+
+    for _ in range(6):  # a run too short for its requests (a heavy tail, a long queue) is run longer
+        steps: list[tuple[float, float, int]] = []
+        served = serve_closed(e, c, duration, draw, seed=f"{cond.name}:closed:{c}", steps=steps)
+        t0, t1 = duration / 10, duration
+        ended = sum(1 for r in served if r.end is not None and t0 <= r.end <= t1)
+        if ended >= requests / 2:
+            break
+        duration *= 2
+    kept = [r for r in served if t0 <= r.sent and r.end is not None and r.end <= t1]
+    tokens = sum(d for end, _, d in steps if t0 <= end <= t1) + sum(
+        1 for r in served if r.first is not None and t0 <= r.first <= t1)
+    within = sum(1 for r in kept if r.first is not None
+                 and r.first - r.sent <= cond.ttft_s + cond.ttft_per_1k_s * r.prompt / 1000.0)
+    holds = sorted(r.hold_s for r in kept)
+    return RungTruth(
+        c, tokens / (t1 - t0), ended / (t1 - t0), within / len(kept) if kept else 0.0,
+        _weighted_quantile([(dur, d) for end, dur, d in steps if t0 <= end <= t1], rules.itl_quantile),
+        holds[min(len(holds) - 1, math.ceil(rules.pause_quantile * len(holds)) - 1)] if holds else 0.0,
+        sum((r.end or 0.0) - r.sent for r in kept) / len(kept) if kept else math.nan)
+
+
+def true_rungs(cond: Condition, rules: Rules = Rules(), top: int = 64) -> list[RungTruth]:
+    """The long-run figures of each rung of the ladder, up to the first one the walk would not accept past."""
+    out: list[RungTruth] = []
+    for c in LADDER:
+        if c > top:
+            break
+        rung = _closed_rung(cond, c, rules)
+        out.append(rung)
+        if not rung.holds(cond, rules) or (len(out) > 1 and _gain(out[-2], rung) < rules.min_gain):
+            break
+    return out
+
+
+def _gain(a: RungTruth, b: RungTruth) -> float:
+    if a.throughput_tok_s <= 0:
+        return math.inf
+    return (b.throughput_tok_s / a.throughput_tok_s) ** (1 / math.log2(b.concurrency / a.concurrency)) - 1
+
+
+def true_concurrency(rungs: list[RungTruth], cond: Condition, rules: Rules = Rules()) -> int:
+    """The concurrency truth from the rungs of ``true_rungs`` (module docstring); 0: not even c=1."""
+    accepted = 0
+    for i, rung in enumerate(rungs):
+        if not rung.holds(cond, rules) or (i and _gain(rungs[i - 1], rung) < rules.min_gain):
+            break
+        accepted = rung.concurrency
+    return accepted
+
+
+def true_gain(rungs: list[RungTruth], low: int, high: int) -> float | None:
+    """The true gain per doubling between two measured rungs, where both are known."""
+    by = {r.concurrency: r for r in rungs}
+    return None if low not in by or high not in by else _gain(by[low], by[high])
+
+
+def true_capacity(cond: Condition, rules: Rules = Rules()) -> float:
+    """Requests/s of a long closed loop with twice the engine's slots: every slot always busy."""
+    rung = _closed_rung(cond, 2 * cond.engine.slots, rules)
+    return rung.requests_per_s
+
+
+@functools.lru_cache(maxsize=256)
+def true_attainment(cond: Condition, rate: float, rules: Rules = Rules()) -> float:
+    """The long-run share of requests attaining their objectives at ``rate`` (module docstring); remembered, as
+    the bench asks again at the rungs the search measured."""
+    out = cond.output.mean()
+    n = int(max(400, min(rules.open_requests, rules.step_budget // max(1.0, out / cond.engine.slots)))
+            * max(1.0, cond.cv))  # bursty arrivals come in clumps: as many clumps as a Poisson run's requests
+    gaps = unit_gaps(cond.cv, n, f"{cond.name}:truth")
+    arrivals = open_arrivals(cond, rate, gaps, f"{cond.name}:truth")
+    served = serve_open(cond.engine, arrivals, seed=f"{cond.name}:open")
+    kept = served[n // 10:]
+    return sum(attained(cond, r, rules) for r in kept) / len(kept)
+
+
+def _largest(test: Callable[[float], bool], start: float, precision: float, floor: float, ceiling: float) -> float:
+    """The largest x in [floor, ceiling] with ``test(x)``, by doubling from ``start`` then bisection; 0 if none."""
+    low = min(start, ceiling)
+    if test(low):
+        high = ceiling
+        while low * 2 < ceiling and test(low * 2):
+            low *= 2
+        high = min(ceiling, low * 2)
+        if test(high):
+            return high
+    else:
+        high = low
+        while low > floor:
+            low /= 2
+            if test(low):
+                break
+        else:
+            return 0.0
+    while high / low > 1 + precision:
+        mid = math.sqrt(low * high)
+        low, high = (mid, high) if test(mid) else (low, mid)
+    return low
+
+
+def true_rate(cond: Condition, capacity: float, rules: Rules = Rules()) -> float:
+    """The rate truth (module docstring), below ``capacity`` (``true_capacity``)."""
+    if not capacity > 0:
+        return 0.0
+    return _largest(lambda r: true_attainment(cond, r, rules) >= rules.target, capacity / 2, rules.precision,
+                    capacity / 256, capacity * 0.999)
+
+
+def trace_attainment(cond: Condition, rows: TraceRows, factor: float, rules: Rules = Rules()) -> float:
+    """The share of the requests after the first pass, of the window sent ``cycles`` times at ``factor``, that
+    attain their objectives."""
+    period = rows.length_s / factor
+    sends = [(k * period + at / factor, p, o) for k in range(rules.cycles) for at, p, o in rows.rows]
+    served = serve_open(cond.engine, sends, seed=f"{cond.name}:trace:{factor!r}")
+    later = served[len(rows.rows):]
+    return sum(attained(cond, r, rules) for r in later) / len(later)
+
+
+def true_factor(cond: Condition, rows: TraceRows | None = None, rules: Rules = Rules()) -> float:
+    """The trace-factor truth (module docstring)."""
+    rows = trace_rows(cond) if rows is None else rows
+    return _largest(lambda f: trace_attainment(cond, rows, f, rules) >= rules.target, 1.0, rules.precision,
+                    1 / 256, 256.0)

@@ -1,0 +1,171 @@
+"""The accuracy datasheet's harness checked against closed forms, not the accuracy figures themselves.
+
+The engine and the truths (``testkit.accuracy``) are the datasheet's ruler: each test puts the engine where
+queueing theory or arithmetic knows the answer (a deterministic one-slot server, an M/D/1 queue, evenly spaced
+trace arrivals) and compares the harness's truth with it. One seeded draw then runs the whole answer path, so a
+moved satbench function breaks here, in ``make test``, before the bench.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+
+import pytest
+
+from testkit.accuracy.datasheet import measure_draw, render, table
+from testkit.accuracy.engine import EngineSpec, serve_closed, serve_open
+from testkit.accuracy.space import Condition, Lengths, Space, TraceShape, sample
+from testkit.accuracy.traffic import TraceRows, open_arrivals, unit_gaps
+from testkit.accuracy.truth import Rules, true_capacity, true_factor, true_rate, true_rungs
+
+A, B, P = 0.02, 0.001, 0.0001  # step cost: fixed, per decoding slot, per prompt token
+
+
+def condition(slots: int, prompt: int, output: int, *, ttft_s: float = 1000.0, tpot_s: float = 1000.0,
+              cv: float = 1.0, chunk: int = 0) -> Condition:
+    """A draw with fixed lengths (sigma 0) and no noise: every step's cost is known."""
+    return Condition(seed=0, index=0, engine=EngineSpec(slots, A, B, P, chunk, 0.0), model="dense", speed="fast",
+                     prompt=Lengths(prompt, 0.0, 8192), output=Lengths(output, 0.0, 1024), long_share=0.0,
+                     long_factor=4.0, ttft_s=ttft_s, ttft_per_1k_s=0.0, tpot_s=tpot_s, cv=cv,
+                     trace=TraceShape("stationary", 100, 1.0))
+
+
+def test_one_user_on_one_slot_runs_at_the_step_costs_rate() -> None:
+    """c=1: a prefill step (a + p x prompt) then output - 1 decode steps (a + b), the user's re-send jitter
+    (under 0.3 ms) aside: requests/s, tokens/s, TTFT and the decode gap are arithmetic."""
+    cond = condition(slots=1, prompt=400, output=50, ttft_s=A + P * 400 + 1e-6, tpot_s=A + B + 1e-6)
+    rung = true_rungs(cond, Rules(), top=1)[0]
+    cycle = A + P * 400 + 49 * (A + B)
+    assert rung.requests_per_s == pytest.approx(1 / cycle, rel=0.01)
+    assert rung.throughput_tok_s == pytest.approx(50 / cycle, rel=0.01)
+    assert rung.itl_p95_s == pytest.approx(A + B, rel=1e-9)
+    assert rung.ttft_share == 1.0
+    tighter = condition(slots=1, prompt=400, output=50, ttft_s=A + P * 400 - 1e-6)
+    assert true_rungs(tighter, Rules(), top=1)[0].ttft_share == 0.0
+
+
+def test_a_closed_loop_with_every_slot_busy_completes_slots_per_cycle() -> None:
+    """Capacity: with more users than slots, a one-slot server is never idle, so it completes one request per
+    prefill + decode cycle; chunked prefill of a prompt in 100-token chunks costs 4 steps instead of 1."""
+    whole = condition(slots=1, prompt=400, output=20)
+    assert true_capacity(whole) == pytest.approx(1 / (A + P * 400 + 19 * (A + B)), rel=0.01)
+    chunked = condition(slots=1, prompt=400, output=20, chunk=100)
+    assert true_capacity(chunked) == pytest.approx(1 / (4 * A + P * 400 + 19 * (A + B)), rel=0.01)
+
+
+@pytest.mark.slow
+def test_the_open_loop_engine_is_an_md1_queue_with_the_pollaczek_khinchine_wait() -> None:
+    """One slot, one output token (the request ends at its first token), Poisson arrivals: M/D/1 with service
+    s = a + p x prompt; the mean wait in queue is rho s / (2 (1 - rho))."""
+    cond = condition(slots=1, prompt=300, output=1)
+    s = A + P * 300
+    for rho in (0.5, 0.8):
+        waits = []
+        for seed in range(2):
+            arrivals = open_arrivals(cond, rho / s, unit_gaps(1.0, 20_000, f"md1:{seed}"), f"md1:{seed}")
+            served = serve_open(cond.engine, arrivals)
+            waits += [r.admitted - r.sent for r in served[1000:] if r.admitted is not None]
+        assert statistics.mean(waits) == pytest.approx(rho * s / (2 * (1 - rho)), rel=0.08), rho
+
+
+@pytest.mark.parametrize("cv", [0.5, 1.0, 4.0])
+def test_the_truths_arrivals_have_the_drawn_burstiness(cv: float) -> None:
+    gaps = unit_gaps(cv, 100_000, f"cv:{cv}")
+    assert statistics.fmean(gaps) == pytest.approx(1.0, rel=0.04)
+    assert statistics.pstdev(gaps) / statistics.fmean(gaps) == pytest.approx(cv, rel=0.06)
+
+
+def test_the_rate_truth_below_capacity_is_the_capacity_where_no_latency_binds() -> None:
+    """Objectives no wait can break: every rate below capacity attains them, so the truth is the capacity (to
+    the bisection's precision and the finite run's reach)."""
+    cond = condition(slots=1, prompt=300, output=1)
+    capacity = true_capacity(cond)
+    assert capacity == pytest.approx(1 / (A + P * 300), rel=0.01)
+    assert 0.9 * capacity <= true_rate(cond, capacity) < capacity
+
+
+def test_the_factor_truth_of_evenly_spaced_requests_sits_where_they_outrun_the_server() -> None:
+    """100 requests g = 0.5 s apart on a one-slot server of service s = 0.05 s, sent ``cycles`` times in a row:
+    past factor g / s = 10 the j-th request waits j (s - g / f) s. The last of the 90 % of the requests after the
+    first pass that must attain (j = 99 + ceil(0.9 x 100 (cycles - 1))) meets a TTFT objective of 2 s while
+    j (s - g / f) <= 2 - s: the truth is g / (s - 1.95 / j), to the bisection's precision."""
+    rules = Rules()
+    cond = condition(slots=1, prompt=300, output=1, ttft_s=2.0)
+    s = A + P * 300
+    rows = TraceRows(tuple((0.5 * i, 300, 1) for i in range(100)), 50.0)
+    j = 99 + math.ceil(rules.target * 100 * (rules.cycles - 1))
+    expected = 0.5 / (s - (2.0 - s) / j)
+    assert expected / (1 + rules.precision) <= true_factor(cond, rows, rules) <= expected * 1.001
+
+
+def test_a_closed_loop_follows_the_requests_sent_before_its_window_ends() -> None:
+    cond = condition(slots=2, prompt=100, output=30)
+    served = serve_closed(cond.engine, 4, 100.0, lambda u, rng: (100, 30), follow_after=5.0)
+    assert all(r.end is not None for r in served if r.sent <= 5.0)
+    assert max(r.sent for r in served) < 5.0 + 3 * (A + P * 200 + 29 * (A + 2 * B)) + 0.01
+
+
+def test_the_sampler_is_seeded_and_stays_inside_the_declared_space() -> None:
+    space = Space()
+    draws = [sample(space, 7, i) for i in range(200)]
+    assert draws[13] == sample(space, 7, 13)
+    assert {d.engine.slots for d in draws} <= set(range(1, 65))
+    assert {d.engine.slots for d in draws} >= {1, 64}
+    assert {d.trace.kind for d in draws} == {"stationary", "burst", "ramp_up", "ramp_down", "diurnal"}
+    assert {d.engine.chunk for d in draws} == set(space.chunks)
+    assert all(space.cv[0] <= d.cv <= space.cv[1] for d in draws)
+    assert any(d.ttft_per_1k_s > 0 for d in draws) and any(d.long_share > 0 for d in draws)
+    lengths = [d.prompt.draw(random.Random(0)) for d in draws]
+    assert max(lengths) > 5 * statistics.median(lengths)  # a heavy tail
+
+
+@pytest.mark.slow
+def test_a_draw_runs_satbenchs_whole_answer_path_and_is_scored() -> None:
+    """A small server (4 slots, short requests, Poisson arrivals, a stationary trace): each answer comes back
+    with its truth, and the table scores it. The concurrency truth is arithmetic: a fixed-length request on
+    a fast step gains at least the policy's 10 % per doubling up to the slots, and nothing past them."""
+    cond = condition(slots=4, prompt=100, output=20, ttft_s=1.0, tpot_s=0.05)
+    draw = measure_draw(cond)
+    for name in ("concurrency", "rate", "trace"):
+        entry = draw[name]
+        assert entry["truth"] >= 0 and math.isfinite(entry["truth"]), name
+        assert entry["status"], name
+        assert entry["rungs_measured"] >= 1, name
+    assert draw["concurrency"]["truth"] == 4
+    rows = table([draw])
+    assert [r.answer for r in rows] == ["concurrency", "rate", "trace"]
+    assert "| rate | 1 |" in render(rows)
+
+
+def _entry(truth: float, answer: float | None, status: str, interval: list[float] | None = None
+           ) -> dict[str, object]:
+    return {"truth": truth, "answer": answer, "status": status, "interval": interval, "points": [],
+            "seconds": {"truth": 1.0, "answer": 2.0}}
+
+
+def test_the_table_scores_settled_unsettled_and_absent_answers_and_interval_coverage() -> None:
+    draws = [{"rate": _entry(1.0, 1.05, "settled", [0.95, 1.1])},  # on target, covered
+             {"rate": _entry(1.0, 1.15, "settled", [1.1, 1.2])},  # neither on target nor far; not covered
+             {"rate": _entry(1.0, 1.5, "settled", [1.4, 1.6])},  # far
+             {"rate": _entry(1.0, 1.9, "unsaturated")},  # within one doubling
+             {"rate": _entry(1.0, 4.5, "unsaturated")},  # two doublings off
+             {"rate": _entry(0.0, None, "none")},  # right: nothing is served
+             {"rate": _entry(2.0, None, "none")}]  # wrong
+    (row,) = table(draws)
+    assert (row.settled, row.unsettled, row.none, row.none_wrong) == (3, 2, 2, 1)
+    assert (row.settled_on_target, row.settled_far) == (1, 1)
+    assert row.unsettled_within_doubling == 1 and row.unsettled_doublings_max == pytest.approx(math.log2(4.5))
+    assert row.coverage == {"rate interval (bracket)": (1, 3)}  # the unsettled state no interval
+    assert row.error_max == pytest.approx(3.5) and row.seconds_median == 3.0
+
+
+def test_a_concurrency_answer_is_on_target_only_on_the_truths_rung() -> None:
+    draws = [{"concurrency": {**_entry(8, 8.0, "settled"), "gain_intervals": {"4-8": [0.2, 0.5]},
+                              "true_gains": {"4-8": 0.3}}},
+             {"concurrency": {**_entry(8, 4.0, "settled"), "gain_intervals": {"4-8": [0.2, 0.5]},
+                              "true_gains": {"4-8": 0.05}}}]
+    (row,) = table(draws)
+    assert (row.settled_on_target, row.settled_far, row.rungs_off_max) == (1, 1, 1.0)
+    assert row.coverage == {"gain per doubling interval": (1, 2)}
