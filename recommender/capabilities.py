@@ -38,6 +38,9 @@ Reads ``GET /recommendations`` of a recommender (``--url``), or a saved document
   a textfile collector or a push to a gateway when no recommender runs.
 - ``litellm``: a LiteLLM proxy ``model_list`` with one deployment per (node, lane).
 
+The autoscalers' and routers' records (``keda``, ``kserve``, ``llm-d``, ``epp``, ``wva``) are
+``recommender.record_formats``' (``recommender.keda``, ``recommender.consumer_records``).
+
 The LiteLLM fields, as LiteLLM documents them:
 
 - ``model_list[].model_name``: the model group clients ask for; deployments sharing it are load-balanced
