@@ -25,7 +25,7 @@ from satbench.recommender.capabilities import (
 from satbench.recommender.document import read_document
 from satbench.recommender.keda import AutoscalerOptions
 from satbench.recommender.models import CapabilitiesModel, RecommendationsDocument
-from satbench.recommender.record_formats import ALL_FORMATS, RECORD_FORMATS, render_record
+from satbench.recommender.record_formats import ALL_FORMATS, RECORD_FORMATS, lane_record, render_record
 
 __all__ = ["configure", "main"]
 
@@ -65,6 +65,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "as the lane); repeatable")
     parser.add_argument("--auth-ref", default=None, metavar="NAME",
                         help="keda, kserve: the TriggerAuthentication holding the store's basic-auth credentials")
+    parser.add_argument("--lane", default=None, metavar="KEY",
+                        help="llm-d, epp, wva: print only this lane's record (its key: NAME or NODE/NAME), e.g. "
+                             "the file llm-d's prefillCalibrationFile names")
 
 
 def _pairs(values: Sequence[str], flag: str, *, urls: bool = False) -> dict[str, str]:
@@ -181,7 +184,16 @@ def main(args: argparse.Namespace) -> int:
         print(json.dumps(config, indent=2))
         left_out = len(config["model_list"]) < len(entries)  # one deployment per (node, lane) at most
     elif fmt in RECORD_FORMATS:
-        print(json.dumps(render_record(document, fmt, options), indent=2))
+        record = render_record(document, fmt, options)
+        lane = getattr(args, "lane", None)
+        if lane is not None:
+            try:
+                record = lane_record(record, fmt, lane)
+            except ValueError as exc:
+                print(f"satbench capabilities: {exc}", file=sys.stderr)
+                return 2
+            unusable = {k: why for k, why in unusable.items() if k == lane}
+        print(json.dumps(record, indent=2))
         notes = [f"lane {key}: {why}; its record says so" for key, why in unusable.items()]
     else:
         print(prometheus_text(document) if fmt == "prometheus" else json.dumps(fragment, indent=2, sort_keys=True),

@@ -13,7 +13,7 @@ from satbench.recommender.consumer_records import epp_thresholds, llmd_calibrati
 from satbench.recommender.keda import AutoscalerOptions, keda_scaled_objects, kserve_scaling
 from satbench.recommender.models import RecommendationsDocument
 
-__all__ = ["ALL_FORMATS", "RECORD_FORMATS", "render_record", "unknown_format"]
+__all__ = ["ALL_FORMATS", "LANE_FORMATS", "RECORD_FORMATS", "lane_record", "render_record", "unknown_format"]
 
 Renderer = Callable[[RecommendationsDocument, AutoscalerOptions], dict[str, Any]]
 
@@ -25,6 +25,7 @@ RECORD_FORMATS: dict[str, tuple[Renderer, str]] = {
     "wva": (lambda doc, _: variant_capacities(doc), "the variant autoscaler's capacities per lane"),
 }
 ALL_FORMATS = (*CAPABILITY_FORMATS, *RECORD_FORMATS)
+LANE_FORMATS = {"llm-d": "records", "epp": "endpoints", "wva": "variants"}  # keyed per lane: one can be taken
 
 
 def unknown_format(name: str) -> str:
@@ -38,3 +39,15 @@ def render_record(document: RecommendationsDocument, fmt: str, options: Autoscal
     if fmt not in RECORD_FORMATS:
         raise ValueError(unknown_format(fmt))
     return RECORD_FORMATS[fmt][0](document, options or AutoscalerOptions())
+
+
+def lane_record(record: dict[str, Any], fmt: str, key: str) -> dict[str, Any]:
+    """Lane ``key``'s own record of a per-lane format (llm-d's ``prefillCalibrationFile`` is one lane's
+    record); ``ValueError`` in one line naming the lane, or the format, that has none."""
+    if fmt not in LANE_FORMATS:
+        raise ValueError(f"--lane {key!r}: only the per-lane formats ({', '.join(LANE_FORMATS)}) take one, "
+                         f"not {fmt!r}")
+    lanes: dict[str, Any] = record[LANE_FORMATS[fmt]]
+    if key not in lanes:
+        raise ValueError(f"--lane {key!r}: no such lane in the document (its lanes: {', '.join(sorted(lanes))})")
+    return dict(lanes[key])

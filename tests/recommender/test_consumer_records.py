@@ -349,3 +349,22 @@ def test_the_service_serves_each_format_and_names_an_unknown_one() -> None:
         assert bad.status_code == 400
         detail = bad.json()["detail"]
         assert "'hpa'" in detail and "keda" in detail and "\n" not in detail
+
+
+def test_one_lanes_record_alone_and_a_lane_that_is_not_there(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "recommendations.json"
+    path.write_text(json.dumps(fleet_document()))
+    whole = render_record(read_document(fleet_document()), "llm-d")["records"]
+    assert capabilities_cli.main(parse_args("--file", str(path), "--format", "llm-d", "--lane", "gpu-a/dense")) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == whole["gpu-a/dense"] and err == ""  # the file llm-d's prefillCalibrationFile names
+    assert capabilities_cli.main(parse_args("--file", str(path), "--format", "wva", "--lane", "gpu-b/moe")) == 1
+    out, err = capsys.readouterr()
+    assert json.loads(out)["satbench"]["usable"] is False  # listed without an answer: its record says so
+    assert err.strip().splitlines() == ["satbench capabilities: lane gpu-b/moe: no answer (1 usable step window); "
+                                        "its record says so"]
+    for fmt, lane, named in (("epp", "gpu-c/dense", "'gpu-c/dense'"), ("keda", "dense", "'keda'")):
+        assert capabilities_cli.main(parse_args("--file", str(path), "--format", fmt, "--lane", lane)) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and len(err.strip().splitlines()) == 1 and named in err and "--lane" in err, err
