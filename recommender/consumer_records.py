@@ -5,8 +5,10 @@ llm-d|epp|wva``; the autoscalers' KEDA and KServe objects are ``recommender.keda
 Each of these consumers is today given its numbers by hand. Here every record is cut from the served
 document's answers, and every one carries the same ``satbench`` stamp (``lane_stamp``): the fingerprint digest
 it is valid for, the run that measured it and when, its age, its validity (``valid``, ``changed``,
-``unknown``), ``stale`` (true: the node is no longer what was measured, the fingerprint changed) and
-``usable`` with the reason where it is not, and the interval the answer was read in (``concurrency_interval``:
+``unknown``), ``stale`` (true: the node is no longer what was measured, the fingerprint changed),
+``source_stale`` (true: the recommender serves its last good answer while its source is unreachable; the
+number was measured on this very node and keeps, only its age grows) and ``usable`` with the reason where it
+is not, and the interval the answer was read in (``concurrency_interval``:
 the answer and the next rung measured above it, where the limit lies; ``rate_interval``: the rate answer's
 bracket). A lane that is stale, never measured, or listed by its node without an answer is still published,
 saying so: a record that vanished would leave the consumer on its last value with nobody told.
@@ -74,7 +76,8 @@ def lane_stamp(document: RecommendationsDocument, key: str, lane: LaneModel | No
     why = unusable_why(document, key, lane)
     if lane is None:
         return {"lane_key": key, "node": node, "lane": name, "fingerprint_digest": None, "run_id": None,
-                "measured_at": None, "age_s": None, "validity": "unknown", "stale": False, "usable": False,
+                "measured_at": None, "age_s": None, "validity": "unknown", "stale": False,
+                "source_stale": document.stale, "usable": False,
                 "reason": why, "concurrency_interval": None, "rate_interval": None}
     state = validity_state(lane)
     return {
@@ -82,7 +85,8 @@ def lane_stamp(document: RecommendationsDocument, key: str, lane: LaneModel | No
         "fingerprint_digest": None if lane.fingerprint is None else lane.fingerprint.digest,
         "run_id": lane.run_id, "measured_at": lane.measured_at,
         "age_s": lane.age_s if lane.age_s is not None else document.age_s,
-        "validity": state, "stale": state == "changed", "usable": why is None, "reason": why or lane.reason,
+        "validity": state, "stale": state == "changed", "source_stale": document.stale, "usable": why is None,
+        "reason": why or lane.reason,
         "concurrency_interval": _concurrency_interval(lane),
         "rate_interval": None if lane.rate is None else lane.rate.interval,
     }

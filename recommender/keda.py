@@ -22,9 +22,9 @@ reason in its annotations: dropping the object would leave the last thresholds i
 
 Every object carries the ``satbench`` stamp of each lane it rests on (``recommender.consumer_records.
 lane_stamp``) as annotations: ``satbench.io/fingerprint`` (the digest of the lane the threshold came from),
-``satbench.io/measured-at``, ``satbench.io/concurrency-interval``, ``satbench.io/stale`` and
-``satbench.io/usable`` (``"true"``/``"false"``), ``satbench.io/reason`` and ``satbench.io/answers`` (every
-lane's stamp, JSON). Annotation values are strings, as Kubernetes wants them.
+``satbench.io/measured-at``, ``satbench.io/concurrency-interval``, ``satbench.io/stale``,
+``satbench.io/source-stale`` and ``satbench.io/usable`` (``"true"``/``"false"``), ``satbench.io/reason``
+and ``satbench.io/answers`` (every lane's stamp, JSON). Annotation values are strings, as Kubernetes wants them.
 
 The output is a ``v1`` ``List``: ``kubectl apply -f`` takes the KEDA one as it is; the KServe one holds
 partial ``LLMInferenceService`` objects (metadata and ``spec.scaling`` only), for ``kubectl apply
@@ -58,7 +58,7 @@ class AutoscalerOptions:
     each model group scales (``scale_targets``: lane name -> ``NAME`` or ``KIND/NAME``; default a Deployment
     named as the lane) and the ``TriggerAuthentication`` with the store's credentials, where it wants some."""
 
-    server_address: str = "http://vmauth:8427"
+    server_address: str = "http://vmauth.satbench.svc:8427"  # KEDA queries from its own namespace
     namespace: str | None = None
     min_replicas: int = 1
     max_replicas: int = 8
@@ -134,6 +134,7 @@ def _triggers(document: RecommendationsDocument, name: str, members: list[tuple[
         "satbench.io/concurrency-interval": json.dumps((chosen or {}).get("concurrency_interval")),
         "satbench.io/threshold-from": str((chosen or {}).get("lane_key") or ""),
         "satbench.io/stale": "true" if stale else "false",
+        "satbench.io/source-stale": "true" if document.stale else "false",
         "satbench.io/usable": "true" if source is not None else "false",
         "satbench.io/reason": "; ".join(reasons) if reasons else "",
         "satbench.io/answers": json.dumps(stamps, sort_keys=True, separators=(",", ":")),

@@ -49,7 +49,7 @@ def test_every_object_validates_and_names_what_the_base_has() -> None:
         assert statefulset["apiVersion"] == "apps/v1"
         for trigger in item["spec"]["triggers"]:
             assert trigger["authenticationRef"] == {"name": "satbench-store-reader"}
-            assert trigger["metadata"]["serverAddress"] == "http://vmauth:8427"
+            assert trigger["metadata"]["serverAddress"] == "http://vmauth.satbench.svc:8427"
     (auth,) = example("trigger-authentication.yaml")
     assert errors(TRIGGER_AUTH, auth) == []
     assert auth["metadata"]["name"] == "satbench-store-reader"

@@ -368,3 +368,18 @@ def test_one_lanes_record_alone_and_a_lane_that_is_not_there(tmp_path: Path,
         assert capabilities_cli.main(parse_args("--file", str(path), "--format", fmt, "--lane", lane)) == 2
         out, err = capsys.readouterr()
         assert out == "" and len(err.strip().splitlines()) == 1 and named in err and "--lane" in err, err
+
+
+def test_an_answer_served_while_the_source_is_unreachable_keeps_its_number_and_says_so() -> None:
+    doc = sample()
+    doc["stale"], doc["age_s"] = True, 900.0
+    lane = doc["lanes"]["dense"]
+    lane["status"], lane["last_status"], lane["recommended_concurrency"] = "stale", "ok", 3
+    served = read_document(doc)
+    (item,) = keda_scaled_objects(served)["items"]
+    annotations = item["metadata"]["annotations"]
+    assert (annotations["satbench.io/source-stale"], annotations["satbench.io/stale"]) == ("true", "false")
+    assert item["spec"]["triggers"][0]["metadata"]["threshold"] == "3"
+    stamp = render_record(served, "wva")["variants"]["dense"]["satbench"]
+    assert (stamp["source_stale"], stamp["stale"], stamp["usable"], stamp["age_s"]) == (True, False, True, 900.0)
+    assert render_record(read_document(sample()), "wva")["variants"]["dense"]["satbench"]["source_stale"] is False
