@@ -58,6 +58,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from satbench.core.manifest import RunManifest
 from satbench.core.statistics import preload
+from satbench.recommender.capabilities import litellm_config, prometheus_text
 from satbench.recommender.deps import SettingsDep, StoreDep
 from satbench.recommender.document import AmbiguousForV1, as_v2, iso_utc, read_document
 from satbench.recommender.errors import (
@@ -84,6 +85,7 @@ from satbench.recommender.models import (
     RunRegistered,
 )
 from satbench.recommender.prometheus_source import HttpxPromClient, public_url
+from satbench.recommender.record_formats import RECORD_FORMATS, render_record, unknown_format
 from satbench.recommender.run_analysis import analyze_run_async
 from satbench.recommender.settings import RecommenderSettings
 from satbench.recommender.store import Analyzer, ManifestWriter, RecommendationStore, entry_key
@@ -297,6 +299,19 @@ class CachedDocumentASGI:
         await send({"type": "http.response.body", "body": body})
 
 
+def _capability_format(document: RecommendationsDocument, fmt: str, headers: dict[str, str]) -> Response:
+    """``GET /capabilities?format=``: the document in a consumer's form (400 naming an unknown format)."""
+    if fmt == "prometheus":
+        return Response(content=prometheus_text(document), media_type=CONTENT_TYPE_LATEST, headers=headers)
+    if fmt == "litellm":
+        body: dict[str, Any] = litellm_config(document)[0]
+    elif fmt in RECORD_FORMATS:
+        body = render_record(document, fmt)
+    else:
+        return JSONResponse({"detail": unknown_format(fmt)}, status_code=400)
+    return JSONResponse(body, headers=headers)
+
+
 def create_app(settings: RecommenderSettings, *, analyzer: Analyzer | None = None,
                clock: Callable[[], float] = time.time, background_refresh: bool = True,
                fingerprints: FingerprintSource | None = None, write_manifest: ManifestWriter | None = None,
@@ -369,14 +384,19 @@ def create_app(settings: RecommenderSettings, *, analyzer: Analyzer | None = Non
         """One answer by lane key: its name, or ``<node>/<lane>``."""
         return store.lane(lane)
 
-    @app.get("/capabilities", response_model=CapabilitiesModel, responses=error_doc)
-    async def capabilities(store: StoreDep) -> Response:
+    @app.get("/capabilities", response_model=CapabilitiesModel,
+             responses={**error_doc, 400: {"description": "a format that is not one of them (named)"}})
+    async def capabilities(store: StoreDep, format: str | None = None) -> Response:
         """Each lane's capability only (``satbench capabilities``' fragment): what a router polling a fleet
         reads, under a kilobyte per lane where the document holds every step's evidence. (Served by
-        ``CachedDocumentASGI`` once there is a document; this route serves the 503 before.)"""
+        ``CachedDocumentASGI`` once there is a document; this route serves the 503 before, and the other
+        formats.) ``format`` picks another consumer's form, as ``satbench capabilities --format``
+        (``recommender.record_formats``)."""
         headers = {}
         if store.validity_checked_at is not None:
             headers["X-Satbench-Validity-Checked-At"] = iso_utc(store.validity_checked_at)
+        if format not in (None, "json"):
+            return _capability_format(store.model(), format, headers)
         return Response(content=store.capabilities_bytes(), media_type="application/json", headers=headers)
 
     @app.post("/runs", response_model=RunRegistered, status_code=201, dependencies=[Depends(bearer)],

@@ -38,6 +38,9 @@ Reads ``GET /recommendations`` of a recommender (``--url``), or a saved document
   a textfile collector or a push to a gateway when no recommender runs.
 - ``litellm``: a LiteLLM proxy ``model_list`` with one deployment per (node, lane).
 
+The autoscalers' and routers' records (``keda``, ``kserve``, ``llm-d``, ``epp``, ``wva``) are
+``recommender.record_formats``' (``recommender.keda``, ``recommender.consumer_records``).
+
 The LiteLLM fields, as LiteLLM documents them:
 
 - ``model_list[].model_name``: the model group clients ask for; deployments sharing it are load-balanced
@@ -112,7 +115,8 @@ from satbench.recommender.document import read_document
 from satbench.recommender.metrics import document_lanes, exposition, lane_identity, validity_state
 from satbench.recommender.models import CapabilityLane, LaneModel, RecommendationsDocument
 
-__all__ = ["FORMATS", "capability_fragment", "litellm_config", "prometheus_text", "unusable_lanes"]
+__all__ = ["FORMATS", "all_lanes", "capability_fragment", "lane_place_of", "litellm_config", "prometheus_text",
+           "unusable_lanes", "unusable_why"]
 
 FORMATS = ("json", "prometheus", "litellm")
 SERIAL = 1  # max_parallel_requests of a lane without a usable answer
@@ -122,7 +126,7 @@ CAPACITY_RULE = ("its lanes share its hardware, and each lane's max_useful_concu
 
 
 # -- the document, read ---------------------------------------------------------------------------------------
-def _all_lanes(document: RecommendationsDocument) -> list[tuple[str, LaneModel | None]]:
+def all_lanes(document: RecommendationsDocument) -> list[tuple[str, LaneModel | None]]:
     """``(key, lane)`` of every lane, sorted by key: the document's answers plus, as ``None``, each lane the
     ``nodes`` index lists that ``lanes`` does not answer (never dropped)."""
     lanes: dict[str, LaneModel | None] = dict(document_lanes(document))
@@ -142,7 +146,7 @@ def _valid(lane: LaneModel) -> bool | None:
     return None if state == "unknown" else state == "valid"
 
 
-def _unusable_why(document: RecommendationsDocument, key: str, lane: LaneModel | None) -> str | None:
+def unusable_why(document: RecommendationsDocument, key: str, lane: LaneModel | None) -> str | None:
     """Why the lane has no usable answer (never measured, or measured on something else), or None; ``lane``
     None is a lane a node lists without an answer."""
     if lane is None:
@@ -155,7 +159,7 @@ def _unusable_why(document: RecommendationsDocument, key: str, lane: LaneModel |
     return None
 
 
-def _place(document: RecommendationsDocument, key: str, lane: LaneModel | None) -> tuple[str, str]:
+def lane_place_of(document: RecommendationsDocument, key: str, lane: LaneModel | None) -> tuple[str, str]:
     """``(node, lane name)`` of lane ``key``; one without an answer is on the node whose index lists it."""
     return (_node_of(document, key), split_key(key)[1]) if lane is None else lane_identity(key, lane)
 
@@ -197,8 +201,8 @@ def _entry(node: str, name: str, lane: LaneModel | None) -> dict[str, Any]:
 def _capabilities(document: RecommendationsDocument) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """``(lanes, nodes)`` of the capability fragment: each entry with the lanes it shares its node's hardware
     with and its even share of the node (``max_useful_concurrency_together``, module docstring)."""
-    answers = _all_lanes(document)
-    places = {key: _place(document, key, lane) for key, lane in answers}
+    answers = all_lanes(document)
+    places = {key: lane_place_of(document, key, lane) for key, lane in answers}
     peers: dict[str, list[str]] = {}
     for key, (node, _) in places.items():
         peers.setdefault(node, []).append(key)
@@ -275,10 +279,10 @@ def litellm_config(
     deployments: list[dict[str, Any]] = []
     notes: list[str] = []
     shares, _ = _capabilities(document)
-    for key, lane in _all_lanes(document):
+    for key, lane in all_lanes(document):
         share = CapabilityLane.model_validate(shares[key])
         node, name = share.node, share.lane
-        why = _unusable_why(document, key, lane)
+        why = unusable_why(document, key, lane)
         if why is not None and unanswered == "omit":
             notes.append(f"lane {key}: {why}; left out of model_list (--unanswered omit)")
             continue
@@ -334,4 +338,4 @@ def _rpm(lane: LaneModel | None, why: str | None) -> int | None:
 
 def unusable_lanes(document: RecommendationsDocument) -> dict[str, str]:
     """Each lane of ``document`` whose answer a router may not use, and why (none: every answer usable)."""
-    return {key: why for key, lane in _all_lanes(document) if (why := _unusable_why(document, key, lane)) is not None}
+    return {key: why for key, lane in all_lanes(document) if (why := unusable_why(document, key, lane)) is not None}

@@ -1,6 +1,7 @@
 """``satbench capabilities``: the command that prints a recommendations document's capability per node and
-lane (``recommender.capabilities``, the library: the fragment, the /metrics text, LiteLLM's model_list) from a
-running recommender (``--url``) or a saved run (``--file``).
+lane (``recommender.capabilities``, the library: the fragment, the /metrics text, LiteLLM's model_list; the
+autoscalers' and routers' records of ``recommender.record_formats``: KEDA, KServe, llm-d, the endpoint picker,
+the variant autoscaler) from a running recommender (``--url``) or a saved run (``--file``).
 
 Exit status: 0 when every lane has a usable answer, 1 when one has none (or the service has no answer), 2 for
 bad input (a one-line error naming the flag).
@@ -16,14 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from satbench.recommender.capabilities import (
-    FORMATS,
     capability_fragment,
     litellm_config,
     prometheus_text,
     unusable_lanes,
 )
 from satbench.recommender.document import read_document
+from satbench.recommender.keda import AutoscalerOptions
 from satbench.recommender.models import CapabilitiesModel, RecommendationsDocument
+from satbench.recommender.record_formats import ALL_FORMATS, RECORD_FORMATS, lane_record, render_record
 
 __all__ = ["configure", "main"]
 
@@ -34,9 +36,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--file", type=Path, default=None, metavar="PATH",
                         help="a saved recommendations.json (or the run folder holding it) instead of --url")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the recommender")
-    parser.add_argument("--format", choices=FORMATS, default="json",
+    parser.add_argument("--format", choices=ALL_FORMATS, default="json",
                         help="json: the capability fragment per node; prometheus: the /metrics text; "
-                             "litellm: a LiteLLM proxy model_list (JSON, which YAML reads)")
+                             "litellm: a LiteLLM proxy model_list (JSON, which YAML reads); "
+                             + "; ".join(f"{name}: {what}" for name, (_, what) in RECORD_FORMATS.items()))
     parser.add_argument("--model-name", action="append", default=[], metavar="LANE=NAME",
                         help="litellm: the model group of a lane (default: the lane's name); repeatable")
     parser.add_argument("--api-base", action="append", default=[], metavar="NODE/LANE=URL",
@@ -49,6 +52,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--unanswered", choices=("serial", "omit"), default="serial",
                         help="litellm: a lane without a usable answer gets max_parallel_requests 1 (serial) "
                              "or is left out (omit)")
+    parser.add_argument("--server-address", default=AutoscalerOptions.server_address, metavar="URL",
+                        help="keda, kserve: the Prometheus-compatible store KEDA queries (default: the "
+                             "deploy's store gate)")
+    parser.add_argument("--namespace", default=None, help="keda, kserve: the objects' namespace")
+    parser.add_argument("--min-replicas", type=int, default=AutoscalerOptions.min_replicas,
+                        help="keda, kserve: the fewest replicas of a model")
+    parser.add_argument("--max-replicas", type=int, default=AutoscalerOptions.max_replicas,
+                        help="keda, kserve: the most replicas of a model")
+    parser.add_argument("--scale-target", action="append", default=[], metavar="LANE=[KIND/]NAME",
+                        help="keda, kserve: the workload a model (lane name) scales (default: a Deployment named "
+                             "as the lane); repeatable")
+    parser.add_argument("--auth-ref", default=None, metavar="NAME",
+                        help="keda, kserve: the TriggerAuthentication holding the store's basic-auth credentials")
+    parser.add_argument("--lane", default=None, metavar="KEY",
+                        help="llm-d, epp, wva: print only this lane's record (its key: NAME or NODE/NAME), e.g. "
+                             "the file llm-d's prefillCalibrationFile names")
 
 
 def _pairs(values: Sequence[str], flag: str, *, urls: bool = False) -> dict[str, str]:
@@ -111,12 +130,33 @@ def _fetch(url_arg: str, timeout: float) -> tuple[RecommendationsDocument | None
     return document, 0
 
 
+def _autoscaler_options(args: argparse.Namespace) -> AutoscalerOptions:
+    """The KEDA and KServe options (``ValueError`` naming the flag for a bad one)."""
+    from satbench.core.config_files import check_http_url
+
+    low, high = getattr(args, "min_replicas", 1), getattr(args, "max_replicas", 8)
+    if low < 1:
+        raise ValueError(f"--min-replicas {low}: must be at least 1")
+    if high < low:
+        raise ValueError(f"--max-replicas {high}: must be at least --min-replicas {low}")
+    address = getattr(args, "server_address", AutoscalerOptions.server_address)
+    try:
+        address = check_http_url(address)
+    except ValueError as exc:
+        raise ValueError(f"--server-address {exc}") from exc
+    return AutoscalerOptions(server_address=address, namespace=getattr(args, "namespace", None),
+                             min_replicas=low, max_replicas=high,
+                             scale_targets=_pairs(getattr(args, "scale_target", []), "--scale-target"),
+                             auth_ref=getattr(args, "auth_ref", None))
+
+
 def main(args: argparse.Namespace) -> int:
     fmt = getattr(args, "format", "json")
     path: Path | None = getattr(args, "file", None)
     try:
         model_names = _pairs(getattr(args, "model_name", []), "--model-name")
         api_bases = _pairs(getattr(args, "api_base", []), "--api-base", urls=True)
+        options = _autoscaler_options(args)
     except ValueError as exc:
         print(f"satbench capabilities: {exc}", file=sys.stderr)
         return 2
@@ -143,6 +183,18 @@ def main(args: argparse.Namespace) -> int:
                                        node_share=getattr(args, "node_share", "alone"))
         print(json.dumps(config, indent=2))
         left_out = len(config["model_list"]) < len(entries)  # one deployment per (node, lane) at most
+    elif fmt in RECORD_FORMATS:
+        record = render_record(document, fmt, options)
+        lane = getattr(args, "lane", None)
+        if lane is not None:
+            try:
+                record = lane_record(record, fmt, lane)
+            except ValueError as exc:
+                print(f"satbench capabilities: {exc}", file=sys.stderr)
+                return 2
+            unusable = {k: why for k, why in unusable.items() if k == lane}
+        print(json.dumps(record, indent=2))
+        notes = [f"lane {key}: {why}; its record says so" for key, why in unusable.items()]
     else:
         print(prometheus_text(document) if fmt == "prometheus" else json.dumps(fragment, indent=2, sort_keys=True),
               end="" if fmt == "prometheus" else "\n")

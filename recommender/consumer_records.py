@@ -1,0 +1,197 @@
+"""The answers as the routers that place requests read them: llm-d's prefill calibration record, the endpoint
+picker's saturation thresholds and the variant autoscaler's capacities (``satbench capabilities --format
+llm-d|epp|wva``; the autoscalers' KEDA and KServe objects are ``recommender.keda``).
+
+Each of these consumers is today given its numbers by hand. Here every record is cut from the served
+document's answers, and every one carries the same ``satbench`` stamp (``lane_stamp``): the fingerprint digest
+it is valid for, the run that measured it and when, its age, its validity (``valid``, ``changed``,
+``unknown``), ``stale`` (true: the node is no longer what was measured, the fingerprint changed),
+``source_stale`` (true: the recommender serves its last good answer while its source is unreachable; the
+number was measured on this very node and keeps, only its age grows) and ``usable`` with the reason where it
+is not, and the interval the answer was read in (``concurrency_interval``:
+the answer and the next rung measured above it, where the limit lies; ``rate_interval``: the rate answer's
+bracket). A lane that is stale, never measured, or listed by its node without an answer is still published,
+saying so: a record that vanished would leave the consumer on its last value with nobody told.
+
+- **llm-d** (llm-d-router PR #2938, ``prefixcacheaffinity``'s ``CalibrationRecord``): ``schema_version`` 1,
+  ``status``, ``fingerprint``, ``model_revision``, ``engine_image_digest``, ``chunk_tokens``,
+  ``valid_samples``, ``median_ttft_seconds``, ``peak_prefill_tokens_per_second``, ``applied``. The consumer
+  applies a record only with ``status: "OK"``, a positive finite throughput and median TTFT, a positive
+  chunk, at least 10 samples, and a ``fingerprint`` equal to its ``prefillCalibrationFingerprint``: here the
+  lane's satbench digest, which the exporter publishes live (``runtime_fingerprint_info``). satbench does
+  not yet measure peak prefill throughput (long prompts, one output token, rising concurrency), so every
+  record is ``status: "NOT_RUN"`` with the throughput fields null, and ``"STALE"`` where the node changed:
+  both statuses the consumer refuses, keeping its own value, as it should. The identity fields come from the
+  fingerprint: ``model_revision`` the model file's sha256 (else its path), ``engine_image_digest`` the
+  runtime binary's sha256, ``chunk_tokens`` the logical batch (``-b``) a prompt is processed in.
+- **epp** (the Gateway API Inference Extension's endpoint picker, now llm-d-router's ``utilization-detector``
+  plugin, ``saturationdetector/utilization/config.go``): ``queueDepthThreshold`` (waiting requests per
+  endpoint before it counts as saturated; must be > 0) is the requests the answer keeps in flight beyond the
+  node's slots, at least 1 (at the answer nothing more should wait). ``kvCacheUtilThreshold`` is left out:
+  satbench does not measure the KV use at which a lane saturates, and the plugin's default (0.8) applies.
+  A lane without a usable answer gets ``queueDepthThreshold: 1``, the least the plugin takes.
+- **wva** (llm-d's variant autoscaler): its saturation thresholds (``queueLengthThreshold``, which its docs
+  ask to equal the picker's ``queueDepthThreshold``) and the lane's capacities, as rates and as a stock:
+  ``max_concurrency`` (the answer), ``max_rate_rps`` (the rate answer, where the run walked rates),
+  ``decode_tokens_per_second`` (output tokens/s measured at the answer) and ``kv_capacity_tokens`` (the KV
+  cache the runtime holds, from the fingerprint's slots and per-slot context: one slot's context when the
+  cache is unified, else their product), so an autoscaler takes the smaller of what compute and memory allow.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from satbench.recommender.capabilities import all_lanes, lane_place_of, unusable_why
+from satbench.recommender.metrics import validity_state
+from satbench.recommender.models import LaneModel, RecommendationsDocument
+
+__all__ = [
+    "LLMD_SCHEMA_VERSION",
+    "epp_thresholds",
+    "lane_stamp",
+    "llmd_calibration",
+    "queue_threshold",
+    "variant_capacities",
+]
+
+LLMD_SCHEMA_VERSION = 1
+_NOT_MEASURED = ("satbench has not measured this lane's peak prefill throughput (long prompts, one output token, "
+                 "rising concurrency)")
+
+
+# -- the stamp every record carries ---------------------------------------------------------------------------
+def _concurrency_interval(lane: LaneModel) -> list[int | None] | None:
+    """``[answer, next rung measured above it]`` (None above: no rung was measured above the answer)."""
+    answer = lane.recommended_concurrency
+    if answer is None:
+        return None
+    above = sorted(s.concurrency for s in lane.steps if s.concurrency > answer)
+    return [answer, above[0] if above else None]
+
+
+def lane_stamp(document: RecommendationsDocument, key: str, lane: LaneModel | None) -> dict[str, Any]:
+    """What a record of lane ``key`` is valid for and how far to trust it (module docstring)."""
+    node, name = lane_place_of(document, key, lane)
+    why = unusable_why(document, key, lane)
+    if lane is None:
+        return {"lane_key": key, "node": node, "lane": name, "fingerprint_digest": None, "run_id": None,
+                "measured_at": None, "age_s": None, "validity": "unknown", "stale": False,
+                "source_stale": document.stale, "usable": False,
+                "reason": why, "concurrency_interval": None, "rate_interval": None}
+    state = validity_state(lane)
+    return {
+        "lane_key": key, "node": node, "lane": name,
+        "fingerprint_digest": None if lane.fingerprint is None else lane.fingerprint.digest,
+        "run_id": lane.run_id, "measured_at": lane.measured_at,
+        "age_s": lane.age_s if lane.age_s is not None else document.age_s,
+        "validity": state, "stale": state == "changed", "source_stale": document.stale, "usable": why is None,
+        "reason": why or lane.reason,
+        "concurrency_interval": _concurrency_interval(lane),
+        "rate_interval": None if lane.rate is None else lane.rate.interval,
+    }
+
+
+def _settings(lane: LaneModel | None) -> dict[str, Any]:
+    fingerprint = None if lane is None else lane.fingerprint
+    return dict(fingerprint.settings or {}) if fingerprint is not None else {}
+
+
+def _int_setting(lane: LaneModel | None, name: str) -> int | None:
+    value = _settings(lane).get(name)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+# -- llm-d ----------------------------------------------------------------------------------------------------
+def _model_revision(lane: LaneModel | None) -> str | None:
+    model = None if lane is None or lane.fingerprint is None else lane.fingerprint.model
+    if not model:
+        return None
+    files = [f for f in model.get("files") or [] if isinstance(f, dict)]
+    digests = [str(f["sha256"]) for f in files if f.get("sha256")]
+    if digests:
+        return digests[0] if len(digests) == 1 else "+".join(digests)
+    path = model.get("path")
+    return str(path) if path else None
+
+
+def _image_digest(lane: LaneModel | None) -> str | None:
+    runtime = None if lane is None or lane.fingerprint is None else lane.fingerprint.runtime
+    binary = (runtime or {}).get("binary_sha256")
+    return f"sha256:{binary}" if binary and not str(binary).startswith("sha256:") else binary
+
+
+def llmd_calibration(document: RecommendationsDocument) -> dict[str, Any]:
+    """``{"records": {lane key: record}}``: llm-d's prefill calibration record per lane (module docstring)."""
+    records: dict[str, Any] = {}
+    for key, lane in all_lanes(document):
+        stamp = lane_stamp(document, key, lane)
+        status = "STALE" if stamp["stale"] else "NOT_RUN"
+        records[key] = {
+            "schema_version": LLMD_SCHEMA_VERSION,
+            "status": status,
+            "fingerprint": stamp["fingerprint_digest"] or "",
+            "model_revision": _model_revision(lane) or "",
+            "engine_image_digest": _image_digest(lane) or "",
+            "chunk_tokens": _int_setting(lane, "batch"),
+            "valid_samples": 0,
+            "median_ttft_seconds": None,
+            "peak_prefill_tokens_per_second": None,
+            "applied": False,
+            "satbench": {**stamp, "ubatch_tokens": _int_setting(lane, "ubatch"),
+                         "status_reason": stamp["reason"] if stamp["stale"] else _NOT_MEASURED},
+        }
+    return {"records": records}
+
+
+# -- the endpoint picker and the variant autoscaler -----------------------------------------------------------
+def queue_threshold(lane: LaneModel | None, usable: bool) -> int:
+    """Waiting requests per endpoint at the answer, at least 1: the answer beyond the node's slots (module
+    docstring); 1 where there is no usable answer or the slot count is unknown and the answer fits none."""
+    answer = None if lane is None else lane.recommended_concurrency
+    slots = _int_setting(lane, "slots")
+    if not usable or answer is None or slots is None:
+        return 1
+    return max(1, answer - slots)
+
+
+def epp_thresholds(document: RecommendationsDocument) -> dict[str, Any]:
+    """``{"endpoints": {lane key: {"type": "utilization-detector", "parameters": {...}, "satbench": stamp}}}``."""
+    endpoints: dict[str, Any] = {}
+    for key, lane in all_lanes(document):
+        stamp = lane_stamp(document, key, lane)
+        endpoints[key] = {"type": "utilization-detector",
+                          "parameters": {"queueDepthThreshold": queue_threshold(lane, stamp["usable"])},
+                          "satbench": stamp}
+    return {"endpoints": endpoints}
+
+
+def _kv_capacity_tokens(lane: LaneModel | None) -> int | None:
+    settings = _settings(lane)
+    per_slot, slots = _int_setting(lane, "ctx_per_slot"), _int_setting(lane, "slots")
+    if per_slot is None:
+        return None
+    if settings.get("kv_unified") is True:
+        return per_slot
+    return None if slots is None else per_slot * slots
+
+
+def variant_capacities(document: RecommendationsDocument) -> dict[str, Any]:
+    """``{"variants": {lane key: {...capacities, "saturation": {...}, "satbench": stamp}}}`` (module docstring).
+    A lane without a usable answer carries null capacities (its stamp says why) and the least thresholds."""
+    variants: dict[str, Any] = {}
+    for key, lane in all_lanes(document):
+        stamp = lane_stamp(document, key, lane)
+        usable = stamp["usable"] and lane is not None
+        rate = None if lane is None else lane.rate
+        variants[key] = {
+            "max_concurrency": lane.recommended_concurrency if usable and lane is not None else None,
+            "max_rate_rps": rate.max_rate_rps if usable and rate is not None
+            and rate.status in ("settled", "unsaturated") else None,
+            "decode_tokens_per_second": lane.throughput_at_recommended_tok_s if usable and lane is not None
+            else None,
+            "kv_capacity_tokens": _kv_capacity_tokens(lane),
+            "saturation": {"queueLengthThreshold": queue_threshold(lane, stamp["usable"])},
+            "satbench": stamp,
+        }
+    return {"variants": variants}

@@ -1,0 +1,91 @@
+"""Peak prefill throughput (``recommender.prefill_peak``): the rule on tables of rungs, and the walk against an
+engine whose prefill capacity is known.
+
+The engine of the accuracy test is the scenario, not the code: prompt tokens/s at concurrency c are
+``K * c / (c + h)`` (capacity ``K``; ``h`` the concurrency at which half of it is reached, larger where a
+request's fixed costs weigh more) or a hard cap ``min(c * K / h, K)``, each rung read with noise and its
+interval. The walk (``next_prefill_rung``) and the answer (``peak_prefill``) must land within 10 % of ``K``.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from satbench.recommender.prefill_peak import PrefillRung, next_prefill_rung, peak_prefill
+
+MIN_GAIN = 0.10
+
+
+def rung(c: int, tok_s: float, half_width: float = 0.01, requests: int = 40) -> PrefillRung:
+    return PrefillRung(c, tok_s, (tok_s * (1 - half_width), tok_s * (1 + half_width)), requests)
+
+
+@pytest.mark.parametrize(("rungs", "status", "peak", "at", "nxt"), [
+    ([], "insufficient_data", None, None, 1),
+    ([rung(1, 1000, requests=9)], "insufficient_data", None, None, 2),
+    ([rung(1, 1000)], "unsaturated", 1000, 1, 2),
+    ([rung(1, 1000), rung(2, 2000), rung(4, 4000), rung(8, 4000)], "settled", 4000, 4, None),
+    ([rung(1, 1000), rung(2, 1900), rung(4, 3000), rung(8, 2900)], "settled", 3000, 4, None),  # a dip after
+    ([rung(1, 1000, 0.1), rung(2, 1080, 0.1)], "undecided", 1080, 2, 4),  # +8 %, interval across 10 %
+    ([rung(1, 1000, 0.1), rung(2, 1300, 0.1), rung(4, 1450, 0.01)], "undecided", 1450, 4, 8),
+    ([rung(1, 1000), rung(2, 1030), rung(4, 4000)], "settled", 1030, 2, None),  # the first plateau decides
+    ([rung(1, 1000), rung(2, 2000), rung(4, 3900, requests=3)], "unsaturated", 2000, 2, 8),
+], ids=["nothing", "too-few-requests", "one-rung", "hard-cap", "noisy-dip", "undecided", "undecided-late",
+        "first-plateau", "thin-rung-skipped"])
+def test_the_rule_on_rungs(rungs: list[PrefillRung], status: str, peak: float | None, at: int | None,
+                           nxt: int | None) -> None:
+    answer = peak_prefill(rungs, min_gain_per_doubling=MIN_GAIN)
+    assert (answer.status, answer.peak_tok_s, answer.concurrency) == (status, peak, at), answer.reason
+    assert next_prefill_rung(rungs, min_gain_per_doubling=MIN_GAIN, max_concurrency=64) == nxt
+    if peak is not None:
+        assert answer.interval is not None and answer.interval[0] <= peak <= answer.interval[1]
+        assert answer.reason
+
+
+def test_the_walk_ends_at_the_ladders_top_and_says_it_is_a_lower_bound() -> None:
+    rungs = [rung(1, 1000), rung(2, 2000), rung(4, 4000)]
+    assert next_prefill_rung(rungs, min_gain_per_doubling=MIN_GAIN, max_concurrency=4) is None
+    answer = peak_prefill(rungs, min_gain_per_doubling=MIN_GAIN)
+    assert answer.status == "unsaturated" and "lower bound" in answer.reason
+
+
+def walk(engine: dict[str, float], rng: random.Random, max_concurrency: int = 512) -> list[PrefillRung]:
+    """The ladder against the engine: each rung's prompt tokens/s with noise ``sd`` and its interval."""
+    rungs: list[PrefillRung] = []
+    c = next_prefill_rung(rungs, min_gain_per_doubling=MIN_GAIN, max_concurrency=max_concurrency)
+    for _ in range(20):  # bounded: 2^9 = 512
+        if c is None:
+            break
+        k, h, sd = engine["K"], engine["h"], engine["sd"]
+        truth = k * c / (c + h) if engine["shape"] == 0 else min(c * k / h, k)
+        measured = truth * (1 + rng.gauss(0, sd))
+        rungs.append(rung(c, measured, half_width=2 * sd + 0.002, requests=10 * c))
+        c = next_prefill_rung(rungs, min_gain_per_doubling=MIN_GAIN, max_concurrency=max_concurrency)
+    return rungs
+
+
+def test_the_peak_is_within_a_tenth_of_the_engines_capacity_over_random_engines() -> None:
+    rng = random.Random(41)
+    draws, within, settled = 300, 0, 0
+    for _ in range(draws):
+        engine = {"K": rng.uniform(500, 50_000), "h": rng.uniform(0.5, 4.0), "sd": rng.uniform(0.0, 0.02),
+                  "shape": rng.randrange(2)}
+        answer = peak_prefill(walk(engine, rng), min_gain_per_doubling=MIN_GAIN)
+        assert answer.peak_tok_s is not None
+        settled += answer.status == "settled"
+        within += abs(answer.peak_tok_s - engine["K"]) <= 0.10 * engine["K"]
+    assert settled == draws  # the ladder's top (512) is above every engine's plateau here
+    assert within >= 0.97 * draws, f"{within}/{draws} within 10 %"
+
+
+def test_one_request_at_a_time_is_the_hand_run_figure_and_falls_short() -> None:
+    """llm-d's hand-run recipe (prompt tokens / median TTFT of single requests) is the c=1 rung: on an engine
+    with h = 2 it reads a third of the capacity; the walk reads the peak."""
+    rng = random.Random(7)
+    engine = {"K": 16_000.0, "h": 2.0, "sd": 0.0, "shape": 0}
+    rungs = walk(engine, rng)
+    assert rungs[0].concurrency == 1 and rungs[0].prompt_tok_s == pytest.approx(16_000 / 3)
+    answer = peak_prefill(rungs, min_gain_per_doubling=MIN_GAIN)
+    assert answer.status == "settled" and answer.peak_tok_s == pytest.approx(16_000 * 32 / 34)
