@@ -122,6 +122,7 @@ _OPTIONAL_NUMBERS = (
     "users_starved", "reasoning_requests", "turn_mean", "stall_prompt_elasticity", "rate_rps", "offered_rps",
     "backlog_growth_rps", "backlog_growth_se", "backlog_growth_dof", "judged_requests", "attained_requests",
     "goodput_rps", "goodput_tok_s", "attainment", "attainment_se", "attainment_dof", "waits_settled",
+    "drift_reference",
 )
 
 
@@ -206,6 +207,7 @@ class StepFigures:
     attainment_se: float | None = None
     attainment_dof: float | None = None
     waits_settled: int | None = None  # an open rung: 1 where its waits settled (core.attainment.warmup_cut), 0 not
+    drift_reference: int | None = None  # 1: a rung re-measured at its lane's end, for the drift check (core.drift)
     objective_misses: dict[str, int] = field(default_factory=dict)
     errors_by_outcome: dict[str, int] = field(default_factory=dict)
     throughput_ci_tok_s: tuple[float, float] | None = None

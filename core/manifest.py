@@ -97,6 +97,8 @@ class StepWindow:
     steady: bool | None = None  # an open-loop rung: its waits settled in the window (core.attainment.warmup_cut)
     # a trace rung (loadgen.trace_step): the speed factor its recorded arrivals were replayed at
     speed_factor: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    # a closed rung measured again at its lane's end, for the drift check (core.drift): not a rung of the ladder
+    drift_reference: bool = False
 
     @model_validator(mode="after")
     def _closed_rungs_have_users(self) -> StepWindow:
