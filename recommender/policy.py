@@ -122,7 +122,7 @@ class Policy(BaseModel):
                                   "(core.drift): a re-measure of the lowest rung whose throughput interval lies "
                                   "beyond 1 +- this, or a doubling that lost more than 1 - 1/(1 + this) with every "
                                   "request admitted; 0.25: a 20 % drift moves no decision the rungs' own noise "
-                                  "leaves settled, a step time that grows by half is seen", gt=0)
+                                  "does not already leave open, a step time that grows by half is seen", gt=0)
     on_drift: Literal["withhold", "report"] = _f(
         "withhold", "what a drifted lane answers: withhold (status degraded, no recommended concurrency, the reason "
                     "names the drift: measure the lane again on a quiet node) or report (the answer kept, its drift "
