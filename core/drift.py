@@ -82,9 +82,10 @@ class Drift:
         if self.decode_step_s[0] is not None and self.decode_step_s[1] is not None:
             steps = f"; decode step {self.decode_step_s[0] * 1000:.1f} -> {self.decode_step_s[1] * 1000:.1f} ms"
         if self.how == "reference":
+            verdict = (f"the node changed speed between c={self.between[0]} and c={self.between[1]}"
+                       if self.drifted else "no drift beyond the floor")
             return (f"c={self.concurrency} re-measured at the lane's end gave {self.ratio:.2f}x its first "
-                    f"throughput{span}: the node changed speed between c={self.between[0]} and "
-                    f"c={self.between[1]}{steps}")
+                    f"throughput{span}: {verdict}{steps}")
         return (f"the node slowed between c={self.between[0]} and c={self.between[1]}: doubling the batch "
                 f"kept {self.ratio:.2f}x the throughput{span}, which a batched decoder cannot lose{steps}")
 

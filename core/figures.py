@@ -122,7 +122,6 @@ _OPTIONAL_NUMBERS = (
     "users_starved", "reasoning_requests", "turn_mean", "stall_prompt_elasticity", "rate_rps", "offered_rps",
     "backlog_growth_rps", "backlog_growth_se", "backlog_growth_dof", "judged_requests", "attained_requests",
     "goodput_rps", "goodput_tok_s", "attainment", "attainment_se", "attainment_dof", "waits_settled",
-    "drift_reference",
 )
 
 
@@ -275,6 +274,7 @@ class StepFigures:
             **{name: data.get(name) for name in _OPTIONAL_NUMBERS},  # type: ignore[arg-type]
             errors_by_outcome=dict(data.get("errors_by_outcome") or {}),
             throughput_ci_tok_s=None if ci is None else (float(ci[0]), float(ci[1])),
+            drift_reference=data.get("drift_reference"),
             valid=bool(data.get("valid", True)),
             reason=data.get("reason"),
         )

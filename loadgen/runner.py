@@ -256,17 +256,20 @@ class LadderRunner:
         step.id_tag = "-again"
         window = await step.run()
         _check_written(writer)
-        figures = self._step_done(step, dataclasses.replace(window, slots=slots, drift_reference=True))
+        figures = self._step_done(step, dataclasses.replace(window, slots=slots, drift_reference=True), publish=False)
         self.progress.done(rung_line(figures) + " (re-measured: the drift check)")
         self._write()
 
-    def _step_done(self, step: StepRun, window: StepWindow) -> StepFigures:
-        """A finished rung's exact figures, published and kept (``steps.json``, the manifest's window)."""
+    def _step_done(self, step: StepRun, window: StepWindow, publish: bool = True) -> StepFigures:
+        """A finished rung's exact figures, published and kept (``steps.json``, the manifest's window). A
+        re-measure is not published: its series would be the rung's own (lane, run, concurrency), and a reader
+        of the rung's last published value would read the re-measure's (the store's histograms measure it)."""
         objectives = None if self.config.objectives is None else self.config.objectives.objectives()
         figures = compute_step_figures(list(step.records()), window, batch_s=self.config.batch_s,
                                        objectives=objectives)
-        self.metrics.publish_step(step.lane.key, self.run_id, window.concurrency, client_values(figures),
-                                  rate=window.rate_rps)
+        if publish:
+            self.metrics.publish_step(step.lane.key, self.run_id, window.concurrency, client_values(figures),
+                                      rate=window.rate_rps)
         self._published_at = time.time()
         self.figures.append(figures)
         self.part = self.part.with_step(window)
