@@ -209,6 +209,7 @@ class StepFigures:
     attainment_se: float | None = None
     attainment_dof: float | None = None
     waits_settled: int | None = None  # an open rung: 1 where its waits settled (core.attainment.warmup_cut), 0 not
+    drift_reference: int | None = None  # 1: a rung re-measured at its lane's end, for the drift check (core.drift)
     objective_misses: dict[str, int] = field(default_factory=dict)
     errors_by_outcome: dict[str, int] = field(default_factory=dict)
     throughput_ci_tok_s: tuple[float, float] | None = None
@@ -276,6 +277,7 @@ class StepFigures:
             **{name: data.get(name) for name in _OPTIONAL_NUMBERS},  # type: ignore[arg-type]
             errors_by_outcome=dict(data.get("errors_by_outcome") or {}),
             throughput_ci_tok_s=None if ci is None else (float(ci[0]), float(ci[1])),
+            drift_reference=data.get("drift_reference"),
             valid=bool(data.get("valid", True)),
             reason=data.get("reason"),
         )

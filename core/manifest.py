@@ -100,6 +100,8 @@ class StepWindow:
     speed_factor: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     # a trace rung: one pass of its scaled window, where its window is whole passes after whole passes of warm-up
     period_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    # a closed rung measured again at its lane's end, for the drift check (core.drift): not a rung of the ladder
+    drift_reference: bool = False
 
     @model_validator(mode="after")
     def _closed_rungs_have_users(self) -> StepWindow:

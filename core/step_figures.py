@@ -306,6 +306,7 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
         turn_mean=sum(turns) / len(turns) if turns and max(turns) > 1 else None,
         rate_rps=window.rate_rps,
         waits_settled=None if window.steady is None else int(window.steady),
+        drift_reference=1 if window.drift_reference else None,
         offered_rps=None if window.rate_rps is None else len(lags) / length,
         schedule_lag_s=quantiles(lags),
         ttft_intended_s=quantiles(ttft_intended),

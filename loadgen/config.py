@@ -92,6 +92,9 @@ class LadderConfig(_Model):
     were past their own TTFT deadline (goodput's count by the objectives, ``core.objectives``: the session's
     check where the deadline grows with the prompt; ``None``: unchecked), its error ratio stays within
     ``extend_max_error_ratio`` and it is valid. No rung is ever measured above ``max_concurrency``, listed or not.
+    ``drift_reference``: once a lane's ladder is walked, measure its lowest valid rung again (a window marked
+    ``drift_reference``, no rung of the ladder), so the recommender can tell a node that changed speed during the
+    walk from an effect of concurrency (``core.drift``); false: no re-measure, only the rung-by-rung check.
     """
 
     concurrency: list[Annotated[int, Field(le=MAX_CONCURRENCY)]] = Field(default_factory=lambda: [1, 2, 4, 8])
@@ -107,6 +110,7 @@ class LadderConfig(_Model):
     extend_itl_p95_s: float | None = Field(default=None, gt=0.0, le=MAX_SECONDS)
     extend_ttft_late_share: float | None = Field(default=None, gt=0.0, le=1.0)
     extend_max_error_ratio: float = Field(default=0.01, ge=0.0, le=1.0)
+    drift_reference: bool = True
 
     @field_validator("concurrency")
     @classmethod

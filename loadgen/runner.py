@@ -231,6 +231,7 @@ class LadderRunner:
                 lane_figures.append(figures)
                 self.progress.done(rung_line(figures))
                 self._write()
+            await self._drift_reference(lane, lane_figures, client, writer, clock, text, slots)
             ladder = self.config.ladder
             if ladder.extend and lane_figures:
                 why = extension_stop(lane_figures, ladder)
@@ -244,13 +245,32 @@ class LadderRunner:
         finally:
             await client.close()
 
-    def _step_done(self, step: StepRun, window: StepWindow) -> StepFigures:
-        """A finished rung's exact figures, published and kept (``steps.json``, the manifest's window)."""
+    async def _drift_reference(self, lane: LaneConfig, closed: list[StepFigures], client: LaneClient,
+                               writer: RecordsWriter, clock: Clock, text: PromptText, slots: int | None) -> None:
+        """The lane's lowest valid rung measured again after its ladder (``ladder.drift_reference``), its window
+        marked so: the drift check's (``core.drift``), never a rung of the walk."""
+        lowest = min((f.concurrency for f in closed if f.valid), default=None)
+        if not self.config.ladder.drift_reference or lowest is None or len(closed) < 2:
+            return
+        step = StepRun(config=self.config, lane=lane, concurrency=lowest, run_id=self.run_id, client=client,
+                       writer=writer, clock=clock, metrics=self.metrics, text=text, progress=self.progress)
+        step.id_tag = "-again"
+        window = await step.run()
+        _check_written(writer)
+        figures = self._step_done(step, dataclasses.replace(window, slots=slots, drift_reference=True), publish=False)
+        self.progress.done(rung_line(figures) + " (re-measured: the drift check)")
+        self._write()
+
+    def _step_done(self, step: StepRun, window: StepWindow, publish: bool = True) -> StepFigures:
+        """A finished rung's exact figures, published and kept (``steps.json``, the manifest's window). A
+        re-measure is not published: its series would be the rung's own (lane, run, concurrency), and a reader
+        of the rung's last published value would read the re-measure's (the store's histograms measure it)."""
         objectives = None if self.config.objectives is None else self.config.objectives.objectives()
         figures = compute_step_figures(list(step.records()), window, batch_s=self.config.batch_s,
                                        objectives=objectives)
-        self.metrics.publish_step(step.lane.key, self.run_id, window.concurrency, client_values(figures),
-                                  rate=window.rate_rps)
+        if publish:
+            self.metrics.publish_step(step.lane.key, self.run_id, window.concurrency, client_values(figures),
+                                      rate=window.rate_rps)
         self._published_at = time.time()
         self.figures.append(figures)
         self.part = self.part.with_step(window)

@@ -116,6 +116,7 @@ class StepRun:
                  text: PromptText, progress: Progress, reference: StepFigures | None = None) -> None:
         self.config, self.lane, self.c, self.run_id = config, lane, concurrency, run_id
         self.reference = reference
+        self.id_tag = ""  # set on a rung measured twice (the drift check's re-measure: "-again"), so ids stay unique
         self.rate: float | None = None  # an open-loop rung's rate (``loadgen.open_step``)
         self.client, self.writer, self.clock, self.metrics = client, writer, clock, metrics
         self.text, self.progress = text, progress
@@ -319,7 +320,7 @@ class StepRun:
         while not self.stopping:
             spec = workload.next_spec()
             body = build_body(self.lane.api, self.lane.model, spec, self.text, self.config.workload, tag)
-            rid = f"{self.run_id}-{self.lane.key}-c{self.c}-u{user}-{spec.index}"
+            rid = f"{self.run_id}-{self.lane.key}-c{self.c}{self.id_tag}-u{user}-{spec.index}"
             parser = StreamParser(self.lane.api, self.config.max_event_bytes, keep_text=workload.converses)
             decided = time.perf_counter_ns()
             self.active[user] = _Active(decided, parser)

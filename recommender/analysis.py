@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from satbench.core.drift import Drift, lane_drift
 from satbench.core.figures import MemoryFigures, StepFigures
 from satbench.core.statistics import (
     MeanEstimate,
@@ -97,6 +98,7 @@ class LaneAnalysis:
     notes: tuple[str, ...] = field(default_factory=tuple)
     gain_intervals: tuple[tuple[float, float] | None, ...] = ()
     undecided: Undecided | None = None
+    drift: Drift | None = None
 
     def _accepted(self) -> list[tuple[StepFigures, StepVerdict]]:
         pairs = [(s, v) for s, v in zip(self.steps, self.verdicts, strict=True) if v.usable]
@@ -221,7 +223,31 @@ def _dedupe(steps: Sequence[StepFigures]) -> tuple[list[StepFigures], list[str]]
 
 
 def analyze_lane(lane: str, steps: Sequence[StepFigures], policy: Policy) -> LaneAnalysis:
-    """The answer for one lane under ``policy`` (see the module docstring for the walk)."""
+    """The answer for one lane under ``policy`` (see the module docstring for the walk), its drift judged
+    (``core.drift``): ``steps`` may hold re-measures of its rungs (``StepFigures.drift_reference``), which are the
+    drift check's and never rungs of the walk."""
+    references = [at_confidence(s, policy.confidence) for s in steps if s.drift_reference]
+    walked = _walk(lane, [s for s in steps if not s.drift_reference], policy)
+    usable = [s for s, v in zip(walked.steps, walked.verdicts, strict=True) if v.usable]
+    drift = lane_drift(usable, references, policy.confidence, policy.drift_floor)
+    if drift is None:
+        return walked
+    if not drift.drifted:
+        return dataclasses.replace(walked, drift=drift)
+    said = drift.said()
+    notes = (*walked.notes, f"drift: {said}")
+    if policy.on_drift == "report" or walked.recommended_concurrency is None:
+        return dataclasses.replace(walked, drift=drift, notes=notes)
+    reason = (f"the node changed speed during the walk, so the rungs measured after the change read it as an "
+              f"effect of their concurrency: {said}; the answer (c={walked.recommended_concurrency}) is withheld "
+              f"(policy.on_drift = withhold): measure the lane again on a steady node")
+    return dataclasses.replace(walked, drift=drift, notes=notes, status="degraded", reason=reason,
+                               recommended_concurrency=None, saturation_concurrency=None, binding_constraint=None,
+                               throughput_at_recommended_tok_s=None, undecided=None, indistinguishable=None,
+                               next_rung_constraints=())
+
+
+def _walk(lane: str, steps: Sequence[StepFigures], policy: Policy) -> LaneAnalysis:
     deduped, notes = _dedupe(steps)
     ordered = [at_confidence(s, policy.confidence) for s in deduped]
     lowest = next((s for s in ordered if s.valid), None)

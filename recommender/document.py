@@ -43,6 +43,7 @@ from satbench.core.config_files import first_problem
 from satbench.core.lanes import LOCAL_NODE, split_key
 from satbench.recommender.analysis import LaneAnalysis
 from satbench.recommender.models import (
+    DriftModel,
     KneeModel,
     PairModel,
     RecommendationsDocument,
@@ -135,6 +136,13 @@ def lane_fragment(analysis: LaneAnalysis, *, run_id: str, measured_at: float | N
         "steps": _STEPS.dump_python(analysis.step_models(), mode="json"),
         "rate": None if rate is None else rate.model().model_dump(mode="json"),
     }
+    drift = analysis.drift
+    if drift is not None:  # said only where checked, so a document without a check reads as before
+        fragment["drift"] = DriftModel(
+            drifted=drift.drifted, how=drift.how, concurrency=drift.concurrency,  # type: ignore[arg-type]
+            ratio=drift.ratio, interval=None if drift.interval is None else list(drift.interval),
+            between=list(drift.between), decode_step_s=list(drift.decode_step_s), said=drift.said(),
+        ).model_dump(mode="json")
     if trace is not None:
         fragment["trace"] = TraceModel.model_validate(trace.to_dict()).model_dump(mode="json")
     return fragment

@@ -33,6 +33,7 @@ __all__ = [
     "CapabilityNode",
     "ChangeModel",
     "Constraint",
+    "DriftModel",
     "FingerprintModel",
     "HealthModel",
     "LaneModel",
@@ -165,6 +166,23 @@ class UndecidedModel(BaseModel):
     larger: int
     gain: float
     interval: list[float]
+
+
+class DriftModel(BaseModel):
+    """A change of the node's speed during the lane's walk (``core.drift``): ``drifted`` where it lay beyond
+    ``policy.drift_floor``; ``ratio`` is the speed after over before, ``interval`` its interval at the policy's
+    confidence; ``between`` the rungs (concurrencies) it happened between; ``how`` which check saw it
+    (``reference``: the lowest rung re-measured at the lane's end; ``rung``: a doubling that lost throughput
+    with every request admitted); ``decode_step_s`` the runtime's decode step before and after."""
+
+    drifted: bool
+    how: Literal["reference", "rung"]
+    concurrency: int
+    ratio: float
+    interval: list[float] | None
+    between: list[int]
+    decode_step_s: list[float | None]
+    said: str
 
 
 class RatePointModel(BaseModel):
@@ -351,6 +369,8 @@ class LaneModel(BaseModel):
     knee: KneeModel | None = None
     indistinguishable: PairModel | None = None
     undecided: UndecidedModel | None = Field(None, description="the undecided doubling the answer rests on")
+    drift: DriftModel | None = Field(None, description="the drift check (core.drift): the node's speed at the "
+                                     "lane's end against its start; absent where nothing was checked")
     next_rung_constraints: list[Constraint] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     run_id: str

@@ -12,7 +12,7 @@ recommendations document embeds.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -118,6 +118,15 @@ class Policy(BaseModel):
     max_throughput_ci_ratio: float = _f(0.25, "largest interval half-width / mean for a stable step", gt=0)
     attainment_target: float = _f(0.9, "least share of requests that must attain every per-request objective at "
                                        "a rate for the lane to sustain it (goodput; DistServe's 90 %)", gt=0, le=1)
+    drift_floor: float = _f(0.25, "least change of the node's speed during a lane's walk that counts as drift "
+                                  "(core.drift): a re-measure of the lowest rung whose throughput interval lies "
+                                  "beyond 1 +- this, or a doubling that lost more than 1 - 1/(1 + this) with every "
+                                  "request admitted; 0.25: a 20 % drift moves no decision the rungs' own noise "
+                                  "does not already leave open, a step time that grows by half is seen", gt=0)
+    on_drift: Literal["withhold", "report"] = _f(
+        "withhold", "what a drifted lane answers: withhold (status degraded, no recommended concurrency, the reason "
+                    "names the drift: measure the lane again on a quiet node) or report (the answer kept, its drift "
+                    "said beside it)")
     confidence: float = _f(0.95, "confidence level of every interval and test the verdicts use (throughput and "
                                  "gain intervals; a quantile objective is broken when significantly more "
                                  "requests than its share exceed it, at 1 - confidence)", gt=0, lt=1)

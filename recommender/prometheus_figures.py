@@ -29,6 +29,7 @@ whatever samples remain and can be off by half.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -134,7 +135,9 @@ def figures_from_prometheus(window: StepWindow, r: PromStepResults, *, confidenc
                             published: Mapping[str, float] | None = None) -> StepFigures:
     step = _from_histograms(window, r, confidence=confidence, scrape_interval_s=scrape_interval_s,
                             min_scrape_coverage=min_scrape_coverage)
-    return _with_published(step, published, window) if published else step
+    step = _with_published(step, published, window) if published else step
+    # the manifest says which window re-measures a rung (core.drift), whatever the store still holds
+    return dataclasses.replace(step, drift_reference=1 if window.drift_reference else None)
 
 
 def _from_histograms(window: StepWindow, r: PromStepResults, *, confidence: float, scrape_interval_s: float,

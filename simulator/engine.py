@@ -36,7 +36,7 @@ from __future__ import annotations
 import random
 import re
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from satbench.simulator.engine_types import (
@@ -68,6 +68,10 @@ __all__ = [
 _USER_NUMBER = re.compile(r"(\d+)\s*$")
 
 
+def _unscaled(now: float) -> float:
+    return 1.0
+
+
 SLOT_PROMPT_SIMILARITY = 0.1  # llama-server's --slot-prompt-similarity default
 
 
@@ -88,6 +92,7 @@ class Engine:
         # per slot: what its KV cache holds (prompt ids, the text key and count of generated tokens)
         self.slot_cache: list[tuple[tuple[int, ...], int, int] | None] = [None] * s.slots
         self.host_prompts: list[tuple[int, ...]] = []  # --cache-ram: prompts kept in host memory, oldest first
+        self.step_scale: Callable[[float], float] = _unscaled  # the server's slowdown faults, at engine time
 
     # -- requests -----------------------------------------------------------------------------------------
 
@@ -160,7 +165,7 @@ class Engine:
         n_prompt = sum(n for _, n in prompting)
         if not decoding and not n_prompt:
             return None
-        dt = step_seconds(self.profile.cost, len(decoding), n_prompt, s.ubatch, s.time_scale)
+        dt = step_seconds(self.profile.cost, len(decoding), n_prompt, s.ubatch, s.time_scale) * self.step_scale(now)
         self._plan = StepPlan(now, now + dt, len(decoding), n_prompt, decoding, tuple(prompting))
         return self._plan
 

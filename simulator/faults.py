@@ -14,7 +14,10 @@ server asks ``hit(kind, t)`` at the point where a fault could apply, and a seede
 - ``metrics_disabled``: ``/metrics`` answers 501 as llama-server started without ``--metrics``;
 - ``engine_pause``: the whole engine stops for ``delay_s`` (no step runs: every slot and the queue wait), from
   the window's start and again every ``every_s`` seconds (a host that stalls: a GC pause, a swap storm, a
-  co-tenant), for the load generator's coordinated-omission check.
+  co-tenant), for the load generator's coordinated-omission check;
+- ``slowdown``: every engine step takes ``factor`` times as long, reached ``ramp_s`` after the window's start
+  (linearly from 1; 0: at once), until the window ends: a co-tenant arriving, thermal limits, a server that
+  slows with uptime, for the drift check (``core.drift``). Several active slowdowns multiply.
 """
 
 from __future__ import annotations
@@ -57,6 +60,10 @@ class FaultSchedule:
     def pause_left(self, t_s: float) -> float:
         """How long the engine must still pause at server time ``t_s`` (``engine_pause`` faults)."""
         return max((f.pause_left(t_s) for f in self._faults if f.kind == "engine_pause"), default=0.0)
+
+    def step_scale(self, t_s: float) -> float:
+        """What an engine step is multiplied by at server time ``t_s`` (``slowdown`` faults; 1 without any)."""
+        return math.prod(f.step_scale(t_s) for f in self._faults if f.kind == "slowdown")
 
     def to_json(self) -> list[dict[str, Any]]:
         out = []

@@ -9,6 +9,7 @@ range-checked so a bad profile fails with a message that names the key.
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ FAULT_KINDS = (
     "slots_disabled",
     "metrics_disabled",
     "engine_pause",
+    "slowdown",
 )
 
 
@@ -115,6 +117,8 @@ class FaultSpec:
     ``rate`` is the fraction of eligible requests hit; ``delay_s`` is the stall or slowdown length;
     ``after_tokens`` is where a stream is dropped, stalled or corrupted; ``status`` is the 5xx code;
     ``every_s`` repeats an ``engine_pause`` every so many seconds of its window (``None``: once, at its start).
+    A ``slowdown`` multiplies every engine step by ``factor``, reached ``ramp_s`` after its start (linearly
+    from 1; 0: at once): a co-tenant, thermal limits, a server that slows with uptime.
     """
 
     kind: str
@@ -125,6 +129,8 @@ class FaultSpec:
     after_tokens: int = 4
     status: int = 500
     every_s: float | None = None
+    factor: float = 2.0
+    ramp_s: float = 0.0
 
     def active(self, t_s: float) -> bool:
         return self.start_s <= t_s < self.start_s + self.duration_s
@@ -138,6 +144,13 @@ class FaultSpec:
         if self.every_s is not None:
             since %= self.every_s
         return max(0.0, self.delay_s - since)
+
+    def step_scale(self, t_s: float) -> float:
+        """A ``slowdown``: what it multiplies an engine step by at ``t_s`` (1 outside its window)."""
+        if not self.active(t_s):
+            return 1.0
+        reached = 1.0 if self.ramp_s <= 0 else min(1.0, (t_s - self.start_s) / self.ramp_s)
+        return 1.0 + (self.factor - 1.0) * reached
 
 
 @dataclass(frozen=True)
@@ -230,6 +243,8 @@ def fault_from_mapping(raw: Mapping[str, Any]) -> FaultSpec:
         raise ProfileError("fault: duration_s must be > 0, delay_s and after_tokens >= 0")
     if spec.every_s is not None and spec.every_s <= spec.delay_s:
         raise ProfileError("fault: every_s must be longer than delay_s (the pause would never end)")
+    if not (spec.factor > 0 and math.isfinite(spec.factor)) or not (spec.ramp_s >= 0 and math.isfinite(spec.ramp_s)):
+        raise ProfileError("fault: factor must be a finite number > 0 and ramp_s a finite number >= 0")
     if kind == "http_5xx" and not 500 <= spec.status <= 599:
         raise ProfileError("fault: status must be a 5xx code")
     return spec

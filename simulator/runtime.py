@@ -100,6 +100,8 @@ class RealTimeRuntime:
         self._slipped = 0.0
         self._stopped = False
         self.pause_left: Callable[[float], float] = lambda t_s: 0.0  # the server's engine_pause faults
+        self.step_scale: Callable[[float], float] = lambda t_s: 1.0  # the server's slowdown faults
+        self.engine.step_scale = lambda now: self.step_scale(now - self.time_map.started_mono)
 
     # -- called by the HTTP layer -------------------------------------------------------------------------
 

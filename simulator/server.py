@@ -111,6 +111,7 @@ class SimulatorApp(SimulatorEdge):
         self.runtime = runtime or RealTimeRuntime(profile)
         self.faults = FaultSchedule(profile.faults, profile.server.seed)
         self.runtime.pause_left = self.faults.pause_left  # engine_pause faults stop the engine's loop
+        self.runtime.step_scale = self.faults.step_scale  # slowdown faults lengthen every step
         self.created = int(time.time())
         self.model_id = self.options.model_id(profile)
         self._rng = random.Random(profile.server.seed)

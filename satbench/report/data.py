@@ -248,14 +248,15 @@ def load_run(run_dir: Path) -> RunReport:
     for name in lane_names:
         answer = rec_lanes.get(name)
         server_steps = {step.concurrency: _figures(step, name) for step in (answer.steps if answer else [])}
-        mine = {s.concurrency: s for s in client_steps if s.lane == name and s.rate_rps is None}
+        mine = {s.concurrency: s for s in client_steps  # a rung's re-measure (core.drift) is no rung of its own
+                if s.lane == name and s.rate_rps is None and not s.drift_reference}
         factors = {(w.concurrency, w.rate_rps): w.speed_factor for w in manifest.windows(name) if w.speed_factor}
         opened = sorted((s for s in client_steps if s.lane == name and s.rate_rps is not None),
                         key=lambda s: s.rate_rps or 0.0)
         rate_steps = tuple(s for s in opened if (s.concurrency, s.rate_rps) not in factors)
         trace_steps = tuple(s for s in opened if (s.concurrency, s.rate_rps) in factors)
         trace_factors = {round(r or 0.0, 6): f for (_, r), f in factors.items() if f is not None}
-        windows = {w.concurrency: w for w in manifest.windows(name) if w.rate_rps is None}
+        windows = {w.concurrency: w for w in manifest.windows(name) if w.rate_rps is None and not w.drift_reference}
         for c in sorted(set(mine) & set(server_steps)):
             differ = disagreements(server_steps[c], mine[c])
             if differ:

@@ -51,7 +51,7 @@ from satbench.tune.memory import (
 )
 from satbench.tune.models import TuneDocument, TuneLane
 from satbench.tune.render import lane_table, pareto_svg, readme, report_html
-from satbench.tune.search import Outcome, PruneRules, search
+from satbench.tune.search import Outcome, PruneRules, search, walk_again_on_drift
 from satbench.tune.walk import CandidateWalker
 
 __all__ = ["TuneResult", "run_tune"]
@@ -186,7 +186,8 @@ def _tune_lane(lane: LaneRuntime, setup: TuneSetup, tune_dir: Path, policy: Poli
         + (" (pruning dominated ones)" if setup.tune.prune else " (full grid)"))
     rules = PruneRules(policy.min_gain_per_doubling, policy.confidence, family=len(candidates),
                        min_pause_requests=policy.min_pause_requests)
-    outcomes = search(candidates, walker.measure, prune=setup.tune.prune, rules=rules)
+    measure = walk_again_on_drift(walker.measure, walker.set_aside, say)
+    outcomes = search(candidates, measure, prune=setup.tune.prune, rules=rules)
     for o in outcomes:
         if o.state == "pruned":
             say(f"  {o.candidate.id}: pruned, dominated by {o.dominated_by}: {o.reason}")
@@ -194,7 +195,7 @@ def _tune_lane(lane: LaneRuntime, setup: TuneSetup, tune_dir: Path, policy: Poli
     def decide(current: Sequence[Outcome]) -> Any:
         return choose(current, policy.min_gain_per_doubling, policy.confidence)
 
-    outcomes, choice, decision = settle(outcomes, decide, walker.measure, walks=setup.tune.evidence_walks,
+    outcomes, choice, decision = settle(outcomes, decide, measure, walks=setup.tune.evidence_walks,
                                         factor=setup.tune.evidence_window_factor,
                                         min_gain=policy.min_gain_per_doubling, confidence=policy.confidence)
     say(f"lane {lane.key}: decision: {decision.said()}")

@@ -52,7 +52,7 @@ from satbench.tune.grid import Candidate
 from satbench.tune.models import CandidateState, WalkFacts
 
 __all__ = ["FEASIBLE_STATUSES", "Outcome", "PauseCount", "PruneRules", "dominator", "outcome_from_lane",
-           "search"]
+           "search", "walk_again_on_drift"]
 
 # undecided: the answer may be one doubling high (the doubling into it straddles the gain), every hard
 # constraint held at it; an unknown status is not feasible and is recorded as it came
@@ -112,12 +112,14 @@ class Outcome:
     truncated: int = 0  # requests the server cut short at its context
     window_factor: float = 1.0
     facts: WalkFacts = field(default_factory=WalkFacts)  # memory, read-back, resume: what tune.json records
+    drift: str | None = None  # the node changed speed during this walk (core.drift): what the check said
 
     @property
     def feasible(self) -> bool:
-        """Measured, with an answer, every hard constraint held at it (status ok, unsaturated or undecided)."""
+        """Measured, with an answer, every hard constraint held at it (status ok, unsaturated or undecided),
+        on a walk the node did not drift in (a drifted walk is compared with nothing: ``walk_again_on_drift``)."""
         return (self.state == "measured" and self.recommended is not None and self.throughput_tok_s is not None
-                and self.status in FEASIBLE_STATUSES)
+                and self.status in FEASIBLE_STATUSES and self.drift is None)
 
     @property
     def half_width_tok_s(self) -> float:
@@ -174,7 +176,8 @@ def outcome_from_lane(candidate: Candidate, lane: LaneModel | None, folder: str 
         throughput_se_tok_s=None if at is None else at.throughput_se_tok_s,
         throughput_dof=None if at is None else at.throughput_dof,
         pause_counts=counts, pauses_bounded=bounded, plateau=plateau,
-        next_rung=None if above is None else above.concurrency)
+        next_rung=None if above is None else above.concurrency,
+        drift=lane.drift.said if lane is not None and lane.drift is not None and lane.drift.drifted else None)
 
 
 def _same_point(a: Candidate, b: Candidate) -> bool:
@@ -227,6 +230,28 @@ def dominator(candidate: Candidate, measured: Iterable[Outcome],
                        f"({p.held} of {p.requests} requests held, significant at {rules.alpha:.2g}): a batch as "
                        f"large, with as many slots, pauses them as long")
     return None
+
+
+def walk_again_on_drift(measure: Callable[..., Outcome], set_aside: Callable[[Candidate, Outcome], None],
+                        say: Callable[[str], None] = lambda line: None) -> Callable[..., Outcome]:
+    """``measure`` that never hands the search a drifted walk to compare: a candidate whose walk drifted (the
+    node changed speed during it, ``core.drift``) is set aside (``set_aside``: its folder moved, so no resume
+    reads it) and walked once more; drifted again, it is left out with its reason (``Outcome.drift`` set: not
+    feasible). A drift during one candidate's walk then changes nothing the tune compares, as long as the node
+    is steady again by the re-walk; a node that keeps changing leaves no candidate to compare, and says so."""
+    def measured(candidate: Candidate, *args: float) -> Outcome:
+        first = measure(candidate, *args)
+        if first.drift is None:
+            return first
+        say(f"  {candidate.id}: the node drifted during its walk ({first.drift}): walked again")
+        set_aside(candidate, first)
+        again = measure(candidate, *args)
+        if again.drift is None:
+            return again
+        why = f"left out: the node drifted during both walks ({again.drift}); no candidate is compared across a drift"
+        say(f"  {candidate.id}: {why}")
+        return replace(again, reason=why)
+    return measured
 
 
 def search(candidates: Sequence[Candidate], measure: Callable[[Candidate], Outcome], *,

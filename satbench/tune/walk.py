@@ -196,6 +196,16 @@ class CandidateWalker:
                  + ("" if not outcome.truncated else f"; {outcome.truncated} requests cut short at the context"))
         return outcome
 
+    def set_aside(self, candidate: Candidate, outcome: Outcome) -> None:
+        """A drifted walk's folder moved aside (``<folder>.drifted``, replacing an older one), so the walk again
+        starts afresh and a later resume never reads the drifted answer (``search.walk_again_on_drift``)."""
+        if outcome.folder is None or not Path(outcome.folder).is_dir():
+            return
+        aside = Path(outcome.folder + ".drifted")
+        if aside.exists():
+            shutil.rmtree(aside)
+        Path(outcome.folder).rename(aside)
+
     def _outcome(self, candidate: Candidate, doc: dict[str, Any], folder: Path, facts: WalkFacts) -> Outcome:
         """The candidate's outcome from its walk's document (validated here: ``read_document``)."""
         lane = read_document(doc).lanes.get(self.lane.key)

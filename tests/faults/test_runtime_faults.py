@@ -58,7 +58,8 @@ def test_a_5xx_burst_inside_the_window_is_counted_and_the_run_goes_on(sim: Simul
         manifest, records = run_short(config, tmp_path)
     finally:
         set_faults(sim.url)
-    assert [s.concurrency for s in manifest.steps] == [1, 2], "the ladder must go on after a fault"
+    walked = [s.concurrency for s in manifest.steps if not s.drift_reference]  # the drift check's re-measure aside
+    assert walked == [1, 2], "the ladder must go on after a fault"
     first = manifest.steps[0]
     errors = [r for r in records if r.concurrency == 1 and r.outcome == "http_error"]
     assert errors and any(r.ok for r in records if r.concurrency == 1)

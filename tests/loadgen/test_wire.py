@@ -81,14 +81,15 @@ def test_two_rung_ladder_writes_records_steps_manifest_and_metrics(tmp_path: Pat
     assert {r.phase for r in records} >= {"warmup", "window"}
     assert ok_metric == len(records) and step_metric == 0
     steps = json.loads((tmp_path / "steps.json").read_text())
-    assert [s["concurrency"] for s in steps] == [1, 2]
+    assert [(s["concurrency"], s["drift_reference"]) for s in steps] == [(1, None), (2, None), (1, 1)]  # c=1 again
     assert all(s["throughput_tok_s"] > 0 and s["requests"] >= 2 for s in steps)
     on_disk = read_manifest(tmp_path / "manifest.json")
-    assert [(w.lane, w.concurrency) for w in on_disk.steps] == [("dense", 1), ("dense", 2)]
+    assert [(w.lane, w.concurrency, w.drift_reference) for w in on_disk.steps] == [
+        ("dense", 1, False), ("dense", 2, False), ("dense", 1, True)]  # the drift check's re-measure last
     assert all(w.start < w.end and (w.warmup_start or 0) < w.start for w in on_disk.steps)
     assert on_disk.clients["dense"]["api"] == "openai-chat" and "rtt_s" in on_disk.clients["dense"]
     assert manifest.finished_at is not None
-    assert posted and posted[0]["run_id"] == "20261129T000000Z-test" and len(posted[0]["steps"]) == 2
+    assert posted and posted[0]["run_id"] == "20261129T000000Z-test" and len(posted[0]["steps"]) == 3
 
 
 @pytest.mark.slow

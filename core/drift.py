@@ -1,0 +1,148 @@
+"""Did the node change speed while a lane was measured? Drift, told apart from concurrency.
+
+A ladder measures its rungs one after another, so anything that changes the node's speed during the walk (a
+co-tenant, thermal limits, a server that slows with uptime) lands on the rungs measured after it and is read
+as an effect of their concurrency: a step time that doubles between c=8 and c=16 reads as "c=16 lost 23 %"
+and answers 8 where the steady node answers 128. Two checks see it, both pure functions of step figures:
+
+- **The reference re-measure** (``reference_drift``). At the end of a lane the load generator measures its
+  lowest rung again (``StepFigures.drift_reference`` set, ``loadgen.runner``). A steady node gives the same
+  throughput twice; a node that changed gives another. The test is Welch's on the log of the two throughputs:
+  ``log(t_again / t_first)`` has standard error ``sqrt((se1/t1)**2 + (se2/t2)**2)`` (the delta method on each
+  window's autocorrelation-aware batch-means error, ``core.statistics.batch_mean_estimate``) and the
+  Welch-Satterthwaite degrees of freedom (``core.statistics.welch_difference``); its Student interval at the
+  policy's confidence, exponentiated, is the interval of the speed ratio. Significance alone is not drift: a
+  40-second window measures a steady node to a few per cent, so a 5 % wobble of a real GPU would be
+  "significant". The lane has drifted only where the whole interval lies beyond a practical floor: below
+  ``1 / (1 + floor)`` (the node got slower by more than the floor) or above ``1 + floor`` (faster: most often a
+  first rung measured on a cold server). The floor, ``policy.drift_floor``, is 0.25 by default, and here is
+  why: a drift of ``f`` moves each later rung's throughput by ``f`` at most, so a doubling's gain moves from
+  ``g`` to about ``(1 + g) / (1 + f) - 1``; the default ``min_gain_per_doubling`` of 10 % is decided by
+  intervals some ±7-10 % wide at a session's rungs, so a 20 % drift spread over a walk moves no decision
+  the rungs' own noise does not already leave open (``undecided``), while a step time that grows by half or
+  doubles (ratio 0.67 or 0.5) turns paying doublings into plateaus and must be seen. With the floor at 25 %, a
+  20 % drift (ratio 0.83) is called drift only where the interval's upper end falls below 0.80, which needs the
+  point 4 % below the truth and an interval under ±4 % wide at once; a doubling (0.5) is called whenever the
+  interval is narrower than ±60 %, which every usable rung's is (``policy.max_throughput_ci_ratio``).
+- **Rung by rung** (``rung_drift``). A batched decoder cannot lose aggregate throughput when its batch
+  doubles: it could run the larger batch as two of the old size in the old step time each. So where a
+  doubling of concurrency loses throughput beyond the floor (the gain interval's upper end below
+  ``1 / (1 + floor) - 1``, -20 % at the default) while no request of the larger rung waited for a slot (the
+  batch really grew), the node slowed between the two rungs. This names *when* (between which rungs); the
+  decode-only step the runtime's stream shows (``StepFigures.decode_step_s``, ``core.stalls``) is reported
+  beside it: the larger rung's step grew by more than its batch did. It catches a step change mid-walk even
+  without a re-measure (the audit's "another tenant doubles the step from 120 s": c=16 lost 23 %), but a
+  slowdown that lands on a doubling that still gains much (a 2x step at c=2 -> 4, +83 % true gain, reads
+  -9 %) is invisible to it: the re-measure is the check that always sees a lasting change.
+
+A drifted lane's plateau is not blamed on concurrency: the recommender (``recommender.analysis``) withholds
+the answer (``policy.on_drift = "withhold"``, the default: status ``degraded``, the reason naming the drift)
+or keeps it with the drift said (``"report"``); the tune (``satbench.tune``) never compares a candidate whose
+walk drifted with the others.
+
+Warm-up: every rung's users run ``warmup_s`` before its window opens (``loadgen.step``), so the first rung is
+never measured on a server's first requests; a first rung that was measured on a cold server all the same
+(weights still paging in, caches empty) is measured slower than its re-measure at the lane's end, and the
+two-sided test calls that drift too ("faster by ..."), so a cold first rung cannot pass unseen.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from satbench.core.figures import StepFigures
+from satbench.core.statistics import gain_interval, gain_per_doubling, t_quantile, welch_difference
+
+__all__ = ["Drift", "lane_drift", "reference_drift", "rung_drift"]
+
+
+@dataclass(frozen=True, slots=True)
+class Drift:
+    """What a drift check found. ``ratio`` is the node's speed after over before (throughput at the reference
+    rung, or the doubling's throughput ratio rung by rung), ``interval`` its interval at the confidence the
+    check used; ``drifted`` where the interval lies beyond the practical floor. ``between`` names when: the
+    two rungs (concurrencies) the change happened between; ``how`` says which check (``reference`` or
+    ``rung``). ``decode_step_s`` is the runtime's decode step before and after, where the stream showed it."""
+
+    how: str
+    concurrency: int
+    ratio: float
+    interval: tuple[float, float] | None
+    drifted: bool
+    between: tuple[int, int]
+    decode_step_s: tuple[float | None, float | None] = (None, None)
+
+    def said(self) -> str:
+        span = "" if self.interval is None else f" (interval {self.interval[0]:.2f}-{self.interval[1]:.2f})"
+        steps = ""
+        if self.decode_step_s[0] is not None and self.decode_step_s[1] is not None:
+            steps = f"; decode step {self.decode_step_s[0] * 1000:.1f} -> {self.decode_step_s[1] * 1000:.1f} ms"
+        if self.how == "reference":
+            verdict = (f"the node changed speed between c={self.between[0]} and c={self.between[1]}"
+                       if self.drifted else "no drift beyond the floor")
+            return (f"c={self.concurrency} re-measured at the lane's end gave {self.ratio:.2f}x its first "
+                    f"throughput{span}: {verdict}{steps}")
+        return (f"the node slowed between c={self.between[0]} and c={self.between[1]}: doubling the batch "
+                f"kept {self.ratio:.2f}x the throughput{span}, which a batched decoder cannot lose{steps}")
+
+
+def _beyond(interval: tuple[float, float], floor: float) -> bool:
+    return interval[1] < 1 / (1 + floor) or interval[0] > 1 + floor
+
+
+def reference_drift(first: StepFigures, again: StepFigures, confidence: float, floor: float) -> Drift | None:
+    """The reference re-measure's test (module docstring); ``None`` where either window has no usable
+    throughput or no standard error (nothing to test)."""
+    t1, t2 = first.throughput_tok_s, again.throughput_tok_s
+    if not (first.valid and again.valid) or t1 <= 0 or t2 <= 0:
+        return None
+    se1, se2, d1, d2 = first.throughput_se_tok_s, again.throughput_se_tok_s, first.throughput_dof, again.throughput_dof
+    ratio = t2 / t1
+    if se1 is None or se2 is None or d1 is None or d2 is None:
+        return None
+    se, dof = welch_difference(se1 / t1, d1, se2 / t2, d2)
+    half = t_quantile(confidence, max(dof, 1.0)) * se
+    interval = (ratio * math.exp(-half), ratio * math.exp(half))
+    return Drift("reference", first.concurrency, ratio, interval, _beyond(interval, floor),
+                 (first.concurrency, again.concurrency), (first.decode_step_s, again.decode_step_s))
+
+
+def rung_drift(steps: Sequence[StepFigures], floor: float) -> Drift | None:
+    """The first doubling that lost throughput beyond the floor while its larger rung admitted every request
+    (module docstring), or ``None``. ``steps`` are the lane's usable rungs in increasing concurrency, their
+    throughput intervals already at the policy's confidence."""
+    bound = 1 / (1 + floor) - 1
+    for a, b in itertools.pairwise(steps):
+        if b.concurrency != 2 * a.concurrency or b.queued_requests not in (None, 0):
+            continue
+        interval = gain_interval(a.concurrency, a.throughput_ci_tok_s, b.concurrency, b.throughput_ci_tok_s)
+        if interval is None or interval[1] >= bound:
+            continue
+        ratio = 1 + gain_per_doubling(a.concurrency, a.throughput_tok_s, b.concurrency, b.throughput_tok_s)
+        return Drift("rung", b.concurrency, ratio, (1 + interval[0], 1 + interval[1]), True,
+                     (a.concurrency, b.concurrency), (a.decode_step_s, b.decode_step_s))
+    return None
+
+
+def lane_drift(steps: Sequence[StepFigures], references: Sequence[StepFigures], confidence: float,
+               floor: float) -> Drift | None:
+    """The lane's drift verdict: the reference re-measure of its lowest rung where there is one (a drifted
+    re-measure wins; a steady one is kept and said), else the rung-by-rung check. ``steps`` are the usable
+    ladder rungs in increasing concurrency at ``confidence``."""
+    if not steps:
+        return None
+    by_c = {s.concurrency: s for s in steps}
+    checked = [d for r in references if r.concurrency in by_c
+               and (d := reference_drift(by_c[r.concurrency], r, confidence, floor)) is not None]
+    drifted = next((d for d in checked if d.drifted), None)
+    by_rung = rung_drift(steps, floor)
+    if drifted is not None:  # when: between the rungs the rung check names, else somewhere in the whole walk
+        when = by_rung.between if by_rung is not None else (steps[0].concurrency, steps[-1].concurrency)
+        return dataclasses.replace(drifted, between=when)
+    if by_rung is not None:
+        return by_rung
+    return checked[0] if checked else None
