@@ -49,6 +49,12 @@ class SendStream(Protocol):
 class OpenStepRun(StepRun):
     """Runs one (lane, rate) rung; ``await run()`` returns its ``StepWindow`` (``rate_rps`` set)."""
 
+    decide_early = True  # a look that decides ends the window (a trace rung replays its whole window)
+    # a trace rung's window is its schedule's own stretch [warm-up, warm-up + window cap]: never cut, never ended
+    # early, its bounds exact (loadgen.trace_step)
+    fixed_window = False
+    look_period: float | None = None  # a trace rung's pass: its looks' backlog growth is pass against pass
+
     def __init__(self, *, rate: float, capacity_rps: float | None = None, warmup_s: float | None = None,
                  **kwargs: object) -> None:
         arrival = kwargs["config"].arrival  # type: ignore[attr-defined]
@@ -69,11 +75,6 @@ class OpenStepRun(StepRun):
         self._tasks: set[asyncio.Task[None]] = set()
         self._room = asyncio.Condition()
         self._lags: list[float] = []
-        self.decide_early = True  # a look that decides ends the window (a trace rung replays its whole window)
-        # a trace rung's window is its schedule's own stretch [warm-up, warm-up + window cap]: never cut, never ended
-        # early, its bounds exact (loadgen.trace_step)
-        self.fixed_window = False
-        self.look_period: float | None = None  # a trace rung's pass: its looks' backlog growth is pass against pass
 
     def _live_tokens(self) -> list[tuple[str, str, int]]:
         return [(self.lane.key, "0", len(a.parser.token_ns)) for a in list(self.active.values())]

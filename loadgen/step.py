@@ -313,7 +313,9 @@ class StepRun:
                                                                           / 1e9)))
 
     async def _user(self, user: int) -> None:
-        workload = UserWorkload(self.config.workload, self.lane.key, self.c, user, self.text)
+        # a rung measured again (id_tag) sends its own prompts: the first window's would come back from the cache
+        workload = UserWorkload(self.config.workload, self.lane.key, self.c, user, self.text,
+                                stream=f"{self.lane.key}:{self.c}{self.id_tag}:{user}" if self.id_tag else None)
         backoff = 0.0
         prev_end = time.perf_counter_ns()
         tag = f"u{user}"

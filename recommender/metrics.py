@@ -57,7 +57,7 @@ from __future__ import annotations
 import calendar
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import Metric
@@ -67,9 +67,6 @@ from satbench.core.lanes import LOCAL_NODE, key_labels, lane_key, split_key
 from satbench.recommender.document import read_document
 from satbench.recommender.errors import NothingToServe
 from satbench.recommender.models import LaneModel, RecommendationsDocument, said
-
-if TYPE_CHECKING:  # the store renders capabilities, which read this module
-    from satbench.recommender.store import RecommendationStore
 
 __all__ = [
     "VALIDITY_STATES",
@@ -186,10 +183,17 @@ def _verdicts(lane: LaneModel) -> dict[str, bool]:
     return {check: bool(ok) for check, ok in found.items() if ok is not None}
 
 
+class DocumentSource(Protocol):
+    """What the collector reads of the store (``recommender.store.RecommendationStore``, which renders the
+    capabilities that read this module: a protocol here, not an arrow back)."""
+
+    def model(self) -> RecommendationsDocument: ...
+
+
 class RecommendationsCollector(Collector):
     """The store's current document (the stale copy while the source is unreachable) as ``answer_families``."""
 
-    def __init__(self, store: RecommendationStore) -> None:
+    def __init__(self, store: DocumentSource) -> None:
         self._store = store
 
     def collect(self) -> Iterator[Metric]:
@@ -216,7 +220,7 @@ def exposition(document: RecommendationsDocument | Mapping[str, Any] | None) -> 
     return generate_latest(registry).decode("utf-8")
 
 
-def build_registry(store: RecommendationStore) -> CollectorRegistry:
+def build_registry(store: DocumentSource) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(RecommendationsCollector(store))
     return registry

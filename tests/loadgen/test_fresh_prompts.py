@@ -192,6 +192,6 @@ def test_a_second_session_gets_nothing_from_a_host_memory_prompt_cache(tmp_path:
     assert max(r.cached_prompt_tokens or 0 for r in records) <= 1  # the start token every prompt opens with
     for run in ("a", "b"):
         steps = json.loads((tmp_path / run / "steps.json").read_text())
-        assert [s["concurrency"] for s in steps] == [1, 2, 4]
+        assert [s["concurrency"] for s in steps if not s.get("drift_reference")] == [1, 2, 4]
         assert all(s["cached_prompt_tokens"] is not None and s["cached_prompt_tokens"] <= s["requests"]
                    for s in steps)

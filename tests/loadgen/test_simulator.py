@@ -42,7 +42,8 @@ def test_ladder_against_simulator_matches_its_truth(tmp_path: Path, api: str) ->
         assert rec.ttft_s >= row["first_token"] - row["arrival"] - 0.005
         assert rec.user == int(str(row["user"]).lstrip("u"))
     steps = json.loads((tmp_path / "steps.json").read_text())
-    assert [s["concurrency"] for s in steps] == [1, 2] and all(s["throughput_tok_s"] > 0 for s in steps)
+    walked = [s["concurrency"] for s in steps if not s.get("drift_reference")]  # the drift check's re-measure aside
+    assert walked == [1, 2] and all(s["throughput_tok_s"] > 0 for s in steps)
 
 
 def test_prefill_probe_makes_decode_stalls_visible(tmp_path: Path) -> None:
