@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import resource
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import h11
 import uvicorn
@@ -50,6 +50,16 @@ class _Bounds:
     transport: asyncio.Transport
     _deadline: asyncio.TimerHandle | None = None
     _refused: bool = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self._refuse(cast(asyncio.Transport, transport)):
+            return
+        super().connection_made(transport)  # type: ignore[misc]
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)  # type: ignore[misc]
 
     def _refuse(self, transport: asyncio.Transport) -> bool:
         """Closes ``transport`` at once when ``max_connections`` are open (True)."""
@@ -77,16 +87,6 @@ class _Bounds:
 
 class DeadlineH11Protocol(_Bounds, H11Protocol):
     """uvicorn's h11 protocol (pure Python, always installed with uvicorn) with the deadline and the bound."""
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        if self._refuse(transport):
-            return
-        super().connection_made(transport)
-        self._arm()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
-        super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
@@ -116,16 +116,6 @@ class DeadlineHttpToolsProtocol(_Bounds, HttpToolsProtocol):
     (``on_message_complete``)."""
 
     _receiving = False
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        if self._refuse(transport):
-            return
-        super().connection_made(transport)
-        self._arm()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
-        super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
