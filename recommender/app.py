@@ -144,13 +144,17 @@ class SettingsAnalyzer:
                                        fingerprint_key=s.fingerprint_key_bytes())
 
 
-def _background() -> None:
+def _background(parent: int) -> None:
     """The analysis worker's start: niced (it yields the CPU to the serving loop where both want it), and on
-    Linux ended with its parent, however the parent ends (a SIGKILL runs no shutdown)."""
+    Linux ended with its parent, however the parent ends (a SIGKILL runs no shutdown). A parent that ended
+    while the worker was still starting (a service stopped at once) sends no signal: the worker sees it is
+    not its parent's any more and leaves."""
     os.nice(10)
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os._exit(0)
 
 
 def analysis_workers() -> ProcessPoolExecutor:
@@ -159,7 +163,7 @@ def analysis_workers() -> ProcessPoolExecutor:
     run one batch at a time; niced, so a fleet's analysis, seconds of CPU at each refresh, never takes a core
     from the polls."""
     return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_background)
+                               initializer=_background, initargs=(os.getpid(),))
 
 
 def check_bounds(manifest: RunManifest, settings: RecommenderSettings) -> None:
