@@ -17,13 +17,19 @@ from typing import Any
 import pytest
 import yaml
 
+from satbench.session.config import load_session_config
+
 __all__ = [
     "DEPLOY",
     "OVERLAYS",
+    "READER_PASSWORD",
+    "RENDERINGS",
     "base_documents",
     "container",
     "container_env",
     "expand",
+    "fleet_config",
+    "fleet_text",
     "pod_specs",
     "render",
 ]
@@ -31,6 +37,7 @@ __all__ = [
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy" / "kubernetes"
 OVERLAYS = sorted(p.parent.name for p in (DEPLOY / "overlays").glob("*/kustomization.yaml"))
+RENDERINGS = ["base", *(f"overlays/{o}" for o in OVERLAYS)]
 
 Doc = dict[str, Any]
 
@@ -99,3 +106,21 @@ _REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 def expand(text: str, env: Mapping[str, str]) -> str:
     """Kubernetes' ``$(VAR)`` expansion in a command, argument or value (an unknown name stays as written)."""
     return _REF.sub(lambda m: env.get(m.group(1), m.group(0)), text)
+
+
+READER_PASSWORD = "/etc/satbench-store-reader/password"  # fleet.toml's, the reader Secret as the shards mount it
+
+
+def fleet_text(docs: list[Doc]) -> str:
+    config_map = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "satbench-fleet")
+    return str(config_map["data"]["fleet.toml"])
+
+
+def fleet_config(docs: list[Doc], tmp_path: Path) -> Any:
+    """The fleet config as a shard loads it, the reader's password file (a Secret mounted in the pod, checked by
+    the credential tests below) standing in as a file here."""
+    password = tmp_path / "reader-password"
+    password.write_text("reader-pass\n")
+    path = tmp_path / "fleet.toml"
+    path.write_text(fleet_text(docs).replace(READER_PASSWORD, str(password)))
+    return load_session_config(path)
