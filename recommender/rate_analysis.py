@@ -51,7 +51,7 @@ from typing import Any
 
 from satbench.core.attainment import rate_verdict, step_attainment, step_growth, step_steady
 from satbench.core.figures import StepFigures
-from satbench.recommender.models import RateModel, RatePointModel
+from satbench.recommender.open_loop_models import RateModel, RatePointModel
 from satbench.recommender.policy import Policy
 
 __all__ = ["TOLERANCE", "RateAnswer", "RatePoint", "attainment_curve", "crossing", "rate_answer", "rate_interval",
