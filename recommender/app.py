@@ -87,8 +87,9 @@ from satbench.recommender.models import (
 from satbench.recommender.prometheus_source import HttpxPromClient, public_url
 from satbench.recommender.record_formats import RECORD_FORMATS, render_record, unknown_format
 from satbench.recommender.run_analysis import analyze_run_async
+from satbench.recommender.run_entry import Analyzer, ManifestWriter, entry_key
 from satbench.recommender.settings import RecommenderSettings
-from satbench.recommender.store import Analyzer, ManifestWriter, RecommendationStore, entry_key
+from satbench.recommender.store import RecommendationStore
 from satbench.recommender.validity import check_answers, fingerprints_when_measured, measured_fingerprints
 from satbench.recommender.write_guard import WriteGuardASGI
 

@@ -11,10 +11,8 @@ changes the store; the workers get immutable inputs and hand back new objects.
 
 The current document merges, lane by lane, the newest analysed run that measured the lane (a run of
 ``moe`` alone does not hide yesterday's ``dense`` answer); each lane names its own ``run_id``. "Newest" is
-when the lane was measured (its windows' end, ``core.manifest.RunManifest.measured_until``), never when the
-run was posted or found: an old manifest posted again (with the token) does not replace a newer answer. A
-measured time is clamped to when the service registered the run (a window claimed in the future would
-otherwise win forever); two runs measured at the same time rank by registration, the later first.
+when the lane was measured, never when the run was posted or found (``recommender.run_entry`` says how a run
+ranks): an old manifest posted again does not replace a newer answer.
 
 Only a complete run is an answer (``RunManifest.partial``: a run killed mid-walk, ``finished_at`` null, or one
 cut short by a full disk). A partial run never outranks a complete one, whenever either was measured: its
@@ -34,12 +32,11 @@ says per fleet which shard of its newest run has not reported (``shards``, a not
 for each of its lanes that nothing else answers). ``GET /runs/{run_id}`` of a fleet run is its shards
 together (``fleet_run``).
 
-When a source fails (``SourceUnavailable``) the last good document stays and is served marked ``stale`` with its age;
-with no good document yet there is nothing to serve (``NothingToServe``, a 503 at the edge).
+A failed source (``SourceUnavailable``) leaves the last good document served ``stale`` with its age; with none
+yet, ``NothingToServe`` (a 503 at the edge).
 
 Validity (``recommender.validity``) is checked on its own faster tick and laid over the merged answers
-(``set_validity``): an answer whose node changed is served ``stale`` with what changed, and turns back
-when the node is back to what it measured. """
+(``set_validity``): an answer whose node changed is served ``stale`` with what changed, until it is back."""
 
 from __future__ import annotations
 
@@ -47,7 +44,6 @@ import asyncio
 import contextlib
 import errno
 import glob
-import itertools
 import math
 import re
 import shutil
@@ -55,123 +51,45 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from satbench.core.manifest import RUN_ID_PATTERN, RunManifest, read_manifest
-from satbench.core.shards import shard_key
-from satbench.recommender.document import mark_changed, mark_stale, node_index, read_document
+from satbench.recommender.document import mark_changed, mark_stale, node_index
 from satbench.recommender.errors import (
     BadInput,
     NothingToServe,
-    RecommenderError,
     RunsFolderFull,
     RunsFolderUnwritable,
     SourceUnavailable,
     UnknownLane,
     UnknownRun,
 )
-from satbench.recommender.fleet_runs import FleetRun, ShardEntry, check_join, fleet_runs, missing_answers, stamp_of
+from satbench.recommender.fleet_runs import FleetRun, check_join, fleet_runs, missing_answers, stamp_of
 from satbench.recommender.models import RecommendationsDocument, ValidityModel
 from satbench.recommender.rendition import Rendition, Served, render
+from satbench.recommender.run_entry import (
+    Analyzer,
+    ManifestWriter,
+    RunEntry,
+    analyze_all,
+    entry_key,
+    partial_notes,
+    served_answers,
+    shard_entries,
+    write_manifest,
+)
 
-__all__ = ["Analyzer", "ManifestWriter", "RecommendationStore", "RunEntry", "analyze_all", "entry_key"]
-
-
-class Analyzer(Protocol):
-    async def __call__(self, manifest: RunManifest, run_dir: Path | None) -> dict[str, Any]: ...
-
-
-ManifestWriter = Callable[[RunManifest, Path], None]
-
-
-def _write_manifest(manifest: RunManifest, path: Path) -> None:
-    manifest.write(path)
-
-
-def analyze_all(analyzer: Analyzer, jobs: list[tuple[RunManifest, Path | None]], portable: bool = False) -> list[Any]:
-    """Each job's analysis (a document, or the exception it raised), in an event loop of this thread's own: run
-    in a worker thread or process (``RecommendationStore(executor=)``), never on the service's loop. ``portable``
-    (a worker process): an exception that is not the recommender's own travels back as its text."""
-    async def analyses() -> list[Any]:
-        return await asyncio.gather(*(analyzer(m, d) for m, d in jobs), return_exceptions=True)
-
-    results = asyncio.run(analyses())
-    if portable:
-        results = [RuntimeError(repr(r)) if isinstance(r, BaseException) and not isinstance(r, RecommenderError)
-                   else r for r in results]
-    return results
+__all__ = ["RecommendationStore"]
 
 
-_ORDER = itertools.count()
 _SAME = object()  # _publish: keep what the last publish left
-_PARTIAL_NOTES = 20  # partial runs named one by one in the document's notes (GET /runs lists every one)
-
-
-def entry_key(manifest: RunManifest) -> str:
-    """The run's key in the store and its folder's name: the run id, a shard's ``core.shards.shard_key``."""
-    stamp = stamp_of(manifest)
-    return manifest.run_id if stamp is None else shard_key(manifest.run_id, stamp)
-
-
-@dataclass(slots=True)
-class RunEntry:
-    manifest: RunManifest
-    registered_at: float
-    document: dict[str, Any] | None = None
-    reason: str | None = None
-    order: int = 0
-    failed_at: float | None = None
-    _read: tuple[dict[str, Any], RecommendationsDocument] | None = None
-    _until: dict[str | None, float] = field(default_factory=dict, init=False)  # measured_at per lane (None: run)
-    lanes: tuple[str, ...] = field(default=(), init=False)  # the manifest's lane_names(), read once
-
-    def __post_init__(self) -> None:
-        self.order = next(_ORDER)
-        self.lanes = tuple(self.manifest.lane_names())
-        ends: dict[str | None, float] = {}
-        for w in self.manifest.steps:  # one pass: a fleet run's ranks are read per lane at every rebuild
-            end = w.drain_end if w.drain_end is not None else w.end
-            ends[w.lane] = max(ends.get(w.lane, end), end)
-        ends[None] = max(ends.values(), default=self.manifest.measured_until())
-        self._until = {lane: min(end, self.registered_at) for lane, end in ends.items()}
-
-    @property
-    def partial(self) -> str | None:
-        """Why the run is not complete (``RunManifest.partial``), or None."""
-        return self.manifest.partial
-
-    def measured_at(self, lane: str | None = None) -> float:
-        """When ``lane`` (the run) was measured (``RunManifest.measured_until``), clamped to when the service
-        registered it (module docstring)."""
-        found = self._until.get(lane)
-        return found if found is not None else self._until[None]
-
-    def lane_rank(self, lane: str) -> tuple[bool, float, int]:
-        """How its answer for ``lane`` ranks, highest served: complete first, then measured later, then posted
-        later."""
-        return (self.partial is None, self.measured_at(lane), self.order)
-
-    def read(self) -> RecommendationsDocument | None:
-        """``document`` as the model (``read_document``), validated once per document the entry holds: the
-        merge reads its node labels, policy and notes here, and keeps its answers' JSON as built."""
-        if self.document is None:
-            return None
-        if self._read is None or self._read[0] is not self.document:
-            self._read = (self.document, read_document(self.document))
-        return self._read[1]
-
-    @property
-    def sort_key(self) -> tuple[float, int]:
-        """The run's place among runs, newest last: when it was measured, then registered."""
-        return (self.measured_at(), self.order)
 
 
 class RecommendationStore:
     def __init__(self, analyzer: Analyzer, *, runs_dir: Path | None = None,
                  clock: Callable[[], float] = time.time, retry_after_s: float = 60.0,
-                 write_manifest: ManifestWriter = _write_manifest, executor: Executor | None = None) -> None:
+                 write_manifest: ManifestWriter = write_manifest, executor: Executor | None = None) -> None:
         self._analyzer = analyzer
         self._executor = executor  # where analyses run (analyze_all): None, a worker thread
         self._write_manifest = write_manifest
@@ -286,21 +204,12 @@ class RecommendationStore:
                 labels.update({n: dict(i.labels) for n, i in model.nodes.items()})
         newest = read[-1][1]
         assert newest is not None
-        runs = fleet_runs(self._shard_entries(shards))
+        runs = fleet_runs(shard_entries(shards))
         lanes.update(missing_answers(runs, lanes, newest.policy))
         doc.update(run_id=run_id, lanes={k: lanes[k] for k in sorted(lanes)}, nodes=node_index(lanes, labels),
                    shards={r.run_id: r.summary() for r in runs},
                    notes=[*newest.notes, *(n for r in runs if (n := r.note()))])
         return shards, doc
-
-    @staticmethod
-    def _shard_entries(entries: list[RunEntry]) -> list[ShardEntry]:
-        out = []
-        for e in entries:
-            stamp = stamp_of(e.manifest)
-            if stamp is not None:
-                out.append(ShardEntry(e.manifest, stamp, e.sort_key, e.document is not None, e.reason, e.partial))
-        return out
 
     @property
     def run_count(self) -> int:
@@ -362,37 +271,6 @@ class RecommendationStore:
         unique = {id(e): e for _, e in chosen.values()}
         return sorted(unique.values(), key=lambda e: e.sort_key)
 
-    @staticmethod
-    def _served_answers(entries: list[RunEntry]) -> dict[str, tuple[RunEntry, dict[str, Any]]]:
-        """Per lane key, the answer served and the run it comes from: among ``entries``' documents, the one
-        that ranks highest; a partial run's marked so."""
-        chosen: dict[str, tuple[tuple[bool, float, int], RunEntry, Any]] = {}
-        for entry in entries:
-            assert entry.document is not None
-            for key, answer in entry.document["lanes"].items():
-                rank = entry.lane_rank(key)
-                if key not in chosen or chosen[key][0] < rank:
-                    chosen[key] = (rank, entry, answer)
-        out = {}
-        for key, (_, entry, answer) in chosen.items():
-            why = entry.partial
-            marked = answer if why is None else {**answer, "partial": f"run {entry_key(entry.manifest)}: {why}"}
-            out[key] = (entry, marked)
-        return out
-
-    def _partial_notes(self, served: Mapping[str, tuple[RunEntry, dict[str, Any]]]) -> list[str]:
-        """A note per partial run registered: why, and which of its answers are served (module docstring)."""
-        partial = sorted((e for e in self._runs.values() if e.partial is not None), key=lambda e: e.sort_key)
-        notes = []
-        for entry in partial[-_PARTIAL_NOTES:]:
-            mine = sorted(k for k, (e, _) in served.items() if e is entry)
-            said = (f"its answers for {', '.join(mine)} are served marked partial (no complete run answers them)"
-                    if mine else "none of its answers is served")
-            notes.append(f"run {entry_key(entry.manifest)} is partial ({entry.partial}): {said}")
-        if len(partial) > _PARTIAL_NOTES:
-            notes.insert(0, f"{len(partial) - _PARTIAL_NOTES} more partial runs registered (GET /runs lists them)")
-        return notes
-
     def runs(self) -> list[dict[str, Any]]:
         """Every registered run, oldest measured first: its key, whether it is complete (``partial`` says why
         not), whether it is analysed, and the lanes of the served document it answers."""
@@ -445,7 +323,7 @@ class RecommendationStore:
         newest = base.document
         assert newest is not None
         merged = dict(newest)
-        served = self._served_answers(entries)
+        served = served_answers(entries)
         self._serving = {key: entry_key(entry.manifest) for key, (entry, _) in served.items()}
         lanes: dict[str, Any] = {key: answer for key, (_, answer) in served.items()}
         labels: dict[str, dict[str, str]] = {}
@@ -462,7 +340,7 @@ class RecommendationStore:
             lanes.update(missing_answers(runs, lanes, read.policy))
             merged["shards"] = {r.run_id: r.summary() for r in runs}
             notes += [n for r in runs if (n := r.note())]
-        notes += self._partial_notes(served)
+        notes += partial_notes(self._runs.values(), served)
         if notes != read.notes:
             merged["notes"] = notes
         merged["lanes"] = {lane: lanes[lane] for lane in sorted(lanes)}
@@ -472,7 +350,7 @@ class RecommendationStore:
 
     def _fleet_gaps(self) -> list[FleetRun]:
         """Per fleet, its newest run's shards that did not report, or failed, among the runs registered."""
-        return fleet_runs(self._shard_entries(list(self._runs.values())))
+        return fleet_runs(shard_entries(list(self._runs.values())))
 
     async def _publish(self, merged: Any = _SAME, *, stale_reason: Any = _SAME, good_at: Any = _SAME,
                        validity: Any = _SAME) -> None:
