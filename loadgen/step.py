@@ -44,7 +44,6 @@ import asyncio
 import bisect
 import collections
 import gc
-import itertools
 import time
 from array import array
 from collections.abc import Iterator
@@ -53,7 +52,7 @@ from dataclasses import dataclass, field
 from satbench.core.figures import StepFigures
 from satbench.core.manifest import StepWindow
 from satbench.core.records import Phase, RecordsWriter, RequestRecord, read_records
-from satbench.core.sse import StreamParser, StreamSummary
+from satbench.core.sse import StreamParser
 from satbench.core.stalls import BURST_GAP_S, emission_gaps, longest_stalled_gap
 from satbench.core.statistics import quantile
 from satbench.core.step_figures import START_BATCHES
@@ -62,12 +61,12 @@ from satbench.loadgen.client import LaneClient, RawResult
 from satbench.loadgen.config import LaneConfig, LoadgenConfig
 from satbench.loadgen.metrics import LoadgenMetrics
 from satbench.loadgen.progress import Progress
+from satbench.loadgen.request_record import request_record
 from satbench.loadgen.selfcheck import LoopLagProbe, health_from, verdict
 from satbench.loadgen.workload import PromptText, RequestSpec, UserWorkload, build_body
 
 __all__ = ["Clock", "StepRun"]
 
-_UNSAID = StreamSummary(None, None, None, None, None)  # a request the server said nothing about
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,46 +359,16 @@ class StepRun:
         tok = res.token_ns
         send = res.send_ns
         meant = send if intended_ns is None else intended_ns
-        ttft = (tok[0] - send) / 1e9 if tok else None
-        visible = None
-        if parser is not None and parser.reasoning_events and parser.first_visible_ns is not None:
-            visible = (parser.first_visible_ns - send) / 1e9
-        gaps = tuple((b - a) / 1e9 for a, b in itertools.pairwise(tok))
-        summary = res.summary
-        queue = None
-        if summary is not None and ttft is not None:
-            if summary.queue_ms is not None:
-                queue = max(0.0, summary.queue_ms / 1e3)
-            elif summary.prompt_ms is not None:
-                queue = max(0.0, ttft - summary.prompt_ms / 1e3)
-        output = len(tok)
-        if res.outcome == "ok" and summary is not None and summary.output_tokens is not None:
-            output = summary.output_tokens
-        extra: dict[str, object] = dict(res.extra)
-        if parser is not None and parser.reasoning_events:
-            extra["reasoning_tokens"] = parser.reasoning_events
-        if spec.probe:
-            extra["probe"] = True
-        extra.update(spec.tags())
-        if res.outcome == "ok" and output != spec.max_tokens:
-            extra["asked_output_tokens"] = spec.max_tokens
-        said = summary or _UNSAID
         closed = self.window_end_ns is not None and res.end_ns > self.window_end_ns
         phase: Phase = "warmup"
         if closed:
             phase = "drain"
         elif self.window_start_ns is not None and meant >= self.window_start_ns:
             phase = "window"
-        record = RequestRecord(
-            run_id=self.run_id, lane=lane, concurrency=self.c, user=user, request_id=rid,
-            phase=phase, sent_at=self.clock.wall(send), ttft_s=ttft, e2e_s=(res.end_ns - send) / 1e9,
-            queue_s=queue, itl_s=gaps,
-            prompt_tokens=said.prompt_tokens, output_tokens=output, outcome=res.outcome,  # type: ignore[arg-type]
-            status=res.status, error=res.error, retried=res.retried, extra=extra,
-            cached_prompt_tokens=said.cached_prompt_tokens, draft_tokens=said.draft_tokens,
-            draft_accepted_tokens=said.draft_accepted_tokens, ttft_visible_s=visible, rate_rps=self.rate,
-            intended_at=None if intended_ns is None else self.clock.wall(intended_ns),
-        )
+        record = request_record(
+            res, spec, parser, run_id=self.run_id, lane=lane, concurrency=self.c, user=user, request_id=rid,
+            phase=phase, wall=self.clock.wall, rate_rps=self.rate, intended_ns=intended_ns)
+        ttft, gaps, queue, output = record.ttft_s, record.itl_s, record.queue_s, record.output_tokens
         self.writer.write(record)
         self.answered.add(user)
         self._count(record, tok, max(0.0, (send - prev_end_ns) / 1e9))
