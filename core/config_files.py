@@ -61,6 +61,7 @@ __all__ = [
     "format_validation_error",
     "load_toml_model",
     "merge_tables",
+    "read_secret_file",
     "read_toml_config",
     "validation_problems",
 ]
@@ -258,3 +259,15 @@ def load_toml_model(model: type[M], path: Path | None, overrides: dict[str, Any]
         return model.model_validate(data)
     except ValidationError as exc:
         raise error(format_validation_error(exc, what, data, model)) from None
+
+
+def read_secret_file(flag: str, path: Path) -> str:
+    """A secret's text from a file (surrounding whitespace stripped): what a key or password flag names, so the
+    secret is in no command line. ``ValueError`` naming the flag for a file that cannot be read or is empty."""
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{flag} {path}: {getattr(exc, 'strerror', None) or exc}") from exc
+    if not text:
+        raise ValueError(f"{flag} {path}: the file is empty")
+    return text

@@ -37,13 +37,9 @@ def _secret(flag: str, env: str, path: Path | None, environ: dict[str, str] | No
     """A secret's text: the file's (surrounding whitespace stripped), else ``$env``'s, else None. ``ValueError``
     naming the flag for a file that cannot be read or is empty."""
     if path is not None:
-        try:
-            text = path.read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{flag} {path}: {getattr(exc, 'strerror', None) or exc}") from exc
-        if not text:
-            raise ValueError(f"{flag} {path}: the file is empty")
-        return text
+        from satbench.core.config_files import read_secret_file
+
+        return read_secret_file(flag, path)
     text = (os.environ if environ is None else environ).get(env, "").strip()
     return text or None
 

@@ -106,15 +106,13 @@ def build_settings(args: argparse.Namespace) -> Any:
 
 def _secret_file(flag: str, path: Path) -> str:
     """A secret's text from a file (surrounding whitespace stripped), or ``BadInput`` naming the flag."""
+    from satbench.core.config_files import read_secret_file
     from satbench.recommender.errors import BadInput
 
     try:
-        text = path.read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"{flag} {path}: {getattr(exc, 'strerror', None) or exc}") from exc
-    if not text:
-        raise BadInput(f"{flag} {path}: the file is empty")
-    return text
+        return read_secret_file(flag, path)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from exc
 
 
 def main(args: argparse.Namespace) -> int:
