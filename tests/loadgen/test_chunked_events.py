@@ -8,11 +8,14 @@ import itertools
 import json
 import random
 import statistics
+from pathlib import Path
 
 import pytest
 
+from satbench.core.api import ApiFlavour
 from satbench.core.manifest import StepWindow
 from satbench.core.records import RequestRecord
+from satbench.core.sse import parse_stream
 from satbench.core.stalls import token_gaps
 from satbench.core.step_figures import compute_step_figures, event_token_counts
 
@@ -115,3 +118,53 @@ def test_event_tokens_round_trip_and_old_lines_load() -> None:
     assert RequestRecord.from_dict(json.loads(record.to_json())).event_tokens == (1, 4)
     plain = RequestRecord.from_dict({**json.loads(record.to_json()), "event_tokens": None})
     assert plain.event_tokens is None and "event_tokens" not in plain.to_json()
+
+
+def llamacpp_events(sizes: list[int], with_count: bool = True) -> bytes:
+    out, total = [], 0
+    for k in sizes:
+        total += k
+        ids = ",".join(str(100 + i) for i in range(k))
+        count = f',"tokens_predicted":{total}' if with_count else ""
+        out.append(f'data: {{"index":0,"content":"ab","tokens":[{ids}],"stop":false,"id_slot":-1{count}}}\n\n')
+    out.append(f'data: {{"index":0,"content":"","tokens":[],"stop":true,"tokens_predicted":{total},'
+               f'"timings":{{"prompt_n":3,"predicted_n":{total}}}}}\n\n')
+    return "".join(out).encode()
+
+
+def chat_events(sizes: list[int]) -> bytes:
+    usage = '"usage":{{"prompt_tokens":5,"completion_tokens":{0},"total_tokens":{1}}}'
+    out = ['data: {"id":"x","choices":[{"index":0,"delta":{"role":"assistant","content":""}}],'
+           + usage.format(0, 5) + "}\n\n"]
+    total = 0
+    for k in sizes:
+        total += k
+        out.append('data: {"id":"x","choices":[{"index":0,"delta":{"content":"hi"}}],'
+                   + usage.format(total, total + 5) + "}\n\n")
+    out.append('data: {"id":"x","choices":[],' + usage.format(total, total + 5) + "}\n\ndata: [DONE]\n\n")
+    return "".join(out).encode()
+
+
+@pytest.mark.parametrize("chunk", [7, 61, 1 << 16])
+@pytest.mark.parametrize(("api", "stream"), [
+    ("llamacpp", llamacpp_events([1, 4, 4, 3])),  # the cumulative tokens_predicted
+    ("llamacpp", llamacpp_events([1, 4, 4, 3], with_count=False)),  # the event's token ids
+    ("openai-chat", chat_events([1, 4, 4, 3])),  # vLLM's continuous_usage_stats
+])
+def test_parser_counts_tokens_per_event(api: ApiFlavour, stream: bytes, chunk: int) -> None:
+    parser, summary = parse_stream(api, stream, chunk)
+    counts = parser.token_counts()
+    assert summary.output_tokens == 12 and counts is not None and sum(counts) == 12
+    if chunk < 100:  # each event read on its own: its own count
+        assert counts == (1, 4, 4, 3)
+    else:  # one read: the events arrived at one instant, only their sum is kept
+        assert len(counts) == 4 and counts[0] == 1
+
+
+def test_parser_says_nothing_of_one_token_events() -> None:
+    stream = (Path(__file__).parents[1] / "fixtures/llamacpp/draft/completion_stream.sse").read_bytes()
+    parser, summary = parse_stream("llamacpp", stream, 64)
+    assert parser.counted and parser.token_counts() is None  # counted by the runtime: one each
+    assert len(parser.token_ns) == summary.output_tokens
+    parser, _ = parse_stream("openai-chat", chat_events([1, 1, 1]), 64)
+    assert parser.token_counts() is None
