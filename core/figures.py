@@ -122,7 +122,8 @@ _OPTIONAL_NUMBERS = (
     "cache_hit_share", "cached_prompt_tokens", "cache_reported_prompt_tokens", "spec_acceptance_rate",
     "draft_tokens", "draft_accepted_tokens", "throughput_se_tok_s", "throughput_dof", "decode_step_s",
     "decode_step_gaps", "censored_requests", "admission_overruns", "admission_overrun_max_ratio", "users_unserved",
-    "users_starved", "reasoning_requests", "turn_mean", "stall_prompt_elasticity", "rate_rps", "offered_rps",
+    "users_starved", "reasoning_requests", "tokens_per_event", "event_tokens_estimated", "turn_mean",
+    "stall_prompt_elasticity", "rate_rps", "offered_rps",
     "backlog_growth_rps", "backlog_growth_se", "backlog_growth_dof", "judged_requests", "attained_requests",
     "goodput_rps", "goodput_tok_s", "attainment", "attainment_se", "attainment_dof", "waits_settled",
 )
@@ -192,6 +193,8 @@ class StepFigures:
     draft_accepted_tokens: int | None = None
     ttft_visible_s: Quantiles = field(default_factory=Quantiles)
     reasoning_requests: int | None = None
+    tokens_per_event: float | None = None
+    event_tokens_estimated: int | None = None
     turn_mean: float | None = None
     rate_rps: float | None = None
     offered_rps: float | None = None
@@ -296,7 +299,8 @@ CLIENT_FIGURES = (
 _COUNTS = ("requests", "errors", "errors_by_outcome", "pause_requests", "prefill_events", "queued_requests",
            "cached_prompt_tokens", "cache_reported_prompt_tokens", "draft_tokens", "draft_accepted_tokens",
            "decode_step_gaps", "censored_requests", "admission_overruns", "users_unserved", "users_starved",
-           "reasoning_requests", "judged_requests", "attained_requests", "objective_misses", "waits_settled")
+           "reasoning_requests", "event_tokens_estimated", "judged_requests", "attained_requests", "objective_misses",
+           "waits_settled")
 _INTERVAL = ("lo", "hi")
 
 

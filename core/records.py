@@ -7,8 +7,11 @@ runtime reused is recorded as it said it (``cached_prompt_tokens``, ``draft_toke
 ``draft_accepted_tokens``; ``None`` where it said nothing); ``ttft_visible_s`` is the first *visible* token of a
 reasoning model's answer (``None`` when the stream had no thinking tokens, so the first token was visible);
 an open-loop request (a rate rung, ``core.arrivals``) carries its rung's ``rate_rps`` and the time it was
-meant to be sent (``intended_at``), ``None`` both in a closed loop: fields added later have defaults, so older
-files still load.
+meant to be sent (``intended_at``), ``None`` both in a closed loop; ``event_tokens`` is how many tokens each
+content event carried as the runtime counted them (its cumulative count per event, or the event's token ids;
+``core.sse``), ``None`` where every event carried one or the runtime did not say (``core.step_figures`` then
+spreads the server's final count over the events): fields added later have defaults, so older files still
+load.
 
 The writer appends a whole line per record in one unbuffered write, so a crash leaves every finished request
 on disk; it fsyncs at each step end (``sync()``), so a killed process loses nothing that had ended before the
@@ -85,6 +88,7 @@ class RequestRecord:
     ttft_visible_s: float | None = None
     rate_rps: float | None = None
     intended_at: float | None = None
+    event_tokens: tuple[int, ...] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -130,6 +134,8 @@ class RequestRecord:
         data["itl_s"] = _GAPS_SLOT
         if not self.extra:
             data.pop("extra")
+        if self.event_tokens is None:
+            data.pop("event_tokens")
         gaps = "[" + ",".join(map(_GAP_FORMAT, self.itl_s)) + "]"
         return json.dumps(data, separators=(",", ":")).replace(_GAPS_SLOT_JSON, gaps, 1)
 
@@ -141,6 +147,8 @@ class RequestRecord:
             raise ValueError(f"record lacks field(s) {', '.join(missing)}")
         kwargs = {k: v for k, v in data.items() if k in known}
         kwargs["itl_s"] = tuple(float(g) for g in data.get("itl_s") or ())
+        if data.get("event_tokens") is not None:
+            kwargs["event_tokens"] = tuple(int(n) for n in data["event_tokens"])
         kwargs.setdefault("user", 0)
         kwargs.setdefault("phase", "window")
         kwargs.setdefault("ttft_s", None)

@@ -29,6 +29,16 @@ prompt cache served (``usage.prompt_tokens_details.cached_tokens``, else ``timin
 with a draft model, the tokens drafted and accepted (``timings.draft_n``, ``draft_n_accepted``). ``None``
 where the server said nothing.
 
+Tokens per event: a server may put several tokens in one event (vLLM and SGLang ``--stream-interval``, a
+speculative verify step sent as one chunk). Where the runtime says how many, the parser keeps it: llama.cpp's
+``/completion`` events carry the cumulative ``tokens_predicted`` (and the event's ``tokens`` ids), an OpenAI
+stream asked for ``stream_options.continuous_usage_stats`` (vLLM) carries ``usage.completion_tokens`` in every
+chunk. An event's tokens are the cumulative count less the tokens already attributed (so a count that lags by
+an event corrects itself at the next), else the length of its ``tokens`` ids; read with one byte search and a
+digit parse per event, and per head of the fast path from its last event (its events arrived at one instant,
+so only their sum matters). ``token_counts()`` gives them per content event, ``None`` where every event carried
+one or the runtime said nothing (``core.step_figures`` then estimates from the final count, and says so).
+
 Reasoning models (``openai-chat`` with llama-server's ``--reasoning-format``, or any server that streams
 ``delta.reasoning_content``): a thinking delta is a token like any other, so TTFT is the first token of any
 kind and the gaps between thinking tokens are gaps; the first *visible* token (``content``) is kept beside it
@@ -86,9 +96,9 @@ class StreamSummary:
 class StreamParser:
     """Feeds chunks as they arrive; keeps one arrival time (ns) per content event."""
 
-    __slots__ = ("_kept", "_kept_bytes", "_marker", "_meta", "_mlen", "_rest", "api", "done", "error_text",
-                 "events", "first_visible_ns", "keep_text", "malformed", "max_event_bytes", "reasoning_events",
-                 "saw_bytes", "token_ns")
+    __slots__ = ("_extra", "_extra_total", "_kept", "_kept_bytes", "_marker", "_meta", "_mlen", "_rest", "api",
+                 "counted", "done", "error_text", "events", "first_visible_ns", "keep_text", "malformed",
+                 "max_event_bytes", "reasoning_events", "saw_bytes", "token_ns")
 
     def __init__(self, api: ApiFlavour, max_event_bytes: int = 1 << 20, keep_text: bool = False) -> None:
         self.api = api
@@ -97,6 +107,9 @@ class StreamParser:
         self._kept: list[bytes] = []
         self._kept_bytes = 0
         self.token_ns: list[int] = []
+        self._extra: dict[int, int] = {}  # content event index -> tokens it carried beyond one
+        self._extra_total = 0
+        self.counted = False  # the runtime said how many tokens some event carried
         self.first_visible_ns: int | None = None
         self.reasoning_events = 0
         self.done = False
@@ -169,11 +182,58 @@ class StreamParser:
             n = count(self._marker) - count(self._marker + b'"')
         if n != n_data:
             return False
+        total = None
+        if self.api == "llamacpp":
+            at = body.rfind(b'"tokens_predicted":')
+            if at >= 0:
+                total = _digits(body, at + 19)
+            elif b'"tokens":[' in body:
+                return False  # ids without a count: line by line, where each event's ids are counted
         if self.first_visible_ns is None:
             self.first_visible_ns = t_ns
         self.token_ns.extend([t_ns] * n)
         self.events += n
+        if total is not None:
+            self._attribute(total)
         return True
+
+    def _attribute(self, total: int) -> None:
+        """The runtime's cumulative count after the last content event: what it holds beyond the tokens
+        already attributed is that event's."""
+        self.counted = True
+        extra = total - len(self.token_ns) - self._extra_total
+        if extra > 0 and self.token_ns:
+            last = len(self.token_ns) - 1
+            self._extra[last] = self._extra.get(last, 0) + extra
+            self._extra_total += extra
+
+    def _count_event(self, payload: bytes, marker: bytes) -> None:
+        """After a content event: its tokens from the cumulative count under ``marker``, else its ids."""
+        at = payload.find(marker)  # a spaced ``"key": 5`` matches too: the digits skip spaces
+        if at >= 0:
+            total = _digits(payload, at + len(marker))
+            if total is not None:
+                self._attribute(total)
+                return
+        at = payload.find(b'"tokens":[')
+        if at >= 0:
+            close = payload.find(b"]", at)
+            inner = payload[at + 10:close].strip() if close > 0 else b""
+            if inner:
+                self.counted = True
+                extra = inner.count(b",")
+                if extra:
+                    last = len(self.token_ns) - 1
+                    self._extra[last] = self._extra.get(last, 0) + extra
+                    self._extra_total += extra
+
+    def token_counts(self) -> tuple[int, ...] | None:
+        """Tokens per content event as the runtime counted them (module docstring), ``None`` where every
+        event carried one or the runtime said nothing."""
+        if not self.counted or not self._extra:
+            return None
+        extra = self._extra
+        return tuple(1 + extra.get(i, 0) for i in range(len(self.token_ns)))
 
     def _lines(self, body: bytes, t_ns: int) -> bool:
         start = 0
@@ -207,17 +267,20 @@ class StreamParser:
             if b'"stop":false' in payload or b'"stop": false' in payload:
                 if b'"prompt_progress"' not in payload:
                     self._visible(t_ns)
+                    self._count_event(payload, b'"tokens_predicted":')
                 if b'"timings"' in payload:
                     self._meta = payload
                 return True
             if b'"stop":true' in payload or b'"stop": true' in payload:
                 if self._has_content(payload):
                     self._visible(t_ns)
+                    self._count_event(payload, b'"tokens_predicted":')
                 self._meta = payload
                 self.done = True
                 return False
             known = False
         else:
+            tokens_before = len(self.token_ns)
             m = payload.find(self._marker)
             if m >= 0 and payload[m - 1] != 0x5F:  # not the tail of "reasoning_content"
                 if payload[m + self._mlen] != 0x22:
@@ -230,6 +293,8 @@ class StreamParser:
                 self._reasoning(t_ns)
             if b'"timings"' in payload or b'"usage"' in payload:
                 self._meta = payload
+                if tokens_before < len(self.token_ns):
+                    self._count_event(payload, b'"completion_tokens":')
             known = b'"choices"' in payload
         if b'"error"' in payload and _is_error_event(payload):
             self.error_text = _error_text(payload)
@@ -344,6 +409,17 @@ def _content(api: ApiFlavour, event: dict[str, Any]) -> object:
         return choices[0].get("text")
     delta = choices[0].get("delta")
     return delta.get("content") if isinstance(delta, dict) else None
+
+
+def _digits(data: bytes, at: int) -> int | None:
+    """The non-negative integer written at ``at`` (spaces skipped), or ``None``."""
+    end = len(data)
+    while at < end and data[at] == 0x20:
+        at += 1
+    start = at
+    while at < end and 0x30 <= data[at] <= 0x39 and at - start < 10:
+        at += 1
+    return int(data[start:at]) if at > start else None
 
 
 def _is_error_event(payload: bytes) -> bool:

@@ -7,8 +7,19 @@ the last digit.
 What counts (DESIGN.md "Metric definitions"):
 
 - throughput: output tokens whose *arrival time* lies inside ``[start, end]``, over the window length. Each
-  content event is one arrival; when the server's own count is larger than the events seen (several tokens
-  merged into one event), the remainder is credited to the request's last arrival.
+  content event is one arrival of the tokens it carried (``event_token_counts``): as the runtime counted them
+  per event where it did (``RequestRecord.event_tokens``: llama.cpp's cumulative ``tokens_predicted`` or the
+  event's ``tokens`` ids, an OpenAI stream's per-chunk ``usage``, ``core.sse``); else, where the server's final
+  count is larger than the events seen (vLLM or SGLang ``--stream-interval``, a speculative verify step sent as
+  one chunk), an estimate: the uncounted tokens spread evenly over the events after the first (the first event
+  is TTFT's; a stream cut into k-token events carries k in each). Crediting them all to the last event, as
+  before, made the arrivals lumpy (the throughput interval of one engine went from +-2 % to +-57 % at eight
+  tokens an event) and moved tokens out of the window. ``tokens_per_event`` is the window's mean (1 for a
+  stream of one token an event: a lane whose events carry several says so), ``event_tokens_estimated`` how
+  many of the requests ended in the window had theirs estimated rather than counted by the runtime.
+- ITL, TPOT and pauses per token (``core.stalls.token_gaps``, which says why): the gap before an emission of n
+  tokens is n per-token gaps, a hold kept in one of them; TPOT is per token by its definition. So one engine
+  streamed at one, two, four or eight tokens an event gives the same ITL and the same answer.
 - requests/s: successful requests that *ended* inside the window. Errors: failed requests that ended (or,
   without an end, were sent) inside the window, per outcome.
 - the judged requests: every request *sent* inside the window, followed to its end. The load generator keeps
@@ -19,9 +30,9 @@ What counts (DESIGN.md "Metric definitions"):
   ``censored_requests`` says how many there were (never a silently truncated tail).
 - latency quantiles (e2e, TTFT, TPOT, queue, pause) over the judged requests; ``latency_tail``,
   ``ttft_tail``, ``pause_excess_tail`` keep their largest values, so a quantile objective is judged by how
-  many requests exceed it (``core.figures.Tail``). ITL: every emission gap whose later token arrived inside
-  the window (``core.stalls``: tokens less than 1 ms apart are one emission). Quantiles are exact (linear
-  interpolation between order statistics, numpy's default). Reasoning: TTFT is the first token of any kind;
+  many requests exceed it (``core.figures.Tail``). ITL: every per-token gap whose end lies inside the window
+  (``core.stalls``: tokens less than 1 ms apart are one emission, its gap cut per token). Quantiles are exact
+  (linear interpolation between order statistics, numpy's default). Reasoning: TTFT is the first token of any kind;
   ``ttft_visible_s`` the first visible one, over the same requests; ``reasoning_requests`` how many thought.
 - ``turn_mean``: in a conversation workload, the mean depth (turn) of the judged requests: with a steady start
   it is (N + 1) / 2 at every rung, the check that every rung measured the same workload (``None`` without
@@ -33,7 +44,7 @@ What counts (DESIGN.md "Metric definitions"):
   (``None`` when some user got nothing).
 - ``prefill_wait_max_s``: the longest TTFT of a request sent in the window (a request with no first token
   counts with the time it waited, its e2e).
-- ``pause_s``: per judged request, its longest emission gap; quantiles over requests (``pause_requests``).
+- ``pause_s``: per judged request, its longest per-token gap; quantiles over requests (``pause_requests``).
 - prompt cache and speculative decoding (``cache_hit_share``, ``spec_acceptance_rate`` and their token
   sums): over the successful requests that ended inside the window, ``core.runtime_counts``.
 - open loop (a rate rung, ``core.arrivals``): the judged requests are those *meant* to be sent in the window
@@ -70,7 +81,7 @@ from satbench.core.manifest import StepWindow
 from satbench.core.objectives import Objectives
 from satbench.core.records import RequestRecord
 from satbench.core.runtime_counts import runtime_count_figures
-from satbench.core.stalls import Decoding, emission_gaps, longest_stalled_gap, stall_figures
+from satbench.core.stalls import Decoding, longest_stalled_gap, stall_figures, token_gaps
 from satbench.core.statistics import (
     MeanEstimate,
     batch_mean_estimate,
@@ -84,6 +95,7 @@ __all__ = [
     "START_BATCHES",
     "censored",
     "compute_step_figures",
+    "event_token_counts",
     "longest_stalled_gap",
     "throughput_ci",
     "throughput_estimate",
@@ -92,16 +104,37 @@ __all__ = [
 ]
 
 
+def event_token_counts(record: RequestRecord) -> tuple[list[int], bool]:
+    """Tokens per content event and whether they were estimated (module docstring): the runtime's counts where
+    the record has them (a final count beyond them goes to the last event, as the server's word), else the
+    server's final count less one per event spread evenly over the events after the first."""
+    events = len(record.itl_s) + 1 if record.ttft_s is not None else 0
+    if not events:
+        return [], False
+    counted = record.event_tokens
+    if counted is not None and len(counted) == events:
+        counts = [max(1, n) for n in counted]
+        extra = record.output_tokens - sum(counts)
+        if extra > 0:
+            counts[-1] += extra
+        return counts, False
+    counts = [1] * events
+    extra = record.output_tokens - events
+    if extra <= 0:
+        return counts, False
+    if events == 1:
+        counts[0] += extra
+        return counts, True
+    rest = events - 1
+    for i in range(1, events):
+        counts[i] += (i - 1) * extra // -rest - i * extra // -rest  # ceilings: the last event carries the remainder
+    return counts, True
+
+
 def token_arrivals(record: RequestRecord) -> list[tuple[float, int]]:
-    """(arrival time, tokens) per content event; the last event carries any tokens the server merged."""
-    times = record.token_times()
-    if not times:
-        return []
-    out = [(t, 1) for t in times]
-    extra = record.output_tokens - len(times)
-    if extra > 0:
-        out[-1] = (times[-1], 1 + extra)
-    return out
+    """(arrival time, tokens) per content event (``event_token_counts``)."""
+    counts, _ = event_token_counts(record)
+    return list(zip(record.token_times(), counts, strict=True))
 
 
 START_BATCHES = 32
@@ -177,7 +210,7 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
     ttft_intended: list[float] = []
     e2e_intended: list[float] = []
     judged_records: list[tuple[int, RequestRecord, bool]] = []  # (decoding index, record, cut off)
-    ok_count = cut = reasoning = 0
+    ok_count = cut = reasoning = events_in = guessed = 0
     errors_by_outcome: dict[str, int] = {}
     prompt_in: list[int] = []  # prompt tokens of the prefills that ended (first token) inside the window
     finished: list[RequestRecord] = []  # successful, ended inside the window
@@ -190,11 +223,13 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
         if first is not None and start <= first <= end and rec.prompt_tokens is not None:
             prompt_in.append(rec.prompt_tokens)
         times = rec.token_times()
-        for t, n in token_arrivals(rec):
+        counts, estimated = event_token_counts(rec)
+        for t, n in zip(times, counts, strict=True):
             if start <= t <= end:
                 arrivals.append((t, n))
+                events_in += 1
                 per_user[rec.user] = per_user.get(rec.user, 0) + n
-        gaps = emission_gaps(times)
+        gaps = token_gaps(times, counts)
         meant = rec.intended_at if rec.intended_at is not None else rec.sent_at
         sent_in = start <= meant <= end
         cut_off = censored(rec)
@@ -204,6 +239,7 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
         if rec.ok and ended is not None and start <= ended <= end:
             ok_count += 1
             finished.append(rec)
+            guessed += estimated
         elif not rec.ok:
             when = ended if ended is not None else rec.sent_at
             if start <= when <= end:
@@ -303,6 +339,8 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
         user_itl_excess_s=admission.user_itl_excess_s,
         ttft_visible_s=quantiles(visible),
         reasoning_requests=reasoning,
+        tokens_per_event=tokens / events_in if events_in else None,
+        event_tokens_estimated=guessed,
         turn_mean=sum(turns) / len(turns) if turns and max(turns) > 1 else None,
         rate_rps=window.rate_rps,
         waits_settled=None if window.steady is None else int(window.steady),

@@ -59,4 +59,5 @@ def request_record(res: RawResult, spec: RequestSpec, parser: StreamParser | Non
         cached_prompt_tokens=said.cached_prompt_tokens, draft_tokens=said.draft_tokens,
         draft_accepted_tokens=said.draft_accepted_tokens, ttft_visible_s=visible, rate_rps=rate_rps,
         intended_at=None if intended_ns is None else wall(intended_ns),
+        event_tokens=None if parser is None or len(tok) != len(parser.token_ns) else parser.token_counts(),
     )

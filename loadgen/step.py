@@ -53,9 +53,9 @@ from satbench.core.figures import StepFigures
 from satbench.core.manifest import StepWindow
 from satbench.core.records import Phase, RecordsWriter, RequestRecord, read_records
 from satbench.core.sse import StreamParser
-from satbench.core.stalls import BURST_GAP_S, emission_gaps, longest_stalled_gap
+from satbench.core.stalls import BURST_GAP_S, longest_stalled_gap, token_gaps
 from satbench.core.statistics import quantile
-from satbench.core.step_figures import START_BATCHES
+from satbench.core.step_figures import START_BATCHES, event_token_counts
 from satbench.loadgen import stop_rule
 from satbench.loadgen.client import LaneClient, RawResult
 from satbench.loadgen.config import LaneConfig, LoadgenConfig
@@ -122,7 +122,7 @@ class StepRun:
         self.state = StepState()
         self.active: dict[int, _Active] = {}
         self.prefills: list[tuple[int, int]] = []
-        self.pending_stalls: list[list[int]] = []
+        self.pending_stalls: list[tuple[list[int], list[tuple[float, float]]]] = []  # (token ns, per-token gaps)
         self.window_start_ns: int | None = None
         self.window_end_ns: int | None = None
         self.stopping = False
@@ -368,10 +368,11 @@ class StepRun:
         record = request_record(
             res, spec, parser, run_id=self.run_id, lane=lane, concurrency=self.c, user=user, request_id=rid,
             phase=phase, wall=self.clock.wall, rate_rps=self.rate, intended_ns=intended_ns)
-        ttft, gaps, queue, output = record.ttft_s, record.itl_s, record.queue_s, record.output_tokens
+        ttft, queue, output = record.ttft_s, record.queue_s, record.output_tokens
+        counts, _ = event_token_counts(record)
         self.writer.write(record)
         self.answered.add(user)
-        self._count(record, tok, max(0.0, (send - prev_end_ns) / 1e9))
+        self._count(record, tok, counts, max(0.0, (send - prev_end_ns) / 1e9))
         self.metrics.request_done(lane, res.outcome, user, max(output, len(tok)))
         self.metrics.runtime_counts(lane, record)
         admitted = send + int((queue or 0.0) * 1e9)
@@ -385,15 +386,15 @@ class StepRun:
             self._ttft_hist.observe(ttft)
         if queue is not None:
             self._queue_hist.observe(queue)
-        emitted = [g for g in gaps if g >= BURST_GAP_S]  # tokens of one burst are one emission
-        if emitted:
-            self._itl_hist.observe_many(emitted)
-            self.pending_stalls.append(tok)
+        per_token = token_gaps(tok, counts, BURST_GAP_S * 1e9)  # per token, as the records' figures (core.stalls)
+        if per_token:
+            self._itl_hist.observe_many([(b - a) / 1e9 for a, b in per_token])
+            self.pending_stalls.append((tok, per_token))
         self._flush_stalls()
 
-    def _count(self, record: RequestRecord, tok: list[int], dispatch_s: float) -> None:
-        """Folds a finished request into the step's counters and throughput bins (``tok``: its token arrival
-        times in ns, sorted; tokens the server counted beyond them arrived with the last)."""
+    def _count(self, record: RequestRecord, tok: list[int], counts: list[int], dispatch_s: float) -> None:
+        """Folds a finished request into the step's counters and throughput bins (``tok``: its content events'
+        arrival times in ns, sorted; ``counts``: the tokens each carried, ``core.step_figures.event_token_counts``)."""
         state = self.state
         state.requests += 1
         state.tokens_done += record.output_tokens
@@ -412,25 +413,26 @@ class StepRun:
             else:
                 state.window_errors[record.outcome] += 1
                 state.window_unreachable += record.outcome == "refused" and record.status is None
-            self._bin_tokens(tok, record.output_tokens)
+            self._bin_tokens(tok, counts)
 
-    def _bin_tokens(self, tok: list[int], output_tokens: int) -> None:
+    def _bin_tokens(self, tok: list[int], counts: list[int]) -> None:
         """Adds the tokens at or after the window start to their batch bins: one bisection per bin touched,
-        not a step per token."""
+        not a step per token, where every event carried one token; else a step per event."""
         start = self.window_start_ns
         assert start is not None
         width = int(self._batch_s * 1e9)
         bins = self._bins
         pos, n = bisect.bisect_left(tok, start), len(tok)
+        if len(counts) == n and sum(counts) != n:
+            for t, k in zip(tok[pos:], counts[pos:], strict=True):
+                i = (t - start) // width
+                bins[i] = bins.get(i, 0) + k
+            return
         while pos < n:
             i = (tok[pos] - start) // width
             nxt = bisect.bisect_left(tok, start + (i + 1) * width, pos)
             bins[i] = bins.get(i, 0) + nxt - pos
             pos = nxt
-        extra = output_tokens - n
-        if extra > 0 and n and tok[-1] >= start:
-            i = (tok[-1] - start) // width
-            bins[i] = bins.get(i, 0) + extra
 
     def _flush_stalls(self, force: bool = False) -> None:
         """Observes the decode stall of each finished request once every request that could have been in
@@ -439,18 +441,18 @@ class StepRun:
         the definition the records use. ``force`` (step end) observes the rest with what is known."""
         active = [a.decided_ns for a in self.active.values()]
         horizon = None if force or not active else min(active)
-        keep: list[list[int]] = []
-        for tok in self.pending_stalls:
+        keep: list[tuple[list[int], list[tuple[float, float]]]] = []
+        for tok, per_token in self.pending_stalls:
             if horizon is not None and tok[-1] > horizon:
-                keep.append(tok)
+                keep.append((tok, per_token))
                 continue
             first, last = tok[0], tok[-1]
             overlapping = [iv for iv in self.prefills if iv[1] > first and iv[0] < last]
-            stall = longest_stalled_gap(emission_gaps(tok, BURST_GAP_S * 1e9), overlapping) if overlapping else None
+            stall = longest_stalled_gap(per_token, overlapping) if overlapping else None
             if stall is not None:
                 self._stall_hist.observe(stall / 1e9)
         self.pending_stalls = keep
-        bound = min([tok[0] for tok in keep] + active + [time.perf_counter_ns()])
+        bound = min([tok[0] for tok, _ in keep] + active + [time.perf_counter_ns()])
         self.prefills = [iv for iv in self.prefills if iv[1] > bound]
 
     def _window(self, warm_ns: int, lags: list[float], read_lags: list[float], cpu_s: float) -> StepWindow:

@@ -66,7 +66,8 @@ from satbench.core.api import ApiFlavour
 from satbench.loadgen.config import LengthDist, WorkloadConfig
 from satbench.loadgen.datasets import Dataset, estimate_tokens
 
-__all__ = ["PromptText", "RequestSpec", "UserWorkload", "build_body", "draw_length", "request_head", "text_body"]
+__all__ = ["STREAM_OPTIONS", "PromptText", "RequestSpec", "UserWorkload", "build_body", "draw_length", "request_head",
+           "text_body"]
 
 _WORDS = (
     "the", "of", "and", "to", "in", "is", "for", "on", "with", "as", "at", "by", "from", "it", "an",
@@ -268,6 +269,11 @@ def _prefix(spec: RequestSpec, text: PromptText, config: WorkloadConfig) -> str 
     return text.shared_prefix(opener.prefix, config.shared_prefix.tokens)
 
 
+# include_usage: the server's own counts at the end; continuous_usage_stats (vLLM, SGLang): its count in every
+# chunk, so a server that sends several tokens an event says how many (``core.sse``); servers without it ignore it.
+STREAM_OPTIONS: dict[str, bool] = {"include_usage": True, "continuous_usage_stats": True}
+
+
 def build_body(api: ApiFlavour, model: str, spec: RequestSpec, text: PromptText, config: WorkloadConfig,
                user_tag: str) -> bytes:
     """The JSON request body of one streamed request, in the lane's API flavour."""
@@ -279,13 +285,13 @@ def build_body(api: ApiFlavour, model: str, spec: RequestSpec, text: PromptText,
             messages += [{"role": "user", "content": _message(earlier, text, config)},
                          {"role": "assistant", "content": answer}]
         messages.append({"role": "user", "content": _message(spec, text, config)})
-        body = {"messages": messages, "max_tokens": spec.max_tokens, "stream_options": {"include_usage": True}}
+        body = {"messages": messages, "max_tokens": spec.max_tokens, "stream_options": STREAM_OPTIONS}
     else:
         parts = [prefix + " "] if prefix is not None else []
         parts += [_message(earlier, text, config) + answer + "\n" for earlier, answer in spec.history]
         prompt = "".join(parts) + _message(spec, text, config)
         body = {"prompt": prompt, "n_predict": spec.max_tokens} if api == "llamacpp" else {
-            "prompt": prompt, "max_tokens": spec.max_tokens, "stream_options": {"include_usage": True}}
+            "prompt": prompt, "max_tokens": spec.max_tokens, "stream_options": STREAM_OPTIONS}
     return _encoded(body, model, config, user_tag)
 
 
@@ -296,11 +302,11 @@ def text_body(api: ApiFlavour, model: str, text: str, max_tokens: int, config: W
     body: dict[str, object]
     if api == "openai-chat":
         body = {"messages": [{"role": "user", "content": text}], "max_tokens": max_tokens,
-                "stream_options": {"include_usage": True}}
+                "stream_options": STREAM_OPTIONS}
     elif api == "llamacpp":
         body = {"prompt": text, "n_predict": max_tokens}
     else:
-        body = {"prompt": text, "max_tokens": max_tokens, "stream_options": {"include_usage": True}}
+        body = {"prompt": text, "max_tokens": max_tokens, "stream_options": STREAM_OPTIONS}
     return _encoded(body, model, config, user_tag)
 
 

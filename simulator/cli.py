@@ -34,6 +34,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=int, default=None, help="override [server] batch (-b)")
     parser.add_argument("--ubatch", type=int, default=None, help="override [server] ubatch (-ub)")
     parser.add_argument("--time-scale", type=float, default=None, help="override [server] time_scale")
+    parser.add_argument("--stream-interval", type=int, default=None, metavar="K",
+                        help="override [server] stream_interval: tokens per stream event, as vLLM's flag")
     parser.add_argument("--router", action="store_true",
                         help="with no -m/-hf: llama-server's router mode (see simulator/router.py)")
     parser.add_argument("--model-load-s", type=float, default=None, metavar="S",
@@ -118,6 +120,7 @@ def prepare(args: argparse.Namespace) -> tuple[Any, Any]:
         batch=args.batch,
         ubatch=args.ubatch,
         time_scale=args.time_scale,
+        stream_interval=args.stream_interval,
     )
     return apply_llama_flags(profile, args)
 

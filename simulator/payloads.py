@@ -209,13 +209,29 @@ def _json(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
 
-def completion_chunk(req: Request, n_out: int, index: int = 0, timing: Mapping[str, Any] | None = None) -> bytes:
-    """One native ``/completion`` SSE event for the ``n_out``-th token (1-based)."""
-    tid, _ = token_at(req.text_key, n_out - 1)
-    text = _VOCAB_JSON[tid - 1000]
+def _pieces(req: Request, n_out: int, first: int | None) -> tuple[str, str]:
+    """The JSON text and the comma-separated ids of tokens ``first..n_out`` (1-based; the ``n_out``-th alone
+    when ``first`` is None): one stream event that carries several tokens (``[server] stream_interval``)."""
+    if first is None or first >= n_out:
+        tid, _ = token_at(req.text_key, n_out - 1)
+        return _VOCAB_JSON[tid - 1000], str(tid)
+    tids = [token_at(req.text_key, i)[0] for i in range(first - 1, n_out)]
+    return json.dumps("".join(VOCAB[t - 1000] for t in tids), ensure_ascii=False), ",".join(map(str, tids))
+
+
+def _usage(req: Request, n_out: int) -> str:
+    """vLLM's ``continuous_usage_stats``: the counts so far, in every chunk."""
+    p = req.spec.prompt_tokens
+    return f',"usage":{{"prompt_tokens":{p},"completion_tokens":{n_out},"total_tokens":{p + n_out}}}'
+
+
+def completion_chunk(req: Request, n_out: int, index: int = 0, timing: Mapping[str, Any] | None = None,
+                     first: int | None = None) -> bytes:
+    """One native ``/completion`` SSE event for the ``n_out``-th token (1-based), or tokens ``first..n_out``."""
+    text, tids = _pieces(req, n_out, first)
     tail = f',"timings":{_json(timing)}' if timing is not None else ""
     return (
-        f'data: {{"index":{index},"content":{text},"tokens":[{tid}],"stop":false,"id_slot":-1,'
+        f'data: {{"index":{index},"content":{text},"tokens":[{tids}],"stop":false,"id_slot":-1,'
         f'"tokens_predicted":{n_out},"tokens_evaluated":{req.spec.prompt_tokens}{tail}}}\n\n'
     ).encode()
 
@@ -280,11 +296,14 @@ class ChatIds:
                 f'"system_fingerprint":{json.dumps(self.fingerprint)},"object":"text_completion",'
                 f'"id":"{self.id}"')  # fmt: skip
 
-    def text_chunk(self, req: Request, n_out: int, index: int = 0, timing: Mapping[str, Any] | None = None) -> bytes:
-        tid, _ = token_at(req.text_key, n_out - 1)
+    def text_chunk(self, req: Request, n_out: int, index: int = 0, timing: Mapping[str, Any] | None = None,
+                   first: int | None = None, usage: bool = False) -> bytes:
+        text, _ = _pieces(req, n_out, first)
         tail = f',"timings":{_json(timing)}' if timing is not None else ""
+        if usage:
+            tail += _usage(req, n_out)
         return (
-            f'data: {{"choices":[{{"text":{_VOCAB_JSON[tid - 1000]},"index":{index},"logprobs":null,'
+            f'data: {{"choices":[{{"text":{text},"index":{index},"logprobs":null,'
             f'"finish_reason":null}}],{self._tail()}{tail}}}\n\n'
         ).encode()
 
@@ -337,12 +356,15 @@ class ChatIds:
             f'"prompt_progress":{_json(pp)}}}\n\n'
         ).encode()
 
-    def chat_chunk(self, req: Request, n_out: int, index: int = 0, timing: Mapping[str, Any] | None = None) -> bytes:
-        tid, _ = token_at(req.text_key, n_out - 1)
+    def chat_chunk(self, req: Request, n_out: int, index: int = 0, timing: Mapping[str, Any] | None = None,
+                   first: int | None = None, usage: bool = False) -> bytes:
+        text, _ = _pieces(req, n_out, first)
         tail = f',"timings":{_json(timing)}' if timing is not None else ""
+        if usage:
+            tail += _usage(req, n_out)
         return (
             f'data: {{"choices":[{{"finish_reason":null,"index":{index},"delta":{{"content":'
-            f"{_VOCAB_JSON[tid - 1000]}}}}}],{self._chat_head()}{self._chat_tail()}{tail}}}\n\n"
+            f"{text}}}}}],{self._chat_head()}{self._chat_tail()}{tail}}}\n\n"
         ).encode()
 
     def chat_finals(

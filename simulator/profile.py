@@ -74,6 +74,9 @@ class ServerModel:
     # llama-server --cache-ram: prompts a slot gives up are kept in host memory, up to this many tokens, and a
     # request restores the one sharing its longest prefix (simulator.engine); 0: off, one prompt per slot
     cache_ram_tokens: int = 0
+    # vLLM / SGLang --stream-interval: tokens a stream event carries (the first token is sent alone at once, the
+    # last event carries what is left); llama-server sends every token in its own event (1)
+    stream_interval: int = 1
 
     @property
     def n_ctx_slot(self) -> int:
@@ -208,7 +211,7 @@ def _positive(section: str, key: str, value: float, allow_zero: bool = False) ->
 
 
 def _check_server(s: ServerModel) -> None:
-    for key in ("slots", "ctx_tokens", "batch", "ubatch", "time_scale", "truth_history"):
+    for key in ("slots", "ctx_tokens", "batch", "ubatch", "time_scale", "truth_history", "stream_interval"):
         _positive("server", key, getattr(s, key))
     _positive("server", "slot_ctx_tokens", s.slot_ctx_tokens, allow_zero=True)
     _positive("server", "cache_ram_tokens", s.cache_ram_tokens, allow_zero=True)

@@ -99,6 +99,10 @@ class RealTimeRuntime:
         self._slips = 0
         self._slipped = 0.0
         self._stopped = False
+        # (model end, emitted at, decoding requests) of each step, on the runtime's clock: a decoding request's
+        # next token comes at each step's end, so the time between emissions is the per-token time of each of
+        # its decoding requests as the model planned it and as served (the truth of ITL)
+        self.step_history: deque[tuple[float, float, int]] = deque(maxlen=profile.server.truth_history)
         self.pause_left: Callable[[float], float] = lambda t_s: 0.0  # the server's engine_pause faults
         self.step_scale: Callable[[float], float] = lambda t_s: 1.0  # the server's slowdown faults
         self.engine.step_scale = lambda now: self.step_scale(now - self.time_map.started_mono)
@@ -159,6 +163,7 @@ class RealTimeRuntime:
             result = self.engine.finish_step()
             lag = self.clock() - plan.end
             self._record_lag(lag)
+            self.step_history.append((plan.end, plan.end + lag, plan.n_decode))
             for e in result.emissions:
                 r = e.request
                 if e.finished and r.slot is not None:

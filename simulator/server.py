@@ -268,17 +268,22 @@ class SimulatorApp(SimulatorEdge):
                 return _json(self._body_out(kind, body, tasks, ids), headers=extra)
             opts = body.get("stream_options")
             include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
+            # vLLM's per-chunk counts, honoured where the simulator streams as vLLM does (several tokens an
+            # event); llama-server ignores the option
+            continuous = self.profile.server.stream_interval > 1 and isinstance(opts, dict) \
+                and bool(opts.get("continuous_usage_stats"))
             conv_id = request.headers.get("X-Conversation-Id", "")
             if conv_id:  # a resumable session: generated into its buffer, whatever becomes of this client
                 per_token = settings["timings_per_token"]
                 handed_off = True
                 return await self.streams.start(
                     request, conv_id,
-                    lambda w: self._stream(request, w, tasks, kind, ids, include_usage, per_token),
+                    lambda w: self._stream(request, w, tasks, kind, ids, include_usage, per_token, continuous),
                     lambda: self._cancel(tasks), extra)
             resp = web.StreamResponse(status=200, headers={**SSE_HEADERS, **extra})
             with contextlib.suppress(ConnectionResetError):  # the client went away: its slot is freed below
-                await self._stream(request, resp, tasks, kind, ids, include_usage, settings["timings_per_token"])
+                await self._stream(request, resp, tasks, kind, ids, include_usage, settings["timings_per_token"],
+                                   continuous)
             return resp
         finally:
             if not handed_off:
@@ -316,8 +321,12 @@ class SimulatorApp(SimulatorEdge):
         ids: ChatIds,
         include_usage: bool,
         per_token: bool,
+        continuous: bool = False,
     ) -> None:
+        """Streams the tasks' emissions; with ``[server] stream_interval`` k > 1 an event carries k tokens (the
+        first token alone, at once; the last event what is left), as vLLM's and SGLang's ``--stream-interval``."""
         await resp.prepare(request)
+        interval = self.profile.server.stream_interval
         streams = [t.stream for t in tasks if t.stream is not None]
         reqs = [s.request for s in streams]
         wake = asyncio.Event()
@@ -329,6 +338,7 @@ class SimulatorApp(SimulatorEdge):
         bad = self.faults.hit("malformed_sse", t)
         sent = 0
         done = [False] * len(streams)
+        shown = [0] * len(streams)  # tokens each stream's events carried so far
         while True:
             batch: list[tuple[int, Emission]] = []
             while not batch:
@@ -347,16 +357,18 @@ class SimulatorApp(SimulatorEdge):
                 if e.progress >= 0:
                     parts.append(self._progress_chunk(kind, ids, req, e, index))
                     continue
-                if e.n_out > 0:
+                held = e.n_out > 1 and e.n_out - shown[i] < interval and not e.finished
+                if e.n_out > shown[i] and not held:
+                    first, shown[i] = shown[i] + 1, e.n_out
                     timing = timings(req, e.n_out, e.at) if per_token else None
                     if kind == "chat" and e.n_out == 1:
                         parts.append(ids.chat_role_chunk(index))
                     if kind == "native":
-                        parts.append(completion_chunk(req, e.n_out, index, timing))
+                        parts.append(completion_chunk(req, e.n_out, index, timing, first))
                     elif kind == "text":
-                        parts.append(ids.text_chunk(req, e.n_out, index, timing))
+                        parts.append(ids.text_chunk(req, e.n_out, index, timing, first, continuous))
                     else:
-                        parts.append(ids.chat_chunk(req, e.n_out, index, timing))
+                        parts.append(ids.chat_chunk(req, e.n_out, index, timing, first, continuous))
                     sent += 1
                     if bad is not None and sent == bad.after_tokens:
                         parts.append(b'data: {"index":0,"content":\n\n')

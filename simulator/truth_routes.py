@@ -1,7 +1,9 @@
 """The simulator's white-box routes, ``/sim/*``: what no llama-server has and every accuracy test needs.
 
 ``/sim/truth`` is the engine's own record of every request (admission, first and last token, the slot, the
-prompt-cache hit) with its timing statistics and, by default, the closed-form capacity curve of a workload
+prompt-cache hit) with its timing statistics, with ``steps=1`` every step's end as planned and as emitted
+with the requests it decoded (the truth of ITL: ``simulator.runtime``), and, by default, the closed-form
+capacity curve of a workload
 (``/sim/capacity`` alone: ``simulator.capacity``); ``/sim/gpu`` the modelled GPU memory; ``/sim/faults``
 reads and replaces the fault schedule the edge applies (``simulator.faults``). ``SimulatorApp`` holds one
 ``GroundTruthRoutes`` (``app.ground_truth``).
@@ -39,6 +41,7 @@ class GroundTruthRoutes:
             since = float(q.get("since", "0"))
             limit = int(q.get("limit", "100000"))
             capacity = self._capacity(q) if q.get("capacity", "1") != "0" else None
+            with_steps = q.get("steps", "0") != "0"
         except (ValueError, CapacityError) as exc:
             return error_response(400, str(exc), "invalid_request_error")
         engine = self.runtime.engine
@@ -64,8 +67,16 @@ class GroundTruthRoutes:
                     for r in [*(s for s in engine.slots if s is not None), *engine.waiting]
                 ],
                 "capacity": capacity,
+                **({"steps": self._steps(since)} if with_steps else {}),
             }
         )
+
+    def _steps(self, since: float) -> list[list[float | int]]:
+        """``?steps=1``: every step since ``since`` as [planned end, emitted at (Unix s), decoding requests]:
+        the time between two emissions is the per-token time of each request decoding in the later step."""
+        offset = self.runtime.time_map.offset
+        return [[round(end + offset, 6), round(at + offset, 6), n] for end, at, n in self.runtime.step_history
+                if at + offset >= since]
 
     def _capacity(self, q: Any) -> dict[str, Any]:
         p = int(q.get("prompt_tokens", "64"))

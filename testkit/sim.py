@@ -3,9 +3,9 @@
 ``SimulatorProcess`` starts ``python -m satbench.cli sim`` on a free loopback port, waits for ``/health`` and
 always kills the process on exit, even when the test fails (``testkit.process.ChildProcess``). Keyword
 overrides map to command-line flags (``slots``, ``seed``, ``admission``, ``batch``, ``ubatch``,
-``time_scale``); ``profile`` is ``dense``, ``moe`` or a TOML path. ``InProcessSimulator`` serves the same app
-from a background thread (``testkit.process.LoopThread``) and also exposes the ``SimulatorApp`` (engine,
-runtime, faults) for white-box assertions.
+``time_scale``, ``stream_interval``); ``profile`` is ``dense``, ``moe`` or a TOML path.
+``InProcessSimulator`` serves the same app from a background thread (``testkit.process.LoopThread``) and also
+exposes the ``SimulatorApp`` (engine, runtime, faults) for white-box assertions.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ _FLAGS = {
     "batch": "--batch",
     "ubatch": "--ubatch",
     "time_scale": "--time-scale",
+    "stream_interval": "--stream-interval",
 }
 
 

@@ -8,11 +8,8 @@ from types import SimpleNamespace
 from satbench.loadgen.step import StepRun
 
 
-def per_token(tok: list[int], output: int, start: int, width: int) -> dict[int, int]:
+def per_token(tok: list[int], counts: list[int], start: int, width: int) -> dict[int, int]:
     bins: dict[int, int] = {}
-    counts = [1] * len(tok)
-    if tok and output > len(tok):
-        counts[-1] += output - len(tok)
     for t, n in zip(tok, counts, strict=True):
         if t >= start:
             i = (t - start) // width
@@ -30,7 +27,7 @@ def test_bisected_bins_equal_counting_token_by_token() -> None:
         for _ in range(rng.randrange(0, 80)):
             t += rng.choice([0, 0, 1, rng.randrange(0, 2 * width + 1)])
             tok.append(t)
-        output = len(tok) + rng.choice([0, 0, 3])
+        counts = [rng.choice([1, 1, 1, 4]) for _ in tok]  # some streams carry several tokens an event
         step = SimpleNamespace(window_start_ns=start, _batch_s=width / 1e9, _bins={})
-        StepRun._bin_tokens(step, tok, output)  # type: ignore[arg-type]
-        assert step._bins == per_token(tok, output, start, width), (start, width, tok)
+        StepRun._bin_tokens(step, tok, counts)  # type: ignore[arg-type]
+        assert step._bins == per_token(tok, counts, start, width), (start, width, tok)

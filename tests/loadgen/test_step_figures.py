@@ -10,17 +10,20 @@ from satbench.core.step_figures import compute_step_figures, longest_stalled_gap
 
 
 def rec(user: int, sent: float, ttft: float | None, itl: tuple[float, ...], e2e: float, out: int,
-        outcome: str = "ok", lane: str = "a", queue: float | None = None, c: int = 2) -> RequestRecord:
+        outcome: str = "ok", lane: str = "a", queue: float | None = None, c: int = 2,
+        events: tuple[int, ...] | None = None) -> RequestRecord:
     return RequestRecord(run_id="r", lane=lane, concurrency=c, user=user, request_id=f"{user}-{sent}",
                          phase="window", sent_at=sent, ttft_s=ttft, e2e_s=e2e, queue_s=queue, itl_s=itl,
-                         prompt_tokens=10, output_tokens=out, outcome=outcome)  # type: ignore[arg-type]
+                         prompt_tokens=10, output_tokens=out, outcome=outcome,  # type: ignore[arg-type]
+                         event_tokens=events)
 
 
-# A: tokens 101..104, ends 104.5 (sent before the window).  B: tokens 104.5, 106.5 (server counted 5: the
-# last event carries 4), ends 107.  C: dropped before any token, 104.5..105.5.  D: tokens 109, 111 (out).
+# A: tokens 101..104, ends 104.5 (sent before the window).  B: events 104.5, 106.5 (server counted 5: 4 in
+# its first event, 1 in its second, so its one gap is one token's, 2 s), ends 107.  C: dropped before any token,
+# 104.5..105.5.  D: tokens 109, 111 (out).
 RECORDS = [
     rec(0, 99.0, 2.0, (1.0, 1.0, 1.0), 5.5, 4),
-    rec(1, 100.5, 4.0, (2.0,), 6.5, 5, queue=0.5),
+    rec(1, 100.5, 4.0, (2.0,), 6.5, 5, queue=0.5, events=(4, 1)),
     rec(0, 104.5, None, (), 1.0, 0, outcome="dropped"),
     rec(1, 108.0, 1.0, (2.0,), 3.5, 2),
     rec(0, 100.0, 0.1, (0.1,) * 50, 6.0, 51, lane="other"),
@@ -39,6 +42,8 @@ def test_hand_computed_step() -> None:
     assert f.tpot_s.p50 == pytest.approx((0.625 + 2.5) / 2)
     assert f.queue_s.p50 == pytest.approx(0.5)
     assert f.itl_s.p50 == pytest.approx(1.0)  # gaps 1, 1, 1 (A) and 2 (B)
+    assert f.tokens_per_event == pytest.approx(10 / 7)  # A 4, B 2 (5 tokens), D 1 events in the window
+    assert f.event_tokens_estimated == 0  # B's counts are the runtime's
     assert f.jain == pytest.approx(100 / 104)  # users 4 and 6 tokens
     assert f.max_min_share == pytest.approx(1.5)
     assert f.decode_stall_max_s == pytest.approx(2.0)  # B's gap while C was "in prefill"

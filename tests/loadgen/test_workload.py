@@ -53,7 +53,7 @@ def test_prompt_text_has_the_asked_word_count_and_bodies_per_flavour() -> None:
     spec = specs(cfg, 2, 1)[0]
     chat = json.loads(build_body("openai-chat", "m", spec, text, cfg, "u2"))
     assert chat["max_tokens"] == 64 and chat["stream"] and chat["ignore_eos"] and chat["user"] == "u2"
-    assert chat["stream_options"] == {"include_usage": True} and chat["model"] == "m"
+    assert chat["stream_options"] == {"include_usage": True, "continuous_usage_stats": True} and chat["model"] == "m"
     assert 60 <= len(chat["messages"][0]["content"].split()) <= 64
     llama = json.loads(build_body("llamacpp", "", spec, text, cfg, "u2"))
     assert llama["n_predict"] == 64 and "model" not in llama and llama["prompt"].startswith(f"{spec.head} u2: ")
