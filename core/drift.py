@@ -24,16 +24,20 @@ and answers 8 where the steady node answers 128. Two checks see it, both pure fu
   20 % drift (ratio 0.83) is called drift only where the interval's upper end falls below 0.80, which needs the
   point 4 % below the truth and an interval under ±4 % wide at once; a doubling (0.5) is called whenever the
   interval is narrower than ±60 %, which every usable rung's is (``policy.max_throughput_ci_ratio``).
-- **Rung by rung** (``rung_drift``). A batched decoder cannot lose aggregate throughput when its batch
-  doubles: it could run the larger batch as two of the old size in the old step time each. So where a
-  doubling of concurrency loses throughput beyond the floor (the gain interval's upper end below
-  ``1 / (1 + floor) - 1``, -20 % at the default) while no request of the larger rung waited for a slot (the
-  batch really grew), the node slowed between the two rungs. This names *when* (between which rungs); the
-  decode-only step the runtime's stream shows (``StepFigures.decode_step_s``, ``core.stalls``) is reported
-  beside it: the larger rung's step grew by more than its batch did. It catches a step change mid-walk even
-  without a re-measure (the audit's "another tenant doubles the step from 120 s": c=16 lost 23 %), but a
-  slowdown that lands on a doubling that still gains much (a 2x step at c=2 -> 4, +83 % true gain, reads
-  -9 %) is invisible to it: the re-measure is the check that always sees a lasting change.
+- **Rung by rung** (``rung_drift``). Where a doubling of concurrency loses throughput beyond the floor (the
+  gain interval's upper end below ``1 / (1 + floor) - 1``, -20 % at the default) while no request of the larger
+  rung waited for a slot (the batch really grew), the loss alone does not say the node slowed: a real engine
+  can lose aggregate throughput to concurrency itself (on a CPU, two streams' prefills interleave with the
+  other's decode and the threads contend; a real llama-server on a CPU keeps 0.76x at c=1 -> 2 on a steady
+  node, its re-measure of c=1 within 10 %). What a batched decoder cannot do is take longer for one step of
+  the doubled batch than for two steps of the old one: it could run the larger batch as two of the old size.
+  So the rung check calls drift only where the runtime's decode-only step (``StepFigures.decode_step_s``,
+  ``core.stalls``) grew by more than the batch did (``step_b / step_a > c_b / c_a``) besides the loss: the
+  step the engine ran is the witness, the throughput loss the size. Without the step on both rungs it says
+  nothing. This names *when* (between which rungs) and catches a step change mid-walk even without a
+  re-measure (the audit's "another tenant doubles the step from 120 s": c=16 lost 23 %), but a slowdown that
+  lands on a doubling that still gains much (a 2x step at c=2 -> 4, +83 % true gain, reads -9 %) is invisible
+  to it: the re-measure is the check that always sees a lasting change.
 
 A drifted lane's plateau is not blamed on concurrency: the recommender (``recommender.analysis``) withholds
 the answer (``policy.on_drift = "withhold"``, the default: status ``degraded``, the reason naming the drift)
@@ -87,7 +91,7 @@ class Drift:
             return (f"c={self.concurrency} re-measured at the lane's end gave {self.ratio:.2f}x its first "
                     f"throughput{span}: {verdict}{steps}")
         return (f"the node slowed between c={self.between[0]} and c={self.between[1]}: doubling the batch "
-                f"kept {self.ratio:.2f}x the throughput{span}, which a batched decoder cannot lose{steps}")
+                f"kept {self.ratio:.2f}x the throughput{span}, and its decode step grew by more than its batch{steps}")
 
 
 def _beyond(interval: tuple[float, float], floor: float) -> bool:
@@ -111,16 +115,24 @@ def reference_drift(first: StepFigures, again: StepFigures, confidence: float, f
                  (first.concurrency, again.concurrency), (first.decode_step_s, again.decode_step_s))
 
 
+def _step_outgrew_batch(a: StepFigures, b: StepFigures) -> bool:
+    """The decode-only step of rung ``b`` took longer than ``b / a`` of rung ``a``'s: more than running the
+    larger batch as several of the smaller one would (module docstring). False without both steps."""
+    if a.decode_step_s is None or b.decode_step_s is None or a.decode_step_s <= 0:
+        return False
+    return b.decode_step_s / a.decode_step_s > b.concurrency / a.concurrency
+
+
 def rung_drift(steps: Sequence[StepFigures], floor: float) -> Drift | None:
     """The first doubling that lost throughput beyond the floor while its larger rung admitted every request
-    (module docstring), or ``None``. ``steps`` are the lane's usable rungs in increasing concurrency, their
-    throughput intervals already at the policy's confidence."""
+    and its decode step outgrew its batch (module docstring), or ``None``. ``steps`` are the lane's usable
+    rungs in increasing concurrency, their throughput intervals already at the policy's confidence."""
     bound = 1 / (1 + floor) - 1
     for a, b in itertools.pairwise(steps):
         if b.concurrency != 2 * a.concurrency or b.queued_requests not in (None, 0):
             continue
         interval = gain_interval(a.concurrency, a.throughput_ci_tok_s, b.concurrency, b.throughput_ci_tok_s)
-        if interval is None or interval[1] >= bound:
+        if interval is None or interval[1] >= bound or not _step_outgrew_batch(a, b):
             continue
         ratio = 1 + gain_per_doubling(a.concurrency, a.throughput_tok_s, b.concurrency, b.throughput_tok_s)
         return Drift("rung", b.concurrency, ratio, (1 + interval[0], 1 + interval[1]), True,

@@ -135,3 +135,23 @@ def test_nothing_to_test_is_no_verdict() -> None:
                        requests_per_s=1.0, drift_reference=1)
     assert reference_drift(first, bare, 0.95, 0.25) is None
     assert lane_drift([], [bare], 0.95, 0.25) is None
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_loss_to_concurrency_itself_is_no_drift(seed: int) -> None:
+    # a real llama-server on a CPU, steady: c=2 keeps 0.76x c=1's throughput (prefills interleave with the other
+    # stream's decode), its decode step grows 1.6x for a batch grown 2x, and c=1 re-measured reads the same. The
+    # loss is the engine's, so the answer is c=1 (the doubling gains nothing), not a withheld lane.
+    rng = random.Random(seed)
+    def cpu(c: int, at: float, ref: bool = False) -> StepFigures:
+        truth = {1: 820.0, 2: 625.0, 4: 900.0}[c]
+        est = batch_mean_estimate([truth * (1 + rng.gauss(0, 0.03)) for _ in range(32)])
+        assert est is not None
+        return StepFigures(lane="x", concurrency=c, window_s=8.0, requests=100, errors=0,
+                           throughput_tok_s=est.mean, requests_per_s=10.0, throughput_ci_tok_s=est.interval(0.95),
+                           throughput_se_tok_s=est.se, throughput_dof=est.dof,
+                           decode_step_s={1: 0.0014, 2: 0.0023, 4: 0.0040}[c], queued_requests=0,
+                           drift_reference=1 if ref else None)
+    a = analyze_lane("x", [cpu(1, 0), cpu(2, 1), cpu(4, 2), cpu(1, 3, ref=True)], POLICY)
+    assert a.drift is not None and not a.drift.drifted
+    assert a.recommended_concurrency == 1 and a.status == "ok"
