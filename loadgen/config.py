@@ -363,9 +363,10 @@ class LoadgenConfig(_Model):
     decide_max_window_s: float = Field(default=40.0, gt=0.0, le=MAX_SECONDS)
     # a rung too thin (fewer than min_requests) or too unsteady to use (its throughput interval's half-width more
     # than this share of its mean: the policy's max_throughput_ci_ratio, which `satbench run` sets) at
-    # max_window_s goes on, looked at each time its window has doubled, up to decide_max_window_s, before it is
-    # given up (loadgen.stop_rule.held); None: it ends at max_window_s
+    # max_window_s goes on, looked at each time its window has doubled, up to hold_max_window_s (None: up to
+    # decide_max_window_s), before it is given up (loadgen.stop_rule.held); None: it ends at max_window_s
     usable_ci_rel: float | None = Field(default=None, gt=0.0)  # bounded as the policy's ratio it copies
+    hold_max_window_s: float | None = Field(default=None, gt=0.0, le=MAX_SECONDS)
     request_timeout_s: float = Field(default=120.0, gt=0.0, le=MAX_SECONDS)
     connect_timeout_s: float = Field(default=5.0, gt=0.0, le=MAX_SECONDS)
     max_event_bytes: int = Field(default=1 << 20, ge=1024, le=1 << 30)

@@ -201,40 +201,22 @@ class StepRun:
         self.window_start_ns = time.perf_counter_ns()
         self.metrics.set_step(self.lane.key, self.run_id, self.c)
         start = self.window_start_ns
-        max_end = start + int(cfg.max_window_s * 1e9)
         min_end = start + int(cfg.min_window_s * 1e9)
-        holding = cfg.usable_ci_rel is not None  # a rung too thin or unsteady to use goes on (stop_rule.held)
-        cap = max(cfg.max_window_s, cfg.decide_max_window_s) if self._deciding or holding else cfg.max_window_s
-        cap_end = start + int(cap * 1e9)
-        look = min_end  # the next length at which an undecided gain is looked at again (1.5x)
-        held = max_end  # the next length at which a rung not yet usable is looked at again (doubling)
+        rule = stop_rule.WindowEnd.of(cfg.min_window_s, cfg.max_window_s, cfg.decide_max_window_s, self._deciding,
+                                      cfg.usable_ci_rel, cfg.hold_max_window_s)
+        cap_end = start + int(rule.cap_s * 1e9)
         batch = self._batch_s
         while True:
             now = time.perf_counter_ns()
-            if now >= cap_end:
-                break
             enough = now >= min_end and self.state.window_ok >= cfg.min_requests
-            stable = enough and self._stable(start, batch)
-            # the rung is measured to its own precision first: it is the next rung's reference
-            if (stable or now >= max_end) and (enough or holding):
-                ends = enough and not self._deciding
-                if enough and self._deciding and now >= look:
-                    self.decision = self._decide(start, batch)
-                    ends = self.decision != "undecided" or not self._deciding_worth(start, batch)
-                    if not ends:
-                        look = start + int(1.5 * (now - start))
-                if holding and not stable and now >= held:
-                    why = stop_rule.held(self._live_rates(start, batch), self.state.window_ok, cfg.min_requests,
-                                         cfg.usable_ci_rel)
-                    if why is not None:
-                        self.held_looks.append(f"{(now - start) / 1e9:.0f} s: {why}")
-                        held = start + 2 * (now - start)
-                if ends and (stable or now >= held):
-                    break
-                if ends:  # decided, but not yet usable: the gain is looked at again with the rung's next look
-                    look = max(look, held)
+            if rule.ends((now - start) / 1e9, enough, lambda: self._stable(start, batch),
+                         lambda: self._decide(start, batch), lambda: self._deciding_worth(start, batch),
+                         lambda: stop_rule.held(self._live_rates(start, batch), self.state.window_ok,
+                                                cfg.min_requests, cfg.usable_ci_rel)):
+                break
             self._show("window", start, now)
             await asyncio.sleep(min(0.25, max(0.01, (cap_end - now) / 1e9)))
+        self.decision, self.held_looks = rule.decision, rule.held_looks
         self.window_end_ns = time.perf_counter_ns()
         self.metrics.set_step(self.lane.key, self.run_id, 0)
 

@@ -17,12 +17,18 @@ unsteady to use (its throughput interval wider than ``usable_ci_rel`` of its mea
 It goes on, looked at again each time its window has doubled, up to ``decide_max_window_s``, and ends at the
 first look where it is usable (or at the cap). A rung already usable at ``max_window_s`` ends there, as before:
 the extension costs time only where the rung would otherwise be lost.
+
+``WindowEnd`` puts the three together: the state of one window's looks, asked at each wake-up with the
+elapsed time and the window's figures so far, answering whether the window ends. ``loadgen.step`` asks it on
+the wall clock; the accuracy datasheet's harness asks the same object in virtual time, so what it measures is
+the rule the load generator runs, not a copy of it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from satbench.core.figures import StepFigures
 from satbench.core.statistics import (
@@ -34,7 +40,7 @@ from satbench.core.statistics import (
     relative_half_width,
 )
 
-__all__ = ["decide", "deciding", "held", "stable", "worth_deciding"]
+__all__ = ["WindowEnd", "decide", "deciding", "held", "stable", "worth_deciding"]
 
 
 def stable(rates: Sequence[float], ci_rel_bound: float) -> bool:
@@ -110,3 +116,65 @@ def worth_deciding(rates: Sequence[float], reference: StepFigures, concurrency: 
     if doubling_decision(gain, exact, gain_min) == "undecided":
         return False  # the rung below alone straddles it
     return abs(gain - gain_min) > (interval[1] - interval[0]) / 4
+
+
+@dataclass(slots=True)
+class WindowEnd:
+    """One closed rung's window: when it ends (module docstring). ``min_s``, ``max_s``: the ladder's window
+    bounds; ``decide_cap_s``: the longest an undecided gain is measured on (``decide_max_window_s`` where it is
+    deciding, else ``max_s``); ``cap_s``: the longest the window may run (``hold_max_window_s`` too where it is
+    holding); ``deciding``: a gain over the rung below is to be decided; ``holding``: a rung not yet usable at
+    ``max_s`` goes on. ``decision`` is the last look's; ``held_looks`` say each look at which the window was
+    too thin or too unsteady to use."""
+
+    min_s: float
+    max_s: float
+    decide_cap_s: float
+    cap_s: float
+    deciding: bool
+    holding: bool
+    decision: str | None = None
+    held_looks: list[str] = field(default_factory=list)
+    _look_s: float = 0.0  # the next length at which an undecided gain is looked at again (1.5x)
+    _held_s: float = 0.0  # the next length at which a rung not yet usable is looked at again (doubling)
+
+    def __post_init__(self) -> None:
+        self._look_s, self._held_s = self.min_s, self.max_s
+
+    @classmethod
+    def of(cls, min_window_s: float, max_window_s: float, decide_max_window_s: float, deciding: bool,
+           usable_ci_rel: float | None, hold_max_window_s: float | None = None) -> WindowEnd:
+        holding = usable_ci_rel is not None
+        decide_cap = max(max_window_s, decide_max_window_s) if deciding else max_window_s
+        hold = decide_max_window_s if hold_max_window_s is None else hold_max_window_s
+        cap = max(decide_cap, hold, max_window_s) if holding else decide_cap
+        return cls(min_window_s, max_window_s, decide_cap, cap, deciding, holding)
+
+    def ends(self, elapsed_s: float, enough: bool, stable_now: Callable[[], bool], decide_now: Callable[[], str],
+             worth: Callable[[], bool], held_now: Callable[[], str | None]) -> bool:
+        """Does the window end at ``elapsed_s``? ``enough``: its minimum length and requests are in;
+        ``stable_now``: its throughput interval is within the bound (``stable``); ``decide_now``: the gain's
+        decision so far (``decide``); ``worth``: measuring on could decide it (``worth_deciding``);
+        ``held_now``: why it is not yet usable, or ``None`` (``held``). Each is asked only when needed."""
+        if elapsed_s >= self.cap_s:
+            return True
+        stable = enough and stable_now()
+        # the rung is measured to its own precision first: it is the next rung's reference
+        if not ((stable or elapsed_s >= self.max_s) and (enough or self.holding)):
+            return False
+        ends = enough and not self.deciding
+        if enough and self.deciding and (elapsed_s >= self._look_s or elapsed_s >= self.decide_cap_s):
+            self.decision = decide_now()
+            ends = self.decision != "undecided" or elapsed_s >= self.decide_cap_s or not worth()
+            if not ends:
+                self._look_s = 1.5 * elapsed_s
+        if self.holding and not stable and elapsed_s >= self._held_s:
+            why = held_now()
+            if why is not None:
+                self.held_looks.append(f"{elapsed_s:.0f} s: {why}")
+                self._held_s = 2 * elapsed_s
+        if ends and (stable or elapsed_s >= self._held_s):
+            return True
+        if ends:  # decided, but not yet usable: the gain is looked at again with the rung's next look
+            self._look_s = max(self._look_s, self._held_s)
+        return False

@@ -31,8 +31,8 @@ instead: ``extend_ttft_late_share`` 5 %, what a p95 allows), ``extend_max_error_
 (64) caps it; on the simulator profiles (4 and 8 slots) it adds a rung or two.
 ``loadgen.decide_gain`` (sequential measuring: a window whose gain over the rung below straddles it goes on)
 is the policy's ``min_gain_per_doubling`` too, unless set, and ``loadgen.usable_ci_rel`` (a rung too unsteady to
-use at ``max_window_s``, the lowest included, goes on, doubling, up to ``decide_max_window_s``) the policy's
-``max_throughput_ci_ratio``.
+use at ``max_window_s``, the lowest included, goes on, doubling, up to ``hold_max_window_s``, 120 s) the
+policy's ``max_throughput_ci_ratio``.
 
 Every value is bounded as the load generator's are (``core.config_files``: finite floats, lengths within
 ``MAX_TOKENS``, durations within ``MAX_SECONDS``), and ``satbench run`` reads the trace and dataset files the
@@ -87,6 +87,10 @@ DEFAULT_LOADGEN: dict[str, Any] = {
     # straddles the policy's gain, it goes on (loadgen.decide_gain): certainty where a decision needs it
     "ci_rel_bound": 0.08,
     "decide_max_window_s": 24.0,
+    # a rung too thin or too unsteady to use at max_window_s (the lowest rung of a slow model: 60 ms a step and
+    # 128-token answers finish a request in 7.7 s, 12 of them in about 90 s) is measured on, its window doubling,
+    # up to two minutes before it is given up: only a rung that would otherwise be lost pays for it
+    "hold_max_window_s": 120.0,
     # what the users sent after the window counts for nothing: a second to end cleanly, then it is cut off
     "drain_settle_s": 1.0,
     "max_loop_lag_s": 0.05,

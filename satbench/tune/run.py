@@ -89,7 +89,7 @@ def _parts(lane: LaneRuntime, setup: TuneSetup, policy: Policy) -> dict[str, Any
     return {"model": _model_identity(lane, setup), "api": lane.api,
             "workload": loadgen.workload.model_dump(mode="json"),
             "timing": {k: getattr(loadgen, k) for k in ("warmup_s", "min_window_s", "max_window_s", "min_requests",
-                                                         "decide_max_window_s")},
+                                                         "decide_max_window_s", "hold_max_window_s")},
             "ladder": setup.tune.ladder, "policy": policy.model_dump(mode="json")}
 
 

@@ -72,7 +72,7 @@ from satbench.tune.search import Outcome, outcome_from_lane
 __all__ = ["CandidateWalker", "model_context_length", "tune_server_args", "walk_loadgen"]
 
 Say = Callable[[str], None]
-WINDOW_FIELDS = ("min_window_s", "max_window_s", "decide_max_window_s")
+WINDOW_FIELDS = ("min_window_s", "max_window_s", "decide_max_window_s", "hold_max_window_s")
 
 
 def model_context_length(path: Path) -> int | None:
@@ -105,7 +105,8 @@ def walk_loadgen(session: SessionConfig, lane: LaneRuntime, url: str, candidate:
                               "recommender_url": None, "metrics_linger_s": 0.0, "progress": False}
     if window_factor != 1.0:
         loadgen = session.loadgen
-        update.update({name: getattr(loadgen, name) * window_factor for name in WINDOW_FIELDS})
+        update.update({name: getattr(loadgen, name) * window_factor for name in WINDOW_FIELDS
+                       if getattr(loadgen, name) is not None})
         update["min_requests"] = round(loadgen.min_requests * window_factor)
     return session.loadgen.model_copy(update=update)
 

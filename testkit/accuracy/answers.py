@@ -25,7 +25,6 @@ from the send, the intended time of an open-loop request, the drain's cut-offs).
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import math
 import random
@@ -113,37 +112,53 @@ class ClosedLadder:
 
 def _closed_window(cfg: LoadgenConfig, served: list[Served], start: float, reference: StepFigures | None,
                    c: int) -> float:
-    """Where ``loadgen.step.StepRun._control`` ends the window (virtual seconds)."""
+    """Where ``loadgen.step.StepRun._control`` ends the window (virtual seconds): the same
+    ``loadgen.stop_rule.WindowEnd`` asked at the same wake-ups, with the window's figures as the step sees them
+    (its tokens binned as each request ends, so the bins from the oldest streaming request's first token on are
+    not yet complete)."""
     batch = cfg.batch_s or cfg.min_window_s / START_BATCHES
     deciding = stop_rule.deciding(reference, c, cfg.decide_gain)
-    cap = max(cfg.max_window_s, cfg.decide_max_window_s or 0.0) if deciding else cfg.max_window_s
-    times = sorted(t for r in served for t in (r.tokens or ()) if t >= start)
-    ends = sorted(r.end for r in served if r.end is not None and r.sent >= start)
-    look = start + cfg.min_window_s
-    now = start + cfg.min_window_s
-    while now < start + cap:
-        bins = int((now - start) // batch)
-        rates = [(bisect.bisect_left(times, start + (k + 1) * batch) - bisect.bisect_left(times, start + k * batch))
-                 / batch for k in range(bins)]
-        enough = bisect.bisect_right(ends, now) >= cfg.min_requests
-        if enough and (stop_rule.stable(rates, cfg.ci_rel_bound) or now >= start + cfg.max_window_s):
-            if not deciding:
-                return now
-            if now >= look:
-                assert reference is not None and cfg.decide_gain is not None
-                decision, _ = stop_rule.decide(rates, reference, c, cfg.decide_gain, now - start)
-                if decision != "undecided" or not stop_rule.worth_deciding(rates, reference, c, cfg.decide_gain,
-                                                                             now - start, cap):
-                    return now
-                look = start + 1.5 * (now - start)
+    rule = stop_rule.WindowEnd.of(cfg.min_window_s, cfg.max_window_s, cfg.decide_max_window_s, deciding,
+                                  cfg.usable_ci_rel, cfg.hold_max_window_s)
+    window = sorted((r for r in served if r.end is not None and r.sent >= start), key=lambda r: r.end or 0.0)
+    ends = [r.end or 0.0 for r in window]
+    firsts = [(r.tokens[0], r.end if r.end is not None else math.inf) for r in served if r.tokens]
+    counts: dict[int, int] = {}
+    binned = 0
+    now = start
+    while now < start + rule.cap_s:
+        while binned < len(window) and ends[binned] <= now:  # a request's tokens are binned as it ends
+            for t in window[binned].tokens or ():
+                if t >= start:
+                    k = int((t - start) // batch)
+                    counts[k] = counts.get(k, 0) + 1
+            binned += 1
+        horizon = min([first for first, end in firsts if first <= now < end] + [now])
+        rates = [counts.get(k, 0) / batch for k in range(max(0, int((horizon - start) // batch)))]
+        ok = binned
+        enough = now - start >= cfg.min_window_s and ok >= cfg.min_requests
+
+        def decide(rates: list[float] = rates, elapsed: float = now - start) -> str:
+            assert reference is not None and cfg.decide_gain is not None
+            return stop_rule.decide(rates, reference, c, cfg.decide_gain, elapsed)[0]
+
+        def worth(rates: list[float] = rates, elapsed: float = now - start) -> bool:
+            assert reference is not None and cfg.decide_gain is not None
+            return stop_rule.worth_deciding(rates, reference, c, cfg.decide_gain, elapsed,
+                                            max(cfg.max_window_s, cfg.decide_max_window_s))
+
+        if rule.ends(now - start, enough, lambda rates=rates: stop_rule.stable(rates, cfg.ci_rel_bound),  # type: ignore[misc]
+                     decide, worth, lambda rates=rates, ok=ok: stop_rule.held(rates, ok, cfg.min_requests,  # type: ignore[misc]
+                                                                       cfg.usable_ci_rel)):
+            return now
         now += TICK_S
-    return start + cap
+    return start + rule.cap_s
 
 
 def closed_rung(cond: Condition, cfg: LoadgenConfig, c: int, reference: StepFigures | None,
                 seed: str) -> StepFigures:
     """One closed rung as ``loadgen.step`` measures it: warm-up, the window its stop rule ends, the drain."""
-    cap = max(cfg.max_window_s, cfg.decide_max_window_s or 0.0)
+    cap = max(cfg.max_window_s, cfg.decide_max_window_s, cfg.hold_max_window_s or 0.0)
     start = cfg.warmup_s
     horizon = start + cap
 

@@ -71,3 +71,37 @@ def test_a_rung_is_held_while_too_thin_or_too_unsteady_to_use_and_never_when_not
     assert stop_rule.held([100.0], 20, 12, 0.25) == "no throughput interval yet"
     for window in (steady, short, long, [100.0]):  # unset: nothing is held, as before
         assert stop_rule.held(window, 0, 12, None) is None
+
+
+def _ends_at(rule: stop_rule.WindowEnd, *, stable_from: float, decision: str = "undecided", worth: bool = True,
+             usable_from: float = float("inf"), tick: float = 0.25, enough_from: float = 0.0) -> float:
+    """Ticks ``rule`` as the step does and says when the window ended (``stable_from``: when its throughput
+    interval is within the bound; ``usable_from``: when it is usable)."""
+    t = 0.0
+    while True:
+        if rule.ends(t, t >= max(rule.min_s, enough_from), lambda t=t: t >= stable_from,  # type: ignore[misc]
+                     lambda: decision, lambda: worth,
+                     lambda t=t: None if t >= usable_from else "3 requests, 12 needed"):  # type: ignore[misc]
+            return t
+        t += tick
+
+
+def test_a_held_rung_goes_on_to_its_own_cap_and_a_deciding_one_stops_at_the_deciders() -> None:
+    # a rung too thin to use (a slow model's lowest rung) is measured on, doubling, past decide_max_window_s, up to
+    # hold_max_window_s, and ends at the first look at which it is usable
+    thin = stop_rule.WindowEnd.of(8.0, 12.0, 24.0, False, 0.25, 120.0)
+    assert thin.cap_s == 120.0 and thin.decide_cap_s == 12.0
+    assert _ends_at(thin, stable_from=1e9, usable_from=50.0, enough_from=50.0) == 96.0  # looks at 12, 24, 48, 96
+    assert thin.held_looks[:3] == ["12 s: 3 requests, 12 needed", "24 s: 3 requests, 12 needed",
+                                   "48 s: 3 requests, 12 needed"]
+    never = stop_rule.WindowEnd.of(8.0, 12.0, 24.0, False, 0.25, 120.0)
+    assert _ends_at(never, stable_from=1e9) == 120.0  # given up at the cap
+    # an undecided gain, usable all along: decided on until decide_max_window_s, not the hold's cap
+    deciding = stop_rule.WindowEnd.of(8.0, 12.0, 24.0, True, 0.25, 120.0)
+    assert _ends_at(deciding, stable_from=0.0, usable_from=0.0) == 24.0 and deciding.decision == "undecided"
+    # without a hold the window ends at max_window_s, as before; hold_max_window_s unset holds to the decider's cap
+    assert _ends_at(stop_rule.WindowEnd.of(8.0, 12.0, 24.0, False, None, 120.0), stable_from=1e9) == 12.0
+    assert stop_rule.WindowEnd.of(8.0, 12.0, 24.0, False, 0.25).cap_s == 24.0
+    # a stable, decided window ends at its first look
+    assert _ends_at(stop_rule.WindowEnd.of(8.0, 12.0, 24.0, True, 0.25, 120.0), stable_from=0.0,
+                    decision="pays", usable_from=0.0) == 8.0
