@@ -29,10 +29,13 @@ Definitions (DESIGN.md "decode starvation"; the verdict is ``recommender.verdict
   them (TTFT covers them). A lane whose events carry several tokens says so (``tokens_per_event``).
 - **prefill interval** of a request: from its admission (sent plus the server's queue time, where known;
   else sent) to its first token. A gap of another request that overlaps it is *stalled*.
-- **decode step** ``d`` of a rung: the median of its emission gaps that overlap no prefill, the step a decode
-  has when no prompt is admitted beside it, at that rung's batch. With fewer than ``MIN_CLEAN_GAPS`` such
-  gaps (prefills overlap nearly every step), the median of all its gaps stands in (an upper estimate of the
-  step, so excesses are then underestimated; ``decode_step_gaps`` is 0 and the verdict says so).
+- **decode step** ``d`` of a rung: the median of its per-token gaps that overlap no prefill, the token-time a
+  decode has when no prompt is admitted beside it, at that rung's batch: the engine's step where each step makes
+  one token a request (whatever the framing), that step over the tokens a verify step delivers under
+  speculative decoding (the pause excess is then in token-times, as the per-token gaps are). With fewer than
+  ``MIN_CLEAN_GAPS`` such gaps (prefills overlap nearly every step), the median of all its gaps stands in (an
+  upper estimate of the step, so excesses are then underestimated; ``decode_step_gaps`` is 0 and the verdict
+  says so).
 - **pause excess** of a request: the longest of its stalled gaps less ``d`` (0 when none of its gaps was
   stalled): how much longer another request's prefill held it than its own decode cadence. A uniformly slow
   decode has no excess whatever its step (a 285 ms step is slow, not starved); a whole-prompt prefill of a

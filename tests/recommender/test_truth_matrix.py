@@ -172,11 +172,15 @@ def test_drafted_bursts_are_one_emission(seed: int) -> None:
     b = figures(replace(base, engine=drafted), seed)
     assert b.tpot_s.p50 is not None and a.tpot_s.p50 is not None and b.tpot_s.p50 < 0.6 * a.tpot_s.p50  # faster
     assert b.itl_s.p95 == pytest.approx(a.itl_s.p95, rel=0.10)
-    assert b.decode_step_s == pytest.approx(a.decode_step_s, rel=0.10)  # one step, one emission
+    # the decode step is per token (core.stalls): the plain lane's is its engine step, the drafted lane's that step
+    # over the tokens a verify step delivers (one to nine here)
+    assert a.decode_step_s == pytest.approx(0.03 + 0.004 * 4, rel=0.10)
+    assert b.decode_step_s is not None and a.decode_step_s / 9 < b.decode_step_s < 0.6 * a.decode_step_s
     # the drafted lane finishes requests 3x as fast, so prefills come 3x as often against its decode time: its
-    # share of decode time lost to them is larger, and still small (it read 35 % when bursts were gaps)
+    # share of decode time lost to them is larger, and still small (it read 35 % when bursts were gaps; per token, a
+    # verify step that delivered one token beside a prefill reads as a token-time lost, so a little above 5 %)
     assert a.interference_share is not None and b.interference_share is not None
-    assert b.interference_share < 0.05 and status(b, "interference") == status(a, "interference") == "ok"
+    assert b.interference_share < 0.08 and status(b, "interference") == status(a, "interference") == "ok"
     assert b.decode_stall_max_ratio is not None and b.decode_stall_max_ratio < 20
 
 
