@@ -39,6 +39,18 @@ and answers 8 where the steady node answers 128. Two checks see it, both pure fu
   lands on a doubling that still gains much (a 2x step at c=2 -> 4, +83 % true gain, reads -9 %) is invisible
   to it: the re-measure is the check that always sees a lasting change.
 
+- **The answer's rung, again** (``knee_rung``, ``answer_recheck``). A drift below the floor (20 %) is not called,
+  and where it lands on the doubling that decides the answer it moves the answer all the same: a step 20 %
+  slower from c=128 turns the doubling 64 -> 128's +13 % into -6 %, a plateau at 64. So the load generator also
+  measures the rung its walk stopped at (``knee_rung``: the lower rung of the first doubling decided a plateau,
+  the lane's top rung where none was) again at the lane's end, and the doubling from it is decided twice:
+  against the rung's first window and against its re-measure, which was taken on the node as it is after the
+  doubling's upper rung (an A-B-A design, the classic answer to drift between the arms). Where the node was
+  steady, both windows measure one rung and the two decisions agree; where a change landed between the rung's
+  first window and the doubling's upper rung, the re-measure sees the node as the upper rung did and the
+  decisions disagree: the answer is then not settled but ``undecided``, with both gains said
+  (``answer_recheck``), never a plateau the slowdown made.
+
 A drifted lane's plateau is not blamed on concurrency: the recommender (``recommender.analysis``) withholds
 the answer (``policy.on_drift = "withhold"``, the default: status ``degraded``, the reason naming the drift)
 or keeps it with the drift said (``"report"``); the tune (``satbench.tune``) never compares a candidate whose
@@ -59,9 +71,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from satbench.core.figures import StepFigures
-from satbench.core.statistics import gain_interval, gain_per_doubling, t_quantile, welch_difference
+from satbench.core.statistics import (
+    doubling_decision,
+    gain_interval,
+    gain_per_doubling,
+    t_quantile,
+    welch_difference,
+)
 
-__all__ = ["Drift", "lane_drift", "reference_drift", "rung_drift"]
+__all__ = ["Drift", "answer_recheck", "knee_rung", "lane_drift", "reference_drift", "rung_drift"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,3 +176,49 @@ def lane_drift(steps: Sequence[StepFigures], references: Sequence[StepFigures], 
     if by_rung is not None:
         return by_rung
     return checked[0] if checked else None
+
+
+def knee_rung(steps: Sequence[StepFigures], min_gain: float) -> int | None:
+    """The rung the walk stopped at, as the load generator sees it (module docstring): the lower rung of the first
+    doubling between valid rungs decided a plateau (its gain interval below ``min_gain``), else the top valid
+    rung; ``None`` without a valid rung."""
+    valid = sorted((s for s in steps if s.valid and not s.drift_reference), key=lambda s: s.concurrency)
+    for a, b in itertools.pairwise(valid):
+        if b.concurrency != 2 * a.concurrency:
+            continue
+        gain = gain_per_doubling(a.concurrency, a.throughput_tok_s, b.concurrency, b.throughput_tok_s)
+        interval = gain_interval(a.concurrency, a.throughput_ci_tok_s, b.concurrency, b.throughput_ci_tok_s)
+        if doubling_decision(gain, interval, min_gain) == "plateau":
+            return a.concurrency
+    return valid[-1].concurrency if valid else None
+
+
+def answer_recheck(steps: Sequence[StepFigures], references: Sequence[StepFigures], answer: int,
+                   min_gain: float) -> str | None:
+    """Where the doubling from the answer's rung was decided a plateau against the rung's first window but not
+    against its re-measure (module docstring), why the answer is not settled; else ``None`` (no re-measure of
+    it, no doubling above it, or the two decisions agree). ``steps``: the usable rungs at the policy's
+    confidence; ``references``: the re-measures at the same confidence."""
+    by_c = {s.concurrency: s for s in steps}
+    first, upper = by_c.get(answer), by_c.get(2 * answer)
+    again = next((r for r in references if r.concurrency == answer and r.valid), None)
+    if first is None or upper is None or again is None:
+        return None
+
+    def decided(low: StepFigures) -> tuple[str, float, tuple[float, float] | None]:
+        gain = gain_per_doubling(answer, low.throughput_tok_s, upper.concurrency, upper.throughput_tok_s)
+        interval = gain_interval(answer, low.throughput_ci_tok_s, upper.concurrency, upper.throughput_ci_tok_s)
+        return doubling_decision(gain, interval, min_gain), gain, interval
+
+    was, now = decided(first), decided(again)
+    if was[0] != "plateau" or now[0] == "plateau":
+        return None
+
+    def said(d: tuple[str, float, tuple[float, float] | None]) -> str:
+        span = "" if d[2] is None else f" [{d[2][0]:+.1%}, {d[2][1]:+.1%}]"
+        return f"{d[1]:+.1%}{span}"
+
+    return (f"c={answer} re-measured at the lane's end gave {again.throughput_tok_s / first.throughput_tok_s:.2f}x "
+            f"its first throughput: the doubling to c={upper.concurrency} gains {said(was)} against the first "
+            f"window and {said(now)} against the re-measure, so the node's speed moved between them and the "
+            f"plateau at c={answer} is not settled")

@@ -185,12 +185,13 @@ class Decoding:
 
 
 def stall_figures(decodings: Sequence[Decoding], prefills: Sequence[tuple[float, float, int | None]],
-                  start: float, end: float, concurrency: int) -> StallFigures:
+                  start: float, end: float, overlapping: bool) -> StallFigures:
     """The stall figures of one step (module docstring). ``prefills``: (admitted, first token or end, prompt
-    tokens) of every request of the step."""
+    tokens) of every request of the step; ``overlapping``: another request can run beside one (a closed rung
+    above one user, an open-loop rung whose in-flight cap is not one: arrivals do not wait for each other)."""
     overlaps = Overlap((s, e) for s, e, _ in prefills)
     window_gaps = [g for d in decodings for g in d.window_gaps]
-    clean = [b - a for a, b in window_gaps if not overlaps(a, b)] if concurrency > 1 else \
+    clean = [b - a for a, b in window_gaps if not overlaps(a, b)] if overlapping else \
         [b - a for a, b in window_gaps]
     if len(clean) >= MIN_CLEAN_GAPS:
         step: float | None = float(statistics.median(clean))
@@ -205,7 +206,7 @@ def stall_figures(decodings: Sequence[Decoding], prefills: Sequence[tuple[float,
         if not d.judged:
             continue
         worst = 0.0
-        if concurrency > 1 and step is not None:
+        if overlapping and step is not None:
             for a, b in d.gaps:
                 if b - a - step > worst and overlaps(a, b):
                     worst = b - a - step
@@ -214,7 +215,7 @@ def stall_figures(decodings: Sequence[Decoding], prefills: Sequence[tuple[float,
     for a, b in window_gaps:
         if (longest is None or b - a > longest) and overlaps(a, b):
             longest = b - a
-    if concurrency < 2:
+    if not overlapping:
         return StallFigures(step, clean_n, excesses, excess_of, None, 0, None, None, None)
     elasticity = None if step is None else prompt_elasticity(window_gaps, prefills, step)
     firsts = sorted(d.decode[0] for d in decodings if d.decode is not None)

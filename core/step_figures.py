@@ -281,7 +281,10 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
     tokens = sum(n for _, n in arrivals)
     window_gaps = [g for d in decodings for g in d.window_gaps]
     itl_q = quantiles(b - a for a, b in window_gaps)
-    stalls = stall_figures(decodings, prefills, start, end, window.concurrency)
+    # a closed rung above one user, or an open-loop one (concurrency 0: no in-flight cap; a cap above one), runs
+    # requests beside each other, so a decode can be held by another's prefill: its pause excess is measured
+    overlapping = window.concurrency != 1
+    stalls = stall_figures(decodings, prefills, start, end, overlapping)
     step_s = stalls.decode_step_s
     counts = list(per_user.values())
     valid, reason = window_validity(window, ok_count)
@@ -312,7 +315,7 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
         prefill_wait_max_s=max(waits) if waits else None,
         pause_s=quantiles(pauses),
         pause_requests=len(pauses),
-        prefill_events=stalls.prefill_events if window.concurrency > 1 else 0,
+        prefill_events=stalls.prefill_events if overlapping else 0,
         interference_share=stalls.interference_share,
         stall_per_prompt_s=stalls.stall_per_prompt_s,
         stall_ms_per_prompt_token=stalls.stall_ms_per_prompt_token,

@@ -92,7 +92,8 @@ class LadderConfig(_Model):
     were past their own TTFT deadline (goodput's count by the objectives, ``core.objectives``: the session's
     check where the deadline grows with the prompt; ``None``: unchecked), its error ratio stays within
     ``extend_max_error_ratio`` and it is valid. No rung is ever measured above ``max_concurrency``, listed or not.
-    ``drift_reference``: once a lane's ladder is walked, measure its lowest valid rung again (a window marked
+    ``drift_reference``: once a lane's ladder is walked, measure its lowest valid rung again, and the rung its walk
+    stopped at where the ladder decides gains (``core.drift.knee_rung``; each a window marked
     ``drift_reference``, no rung of the ladder), so the recommender can tell a node that changed speed during the
     walk from an effect of concurrency (``core.drift``); false: no re-measure, only the rung-by-rung check.
     """

@@ -43,6 +43,7 @@ from prometheus_client import CollectorRegistry
 
 from satbench.core import __version__
 from satbench.core.attainment import capacity_bound
+from satbench.core.drift import knee_rung
 from satbench.core.figures import StepFigures, client_values
 from satbench.core.manifest import LadderPart, RunManifest, StepWindow, new_run_id, write_json_atomic
 from satbench.core.records import RecordsNotWritten, RecordsWriter
@@ -247,19 +248,27 @@ class LadderRunner:
 
     async def _drift_reference(self, lane: LaneConfig, closed: list[StepFigures], client: LaneClient,
                                writer: RecordsWriter, clock: Clock, text: PromptText, slots: int | None) -> None:
-        """The lane's lowest valid rung measured again after its ladder (``ladder.drift_reference``), its window
-        marked so: the drift check's (``core.drift``), never a rung of the walk."""
+        """The lane's lowest valid rung measured again after its ladder (``ladder.drift_reference``), and the rung
+        its walk stopped at (``core.drift.knee_rung``, where the ladder decides gains: ``decide_gain``), each
+        window marked so: the drift check's (``core.drift``), never a rung of the walk."""
         lowest = min((f.concurrency for f in closed if f.valid), default=None)
         if not self.config.ladder.drift_reference or lowest is None or len(closed) < 2:
             return
-        step = StepRun(config=self.config, lane=lane, concurrency=lowest, run_id=self.run_id, client=client,
-                       writer=writer, clock=clock, metrics=self.metrics, text=text, progress=self.progress)
-        step.id_tag = "-again"
-        window = await step.run()
-        _check_written(writer)
-        figures = self._step_done(step, dataclasses.replace(window, slots=slots, drift_reference=True), publish=False)
-        self.progress.done(rung_line(figures) + " (re-measured: the drift check)")
-        self._write()
+        again = [(lowest, "the drift check")]
+        gain = self.config.decide_gain
+        knee = None if gain is None else knee_rung(closed, gain)
+        if knee is not None and knee != lowest:
+            again.append((knee, "the answer's rung"))
+        for c, why in again:
+            step = StepRun(config=self.config, lane=lane, concurrency=c, run_id=self.run_id, client=client,
+                           writer=writer, clock=clock, metrics=self.metrics, text=text, progress=self.progress)
+            step.id_tag = "-again"
+            window = await step.run()
+            _check_written(writer)
+            figures = self._step_done(step, dataclasses.replace(window, slots=slots, drift_reference=True),
+                                      publish=False)
+            self.progress.done(rung_line(figures) + f" (re-measured: {why})")
+            self._write()
 
     def _step_done(self, step: StepRun, window: StepWindow, publish: bool = True) -> StepFigures:
         """A finished rung's exact figures, published and kept (``steps.json``, the manifest's window). A

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from satbench.core.drift import Drift, lane_drift
+from satbench.core.drift import Drift, answer_recheck, lane_drift
 from satbench.core.figures import MemoryFigures, StepFigures
 from satbench.core.statistics import (
     MeanEstimate,
@@ -227,9 +227,12 @@ def analyze_lane(lane: str, steps: Sequence[StepFigures], policy: Policy) -> Lan
     (``core.drift``): ``steps`` may hold re-measures of its rungs (``StepFigures.drift_reference``), which are the
     drift check's and never rungs of the walk."""
     references = [at_confidence(s, policy.confidence) for s in steps if s.drift_reference]
-    walked = _walk(lane, [s for s in steps if not s.drift_reference], policy)
+    walk_steps = [s for s in steps if not s.drift_reference]
+    walked = _walk(lane, walk_steps, policy)
     usable = [s for s, v in zip(walked.steps, walked.verdicts, strict=True) if v.usable]
     drift = lane_drift(usable, references, policy.confidence, policy.drift_floor)
+    if drift is None or not drift.drifted:
+        walked = _rechecked(lane, walked, usable, walk_steps, [s for s in steps if s.drift_reference], policy)
     if drift is None:
         return walked
     if not drift.drifted:
@@ -245,6 +248,29 @@ def analyze_lane(lane: str, steps: Sequence[StepFigures], policy: Policy) -> Lan
                                recommended_concurrency=None, saturation_concurrency=None, binding_constraint=None,
                                throughput_at_recommended_tok_s=None, undecided=None, indistinguishable=None,
                                next_rung_constraints=())
+
+
+def _rechecked(lane: str, walked: LaneAnalysis, usable: Sequence[StepFigures], walk_steps: Sequence[StepFigures],
+               again: Sequence[StepFigures], policy: Policy) -> LaneAnalysis:
+    """A plateau answer whose rung was measured again at the lane's end and whose doubling the re-measure decides
+    otherwise (``core.drift.answer_recheck``): not settled. The walk is taken again with the re-measure in the
+    rung's place (the window measured on the node as the doubling's upper rung saw it) and the answer is the
+    larger of the two walks' (a plateau the data do not show never lowers it), ``undecided``, both gains said."""
+    answer = walked.recommended_concurrency
+    if answer is None or walked.status != "ok" or walked.binding_constraint != "throughput_plateau":
+        return walked
+    references = [at_confidence(s, policy.confidence) for s in again]
+    why = answer_recheck(usable, references, answer, policy.min_gain_per_doubling)
+    if why is None:
+        return walked
+    remeasure = next(s for s in again if s.concurrency == answer and s.valid)
+    swapped = [dataclasses.replace(remeasure, drift_reference=None) if s.concurrency == answer else s
+               for s in walk_steps]
+    rewalked = _walk(lane, swapped, policy)
+    best = rewalked if (rewalked.recommended_concurrency or 0) > answer else walked
+    reason = (f"{why}; the answer takes c={best.recommended_concurrency} (a plateau the data do not show never "
+              f"lowers it) and may be one doubling high: measure the lane again on a steady node")
+    return dataclasses.replace(best, status="undecided", reason=reason, notes=(*best.notes, f"drift: {why}"))
 
 
 def _walk(lane: str, steps: Sequence[StepFigures], policy: Policy) -> LaneAnalysis:

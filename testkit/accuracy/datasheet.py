@@ -30,6 +30,7 @@ from testkit.accuracy.space import Condition
 from testkit.accuracy.traffic import trace_rows
 from testkit.accuracy.truth import (
     Rules,
+    concurrency_margin,
     true_attainment,
     true_capacity,
     true_concurrency,
@@ -43,6 +44,7 @@ __all__ = ["ANSWERS", "Score", "bucket", "measure_draw", "render", "render_bucke
 
 ANSWERS = ("concurrency", "rate", "trace")
 PAUSE_S = Rules().pause_s
+FAR_MARGIN = 0.20  # a truth this far from every threshold is far from any decision boundary
 
 
 def _answer_json(a: answers.Answer) -> dict[str, Any]:
@@ -68,6 +70,7 @@ def measure_draw(cond: Condition, asked: Sequence[str] = ANSWERS, rules: Rules |
             if g is not None:
                 gains[pair] = g
         out["concurrency"] = {"truth": truth, **_answer_json(ladder.answer), "true_gains": gains,
+                              "margin": concurrency_margin(rungs, cond, rules),
                               "truth_rungs": [{"c": r.concurrency, "tok_s": r.throughput_tok_s,
                                                "ttft_share": r.ttft_share, "itl_p95_s": r.itl_p95_s,
                                                "pause_p99_s": r.pause_p99_s} for r in rungs],
@@ -137,68 +140,81 @@ def _covers(interval: Sequence[float] | None, truth: float, slack: float = 1e-9)
 
 
 def table(draws: Sequence[dict[str, Any]]) -> list[Score]:
-    """The datasheet's rows (module docstring), one per answer present in ``draws``."""
+    """The datasheet's rows (module docstring), one per answer present in ``draws``; for the concurrency also a
+    row of the draws whose truth lies at least ``FAR_MARGIN`` from every threshold that decides it
+    (``truth.concurrency_margin``): the conditions a window can settle, where the acceptance's goals are to
+    hold without exception."""
     rows = []
     for name in ANSWERS:
         entries = [d[name] for d in draws if name in d]
         if not entries:
             continue
-        errors, rungs_off, doublings = [], [], []
-        settled = unsettled = none = none_wrong = on_target = far = within = 0
-        coverage: dict[str, list[int]] = {}
-        seconds = [sum(e["seconds"].values()) for e in entries]
-
-        def cover(key: str, hit: bool | None, coverage: dict[str, list[int]] = coverage) -> None:
-            if hit is not None:
-                c = coverage.setdefault(key, [0, 0])
-                c[0] += hit
-                c[1] += 1
-
-        for e in entries:
-            truth, value, status = e["truth"], e["answer"], e["status"]
-            if value is None:
-                none += 1
-                none_wrong += truth > 0
-            elif status == "settled":
-                settled += 1
-            else:
-                unsettled += 1
-            if value is not None and truth > 0:
-                err = value / truth - 1
-                errors.append(abs(err))
-                if name == "concurrency":
-                    rungs_off.append(abs(math.log2(value / truth)))
-            if status == "settled":
-                if name == "concurrency":
-                    ok = (value or 0) == truth
-                    bad = not ok
-                elif truth > 0 and value is not None:
-                    ok, bad = abs(value / truth - 1) <= 0.10, abs(value / truth - 1) > 0.20
-                else:
-                    ok = bad = False
-                on_target += ok
-                far += bad
-            elif value is not None:
-                d = abs(math.log2(value / truth)) if truth > 0 else math.inf
-                doublings.append(d)
-                within += d <= 1.0 + 1e-9
-            if name == "rate":
-                cover("rate interval (bracket)", _covers(e["interval"], truth) if truth > 0 else None)
-                for p in e.get("points", []):
-                    cover("rung attainment interval", _covers(p["attainment_interval"], p["true_attainment"]))
-            elif name == "trace":
-                cover("factor interval (bracket)", _covers(e["interval"], truth) if truth > 0 else None)
-            else:
-                for pair, interval in e.get("gain_intervals", {}).items():
-                    if pair in e.get("true_gains", {}):
-                        cover("gain per doubling interval", _covers(interval, e["true_gains"][pair]))
-        rows.append(Score(
-            name, len(entries), settled, unsettled, none, none_wrong, _quantile(errors, 0.5), _quantile(errors, 0.9),
-            max(errors, default=None), max(rungs_off, default=None) if name == "concurrency" else None,
-            on_target, far, within, max(doublings, default=None),
-            {k: (v[0], v[1]) for k, v in coverage.items()},
-            statistics.median(seconds) if seconds else None, max(seconds, default=None)))
+        rows.append(_score(name, name, entries))
+        far = [e for e in entries if e.get("margin") is not None and e["margin"] >= FAR_MARGIN]
+        if name == "concurrency" and far:
+            rows.append(_score(name, f"{name}, truth >= {FAR_MARGIN:.0%} from every threshold", far))
     return rows
+
+
+def _score(name: str, label: str, entries: Sequence[dict[str, Any]]) -> Score:
+    """One row of ``table``: ``entries`` are one answer's (``name``) entries of the draws scored."""
+    errors, rungs_off, doublings = [], [], []
+    settled = unsettled = none = none_wrong = on_target = far = within = 0
+    coverage: dict[str, list[int]] = {}
+    seconds = [sum(e["seconds"].values()) for e in entries]
+
+    def cover(key: str, hit: bool | None, coverage: dict[str, list[int]] = coverage) -> None:
+        if hit is not None:
+            c = coverage.setdefault(key, [0, 0])
+            c[0] += hit
+            c[1] += 1
+
+    for e in entries:
+        truth, value, status = e["truth"], e["answer"], e["status"]
+        if value is None:
+            none += 1
+            none_wrong += truth > 0
+        elif status == "settled":
+            settled += 1
+        else:
+            unsettled += 1
+        if value is not None and truth > 0:
+            err = value / truth - 1
+            errors.append(abs(err))
+            if name == "concurrency":
+                rungs_off.append(abs(math.log2(value / truth)))
+        if status == "settled":
+            if name == "concurrency":
+                ok = (value or 0) == truth
+                bad = not ok
+            elif truth > 0 and value is not None:
+                ok, bad = abs(value / truth - 1) <= 0.10, abs(value / truth - 1) > 0.20
+            else:
+                ok = bad = False
+            on_target += ok
+            far += bad
+        elif value is not None:
+            d = abs(math.log2(value / truth)) if truth > 0 else math.inf
+            doublings.append(d)
+            within += d <= 1.0 + 1e-9
+        if name == "rate":
+            cover("rate interval (bracket)", _covers(e["interval"], truth) if truth > 0 else None)
+            for p in e.get("points", []):
+                cover("rung attainment interval", _covers(p["attainment_interval"], p["true_attainment"]))
+        elif name == "trace":
+            cover("factor interval (bracket)", _covers(e["interval"], truth) if truth > 0 else None)
+        else:
+            for pair, interval in e.get("gain_intervals", {}).items():
+                if pair in e.get("true_gains", {}):
+                    cover("gain per doubling interval", _covers(interval, e["true_gains"][pair]))
+    return Score(
+        label, len(entries), settled, unsettled, none, none_wrong, _quantile(errors, 0.5), _quantile(errors, 0.9),
+        max(errors, default=None), max(rungs_off, default=None) if name == "concurrency" else None,
+        on_target, far, within, max(doublings, default=None),
+        {k: (v[0], v[1]) for k, v in coverage.items()},
+        statistics.median(seconds) if seconds else None, max(seconds, default=None))
+
+
 
 
 def _pct(x: float | None) -> str:
@@ -253,7 +269,7 @@ def render_buckets(draws: Sequence[dict[str, Any]]) -> str:
             if name in d:
                 groups.setdefault(bucket(name, d["condition"]), []).append(d)
         for key in sorted(groups):
-            (row,) = table([{name: d[name]} for d in groups[key]])
+            row = table([{name: d[name]} for d in groups[key]])[0]
             lines.append(f"| {name} | {key} | {row.draws} | {row.settled_on_target} of {row.settled} | "
                          f"{row.settled_far} | {row.unsettled} | {row.none} ({row.none_wrong}) |")
     return "\n".join(lines)

@@ -161,6 +161,27 @@ def true_concurrency(rungs: list[RungTruth], cond: Condition, rules: Rules = Rul
     return accepted
 
 
+def concurrency_margin(rungs: list[RungTruth], cond: Condition, rules: Rules = Rules()) -> float:
+    """How far the concurrency truth lies from the thresholds that decide it: the smallest relative distance,
+    over the rungs the walk accepts, of each figure from its threshold (every one must pass), and over the rung
+    it stops at, of the figure that stops it farthest (one failing suffices). The distances: the TTFT miss share
+    against the 5 % allowed, ITL p95 against the objective, pause p99 against the stall limit, the doubling's
+    throughput ratio against 1 + the gain. A truth within a few per cent of a threshold is one no finite window
+    can settle; the datasheet reports the draws far from every threshold beside all of them."""
+    limit = min(rules.pause_whole_prefill_s if cond.engine.chunk == 0 else rules.pause_s, rules.pause_s)
+    allowed = 1 - rules.ttft_share
+    margin = math.inf
+    for i, rung in enumerate(rungs):
+        distances = [((1 - rung.ttft_share) - allowed) / allowed, (rung.itl_p95_s - cond.tpot_s) / cond.tpot_s]
+        if rung.concurrency >= 2:
+            distances.append((rung.pause_p99_s - limit) / limit)
+        if i:
+            distances.append(-((1 + _gain(rungs[i - 1], rung)) / (1 + rules.min_gain) - 1))
+        failing = [d for d in distances if d > 0]  # each distance is positive where its figure fails
+        margin = min(margin, max(failing) if failing else min(-d for d in distances))
+    return margin
+
+
 def true_gain(rungs: list[RungTruth], low: int, high: int) -> float | None:
     """The true gain per doubling between two measured rungs, where both are known."""
     by = {r.concurrency: r for r in rungs}

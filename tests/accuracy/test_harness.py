@@ -169,3 +169,31 @@ def test_a_concurrency_answer_is_on_target_only_on_the_truths_rung() -> None:
     (row,) = table(draws)
     assert (row.settled_on_target, row.settled_far, row.rungs_off_max) == (1, 1, 1.0)
     assert row.coverage == {"gain per doubling interval": (1, 2)}
+
+
+def test_the_concurrency_margin_is_the_nearest_threshold_of_the_rungs_that_decide_it() -> None:
+    from testkit.accuracy.truth import RungTruth, concurrency_margin
+
+    cond = condition(8, 64, 64, ttft_s=1.0, tpot_s=0.1, chunk=256)  # stall limit 0.25 s (chunked prefill)
+
+    def rung(c: int, tok_s: float, *, miss: float = 0.0, itl: float = 0.05, pause: float = 0.0) -> RungTruth:
+        return RungTruth(c, tok_s, 1.0, 1.0 - miss, itl, pause, 1.0)
+
+    # c=1 passes with ITL at half its objective (50 % away), c=2 doubles the throughput (ratio 2 against 1.1: 82 %
+    # away) with its pause 0.2 s against 0.25 (20 % away), c=4 stops on a plateau (ratio 1.0: 9 % below 1.1)
+    rungs = [rung(1, 100.0), rung(2, 200.0, pause=0.2), rung(4, 200.0, itl=0.06)]
+    assert concurrency_margin(rungs, cond) == pytest.approx(1 - 1 / 1.1)
+    # a rung that fails far on one figure is as far as that figure, whatever its others
+    rungs = [rung(1, 100.0), rung(2, 200.0, itl=0.2, pause=0.24)]
+    assert concurrency_margin(rungs, cond) == pytest.approx(0.5)  # c=1's ITL; c=2 fails by 100 %
+    # TTFT: a 6 % miss share against the 5 % allowed is 20 % past it
+    assert concurrency_margin([rung(1, 100.0, miss=0.06)], cond) == pytest.approx(0.2)
+
+
+def test_the_far_row_holds_only_the_draws_far_from_every_threshold() -> None:
+    near = {**_entry(8, 4.0, "settled"), "margin": 0.05}
+    far = {**_entry(8, 8.0, "settled"), "margin": 0.5}
+    rows = table([{"concurrency": near}, {"concurrency": far}])
+    assert [r.answer for r in rows] == ["concurrency", "concurrency, truth >= 20% from every threshold"]
+    assert (rows[0].settled_on_target, rows[0].settled) == (1, 2)
+    assert (rows[1].settled_on_target, rows[1].settled) == (1, 1)

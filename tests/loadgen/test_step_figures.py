@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from satbench.core.manifest import StepWindow
@@ -166,3 +168,26 @@ def test_prompt_cache_and_draft_figures(records: list[RequestRecord], expected: 
     f = compute_step_figures(records, WINDOW)
     got = {name: getattr(f, name) for name in expected}
     assert got == pytest.approx(expected)
+
+
+def test_an_open_loop_rungs_holds_are_pause_excess() -> None:
+    # An open-loop rung (concurrency 0: no in-flight cap) runs its arrivals beside each other, so a prefill holds
+    # the decodes running beside it: A decodes at 50 ms a token; B, sent at 102.15, prefills until 102.55 while
+    # A's gap from 102.1 waits 0.5 s. A's pause excess is that gap less the 50 ms step, as on a closed rung
+    # (it read 0 when only closed rungs above one user were looked at).
+    def open_rec(user: int, sent: float, ttft: float, itl: tuple[float, ...]) -> RequestRecord:
+        return RequestRecord(run_id="r", lane="a", concurrency=0, user=user, request_id=f"{user}-{sent}",
+                             phase="window", sent_at=sent, ttft_s=ttft, e2e_s=ttft + sum(itl), queue_s=0.0,
+                             itl_s=itl, prompt_tokens=400, output_tokens=len(itl) + 1, outcome="ok", rate_rps=2.0,
+                             intended_at=sent)
+    a = open_rec(0, 100.0, 0.1, (0.05,) * 40 + (0.5,) + (0.05,) * 10)
+    b = open_rec(1, 102.15, 0.4, (0.05,) * 10)
+    window = StepWindow(lane="a", concurrency=0, start=100.0, end=110.0, rate_rps=2.0)
+    f = compute_step_figures([a, b], window)
+    assert f.decode_step_s == pytest.approx(0.05)
+    assert f.pause_excess_tail.top[0] == pytest.approx(0.45)  # A's; B was held by nobody
+    assert f.pause_excess_s.p99 == pytest.approx(0.45, rel=0.02)
+    # the same stream on a closed rung of one user: nothing can run beside it, so nothing is an excess
+    lone = compute_step_figures([dataclasses.replace(a, concurrency=1, rate_rps=None, intended_at=None)],
+                                StepWindow(lane="a", concurrency=1, start=100.0, end=110.0))
+    assert lone.pause_excess_s.p99 in (None, 0.0)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pytest
 
-from satbench.core.drift import lane_drift, reference_drift
+from satbench.core.drift import knee_rung, lane_drift, reference_drift
 from satbench.core.figures import StepFigures
 from satbench.core.statistics import batch_mean_estimate
 from satbench.recommender.analysis import analyze_lane
@@ -43,10 +43,14 @@ def rung(c: int, t: float, slow: Callable[[float], float], rng: random.Random, d
 
 
 def walk(slow: Callable[[float], float], seed: int, drift_reference: bool = True) -> list[StepFigures]:
+    """The ladder, then (as the load generator walks it) c=1 again and the rung the walk stopped at again."""
     rng = random.Random(seed)
     steps = [rung(c, i * RUNG_S, slow, rng) for i, c in enumerate(LADDER)]
     if drift_reference:
         steps.append(rung(1, len(LADDER) * RUNG_S, slow, rng, drift_reference=True))
+        knee = knee_rung(steps, POLICY.min_gain_per_doubling)
+        if knee not in (None, 1):
+            steps.append(rung(knee, (len(LADDER) + 1) * RUNG_S, slow, rng, drift_reference=True))
     return steps
 
 
@@ -155,3 +159,26 @@ def test_a_loss_to_concurrency_itself_is_no_drift(seed: int) -> None:
     a = analyze_lane("x", [cpu(1, 0), cpu(2, 1), cpu(4, 2), cpu(1, 3, ref=True)], POLICY)
     assert a.drift is not None and not a.drift.drifted
     assert a.recommended_concurrency == 1 and a.status == "ok"
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("at_rung", range(1, len(LADDER)))
+def test_a_20_percent_step_never_settles_a_plateau_it_made(seed: int, at_rung: int) -> None:
+    # a step 20 % slower (below the floor: not called drift) from any rung on: where it lands on a doubling that
+    # gains less than 32 % (64 -> 128's +13 %, 32 -> 64's +24 %), the walk reads a plateau there; the rung it
+    # stopped at, measured again at the end on the slowed node, decides the doubling otherwise, so the answer is
+    # never a settled plateau below the steady node's 128: it is 128, or undecided and not lowered
+    moved = analyze_lane("x", walk(doubles_at(at_rung * RUNG_S, 1.2), seed), POLICY)
+    assert moved.drift is not None and not moved.drift.drifted
+    assert moved.recommended_concurrency is not None
+    if moved.recommended_concurrency < STEADY_ANSWER:
+        assert moved.status == "undecided", (moved.recommended_concurrency, moved.reason)
+        assert "re-measured" in (moved.reason or "")
+
+
+def test_the_knee_is_the_first_plateau_or_the_top() -> None:
+    rng = random.Random(0)
+    steps = [rung(c, i * RUNG_S, steady, rng) for i, c in enumerate(LADDER)]
+    assert knee_rung(steps, 0.10) == 128  # 128 -> 256 gains nothing
+    assert knee_rung(steps[:5], 0.10) == 16  # every doubling paid: the top
+    assert knee_rung([], 0.10) is None
