@@ -253,9 +253,10 @@ def analyze_lane(lane: str, steps: Sequence[StepFigures], policy: Policy) -> Lan
 def _rechecked(lane: str, walked: LaneAnalysis, usable: Sequence[StepFigures], walk_steps: Sequence[StepFigures],
                again: Sequence[StepFigures], policy: Policy) -> LaneAnalysis:
     """A plateau answer whose rung was measured again at the lane's end and whose doubling the re-measure decides
-    otherwise (``core.drift.answer_recheck``): not settled. The walk is taken again with the re-measure in the
-    rung's place (the window measured on the node as the doubling's upper rung saw it) and the answer is the
-    larger of the two walks' (a plateau the data do not show never lowers it), ``undecided``, both gains said."""
+    otherwise (``core.drift.answer_recheck``): not settled. The walk is taken again from that rung up, with the
+    re-measure in the rung's place (the window measured on the node as the rungs above it saw it; the rungs below
+    were measured before, against its first window), and the answer is the larger of the two walks' (a plateau
+    the data do not show never lowers it), ``undecided``, both gains said."""
     answer = walked.recommended_concurrency
     if answer is None or walked.status != "ok" or walked.binding_constraint != "throughput_plateau":
         return walked
@@ -264,12 +265,15 @@ def _rechecked(lane: str, walked: LaneAnalysis, usable: Sequence[StepFigures], w
     if why is None:
         return walked
     remeasure = next(s for s in again if s.concurrency == answer and s.valid)
-    swapped = [dataclasses.replace(remeasure, drift_reference=None) if s.concurrency == answer else s
-               for s in walk_steps]
-    rewalked = _walk(lane, swapped, policy)
-    best = rewalked if (rewalked.recommended_concurrency or 0) > answer else walked
-    reason = (f"{why}; the answer takes c={best.recommended_concurrency} (a plateau the data do not show never "
-              f"lowers it) and may be one doubling high: measure the lane again on a steady node")
+    above = [dataclasses.replace(remeasure, drift_reference=None), *(s for s in walk_steps if s.concurrency > answer)]
+    rewalked = _walk(lane, above, policy)
+    raised = rewalked.recommended_concurrency is not None and rewalked.recommended_concurrency > answer
+    best = rewalked if raised else walked
+    reason = (f"{why}; the answer takes c={best.recommended_concurrency}, the walk from c={answer} up against its "
+              f"re-measure (a plateau the data do not show never lowers it), and may be one doubling high: "
+              f"measure the lane again on a steady node" if raised else
+              f"{why}; the answer stays c={answer} and may be one doubling low: measure the lane again on a "
+              f"steady node")
     return dataclasses.replace(best, status="undecided", reason=reason, notes=(*best.notes, f"drift: {why}"))
 
 
