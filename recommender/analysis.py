@@ -277,6 +277,20 @@ def _rechecked(lane: str, walked: LaneAnalysis, usable: Sequence[StepFigures], w
     return dataclasses.replace(best, status="undecided", reason=reason, notes=(*best.notes, f"drift: {why}"))
 
 
+def _starvation_open(verdicts: Sequence[StepVerdict], concurrency: int) -> str | None:
+    """Why the answer's rung is not shown free of decode starvation, where its pause-excess p99 lies past the
+    stall limit but too few requests exceed it to show more than chance (``recommender.verdicts.decode_check``'s
+    ``insufficient_data`` with the point above the limit): the answer is then ``undecided``, not settled on a
+    check that could not decide. ``None`` otherwise."""
+    verdict = next((v for v in verdicts if v.concurrency == concurrency), None)
+    check = None if verdict is None else verdict.checks.get("decode_starvation")
+    if check is None or check.status != "insufficient_data" or check.measured is None or check.limit is None \
+            or check.measured <= check.limit:
+        return None
+    return (f"decode starvation at c={concurrency} is not settled: {check.detail}; the answer may be one "
+            f"doubling high")
+
+
 def _walk(lane: str, steps: Sequence[StepFigures], policy: Policy) -> LaneAnalysis:
     deduped, notes = _dedupe(steps)
     ordered = [at_confidence(s, policy.confidence) for s in deduped]
@@ -310,6 +324,11 @@ def _walk(lane: str, steps: Sequence[StepFigures], policy: Policy) -> LaneAnalys
                 status = "undecided"
                 said = undecided.said(policy.min_gain_per_doubling, policy.confidence)
                 reason = said if reason is None else f"{said}; {reason}"
+        held = None if recommended is None else _starvation_open(verdicts, recommended.concurrency)
+        if held is not None and status in ("ok", "unsaturated"):
+            more.append(held)
+            status = "undecided"
+            reason = held if reason is None else f"{held}; {reason}"
         return LaneAnalysis(
             lane=lane, status=status, reason=reason,
             recommended_concurrency=None if recommended is None else recommended.concurrency,

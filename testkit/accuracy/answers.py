@@ -13,7 +13,8 @@ datasheet measures whatever the answer path is at the commit it runs on:
   the last look's warm-up cut and steadiness), the capacity bound (``core.attainment.capacity_bound``), the
   warm-up the runner gives open rungs, and the answer (``recommender.rate_analysis.rate_answer``);
 - the trace's factor search (``loadgen.trace_step.next_factor``, ``loadgen.rates.judge``) over the window
-  replayed as ``loadgen.trace_step.TraceStepRun`` replays it (one look at the window's end), and the answer
+  replayed as ``loadgen.trace_step.TraceStepRun`` replays it (warm-up and window whole passes,
+  ``loadgen.trace_step.trace_plan``; the window fixed, never cut, its looks pass against pass), and the answer
   (``recommender.trace_analysis.trace_answer``).
 
 What the load generator does in its event loop (``OpenStepRun._control``, ``_look``, ``StepRun._control``, the
@@ -41,7 +42,7 @@ from satbench.loadgen import stop_rule
 from satbench.loadgen.config import LoadgenConfig
 from satbench.loadgen.ladder import next_step
 from satbench.loadgen.rates import RateOutcome, judge, next_rate
-from satbench.loadgen.trace_step import next_factor
+from satbench.loadgen.trace_step import next_factor, trace_plan
 from satbench.loadgen.traces import Trace, TraceRequest
 from satbench.recommender.analysis import analyze_lane
 from satbench.recommender.rate_analysis import rate_answer
@@ -227,10 +228,9 @@ def _open_warmup(cfg: LoadgenConfig, closed: list[StepFigures]) -> float:
 
 
 def _look(cfg: LoadgenConfig, served: list[Served], start: float, now: float, rate: float,
-          capacity: float | None) -> RateVerdict:
+          capacity: float | None, fixed: bool = False, period: float | None = None) -> RateVerdict:
     """``loadgen.open_step.OpenStepRun._look`` at ``now``: the requests ended, and those in flight."""
     objectives = _objectives(cfg)
-    deadline = None if objectives is None else objectives.ttft_s
     done, pending = [], []
     for r in served:
         if r.sent > now:
@@ -244,25 +244,30 @@ def _look(cfg: LoadgenConfig, served: list[Served], start: float, now: float, ra
         else:
             seen = r.first if r.first is not None and r.first <= now else None
             wait = (seen if seen is not None else now) - r.sent
-            pending.append((r.sent, wait, deadline is not None and seen is None and wait > deadline))
-    return rate_look(done, pending, start, now, rate, target=cfg.arrival.target, capacity_rps=capacity)
+            overdue = objectives is not None and seen is None and objectives.ttft_overdue(wait, r.prompt)
+            pending.append((r.sent, wait, overdue))
+    return rate_look(done, pending, start, now, rate, target=cfg.arrival.target, capacity_rps=capacity,
+                     cut=not fixed, period=period)
 
 
 def _open_rung(cfg: LoadgenConfig, cond: Condition, sends: list[tuple[float, int, int]], *, rate: float,
                warmup: float, cap_s: float, decide_early: bool, capacity: float | None,
-               speed_factor: float | None, seed: str) -> StepFigures:
-    """One open-loop rung as ``loadgen.open_step`` runs it: warm-up, looks, window, drain, figures."""
+               speed_factor: float | None, seed: str, period: float | None = None) -> StepFigures:
+    """One open-loop rung as ``loadgen.open_step`` runs it: warm-up, looks, window, drain, figures. ``period``: a
+    trace rung's pass (``loadgen.trace_step``): its window fixed at ``[warmup, warmup + cap_s]``, never cut nor
+    ended early, its looks' backlog growth pass against pass."""
+    fixed = period is not None
     served = serve_open(cond.engine, sends, seed=seed, keep_tokens=True, until=warmup + cap_s + 4 * 3600)
     start = warmup
     cap_end = start + cap_s
     now = min(cap_end, start + cfg.min_window_s)
     while True:
-        verdict = _look(cfg, served, start, now, rate, capacity)
+        verdict = _look(cfg, served, start, now, rate, capacity, fixed, period)
         if (verdict.verdict != "undecided" and decide_early) or now >= cap_end:
             break
         now = min(cap_end, start + 1.5 * (now - start))
-    end = now
-    wstart = start if verdict.start is None else max(start, verdict.start)
+    end = cap_end if fixed else now
+    wstart = start if fixed or verdict.start is None else max(start, verdict.start)
     inside = [r for r in served if wstart <= r.sent <= end]
     follow = cfg.drain_timeout_s if cfg.drain_timeout_s is not None else cfg.request_timeout_s
     stop = min(end + follow, max((r.end if r.end is not None else math.inf for r in inside), default=end))
@@ -271,7 +276,8 @@ def _open_rung(cfg: LoadgenConfig, cond: Condition, sends: list[tuple[float, int
                        phase="window" if wstart <= r.sent <= end else ("warmup" if r.sent < wstart else "drain"))
                for r in served if r.sent <= stop]
     window = StepWindow(lane=LANE, concurrency=0, start=wstart, end=end, warmup_start=0.0, drain_end=cut,
-                        slots=cond.engine.slots, rate_rps=rate, steady=verdict.steady, speed_factor=speed_factor)
+                        slots=cond.engine.slots, rate_rps=rate, steady=None if fixed else verdict.steady,
+                        speed_factor=speed_factor, period_s=period)
     return compute_step_figures(records, window, batch_s=cfg.batch_s, objectives=_objectives(cfg))
 
 
@@ -329,20 +335,19 @@ def trace_search(cond: Condition, rules: Rules, closed: list[StepFigures], rows:
     outcomes: list[RateOutcome] = []
     rungs: list[tuple[float, StepFigures]] = []
     n = len(trace.requests)
-    while (factor := next_factor(outcomes, cfg.trace, cfg.arrival, trace.rate_rps)) is not None and len(rungs) < 24:
-        period = n / trace.rate_rps / factor
-        window_s = max(cfg.min_window_s, period - warmup)
+    while (factor := next_factor(outcomes, cfg.trace, cfg.arrival, trace.rate_rps)) is not None:
+        plan = trace_plan(trace, factor, warmup, cfg.min_window_s)  # warm-up and window: whole passes
         offsets = trace.offsets(factor)
         sends = []
         for k in itertools.count():
-            at = (k // n) * period + offsets[k % n]
-            if at >= warmup + window_s:
+            at = (k // n) * plan.period_s + offsets[k % n]
+            if at >= plan.until_s:
                 break
             req = trace.requests[k % n]
             sends.append((at, req.input_tokens, req.output_tokens))
-        figures = _open_rung(cfg, cond, sends, rate=trace.rate_rps * factor, warmup=warmup, cap_s=window_s,
-                             decide_early=False, capacity=None, speed_factor=factor,
-                             seed=f"{cond.name}:factor:{factor!r}")
+        figures = _open_rung(cfg, cond, sends, rate=trace.rate_rps * factor, warmup=plan.warmup_s,
+                             cap_s=plan.window_s, decide_early=False, capacity=None, speed_factor=factor,
+                             seed=f"{cond.name}:factor:{factor!r}", period=plan.period_s)
         rungs.append((factor, figures))
         outcomes.append(judge(figures, cfg.arrival, None))
     answer = trace_answer(rungs, session.policy, trace.rate_rps)
