@@ -20,7 +20,6 @@ import random
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -29,6 +28,7 @@ from satbench.simulator.dropin import ServerOptions
 from satbench.simulator.edge import UI_PATHS, SimulatorEdge
 from satbench.simulator.engine import ContextLimitError, Emission, Request, RequestSpec
 from satbench.simulator.faults import FaultSchedule
+from satbench.simulator.generation_body import GenerationTask, whole_body
 from satbench.simulator.payloads import (
     ChatIds,
     completion_chunk,
@@ -36,7 +36,6 @@ from satbench.simulator.payloads import (
     completion_progress_chunk,
     merge_settings,
     new_completion_id,
-    pick_fields,
     sse,
     timings,
 )
@@ -50,7 +49,7 @@ from satbench.simulator.requests import (
     prompt_ids,
     split_prompts,
 )
-from satbench.simulator.runtime import RealTimeRuntime, Stream
+from satbench.simulator.runtime import RealTimeRuntime
 from satbench.simulator.state_views import (
     BUILD_INFO,
     metrics_text,
@@ -69,7 +68,7 @@ from satbench.simulator.stream_routes import (
 )
 from satbench.simulator.streams import SessionWriter
 from satbench.simulator.token_routes import TokenRoutes
-from satbench.simulator.tokens import BOS, BOS_ID, detokenize, ids_digest
+from satbench.simulator.tokens import BOS_ID, detokenize, ids_digest
 from satbench.simulator.truth_routes import GroundTruthRoutes
 
 __all__ = ["RUNTIME_KEY", "SimulatorApp", "base_app", "create_app"]
@@ -91,15 +90,6 @@ _NO_SEED = (-1, 4294967295)
 _json = json_response
 _error = error_response
 
-
-@dataclass
-class _Task:
-    """One generation task of a request: its prompt and what the engine made of it."""
-
-    prompt_text: str
-    ids: tuple[int, ...]
-    index: int
-    stream: Stream | None = None
 
 
 class SimulatorApp(SimulatorEdge):
@@ -225,7 +215,7 @@ class SimulatorApp(SimulatorEdge):
         settings["timings_per_token"] = bool(body.get("timings_per_token", False))
         user = body.get("user")
         progress = bool(body.get("return_progress", False)) and stream_on
-        tasks = [_Task(text, ids, i if len(prompts) > 1 else c) for i, (text, ids) in enumerate(prompts)
+        tasks = [GenerationTask(text, ids, i if len(prompts) > 1 else c) for i, (text, ids) in enumerate(prompts)
                  for c in range(n_choices)]
         lo, hi = self.profile.eos_tokens
         try:
@@ -265,7 +255,7 @@ class SimulatorApp(SimulatorEdge):
                             return _error(499, "the client closed the connection", "cancelled")
                 except ConnectionResetError:
                     return _error(503, "simulator shutting down", "unavailable_error")
-                return _json(self._body_out(kind, body, tasks, ids), headers=extra)
+                return _json(whole_body(kind, body, tasks, ids, self.model_id, self.options.verbose), headers=extra)
             opts = body.get("stream_options")
             include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
             # vLLM's per-chunk counts, honoured where the simulator streams as vLLM does (several tokens an
@@ -289,34 +279,16 @@ class SimulatorApp(SimulatorEdge):
             if not handed_off:
                 self._cancel(tasks)
 
-    def _cancel(self, tasks: Sequence[_Task]) -> None:
+    def _cancel(self, tasks: Sequence[GenerationTask]) -> None:
         for t in tasks:
             if t.stream is not None:
                 self.runtime.cancel(t.stream)
-
-    def _body_out(self, kind: str, body: dict[str, Any], tasks: Sequence[_Task], ids: ChatIds) -> Any:
-        reqs = [t.stream.request for t in tasks if t.stream is not None]
-        if kind == "native":
-            fields = body.get("response_fields")
-            outs = []
-            for t, req in zip(tasks, reqs, strict=True):
-                out = completion_final(req, self.model_id, t.prompt_text, False, index=t.index,
-                                       return_tokens=bool(body.get("return_tokens", False)))
-                if isinstance(fields, list) and fields:
-                    out = pick_fields(out, fields)
-                outs.append(out)
-            return outs if len(outs) > 1 else outs[0]
-        out = ids.text_final(reqs, False) if kind == "text" else ids.chat_body(reqs)
-        if self.options.verbose or body.get("verbose") is True:
-            out["__verbose"] = {"prompt": f"{BOS} {tasks[0].prompt_text}", "content": out.get("choices", [{}])[0],
-                                "generation_settings": reqs[0].spec.params}
-        return out
 
     async def _stream(
         self,
         request: web.Request,
         resp: web.StreamResponse | SessionWriter,
-        tasks: Sequence[_Task],
+        tasks: Sequence[GenerationTask],
         kind: str,
         ids: ChatIds,
         include_usage: bool,
