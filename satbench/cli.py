@@ -45,6 +45,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
                 "intervals (exits 1 on a significant regression)"),
     "fingerprint-key": ("satbench.recommender.fingerprint_key_cli", "the key a node's exporter signs its "
                         "fingerprint series with, derived from the fleet key"),
+    "plan": ("satbench.plan.cli", "how many nodes of each kind meet a target rate or user count within the "
+             "objectives, from the fleet's answers and their intervals"),
     "capabilities": ("satbench.recommender.capabilities_cli", "print the answer per node and lane where routers "
                      "read it (json, prometheus, litellm)"),
 }
