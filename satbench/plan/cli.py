@@ -103,7 +103,8 @@ def _kind_lines(plan: Plan, kind: KindPlan, cheapest: bool) -> list[str]:
              f"    one fewer: {kind.one_fewer}"]
     for a in kind.answers:
         age = "age unknown" if a.age_s is None else f"{a.age_s:.0f} s old"
-        upper = "" if a.upper is None else f", fails above {a.upper:.4g}"
+        above = "fails above" if plan.target == "rate" else "its walk stopped at"
+        upper = "" if a.upper is None else f", {above} {a.upper:.4g}"
         lines.append(f"    rests on {a.key}: run {a.run_id}, measured {a.measured_at or 'at an unknown time'} ({age}), "
                      f"validity {a.validity}, {a.status}: {a.point:.4g}{upper}; planned at {a.per_node:.4g} "
                      f"({a.basis})")
@@ -151,7 +152,7 @@ def main(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"satbench plan: no answers: {' '.join(str(exc).split())}", file=sys.stderr)
         return 1
-    result = plan(document, target, amount, lanes=args.model or None,
+    result = plan(document, target, amount, lanes=list(dict.fromkeys(args.model)) or None,
                   unchecked=args.unchecked, now=datetime.now(UTC))
     empty = [lane for lane in result.lanes if not lane.kinds]
     if len(empty) == len(result.lanes):

@@ -113,8 +113,8 @@ def _one_fewer(target: Target, amount: float, nodes: int, lowest: NodeAnswer) ->
         where = "where the answer says the lane fails" if target == "rate" else "where the lane's walk stopped"
         return True, f"{said}, at or above {lowest.upper:.4g} {where}: they miss the target"
     if share > lowest.point:
-        return None, (f"{said}, above the answer {lowest.point:.4g} but within its interval: likely short, not ruled "
-                      "out")
+        between = "within its interval" if target == "rate" else "below the next rung measured"
+        return None, f"{said}, above the answer {lowest.point:.4g} but {between}: likely short, not ruled out"
     return None, (f"{said}, within the answer {lowest.point:.4g}: enough if the answer is right; the extra node is "
                   f"the margin its conservative end {lowest.per_node:.4g} asks for")
 
