@@ -96,7 +96,10 @@ def node_kind(fingerprint: FingerprintModel) -> tuple[str, str, int | None]:
             "settings": settings, "hardware": [hardware.get(k) for k in ("gpu", "gpu_count", "gpu_memory_bytes")]}
     kind = hashlib.sha256(json.dumps(said, sort_keys=True, default=str).encode()).hexdigest()[:12]
     slots = settings.get("slots") if isinstance(settings.get("slots"), int) else None
-    words = [f"slots {slots}" if slots else "slots unknown"]
+    revision = said["model"]
+    model = (str(revision[0])[:19] if isinstance(revision, list) else str(revision).rsplit("/", 1)[-1]) \
+        if revision else "model unknown"
+    words = [model, f"slots {slots}" if slots else "slots unknown"]
     if settings.get("batch") or settings.get("ubatch"):
         words.append(f"batch {settings.get('batch')}/{settings.get('ubatch')}")
     if hardware.get("gpu"):

@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from satbench.core.lane_evidence import FingerprintModel
+from satbench.plan.answers import node_kind
 from satbench.plan.planner import KindPlan, Plan, nodes_needed, plan
 from satbench.recommender.document import read_document
 from tests.plan.documents import document, lane, rate_block
@@ -167,3 +169,24 @@ def test_the_target_must_be_a_finite_number_above_zero() -> None:
     for bad in (0.0, -1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="target"):
             plan(doc, "users", bad)
+
+
+@pytest.mark.parametrize(("change", "same"), [
+    ({"digest": "sha256:other", "unknown": {"hardware.driver": "not said"}}, True),
+    ({"hardware": {**NP4["hardware"], "cpu": "another host's CPU"}}, True),
+    ({"settings": {**NP4["settings"], "ubatch": 256}}, False),
+    ({"hardware": {"gpu": "L40S", "gpu_count": 1}}, False),
+    ({"model": {"path": "dense-q4.gguf", "files": None}}, False),
+    ({"runtime": {"build": "b6001"}}, False),
+])
+def test_a_node_kind_is_what_decides_capacity_not_the_digest(change: dict[str, Any], same: bool) -> None:
+    kind, said, slots = node_kind(FingerprintModel.model_validate(NP4))
+    other = node_kind(FingerprintModel.model_validate({**NP4, **change}))[0]
+    assert (other == kind) is same
+    assert (said, slots) == ("dense.gguf, slots 4, batch 2048/512, 1x H100", 4)
+
+
+def test_an_answer_from_a_run_that_did_not_finish_says_so() -> None:
+    answer = lane("a", "dense", 4, fingerprint=NP4, partial="run r-a killed mid-walk")
+    kind = only_kind(planned({"a/dense": answer}, "users", 8))
+    assert kind.answers[0].basis.endswith("from a run that did not finish: run r-a killed mid-walk")
