@@ -28,8 +28,11 @@ the answer served ``c / W`` requests/s with every slot busy, a rate at which ope
 a rate plan and the reason says to plan it by users or to measure rates.
 
 The node kind is what the fingerprint says decides capacity: the model (file hashes, else its path), the
-runtime build, every server setting (slots, batch and micro-batch, context, KV layout...) and the accelerator
-(name, count, memory). Nodes with the same kind are the identical nodes a plan counts.
+runtime build, every server setting (slots, batch and micro-batch, context, KV layout, threads...) and the
+hardware (the accelerator's name, count and memory, and the CPU, which serves what is not offloaded): the
+fields the validity check compares, less the driver and the package (a rolling driver update would split
+identical nodes). Not the digest, which also moves when a pending hash completes. Nodes with the same kind are
+the identical nodes a plan counts.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from satbench.recommender.open_loop_models import RateModel
 __all__ = ["NodeAnswer", "Target", "Unusable", "node_kind", "read_answer"]
 
 Target = Literal["rate", "users"]
+KIND_HARDWARE = ("gpu", "gpu_count", "gpu_memory_bytes", "cpu")  # the driver left out (module docstring)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +97,7 @@ def node_kind(fingerprint: FingerprintModel) -> tuple[str, str, int | None]:
     hardware = fingerprint.hardware or {}
     runtime = fingerprint.runtime or {}
     said = {"model": _revision(fingerprint.model), "build": runtime.get("build") or runtime.get("binary_sha256"),
-            "settings": settings, "hardware": [hardware.get(k) for k in ("gpu", "gpu_count", "gpu_memory_bytes")]}
+            "settings": settings, "hardware": [hardware.get(k) for k in KIND_HARDWARE]}
     kind = hashlib.sha256(json.dumps(said, sort_keys=True, default=str).encode()).hexdigest()[:12]
     slots = settings.get("slots") if isinstance(settings.get("slots"), int) else None
     revision = said["model"]

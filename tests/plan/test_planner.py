@@ -173,13 +173,14 @@ def test_the_target_must_be_a_finite_number_above_zero() -> None:
 
 @pytest.mark.parametrize(("change", "same"), [
     ({"digest": "sha256:other", "unknown": {"hardware.driver": "not said"}}, True),
-    ({"hardware": {**NP4["hardware"], "cpu": "another host's CPU"}}, True),
+    ({"hardware": {**NP4["hardware"], "driver": "570.1"}}, True),
+    ({"hardware": {**NP4["hardware"], "cpu": "another CPU"}}, False),
     ({"settings": {**NP4["settings"], "ubatch": 256}}, False),
     ({"hardware": {"gpu": "L40S", "gpu_count": 1}}, False),
     ({"model": {"path": "dense-q4.gguf", "files": None}}, False),
     ({"runtime": {"build": "b6001"}}, False),
 ])
-def test_a_node_kind_is_what_decides_capacity_not_the_digest(change: dict[str, Any], same: bool) -> None:
+def test_a_node_kind_is_what_decides_capacity_not_the_digest_nor_the_driver(change: dict[str, Any], same: bool) -> None:
     kind, said, slots = node_kind(FingerprintModel.model_validate(NP4))
     other = node_kind(FingerprintModel.model_validate({**NP4, **change}))[0]
     assert (other == kind) is same
