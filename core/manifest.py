@@ -44,6 +44,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
+from satbench.core.prefill import PrefillWalk
+
 __all__ = [
     "MANIFEST_SCHEMA",
     "RUN_ID_PATTERN",
@@ -142,6 +144,12 @@ class LadderPart(BaseModel):
     traces: dict[str, dict[str, Any]] = Field(default_factory=dict)
     # per lane, the conversation dataset its users sent (loadgen.datasets.Dataset.evidence)
     datasets: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # per lane, its peak-prefill walk (core.prefill): long prompts, one output token, rising concurrency; absent
+    # where the run walked none
+    prefill: dict[str, PrefillWalk] = Field(default_factory=dict)
+
+    def with_prefill(self, name: str, walk: PrefillWalk) -> LadderPart:
+        return self.model_copy(update={"prefill": {**self.prefill, name: walk}})
 
     def with_dataset(self, name: str, evidence: dict[str, Any]) -> LadderPart:
         return self.model_copy(update={"datasets": {**self.datasets, name: evidence}})
@@ -206,6 +214,8 @@ class RunManifest(LadderPart):
 
     def to_dict(self) -> dict[str, Any]:
         data = self.model_dump(mode="json", by_alias=True)
+        if not data.get("prefill"):  # said only where a lane walked it, so a run without reads as before
+            data.pop("prefill", None)
         first = {k: data.pop(k) for k in _READING_ORDER if k in data}
         return {**first, **data}
 

@@ -58,6 +58,7 @@ __all__ = [
     "LengthDist",
     "LoadgenConfig",
     "ObjectivesConfig",
+    "PrefillConfig",
     "SharedPrefixConfig",
     "TraceConfig",
     "WorkloadConfig",
@@ -270,6 +271,18 @@ class TraceConfig(_Model):
         return sorted(set(value))
 
 
+class PrefillConfig(_Model):
+    """The lane's peak prefill throughput (``loadgen.prefill_walk``), walked after its ladder: closed-loop rungs
+    of ``prompt_tokens``-token prompts (within a slot's context) and one output token each, at 1, 2, 4, ...
+    users until prompt tokens/s stop gaining (the ladder's rule: less than ``decide_gain`` per doubling, by
+    the interval; 0.10 where unset) or ``max_concurrency``; each rung's window as the ladder's (its warm-up,
+    ``min_window_s`` to ``max_window_s``, measured longer where its gain straddles the rule). What llm-d's
+    router reads as ``peakPrefillThroughput``."""
+
+    prompt_tokens: int = Field(default=2048, ge=16, le=MAX_TOKENS)
+    max_concurrency: int = Field(default=32, ge=1, le=MAX_CONCURRENCY)
+
+
 class ObjectivesConfig(_Model):
     """Per-request objectives for goodput (``core.objectives``): the session sets them from its policy."""
 
@@ -345,6 +358,7 @@ class LoadgenConfig(_Model):
     arrival: ArrivalConfig = Field(default_factory=ArrivalConfig)
     objectives: ObjectivesConfig | None = None
     trace: TraceConfig | None = None
+    prefill: PrefillConfig | None = None
     warmup_s: float = Field(default=2.0, ge=0.0, le=MAX_SECONDS)
     min_window_s: float = Field(default=8.0, gt=0.0, le=MAX_SECONDS)
     max_window_s: float = Field(default=20.0, gt=0.0, le=MAX_SECONDS)

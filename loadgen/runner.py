@@ -56,6 +56,7 @@ from satbench.loadgen.inputs import Inputs, load_inputs
 from satbench.loadgen.ladder import extension_stop, next_step
 from satbench.loadgen.metrics import LoadgenMetrics, MetricsServer
 from satbench.loadgen.open_step import OpenStepRun
+from satbench.loadgen.prefill_walk import PrefillStepper, prefill_line, slot_context
 from satbench.loadgen.progress import Progress, progress_wanted, rate_line, rung_line
 from satbench.loadgen.rates import RateOutcome, factor_label, judge, next_rate, search_end
 from satbench.loadgen.step import Clock, StepRun
@@ -201,7 +202,9 @@ class LadderRunner:
     async def _run_lane(self, lane: LaneConfig, writer: RecordsWriter, clock: Clock,
                         text: PromptText) -> None:
         client = LaneClient(lane, self.config)
-        await client.open(self.config.ladder.max_rung)  # the extension may walk past the listed rungs
+        prefill = self.config.prefill
+        # the extension may walk past the listed rungs, the prefill walk to its own top
+        await client.open(max(self.config.ladder.max_rung, prefill.max_concurrency if prefill else 0))
         try:
             evidence = {"url": lane.url, "api": lane.api, "model": lane.model, **await _lane_evidence(lane)}
             self.part = self.part.with_lane(lane.key, evidence)
@@ -239,6 +242,8 @@ class LadderRunner:
                 if why is not None:
                     top = lane_figures[-1].concurrency
                     self.progress.done(f"  {lane.key}: the extended ladder stops at c={top}: {why}")
+            if prefill is not None:
+                await self._walk_prefill(lane, client, writer, clock, slots)
             if self.config.arrival.open:
                 await self._walk_rates(lane, lane_figures, client, writer, clock, text, slots)
             if self.trace is not None:
@@ -269,6 +274,28 @@ class LadderRunner:
                                       publish=False)
             self.progress.done(rung_line(figures) + f" (re-measured: {why})")
             self._write()
+
+    async def _walk_prefill(self, lane: LaneConfig, client: LaneClient, writer: RecordsWriter, clock: Clock,
+                            slots: int | None) -> None:
+        """The lane's peak-prefill walk (``loadgen.prefill_walk``), after its ladder: each rung's window in the
+        manifest's ``prefill``, never a rung of the ladder (not published, not in ``steps.json``)."""
+        assert self.config.prefill is not None
+        walker = PrefillStepper(self.config, self.config.prefill, await slot_context(lane))
+        text = walker.text(self.run_id)
+        self.part = self.part.with_prefill(lane.key, walker.walk)
+        while (c := walker.next_rung()) is not None:
+            step = StepRun(config=walker.config, lane=lane, concurrency=c, run_id=self.run_id, client=client,
+                           writer=writer, clock=clock, metrics=self.metrics, text=text, progress=self.progress,
+                           reference=walker.reference)
+            step.id_tag = "-prefill"
+            window = dataclasses.replace(await step.run(), slots=slots)
+            _check_written(writer)
+            measured = walker.measured(step, walker.figures(step, window), window.start, window.end)
+            self.part = self.part.with_prefill(lane.key, walker.walk)
+            self.progress.done(prefill_line(lane.key, measured))
+            self._write()
+        if walker.ended is not None:
+            self.progress.done(f"  {lane.key}: the prefill walk stops: {walker.ended}")
 
     def _step_done(self, step: StepRun, window: StepWindow, publish: bool = True) -> StepFigures:
         """A finished rung's exact figures, published and kept (``steps.json``, the manifest's window). A

@@ -18,12 +18,17 @@ saying so: a record that vanished would leave the consumer on its last value wit
   ``valid_samples``, ``median_ttft_seconds``, ``peak_prefill_tokens_per_second``, ``applied``. The consumer
   applies a record only with ``status: "OK"``, a positive finite throughput and median TTFT, a positive
   chunk, at least 10 samples, and a ``fingerprint`` equal to its ``prefillCalibrationFingerprint``: here the
-  lane's satbench digest, which the exporter publishes live (``runtime_fingerprint_info``). satbench does
-  not yet measure peak prefill throughput (long prompts, one output token, rising concurrency), so every
-  record is ``status: "NOT_RUN"`` with the throughput fields null, and ``"STALE"`` where the node changed:
-  both statuses the consumer refuses, keeping its own value, as it should. The identity fields come from the
-  fingerprint: ``model_revision`` the model file's sha256 (else its path), ``engine_image_digest`` the
-  runtime binary's sha256, ``chunk_tokens`` the logical batch (``-b``) a prompt is processed in.
+  lane's satbench digest, which the exporter publishes live (``runtime_fingerprint_info``). The throughput
+  is the lane's measured peak prefill (``LaneModel.prefill``: long prompts, one output token, rising
+  concurrency until prompt tokens/s stop gaining; ``loadgen.prefill_walk``), ``valid_samples`` and
+  ``median_ttft_seconds`` its peak rung's requests and median TTFT: ``status: "OK"``. A lane whose run did
+  not walk it (or whose walk gave no peak of 10 requests) is ``"NOT_RUN"`` with the throughput fields null,
+  and ``"STALE"`` where the node changed: both statuses the consumer refuses, keeping its own value, as it
+  should. An unsaturated or undecided peak is a lower bound (the walk ended still gaining, or undecided): it
+  is served, saying so in ``satbench.status_reason``, since a lower bound errs to a longer predicted TTFT.
+  The identity fields come from the fingerprint: ``model_revision`` the model file's sha256 (else its
+  path), ``engine_image_digest`` the runtime binary's sha256, ``chunk_tokens`` the logical batch (``-b``) a
+  prompt is processed in.
 - **epp** (the Gateway API Inference Extension's endpoint picker, now llm-d-router's ``utilization-detector``
   plugin, ``saturationdetector/utilization/config.go``): ``queueDepthThreshold`` (waiting requests per
   endpoint before it counts as saturated; must be > 0) is the requests the answer keeps in flight beyond the
@@ -44,9 +49,10 @@ from typing import Any
 
 from satbench.recommender.capabilities import all_lanes, lane_place_of, unusable_why
 from satbench.recommender.metrics import validity_state
-from satbench.recommender.models import LaneModel, RecommendationsDocument
+from satbench.recommender.models import LaneModel, PrefillModel, RecommendationsDocument
 
 __all__ = [
+    "LLMD_MIN_SAMPLES",
     "LLMD_SCHEMA_VERSION",
     "epp_thresholds",
     "lane_stamp",
@@ -56,6 +62,7 @@ __all__ = [
 ]
 
 LLMD_SCHEMA_VERSION = 1
+LLMD_MIN_SAMPLES = 10  # the consumer applies a record of at least 10 samples (PR #2938's usable())
 _NOT_MEASURED = ("satbench has not measured this lane's peak prefill throughput (long prompts, one output token, "
                  "rising concurrency)")
 
@@ -121,25 +128,45 @@ def _image_digest(lane: LaneModel | None) -> str | None:
     return f"sha256:{binary}" if binary and not str(binary).startswith("sha256:") else binary
 
 
+def _llmd_status(stamp: dict[str, Any], prefill: PrefillModel | None) -> tuple[str, str]:
+    """``OK`` where the lane's peak prefill was measured (a peak, its median TTFT, at least ``LLMD_MIN_SAMPLES``
+    requests) on a node that is still what was measured; ``STALE`` where it changed; else ``NOT_RUN``."""
+    if stamp["stale"]:
+        return "STALE", str(stamp["reason"])
+    if prefill is None:
+        return "NOT_RUN", _NOT_MEASURED
+    if prefill.peak_prompt_tok_s is None or not prefill.peak_prompt_tok_s > 0 or prefill.median_ttft_s is None \
+            or prefill.requests < LLMD_MIN_SAMPLES:
+        return "NOT_RUN", f"the peak prefill walk gave no usable peak ({prefill.status}: {prefill.reason})"
+    bound = " (a lower bound)" if prefill.status != "settled" else ""
+    return "OK", f"peak prefill {prefill.status}{bound}: {prefill.reason}"
+
+
 def llmd_calibration(document: RecommendationsDocument) -> dict[str, Any]:
     """``{"records": {lane key: record}}``: llm-d's prefill calibration record per lane (module docstring)."""
     records: dict[str, Any] = {}
     for key, lane in all_lanes(document):
         stamp = lane_stamp(document, key, lane)
-        status = "STALE" if stamp["stale"] else "NOT_RUN"
+        prefill = None if lane is None else lane.prefill
+        status, why = _llmd_status(stamp, prefill)
+        measured = status == "OK" and prefill is not None
         records[key] = {
             "schema_version": LLMD_SCHEMA_VERSION,
             "status": status,
             "fingerprint": stamp["fingerprint_digest"] or "",
             "model_revision": _model_revision(lane) or "",
             "engine_image_digest": _image_digest(lane) or "",
-            "chunk_tokens": _int_setting(lane, "batch"),
-            "valid_samples": 0,
-            "median_ttft_seconds": None,
-            "peak_prefill_tokens_per_second": None,
+            "chunk_tokens": (prefill.batch_tokens if prefill is not None else None) or _int_setting(lane, "batch"),
+            "valid_samples": prefill.requests if measured and prefill is not None else 0,
+            "median_ttft_seconds": prefill.median_ttft_s if measured and prefill is not None else None,
+            "peak_prefill_tokens_per_second": prefill.peak_prompt_tok_s if measured and prefill is not None
+            else None,
             "applied": False,
-            "satbench": {**stamp, "ubatch_tokens": _int_setting(lane, "ubatch"),
-                         "status_reason": stamp["reason"] if stamp["stale"] else _NOT_MEASURED},
+            "satbench": {**stamp, "ubatch_tokens": _int_setting(lane, "ubatch"), "status_reason": why,
+                         "prefill_status": None if prefill is None else prefill.status,
+                         "prefill_interval": None if prefill is None else prefill.interval,
+                         "prefill_concurrency": None if prefill is None else prefill.concurrency,
+                         "prompt_tokens": None if prefill is None else prefill.prompt_tokens},
         }
     return {"records": records}
 

@@ -46,6 +46,7 @@ from satbench.recommender.models import (
     DriftModel,
     KneeModel,
     PairModel,
+    PrefillModel,
     RecommendationsDocument,
     StepModel,
     TraceModel,
@@ -100,11 +101,11 @@ def iso_utc(t: float) -> str:
 
 def lane_fragment(analysis: LaneAnalysis, *, run_id: str, measured_at: float | None,
                   where: Mapping[str, Any] | None = None, rate: RateAnswer | None = None,
-                  trace: TraceAnswer | None = None) -> dict[str, Any]:
+                  trace: TraceAnswer | None = None, prefill: PrefillModel | None = None) -> dict[str, Any]:
     """One answer. ``where``: the lane's ``node``, ``lane``, ``url``, ``fingerprint`` and ``validity``
     (``recommender.run_analysis``); without it the node and name come from the key. ``trace``, the trace
     answer, is said (``trace``, after ``rate``) only where the lane replayed a trace, so a document without one
-    reads byte for byte as before."""
+    reads byte for byte as before; ``prefill``, the peak prefill answer, likewise only where the run walked it."""
     knee = analysis.knee
     pair = analysis.indistinguishable
     node, name = split_key(analysis.lane)
@@ -145,6 +146,8 @@ def lane_fragment(analysis: LaneAnalysis, *, run_id: str, measured_at: float | N
         ).model_dump(mode="json")
     if trace is not None:
         fragment["trace"] = TraceModel.model_validate(trace.to_dict()).model_dump(mode="json")
+    if prefill is not None:  # said only where the run walked it, as the trace
+        fragment["prefill"] = prefill.model_dump(mode="json")
     return fragment
 
 

@@ -32,6 +32,7 @@ from satbench.recommender.open_loop_models import (
     TracePointModel,
 )
 from satbench.recommender.policy import Policy
+from satbench.recommender.prefill_analysis import PrefillModel, PrefillRungModel
 
 __all__ = [
     "CapabilitiesModel",
@@ -46,6 +47,8 @@ __all__ = [
     "LaneModel",
     "LaneStatus",
     "NodeModel",
+    "PrefillModel",
+    "PrefillRungModel",
     "RecommendationsDocument",
     "RunInfo",
     "RunList",
@@ -280,6 +283,8 @@ class LaneModel(BaseModel):
     rate: RateModel | None = Field(None, description="the rate answer, where the run walked open-loop rates")
     trace: TraceModel | None = Field(None, description="the trace answer, where the lane replayed a recorded "
                                                         "trace; absent otherwise")
+    prefill: PrefillModel | None = Field(None, description="the peak prefill throughput, where the run walked it "
+                                                           "(long prompts, one output token); absent otherwise")
 
 
 class SourceModel(BaseModel):

@@ -31,6 +31,7 @@ from satbench.recommender.document import build_document, lane_fragment, mark_ch
 from satbench.recommender.errors import BadInput, PrometheusQueryError, SourceUnavailable
 from satbench.recommender.models import TraceEvidenceModel, ValidityModel
 from satbench.recommender.policy import Policy, objectives_of
+from satbench.recommender.prefill_analysis import prefill_answer
 from satbench.recommender.prometheus_source import (
     HttpxPromClient,
     PrometheusSourceConfig,
@@ -68,14 +69,24 @@ def document_from_figures(manifest: RunManifest, figures: dict[str, list[StepFig
         entry = manifest_lane(manifest, lane)
         where = lane_place(manifest, lane, policy)
         labels.setdefault(entry.place(lane)[0], dict(entry.node_labels))
+        walk = manifest.prefill.get(lane)
+        prefill = None if walk is None else prefill_answer(walk, policy, _settings(where))
         lanes[lane] = lane_fragment(analysis, run_id=manifest.run_id, measured_at=max(ends) if ends else None,
-                                    where=where, rate=rate, trace=lane_trace_answer(manifest, lane, steps, policy))
+                                    where=where, rate=rate, trace=lane_trace_answer(manifest, lane, steps, policy),
+                                    prefill=prefill)
         if entry.unreachable and not ends:  # a fleet node that did not answer: never measured, and the answer says why
             lanes[lane].update(status="insufficient_data", reason=f"not measured: {entry.unreachable}")
         if live is not None and lane in live:
             lanes[lane] = mark_changed(lanes[lane], live[lane])
     return build_document(run_id=manifest.run_id, generated_at=generated_at, source=source, policy=policy,
                           lanes=lanes, notes=notes, node_labels=labels)
+
+
+def _settings(where: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The server settings of the lane's fingerprint (batch, ubatch, ...), empty where none was taken."""
+    fingerprint = where.get("fingerprint")
+    settings = fingerprint.get("settings") if isinstance(fingerprint, Mapping) else None
+    return settings if isinstance(settings, Mapping) else {}
 
 
 def lane_trace_answer(manifest: RunManifest, lane: str, steps: list[StepFigures], policy: Policy

@@ -35,7 +35,14 @@ from satbench.core.manifest import RunManifest, StepWindow
 from satbench.core.records import read_records_file
 from satbench.core.step_figures import compute_step_figures
 from satbench.recommender.document import read_document
-from satbench.recommender.models import LaneModel, RateModel, RecommendationsDocument, StepModel, TraceModel
+from satbench.recommender.models import (
+    LaneModel,
+    PrefillModel,
+    RateModel,
+    RecommendationsDocument,
+    StepModel,
+    TraceModel,
+)
 from satbench.recommender.policy import Policy
 from satbench.report.judgments import (
     Finding,
@@ -69,6 +76,7 @@ class LaneReport:
     trace_steps: tuple[StepFigures, ...] = ()  # the trace rungs, by rate (satbench.report.traces)
     trace_factors: dict[float, float] = field(default_factory=dict)  # a trace rung's rate (6 places) -> factor
     trace: TraceModel | None = None  # the document's trace answer
+    prefill: PrefillModel | None = None  # the document's peak prefill answer (satbench.report.prefill)
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,6 +305,7 @@ def load_run(run_dir: Path) -> RunReport:
                 rate_steps=rate_steps,
                 rate=answer.rate,
                 trace=answer.trace,
+                prefill=answer.prefill,
                 trace_steps=trace_steps,
                 trace_factors=trace_factors,
             )

@@ -146,6 +146,11 @@ def render_markdown(report: RunReport) -> str:
                 lines += [f"- **{k}**: {v}" for k, v in trace_evidence(lane.trace)]
                 lines.append("")
             lines += _md_table(*trace_table(lane.trace_steps, lane.trace, lane.trace_factors))
+        if lane.prefill is not None:
+            from satbench.report.prefill import prefill_sentence, prefill_table
+
+            lines += ["", "### Peak prefill throughput", "", prefill_sentence(lane.prefill), ""]
+            lines += _md_table(*prefill_table(lane.prefill))
     lines += ["", "## Limitations", ""] + [f"- {item}" for item in limitations(report)]
     lines += [
         "",
@@ -285,6 +290,12 @@ def render_html(report: RunReport) -> str:
                 parts.append(f"<p>{_esc(said)}</p>")
         if lane.trace_steps or lane.trace is not None:
             parts.append(_trace_html(lane))
+        if lane.prefill is not None:
+            from satbench.report.prefill import prefill_sentence, prefill_table
+
+            parts.append(f"<h3>Peak prefill throughput</h3><p>{_esc(prefill_sentence(lane.prefill))}</p>")
+            headers, rows = prefill_table(lane.prefill)
+            parts.append(_html_table(headers, rows, "prefill", left=(len(headers) - 1,)))
     parts.append(
         "<h2>Limitations</h2><ul>"
         + "".join(f"<li>{_esc(x)}</li>" for x in limitations(report))

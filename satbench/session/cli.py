@@ -49,6 +49,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     load.add_argument("--rate", action="append", type=float, default=[], metavar="RPS",
                       help="an open-loop rate to measure, requests/s (repeat; default: relative to the lane's "
                            "measured capacity, then a search)")
+    load.add_argument("--prefill", action="store_true",
+                      help="after the closed ladder, walk each lane's peak prefill throughput: long prompts, one "
+                           "output token, rising concurrency (loadgen.prefill; llm-d's peakPrefillThroughput)")
+    load.add_argument("--prefill-tokens", type=int, default=None, metavar="N",
+                      help="the prompt length of that walk (default 2048, within a slot's context); implies --prefill")
     real = parser.add_argument_group("real traffic: a recorded trace or a conversation dataset (docs/traces.md)")
     real.add_argument("--trace", default=None, type=Path, metavar="FILE",
                       help="after the closed ladder, replay this trace (Mooncake JSONL, BurstGPT or Azure LLM CSV) "
@@ -200,6 +205,8 @@ def main(args: argparse.Namespace) -> int:
         if args.rate:
             overrides["loadgen.arrival.process"] = overrides.get("loadgen.arrival.process") or "poisson"
             overrides["loadgen.arrival.rates"] = list(args.rate)
+        if args.prefill or args.prefill_tokens is not None:
+            overrides["loadgen.prefill.prompt_tokens"] = 2048 if args.prefill_tokens is None else args.prefill_tokens
         overrides.update(_traffic_overrides(args))
         lanes = quick_lanes(args)
         if lanes is not None:

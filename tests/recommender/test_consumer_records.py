@@ -163,7 +163,7 @@ def test_router_records_validate_against_their_consumers_fields(document: dict[s
         assert errors(LLMD, llmd[key]) == []
         assert errors(EPP, epp[key]["parameters"]) == []
         assert wva[key]["saturation"]["queueLengthThreshold"] == epp[key]["parameters"]["queueDepthThreshold"]
-        # satbench does not measure peak prefill yet: llm-d's consumer must refuse the record and keep its own
+        # none of these documents walked peak prefill: llm-d's consumer must refuse the record and keep its own
         assert llmd_applies(llmd[key], str(llmd[key]["fingerprint"])) is not None
 
 
@@ -250,6 +250,44 @@ def test_the_llmd_record_names_what_the_answer_was_measured_on() -> None:
     assert (record["chunk_tokens"], record["satbench"]["ubatch_tokens"]) == (2048, 512)
     assert record["status"] == "NOT_RUN" and record["peak_prefill_tokens_per_second"] is None
     assert record["satbench"]["measured_at"] == sample()["lanes"]["dense"]["measured_at"]
+
+
+def with_prefill(doc: dict[str, Any], key: str, peak: float, requests: int = 40,
+                 status: str = "settled") -> dict[str, Any]:
+    """``doc`` with a peak-prefill answer on lane ``key``, as ``recommender.prefill_analysis`` lays it out."""
+    rung = {"concurrency": 4, "prompt_tok_s": peak, "interval": [peak * 0.98, peak * 1.02], "requests": requests,
+            "median_ttft_s": 0.42, "valid": True, "reason": None}
+    doc["lanes"][key]["prefill"] = {
+        "status": status, "reason": "prompt tokens/s stopped gaining", "peak_prompt_tok_s": peak,
+        "interval": rung["interval"], "concurrency": 4, "requests": requests, "median_ttft_s": 0.42,
+        "prompt_tokens": [2048, 2048], "prompt_tokens_asked": 2048, "batch_tokens": 2048, "ubatch_tokens": 512,
+        "rungs": [rung]}
+    return doc
+
+
+def test_a_measured_peak_prefill_is_a_record_llmd_applies() -> None:
+    doc = with_prefill(sample(), "dense", 9394.5)
+    record = render_record(read_document(doc), "llm-d")["records"]["dense"]
+    assert errors(LLMD, record) == []
+    assert record["status"] == "OK" and llmd_applies(record, doc["lanes"]["dense"]["fingerprint"]["digest"]) is None
+    assert (record["peak_prefill_tokens_per_second"], record["median_ttft_seconds"], record["valid_samples"]) \
+        == (9394.5, 0.42, 40)
+    assert record["satbench"]["prefill_interval"] == [9394.5 * 0.98, 9394.5 * 1.02]
+    assert llmd_applies(record, "sha256:another-node") == "fingerprint"  # applied only where it was measured
+    # a lower bound is served, saying so; a peak of fewer than the consumer's 10 samples is not
+    lower = render_record(read_document(with_prefill(sample(), "dense", 5000.0, status="unsaturated")), "llm-d")
+    assert lower["records"]["dense"]["status"] == "OK"
+    assert "lower bound" in lower["records"]["dense"]["satbench"]["status_reason"]
+    thin = render_record(read_document(with_prefill(sample(), "dense", 9394.5, requests=9)), "llm-d")
+    assert thin["records"]["dense"]["status"] == "NOT_RUN"
+    assert thin["records"]["dense"]["peak_prefill_tokens_per_second"] is None
+
+
+def test_a_measured_peak_prefill_on_a_changed_node_is_stale() -> None:
+    doc = with_prefill(_checked(4), "dense", 9394.5)
+    record = render_record(read_document(doc), "llm-d")["records"]["dense"]
+    assert record["status"] == "STALE" and record["peak_prefill_tokens_per_second"] is None
+    assert llmd_applies(record, doc["lanes"]["dense"]["fingerprint"]["digest"]) == "status STALE"
 
 
 # -- a changed fingerprint is stale in every format -----------------------------------------------------------

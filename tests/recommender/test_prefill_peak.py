@@ -1,9 +1,10 @@
-"""Peak prefill throughput (``recommender.prefill_peak``): the rule on tables of rungs, and the walk against an
+"""Peak prefill throughput (``core.prefill_peak``): the rule on tables of rungs, and the walk against an
 engine whose prefill capacity is known.
 
 The engine of the accuracy test is the scenario, not the code: prompt tokens/s at concurrency c are
 ``K * c / (c + h)`` (capacity ``K``; ``h`` the concurrency at which half of it is reached, larger where a
-request's fixed costs weigh more) or a hard cap ``min(c * K / h, K)``, each rung read with noise and its
+request's fixed costs weigh more), a hard cap ``min(c * K / h, K)``, or the first with a shoulder (flat from
+c=1 to c=2, as two closed-loop users' prompts land in alternate steps), each rung read with noise and its
 interval. The walk (``next_prefill_rung``) and the answer (``peak_prefill``) must land within 10 % of ``K``.
 """
 
@@ -13,7 +14,7 @@ import random
 
 import pytest
 
-from satbench.recommender.prefill_peak import PrefillRung, next_prefill_rung, peak_prefill
+from satbench.core.prefill_peak import PrefillRung, next_prefill_rung, peak_prefill
 
 MIN_GAIN = 0.10
 
@@ -26,14 +27,16 @@ def rung(c: int, tok_s: float, half_width: float = 0.01, requests: int = 40) -> 
     ([], "insufficient_data", None, None, 1),
     ([rung(1, 1000, requests=9)], "insufficient_data", None, None, 2),
     ([rung(1, 1000)], "unsaturated", 1000, 1, 2),
-    ([rung(1, 1000), rung(2, 2000), rung(4, 4000), rung(8, 4000)], "settled", 4000, 4, None),
-    ([rung(1, 1000), rung(2, 1900), rung(4, 3000), rung(8, 2900)], "settled", 3000, 4, None),  # a dip after
+    ([rung(1, 1000), rung(2, 2000), rung(4, 4000), rung(8, 4000)], "unsaturated", 4000, 4, 16),  # flat once
+    ([rung(1, 1000), rung(2, 2000), rung(4, 4000), rung(8, 4000), rung(16, 4050)], "settled", 4050, 16, None),
+    ([rung(1, 1000), rung(2, 1900), rung(4, 3000), rung(8, 2900), rung(16, 3000)], "settled", 3000, 4, None),
     ([rung(1, 1000, 0.1), rung(2, 1080, 0.1)], "undecided", 1080, 2, 4),  # +8 %, interval across 10 %
     ([rung(1, 1000, 0.1), rung(2, 1300, 0.1), rung(4, 1450, 0.01)], "undecided", 1450, 4, 8),
-    ([rung(1, 1000), rung(2, 1030), rung(4, 4000)], "settled", 1030, 2, None),  # the first plateau decides
+    ([rung(1, 1000), rung(2, 1030), rung(4, 4000)], "unsaturated", 4000, 4, 8),  # a shoulder, then the climb
+    ([rung(1, 1000), rung(2, 1030), rung(4, 4000), rung(8, 4100), rung(16, 4000)], "settled", 4100, 8, None),
     ([rung(1, 1000), rung(2, 2000), rung(4, 3900, requests=3)], "unsaturated", 2000, 2, 8),
-], ids=["nothing", "too-few-requests", "one-rung", "hard-cap", "noisy-dip", "undecided", "undecided-late",
-        "first-plateau", "thin-rung-skipped"])
+], ids=["nothing", "too-few-requests", "one-rung", "flat-once", "hard-cap", "noisy-dip", "undecided",
+        "undecided-late", "shoulder", "shoulder-then-plateau", "thin-rung-skipped"])
 def test_the_rule_on_rungs(rungs: list[PrefillRung], status: str, peak: float | None, at: int | None,
                            nxt: int | None) -> None:
     answer = peak_prefill(rungs, min_gain_per_doubling=MIN_GAIN)
@@ -59,7 +62,10 @@ def walk(engine: dict[str, float], rng: random.Random, max_concurrency: int = 51
         if c is None:
             break
         k, h, sd = engine["K"], engine["h"], engine["sd"]
-        truth = k * c / (c + h) if engine["shape"] == 0 else min(c * k / h, k)
+        if engine["shape"] == 2:  # a shoulder: flat from c=1 to 2 (prompts in alternate steps), then the curve
+            truth = k * max(c, 2) / (max(c, 2) + h)
+        else:
+            truth = k * c / (c + h) if engine["shape"] == 0 else min(c * k / h, k)
         measured = truth * (1 + rng.gauss(0, sd))
         rungs.append(rung(c, measured, half_width=2 * sd + 0.002, requests=10 * c))
         c = next_prefill_rung(rungs, min_gain_per_doubling=MIN_GAIN, max_concurrency=max_concurrency)
@@ -71,7 +77,7 @@ def test_the_peak_is_within_a_tenth_of_the_engines_capacity_over_random_engines(
     draws, within, settled = 300, 0, 0
     for _ in range(draws):
         engine = {"K": rng.uniform(500, 50_000), "h": rng.uniform(0.5, 4.0), "sd": rng.uniform(0.0, 0.02),
-                  "shape": rng.randrange(2)}
+                  "shape": rng.randrange(3)}
         answer = peak_prefill(walk(engine, rng), min_gain_per_doubling=MIN_GAIN)
         assert answer.peak_tok_s is not None
         settled += answer.status == "settled"
@@ -88,4 +94,4 @@ def test_one_request_at_a_time_is_the_hand_run_figure_and_falls_short() -> None:
     rungs = walk(engine, rng)
     assert rungs[0].concurrency == 1 and rungs[0].prompt_tok_s == pytest.approx(16_000 / 3)
     answer = peak_prefill(rungs, min_gain_per_doubling=MIN_GAIN)
-    assert answer.status == "settled" and answer.peak_tok_s == pytest.approx(16_000 * 32 / 34)
+    assert answer.status == "settled" and answer.peak_tok_s == pytest.approx(16_000 * 64 / 66)

@@ -1,0 +1,115 @@
+"""A lane's peak-prefill walk: long prompts, one output token each, at rising concurrency (``[loadgen.prefill]``).
+
+llm-d's router predicts a request's TTFT as the prompt tokens in flight over the lane's peak prefill
+throughput, which operators measure today by hand from single requests (``CHUNK_SIZE / median TTFT``): one
+request leaves the accelerator idle between its chunks and between requests, so that figure is a floor. Here
+the lane is asked what it can do: closed-loop rungs of ``prompt_tokens``-token prompts (bounded by a slot's
+context, which ``/props`` says) and ``max_tokens`` 1, so each request is its prefill and the one token it
+generates; 1, 2, 4, ... users (``core.prefill_peak.next_prefill_rung``) until a doubling no longer pays (the
+ladder's rule against ``decide_gain``, 0.10 where unset), or ``max_concurrency``. Each rung is a ``StepRun``
+of the ladder's own (warm-up, window, its sequential look against the rung below, records written as each
+request ends), with prompts of its own (the ``-prefill`` tag in the request ids and prompt heads: a prompt
+cache serves none of another rung's), never published as a rung of the ladder; the manifest keeps each
+rung's ``core.prefill.PrefillWindow``. A rung the lane could not serve (invalid) ends the walk: a prompt the
+runtime refuses is refused at every rung above it too.
+
+``probe_config``: the run's config with the walk's workload, and a drain that follows the window's requests
+for at most a window's length (at least ``STARVED_AFTER_S``) where the ladder's follows them to the request
+timeout: llama-server fills a step's prompt tokens slot by slot, in slot order, so under a steady stream of
+long prompts the highest busy slot can wait for as long as the others keep busy (the simulator's engine does
+the same: at c=4 with 6144-token prompts and a 2048-token batch, a request waited out the two-minute request
+timeout). The rung's figure is the tokens evaluated, which a starved request does not change; its own
+prefill, never begun, has nothing to credit. The rest (windows, objectives) is the run's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import aiohttp
+
+from satbench.core.figures import StepFigures
+from satbench.core.prefill import PrefillWalk, PrefillWindow, prefill_window, probe_prompt_tokens
+from satbench.core.prefill_peak import PrefillRung, next_prefill_rung
+from satbench.core.step_figures import compute_step_figures
+from satbench.loadgen.config import LaneConfig, LengthDist, LoadgenConfig, PrefillConfig, WorkloadConfig
+from satbench.loadgen.step import StepRun
+from satbench.loadgen.workload import PromptText
+
+__all__ = ["DEFAULT_GAIN", "PrefillStepper", "prefill_line", "probe_config", "slot_context"]
+
+DEFAULT_GAIN = 0.10  # the ladder's plateau gain where the run sets no decide_gain
+STARVED_AFTER_S = 5.0  # the least a rung's drain follows its window's requests (module docstring)
+
+
+async def slot_context(lane: LaneConfig, timeout_s: float = 3.0) -> int | None:
+    """A slot's context in tokens as the runtime says (``/props`` ``default_generation_settings.n_ctx``);
+    None where it does not answer or does not say."""
+    params = {"model": lane.model, "autoload": "false"} if lane.model else None
+    props: Any = None
+    with contextlib.suppress(TimeoutError, aiohttp.ClientError, OSError, ValueError):
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session, \
+                session.get(lane.url + "/props", params=params) as resp:
+            if resp.status == 200:
+                props = await resp.json(content_type=None)
+    settings = props.get("default_generation_settings") if isinstance(props, dict) else None
+    n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
+    return n_ctx if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and n_ctx > 0 else None
+
+
+def probe_config(config: LoadgenConfig, prompt_tokens: int) -> LoadgenConfig:
+    """``config`` sending ``prompt_tokens``-token prompts and one output token (module docstring)."""
+    workload = WorkloadConfig(seed=config.workload.seed, temperature=config.workload.temperature,
+                              prompt_tokens=LengthDist(kind="fixed", value=prompt_tokens),
+                              output_tokens=LengthDist(kind="fixed", value=1), ignore_eos=True)
+    drain = config.request_timeout_s if config.drain_timeout_s is None else config.drain_timeout_s
+    return config.model_copy(update={"workload": workload,
+                                     "drain_timeout_s": min(drain, max(STARVED_AFTER_S, config.max_window_s))})
+
+
+class PrefillStepper:
+    """The walk's state for one lane: the rungs so far and the next one to measure (module docstring)."""
+
+    def __init__(self, config: LoadgenConfig, cfg: PrefillConfig, slot_ctx: int | None) -> None:
+        prompt = probe_prompt_tokens(cfg.prompt_tokens, slot_ctx)
+        self.cfg = cfg
+        self.config = probe_config(config, prompt)
+        self.gain = config.decide_gain if config.decide_gain is not None else DEFAULT_GAIN
+        self.walk = PrefillWalk(prompt_tokens=prompt, slot_context=slot_ctx)
+        self.rungs: list[PrefillRung] = []
+        self.reference: StepFigures | None = None
+        self.ended: str | None = None
+
+    def text(self, run_id: str) -> PromptText:
+        return PromptText(self.walk.prompt_tokens + 8, self.config.workload.seed, nonce=f"{run_id}:prefill")
+
+    def next_rung(self) -> int | None:
+        if self.ended is not None:
+            return None
+        return next_prefill_rung(self.rungs, min_gain_per_doubling=self.gain,
+                                 max_concurrency=self.cfg.max_concurrency)
+
+    def measured(self, step: StepRun, figures: StepFigures, start: float, end: float) -> PrefillWindow:
+        """Takes a finished rung's figures: its window joins the walk; an invalid rung ends it."""
+        window = prefill_window(list(step.records()), figures, start, end)
+        self.walk = self.walk.with_window(window)
+        self.rungs.append(PrefillRung(window.concurrency, window.prompt_tok_s, window.interval,
+                                      window.requests if window.valid else 0))
+        if window.valid:
+            self.reference = figures
+        else:
+            self.ended = f"c={window.concurrency} could not be used: {window.reason}"
+        return window
+
+    def figures(self, step: StepRun, window: Any) -> StepFigures:
+        return compute_step_figures(list(step.records()), window, batch_s=self.config.batch_s)
+
+
+def prefill_line(lane: str, window: PrefillWindow) -> str:
+    """The line a finished prefill rung leaves."""
+    ci = "" if window.interval is None else f" [{window.interval[0]:.0f}, {window.interval[1]:.0f}]"
+    ttft = "" if window.median_ttft_s is None else f", TTFT p50 {window.median_ttft_s * 1e3:.0f} ms"
+    line = (f"  {lane} prefill c={window.concurrency}: {window.prompt_tok_s:.0f} prompt tok/s{ci}{ttft}, "
+            f"{window.requests} requests")
+    return line + ("" if window.valid else f" (invalid: {window.reason})")
