@@ -1,6 +1,7 @@
 """The answers as the routers that place requests read them: llm-d's prefill calibration record, the endpoint
 picker's saturation thresholds and the variant autoscaler's capacities (``satbench capabilities --format
-llm-d|epp|wva``; the autoscalers' KEDA and KServe objects are ``recommender.keda``).
+llm-d|epp|wva``; the autoscalers' KEDA and KServe objects are ``recommender.keda``, AIBrix's GPU profiles
+``recommender.aibrix``).
 
 Each of these consumers is today given its numbers by hand. Here every record is cut from the served
 document's answers, and every one carries the same ``satbench`` stamp (``lane_stamp``): the fingerprint digest

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from satbench.recommender.aibrix import aibrix_profiles
 from satbench.recommender.capabilities import FORMATS as CAPABILITY_FORMATS
 from satbench.recommender.consumer_records import epp_thresholds, llmd_calibration, variant_capacities
 from satbench.recommender.keda import AutoscalerOptions, keda_scaled_objects, kserve_scaling
@@ -23,6 +24,7 @@ RECORD_FORMATS: dict[str, tuple[Renderer, str]] = {
     "llm-d": (lambda doc, _: llmd_calibration(doc), "llm-d's prefill calibration record per lane"),
     "epp": (lambda doc, _: epp_thresholds(doc), "the endpoint picker's saturation thresholds per lane"),
     "wva": (lambda doc, _: variant_capacities(doc), "the variant autoscaler's capacities per lane"),
+    "aibrix": (aibrix_profiles, "AIBrix's GPU optimizer profile per model and node kind (requests/s by length)"),
 }
 ALL_FORMATS = (*CAPABILITY_FORMATS, *RECORD_FORMATS)
 LANE_FORMATS = {"llm-d": "records", "epp": "endpoints", "wva": "variants"}  # keyed per lane: one can be taken

@@ -65,6 +65,7 @@ KEDA = validator("keda_scaledobject.schema.json")
 KSERVE_SCALING = validator("kserve_llminferenceservice_scaling.schema.json")
 LLMD = validator("llmd_prefill_calibration.schema.json", crd=False)
 EPP = validator("epp_utilization_detector.schema.json", crd=False)
+AIBRIX = validator("aibrix_gpu_profile.schema.json", crd=False)
 
 
 def errors(v: jsonschema.Draft7Validator, instance: Any) -> list[str]:
@@ -290,6 +291,50 @@ def test_a_measured_peak_prefill_on_a_changed_node_is_stale() -> None:
     assert llmd_applies(record, doc["lanes"]["dense"]["fingerprint"]["digest"]) == "status STALE"
 
 
+def aibrix_shape_errors(profile: dict[str, Any]) -> list[str]:
+    """What AIBrix's optimizer would refuse beyond the schema: matrices of the indexes' shape, indexes ascending."""
+    outputs, inputs = profile["indexes"]
+    shape = (len(outputs), len(inputs))
+    problems = [f"{name} is not {shape}" for name in ("tputs", "e2e")
+                if (len(profile[name]), *{len(row) for row in profile[name]}) != shape]
+    return problems + [f"indexes {axis} not ascending" for axis in (outputs, inputs) if axis != sorted(set(axis))]
+
+
+def _kind(lane: dict[str, Any], slots: int, prompt: int) -> dict[str, Any]:
+    lane = copy.deepcopy(lane)
+    lane["fingerprint"]["settings"]["slots"] = slots
+    lane["fingerprint"]["workload"]["values"]["prompt_tokens"] = {"kind": "fixed", "value": prompt}
+    return lane
+
+
+def test_aibrix_profiles_are_the_answers_by_length_one_grid_per_model() -> None:
+    doc = sample()
+    base = doc["lanes"]["dense"]
+    # two nodes of one kind at 64-token prompts (the lesser answer holds for both), one of another kind at 512
+    doc["lanes"] = {"a/dense": base, "b/dense": copy.deepcopy(base), "c/dense": _kind(base, 8, 512)}
+    for key, node in (("a/dense", "a"), ("b/dense", "b"), ("c/dense", "c")):
+        doc["lanes"][key]["node"] = node
+    doc["nodes"] = {n: {"labels": {}, "lanes": [f"{n}/dense"]} for n in "abc"}
+    with_rate(doc, "b/dense", 2.5)
+    with_rate(doc, "a/dense", 3.0)
+    record = render_record(read_document(doc), "aibrix")
+    profiles = record["profiles"]
+    assert len(profiles) == 2 and record["unplaced"] == {}
+    for profile in profiles.values():
+        assert errors(AIBRIX, profile) == [] and aibrix_shape_errors(profile) == []
+        assert profile["indexes"] == [[64], [64, 512]]  # one grid for the model's kinds: AIBrix refuses two
+    by_slots = {p["satbench"]["cells"][0]["lane_key"]: p for p in profiles.values()}
+    assert by_slots["b/dense"]["tputs"] == [[2.5, 0.0]]  # the rate answer, the lesser of a's and b's
+    assert by_slots["b/dense"]["satbench"]["cells"][0]["source"] == "rate answer (settled)"
+    steps = {s["concurrency"]: s for s in base["steps"]}
+    closed = steps[base["recommended_concurrency"]]
+    assert by_slots["c/dense"]["tputs"] == [[0.0, closed["requests_per_s"]]]  # no rate walked: the closed loop
+    assert by_slots["c/dense"]["e2e"] == [[0.0, closed["latency_s"]["mean"]]]
+    named = render_record(read_document(sample()), "aibrix", AutoscalerOptions(scale_targets={"dense": "llama-8b"}))
+    assert list(named["profiles"]) == ["llama-8b"]  # the Deployment AIBrix matches the profile to
+    assert errors(AIBRIX, {**profiles[next(iter(profiles))], "slos": {"percentile": 95}})
+
+
 # -- a changed fingerprint is stale in every format -----------------------------------------------------------
 def _checked(slots_live: int) -> dict[str, Any]:
     """The sample's answer checked against a live fingerprint whose slots are ``slots_live`` (measured: 1)."""
@@ -317,6 +362,11 @@ def stale_in(fmt: str, document: dict[str, Any]) -> bool:
     record = render_record(doc, fmt)
     if fmt in ("keda", "kserve"):
         return record["items"][0]["metadata"]["annotations"]["satbench.io/stale"] == "true"
+    if fmt == "aibrix":
+        (profile,) = record["profiles"].values()
+        (cell,) = profile["satbench"]["cells"]
+        assert (profile["tputs"][0][0] == 0.0) == cell["stale"]  # AIBrix's "no qualifying rate"
+        return bool(cell["stale"])
     body = next(iter(next(iter(record.values())).values()))
     if fmt == "llm-d":
         assert (body["status"] == "STALE") == body["satbench"]["stale"]
