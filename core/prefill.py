@@ -59,6 +59,7 @@ class PrefillWalk(BaseModel):
 
     prompt_tokens: Annotated[int, Field(ge=1)]
     slot_context: int | None = None  # a slot's context as the runtime said (/props), which bounds the prompt
+    tokens_per_word: float | None = None  # the runtime's tokens a word of the walk's text (/tokenize); None: 1
     windows: tuple[PrefillWindow, ...] = ()
 
     def with_window(self, window: PrefillWindow) -> PrefillWalk:

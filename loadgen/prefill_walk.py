@@ -3,23 +3,26 @@
 llm-d's router predicts a request's TTFT as the prompt tokens in flight over the lane's peak prefill
 throughput, which operators measure today by hand from single requests (``CHUNK_SIZE / median TTFT``): one
 request leaves the accelerator idle between its chunks and between requests, so that figure is a floor. Here
-the lane is asked what it can do: closed-loop rungs of ``prompt_tokens``-token prompts (bounded by a slot's
-context, which ``/props`` says) and ``max_tokens`` 1, so each request is its prefill and the one token it
-generates; 1, 2, 4, ... users (``core.prefill_peak.next_prefill_rung``) until a doubling no longer pays (the
-ladder's rule against ``decide_gain``, 0.10 where unset), or ``max_concurrency``. Each rung is a ``StepRun``
-of the ladder's own (warm-up, window, its sequential look against the rung below, records written as each
-request ends), with prompts of its own (the ``-prefill`` tag in the request ids and prompt heads: a prompt
-cache serves none of another rung's), never published as a rung of the ladder; the manifest keeps each
-rung's ``core.prefill.PrefillWindow``. A rung the lane could not serve (invalid) ends the walk: a prompt the
-runtime refuses is refused at every rung above it too.
+the lane is asked what it can do: closed-loop rungs of ``prompt_tokens``-token prompts and ``max_tokens`` 1, so
+each request is its prefill and the one token it generates; 1, 2, 4, ... users
+(``core.prefill_peak.next_prefill_rung``) until doublings no longer pay (the ladder's rule against
+``decide_gain``, 0.10 where unset), or ``max_concurrency``. A prompt is bounded by a slot's context (``/props``)
+and sized in the runtime's own tokens: ``/tokenize`` says how many tokens its tokenizer makes of a word of the
+walk's text (a synthetic vocabulary made three of one; where it does not answer, a word is taken for a token).
+Each rung is a ``StepRun`` of the ladder's own (warm-up, window, its sequential look against the rung below,
+records written as each request ends), with prompts of its own (the ``-prefill`` tag in the request ids and
+prompt heads: a prompt cache serves none of another rung's), never published as a rung of the ladder; the
+manifest keeps each rung's ``core.prefill.PrefillWindow``. A rung the lane could not serve (invalid) ends the
+walk: a prompt the runtime refuses is refused at every rung above it too.
 
-``probe_config``: the run's config with the walk's workload, and a drain that follows the window's requests
-for at most a window's length (at least ``STARVED_AFTER_S``) where the ladder's follows them to the request
-timeout: llama-server fills a step's prompt tokens slot by slot, in slot order, so under a steady stream of
-long prompts the highest busy slot can wait for as long as the others keep busy (the simulator's engine does
-the same: at c=4 with 6144-token prompts and a 2048-token batch, a request waited out the two-minute request
-timeout). The rung's figure is the tokens evaluated, which a starved request does not change; its own
-prefill, never begun, has nothing to credit. The rest (windows, objectives) is the run's.
+``probe_config``: the run's config with the walk's workload; a rung held on (``loadgen.stop_rule.held``, up to
+``hold_max_window_s``) until its window has ``MIN_REQUESTS`` requests, the least a peak is read from; and a
+drain that follows the window's requests for at most a window's length (at least ``STARVED_AFTER_S``) where
+the ladder's follows them to the request timeout: llama-server fills a step's prompt tokens slot by slot, in
+slot order, so under a steady stream of long prompts the highest busy slot can wait for as long as the others
+keep busy (the simulator's engine does the same, and a real llama-server on the tiny models: at c=4 a request
+waited out the drain). The rung's figure is the tokens evaluated, which a starved request does not change; its
+own prefill, never begun, has nothing to credit. The rest (windows, objectives) is the run's.
 """
 
 from __future__ import annotations
@@ -37,10 +40,28 @@ from satbench.loadgen.config import LaneConfig, LengthDist, LoadgenConfig, Prefi
 from satbench.loadgen.step import StepRun
 from satbench.loadgen.workload import PromptText
 
-__all__ = ["DEFAULT_GAIN", "PrefillStepper", "prefill_line", "probe_config", "slot_context"]
+__all__ = ["DEFAULT_GAIN", "MIN_REQUESTS", "PrefillStepper", "prefill_line", "probe_config", "slot_context",
+           "tokens_per_word"]
 
 DEFAULT_GAIN = 0.10  # the ladder's plateau gain where the run sets no decide_gain
 STARVED_AFTER_S = 5.0  # the least a rung's drain follows its window's requests (module docstring)
+MIN_REQUESTS = 10  # a peak's rung (llm-d's consumer applies a record of at least 10 samples)
+HOLD_FOR_REQUESTS_ONLY = 1e9  # the hold's interval bound (loadgen.stop_rule.held), never binding
+
+
+async def tokens_per_word(lane: LaneConfig, text: PromptText, words: int = 512,
+                          timeout_s: float = 10.0) -> float | None:
+    """How many tokens the lane's tokenizer makes of one word of the walk's text (``POST /tokenize`` of its first
+    ``words`` words); None where the lane does not answer it."""
+    body = {"content": text.prompt(words)}
+    tokens: Any = None
+    with contextlib.suppress(TimeoutError, aiohttp.ClientError, OSError, ValueError):
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session, \
+                session.post(lane.url + "/tokenize", json=body) as resp:
+            if resp.status == 200:
+                answer = await resp.json(content_type=None)
+                tokens = answer.get("tokens") if isinstance(answer, dict) else None
+    return len(tokens) / min(words, text.max_tokens) if isinstance(tokens, list) and tokens else None
 
 
 async def slot_context(lane: LaneConfig, timeout_s: float = 3.0) -> int | None:
@@ -64,25 +85,33 @@ def probe_config(config: LoadgenConfig, prompt_tokens: int) -> LoadgenConfig:
                               prompt_tokens=LengthDist(kind="fixed", value=prompt_tokens),
                               output_tokens=LengthDist(kind="fixed", value=1), ignore_eos=True)
     drain = config.request_timeout_s if config.drain_timeout_s is None else config.drain_timeout_s
-    return config.model_copy(update={"workload": workload,
-                                     "drain_timeout_s": min(drain, max(STARVED_AFTER_S, config.max_window_s))})
+    return config.model_copy(update={
+        "workload": workload, "drain_timeout_s": min(drain, max(STARVED_AFTER_S, config.max_window_s)),
+        # a rung is held on until it has the requests the peak needs (held for them only: its output-token
+        # interval is a count of one-token requests, not the rung's prompt tokens/s)
+        "min_requests": max(config.min_requests, MIN_REQUESTS), "usable_ci_rel": HOLD_FOR_REQUESTS_ONLY,
+        "hold_max_window_s": config.hold_max_window_s or config.decide_max_window_s})
 
 
 class PrefillStepper:
     """The walk's state for one lane: the rungs so far and the next one to measure (module docstring)."""
 
-    def __init__(self, config: LoadgenConfig, cfg: PrefillConfig, slot_ctx: int | None) -> None:
+    def __init__(self, config: LoadgenConfig, cfg: PrefillConfig, slot_ctx: int | None,
+                 per_word: float | None = None) -> None:
         prompt = probe_prompt_tokens(cfg.prompt_tokens, slot_ctx)
         self.cfg = cfg
-        self.config = probe_config(config, prompt)
+        # the workload counts a prompt in words of its text; the runtime, in its tokens
+        self.config = probe_config(config, max(1, int(prompt / per_word)) if per_word else prompt)
         self.gain = config.decide_gain if config.decide_gain is not None else DEFAULT_GAIN
-        self.walk = PrefillWalk(prompt_tokens=prompt, slot_context=slot_ctx)
+        self.walk = PrefillWalk(prompt_tokens=prompt, slot_context=slot_ctx, tokens_per_word=per_word)
         self.rungs: list[PrefillRung] = []
         self.reference: StepFigures | None = None
         self.ended: str | None = None
 
-    def text(self, run_id: str) -> PromptText:
-        return PromptText(self.walk.prompt_tokens + 8, self.config.workload.seed, nonce=f"{run_id}:prefill")
+    @staticmethod
+    def text(config: LoadgenConfig, cfg: PrefillConfig, run_id: str) -> PromptText:
+        """The walk's text: enough words for its prompts at a token a word or more."""
+        return PromptText(cfg.prompt_tokens + 8, config.workload.seed, nonce=f"{run_id}:prefill")
 
     def next_rung(self) -> int | None:
         if self.ended is not None:

@@ -56,7 +56,7 @@ from satbench.loadgen.inputs import Inputs, load_inputs
 from satbench.loadgen.ladder import extension_stop, next_step
 from satbench.loadgen.metrics import LoadgenMetrics, MetricsServer
 from satbench.loadgen.open_step import OpenStepRun
-from satbench.loadgen.prefill_walk import PrefillStepper, prefill_line, slot_context
+from satbench.loadgen.prefill_walk import PrefillStepper, prefill_line, slot_context, tokens_per_word
 from satbench.loadgen.progress import Progress, progress_wanted, rate_line, rung_line
 from satbench.loadgen.rates import RateOutcome, factor_label, judge, next_rate, search_end
 from satbench.loadgen.step import Clock, StepRun
@@ -279,9 +279,10 @@ class LadderRunner:
                             slots: int | None) -> None:
         """The lane's peak-prefill walk (``loadgen.prefill_walk``), after its ladder: each rung's window in the
         manifest's ``prefill``, never a rung of the ladder (not published, not in ``steps.json``)."""
-        assert self.config.prefill is not None
-        walker = PrefillStepper(self.config, self.config.prefill, await slot_context(lane))
-        text = walker.text(self.run_id)
+        cfg = self.config.prefill
+        assert cfg is not None
+        text = PrefillStepper.text(self.config, cfg, self.run_id)
+        walker = PrefillStepper(self.config, cfg, await slot_context(lane), await tokens_per_word(lane, text))
         self.part = self.part.with_prefill(lane.key, walker.walk)
         while (c := walker.next_rung()) is not None:
             step = StepRun(config=walker.config, lane=lane, concurrency=c, run_id=self.run_id, client=client,

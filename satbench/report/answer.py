@@ -119,13 +119,17 @@ def answer_facts(lane: LaneReport) -> list[tuple[str, str]]:
         from satbench.report.traces import trace_fact
 
         facts.append(("recorded traffic", trace_fact(lane.trace)))
+    if lane.prefill:  # the peak prefill answer beside it (satbench.report.prefill)
+        from satbench.report.prefill import prefill_fact
+
+        facts.append(("peak prefill", prefill_fact(lane.prefill)))
     return facts
 
 
 def short_facts(lane: LaneReport) -> str:
     """Slots, knee and saturation in one line (the terminal's second line of each answer)."""
     facts = dict(answer_facts(lane))
-    return "; ".join(f"{k}: {facts[k]}" for k in ("slots", "knee", "saturation"))
+    return "; ".join(f"{k}: {facts[k]}" for k in ("slots", "knee", "saturation", "peak prefill") if k in facts)
 
 
 def extra_notes(lane: LaneReport) -> list[str]:

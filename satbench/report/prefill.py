@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from satbench.recommender.models import PrefillModel
 
-__all__ = ["PREFILL_HEADERS", "prefill_sentence", "prefill_table"]
+__all__ = ["PREFILL_HEADERS", "prefill_fact", "prefill_sentence", "prefill_table"]
 
 PREFILL_HEADERS = ("users", "prompt tok/s", "interval (95 %)", "requests", "TTFT p50 (ms)", "valid")
 
@@ -22,7 +22,7 @@ def prefill_sentence(prefill: PrefillModel) -> str:
     said = f"peak prefill throughput: {bound}{prefill.peak_prompt_tok_s:,.0f} prompt tokens/s"
     if prefill.interval:
         said += f" [{prefill.interval[0]:,.0f}, {prefill.interval[1]:,.0f}]"
-    said += f" at {prefill.concurrency} users ({prefill.status}: {prefill.reason})"
+    said += f" at c={prefill.concurrency} ({prefill.status}: {prefill.reason})"
     if prefill.prompt_tokens:
         low, high = prefill.prompt_tokens
         said += f"; prompts of {low} tokens" if low == high else f"; prompts of {low}-{high} tokens"
@@ -30,6 +30,14 @@ def prefill_sentence(prefill: PrefillModel) -> str:
         said += f", -b {prefill.batch_tokens}" + ("" if prefill.ubatch_tokens is None else
                                                   f" -ub {prefill.ubatch_tokens}")
     return said
+
+
+def prefill_fact(prefill: PrefillModel) -> str:
+    """The answer in a few words, for the lane's answer box: "9,394 prompt tok/s at c=2 (settled)"."""
+    if prefill.peak_prompt_tok_s is None:
+        return f"not read ({prefill.status})"
+    bound = "at least " if prefill.status != "settled" else ""
+    return f"{bound}{prefill.peak_prompt_tok_s:,.0f} prompt tok/s at c={prefill.concurrency} ({prefill.status})"
 
 
 def prefill_table(prefill: PrefillModel) -> tuple[tuple[str, ...], list[list[str]]]:

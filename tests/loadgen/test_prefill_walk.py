@@ -27,6 +27,7 @@ from satbench.recommender.document import read_document
 from satbench.recommender.policy import Policy
 from satbench.recommender.record_formats import render_record
 from satbench.recommender.run_analysis import analyze_run
+from satbench.report.render import write_report
 from satbench.simulator.profile import Profile, load_profile
 from satbench.simulator.stepcost import step_seconds
 from testkit.sim import SimulatorProcess
@@ -106,3 +107,10 @@ def test_the_peak_is_the_engines_prefill_capacity(tmp_path: Path, name: str, fla
     record = render_record(read_document(json.loads(json.dumps(document))), "llm-d")["records"]["lane"]
     assert record["status"] == "OK" and record["peak_prefill_tokens_per_second"] == peak
     assert record["valid_samples"] >= 10 and record["median_ttft_seconds"] > 0
+    # the report says the document's figure: one number, two readers
+    run = tmp_path / "run"
+    (run / "recommendations.json").write_text(json.dumps(document))
+    write_report(run)
+    readme = (run / "README.md").read_text()
+    assert f"{peak:,.0f} prompt tok/s at c={answer['concurrency']} ({answer['status']})" in readme
+    assert f"{peak:,.0f} prompt tokens/s [{low:,.0f}, {high:,.0f}]" in (run / "report.html").read_text()
