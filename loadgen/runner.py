@@ -56,7 +56,7 @@ from satbench.loadgen.inputs import Inputs, load_inputs
 from satbench.loadgen.ladder import extension_stop, next_step
 from satbench.loadgen.metrics import LoadgenMetrics, MetricsServer
 from satbench.loadgen.open_step import OpenStepRun
-from satbench.loadgen.prefill_walk import PrefillStepper, prefill_line, slot_context
+from satbench.loadgen.prefill_walk import PrefillStepper, prefill_line, props_batch, slot_context
 from satbench.loadgen.progress import Progress, progress_wanted, rate_line, rung_line
 from satbench.loadgen.rates import RateOutcome, factor_label, judge, next_rate, search_end
 from satbench.loadgen.step import Clock, StepRun
@@ -243,7 +243,7 @@ class LadderRunner:
                     top = lane_figures[-1].concurrency
                     self.progress.done(f"  {lane.key}: the extended ladder stops at c={top}: {why}")
             if prefill is not None:
-                await self._walk_prefill(lane, client, writer, clock, slots)
+                await self._walk_prefill(lane, client, writer, clock, slots, props_batch(evidence.get("props")))
             if self.config.arrival.open:
                 await self._walk_rates(lane, lane_figures, client, writer, clock, text, slots)
             if self.trace is not None:
@@ -276,11 +276,11 @@ class LadderRunner:
             self._write()
 
     async def _walk_prefill(self, lane: LaneConfig, client: LaneClient, writer: RecordsWriter, clock: Clock,
-                            slots: int | None) -> None:
+                            slots: int | None, batch: int | None) -> None:
         """The lane's peak-prefill walk (``loadgen.prefill_walk``), after its ladder: each rung's window in the
         manifest's ``prefill``, never a rung of the ladder (not published, not in ``steps.json``)."""
         assert self.config.prefill is not None
-        walker = PrefillStepper(self.config, self.config.prefill, await slot_context(lane))
+        walker = PrefillStepper(self.config, self.config.prefill, await slot_context(lane), slots, batch)
         text = walker.text(self.run_id)
         self.part = self.part.with_prefill(lane.key, walker.walk)
         while (c := walker.next_rung()) is not None:

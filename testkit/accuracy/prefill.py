@@ -52,7 +52,13 @@ from typing import Any
 
 from satbench.core.manifest import StepWindow
 from satbench.core.prefill import PrefillWindow, prefill_window, probe_prompt_tokens
-from satbench.core.prefill_peak import PeakStatus, PrefillRung, next_prefill_rung, peak_prefill
+from satbench.core.prefill_peak import (
+    PeakStatus,
+    PrefillRung,
+    next_prefill_rung,
+    peak_prefill,
+    saturating_concurrency,
+)
 from satbench.core.records import Phase, RequestRecord
 from satbench.core.step_figures import compute_step_figures
 from satbench.simulator.engine import Engine, Request, RequestSpec
@@ -178,10 +184,11 @@ def attainable_truth(draw: PrefillDraw, space: PrefillSpace) -> tuple[float, int
     """The most prompt tokens/s the engine reaches with P-token prompts, and at how many users: the engine's own
     step counts (never satbench's analysis) over long noise-free closed-loop runs (``ATTAINABLE_WINDOWS``
     windows) at every concurrency from 1 to twice the slots (from there the queue refills every freed slot at
-    once, so more users change nothing). Below ``prefill_truth`` where the slots cannot keep every step at its
-    best size: one slot's prompt of ``-b`` + 9 tokens runs as a full step and a 9-token one."""
+    once, so more users change nothing; four times the slots checks it). Below ``prefill_truth`` where the
+    slots cannot keep every step at its best size: one slot's prompt of ``-b`` + 9 tokens runs as a full step
+    and a 9-token one."""
     best = max((run_rung(draw, c, ATTAINABLE_WINDOWS * window_s(draw, space), salt=2, noisy=False).engine_tok_s, c)
-               for c in range(1, 2 * draw.slots + 1))
+               for c in (*range(1, 2 * draw.slots + 1), 4 * draw.slots))
     return best
 
 
@@ -342,10 +349,12 @@ def measure_draw(draw: PrefillDraw, space: PrefillSpace, coverage_factor: float 
     """The walk on one engine and its truths; with ``coverage_factor``, the peak rung run again for that many
     windows to hold its interval against (``coverage``: the rung's long-run prompt tokens/s)."""
     length = window_s(draw, space)
+    saturating = saturating_concurrency(draw.slots, draw.batch, draw.prompt_tokens)  # as /props says them
     rungs: list[PrefillRung] = []
     seen: list[dict[str, Any]] = []
     recipe = None
-    while (c := next_prefill_rung(rungs, min_gain_per_doubling=GAIN, max_concurrency=MAX_CONCURRENCY)) is not None:
+    while (c := next_prefill_rung(rungs, min_gain_per_doubling=GAIN, max_concurrency=MAX_CONCURRENCY,
+                                  saturating=saturating)) is not None:
         window, run = measure_rung(draw, c, length)
         rungs.append(PrefillRung(window.concurrency, window.prompt_tok_s, window.interval,
                                  window.requests if window.valid else 0))
@@ -356,7 +365,7 @@ def measure_draw(draw: PrefillDraw, space: PrefillSpace, coverage_factor: float 
             recipe = draw.prompt_tokens / window.median_ttft_s  # the hand-run recipe: P / median TTFT at c=1
         if not window.valid:
             break
-    peak = peak_prefill(rungs, min_gain_per_doubling=GAIN)
+    peak = peak_prefill(rungs, min_gain_per_doubling=GAIN, saturating=saturating)
     truth, truth_c = attainable_truth(draw, space)
     result = DrawResult(draw, prefill_truth(draw), truth, truth_c, peak.status, peak.peak_tok_s, peak.interval,
                         peak.concurrency, seen, recipe, length)

@@ -29,7 +29,7 @@ def test_the_attainable_truth_is_the_steps_of_one_slots_prompt(batch: int, promp
     chunks = [batch] * (prompt // batch) + ([prompt % batch] if prompt % batch else [])
     expected = prompt / sum(step_seconds(COST, 0, n, draw.ubatch) for n in chunks)
     truth, users = attainable_truth(draw, SPACE)
-    assert truth == pytest.approx(expected, rel=2e-3) and users == 2
+    assert truth == pytest.approx(expected, rel=2e-3) and users >= 2  # one user idles while it turns round
     bound = prefill_truth(draw)
     assert truth <= bound * (1 + 1e-9)
     assert (truth < 0.9 * bound) == (prompt == 265)
@@ -47,3 +47,12 @@ def test_the_peak_is_within_ten_percent_of_the_engines_prefill_over_seeded_draws
     assert not off
     within = [d for d in draws if d.error is not None and abs(d.error) <= 0.10]
     assert len(within) >= 0.9 * len(draws), [(d.draw.draw, d.status, d.error) for d in draws]
+
+
+def test_the_engine_whose_shoulder_spans_two_doublings_is_walked_past_it() -> None:
+    """Seed 2, draw 68 (3 slots, -b 2048, 732-token prompts): flat from 1 to 4 users, 20 % more from 6; the
+    walk settled at 4 users on 83 % of it before the rule waited for twice the slots (``core.prefill_peak``)."""
+    result = measure_draw(sample(SPACE, 2, 68), SPACE)
+    assert result.draw.slots == 3 and result.truth_c >= 6
+    assert result.status == "settled" and result.concurrency is not None and result.concurrency >= 6
+    assert result.error is not None and abs(result.error) <= 0.05
