@@ -60,6 +60,10 @@ class PrefillWalk(BaseModel):
     prompt_tokens: Annotated[int, Field(ge=1)]
     slot_context: int | None = None  # a slot's context as the runtime said (/props), which bounds the prompt
     tokens_per_word: float | None = None  # the runtime's tokens a word of the walk's text (/tokenize); None: 1
+    # the runtime's slots (/props total_slots) and logical batch (-b, where /props says it): where more than one
+    # prompt fits a step, the walk settles from twice the slots up (core.prefill_peak.saturating_concurrency)
+    slots: int | None = None
+    batch: int | None = None
     windows: tuple[PrefillWindow, ...] = ()
 
     def with_window(self, window: PrefillWindow) -> PrefillWalk:

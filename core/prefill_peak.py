@@ -22,9 +22,24 @@ from c=4 on do the waiting prompts fill the steps (the simulator's engine, a mem
 prompt tok/s at c=1, 22.5k at c=2, 32.9k at its peak). One flat doubling answered 68 % of that peak; a
 second flat doubling is what tells the shoulder from the plateau.
 
+Why not below twice the slots where more than one prompt fits a step (``P < -b``, both known: the runtime's
+slots, ``/props`` ``total_slots``, and its logical batch): the shoulder can then span two doublings. A step
+that finishes ``m`` prompts frees ``m`` slots, and the next step starts at once with what is waiting: the
+users of the ``m`` prompts are still turning round, so only the ``c - slots`` requests already queued can fill
+them. Every step is the full one the peak is made of only when that queue can refill every slot a step may
+free, ``c - slots >= slots``; below ``2 x slots`` the steps run short of prompts, and the throughput can be flat
+over two doublings and rise after (an engine of the accuracy bench, ``bench/prefill_accuracy.py``: 3 slots,
+``-b`` 2048, 732-token prompts: 22.9k, 24.1k, 24.1k prompt tok/s at 1, 2, 4 users, settled at 83 % of the
+28.9k it runs at from 6). There ``patience`` flat doublings settle the peak only once the walk has measured a
+rung at ``saturating_concurrency`` (``2 x slots``) or more; above it more users only queue. Where a prompt is
+at least a step (chunked), the tokens one prompt has left fill a step and a step finishes at most one or two,
+so the steps are full from a few users and the two flat doublings suffice; rungs far above them only thin out
+(at 8 slots, 6,144-token prompts and ``-b`` 2048, c=32 left seven requests in a five-second window).
+
 - ``next_prefill_rung``: double the concurrency (above every rung measured, so the walk always ends) until
-  ``patience`` doublings are plateaus with none paying between them; an undecided one does not stop it (more
-  load is the evidence that decides), and nothing goes above ``max_concurrency``. Pure.
+  ``patience`` doublings are plateaus with none paying between them, up to a rung at ``saturating`` or above;
+  an undecided one does not stop it (more load is the evidence that decides), and nothing goes above
+  ``max_concurrency``. Pure.
 - ``peak_prefill``: ``settled`` at the first such run of ``patience`` plateaus, the peak being the highest rung
   measured up to its end (the plateau's level; a noisy dip cannot lower it), with that rung's interval;
   ``unsaturated`` where the walk ended still gaining or with fewer flat doublings (the figure is a lower
@@ -45,7 +60,8 @@ from typing import Literal
 
 from satbench.core.statistics import doubling_decision, gain_interval, gain_per_doubling
 
-__all__ = ["PATIENCE", "PeakStatus", "PrefillPeak", "PrefillRung", "next_prefill_rung", "peak_prefill"]
+__all__ = ["PATIENCE", "PeakStatus", "PrefillPeak", "PrefillRung", "next_prefill_rung", "peak_prefill",
+           "saturating_concurrency"]
 
 PeakStatus = Literal["settled", "unsaturated", "undecided", "insufficient_data"]
 
@@ -89,26 +105,36 @@ def _peak(status: PeakStatus, rungs: list[PrefillRung], reason: str) -> PrefillP
 PATIENCE = 2  # flat doublings in a row that settle the peak (module docstring)
 
 
-def _settled_at(decisions: list[str], patience: int) -> int | None:
+def saturating_concurrency(slots: int | None, batch: int | None, prompt_tokens: int | None) -> int:
+    """The least concurrency from which the walk's plateau can settle (module docstring): twice the ``slots``
+    where more than one prompt fits a step of ``batch`` tokens, else 1 (any); 1 where any of them is unknown."""
+    if slots is None or batch is None or prompt_tokens is None or min(slots, batch, prompt_tokens) <= 0:
+        return 1
+    return 2 * slots if prompt_tokens < batch else 1
+
+
+def _settled_at(rungs: list[PrefillRung], decisions: list[str], patience: int, saturating: int) -> int | None:
     """The index of the doubling that makes ``patience`` plateaus with no paying doubling between them (an
-    undecided one between them neither counts nor breaks the run), or None."""
+    undecided one between them neither counts nor breaks the run), up to a rung at ``saturating`` or above, or
+    None."""
     run = 0
     for i, decision in enumerate(decisions):
         run = 0 if decision == "pays" else run + (decision == "plateau")
-        if run >= patience:
+        if run >= patience and rungs[i + 1].concurrency >= saturating:
             return i
     return None
 
 
 def peak_prefill(rungs: Sequence[PrefillRung], *, min_gain_per_doubling: float, min_requests: int = 10,
-                 patience: int = PATIENCE) -> PrefillPeak:
-    """The lane's peak prefill throughput from its rungs (module docstring)."""
+                 patience: int = PATIENCE, saturating: int = 1) -> PrefillPeak:
+    """The lane's peak prefill throughput from its rungs; ``saturating``, ``saturating_concurrency`` of the
+    lane (module docstring)."""
     usable = _usable(rungs, min_requests)
     if not usable:
         return PrefillPeak("insufficient_data", None, None, None, 0,
                            f"no rung of at least {min_requests} requests with prompt tokens")
     decisions = _decisions(usable, min_gain_per_doubling)
-    end = _settled_at(decisions, patience)
+    end = _settled_at(usable, decisions, patience, saturating)
     if end is not None:
         high = usable[end + 1].concurrency
         return _peak("settled", usable[: end + 2], f"prompt tokens/s stopped gaining: {patience} doublings up to "
@@ -117,6 +143,10 @@ def peak_prefill(rungs: Sequence[PrefillRung], *, min_gain_per_doubling: float, 
     if decisions and decisions[-1] == "undecided":
         return _peak("undecided", usable, f"c={usable[-2].concurrency} to c={top}: the gain's interval straddles "
                      f"{min_gain_per_doubling:.0%} per doubling; a higher rung decides it")
+    if decisions and decisions[-1] == "plateau" and top < saturating and \
+            _settled_at(usable, decisions, patience, 1) is not None:
+        return _peak("unsaturated", usable, f"flat up to c={top}, the top rung, but below c={saturating}, twice "
+                     f"the slots, where the queue refills every slot a step frees: a lower bound")
     if decisions and decisions[-1] == "plateau":
         return _peak("unsaturated", usable, f"flat from c={usable[-2].concurrency} to c={top}, the top rung, but "
                      f"for one doubling only (a batcher can be flat for one and rise after): a lower bound")
@@ -124,11 +154,12 @@ def peak_prefill(rungs: Sequence[PrefillRung], *, min_gain_per_doubling: float, 
 
 
 def next_prefill_rung(rungs: Sequence[PrefillRung], *, min_gain_per_doubling: float, max_concurrency: int,
-                      min_requests: int = 10, patience: int = PATIENCE) -> int | None:
+                      min_requests: int = 10, patience: int = PATIENCE, saturating: int = 1) -> int | None:
     """The next concurrency to measure, or None: the peak is settled or the ladder is at its top."""
     if not rungs:
         return 1 if max_concurrency >= 1 else None
-    if _settled_at(_decisions(_usable(rungs, min_requests), min_gain_per_doubling), patience) is not None:
+    usable = _usable(rungs, min_requests)
+    if _settled_at(usable, _decisions(usable, min_gain_per_doubling), patience, saturating) is not None:
         return None
     nxt = 2 * max(r.concurrency for r in rungs)  # above every rung measured, so the walk always ends
     return nxt if nxt <= max_concurrency else None

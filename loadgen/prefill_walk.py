@@ -6,7 +6,8 @@ request leaves the accelerator idle between its chunks and between requests, so 
 the lane is asked what it can do: closed-loop rungs of ``prompt_tokens``-token prompts and ``max_tokens`` 1, so
 each request is its prefill and the one token it generates; 1, 2, 4, ... users
 (``core.prefill_peak.next_prefill_rung``) until doublings no longer pay (the ladder's rule against
-``decide_gain``, 0.10 where unset), or ``max_concurrency``. A prompt is bounded by a slot's context (``/props``)
+``decide_gain``, 0.10 where unset; from twice the slots where ``/props`` says them and ``-b`` and more than one
+prompt fits a step), or ``max_concurrency``. A prompt is bounded by a slot's context (``/props``)
 and sized in the runtime's own tokens: ``/tokenize`` says how many tokens its tokenizer makes of a word of the
 walk's text (a synthetic vocabulary made three of one; where it does not answer, a word is taken for a token).
 Each rung is a ``StepRun`` of the ladder's own (warm-up, window, its sequential look against the rung below,
@@ -34,14 +35,14 @@ import aiohttp
 
 from satbench.core.figures import StepFigures
 from satbench.core.prefill import PrefillWalk, PrefillWindow, prefill_window, probe_prompt_tokens
-from satbench.core.prefill_peak import PrefillRung, next_prefill_rung
+from satbench.core.prefill_peak import PrefillRung, next_prefill_rung, saturating_concurrency
 from satbench.core.step_figures import compute_step_figures
 from satbench.loadgen.config import LaneConfig, LengthDist, LoadgenConfig, PrefillConfig, WorkloadConfig
 from satbench.loadgen.step import StepRun
 from satbench.loadgen.workload import PromptText
 
-__all__ = ["DEFAULT_GAIN", "MIN_REQUESTS", "PrefillStepper", "prefill_line", "probe_config", "slot_context",
-           "tokens_per_word"]
+__all__ = ["DEFAULT_GAIN", "MIN_REQUESTS", "PrefillStepper", "prefill_line", "probe_config", "props_batch",
+           "slot_context", "tokens_per_word"]
 
 DEFAULT_GAIN = 0.10  # the ladder's plateau gain where the run sets no decide_gain
 STARVED_AFTER_S = 5.0  # the least a rung's drain follows its window's requests (module docstring)
@@ -79,6 +80,20 @@ async def slot_context(lane: LaneConfig, timeout_s: float = 3.0) -> int | None:
     return n_ctx if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and n_ctx > 0 else None
 
 
+def props_batch(props: Any) -> int | None:
+    """The logical batch (``-b``) where ``/props`` says it (``n_batch``, its generation settings', the
+    simulator's), else None."""
+    if not isinstance(props, dict):
+        return None
+    settings = props.get("default_generation_settings")
+    sim = props.get("simulator")
+    for value in (props.get("n_batch"), settings.get("n_batch") if isinstance(settings, dict) else None,
+                  sim.get("batch") if isinstance(sim, dict) else None):
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
 def probe_config(config: LoadgenConfig, prompt_tokens: int) -> LoadgenConfig:
     """``config`` sending ``prompt_tokens``-token prompts and one output token (module docstring)."""
     workload = WorkloadConfig(seed=config.workload.seed, temperature=config.workload.temperature,
@@ -97,13 +112,15 @@ class PrefillStepper:
     """The walk's state for one lane: the rungs so far and the next one to measure (module docstring)."""
 
     def __init__(self, config: LoadgenConfig, cfg: PrefillConfig, slot_ctx: int | None,
-                 per_word: float | None = None) -> None:
+                 slots: int | None = None, batch: int | None = None, per_word: float | None = None) -> None:
         prompt = probe_prompt_tokens(cfg.prompt_tokens, slot_ctx)
         self.cfg = cfg
         # the workload counts a prompt in words of its text; the runtime, in its tokens
         self.config = probe_config(config, max(1, int(prompt / per_word)) if per_word else prompt)
         self.gain = config.decide_gain if config.decide_gain is not None else DEFAULT_GAIN
-        self.walk = PrefillWalk(prompt_tokens=prompt, slot_context=slot_ctx, tokens_per_word=per_word)
+        self.walk = PrefillWalk(prompt_tokens=prompt, slot_context=slot_ctx, tokens_per_word=per_word, slots=slots,
+                                batch=batch)
+        self.saturating = saturating_concurrency(slots, batch, prompt)
         self.rungs: list[PrefillRung] = []
         self.reference: StepFigures | None = None
         self.ended: str | None = None
@@ -117,7 +134,7 @@ class PrefillStepper:
         if self.ended is not None:
             return None
         return next_prefill_rung(self.rungs, min_gain_per_doubling=self.gain,
-                                 max_concurrency=self.cfg.max_concurrency)
+                                 max_concurrency=self.cfg.max_concurrency, saturating=self.saturating)
 
     def measured(self, step: StepRun, figures: StepFigures, start: float, end: float) -> PrefillWindow:
         """Takes a finished rung's figures: its window joins the walk; an invalid rung ends it."""

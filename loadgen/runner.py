@@ -45,6 +45,7 @@ from satbench.core import __version__
 from satbench.core.attainment import capacity_bound
 from satbench.core.drift import knee_rung
 from satbench.core.figures import StepFigures, client_values
+from satbench.core.lane_evidence import manifest_lane
 from satbench.core.manifest import LadderPart, RunManifest, StepWindow, new_run_id, write_json_atomic
 from satbench.core.records import RecordsNotWritten, RecordsWriter
 from satbench.core.statistics import preload
@@ -56,7 +57,13 @@ from satbench.loadgen.inputs import Inputs, load_inputs
 from satbench.loadgen.ladder import extension_stop, next_step
 from satbench.loadgen.metrics import LoadgenMetrics, MetricsServer
 from satbench.loadgen.open_step import OpenStepRun
-from satbench.loadgen.prefill_walk import PrefillStepper, prefill_line, slot_context, tokens_per_word
+from satbench.loadgen.prefill_walk import (
+    PrefillStepper,
+    prefill_line,
+    props_batch,
+    slot_context,
+    tokens_per_word,
+)
 from satbench.loadgen.progress import Progress, progress_wanted, rate_line, rung_line
 from satbench.loadgen.rates import RateOutcome, factor_label, judge, next_rate, search_end
 from satbench.loadgen.step import Clock, StepRun
@@ -243,7 +250,7 @@ class LadderRunner:
                     top = lane_figures[-1].concurrency
                     self.progress.done(f"  {lane.key}: the extended ladder stops at c={top}: {why}")
             if prefill is not None:
-                await self._walk_prefill(lane, client, writer, clock, slots)
+                await self._walk_prefill(lane, client, writer, clock, slots, self._batch(lane, evidence))
             if self.config.arrival.open:
                 await self._walk_rates(lane, lane_figures, client, writer, clock, text, slots)
             if self.trace is not None:
@@ -275,14 +282,25 @@ class LadderRunner:
             self.progress.done(rung_line(figures) + f" (re-measured: {why})")
             self._write()
 
+    def _batch(self, lane: LaneConfig, evidence: dict[str, Any]) -> int | None:
+        """The lane's logical batch (``-b``): where ``/props`` says it, else the fingerprint the session took
+        (its exporter reads the server's command line), else None."""
+        said = props_batch(evidence.get("props"))
+        if said is not None:
+            return said
+        measured = manifest_lane(self.header, lane.key).measured
+        batch = None if measured is None else (measured.settings or {}).get("batch")
+        return batch if isinstance(batch, int) and not isinstance(batch, bool) and batch > 0 else None
+
     async def _walk_prefill(self, lane: LaneConfig, client: LaneClient, writer: RecordsWriter, clock: Clock,
-                            slots: int | None) -> None:
+                            slots: int | None, batch: int | None) -> None:
         """The lane's peak-prefill walk (``loadgen.prefill_walk``), after its ladder: each rung's window in the
         manifest's ``prefill``, never a rung of the ladder (not published, not in ``steps.json``)."""
         cfg = self.config.prefill
         assert cfg is not None
         text = PrefillStepper.text(self.config, cfg, self.run_id)
-        walker = PrefillStepper(self.config, cfg, await slot_context(lane), await tokens_per_word(lane, text))
+        walker = PrefillStepper(self.config, cfg, await slot_context(lane), slots, batch,
+                                await tokens_per_word(lane, text))
         self.part = self.part.with_prefill(lane.key, walker.walk)
         while (c := walker.next_rung()) is not None:
             step = StepRun(config=walker.config, lane=lane, concurrency=c, run_id=self.run_id, client=client,

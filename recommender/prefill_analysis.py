@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from satbench.core.prefill import PrefillWalk
-from satbench.core.prefill_peak import PeakStatus, PrefillRung, peak_prefill
+from satbench.core.prefill_peak import PeakStatus, PrefillRung, peak_prefill, saturating_concurrency
 from satbench.recommender.policy import Policy
 
 __all__ = ["PrefillModel", "PrefillRungModel", "prefill_answer"]
@@ -63,7 +63,9 @@ def prefill_answer(walk: PrefillWalk, policy: Policy, settings: Mapping[str, Any
     """The answer of one lane's walk; ``settings``, its fingerprint's server settings (module docstring)."""
     rungs = [PrefillRung(w.concurrency, w.prompt_tok_s, w.interval, w.requests if w.valid else 0)
              for w in walk.windows]
-    peak = peak_prefill(rungs, min_gain_per_doubling=policy.min_gain_per_doubling)
+    batch = walk.batch or _setting(settings or {}, "batch")
+    peak = peak_prefill(rungs, min_gain_per_doubling=policy.min_gain_per_doubling,
+                        saturating=saturating_concurrency(walk.slots, batch, walk.prompt_tokens))
     at = next((w for w in walk.windows if w.valid and w.concurrency == peak.concurrency), None)
     lengths = [w.prompt_tokens for w in walk.windows if w.valid and w.prompt_tokens is not None]
     return PrefillModel(

@@ -14,7 +14,7 @@ import random
 
 import pytest
 
-from satbench.core.prefill_peak import PrefillRung, next_prefill_rung, peak_prefill
+from satbench.core.prefill_peak import PrefillRung, next_prefill_rung, peak_prefill, saturating_concurrency
 
 MIN_GAIN = 0.10
 
@@ -95,3 +95,43 @@ def test_one_request_at_a_time_is_the_hand_run_figure_and_falls_short() -> None:
     assert rungs[0].concurrency == 1 and rungs[0].prompt_tok_s == pytest.approx(16_000 / 3)
     answer = peak_prefill(rungs, min_gain_per_doubling=MIN_GAIN)
     assert answer.status == "settled" and answer.peak_tok_s == pytest.approx(16_000 * 64 / 66)
+
+
+# an engine of bench/prefill_accuracy.py (seed 2, draw 68): 3 slots, -b 2048, 732-token prompts, flat over two
+# doublings while the queue cannot refill every slot a step frees, then 28.9k prompt tok/s from 6 users
+SHOULDER = [rung(1, 22900), rung(2, 24060), rung(4, 24097)]
+CLIMB = [*SHOULDER, rung(8, 28900), rung(16, 28950), rung(32, 28900)]
+
+
+@pytest.mark.parametrize(("slots", "batch", "prompt", "saturating"), [
+    (3, 2048, 732, 6), (8, 8192, 1024, 16), (1, 512, 256, 2),
+    (8, 2048, 6144, 1), (8, 2048, 2048, 1),  # a prompt fills a step: no queue needed
+    (None, 2048, 732, 1), (3, None, 732, 1), (3, 2048, None, 1), (0, 2048, 732, 1),  # unknown: the rule alone
+])
+def test_the_saturating_concurrency_is_twice_the_slots_where_prompts_share_a_step(
+        slots: int | None, batch: int | None, prompt: int | None, saturating: int) -> None:
+    assert saturating_concurrency(slots, batch, prompt) == saturating
+
+
+@pytest.mark.parametrize(("rungs", "saturating", "status", "peak", "nxt"), [
+    (SHOULDER, 1, "settled", 24097, None),  # the rule alone: two flat doublings settle it, at 83 % of the peak
+    (SHOULDER, 6, "unsaturated", 24097, 8),  # below twice the slots: a lower bound, and the walk goes on
+    (CLIMB[:4], 6, "unsaturated", 28900, 16),
+    (CLIMB, 6, "settled", 28950, None),
+    (SHOULDER, 4, "settled", 24097, None),  # two slots: 4 users already refill both
+    ([rung(1, 1000), rung(2, 1010), rung(4, 1005), rung(8, 1000)], 8, "settled", 1010, None),
+], ids=["rule-alone", "below-saturating", "climbing", "settled-above", "two-slots", "flat-from-one"])
+def test_the_plateau_counts_from_the_saturating_concurrency(rungs: list[PrefillRung], saturating: int, status: str,
+                                                            peak: float, nxt: int | None) -> None:
+    answer = peak_prefill(rungs, min_gain_per_doubling=MIN_GAIN, saturating=saturating)
+    assert (answer.status, answer.peak_tok_s) == (status, peak), answer.reason
+    assert next_prefill_rung(rungs, min_gain_per_doubling=MIN_GAIN, max_concurrency=64, saturating=saturating) == nxt
+    if status == "unsaturated" and len(rungs) == 3:
+        assert "below c=6, twice the slots" in answer.reason
+
+
+def test_a_walk_that_cannot_reach_twice_the_slots_says_it_is_a_lower_bound() -> None:
+    rungs = [rung(1, 1000), rung(2, 1010), rung(4, 1005), rung(8, 1000)]
+    assert next_prefill_rung(rungs, min_gain_per_doubling=MIN_GAIN, max_concurrency=8, saturating=32) is None
+    answer = peak_prefill(rungs, min_gain_per_doubling=MIN_GAIN, saturating=32)
+    assert answer.status == "unsaturated" and "lower bound" in answer.reason and answer.peak_tok_s == 1010
