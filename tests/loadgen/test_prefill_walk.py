@@ -99,7 +99,8 @@ def test_the_peak_is_the_engines_prefill_capacity(tmp_path: Path, name: str, fla
     document = walk(name, tmp_path / "run", prompt, **flags)
     answer = document["lanes"]["lane"]["prefill"]
     peak = answer["peak_prompt_tok_s"]
-    assert answer["status"] in ("settled", "unsaturated"), answer["reason"]
+    # a peak read (undecided: the walk's last doubling straddled the rule, its figure a lower bound)
+    assert answer["status"] in ("settled", "unsaturated", "undecided"), answer["reason"]
     assert abs(peak / truth - 1) <= 0.10, (peak, truth, answer["rungs"])
     assert answer["prompt_tokens"] == [prompt, prompt] and answer["requests"] >= 10
     low, high = answer["interval"]
