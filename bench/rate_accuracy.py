@@ -26,14 +26,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from satbench.core.attainment import capacity_bound
 from satbench.loadgen.config import ArrivalConfig
 from satbench.loadgen.rates import RateOutcome, judge, next_rate
 from satbench.recommender.policy import Policy, objectives_of
 from satbench.recommender.rate_analysis import rate_answer
 from satbench.simulator.profile import load_profile
-from satbench.simulator.virtual import run_closed_loop
-from testkit.open_truth import measured_answer, true_max_rate
+from testkit.open_truth import closed_ladder, measured_answer, true_max_rate
 
 
 def main() -> int:
@@ -48,15 +46,8 @@ def main() -> int:
     worst: dict[str, float] = {}
     for name in args.lanes.split(","):
         profile = load_profile(name)
-        closed = []
-        latency = 0.0
-        for c in (profile.server.slots, 2 * profile.server.slots):
-            run = run_closed_loop(profile, c, 64, 64, requests_per_user=12)
-            closed.append((c, run.requests_per_s))
-            latency = c / run.requests_per_s
-        capacity = max(rps for _, rps in closed)
-        bound = capacity_bound(closed, profile.server.slots)
-        warmup = max(2.0, 2 * latency, objectives.ttft_s or 0.0)  # the session's open-rung warm-up
+        ladder = closed_ladder(profile, objectives)
+        capacity, bound, warmup = ladder.capacity_rps, ladder.bound_rps, ladder.warmup_s
         for shape in (float(x) for x in args.shapes.split(",")):
             process = "poisson" if shape == 1.0 else "gamma"
             t0 = time.perf_counter()

@@ -7,12 +7,9 @@ atomically, so a crash keeps every finished rung. ``records.jsonl`` gets one lin
 and an fsync at each rung's end. At the end the manifest is POSTed to ``recommender_url + "/runs"`` when
 configured; a failure there is a warning, not a crash.
 
-A disk that fills mid-walk (``core.records.RecordsNotWritten``, or the manifest's own write failing) ends the
-walk: the rung in flight is left out of the manifest (its records are cut short), the manifest says why
-(``cut_short``, ``finished_at`` null: a partial run, ``core.manifest``) and ``WalkCutShort`` says it in one
-line. A reserve of ``SPACE_RESERVE_BYTES`` held in the run folder while the walk runs is given back first,
-so that last manifest can be written on a disk with no byte left. A killed walk leaves the manifest of its
-last finished rung, ``finished_at`` null: partial too.
+A disk that fills mid-walk ends the walk, its folder kept and marked partial (``loadgen.full_disk``). A killed
+walk leaves the manifest of its last finished rung, ``finished_at`` null: partial too. What the walk asks a
+lane besides its load (``/props``, round trips, ``/tokenize``) is ``loadgen.lane_probe``.
 
 The manifest is the header the caller passes (the session's, or one made here for the CLI) with this
 runner's own part (``core.manifest.LadderPart``: windows, per-lane client evidence, /metrics URL, end
@@ -36,7 +33,6 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 from prometheus_client import CollectorRegistry
@@ -45,25 +41,28 @@ from satbench.core import __version__
 from satbench.core.attainment import capacity_bound
 from satbench.core.drift import knee_rung
 from satbench.core.figures import StepFigures, client_values
-from satbench.core.lane_evidence import manifest_lane
 from satbench.core.manifest import LadderPart, RunManifest, StepWindow, new_run_id, write_json_atomic
-from satbench.core.records import RecordsNotWritten, RecordsWriter
+from satbench.core.records import RecordsWriter
 from satbench.core.statistics import preload
 from satbench.core.step_figures import compute_step_figures
 from satbench.loadgen.client import LaneClient
 from satbench.loadgen.config import ConfigError, LaneConfig, LoadgenConfig
 from satbench.loadgen.dataset_lengths import answer_lengths
+from satbench.loadgen.full_disk import (
+    SPACE_RESERVE_BYTES,
+    EvidenceNotWritten,
+    WalkCutShort,
+    check_written,
+    cut_short_cause,
+    give_back_reserve,
+    hold_reserve,
+)
 from satbench.loadgen.inputs import Inputs, load_inputs
 from satbench.loadgen.ladder import extension_stop, next_step
+from satbench.loadgen.lane_probe import fingerprint_batch, lane_facts, tokens_per_word
 from satbench.loadgen.metrics import LoadgenMetrics, MetricsServer
 from satbench.loadgen.open_step import OpenStepRun
-from satbench.loadgen.prefill_walk import (
-    PrefillStepper,
-    prefill_line,
-    props_batch,
-    slot_context,
-    tokens_per_word,
-)
+from satbench.loadgen.prefill_walk import PrefillStepper, prefill_line
 from satbench.loadgen.progress import Progress, progress_wanted, rate_line, rung_line
 from satbench.loadgen.rates import RateOutcome, factor_label, judge, next_rate, search_end
 from satbench.loadgen.step import Clock, StepRun
@@ -74,30 +73,6 @@ from satbench.loadgen.workload import PromptText, max_prompt_tokens
 __all__ = ["SPACE_RESERVE_BYTES", "LadderRunner", "WalkCutShort", "run_ladder"]
 
 log = logging.getLogger("satbench.loadgen")
-
-SPACE_RESERVE_BYTES = 1 << 20  # a run's last manifest and steps.json, written when the disk is full
-_RESERVE = ".space-reserve"
-
-
-class WalkCutShort(RuntimeError):
-    """The walk ended before its ladder did, its evidence could not be written (module docstring); the run
-    folder holds every whole record and finished rung, marked partial."""
-
-
-class _EvidenceNotWritten(OSError):
-    """``steps.json`` or ``manifest.json`` could not be written (a full disk)."""
-
-
-def _cut_short_cause(exc: BaseException) -> OSError | None:
-    """The evidence write that failed inside ``exc`` (an exception group of parallel nodes too), or None."""
-    if isinstance(exc, (RecordsNotWritten, _EvidenceNotWritten)):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            if (found := _cut_short_cause(inner)) is not None:
-                return found
-    return None
-
 
 class LadderRunner:
     """Owns the metrics and the output files of one run; ``await run()`` walks every lane."""
@@ -158,18 +133,18 @@ class LadderRunner:
         clock = Clock.now()
         # the run's id makes every prompt new to a runtime that served an earlier run (loadgen.workload)
         text = PromptText(max_prompt_tokens(self.config.workload) + 8, self.config.workload.seed, nonce=self.run_id)
-        self._hold_reserve()
+        hold_reserve(self.out_dir)
         writer = RecordsWriter(self.out_dir / "records.jsonl", write=self._records_write)
         try:
             with writer:
                 await self._run_nodes(writer, clock, text)
-            self._give_back_reserve()
+            give_back_reserve(self.out_dir)
             self.part = self.part.model_copy(update={"finished_at": time.time()})
             self._write()
         except BaseException as exc:
-            cause = _cut_short_cause(exc)
+            cause = cut_short_cause(exc)
             if cause is None:
-                self._give_back_reserve()
+                give_back_reserve(self.out_dir)
                 raise
             raise self._cut_short(cause, writer.count) from cause
         await self._linger()
@@ -213,13 +188,14 @@ class LadderRunner:
         # the extension may walk past the listed rungs, the prefill walk to its own top
         await client.open(max(self.config.ladder.max_rung, prefill.max_concurrency if prefill else 0))
         try:
-            evidence = {"url": lane.url, "api": lane.api, "model": lane.model, **await _lane_evidence(lane)}
+            facts = await lane_facts(lane)
+            evidence = {"url": lane.url, "api": lane.api, "model": lane.model, **facts.evidence}
             self.part = self.part.with_lane(lane.key, evidence)
             if self.dataset is not None:  # the answers' lengths as this lane's tokenizer counts them
                 counted = await answer_lengths(lane, self.dataset)
                 self.part = self.part.with_dataset(lane.key, counted.evidence())
                 text = PromptText(text.max_tokens + 8, self.config.workload.seed, counted, text.nonce)
-            slots = _slots(evidence)
+            slots = facts.slots
             lane_figures: list[StepFigures] = []
             while (c := next_step(lane_figures, self.config)) is not None:
                 below = [f for f in lane_figures if f.valid and f.concurrency < c]
@@ -229,12 +205,12 @@ class LadderRunner:
                                progress=self.progress,
                                reference=max(below, key=lambda f: f.concurrency) if below else None)
                 window = await step.run()
-                _check_written(writer)
+                check_written(writer)
                 if slots is None and lane.model:  # a router loads the model on the rung's first request
-                    later = await _lane_evidence(lane, round_trips=0)
-                    slots = _slots(later)
-                    if "props" in later:
-                        evidence = {**evidence, "props": later["props"]}
+                    facts = await lane_facts(lane, round_trips=0)
+                    slots = facts.slots
+                    if "props" in facts.evidence:
+                        evidence = {**evidence, "props": facts.evidence["props"]}
                         evidence.pop("evidence_error", None)
                         self.part = self.part.with_lane(lane.key, evidence)
                 window = dataclasses.replace(window, slots=slots)  # the FIFO bound needs them
@@ -250,7 +226,7 @@ class LadderRunner:
                     top = lane_figures[-1].concurrency
                     self.progress.done(f"  {lane.key}: the extended ladder stops at c={top}: {why}")
             if prefill is not None:
-                await self._walk_prefill(lane, client, writer, clock, slots, self._batch(lane, evidence))
+                await self._walk_prefill(lane, client, writer, clock, slots, facts.slot_context)
             if self.config.arrival.open:
                 await self._walk_rates(lane, lane_figures, client, writer, clock, text, slots)
             if self.trace is not None:
@@ -276,30 +252,20 @@ class LadderRunner:
                            writer=writer, clock=clock, metrics=self.metrics, text=text, progress=self.progress)
             step.id_tag = "-again"
             window = await step.run()
-            _check_written(writer)
+            check_written(writer)
             figures = self._step_done(step, dataclasses.replace(window, slots=slots, drift_reference=True),
                                       publish=False)
             self.progress.done(rung_line(figures) + f" (re-measured: {why})")
             self._write()
 
-    def _batch(self, lane: LaneConfig, evidence: dict[str, Any]) -> int | None:
-        """The lane's logical batch (``-b``): where ``/props`` says it, else the fingerprint the session took
-        (its exporter reads the server's command line), else None."""
-        said = props_batch(evidence.get("props"))
-        if said is not None:
-            return said
-        measured = manifest_lane(self.header, lane.key).measured
-        batch = None if measured is None else (measured.settings or {}).get("batch")
-        return batch if isinstance(batch, int) and not isinstance(batch, bool) and batch > 0 else None
-
     async def _walk_prefill(self, lane: LaneConfig, client: LaneClient, writer: RecordsWriter, clock: Clock,
-                            slots: int | None, batch: int | None) -> None:
+                            slots: int | None, slot_context: int | None) -> None:
         """The lane's peak-prefill walk (``loadgen.prefill_walk``), after its ladder: each rung's window in the
         manifest's ``prefill``, never a rung of the ladder (not published, not in ``steps.json``)."""
         cfg = self.config.prefill
         assert cfg is not None
         text = PrefillStepper.text(self.config, cfg, self.run_id)
-        walker = PrefillStepper(self.config, cfg, await slot_context(lane), slots, batch,
+        walker = PrefillStepper(self.config, cfg, slot_context, slots, fingerprint_batch(self.header, lane.key),
                                 await tokens_per_word(lane, text))
         self.part = self.part.with_prefill(lane.key, walker.walk)
         while (c := walker.next_rung()) is not None:
@@ -308,8 +274,8 @@ class LadderRunner:
                            reference=walker.reference)
             step.id_tag = "-prefill"
             window = dataclasses.replace(await step.run(), slots=slots)
-            _check_written(writer)
-            measured = walker.measured(step, walker.figures(step, window), window.start, window.end)
+            check_written(writer)
+            measured = walker.measured(step, window)
             self.part = self.part.with_prefill(lane.key, walker.walk)
             self.progress.done(prefill_line(lane.key, measured))
             self._write()
@@ -348,7 +314,7 @@ class LadderRunner:
                                run_id=self.run_id, client=client, writer=writer, clock=clock, metrics=self.metrics,
                                text=text, progress=self.progress)
             window = dataclasses.replace(await step.run(), slots=slots)
-            _check_written(writer)
+            check_written(writer)
             figures = self._step_done(step, window)
             outcome = judge(figures, arrival, bound)
             outcomes.append(outcome)
@@ -387,7 +353,7 @@ class LadderRunner:
                                 config=self.config, lane=lane, run_id=self.run_id, client=client, writer=writer,
                                 clock=clock, metrics=self.metrics, text=text, progress=self.progress)
             window = dataclasses.replace(await step.run(), slots=slots)
-            _check_written(writer)
+            check_written(writer)
             figures = self._step_done(step, window)
             outcome = judge(figures, self.config.arrival, bound)
             outcomes.append(outcome)
@@ -406,24 +372,11 @@ class LadderRunner:
             write_json_atomic(self.out_dir / "steps.json", [f.to_dict() for f in self.figures])
             self.manifest.write(self.out_dir / "manifest.json")
         except OSError as exc:
-            raise _EvidenceNotWritten(exc.errno, f"the run's manifest or steps.json: {exc.strerror or exc}") from exc
-
-    def _hold_reserve(self) -> None:
-        """Holds ``SPACE_RESERVE_BYTES`` of the run folder's disk (module docstring); a disk without them
-        walks without a reserve."""
-        path = self.out_dir / _RESERVE
-        try:
-            with path.open("wb") as fh:
-                os.posix_fallocate(fh.fileno(), 0, SPACE_RESERVE_BYTES)
-        except OSError:
-            path.unlink(missing_ok=True)
-
-    def _give_back_reserve(self) -> None:
-        (self.out_dir / _RESERVE).unlink(missing_ok=True)
+            raise EvidenceNotWritten(exc.errno, f"the run's manifest or steps.json: {exc.strerror or exc}") from exc
 
     def _cut_short(self, cause: OSError, records: int) -> WalkCutShort:
         """The manifest marked cut short (written on the reserve's room), and the one line that says so."""
-        self._give_back_reserve()
+        give_back_reserve(self.out_dir)
         why = str(cause) if cause.errno != errno.ENOSPC else f"the disk is full ({cause.strerror})"
         self.part = self.part.model_copy(update={"cut_short": why})
         rungs = len(self.part.steps)
@@ -451,48 +404,6 @@ class LadderRunner:
                     log.warning("recommender refused the run manifest: HTTP %s", resp.status)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             log.warning("could not POST the run manifest to %s/runs: %s", url, exc)
-
-
-def _check_written(writer: RecordsWriter) -> None:
-    """Raises the records write that failed during the rung just run: the rung is not whole, so it ends the walk
-    (its users swallowed the error as each one stopped)."""
-    if writer.failed is not None:
-        raise writer.failed
-
-
-def _slots(evidence: dict[str, Any]) -> int | None:
-    slots = (evidence.get("props") or {}).get("total_slots")
-    return slots if isinstance(slots, int) and not isinstance(slots, bool) and slots > 0 else None
-
-
-async def _lane_evidence(lane: LaneConfig, round_trips: int = 5) -> dict[str, Any]:
-    """``/props`` (runtime build, slots) and the median of 5 ``/health`` round trips; absent on failure.
-
-    A lane that names its model asks ``/props?model=M&autoload=false``: a router-mode llama-server answers a bare
-    ``/props`` for the router, without ``total_slots``, and the model's own props (its slots) only when asked by
-    name (``autoload=false``: never load a model just to describe it); a single-model server ignores both."""
-    out: dict[str, Any] = {}
-    timeout = aiohttp.ClientTimeout(total=3.0)
-    params = {"model": lane.model, "autoload": "false"} if lane.model else None
-    try:
-        async with aiohttp.ClientSession(timeout=timeout) as session:
-            async with session.get(lane.url + "/props", params=params) as resp:
-                if resp.status == 200:
-                    props = await resp.json(content_type=None)
-                    if isinstance(props, dict):
-                        out["props"] = {k: props[k] for k in ("build_info", "total_slots", "model_path")
-                                        if k in props}
-            rtts = []
-            for _ in range(round_trips):
-                t0 = time.perf_counter()
-                async with session.get(lane.url + "/health") as resp:
-                    await resp.read()
-                rtts.append(time.perf_counter() - t0)
-            if rtts:
-                out["rtt_s"] = sorted(rtts)[len(rtts) // 2]
-    except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as exc:
-        out.setdefault("evidence_error", str(exc)[:200])
-    return out
 
 
 async def run_ladder(config: LoadgenConfig, out_dir: Path, *, run_id: str | None = None,

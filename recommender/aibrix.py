@@ -7,25 +7,23 @@ the buckets of those rows and columns, ascending), ``created`` (Unix seconds), `
 latency in the same cells) and ``slos``; a cell it has no qualifying rate for holds 0. It fills them by hand
 from a sweep of request rates per length bucket; here each cell is a served answer.
 
-A profile per model and node kind: the lanes of one model name whose fingerprints agree on what decides
-capacity (the accelerator, the model file, the runtime's build and settings) are one deployment, named as its
-scale target (``--scale-target``) where the model has one kind of node, else ``<model>-<node kind digest>``
-(AIBrix matches a profile to a Deployment by that name). Each lane's workload is one bucket: its mean prompt and
-output lengths (a fixed length is its value, a uniform one its midpoint, a lognormal its median). A lane
-answered under several workloads (runs of the fleet with different lengths) fills several cells; one run
-fills one. A cell's rate is the lane's rate answer (open-loop, at least ``attainment_target`` of requests
-within every objective) where it walked rates; else the requests/s its closed-loop answer sustained (the
-recommended rung's, every request within the objectives' p95 by the concurrency verdicts); the ``satbench``
-stamp per cell says which. Its ``e2e`` is the mean latency at that rung. A lane that is stale, changed or
-unanswered leaves its cell 0 (AIBrix's "no qualifying rate") and says why in its stamp; the profile stays, so
-AIBrix is never left on an old number without a word. ``cost`` is the configured node price (1.0, AIBrix's
-default, where none is set).
+A profile per model and node kind: the lanes of one model name whose fingerprints agree on what decides capacity
+(``recommender.node_kind``: the model files, the runtime's build and settings, the accelerator) are one
+deployment, named as its scale target (``--scale-target``) where the model has one kind of node, else
+``<model>-<node kind digest>`` (AIBrix matches a profile to a Deployment by that name). Each lane's workload is
+one bucket: its mean prompt and output lengths (a fixed length is its value, a uniform one its midpoint, a
+lognormal its median). A lane answered under several workloads (runs of the fleet with different lengths) fills
+several cells; one run fills one. A cell's rate is the lane's rate answer (open-loop, at least
+``attainment_target`` of requests within every objective) where it walked rates; else the requests/s its closed-
+loop answer sustained (the recommended rung's, every request within the objectives' p95 by the concurrency
+verdicts); the ``satbench`` stamp per cell says which. Its ``e2e`` is the mean latency at that rung. A lane that
+is stale, changed or unanswered leaves its cell 0 (AIBrix's "no qualifying rate") and says why in its stamp; the
+profile stays, so AIBrix is never left on an old number without a word. ``cost`` is 1.0, AIBrix's default (the
+node's price is AIBrix's to set).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from datetime import datetime
 from typing import Any
 
@@ -33,12 +31,9 @@ from satbench.recommender.capabilities import all_lanes
 from satbench.recommender.consumer_records import lane_stamp
 from satbench.recommender.keda import AutoscalerOptions
 from satbench.recommender.models import LaneModel, RecommendationsDocument
+from satbench.recommender.node_kind import kind_id
 
 __all__ = ["aibrix_profiles", "bucket_of", "node_kind"]
-
-_KIND_SETTINGS = ("slots", "batch", "ubatch", "ctx_per_slot", "kv_unified", "flash_attn", "n_gpu_layers",
-                  "cache_type_k", "cache_type_v")
-
 
 def _length(dist: Any) -> float | None:
     if not isinstance(dist, dict):
@@ -65,20 +60,8 @@ def bucket_of(lane: LaneModel) -> tuple[int, int] | None:
 
 
 def node_kind(lane: LaneModel) -> str:
-    """A short digest of what decides the lane's capacity (module docstring); ``unknown`` without a fingerprint."""
-    fp = lane.fingerprint
-    if fp is None:
-        return "unknown"
-    settings = fp.settings or {}
-    hardware = fp.hardware or {}
-    model = fp.model or {}
-    runtime = fp.runtime or {}
-    what = {"settings": {k: settings.get(k) for k in _KIND_SETTINGS},
-            "gpu": [hardware.get("gpu"), hardware.get("gpu_count"), hardware.get("gpu_memory_bytes")],
-            "cpu": hardware.get("cpu"),
-            "model": [f.get("sha256") for f in model.get("files") or [] if isinstance(f, dict)] or model.get("path"),
-            "build": runtime.get("build_info") or runtime.get("binary_sha256")}
-    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    """The lane's node kind (``recommender.node_kind``); ``unknown`` without a fingerprint."""
+    return "unknown" if lane.fingerprint is None else kind_id(lane.fingerprint)
 
 
 def _cell(lane: LaneModel, stamp: dict[str, Any]) -> tuple[float, float, dict[str, Any]]:

@@ -14,7 +14,7 @@ from satbench.recommender.policy import Policy
 from satbench.recommender.run_analysis import analyze_run
 from testkit.sim import SimulatorProcess
 
-__all__ = ["PROBES", "VARIED", "flagged", "run_lane"]
+__all__ = ["PROBES", "VARIED", "flagged", "prefill_config", "run_lane"]
 
 # a share of ~6000-token prompts (prefill probes) beside short ones
 PROBES: dict[str, Any] = {"prefill_probe_share": 0.2, "prefill_probe_tokens": 6000}
@@ -45,3 +45,19 @@ def flagged(lane: dict[str, Any], *constraints: str) -> list[int]:
     """The rungs that broke any of ``constraints``."""
     return [s["concurrency"] for s in lane["steps"]
             if set(constraints) & {v["constraint"] for v in s["violations"]}]
+
+
+def prefill_config(url: str, prompt_tokens: int, max_concurrency: int, *, model: str | None = None,
+                   warmup_s: float = 0.5, window_s: tuple[float, float, float] = (3.0, 5.0, 8.0)) -> LoadgenConfig:
+    """One lane at ``url``: a one-rung ladder of short requests, then the peak-prefill walk of
+    ``prompt_tokens``-token prompts up to ``max_concurrency``; ``window_s``: the rungs' least and most window and
+    the longest a straddling gain is measured on."""
+    least, most, deciding = window_s
+    return LoadgenConfig.model_validate({
+        "lanes": [{"name": "lane", "url": url, "api": "llamacpp", **({"model": model} if model else {})}],
+        "ladder": {"concurrency": [1], "drift_reference": False},
+        "warmup_s": warmup_s, "min_window_s": least, "max_window_s": most, "decide_gain": 0.10,
+        "decide_max_window_s": deciding, "progress": False, "metrics_port": None, "max_loop_lag_s": 1.0,
+        "prefill": {"prompt_tokens": prompt_tokens, "max_concurrency": max_concurrency},
+        "workload": {"prompt_tokens": {"value": 32}, "output_tokens": {"value": 8}},
+    })

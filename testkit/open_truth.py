@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from satbench.core.arrivals import schedule
-from satbench.core.attainment import rate_look
+from satbench.core.attainment import capacity_bound, rate_look
 from satbench.core.figures import StepFigures
 from satbench.core.manifest import StepWindow
 from satbench.core.objectives import Objectives
@@ -36,7 +36,8 @@ from satbench.simulator.engine import RequestSpec
 from satbench.simulator.profile import Profile
 from satbench.simulator.virtual import run_closed_loop, run_requests
 
-__all__ = ["Served", "measured_answer", "measured_rung", "serve", "true_capacity", "true_max_rate"]
+__all__ = ["ClosedLadder", "Served", "closed_ladder", "measured_answer", "measured_rung", "serve", "true_capacity",
+           "true_max_rate"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,3 +176,26 @@ def measured_answer(profile: Profile, process: str, seed: int | str, *, objectiv
         figures.append(step)
         outcomes.append((rate, judge(step, capacity_high)))
     return figures
+
+
+@dataclass(frozen=True)
+class ClosedLadder:
+    """What a session's closed ladder gives its rate search: the most requests/s a rung served, the FIFO
+    bound on it (``core.attainment.capacity_bound``) and the open rungs' warm-up."""
+
+    capacity_rps: float
+    bound_rps: float | None
+    warmup_s: float
+
+
+def closed_ladder(profile: Profile, objectives: Objectives) -> ClosedLadder:
+    """The closed ladder as a session measures it, on the engine: rungs at the slots and twice them (64-token
+    prompts and outputs), the warm-up the longest of 2 s, twice the top rung's mean latency and the TTFT
+    objective (``loadgen.runner``'s open-rung warm-up)."""
+    closed, latency = [], 0.0
+    for c in (profile.server.slots, 2 * profile.server.slots):
+        run = run_closed_loop(profile, c, 64, 64, requests_per_user=12)
+        closed.append((c, run.requests_per_s))
+        latency = c / run.requests_per_s
+    return ClosedLadder(max(r for _, r in closed), capacity_bound(closed, profile.server.slots),
+                        max(2.0, 2 * latency, objectives.ttft_s or 0.0))

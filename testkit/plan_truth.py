@@ -22,7 +22,6 @@ from collections import defaultdict
 from typing import Any
 
 from satbench.core.arrivals import schedule
-from satbench.core.attainment import capacity_bound
 from satbench.core.objectives import Objectives
 from satbench.loadgen.config import ArrivalConfig
 from satbench.loadgen.rates import RateOutcome, judge, next_rate
@@ -30,8 +29,8 @@ from satbench.recommender.policy import Policy, objectives_of
 from satbench.recommender.rate_analysis import RateAnswer, rate_answer
 from satbench.simulator.engine import RequestSpec
 from satbench.simulator.profile import Profile
-from satbench.simulator.virtual import run_closed_loop, run_requests
-from testkit.open_truth import Served, measured_answer
+from satbench.simulator.virtual import run_requests
+from testkit.open_truth import Served, closed_ladder, measured_answer
 
 __all__ = ["fleet_attainment", "measured_rate", "simulated_fingerprint"]
 
@@ -66,14 +65,8 @@ def measured_rate(profile: Profile, seed: int, policy: Policy | None = None) -> 
     """One node's rate answer as a session measures it (module docstring), Poisson arrivals."""
     policy = policy or Policy()
     objectives = objectives_of(policy)
-    closed, latency = [], 0.0
-    for c in (profile.server.slots, 2 * profile.server.slots):
-        run = run_closed_loop(profile, c, 64, 64, requests_per_user=12)
-        closed.append((c, run.requests_per_s))
-        latency = c / run.requests_per_s
-    capacity = max(r for _, r in closed)
-    bound = capacity_bound(closed, profile.server.slots)
-    warmup = max(2.0, 2 * latency, objectives.ttft_s or 0.0)  # the session's open-rung warm-up
+    ladder = closed_ladder(profile, objectives)
+    capacity, bound, warmup = ladder.capacity_rps, ladder.bound_rps, ladder.warmup_s
     arrival = ArrivalConfig(process="poisson")
     steps = measured_answer(
         profile, "poisson", seed, objectives=objectives, capacity_rps=capacity, capacity_high=bound,

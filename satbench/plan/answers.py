@@ -37,21 +37,19 @@ the identical nodes a plan counts.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
 from satbench.recommender.capabilities import lane_place_of, unusable_why
 from satbench.recommender.models import FingerprintModel, LaneModel, RecommendationsDocument
+from satbench.recommender.node_kind import kind_id, model_revision
 from satbench.recommender.open_loop_models import RateModel
 
 __all__ = ["NodeAnswer", "Target", "Unusable", "node_kind", "read_answer"]
 
 Target = Literal["rate", "users"]
-KIND_HARDWARE = ("gpu", "gpu_count", "gpu_memory_bytes", "cpu")  # the driver left out (module docstring)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,22 +83,12 @@ class Unusable:
     why: str
 
 
-def _revision(model: dict[str, Any] | None) -> Any:
-    files = [f for f in (model or {}).get("files") or [] if isinstance(f, dict)]
-    hashes = sorted(str(f["sha256"]) for f in files if f.get("sha256"))
-    return hashes or (model or {}).get("path")
-
-
 def node_kind(fingerprint: FingerprintModel) -> tuple[str, str, int | None]:
     """``(kind id, kind in words, slots)`` of a lane's fingerprint (module docstring)."""
     settings = dict(fingerprint.settings or {})
     hardware = fingerprint.hardware or {}
-    runtime = fingerprint.runtime or {}
-    said = {"model": _revision(fingerprint.model), "build": runtime.get("build") or runtime.get("binary_sha256"),
-            "settings": settings, "hardware": [hardware.get(k) for k in KIND_HARDWARE]}
-    kind = hashlib.sha256(json.dumps(said, sort_keys=True, default=str).encode()).hexdigest()[:12]
     slots = settings.get("slots") if isinstance(settings.get("slots"), int) else None
-    revision = said["model"]
+    revision = model_revision(fingerprint.model)
     model = (str(revision[0])[:19] if isinstance(revision, list) else str(revision).rsplit("/", 1)[-1]) \
         if revision else "model unknown"
     words = [model, f"slots {slots}" if slots else "slots unknown"]
@@ -108,7 +96,7 @@ def node_kind(fingerprint: FingerprintModel) -> tuple[str, str, int | None]:
         words.append(f"batch {settings.get('batch')}/{settings.get('ubatch')}")
     if hardware.get("gpu"):
         words.append(f"{hardware.get('gpu_count') or 1}x {hardware['gpu']}")
-    return kind, ", ".join(words), slots
+    return kind_id(fingerprint), ", ".join(words), slots
 
 
 def _age(lane: LaneModel, document: RecommendationsDocument, now: datetime | None) -> float | None:

@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 
-from satbench.loadgen.config import LoadgenConfig
 from satbench.loadgen.runner import run_ladder
 from satbench.recommender.document import read_document
 from satbench.recommender.policy import Policy
@@ -30,6 +29,7 @@ from satbench.recommender.run_analysis import analyze_run
 from satbench.report.render import write_report
 from satbench.simulator.profile import Profile, load_profile
 from satbench.simulator.stepcost import step_seconds
+from testkit.live import prefill_config
 from testkit.sim import SimulatorProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -63,14 +63,7 @@ def prefill_capacity(profile: Profile, prompt_tokens: int) -> float:
 def walk(profile: str, out: Path, prompt_tokens: int, **sim: Any) -> dict[str, Any]:
     """The lane's document entry after a one-rung ladder and the prefill walk, judged from the records."""
     with SimulatorProcess(profile, **sim) as server:
-        config = LoadgenConfig.model_validate({
-            "lanes": [{"name": "lane", "url": server.url, "api": "llamacpp", "model": "sim"}],
-            "ladder": {"concurrency": [1], "drift_reference": False},
-            "warmup_s": 0.5, "min_window_s": 3.0, "max_window_s": 5.0, "decide_gain": 0.10,
-            "decide_max_window_s": 8.0, "progress": False, "metrics_port": None, "max_loop_lag_s": 1.0,
-            "prefill": {"prompt_tokens": prompt_tokens, "max_concurrency": 32},
-            "workload": {"prompt_tokens": {"value": 32}, "output_tokens": {"value": 8}},
-        })
+        config = prefill_config(server.url, prompt_tokens, 32, model="sim")
         manifest = asyncio.run(run_ladder(config, out))
     document = analyze_run(manifest, prometheus_url=None, run_dir=out, policy=Policy())
     return document

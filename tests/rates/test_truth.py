@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from satbench.core.attainment import capacity_bound
 from satbench.core.step_figures import compute_step_figures
 from satbench.loadgen.config import ArrivalConfig
 from satbench.loadgen.rates import RateOutcome, judge, next_rate
 from satbench.recommender.policy import Policy, objectives_of
 from satbench.recommender.rate_analysis import rate_answer
 from satbench.simulator.profile import load_profile
-from satbench.simulator.virtual import run_closed_loop
-from testkit.open_truth import measured_answer, measured_rung, true_capacity, true_max_rate
+from testkit.open_truth import closed_ladder, measured_answer, measured_rung, true_capacity, true_max_rate
 
 POLICY = Policy()
 OBJECTIVES = objectives_of(POLICY)
@@ -23,14 +21,8 @@ OBJECTIVES = objectives_of(POLICY)
 
 def _closed(name: str) -> tuple[float, float | None, float]:
     """The closed ladder's capacity and bound as a session measures them, and the open rungs' warm-up."""
-    profile = load_profile(name)
-    closed, latency = [], 0.0
-    for c in (profile.server.slots, 2 * profile.server.slots):
-        run = run_closed_loop(profile, c, 64, 64, requests_per_user=12)
-        closed.append((c, run.requests_per_s))
-        latency = c / run.requests_per_s
-    return (max(r for _, r in closed), capacity_bound(closed, profile.server.slots),
-            max(2.0, 2 * latency, OBJECTIVES.ttft_s or 0.0))
+    ladder = closed_ladder(load_profile(name), OBJECTIVES)
+    return ladder.capacity_rps, ladder.bound_rps, ladder.warmup_s
 
 
 @pytest.mark.slow

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from satbench.loadgen.config import LoadgenConfig
 from satbench.loadgen.runner import run_ladder
 from satbench.recommender.document import read_document
 from satbench.recommender.policy import Policy
 from satbench.recommender.record_formats import render_record
 from satbench.recommender.run_analysis import analyze_run
 from satbench.runtimes.llamacpp import LlamaServer
+from testkit.live import prefill_config
 
 pytestmark = [pytest.mark.real, pytest.mark.timeout(900)]
 
@@ -29,14 +29,7 @@ PROMPT = 1024
 
 
 def test_the_peak_prefill_walk_on_a_real_server(server: LlamaServer, tmp_path: Path) -> None:
-    config = LoadgenConfig.model_validate({
-        "lanes": [{"name": "lane", "url": server.url, "api": "llamacpp"}],
-        "ladder": {"concurrency": [1], "drift_reference": False},
-        "warmup_s": 1.0, "min_window_s": 4.0, "max_window_s": 8.0, "decide_gain": 0.10,
-        "decide_max_window_s": 16.0, "progress": False, "metrics_port": None, "max_loop_lag_s": 1.0,
-        "prefill": {"prompt_tokens": PROMPT, "max_concurrency": 16},
-        "workload": {"prompt_tokens": {"value": 32}, "output_tokens": {"value": 8}},
-    })
+    config = prefill_config(server.url, PROMPT, 16, warmup_s=1.0, window_s=(4.0, 8.0, 16.0))
     manifest = asyncio.run(run_ladder(config, tmp_path))
     walk = manifest.prefill["lane"]
     assert walk.slot_context is not None and walk.prompt_tokens == min(PROMPT, walk.slot_context - 64)
