@@ -3,12 +3,7 @@ FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 WORKDIR /opt/satbench
 COPY pyproject.toml README.md ./
-COPY core ./core
 COPY satbench ./satbench
-COPY simulator ./simulator
-COPY loadgen ./loadgen
-COPY exporter ./exporter
-COPY recommender ./recommender
 RUN pip install --no-compile . && useradd --system --uid 10001 satbench
 COPY prometheus ./prometheus
 COPY grafana ./grafana

@@ -49,8 +49,8 @@ from pydantic import BaseModel  # noqa: E402
 
 from satbench.recommender.models import RecommendationsDocument  # noqa: E402
 
-FOLDERS = ("core", "exporter", "loadgen", "recommender", "simulator", "satbench", "bench")
-EXCLUDED = {"recommender/models.py", "core/figures.py", "bench/document_reads.py"}
+FOLDERS = ("satbench", "bench")
+EXCLUDED = {"satbench/recommender/models.py", "satbench/core/figures.py", "bench/document_reads.py"}
 MARKERS = ("recommendations", "RecommendationsDocument", "LaneModel", "answers(", "recommended_concurrency",
            "max_rate_rps")
 
@@ -99,8 +99,8 @@ NOT_THE_DOCUMENT_IN = {
     ("satbench/report/data.py", "parse_steps_document"): "steps.json, the load generator's steps file",
 }
 EDGES = {
-    ("recommender/document.py", "read_document"): "the one validation of a document's JSON",
-    ("recommender/document.py", "as_v2"): "a v1 document's JSON said in v2, before that validation",
+    ("satbench/recommender/document.py", "read_document"): "the one validation of a document's JSON",
+    ("satbench/recommender/document.py", "as_v2"): "a v1 document's JSON said in v2, before that validation",
 }
 # receivers whose reads are of another shape: a name, an attribute, or the function a call is of
 NOT_THE_DOCUMENT = {

@@ -2,7 +2,7 @@
 
 Each entry of ``GENERATORS`` returns ``{path relative to the repository root: file text}``. Dashboards come
 from ``satbench.dashboards.overview``; the recommendations JSON Schema is meant to be added here by its owner as one
-more entry (a function returning ``{"recommender/schema/...json": text}``). Tests call ``drift()`` and fail
+more entry (a function returning ``{"satbench/recommender/schema/...json": text}``). Tests call ``drift()`` and fail
 when a committed file differs from what its generator writes today, so generated files are never edited by
 hand.
 """

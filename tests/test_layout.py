@@ -8,10 +8,9 @@ The rule (also in docs/DESIGN.md, "The tree"):
 - top: ``satbench`` imports the parts and the ground;
 - ``testkit`` (test support shared by tests and benches) may import the product; the product never
   imports ``testkit`` or ``tests``; ``bench`` imports the product and ``testkit``, never ``tests``.
-- one name on install: the ground and the parts live at the repository's top but are the packages
-  ``satbench.core``, ``satbench.loadgen`` ... (``satbench/<part>`` is a link to ``../<part>``; pyproject.toml
-  packages ``satbench`` only), so every import names them so: ``from core.x`` works in a checkout and breaks
-  installed.
+- one name on install: the ground and the parts are real folders of the one package, ``satbench/core``,
+  ``satbench/loadgen`` ... (pyproject.toml packages ``satbench`` only), and every import names them so; no
+  link anywhere in the tree, so every module a traceback names is a file with its history.
 
 Imports under ``if TYPE_CHECKING:`` count too: a type-only arrow is still an arrow. Inside one package two
 modules must not import each other (directly or through a longer cycle). No module imports another
@@ -62,9 +61,12 @@ def module_name(path: Path, root: Path = ROOT) -> str:
     parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
-    if parts[0] in GROUND | PARTS:
-        parts.insert(0, INSTALLED)
     return ".".join(parts)
+
+
+def package_of(path: Path, root: Path = ROOT) -> str:
+    """The floor a file lives on: ``satbench/core/x.py`` is ``core``, ``satbench/cli.py`` is ``satbench``."""
+    return floor(module_name(path, root))
 
 
 def imported(path: Path, root: Path = ROOT) -> Iterator[tuple[int, str]]:
@@ -89,7 +91,7 @@ def imported(path: Path, root: Path = ROOT) -> Iterator[tuple[int, str]]:
 
 
 def python_files() -> list[Path]:
-    return sorted(p for top in OURS for p in (ROOT / top).rglob("*.py"))
+    return sorted(p for top in TOP | {"testkit", "tests", "bench"} for p in (ROOT / top).rglob("*.py"))
 
 
 def test_every_package_is_on_a_floor() -> None:
@@ -99,7 +101,7 @@ def test_every_package_is_on_a_floor() -> None:
 
 def crossings(path: Path, root: Path = ROOT) -> list[str]:
     """Every import of ``path`` that leaves the floors its package may import."""
-    source = path.relative_to(root).parts[0]
+    source = package_of(path, root)
     return [
         f"{path.relative_to(root)}:{line} imports {name}"
         for line, name in imported(path, root)
@@ -119,10 +121,15 @@ def test_the_parts_are_imported_by_their_installed_name() -> None:
 
 
 def test_satbench_is_the_one_name_on_install() -> None:
-    """Each folder of the ground and the parts is linked into satbench/, and only satbench is packaged."""
+    """The ground and each part are real folders of satbench/, no link is left in the tree, and only satbench
+    is packaged."""
     for part in sorted(GROUND | PARTS):
-        link = ROOT / INSTALLED / part
-        assert link.is_symlink() and link.readlink() == Path("..") / part, link
+        folder = ROOT / INSTALLED / part
+        assert folder.is_dir() and not folder.is_symlink() and (folder / "__init__.py").is_file(), folder
+        assert not (ROOT / part).exists(), f"{part}/ at the top beside satbench/{part}/"
+    links = [p.relative_to(ROOT).as_posix() for top in OURS | {"docs", "prometheus", "grafana", "deploy"}
+             if (ROOT / top).exists() for p in (ROOT / top).rglob("*") if p.is_symlink()]
+    assert not links, f"links in the tree: {links}"
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     assert config["tool"]["setuptools"]["packages"]["find"]["include"] == [INSTALLED, f"{INSTALLED}.*"]
 
@@ -149,7 +156,7 @@ def test_no_conftest_is_imported_from_another_folder() -> None:
 
 
 def _module_graph() -> dict[str, set[str]]:
-    modules = {module_name(p): p for p in python_files() if p.relative_to(ROOT).parts[0] in PRODUCT | {"testkit"}}
+    modules = {module_name(p): p for p in python_files() if package_of(p) in PRODUCT | {"testkit"}}
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         targets = set()
@@ -185,12 +192,12 @@ def test_no_import_cycles_between_modules() -> None:
 
 def test_the_checks_catch_an_arrow_up_a_sideways_one_a_test_import_and_a_conftest_import(tmp_path: Path) -> None:
     planted = {
-        "loadgen/ladder.py": "import satbench.cli\n",  # up
-        "exporter/relay.py": "from satbench.loadgen import config\n",  # sideways
-        "recommender/app.py": "if True:\n    from testkit.net import free_port\n",  # product -> test support
+        "satbench/loadgen/ladder.py": "import satbench.cli\n",  # up
+        "satbench/exporter/relay.py": "from satbench.loadgen import config\n",  # sideways
+        "satbench/recommender/app.py": "if True:\n    from testkit.net import free_port\n",  # product -> test support
         "bench/x.py": "from tests.support import prom\n",  # bench -> tests
         "tests/grafana/test_x.py": "from tests.session.conftest import SHORT\nfrom tests.grafana.conftest import y\n",
-        "core/records.py": "from . import api\nfrom satbench.core import figures\n",  # inside the ground: fine
+        "satbench/core/records.py": "from . import api\nfrom satbench.core import figures\n",  # inside the ground: fine
         "satbench/cli.py": "from satbench.loadgen import runner\nfrom satbench.core import promql\n",  # down
     }
     for name, text in planted.items():
@@ -198,14 +205,14 @@ def test_the_checks_catch_an_arrow_up_a_sideways_one_a_test_import_and_a_conftes
         (tmp_path / name).write_text(text)
     found = {name: crossings(tmp_path / name, tmp_path) for name in planted}
     assert found == {
-        "loadgen/ladder.py": ["loadgen/ladder.py:1 imports satbench.cli"],
-        "exporter/relay.py": ["exporter/relay.py:1 imports satbench.loadgen",
-                              "exporter/relay.py:1 imports satbench.loadgen.config"],
-        "recommender/app.py": ["recommender/app.py:2 imports testkit.net",
-                               "recommender/app.py:2 imports testkit.net.free_port"],
+        "satbench/loadgen/ladder.py": ["satbench/loadgen/ladder.py:1 imports satbench.cli"],
+        "satbench/exporter/relay.py": ["satbench/exporter/relay.py:1 imports satbench.loadgen",
+                              "satbench/exporter/relay.py:1 imports satbench.loadgen.config"],
+        "satbench/recommender/app.py": ["satbench/recommender/app.py:2 imports testkit.net",
+                               "satbench/recommender/app.py:2 imports testkit.net.free_port"],
         "bench/x.py": ["bench/x.py:1 imports tests.support", "bench/x.py:1 imports tests.support.prom"],
         "tests/grafana/test_x.py": [],  # tests may import tests (the floors), but see conftest_imports
-        "core/records.py": [],
+        "satbench/core/records.py": [],
         "satbench/cli.py": [],
     }
     (tmp_path / "satbench/old.py").write_text("from core.records import Record\nimport satbench.core.api\n")

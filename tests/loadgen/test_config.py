@@ -106,7 +106,7 @@ def test_cli_overrides_parse_toml_values() -> None:
 
 
 def test_example_config_loads() -> None:
-    cfg = load_config(Path(__file__).parents[2] / "loadgen" / "example.toml", {})
+    cfg = load_config(Path(__file__).parents[2] / "satbench" / "loadgen" / "example.toml", {})
     assert [lane.name for lane in cfg.lanes] == ["dense", "moe"]
     assert cfg.workload.output_tokens.kind == "lognormal"
     assert cfg.ladder == LoadgenConfig().ladder  # the example spells out the ladder's defaults

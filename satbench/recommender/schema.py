@@ -39,11 +39,11 @@ __all__ = [
 ]
 
 SCHEMA_PATH = Path(__file__).parent / "schema" / "recommendations.v2.json"
-SAMPLE_PATH = Path(__file__).resolve().parents[1] / "docs" / "recommendations-sample.json"
+SAMPLE_PATH = Path(__file__).resolve().parents[2] / "docs" / "recommendations-sample.json"
 
 
 # where the run's runtime looked for files: this checkout, possibly through a process's root (/proc/PID/root)
-_HERE = re.compile(r"(/proc/\d+/root)?" + re.escape(str(Path(__file__).resolve().parents[1])))
+_HERE = re.compile(r"(/proc/\d+/root)?" + re.escape(str(Path(__file__).resolve().parents[2])))
 
 
 def _rounded(value: Any) -> Any:
