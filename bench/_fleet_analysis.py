@@ -26,9 +26,9 @@ sys.path.insert(0, str(ROOT))
 
 from _fleet_common import HTTP_TIMEOUT_S, cpu_s  # noqa: E402
 
+from satbench.answer.document import read_document  # noqa: E402
+from satbench.answer.policy import Policy  # noqa: E402
 from satbench.core.manifest import RunManifest  # noqa: E402
-from satbench.recommender.document import read_document  # noqa: E402
-from satbench.recommender.policy import Policy  # noqa: E402
 from satbench.recommender.prometheus_source import (  # noqa: E402
     HttpxPromClient,
     PrometheusSourceConfig,

@@ -25,9 +25,9 @@ sys.path.insert(0, str(ROOT))
 
 from _fleet_common import HTTP_TIMEOUT_S, child, cpu_s  # noqa: E402
 
+from satbench.answer.document import read_document  # noqa: E402
 from satbench.core.manifest import RunManifest  # noqa: E402
 from satbench.core.statistics import quantile  # noqa: E402
-from satbench.recommender.document import read_document  # noqa: E402
 from testkit.net import free_port, wait_http  # noqa: E402
 from testkit.pacing import paced  # noqa: E402
 

@@ -2,7 +2,7 @@
 stationary windows, per arrival cv and window length.
 
 Engine: ``testkit.open_engine`` (4 slots, 64-token prompts, 32-token outputs), the session's default
-objectives (``recommender.policy``). For each arrival cv and a rate whose long-run attainment lies near the
+objectives (``answer.policy``). For each arrival cv and a rate whose long-run attainment lies near the
 90 % target (and one above it), the truth is the engine's long-run attainment (three seeded runs of
 ``--truth-s`` virtual seconds, pooled, never satbench's answer); the windows are consecutive slices of
 ``--length`` seconds of three other runs (the server already loaded: no warm-up plays a part), each estimated
@@ -38,9 +38,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from satbench.answer.policy import Policy, objectives_of
 from satbench.core.arrivals import gamma_shape
 from satbench.core.attainment import attainment_estimate
-from satbench.recommender.policy import Policy, objectives_of
 from testkit.open_engine import OpenEngine, serve, true_attainment
 
 CASES = {1.0: (3.5, 3.9), 2.0: (2.4, 2.7), 3.0: (1.2, 1.45), 4.0: (0.45, 0.6)}

@@ -30,10 +30,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from satbench.answer.policy import Policy
 from satbench.compare.comparable import NotComparable
 from satbench.compare.judge import Comparison, Run, compare_runs
 from satbench.core.statistics import wilson_interval
-from satbench.recommender.policy import Policy
 from testkit.compare_runs import simulate
 
 

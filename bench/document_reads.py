@@ -1,14 +1,14 @@
 """How often code outside the document's model reads the recommendations document by string key (issue 30).
 
-The document has one shape, ``recommender.models.RecommendationsDocument``: a consumer validates it once at
+The document has one shape, ``answer.models.RecommendationsDocument``: a consumer validates it once at
 its edge (a file read, an HTTP body) and reads attributes after. This script counts what is left of the other
 way: a subscript with a string literal (``lane["status"]``) or a ``.get("status")`` whose key is a field name
 of the document's models (every model reachable from ``RecommendationsDocument``, the steps' figures
 included), in every non-test module that handles the document or a part of it (one that names
 ``recommendations``, the document's models, ``answers(``, ``recommended_concurrency`` or ``max_rate_rps``).
-``recommender/models.py`` itself is not counted, nor ``core/figures.py``, whose ``StepFigures.from_dict`` is
+``satbench/answer/models.py`` itself is not counted, nor ``core/figures.py``, whose ``StepFigures.from_dict`` is
 the step's own edge (it validates a step from any JSON that carries one), nor the document's edge
-(``EDGES``): ``recommender.document.read_document`` and ``as_v2``, which read the ``schema`` a JSON body
+(``EDGES``): ``answer.document.read_document`` and ``as_v2``, which read the ``schema`` a JSON body
 says to take a v1 document in v2 before the one validation.
 
 The count is an upper bound: a key the document shares with another shape (``manifest["lanes"]``,
@@ -47,10 +47,10 @@ sys.path.insert(0, str(ROOT))
 
 from pydantic import BaseModel  # noqa: E402
 
-from satbench.recommender.models import RecommendationsDocument  # noqa: E402
+from satbench.answer.models import RecommendationsDocument  # noqa: E402
 
 FOLDERS = ("satbench", "bench")
-EXCLUDED = {"satbench/recommender/models.py", "satbench/core/figures.py", "bench/document_reads.py"}
+EXCLUDED = {"satbench/answer/models.py", "satbench/core/figures.py", "bench/document_reads.py"}
 MARKERS = ("recommendations", "RecommendationsDocument", "LaneModel", "answers(", "recommended_concurrency",
            "max_rate_rps")
 
@@ -99,8 +99,8 @@ NOT_THE_DOCUMENT_IN = {
     ("satbench/report/data.py", "parse_steps_document"): "steps.json, the load generator's steps file",
 }
 EDGES = {
-    ("satbench/recommender/document.py", "read_document"): "the one validation of a document's JSON",
-    ("satbench/recommender/document.py", "as_v2"): "a v1 document's JSON said in v2, before that validation",
+    ("satbench/answer/document.py", "read_document"): "the one validation of a document's JSON",
+    ("satbench/answer/document.py", "as_v2"): "a v1 document's JSON said in v2, before that validation",
 }
 # receivers whose reads are of another shape: a name, an attribute, or the function a call is of
 NOT_THE_DOCUMENT = {

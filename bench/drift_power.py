@@ -1,4 +1,4 @@
-"""Drift detection's power and false-alarm rate (``core.drift``, ``recommender.analysis``), and whether a
+"""Drift detection's power and false-alarm rate (``core.drift``, ``answer.analysis``), and whether a
 drift the floor lets pass moves the answer.
 
 An engine of 128 slots, decode step 20 ms + 1 ms a decoding slot (true gains per doubling 91/83/71/56/38/24/
@@ -24,11 +24,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from satbench.answer.analysis import analyze_lane
+from satbench.answer.policy import SLO, Policy
 from satbench.core.drift import knee_rung
 from satbench.core.figures import StepFigures
 from satbench.core.statistics import batch_mean_estimate
-from satbench.recommender.analysis import analyze_lane
-from satbench.recommender.policy import SLO, Policy
 
 POLICY = Policy(slo=SLO(ttft_p95_s=None, itl_p95_s=None, tbt_p99_s=None))
 LADDER = (1, 2, 4, 8, 16, 32, 64, 128, 256)

@@ -8,7 +8,7 @@ For each profile (``dense``, ``moe``), arrival process (Poisson, gamma of the gi
 - measured: the closed ladder's capacity (virtual closed loops at the slot count and twice it), then the
   rate search as a session walks it (``loadgen.rates.next_rate`` and ``judge``), each rung's window looked at
   as ``loadgen.open_step`` looks (``testkit.open_truth.measured_rung``), and the recommender's answer
-  (``recommender.rate_analysis.rate_answer``).
+  (``answer.rate_analysis.rate_answer``).
 
 It prints each answer's error against the truth, the virtual seconds of windows the search measured, and the
 worst error per lane. No wire: what the wire adds is the client's schedule lag (``bench/arrivals.py``).
@@ -26,10 +26,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from satbench.answer.policy import Policy, objectives_of
+from satbench.answer.rate_analysis import rate_answer
 from satbench.loadgen.config import ArrivalConfig
 from satbench.loadgen.rates import RateOutcome, judge, next_rate
-from satbench.recommender.policy import Policy, objectives_of
-from satbench.recommender.rate_analysis import rate_answer
 from satbench.simulator.profile import load_profile
 from testkit.open_truth import closed_ladder, measured_answer, true_max_rate
 

@@ -34,9 +34,9 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from satbench.answer.document import read_document  # noqa: E402
+from satbench.answer.policy import Policy  # noqa: E402
 from satbench.core.statistics import quantiles  # noqa: E402
-from satbench.recommender.document import read_document  # noqa: E402
-from satbench.recommender.policy import Policy  # noqa: E402
 from satbench.recommender.run_analysis import analyze_run  # noqa: E402
 from satbench.recommender.settings import WRITE_TOKEN_ENV  # noqa: E402
 from testkit.backfill import BackfilledPrometheus  # noqa: E402

@@ -16,8 +16,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from satbench.recommender.models import LaneModel, StepModel
-from satbench.recommender.policy import Policy
+from satbench.answer.models import LaneModel, StepModel
+from satbench.answer.policy import Policy
 from testkit.live import PROBES, VARIED, run_lane
 
 POLICY = Policy(max_throughput_ci_ratio=10.0)

@@ -21,11 +21,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from satbench.answer.policy import Policy
+from satbench.answer.verdicts import check_step
 from satbench.core.statistics import exceedance_p_value
 from satbench.core.step_figures import compute_step_figures
 from satbench.core.survival import Wait, logrank_p_value
-from satbench.recommender.policy import Policy
-from satbench.recommender.verdicts import check_step
 from testkit.scenario import Engine, Scenario, lognormal, run
 
 

@@ -27,13 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from satbench.answer.document import read_document
+from satbench.answer.policy import Policy
 from satbench.compare.judge import Run, RungTails
 from satbench.core.figures import TAIL_SIZE, Tail
 from satbench.core.manifest import RunManifest
 from satbench.core.records import RequestRecord, write_records
 from satbench.core.step_figures import compute_step_figures
-from satbench.recommender.document import read_document
-from satbench.recommender.policy import Policy
 from satbench.recommender.run_analysis import document_from_figures
 from testkit.synthetic import SyntheticLane, simulate_run
 

@@ -8,9 +8,9 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from satbench.answer.policy import Policy
 from satbench.loadgen.config import LoadgenConfig
 from satbench.loadgen.runner import run_ladder
-from satbench.recommender.policy import Policy
 from satbench.recommender.run_analysis import analyze_run
 from testkit.sim import SimulatorProcess
 

@@ -19,7 +19,7 @@ long-run attainment reaches the target.
 schedule, the looks of ``loadgen.open_step`` (``core.attainment.rate_look`` at ``min_window_s`` and 1.5x
 growing lengths up to ``max_window_s``, with what was known at each: the requests ended, and those in flight
 whose TTFT deadline had passed), then the finished window's figures (``core.step_figures``). A test walks the
-search (``loadgen.rates``) over it and answers with ``recommender.rate_analysis``: satbench's measurement,
+search (``loadgen.rates``) over it and answers with ``answer.rate_analysis``: satbench's measurement,
 minus its wire, against a truth that is the engine's.
 """
 

@@ -11,7 +11,7 @@ objective (``testkit.open_truth.Served.misses``: TTFT and e2e from the intended 
 Measurement (``measured_rate``): the closed ladder's capacity (virtual closed loops at the slot count and twice
 it), the session's rate search (``loadgen.rates``) over rungs looked at as ``loadgen.open_step`` looks
 (``testkit.open_truth.measured_answer``, up to the session's ``arrival.max_window_s``), and the recommender's
-answer (``recommender.rate_analysis``): satbench's measurement minus its wire, as ``tests/rates/test_truth.py``
+answer (``answer.rate_analysis``): satbench's measurement minus its wire, as ``tests/rates/test_truth.py``
 and ``bench/rate_accuracy.py`` do (these with 90 s windows).
 """
 
@@ -21,12 +21,12 @@ import random
 from collections import defaultdict
 from typing import Any
 
+from satbench.answer.policy import Policy, objectives_of
+from satbench.answer.rate_analysis import RateAnswer, rate_answer
 from satbench.core.arrivals import schedule
 from satbench.core.objectives import Objectives
 from satbench.loadgen.config import ArrivalConfig
 from satbench.loadgen.rates import RateOutcome, judge, next_rate
-from satbench.recommender.policy import Policy, objectives_of
-from satbench.recommender.rate_analysis import RateAnswer, rate_answer
 from satbench.simulator.engine import RequestSpec
 from satbench.simulator.profile import Profile
 from satbench.simulator.virtual import run_requests

@@ -3,8 +3,10 @@
 The rule (also in docs/DESIGN.md, "The tree"):
 
 - ground: ``core`` imports no other package of this repository;
-- parts: ``simulator``, ``loadgen``, ``exporter``, ``recommender`` import only ``core`` and themselves,
-  never each other;
+- judgement: ``answer`` (the policy, the checks, the answers, the document's models and builder) imports only
+  ``core``;
+- parts: ``simulator``, ``loadgen``, ``exporter``, ``recommender`` import only ``core``, ``answer`` and
+  themselves, never each other;
 - top: ``satbench`` imports the parts and the ground;
 - ``testkit`` (test support shared by tests and benches) may import the product; the product never
   imports ``testkit`` or ``tests``; ``bench`` imports the product and ``testkit``, never ``tests``.
@@ -27,9 +29,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 GROUND = {"core"}
+JUDGEMENT = {"answer"}
 PARTS = {"simulator", "loadgen", "exporter", "recommender"}
 TOP = {"satbench"}
-PRODUCT = GROUND | PARTS | TOP
+PRODUCT = GROUND | JUDGEMENT | PARTS | TOP
 OURS = PRODUCT | {"testkit", "tests", "bench"}
 INSTALLED = "satbench"  # the one name in site-packages: the ground and the parts are satbench.<folder>
 
@@ -37,7 +40,7 @@ INSTALLED = "satbench"  # the one name in site-packages: the ground and the part
 def floor(name: str) -> str:
     """The folder (floor) an absolute module name lives in: ``satbench.core.x`` is ``core``."""
     parts = name.split(".")
-    if parts[0] == INSTALLED and len(parts) > 1 and parts[1] in GROUND | PARTS:
+    if parts[0] == INSTALLED and len(parts) > 1 and parts[1] in GROUND | JUDGEMENT | PARTS:
         return parts[1]
     return parts[0]
 
@@ -46,8 +49,10 @@ def allowed(source: str) -> set[str]:
     """The top-level packages of this repository that modules of package ``source`` may import."""
     if source in GROUND:
         return {source}
-    if source in PARTS:
+    if source in JUDGEMENT:
         return {source} | GROUND
+    if source in PARTS:
+        return {source} | JUDGEMENT | GROUND
     if source in TOP:
         return PRODUCT
     if source == "testkit":
@@ -112,7 +117,7 @@ def crossings(path: Path, root: Path = ROOT) -> list[str]:
 def bare_imports(path: Path, root: Path = ROOT) -> list[str]:
     """Every import of the ground or a part by its folder's name instead of ``satbench.<folder>``."""
     return [f"{path.relative_to(root)}:{line} imports {name} (say satbench.{name})"
-            for line, name in imported(path, root) if name.split(".")[0] in GROUND | PARTS]
+            for line, name in imported(path, root) if name.split(".")[0] in GROUND | JUDGEMENT | PARTS]
 
 
 def test_the_parts_are_imported_by_their_installed_name() -> None:
@@ -123,7 +128,7 @@ def test_the_parts_are_imported_by_their_installed_name() -> None:
 def test_satbench_is_the_one_name_on_install() -> None:
     """The ground and each part are real folders of satbench/, no link is left in the tree, and only satbench
     is packaged."""
-    for part in sorted(GROUND | PARTS):
+    for part in sorted(GROUND | JUDGEMENT | PARTS):
         folder = ROOT / INSTALLED / part
         assert folder.is_dir() and not folder.is_symlink() and (folder / "__init__.py").is_file(), folder
         assert not (ROOT / part).exists(), f"{part}/ at the top beside satbench/{part}/"
@@ -199,6 +204,8 @@ def test_the_checks_catch_an_arrow_up_a_sideways_one_a_test_import_and_a_conftes
         "tests/grafana/test_x.py": "from tests.session.conftest import SHORT\nfrom tests.grafana.conftest import y\n",
         "satbench/core/records.py": "from . import api\nfrom satbench.core import figures\n",  # inside the ground: fine
         "satbench/cli.py": "from satbench.loadgen import runner\nfrom satbench.core import promql\n",  # down
+        "satbench/answer/verdicts.py": "from satbench.recommender.store import RunStore\n",  # judgement -> part: up
+        "satbench/loadgen/plateau.py": "from satbench.answer.policy import Policy\n",  # part -> judgement: down
     }
     for name, text in planted.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -207,13 +214,16 @@ def test_the_checks_catch_an_arrow_up_a_sideways_one_a_test_import_and_a_conftes
     assert found == {
         "satbench/loadgen/ladder.py": ["satbench/loadgen/ladder.py:1 imports satbench.cli"],
         "satbench/exporter/relay.py": ["satbench/exporter/relay.py:1 imports satbench.loadgen",
-                              "satbench/exporter/relay.py:1 imports satbench.loadgen.config"],
+                                       "satbench/exporter/relay.py:1 imports satbench.loadgen.config"],
         "satbench/recommender/app.py": ["satbench/recommender/app.py:2 imports testkit.net",
-                               "satbench/recommender/app.py:2 imports testkit.net.free_port"],
+                                        "satbench/recommender/app.py:2 imports testkit.net.free_port"],
         "bench/x.py": ["bench/x.py:1 imports tests.support", "bench/x.py:1 imports tests.support.prom"],
         "tests/grafana/test_x.py": [],  # tests may import tests (the floors), but see conftest_imports
         "satbench/core/records.py": [],
         "satbench/cli.py": [],
+        "satbench/answer/verdicts.py": ["satbench/answer/verdicts.py:1 imports satbench.recommender.store",
+                                        "satbench/answer/verdicts.py:1 imports satbench.recommender.store.RunStore"],
+        "satbench/loadgen/plateau.py": [],
     }
     (tmp_path / "satbench/old.py").write_text("from core.records import Record\nimport satbench.core.api\n")
     assert bare_imports(tmp_path / "satbench/old.py", tmp_path) == [

@@ -22,7 +22,7 @@ HEAVY = ("scipy", "matplotlib")
 @pytest.mark.parametrize("module", [
     "satbench.session.run", "satbench.session.cli", "satbench.recommender.app", "satbench.recommender.cli",
     "satbench.exporter.cli", "satbench.simulator.cli", "satbench.loadgen.runner", "satbench.core.statistics",
-    "satbench.recommender.analysis", "satbench.report.render",
+    "satbench.answer.analysis", "satbench.report.render",
 ])
 def test_a_command_starts_without_scipy_or_matplotlib(module: str) -> None:
     code = f"import json, sys, {module}; print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}})))"

@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from satbench.answer.models import LaneModel, RecommendationsDocument
 from satbench.core.fingerprint_compare import compare as compare_fingerprints
 from satbench.core.fingerprint_compare import describe_changes
-from satbench.recommender.models import LaneModel, RecommendationsDocument
 
 __all__ = ["DIFFERENCES", "NotComparable", "deployment_changes", "differences", "refuse"]
 

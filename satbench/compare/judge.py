@@ -43,6 +43,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from satbench.answer.document import read_document
+from satbench.answer.models import LaneModel, RecommendationsDocument, said
 from satbench.compare.comparable import deployment_changes, differences, refuse
 from satbench.compare.tails import TailSide, exceedance_test, ratio_interval
 from satbench.compare.verdict import (
@@ -59,8 +61,6 @@ from satbench.compare.verdict import (
 )
 from satbench.core.figures import StepFigures, Tail
 from satbench.core.statistics import t_quantile, welch_difference
-from satbench.recommender.document import read_document
-from satbench.recommender.models import LaneModel, RecommendationsDocument, said
 
 __all__ = ["DEFAULT_FLOORS", "FIGURES", "Answer", "Change", "Comparison", "Figure", "Floor", "LaneComparison",
            "Run", "RungTails", "compare_documents", "compare_runs", "describe"]
@@ -288,6 +288,6 @@ def compare_documents(doc_a: RecommendationsDocument | Mapping[str, Any],
                       floors: Mapping[str, Floor] | None = None, confidence: float | None = None,
                       lanes: Sequence[str] = (), allow: Sequence[str] = ()) -> Comparison:
     """Two documents compared (``compare_runs`` of one run a side, tails from the documents). Documents as
-    JSON are validated here (``recommender.document.read_document``)."""
+    JSON are validated here (``answer.document.read_document``)."""
     return compare_runs([Run(read_document(doc_a))], [Run(read_document(doc_b))], threshold=threshold,
                         floors=floors, confidence=confidence, lanes=lanes, allow=allow)

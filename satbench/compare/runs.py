@@ -13,8 +13,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from satbench.answer.models import RecommendationsDocument
 from satbench.compare.judge import Run, RungTails
-from satbench.recommender.models import RecommendationsDocument
 
 __all__ = ["Loaded", "full_tails", "load_document", "load_run"]
 
@@ -28,7 +28,7 @@ class Loaded:
 def load_document(where: str) -> RecommendationsDocument:
     """The document at ``where`` (module docstring), validated (a v1 one said in v2); ``ValueError`` in one
     line naming it."""
-    from satbench.recommender.document import read_document
+    from satbench.answer.document import read_document
 
     if where.startswith(("http://", "https://")):
         from satbench.fleet.remeasure import read_document as fetch_document

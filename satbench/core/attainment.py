@@ -52,10 +52,10 @@ and the lane's closed-loop capacity (``capacity_bound``):
   window (``final=True``) fails on a significant growth; where its interval still straddles the target it
   is *undecided* (``decided=False``, with its reason), its point share given as the verdict for the search
   to steer by (the best estimate there is, where the interval says the rate sits near the boundary), and
-  the rate answer's interval (``recommender.rate_analysis``) carries the doubt.
+  the rate answer's interval (``answer.rate_analysis``) carries the doubt.
 
 The load generator's looks, its judgment of the finished rung (``loadgen.rates.judge``) and the
-recommender's (``recommender.rate_analysis``) all call this one function.
+recommender's (``answer.rate_analysis``) all call this one function.
 """
 
 from __future__ import annotations

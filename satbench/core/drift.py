@@ -50,10 +50,10 @@ and answers 8 where the steady node answers 128. Two checks see it, both pure fu
   first window and the doubling's upper rung, the re-measure sees the node as the upper rung did and the
   decisions disagree: the answer is then not settled but ``undecided``, with both gains said
   (``answer_recheck``), and the walk from that rung up is taken against its re-measure
-  (``recommender.analysis``), never a plateau the slowdown made. ``bench/drift_power.py``, 400 walks: a 20 %
+  (``answer.analysis``), never a plateau the slowdown made. ``bench/drift_power.py``, 400 walks: a 20 %
   step at a random rung moved the answer in 31 % of walks before, in none after.
 
-A drifted lane's plateau is not blamed on concurrency: the recommender (``recommender.analysis``) withholds
+A drifted lane's plateau is not blamed on concurrency: the recommender (``answer.analysis``) withholds
 the answer (``policy.on_drift = "withhold"``, the default: status ``degraded``, the reason naming the drift)
 or keeps it with the drift said (``"report"``); the tune (``satbench.tune``) never compares a candidate whose
 walk drifted with the others.

@@ -8,14 +8,14 @@ readers (the recommender's analysis, capability reporting) read it here, through
 each walking the dict by key (issue 30: one shape per concept, validated once at the edge).
 
 ``FingerprintModel`` is the fingerprint's shape (``core.fingerprint`` builds it, ``core.fingerprint_compare``
-weighs two): the recommendations document's lanes carry it (``recommender.models.LaneModel.fingerprint``)
+weighs two): the recommendations document's lanes carry it (``answer.models.LaneModel.fingerprint``)
 and the validity check reads it. A ``ManifestLane`` keeps the fingerprint as it was taken (``fingerprint``,
 its JSON with its keys in the order the exporter wrote them: the document carries it so, byte for byte, and
 a model's dump would reorder them) and validates it on reading (``measured``).
 
 ``ConfiguredRun`` is the part of the manifest's ``config`` (the session's ``SessionConfig``, redacted) that
 the analysis and the report read: the workload the load generator sent and the policy the session set (a
-dict: its model, ``recommender.policy.Policy``, is a part's, which the ground does not import).
+dict: its model, ``answer.policy.Policy``, is a part's, which the ground does not import).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ hide the wait (coordinated omission). A failed request attains nothing; one stil
 stopped following it attains only if none of its figures so far already missed (its lower bounds).
 
 ``Objectives`` is policy-free data: the recommender builds it from its policy
-(``recommender.policy.Policy.objectives``), the load generator is handed it by the session, and the step
+(``answer.policy.Policy.objectives``), the load generator is handed it by the session, and the step
 figures count, per rung, the requests judged, those that attained, and the misses per objective
 (``attained_requests``, ``judged_requests``, ``objective_misses``), with the goodput they imply
 (``goodput_rps``, ``goodput_tok_s``, ``attainment``).

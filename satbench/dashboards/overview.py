@@ -26,7 +26,7 @@ datasource (``PROVISIONED_DATASOURCE``).
 Sections, top to bottom: the recommender's answer (stat panels), the figures at the recommended rung (stat
 panels coloured against the policy), the run's figures per rung (bar charts, concurrency on the x axis), the
 live series (time series), and a collapsed row for the exporter's relay mode, whose panels only draw lanes
-that have relay data. Objectives (thresholds) come from ``recommender.policy.Policy``'s defaults
+that have relay data. Objectives (thresholds) come from ``answer.policy.Policy``'s defaults
 (``objectives``), never typed in: a policy change regenerates the lines.
 
 Step windows appear as annotations: regions where ``loadgen_step_concurrency`` is above zero, per node and

@@ -19,9 +19,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from satbench.answer.policy import Policy
 from satbench.core import promql
 from satbench.core.lanes import LOCAL_NODE
-from satbench.recommender.policy import Policy
 
 __all__ = [
     "BY_LANE",

@@ -38,9 +38,9 @@ from typing import Any
 
 import httpx
 
+from satbench.answer.document import read_document as validated
+from satbench.answer.models import RecommendationsDocument
 from satbench.exporter.bounded_http import TooLarge, bounded_transport, deadline, read_bounded
-from satbench.recommender.document import read_document as validated
-from satbench.recommender.models import RecommendationsDocument
 
 __all__ = ["MAX_DOCUMENT_BYTES", "READ_TIMEOUT_S", "check_read_bounds", "document_url", "lanes_to_remeasure",
            "read_document"]
@@ -104,7 +104,7 @@ def read_document(url: str, *, timeout_s: float = READ_TIMEOUT_S, max_bytes: int
 def lanes_to_remeasure(document: Mapping[str, Any] | RecommendationsDocument, keys: Iterable[str]
                        ) -> dict[str, str]:
     """Of lane ``keys``, those to walk again (module docstring), each with why, in the order given; the
-    document as JSON is validated here (``recommender.document.read_document``)."""
+    document as JSON is validated here (``answer.document.read_document``)."""
     lanes = validated(document).lanes
     out: dict[str, str] = {}
     for key in keys:

@@ -17,7 +17,7 @@ whatever its outcomes say, and ``search_end`` says why it ended: decided, a lowe
 
 A rung whose attainment interval still straddled the target at the window's limit is *undecided*
 (``RateOutcome.decided`` False; ``passed`` is its point share's verdict, which steers the climb). Measuring
-again between two such rungs teaches the answer nothing: its interval (``recommender.rate_analysis``) is
+again between two such rungs teaches the answer nothing: its interval (``answer.rate_analysis``) is
 bounded by the highest rate that passed decidedly and the lowest that failed decidedly. So the bisection
 narrows that bracket from its ends: the next rate halves the wider of the gaps between the decided pass and
 the first rate above it and between the last rate below the decided fail and that fail (the whole bracket
@@ -26,7 +26,7 @@ where nothing lies inside), ``search_steps`` times; with every rung decided this
 ``judge(figures, arrival, capacity_rps)`` is the load generator's verdict on a finished rung
 (``core.attainment.rate_verdict``: not above the closed ladder's capacity, the backlog not growing
 significantly, at least ``arrival.target`` of the requests attaining every objective). The recommender judges
-the same figures with the same function and its own policy (``recommender.rate_analysis``); the session hands
+the same figures with the same function and its own policy (``answer.rate_analysis``); the session hands
 both the same objectives and target.
 """
 

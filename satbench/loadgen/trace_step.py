@@ -171,7 +171,7 @@ def next_factor(measured: Sequence[RateOutcome], trace: TraceConfig, arrival: Ar
                 recorded_rps: float) -> float | None:
     """The next speed factor to replay, or ``None`` when the search is over (module docstring); ``measured``
     holds each rung's outcome at its rate (recorded rate x factor)."""
-    # the trace answer reads the bracket around its point curve's crossing (recommender.trace_analysis):
+    # the trace answer reads the bracket around its point curve's crossing (answer.trace_analysis):
     # plain bisection, not the rate answer's narrowing from decided ends
     return next_rate(_in_factors(measured, recorded_rps), _search(trace, arrival), 1.0, from_decided=False)
 

@@ -3,7 +3,7 @@
 A plan multiplies a node's answer by a node count, so an answer that is wrong by a tenth makes every node of the
 plan wrong by a tenth. Each answer is therefore read at the end of its interval that promises least:
 
-- **rate** (the rate answer, ``recommender.rate_analysis``): the answer is where the attainment curve falls
+- **rate** (the rate answer, ``answer.rate_analysis``): the answer is where the attainment curve falls
   through the target; its ``interval`` is where the curves drawn through the rungs' attainment bounds fall
   through it, so its lower end is the least rate the crossing can be at the policy's confidence. A rung that
   *passed decided* (sustained, its attainment interval wholly at or above the target) is another lower bound
@@ -42,10 +42,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
+from satbench.answer.models import FingerprintModel, LaneModel, RecommendationsDocument
+from satbench.answer.open_loop_models import RateModel
 from satbench.recommender.capabilities import lane_place_of, unusable_why
-from satbench.recommender.models import FingerprintModel, LaneModel, RecommendationsDocument
 from satbench.recommender.node_kind import kind_id, model_revision
-from satbench.recommender.open_loop_models import RateModel
 
 __all__ = ["NodeAnswer", "Target", "Unusable", "node_kind", "read_answer"]
 

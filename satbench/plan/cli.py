@@ -18,9 +18,9 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from satbench.answer.models import RecommendationsDocument
 from satbench.plan.answers import Target
 from satbench.plan.planner import KindPlan, LanePlan, Plan
-from satbench.recommender.models import RecommendationsDocument
 
 __all__ = ["FORMATS", "configure", "main", "parse_target", "render"]
 
@@ -68,7 +68,7 @@ def parse_target(rate: str | None, users: str | None) -> tuple[Target, float]:
 
 def _load(args: argparse.Namespace) -> RecommendationsDocument:
     """The document, validated; ``ValueError`` (bad input, exit 2) or ``OSError`` (no answer there, exit 1)."""
-    from satbench.recommender.document import read_document
+    from satbench.answer.document import read_document
 
     if args.file is not None:
         path = args.file / "recommendations.json" if args.file.is_dir() else args.file

@@ -32,9 +32,9 @@ from itertools import groupby
 
 from pydantic import BaseModel, Field
 
+from satbench.answer.models import RecommendationsDocument
 from satbench.plan.answers import NodeAnswer, Target, Unusable, read_answer
 from satbench.recommender.capabilities import all_lanes, lane_place_of
-from satbench.recommender.models import RecommendationsDocument
 
 __all__ = ["AnswerUsed", "KindPlan", "LanePlan", "NotUsed", "Plan", "lane_names", "nodes_needed", "plan"]
 
@@ -154,7 +154,7 @@ def plan(document: RecommendationsDocument, target: Target, amount: float, *, la
          unchecked: bool = False, now: datetime | None = None) -> Plan:
     """The plan for ``amount`` (requests/s or users) over each model lane of ``document`` (every one, or
     ``lanes``), from the answers it may rest on (module docstring). Pure."""
-    from satbench.recommender.policy import objectives_of
+    from satbench.answer.policy import objectives_of
 
     if not amount > 0 or not math.isfinite(amount):
         raise ValueError(f"the target {amount!r}: a finite number above 0")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from satbench.recommender.policy import Policy
+    from satbench.answer.policy import Policy
     from satbench.recommender.run_analysis import analyze_run
 
 __all__ = ["Policy", "analyze_run"]
@@ -22,7 +22,7 @@ def __getattr__(name: str) -> Any:
 
         return analyze_run
     if name == "Policy":
-        from satbench.recommender.policy import Policy
+        from satbench.answer.policy import Policy
 
         return Policy
     raise AttributeError(f"module 'recommender' has no attribute {name!r}")

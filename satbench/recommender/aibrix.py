@@ -27,10 +27,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from satbench.answer.models import LaneModel, RecommendationsDocument
 from satbench.recommender.capabilities import all_lanes
 from satbench.recommender.consumer_records import lane_stamp
 from satbench.recommender.keda import AutoscalerOptions
-from satbench.recommender.models import LaneModel, RecommendationsDocument
 from satbench.recommender.node_kind import kind_id
 
 __all__ = ["aibrix_profiles", "bucket_of", "node_kind"]

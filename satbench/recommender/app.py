@@ -56,11 +56,20 @@ from fastapi.security import HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from satbench.answer.document import AmbiguousForV1, as_v2, iso_utc, read_document
+from satbench.answer.models import (
+    CapabilitiesModel,
+    HealthModel,
+    LaneModel,
+    RecommendationsDocument,
+    RunInfo,
+    RunList,
+    RunRegistered,
+)
 from satbench.core.manifest import RunManifest
 from satbench.core.statistics import preload
 from satbench.recommender.capabilities import litellm_config, prometheus_text
 from satbench.recommender.deps import SettingsDep, StoreDep
-from satbench.recommender.document import AmbiguousForV1, as_v2, iso_utc, read_document
 from satbench.recommender.errors import (
     BadInput,
     NothingToServe,
@@ -75,15 +84,6 @@ from satbench.recommender.errors import (
 )
 from satbench.recommender.host_check import HostCheckASGI
 from satbench.recommender.metrics import build_registry
-from satbench.recommender.models import (
-    CapabilitiesModel,
-    HealthModel,
-    LaneModel,
-    RecommendationsDocument,
-    RunInfo,
-    RunList,
-    RunRegistered,
-)
 from satbench.recommender.prometheus_source import HttpxPromClient, public_url
 from satbench.recommender.record_formats import RECORD_FORMATS, render_record, unknown_format
 from satbench.recommender.run_analysis import analyze_run_async
@@ -117,7 +117,7 @@ class SettingsAnalyzer:
     With ``recorded_answers`` a finished run folder's ``recommendations.json`` is its answer as the session
     wrote it (``satbench serve``): the Prometheus it was computed from may be gone, and a re-analysis from the
     records alone would lack the exporter's figures, so it would not be the same answer. One that is not a
-    recommendations document (it does not validate: ``recommender.document.read_document``) is analysed again
+    recommendations document (it does not validate: ``answer.document.read_document``) is analysed again
     from the records, as a folder without one is.
     """
 

@@ -110,10 +110,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from satbench.answer.document import read_document
+from satbench.answer.models import CapabilityLane, LaneModel, RecommendationsDocument
 from satbench.core.lanes import split_key
-from satbench.recommender.document import read_document
 from satbench.recommender.metrics import document_lanes, exposition, lane_identity, validity_state
-from satbench.recommender.models import CapabilityLane, LaneModel, RecommendationsDocument
 
 __all__ = ["FORMATS", "all_lanes", "capability_fragment", "lane_place_of", "litellm_config", "prometheus_text",
            "unusable_lanes", "unusable_why"]
@@ -184,11 +184,11 @@ def _entry(node: str, name: str, lane: LaneModel | None) -> dict[str, Any]:
         "url": lane.url,
     }
     rate = lane.rate
-    if rate is not None:  # the rate answer, where the run walked open-loop rates (recommender.rate_analysis)
+    if rate is not None:  # the rate answer, where the run walked open-loop rates (answer.rate_analysis)
         entry.update(max_rate_rps=rate.max_rate_rps, max_rate_rpm=rate.max_rate_rpm, rate_status=rate.status,
                      goodput_rps=rate.goodput_rps, rate_binding_objective=rate.binding_objective)
     trace = lane.trace
-    if trace is not None:  # the trace answer, where the lane replayed a recorded trace (recommender.trace_analysis)
+    if trace is not None:  # the trace answer, where the lane replayed a recorded trace (answer.trace_analysis)
         entry.update(trace_max_factor=trace.max_factor, trace_status=trace.status,
                      trace_max_rate_rps=trace.max_rate_rps, trace_sha256=trace.trace.sha256)
     if lane.reason:
@@ -225,7 +225,7 @@ def _capabilities(document: RecommendationsDocument) -> tuple[dict[str, Any], di
 
 def capability_fragment(document: RecommendationsDocument | Mapping[str, Any]) -> dict[str, Any]:
     """The capability fragment of a recommendations document (pure; module docstring). As JSON (v1 or v2) it
-    is validated here (``recommender.document.read_document``)."""
+    is validated here (``answer.document.read_document``)."""
     document = read_document(document)
     lanes, nodes = _capabilities(document)
     return {"schema": document.schema_read, "generated_at": document.generated_at, "lanes": lanes,

@@ -16,15 +16,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from satbench.answer.document import read_document
+from satbench.answer.models import CapabilitiesModel, RecommendationsDocument
 from satbench.recommender.capabilities import (
     capability_fragment,
     litellm_config,
     prometheus_text,
     unusable_lanes,
 )
-from satbench.recommender.document import read_document
 from satbench.recommender.keda import AutoscalerOptions
-from satbench.recommender.models import CapabilitiesModel, RecommendationsDocument
 from satbench.recommender.record_formats import ALL_FORMATS, RECORD_FORMATS, lane_record, render_record
 
 __all__ = ["configure", "main"]

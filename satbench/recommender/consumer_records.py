@@ -48,9 +48,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from satbench.answer.models import LaneModel, PrefillModel, RecommendationsDocument
 from satbench.recommender.capabilities import all_lanes, lane_place_of, unusable_why
 from satbench.recommender.metrics import validity_state
-from satbench.recommender.models import LaneModel, PrefillModel, RecommendationsDocument
 
 __all__ = [
     "LLMD_MIN_SAMPLES",

@@ -26,12 +26,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from satbench.answer.analysis import analyze_lane
+from satbench.answer.document import lane_fragment, unchecked
+from satbench.answer.policy import Policy
 from satbench.core.manifest import RunManifest
 from satbench.core.shards import ShardStamp, shard_of
-from satbench.recommender.analysis import analyze_lane
-from satbench.recommender.document import lane_fragment, unchecked
 from satbench.recommender.errors import BadInput
-from satbench.recommender.policy import Policy
 
 __all__ = ["FleetRun", "ShardEntry", "check_join", "fleet_runs", "missing_answers", "stamp_of"]
 

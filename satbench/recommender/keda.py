@@ -40,10 +40,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from satbench.answer.models import LaneModel, RecommendationsDocument
 from satbench.core.promql import Matcher, rate, selector
 from satbench.recommender.capabilities import all_lanes
 from satbench.recommender.consumer_records import lane_stamp
-from satbench.recommender.models import LaneModel, RecommendationsDocument
 
 __all__ = ["AutoscalerOptions", "keda_scaled_objects", "kserve_scaling", "lane_groups"]
 

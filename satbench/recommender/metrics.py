@@ -28,11 +28,11 @@ Per lane (``lane`` is the lane's name, never its key; ``node`` where the lane na
   exporter guidelines advise for "how long ago", rather than an age that would be as old as the last scrape
   and would make the families depend on the clock (``answer_families`` stays pure).
 
-- ``satbench_max_rate_rps{status}`` and ``satbench_goodput_rps``: the rate answer (``recommender.rate_analysis``)
+- ``satbench_max_rate_rps{status}`` and ``satbench_goodput_rps``: the rate answer (``answer.rate_analysis``)
   where the run walked open-loop rates: the highest request rate the lane serves within its objectives for
   the policy's share of requests, labelled with its status (``settled``, ``unsaturated``, ``undecided``), and
   the goodput there; absent for a lane whose run walked no rates, or none passed.
-- ``satbench_trace_max_factor{status}``: the trace answer (``recommender.trace_analysis``) where the lane
+- ``satbench_trace_max_factor{status}``: the trace answer (``answer.trace_analysis``) where the lane
   replayed a recorded trace: the largest speed factor it takes within its objectives ("this node takes N x the
   recorded traffic"), labelled with its status; absent for a lane that replayed none, or where no factor passed.
 
@@ -63,10 +63,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from satbench.answer.document import read_document
+from satbench.answer.models import LaneModel, RecommendationsDocument, said
 from satbench.core.lanes import LOCAL_NODE, key_labels, lane_key, split_key
-from satbench.recommender.document import read_document
 from satbench.recommender.errors import NothingToServe
-from satbench.recommender.models import LaneModel, RecommendationsDocument, said
 
 __all__ = [
     "VALIDITY_STATES",
@@ -167,7 +167,7 @@ def answer_families(document: RecommendationsDocument | None) -> list[Metric]:
 
 
 def _unix(iso: Any) -> float | None:
-    """``2026-12-01T16:13:16Z`` (``recommender.document.iso_utc``) as Unix seconds; None for anything else."""
+    """``2026-12-01T16:13:16Z`` (``answer.document.iso_utc``) as Unix seconds; None for anything else."""
     if not isinstance(iso, str):
         return None
     try:

@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from satbench.answer.models import RecommendationsDocument
 from satbench.recommender.aibrix import aibrix_profiles
 from satbench.recommender.capabilities import FORMATS as CAPABILITY_FORMATS
 from satbench.recommender.consumer_records import epp_thresholds, llmd_calibration, variant_capacities
 from satbench.recommender.keda import AutoscalerOptions, keda_scaled_objects, kserve_scaling
-from satbench.recommender.models import RecommendationsDocument
 
 __all__ = ["ALL_FORMATS", "LANE_FORMATS", "RECORD_FORMATS", "lane_record", "render_record", "unknown_format"]
 

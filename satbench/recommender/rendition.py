@@ -2,7 +2,7 @@
 
 Every node polls ``GET /recommendations`` (or ``/capabilities``) every second or so, so nothing a poll does may
 cost in proportion to the document. A 60-lane fleet document is 1.3 MB: serialising it takes 25 ms here, and
-marking it stale (a deep copy, ``recommender.document.mark_stale``) 50 ms more; done per poll, 200 pollers at
+marking it stale (a deep copy, ``answer.document.mark_stale``) 50 ms more; done per poll, 200 pollers at
 1 req/s asked the event loop for 15 s of CPU each second (p50 10 s, p99 12.3 s). ``render`` builds every form
 once per change of the document (v2, gzipped v2, v1 or why v1 cannot say it, the capability fragment, the
 validated model); the store calls it in a worker thread and swaps the result in at once, so a poll is a
@@ -29,9 +29,9 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+from satbench.answer.document import AmbiguousForV1, as_v1, mark_stale, read_document
+from satbench.answer.models import RecommendationsDocument
 from satbench.recommender.capabilities import capability_fragment
-from satbench.recommender.document import AmbiguousForV1, as_v1, mark_stale, read_document
-from satbench.recommender.models import RecommendationsDocument
 
 __all__ = ["Rendition", "Served", "render"]
 

@@ -20,18 +20,20 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from satbench.answer.analysis import analyze_lane
+from satbench.answer.document import build_document, lane_fragment, mark_changed, unchecked
+from satbench.answer.models import TraceEvidenceModel, ValidityModel
+from satbench.answer.policy import Policy, objectives_of
+from satbench.answer.prefill_analysis import prefill_answer
+from satbench.answer.rate_analysis import rate_answer
+from satbench.answer.trace_analysis import TraceAnswer, trace_answer
 from satbench.core.attainment import capacity_bound
 from satbench.core.figures import StepFigures
 from satbench.core.fingerprint import policy_part, workload_part
 from satbench.core.lane_evidence import ConfiguredRun, manifest_lane
 from satbench.core.manifest import RunManifest
 from satbench.core.objectives import Objectives
-from satbench.recommender.analysis import analyze_lane
-from satbench.recommender.document import build_document, lane_fragment, mark_changed, unchecked
 from satbench.recommender.errors import BadInput, PrometheusQueryError, SourceUnavailable
-from satbench.recommender.models import TraceEvidenceModel, ValidityModel
-from satbench.recommender.policy import Policy, objectives_of
-from satbench.recommender.prefill_analysis import prefill_answer
 from satbench.recommender.prometheus_source import (
     HttpxPromClient,
     PrometheusSourceConfig,
@@ -39,9 +41,7 @@ from satbench.recommender.prometheus_source import (
     fetch_run_figures,
     public_url,
 )
-from satbench.recommender.rate_analysis import rate_answer
 from satbench.recommender.records_source import figures_from_records, load_records, unusable_window_figures
-from satbench.recommender.trace_analysis import TraceAnswer, trace_answer
 from satbench.recommender.validity import check_answers
 
 __all__ = ["analyze_run", "analyze_run_async", "document_from_figures", "lane_place", "lane_trace_answer"]
@@ -62,7 +62,7 @@ def document_from_figures(manifest: RunManifest, figures: dict[str, list[StepFig
         slots = max((w.slots for w in manifest.windows(lane) if w.slots), default=None)
         capacity = capacity_bound([(s.concurrency, s.requests_per_s) for s in closed if s.valid], slots)
         at_answer = next((s for s in closed if s.concurrency == analysis.recommended_concurrency), None)
-        # a trace rung (its window has a speed_factor) is the trace answer's (recommender.trace_analysis), not a rate
+        # a trace rung (its window has a speed_factor) is the trace answer's (answer.trace_analysis), not a rate
         traced = {(w.concurrency, w.rate_rps) for w in manifest.windows(lane) if w.speed_factor is not None}
         rate = rate_answer([s for s in steps if s.rate_rps is not None and (s.concurrency, s.rate_rps) not in traced],
                            policy, at_answer, capacity)
@@ -91,7 +91,7 @@ def _settings(where: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def lane_trace_answer(manifest: RunManifest, lane: str, steps: list[StepFigures], policy: Policy
                       ) -> TraceAnswer | None:
-    """The trace answer of lane ``lane`` (``recommender.trace_analysis``): its trace rungs (the steps whose
+    """The trace answer of lane ``lane`` (``answer.trace_analysis``): its trace rungs (the steps whose
     window carries a ``speed_factor``) with their factors, judged against the recorded rate of the manifest's
     ``traces`` entry, which goes with the answer as its evidence; ``None`` where the lane replayed no trace.
     No closed-ladder bound, as the load generator's factor search has none: the closed rungs sent the

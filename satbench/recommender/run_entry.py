@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from satbench.answer.document import read_document
+from satbench.answer.models import RecommendationsDocument
 from satbench.core.manifest import RunManifest
 from satbench.core.shards import shard_key
-from satbench.recommender.document import read_document
 from satbench.recommender.errors import RecommenderError
 from satbench.recommender.fleet_runs import ShardEntry, stamp_of
-from satbench.recommender.models import RecommendationsDocument
 
 __all__ = ["PARTIAL_NOTES", "Analyzer", "ManifestWriter", "RunEntry", "analyze_all", "entry_key", "partial_notes",
            "served_answers", "shard_entries", "write_manifest"]

@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from satbench.recommender.document import read_document
-from satbench.recommender.models import RecommendationsDocument
+from satbench.answer.document import read_document
+from satbench.answer.models import RecommendationsDocument
 
 __all__ = [
     "SAMPLE_PATH",

@@ -36,10 +36,10 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from satbench.answer.policy import Policy
 from satbench.core.config_files import validation_problems
 from satbench.core.lane_evidence import ConfiguredRun
 from satbench.recommender.errors import BadInput
-from satbench.recommender.policy import Policy
 from satbench.recommender.prometheus_source import PrometheusSourceConfig
 
 __all__ = ["WRITE_TOKEN_ENV", "RecommenderSettings", "load_policy_file"]

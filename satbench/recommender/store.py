@@ -54,8 +54,9 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
+from satbench.answer.document import mark_changed, mark_stale, node_index
+from satbench.answer.models import RecommendationsDocument, ValidityModel
 from satbench.core.manifest import RUN_ID_PATTERN, RunManifest, read_manifest
-from satbench.recommender.document import mark_changed, mark_stale, node_index
 from satbench.recommender.errors import (
     BadInput,
     NothingToServe,
@@ -66,7 +67,6 @@ from satbench.recommender.errors import (
     UnknownRun,
 )
 from satbench.recommender.fleet_runs import FleetRun, check_join, fleet_runs, missing_answers, stamp_of
-from satbench.recommender.models import RecommendationsDocument, ValidityModel
 from satbench.recommender.rendition import Rendition, Served, render
 from satbench.recommender.run_entry import (
     Analyzer,
@@ -472,12 +472,12 @@ class RecommendationStore:
         return self.served().gzip()
 
     def v1_ready(self) -> bool:
-        """Whether the document can be said in schema v1 (``recommender.document.as_v1``)."""
+        """Whether the document can be said in schema v1 (``answer.document.as_v1``)."""
         return self._rendered is not None and self.served().v1_ready()
 
     def document_bytes(self, schema: str = "v2") -> bytes:
         """The serialised document, as rendered at its last publish (a stale one with its age). ``schema``
-        ``v1``: its v1 view (``recommender.document.as_v1``; ``AmbiguousForV1`` where it cannot be said)."""
+        ``v1``: its v1 view (``answer.document.as_v1``; ``AmbiguousForV1`` where it cannot be said)."""
         served = self.served()
         return served.v1() if schema == "v1" else served.v2()
 

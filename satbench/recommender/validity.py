@@ -38,14 +38,14 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from satbench.answer.document import iso_utc, unchecked
+from satbench.answer.models import ValidityModel, said
 from satbench.core.fingerprint_compare import assess
 from satbench.core.fingerprint_labels import from_info_labels
 from satbench.core.fingerprint_signature import MAC_LABEL, node_key, signed_since, verify
 from satbench.core.lane_evidence import FingerprintModel
 from satbench.core.lanes import LOCAL_NODE
-from satbench.recommender.document import iso_utc, unchecked
 from satbench.recommender.errors import PrometheusQueryError, SourceUnavailable
-from satbench.recommender.models import ValidityModel, said
 from satbench.recommender.prometheus_source import PromQLClient, VectorSample
 
 __all__ = ["FINGERPRINT_SERIES", "check_answers", "fingerprints_when_measured", "live_by_key", "measured_fingerprints",

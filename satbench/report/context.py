@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from satbench.answer.policy import SLO, Policy
 from satbench.core.manifest import RunManifest
-from satbench.recommender.policy import SLO, Policy
 from satbench.report.data import RunReport
 from satbench.report.tables import (
     NONE,

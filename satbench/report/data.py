@@ -29,13 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from satbench.core.figures import StepFigures, Tail, disagreements
-from satbench.core.lane_evidence import ConfiguredRun
-from satbench.core.manifest import RunManifest, StepWindow
-from satbench.core.records import read_records_file
-from satbench.core.step_figures import compute_step_figures
-from satbench.recommender.document import read_document
-from satbench.recommender.models import (
+from satbench.answer.document import read_document
+from satbench.answer.models import (
     LaneModel,
     PrefillModel,
     RateModel,
@@ -43,7 +38,12 @@ from satbench.recommender.models import (
     StepModel,
     TraceModel,
 )
-from satbench.recommender.policy import Policy
+from satbench.answer.policy import Policy
+from satbench.core.figures import StepFigures, Tail, disagreements
+from satbench.core.lane_evidence import ConfiguredRun
+from satbench.core.manifest import RunManifest, StepWindow
+from satbench.core.records import read_records_file
+from satbench.core.step_figures import compute_step_figures
 from satbench.report.judgments import (
     Finding,
     RungJudgment,
@@ -200,7 +200,7 @@ def _slots(manifest: RunManifest, lane: str) -> int | None:
 
 
 def _read_document(path: Path, problems: list[str]) -> RecommendationsDocument | None:
-    """The run's recommendations document, validated once (``recommender.document.read_document``); a
+    """The run's recommendations document, validated once (``answer.document.read_document``); a
     missing or unreadable one is a problem the report states, and the report goes on without it."""
     raw = _read_json(path, problems)
     if raw is None:

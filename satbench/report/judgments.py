@@ -1,17 +1,17 @@
 """How the recommender judged each rung, as the report shows it: every check and broken limit of the document
 as a ``Finding`` (the measured figure, its bound, its unit, the policy setting and the recommender's words),
 a rung's ``RungJudgment``, and the evidence of a lane's binding constraint. Where a run has no document, the
-judgments are the analysis' own of the steps (``recommender.analysis.analyze_lane``). Pure."""
+judgments are the analysis' own of the steps (``answer.analysis.analyze_lane``). Pure."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
+from satbench.answer.analysis import analyze_lane
+from satbench.answer.models import LaneModel
+from satbench.answer.policy import Policy
 from satbench.core.figures import StepFigures
-from satbench.recommender.analysis import analyze_lane
-from satbench.recommender.models import LaneModel
-from satbench.recommender.policy import Policy
 
 __all__ = ["CHECK_NAMES", "Finding", "RungJudgment", "binding_finding", "policy_of", "rung_judgments",
            "verdict_label"]

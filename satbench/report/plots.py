@@ -33,9 +33,9 @@ matplotlib.use("Agg")
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from satbench.answer.policy import Policy
+from satbench.answer.verdicts import stall_limit
 from satbench.core.figures import StepFigures
-from satbench.recommender.policy import Policy
-from satbench.recommender.verdicts import stall_limit
 from satbench.report.data import LaneReport
 
 __all__ = ["figure_svg", "lane_figure_svg"]

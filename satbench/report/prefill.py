@@ -1,13 +1,13 @@
 """The peak-prefill part of a lane's report: the answer in a sentence and the walk's rungs.
 
-The answer is the document's ``lanes.<key>.prefill`` (``recommender.prefill_analysis``): what llm-d's router
+The answer is the document's ``lanes.<key>.prefill`` (``answer.prefill_analysis``): what llm-d's router
 reads as ``peakPrefillThroughput``, and what it holds for (the prompt lengths the runtime counted, the chunk
 ``-b``/``-ub``). The table lists each rung of the walk (``loadgen.prefill_walk``) as the manifest kept it.
 """
 
 from __future__ import annotations
 
-from satbench.recommender.models import PrefillModel
+from satbench.answer.models import PrefillModel
 
 __all__ = ["PREFILL_HEADERS", "prefill_fact", "prefill_sentence", "prefill_table"]
 

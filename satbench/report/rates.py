@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from satbench.answer.models import RateModel
 from satbench.core.figures import StepFigures
-from satbench.recommender.models import RateModel
 
 __all__ = ["co_sentence", "rate_facts", "rate_figure_svg", "rate_table"]
 

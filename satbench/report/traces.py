@@ -4,7 +4,7 @@ and the evidence of which traffic it is for.
 
 A trace rung replays a window of a recorded trace (``loadgen.trace_step``) at a speed factor: its requests keep
 the trace's lengths and prefix sharing, its arrivals the trace's gaps over the factor. The answer
-(``recommender.trace_analysis``, the document's ``lanes.<key>.trace``) is the rate answer over those rungs read
+(``answer.trace_analysis``, the document's ``lanes.<key>.trace``) is the rate answer over those rungs read
 in factors, so the table and the figure here are ``satbench.report.rates``' with the factor on the x axis. The
 evidence is the manifest's (file sha256 and size, the window, the factors walked, what was synthesised, the
 prompt-cache share the trace's block ids imply): an answer is only for the traffic it was measured on.
@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import PurePath
 
+from satbench.answer.models import TraceEvidenceModel, TraceModel
 from satbench.core.figures import StepFigures
 from satbench.loadgen.rates import factor_label
-from satbench.recommender.models import TraceEvidenceModel, TraceModel
 from satbench.report.rates import judged_cells
 
 __all__ = ["trace_evidence", "trace_fact", "trace_figure_svg", "trace_sentence", "trace_table"]
@@ -122,7 +122,7 @@ def trace_figure_svg(lane: str, trace: TraceModel) -> str:
         ax = fig.subplots()
         ax.plot(xs, [p.attainment or 0.0 for p in pts], "o-", color="#2e7d32", label="attainment")
         grew = [p for p in pts if p.sustained is False]
-        if grew:  # no steady attainment to draw: the answer does not read it (recommender.rate_analysis)
+        if grew:  # no steady attainment to draw: the answer does not read it (answer.rate_analysis)
             ax.plot([p.speed_factor for p in grew], [p.attainment or 0.0 for p in grew], "x", color="#c62828",
                     markersize=9, label="not sustained (backlog grew)")
         spans = [(p.speed_factor, p.attainment_interval) for p in pts if p.attainment_interval]

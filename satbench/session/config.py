@@ -23,7 +23,7 @@ names the environment variable that holds its key.
 The session's ladder extends (``loadgen.ladder.extend = true``, unless set to false): past the top listed
 rung it keeps doubling concurrency while the newest rung is still worth it by the recommender's own
 measure, so the walk does not end below saturation (``ladder_top``). Its thresholds come from the policy
-this session uses (``[policy]``, validated as ``recommender.policy.Policy``): ``extend_min_gain`` from
+this session uses (``[policy]``, validated as ``answer.policy.Policy``): ``extend_min_gain`` from
 ``min_gain_per_doubling``, ``extend_ttft_p95_s`` and ``extend_itl_p95_s`` from ``slo`` (where the TTFT
 deadline grows with the prompt, ``slo.ttft_per_1k_prompt_s``, the share of requests past their own deadline
 instead: ``extend_ttft_late_share`` 5 %, what a p95 allows), ``extend_max_error_ratio`` from
@@ -55,11 +55,11 @@ from pydantic import (
     model_validator,
 )
 
+from satbench.answer.policy import Policy, objectives_of
 from satbench.core.config_files import MAX_SECONDS, MAX_TOKENS, FieldError, HttpUrl, load_toml_model, merge_tables
 from satbench.core.lanes import LOCAL_NODE, Lane, duplicate_names, lane_named
 from satbench.evidence import refuse_home_path
 from satbench.loadgen.config import LadderConfig, LaneConfig, LoadgenConfig, ObjectivesConfig
-from satbench.recommender.policy import Policy, objectives_of
 from satbench.session.sections import FleetSection, NodeSection, PrometheusSection, RecommenderSection, SectionModel
 from satbench.simulator.profile import ProfileError, load_profile
 

@@ -62,6 +62,8 @@ from typing import Any
 import httpx
 
 from satbench import evidence
+from satbench.answer.document import read_document
+from satbench.answer.models import RunInfo
 from satbench.core.loops import fast_loop_factory
 from satbench.core.manifest import RunManifest, new_run_id, read_manifest, write_json_atomic
 from satbench.core.net import free_port
@@ -70,9 +72,7 @@ from satbench.exporter.promconfig import EXPORTER_JOB, LOADGEN_JOB, RECOMMENDER_
 from satbench.loadgen.inputs import Inputs
 from satbench.loadgen.runner import run_ladder
 from satbench.models.tiny import describe_model_files
-from satbench.recommender.document import read_document
 from satbench.recommender.errors import RecommenderError
-from satbench.recommender.models import RunInfo
 from satbench.recommender.run_analysis import analyze_run
 from satbench.recommender.settings import WRITE_TOKEN_ENV
 from satbench.report.data import load_run

@@ -37,9 +37,9 @@ declare them in this order, which is the JSON's)::
                    "truncated_requests", "window_factor", + "fingerprint", "resume" (why it was walked again,
                    or null)}
 
-``tuned_document`` writes each tuned lane's ``tuned`` block (``recommender.models.TunedModel``) into its
+``tuned_document`` writes each tuned lane's ``tuned`` block (``answer.models.TunedModel``) into its
 winner's ``recommendations.json`` and gathers those answers into the tune's own: it validates each winner's
-document through ``recommender.document.read_document`` (the recommendations document's edge) and, as the
+document through ``answer.document.read_document`` (the recommendations document's edge) and, as the
 recommender's own store does, transforms the JSON the walk wrote, so the answer keeps its bytes.
 """
 
@@ -51,10 +51,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from satbench.answer.document import answers, node_index, read_document
+from satbench.answer.models import TunedCandidateModel, TunedModel
+from satbench.answer.policy import Policy
 from satbench.core.manifest import write_json_atomic
-from satbench.recommender.document import answers, node_index, read_document
-from satbench.recommender.models import TunedCandidateModel, TunedModel
-from satbench.recommender.policy import Policy
 from satbench.tune.answer import Choice, Comparison, pareto
 from satbench.tune.context import ContextNeed
 from satbench.tune.evidence import Decision

@@ -16,8 +16,8 @@ default, said here): the document grows by addition, never by renaming, so a rea
 newer document. Every model is frozen: the document is what a tune found, and nothing edits it after.
 
 The lane's ``tuned`` block in the recommendations document is the recommendations document's own
-``recommender.models.TunedModel``, built from a ``TuneLane`` by ``satbench.tune.document.tuned_block``; the
-policy is ``recommender.policy.Policy``; a read-back's start-up log is the runtime's own
+``answer.models.TunedModel``, built from a ``TuneLane`` by ``satbench.tune.document.tuned_block``; the
+policy is ``answer.policy.Policy``; a read-back's start-up log is the runtime's own
 (``runtimes.llamacpp.StartupLog.to_json``), kept as it was said.
 
 A candidate's own folder holds ``candidate.json`` (``CandidateRecord``): the candidate, its fingerprint's
@@ -32,8 +32,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
 
+from satbench.answer.policy import Policy
 from satbench.core.config_files import first_problem
-from satbench.recommender.policy import Policy
 
 __all__ = [
     "SCHEMA",

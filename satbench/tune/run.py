@@ -29,10 +29,10 @@ from typing import Any
 
 import httpx
 
+from satbench.answer.document import iso_utc
+from satbench.answer.policy import Policy
 from satbench.core.manifest import new_run_id, write_json_atomic
 from satbench.exporter.gpu import GpuReader, GpuSourceAbsent, GpuUnavailable, NvmlGpuReader
-from satbench.recommender.document import iso_utc
-from satbench.recommender.policy import Policy
 from satbench.session.config import LaneRuntime
 from satbench.session.processes import ProcessSet, StartError, install_signal_handlers
 from satbench.simulator.profile import ProfileError, load_profile

@@ -46,8 +46,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
+from satbench.answer.models import LaneModel, StepModel
 from satbench.core.statistics import exceedance_p_value, gain_interval
-from satbench.recommender.models import LaneModel, StepModel
 from satbench.tune.grid import Candidate
 from satbench.tune.models import CandidateState, WalkFacts
 

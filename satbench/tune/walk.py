@@ -46,6 +46,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from satbench.answer.document import read_document
+from satbench.answer.policy import Policy
 from satbench.core import __version__
 from satbench.core.gguf_metadata import GgufError, read_gguf_metadata
 from satbench.core.llama_argv import settings_from_argv
@@ -53,8 +55,6 @@ from satbench.core.loops import fast_loop_factory
 from satbench.core.manifest import RunManifest, write_json_atomic
 from satbench.loadgen.config import LadderConfig, LoadgenConfig
 from satbench.loadgen.runner import run_ladder
-from satbench.recommender.document import read_document
-from satbench.recommender.policy import Policy
 from satbench.recommender.run_analysis import analyze_run
 from satbench.runtimes import RunningRuntime
 from satbench.runtimes.llamacpp import LlamaServerError

@@ -7,15 +7,15 @@ datasheet measures whatever the answer path is at the commit it runs on:
   session's ``DEFAULT_LOADGEN``: its ladder, windows, extension, ``decide_gain``, objectives and target);
 - the closed ladder (``loadgen.ladder.next_step``), each rung's window ended as ``loadgen.step`` ends it
   (``loadgen.stop_rule.stable``, ``deciding``, ``decide``, ``worth_deciding`` at 0.25 s ticks), its figures
-  (``core.step_figures.compute_step_figures``) and the answer (``recommender.analysis.analyze_lane``);
+  (``core.step_figures.compute_step_figures``) and the answer (``answer.analysis.analyze_lane``);
 - the rate search (``loadgen.rates.next_rate``, ``judge``) over rungs looked at as ``loadgen.open_step`` looks
   (``core.attainment.rate_look`` at ``min_window_s`` and 1.5x growing lengths up to ``arrival.max_window_s``,
   the last look's warm-up cut and steadiness), the capacity bound (``core.attainment.capacity_bound``), the
-  warm-up the runner gives open rungs, and the answer (``recommender.rate_analysis.rate_answer``);
+  warm-up the runner gives open rungs, and the answer (``answer.rate_analysis.rate_answer``);
 - the trace's factor search (``loadgen.trace_step.next_factor``, ``loadgen.rates.judge``) over the window
   replayed as ``loadgen.trace_step.TraceStepRun`` replays it (warm-up and window whole passes,
   ``loadgen.trace_step.trace_plan``; the window fixed, never cut, its looks pass against pass), and the answer
-  (``recommender.trace_analysis.trace_answer``).
+  (``answer.trace_analysis.trace_answer``).
 
 What the load generator does in its event loop (``OpenStepRun._control``, ``_look``, ``StepRun._control``, the
 runner's ``_open_warmup``) has no pure function to call: it is mirrored in ``_rate_window``, ``_closed_window``
@@ -32,6 +32,9 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from satbench.answer.analysis import analyze_lane
+from satbench.answer.rate_analysis import rate_answer
+from satbench.answer.trace_analysis import trace_answer
 from satbench.core.arrivals import ArrivalStream, gamma_shape
 from satbench.core.attainment import RateVerdict, capacity_bound, rate_look
 from satbench.core.figures import StepFigures
@@ -44,9 +47,6 @@ from satbench.loadgen.ladder import next_step
 from satbench.loadgen.rates import RateOutcome, judge, next_rate
 from satbench.loadgen.trace_step import next_factor, trace_plan
 from satbench.loadgen.traces import Trace, TraceRequest
-from satbench.recommender.analysis import analyze_lane
-from satbench.recommender.rate_analysis import rate_answer
-from satbench.recommender.trace_analysis import trace_answer
 from satbench.session.config import DEFAULT_LOADGEN, SessionConfig
 from testkit.accuracy.engine import Served, serve_closed, serve_open
 from testkit.accuracy.space import Condition

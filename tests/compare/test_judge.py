@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 
+from satbench.answer.document import read_document
 from satbench.compare.cli import load_document, parse_threshold
 from satbench.compare.comparable import NotComparable
 from satbench.compare.judge import Floor, Run, RungTails, compare_documents, compare_runs
 from satbench.core.figures import StepFigures, Tail
 from satbench.core.statistics import quantiles
-from satbench.recommender.document import read_document
 
 ROOT = Path(__file__).resolve().parents[2]
 RATE = 400.0  # tok/s, the deployment's true throughput at c=4

@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from satbench.recommender.analysis import LaneAnalysis, analyze_lane
-from satbench.recommender.policy import SLO, Policy
+from satbench.answer.analysis import LaneAnalysis, analyze_lane
+from satbench.answer.policy import SLO, Policy
 from satbench.recommender.records_source import figures_from_records
 from testkit.sim import SimulatorProcess
 from tests.faults.conftest import run_short, set_faults, short_config

@@ -18,9 +18,9 @@ from typing import Any
 import httpx
 import pytest
 
+from satbench.answer.policy import Policy
 from satbench.core.manifest import StepWindow
 from satbench.loadgen.runner import LadderRunner
-from satbench.recommender.policy import Policy
 from satbench.recommender.prometheus_figures import PromStepResults, figures_from_prometheus
 from satbench.recommender.prometheus_source import PrometheusSourceConfig
 from satbench.recommender.run_analysis import analyze_run_async

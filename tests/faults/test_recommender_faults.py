@@ -21,11 +21,11 @@ from typing import Any
 import httpx
 import pytest
 
+from satbench.answer.policy import Policy
 from satbench.core.manifest import RunManifest
 from satbench.core.records import RequestRecord, write_records
 from satbench.recommender.app import create_app
 from satbench.recommender.errors import SourceUnavailable
-from satbench.recommender.policy import Policy
 from satbench.recommender.run_analysis import analyze_run_async
 from satbench.recommender.settings import RecommenderSettings
 from testkit.net import free_port

@@ -35,10 +35,10 @@ from typing import Any
 import httpx
 import pytest
 
+from satbench.answer.policy import Policy
 from satbench.core.manifest import RunManifest, read_manifest
 from satbench.core.net import free_port
 from satbench.exporter.promconfig import EXPORTER_JOB, LOADGEN_JOB, ScrapeTarget, render_prometheus_config
-from satbench.recommender.policy import Policy
 from satbench.recommender.run_analysis import analyze_run
 from satbench.session.processes import ProcessSet, wait_until_ready
 from satbench.simulator.fleet import FleetSpec

@@ -16,11 +16,11 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
+from satbench.answer.policy import Policy
 from satbench.core.figures import StepFigures
 from satbench.core.manifest import RunManifest, StepWindow
 from satbench.core.shards import ShardStamp, shard_key
 from satbench.recommender.app import create_app
-from satbench.recommender.policy import Policy
 from satbench.recommender.run_analysis import document_from_figures
 from satbench.recommender.settings import RecommenderSettings
 from tests.recommender.figures_factory import ladder

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from satbench import generate
+from satbench.answer.policy import SLO, Policy
 from satbench.dashboards.overview import (
     DASHBOARDS,
     DATASOURCE,
@@ -24,7 +25,6 @@ from satbench.dashboards.overview import (
     panel_targets,
     variable_queries,
 )
-from satbench.recommender.policy import SLO, Policy
 
 ROOT = Path(__file__).resolve().parents[2]
 DESIGN_METRICS = (

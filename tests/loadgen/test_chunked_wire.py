@@ -18,12 +18,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from satbench.answer.analysis import analyze_lane
+from satbench.answer.policy import Policy
 from satbench.core.figures import StepFigures
 from satbench.core.manifest import read_manifest
 from satbench.loadgen.config import LoadgenConfig
 from satbench.loadgen.runner import run_ladder
-from satbench.recommender.analysis import analyze_lane
-from satbench.recommender.policy import Policy
 from testkit.sim import SimulatorProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]

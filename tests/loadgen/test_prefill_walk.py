@@ -5,7 +5,7 @@ prompt tokens lasts ``step_seconds(cost, 0, n, ubatch)``, and a step holds at mo
 and at most what the slots have left to prefill (``slots x prompt``), so the most prompt tokens the engine can
 evaluate per second is ``max over n <= min(batch, slots x prompt) of n / step_seconds(n)``. The walk
 (``loadgen.prefill_walk``) measures it with long prompts and one output token at rising concurrency, and the
-recommender's answer (``recommender.prefill_analysis``) reads the peak; it must be within 10 % of the truth on
+recommender's answer (``answer.prefill_analysis``) reads the peak; it must be within 10 % of the truth on
 a dense and a Mixture-of-Experts profile, each with chunked (``-b`` below the prompt: a prompt over several
 steps) and unchunked prefill (``-b`` above it: several prompts in one step). The dense profile here is
 memory-bound (a step's fixed cost dominates a short batch), so one request reads far below the peak (the
@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
+from satbench.answer.document import read_document
+from satbench.answer.policy import Policy
 from satbench.loadgen.runner import run_ladder
-from satbench.recommender.document import read_document
-from satbench.recommender.policy import Policy
 from satbench.recommender.record_formats import render_record
 from satbench.recommender.run_analysis import analyze_run
 from satbench.report.render import write_report

@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
+from satbench.answer.analysis import analyze_lane
+from satbench.answer.policy import Policy
 from satbench.core.figures import StepFigures
 from satbench.core.records import read_records
 from satbench.loadgen import cli
 from satbench.loadgen.progress import Progress, progress_wanted
 from satbench.loadgen.runner import run_ladder
 from satbench.loadgen.selfcheck import ClientHealth, verdict
-from satbench.recommender.analysis import analyze_lane
-from satbench.recommender.policy import Policy
 from testkit.stream_server import StreamServer, StreamServerConfig
 from tests.loadgen.test_wire import config, with_server
 

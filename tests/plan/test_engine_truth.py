@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
+from satbench.answer.document import read_document
+from satbench.answer.policy import Policy, objectives_of
 from satbench.plan.planner import KindPlan, plan
-from satbench.recommender.document import read_document
-from satbench.recommender.policy import Policy, objectives_of
 from satbench.simulator.profile import Profile, load_profile
 from satbench.simulator.virtual import run_closed_loop
 from testkit.plan_truth import fleet_attainment, measured_rate, simulated_fingerprint

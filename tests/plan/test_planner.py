@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from satbench.answer.document import read_document
 from satbench.core.lane_evidence import FingerprintModel
 from satbench.plan.answers import node_kind
 from satbench.plan.planner import KindPlan, Plan, nodes_needed, plan
-from satbench.recommender.document import read_document
 from tests.plan.documents import document, lane, rate_block
 
 NP4 = {"digest": "sha256:np4", "runtime": {"build": "b6000"}, "model": {"path": "dense.gguf", "files": None},

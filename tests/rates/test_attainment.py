@@ -139,8 +139,8 @@ def test_the_interval_holds_the_engines_long_run_attainment_over_stationary_wind
     the engine's long-run attainment (other seeds, 3 x 3000 s), never this code's. The waits' effective count
     keeps the nominal 95 % interval holding it in at least 88 % of the windows; the share's own batch means
     (the interval without the waits) held it in far fewer, most of them wholly above the truth."""
+    from satbench.answer.policy import Policy, objectives_of
     from satbench.core.arrivals import gamma_shape
-    from satbench.recommender.policy import Policy, objectives_of
     from testkit.open_engine import OpenEngine, serve, true_attainment
 
     engine, objectives, shape = OpenEngine(), objectives_of(Policy()), gamma_shape(None, cv)

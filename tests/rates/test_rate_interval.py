@@ -1,4 +1,4 @@
-"""The rate answer's interval follows from its rungs' attainment intervals (``recommender.rate_analysis``), and
+"""The rate answer's interval follows from its rungs' attainment intervals (``answer.rate_analysis``), and
 a rate search on an engine whose truth is known answers within 10 % of it or says it is undecided
 (``testkit.open_engine``: the truth from its long runs, never from this code)."""
 
@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
+from satbench.answer.policy import Policy, objectives_of
+from satbench.answer.rate_analysis import RatePoint, rate_answer, rate_interval
 from satbench.core.arrivals import gamma_shape
 from satbench.core.attainment import capacity_bound
 from satbench.loadgen.config import ArrivalConfig
 from satbench.loadgen.rates import judge, next_rate
-from satbench.recommender.policy import Policy, objectives_of
-from satbench.recommender.rate_analysis import RatePoint, rate_answer, rate_interval
 from testkit.open_engine import OpenEngine, measured_rung, true_max_rate
 
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
+from satbench.answer.policy import Policy, objectives_of
+from satbench.answer.rate_analysis import rate_answer
 from satbench.core.step_figures import compute_step_figures
 from satbench.loadgen.config import ArrivalConfig
 from satbench.loadgen.rates import RateOutcome, judge, next_rate
-from satbench.recommender.policy import Policy, objectives_of
-from satbench.recommender.rate_analysis import rate_answer
 from satbench.simulator.profile import load_profile
 from testkit.open_truth import closed_ladder, measured_answer, measured_rung, true_capacity, true_max_rate
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from satbench.answer.document import read_document
+from satbench.answer.policy import Policy
 from satbench.loadgen.runner import run_ladder
-from satbench.recommender.document import read_document
-from satbench.recommender.policy import Policy
 from satbench.recommender.record_formats import render_record
 from satbench.recommender.run_analysis import analyze_run
 from satbench.runtimes.llamacpp import LlamaServer

@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 from pydantic import TypeAdapter
 
+from satbench.answer.analysis import analyze_lane
+from satbench.answer.models import StepModel
+from satbench.answer.policy import SLO, Policy
 from satbench.core.figures import Quantiles
-from satbench.recommender.analysis import analyze_lane
-from satbench.recommender.models import StepModel
-from satbench.recommender.policy import SLO, Policy
 from tests.recommender.figures_factory import held, ladder, step
 
 POLICY = Policy(min_gain_per_doubling=0.10, slo=SLO(ttft_p95_s=1.0, itl_p95_s=0.05), jain_min=0.9,

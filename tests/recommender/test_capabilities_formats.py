@@ -20,10 +20,10 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from satbench.answer.document import read_document
 from satbench.core.manifest import RunManifest, StepWindow
 from satbench.recommender import capabilities, capabilities_cli
 from satbench.recommender.app import create_app
-from satbench.recommender.document import read_document
 from satbench.recommender.metrics import answer_families, exposition
 from satbench.recommender.settings import RecommenderSettings
 from testkit.net import free_port

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from satbench.answer.policy import SLO, Policy
 from satbench.recommender import cli
-from satbench.recommender.policy import SLO, Policy
 
 
 def parse(*argv: str) -> argparse.Namespace:

@@ -24,11 +24,11 @@ import pytest
 import yaml
 from pydantic import SecretStr
 
+from satbench.answer.document import read_document
 from satbench.core.lane_evidence import FingerprintModel
 from satbench.core.manifest import RunManifest, StepWindow
 from satbench.recommender import capabilities, capabilities_cli
 from satbench.recommender.app import create_app
-from satbench.recommender.document import read_document
 from satbench.recommender.keda import AutoscalerOptions, keda_scaled_objects, kserve_scaling
 from satbench.recommender.record_formats import ALL_FORMATS, RECORD_FORMATS, render_record
 from satbench.recommender.settings import RecommenderSettings
@@ -255,7 +255,7 @@ def test_the_llmd_record_names_what_the_answer_was_measured_on() -> None:
 
 def with_prefill(doc: dict[str, Any], key: str, peak: float, requests: int = 40,
                  status: str = "settled") -> dict[str, Any]:
-    """``doc`` with a peak-prefill answer on lane ``key``, as ``recommender.prefill_analysis`` lays it out."""
+    """``doc`` with a peak-prefill answer on lane ``key``, as ``answer.prefill_analysis`` lays it out."""
     rung = {"concurrency": 4, "prompt_tok_s": peak, "interval": [peak * 0.98, peak * 1.02], "requests": requests,
             "median_ttft_s": 0.42, "valid": True, "reason": None}
     doc["lanes"][key]["prefill"] = {

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from satbench.recommender.curve import CurvePoint, kneedle, monotone_fit, saturation_rung
+from satbench.answer.curve import CurvePoint, kneedle, monotone_fit, saturation_rung
 
 
 def pts(curve: dict[int, float]) -> list[CurvePoint]:

@@ -1,4 +1,4 @@
-"""The document's one validation at a reader's edge (``recommender.document.read_document``, issue 30).
+"""The document's one validation at a reader's edge (``answer.document.read_document``, issue 30).
 
 A document the analysis wrote reads back as the model, attribute for attribute what its JSON says (the JSON
 is the truth here, not the builder); a v1 document is said in v2 and still names v1 to what is cut from it;
@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
+from satbench.answer.document import SCHEMA_V1, as_v1, read_document
+from satbench.answer.models import RecommendationsDocument, ValidityModel, said
+from satbench.answer.policy import Policy
 from satbench.core.manifest import RunManifest, StepWindow
-from satbench.recommender.document import SCHEMA_V1, as_v1, read_document
-from satbench.recommender.models import RecommendationsDocument, ValidityModel, said
-from satbench.recommender.policy import Policy
 from satbench.recommender.run_analysis import document_from_figures
 from satbench.recommender.store import RecommendationStore
 from tests.recommender.figures_factory import held, ladder

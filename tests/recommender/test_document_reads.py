@@ -49,5 +49,5 @@ def test_the_counter_counts_document_keys_and_leaves_out_only_the_shapes_it_name
     assert (13, "lanes") in elsewhere and (13, "steps") in elsewhere
     # the document's edge reads the schema it is said in, before it validates; a reader elsewhere is counted
     edge = "def read_document(document):\n    return document.get('schema')\n"
-    assert counter.reads(edge, keys, "satbench/recommender/document.py") == []
+    assert counter.reads(edge, keys, "satbench/answer/document.py") == []
     assert counter.reads(edge, keys, "satbench/recommender/store.py") == [(2, "schema")]

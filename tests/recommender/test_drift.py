@@ -1,4 +1,4 @@
-"""Drift seen, not read as concurrency (core.drift, recommender.analysis).
+"""Drift seen, not read as concurrency (core.drift, answer.analysis).
 
 The truth is the scenario's: an engine of 128 slots whose decode step is 20 ms + 1 ms a decoding slot (true gains
 per doubling 91/83/71/56/38/24/13/0 %, so the steady answer under the default 10 % is 128), walked rung after
@@ -14,11 +14,11 @@ from collections.abc import Callable
 
 import pytest
 
+from satbench.answer.analysis import analyze_lane
+from satbench.answer.policy import SLO, Policy
 from satbench.core.drift import knee_rung, lane_drift, reference_drift
 from satbench.core.figures import StepFigures
 from satbench.core.statistics import batch_mean_estimate
-from satbench.recommender.analysis import analyze_lane
-from satbench.recommender.policy import SLO, Policy
 
 POLICY = Policy(slo=SLO(ttft_p95_s=None, itl_p95_s=None, tbt_p99_s=None))  # throughput alone decides
 LADDER = (1, 2, 4, 8, 16, 32, 64, 128, 256)

@@ -40,13 +40,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+from satbench.answer.analysis import analyze_lane
+from satbench.answer.policy import SLO, Policy
 from satbench.core.figures import Quantiles, StepFigures
 from satbench.core.manifest import new_run_id
 from satbench.loadgen.config import LoadgenConfig
 from satbench.loadgen.runner import run_ladder
-from satbench.recommender.analysis import analyze_lane
 from satbench.recommender.app import create_app
-from satbench.recommender.policy import SLO, Policy
 from satbench.recommender.settings import RecommenderSettings
 from testkit.net import free_port, wait_http
 from testkit.prom import PrometheusProcess, prometheus_binary

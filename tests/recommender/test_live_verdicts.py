@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from satbench.recommender.policy import Policy
+from satbench.answer.policy import Policy
 from testkit.live import PROBES, VARIED, flagged, run_lane
 
 POLICY = Policy(max_throughput_ci_ratio=10.0)

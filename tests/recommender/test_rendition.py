@@ -1,5 +1,5 @@
 """The served forms of a stale document, filled in from templates, equal the document marked stale whole at
-that age (``recommender.document.mark_stale``, the definition), in every form and at every age; and a document
+that age (``answer.document.mark_stale``, the definition), in every form and at every age; and a document
 that happens to hold the template's marker is rendered whole instead, with the same bytes."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from satbench.answer.document import AmbiguousForV1, as_v1, mark_stale, node_index
 from satbench.core.manifest import RunManifest
 from satbench.recommender import rendition
 from satbench.recommender.capabilities import capability_fragment
-from satbench.recommender.document import AmbiguousForV1, as_v1, mark_stale, node_index
 from satbench.recommender.rendition import Served, render
 from tests.recommender.test_service import FakeAnalyzer, FakeClock, manifest_dict
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from satbench.answer.policy import Policy
 from satbench.core.manifest import RunManifest
 from satbench.core.records import write_records
 from satbench.recommender.errors import BadInput, RecordsUnavailable
-from satbench.recommender.policy import Policy
 from satbench.recommender.run_analysis import analyze_run
 from testkit.synthetic import SyntheticLane, simulate_run
 

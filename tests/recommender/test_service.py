@@ -16,11 +16,11 @@ import jsonschema
 import pytest
 from pydantic import SecretStr
 
+from satbench.answer.policy import Policy
 from satbench.core.figures import StepFigures
 from satbench.core.manifest import RunManifest, StepWindow
 from satbench.recommender.app import create_app
 from satbench.recommender.errors import PrometheusUnavailable
-from satbench.recommender.policy import Policy
 from satbench.recommender.run_analysis import document_from_figures
 from satbench.recommender.schema import SCHEMA_PATH, render_schema
 from satbench.recommender.settings import RecommenderSettings

@@ -8,9 +8,9 @@ import json
 import httpx
 import pytest
 
+from satbench.answer.models import CapabilitiesModel
 from satbench.recommender import capabilities, capabilities_cli
 from satbench.recommender.app import create_app
-from satbench.recommender.models import CapabilitiesModel
 from satbench.recommender.settings import RecommenderSettings
 from testkit.net import free_port
 from tests.recommender.conftest import SyntheticRun

@@ -16,7 +16,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from satbench.recommender.policy import Policy
+from satbench.answer.policy import Policy
 from satbench.recommender.run_analysis import analyze_run
 from satbench.recommender.schema import SCHEMA_PATH
 from testkit.synthetic import SyntheticLane

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
+from satbench.answer.document import read_document
+from satbench.answer.policy import Policy
 from satbench.recommender.capabilities import capability_fragment
-from satbench.recommender.document import read_document
 from satbench.recommender.metrics import exposition
-from satbench.recommender.policy import Policy
 from satbench.recommender.run_analysis import document_from_figures
 from tests.recommender.trace_scenario import EVIDENCE, RECORDED_RPS, TRUE_FACTOR, scenario
 

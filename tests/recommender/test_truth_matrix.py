@@ -27,11 +27,11 @@ from dataclasses import replace
 
 import pytest
 
+from satbench.answer.analysis import analyze_lane
+from satbench.answer.policy import SLO, Policy
+from satbench.answer.verdicts import check_step
 from satbench.core.figures import MemoryFigures, StepFigures
 from satbench.core.step_figures import compute_step_figures
-from satbench.recommender.analysis import analyze_lane
-from satbench.recommender.policy import SLO, Policy
-from satbench.recommender.verdicts import check_step
 from testkit.scenario import Engine, Scenario, lognormal, run, uniform
 
 SEEDS = (1, 2, 3)

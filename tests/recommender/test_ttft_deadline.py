@@ -17,15 +17,15 @@ from pathlib import Path
 
 import pytest
 
+from satbench.answer.analysis import analyze_lane
+from satbench.answer.policy import SLO, Policy, objectives_of
+from satbench.answer.verdicts import check_step
 from satbench.core.figures import StepFigures
 from satbench.core.manifest import StepWindow
 from satbench.core.objectives import Objectives
 from satbench.core.records import RequestRecord
 from satbench.core.step_figures import compute_step_figures
 from satbench.loadgen import open_step
-from satbench.recommender.analysis import analyze_lane
-from satbench.recommender.policy import SLO, Policy, objectives_of
-from satbench.recommender.verdicts import check_step
 from satbench.report.judgments import _violation_unit
 from tests.recommender.figures_factory import step
 

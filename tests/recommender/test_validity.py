@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from satbench.answer.document import SCHEMA_ID, SCHEMA_V1, AmbiguousForV1, answers, as_v1, mark_changed, node_index
+from satbench.answer.models import ChangeModel, ValidityModel
 from satbench.core.fingerprint import node_fingerprint
 from satbench.core.fingerprint_labels import info_labels
-from satbench.recommender.document import SCHEMA_ID, SCHEMA_V1, AmbiguousForV1, answers, as_v1, mark_changed, node_index
-from satbench.recommender.models import ChangeModel, ValidityModel
 from satbench.recommender.prometheus_source import VectorSample
 from satbench.recommender.store import RecommendationStore
 from satbench.recommender.validity import check_answers, live_by_key, measured_fingerprints, validity_of
@@ -138,7 +138,7 @@ def test_the_store_serves_validity_and_turns_exactly_the_changed_answer_stale() 
 
 
 def test_a_run_folder_from_before_fleets_is_served_in_v2() -> None:
-    from satbench.recommender.document import as_v2
+    from satbench.answer.document import as_v2
 
     old = {"schema": SCHEMA_V1, "run_id": "r", "lanes": {"dense": {"status": "ok", "recommended_concurrency": 4}}}
     new = as_v2(old)

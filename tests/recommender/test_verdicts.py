@@ -4,9 +4,9 @@ from typing import Any
 
 import pytest
 
+from satbench.answer.policy import SLO, Policy
+from satbench.answer.verdicts import check_step, memory_headroom_ratio, stall_limit
 from satbench.core.figures import MemoryFigures, Quantiles, Tail
-from satbench.recommender.policy import SLO, Policy
-from satbench.recommender.verdicts import check_step, memory_headroom_ratio, stall_limit
 from tests.recommender.figures_factory import held, step
 
 POLICY = Policy(slo=SLO(ttft_p95_s=1.0, itl_p95_s=0.05, e2e_p95_s=5.0), max_min_share_max=2.0,

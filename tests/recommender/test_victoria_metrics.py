@@ -42,11 +42,11 @@ import httpx
 import pytest
 import yaml
 
+from satbench.answer.policy import Policy
 from satbench.core import promql
 from satbench.core.lanes import key_labels
 from satbench.core.manifest import RunManifest, StepWindow, read_manifest
 from satbench.exporter.promconfig import LOADGEN_JOB, ScrapeTarget, render_prometheus_config
-from satbench.recommender.policy import Policy
 from satbench.recommender.prometheus_source import HttpxPromClient, PrometheusSourceConfig, fetch_step_figures
 from satbench.recommender.run_analysis import analyze_run
 from testkit.prom import prometheus_binary, promtool_binary

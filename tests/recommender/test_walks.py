@@ -15,9 +15,9 @@ import random
 
 import pytest
 
+from satbench.answer.analysis import analyze_lane
+from satbench.answer.policy import Policy
 from satbench.core.figures import StepFigures
-from satbench.recommender.analysis import analyze_lane
-from satbench.recommender.policy import Policy
 
 CURVES = {
     "late knee": ([0.9, 0.7, 0.4, 0.2, 0.12, 0.03], 32),

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from satbench.recommender.document import read_document
-from satbench.recommender.policy import Policy
+from satbench.answer.document import read_document
+from satbench.answer.policy import Policy
 from satbench.recommender.run_analysis import document_from_figures
 from satbench.report.data import load_run
 from satbench.report.render import render_html, render_markdown

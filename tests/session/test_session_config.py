@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from satbench.answer.policy import Policy
 from satbench.loadgen.cli import parse_overrides as _overrides
-from satbench.recommender.policy import Policy
 from satbench.session.config import DEFAULT_LOADGEN, SessionConfig, SessionConfigError, load_session_config
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -5,7 +5,7 @@ itself, its window sent eight times in a row, the long-run attainment of every s
 generator's windows, statistics or search. The measurement replays the load generator's trace rungs on the same
 engine (``measured_trace_rung``: the rung's own sends, warm-up, window and look), judged by the load generator's
 verdict (``loadgen.rates.judge``), searched by its factor search (``loadgen.trace_step.next_factor``), and read by
-``recommender.trace_analysis``. The answer must sit within 10 % of the truth.
+``answer.trace_analysis``. The answer must sit within 10 % of the truth.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from satbench.answer.policy import Policy, objectives_of
+from satbench.answer.trace_analysis import TracePoint, to_factor, trace_answer
 from satbench.core.figures import StepFigures
 from satbench.core.step_figures import compute_step_figures
 from satbench.loadgen.config import ArrivalConfig, TraceConfig
 from satbench.loadgen.rates import RateOutcome, judge
 from satbench.loadgen.trace_step import next_factor
 from satbench.loadgen.traces import read_trace
-from satbench.recommender.policy import Policy, objectives_of
-from satbench.recommender.trace_analysis import TracePoint, to_factor, trace_answer
 from satbench.simulator.profile import load_profile
 from testkit.trace_truth import generate_mooncake, measured_trace_rung, true_max_factor
 

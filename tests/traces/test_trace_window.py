@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from satbench.answer.policy import Policy, objectives_of
+from satbench.answer.trace_analysis import TraceAnswer, trace_answer
 from satbench.core.attainment import backlog_growth, pass_growth, rate_look, rate_verdict
 from satbench.core.figures import StepFigures
 from satbench.core.step_figures import compute_step_figures
@@ -24,8 +26,6 @@ from satbench.loadgen.config import ArrivalConfig, TraceConfig
 from satbench.loadgen.rates import RateOutcome, judge
 from satbench.loadgen.trace_step import next_factor, replay_prompt, trace_plan
 from satbench.loadgen.traces import Trace, TracePrompts, TraceRequest, read_trace
-from satbench.recommender.policy import Policy, objectives_of
-from satbench.recommender.trace_analysis import TraceAnswer, trace_answer
 from satbench.simulator.profile import Profile, load_profile
 from testkit.trace_truth import generate_shaped, measured_trace_rung, true_max_factor
 

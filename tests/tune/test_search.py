@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from satbench.recommender.models import LaneModel, TunedModel
+from satbench.answer.models import LaneModel, TunedModel
 from satbench.tune.answer import choose, fingerprint, pareto
 from satbench.tune.document import lane_entry, tuned_block
 from satbench.tune.grid import Candidate, grid, rank

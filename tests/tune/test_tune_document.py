@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from satbench.recommender.policy import Policy
+from satbench.answer.policy import Policy
 from satbench.runtimes.llamacpp import StartupLog
 from satbench.tune.answer import choose
 from satbench.tune.context import ContextNeed

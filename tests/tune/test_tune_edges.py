@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from satbench.answer.document import read_document
 from satbench.cli import main as satbench_main
-from satbench.recommender.document import read_document
 from satbench.tune.config import TuneConfigError, default_ctx_per_slot, load_tune_config
 from satbench.tune.models import read_tune
 from satbench.tune.run import run_tune

@@ -2,7 +2,7 @@
 
 A trace rung (``loadgen.trace_step``) is an open-loop rung whose schedule is a recorded trace's, replayed at a
 speed factor: its rate is the trace window's recorded rate times the factor. So the trace answer is the rate
-answer (``recommender.rate_analysis.rate_answer``: each rung judged by ``core.attainment.rate_verdict``, the
+answer (``answer.rate_analysis.rate_answer``: each rung judged by ``core.attainment.rate_verdict``, the
 attainment curve against the offered rate, where it falls through the policy's target, never above the closed
 ladder's capacity nor a rate whose backlog grew) read in factors: ``max_factor`` is the largest speed factor at
 which the lane stays sustainable and within its objectives, the rate answer over the recorded rate. The curve is
@@ -27,9 +27,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from satbench.answer.policy import Policy
+from satbench.answer.rate_analysis import RateAnswer, rate_answer
 from satbench.core.figures import StepFigures
-from satbench.recommender.policy import Policy
-from satbench.recommender.rate_analysis import RateAnswer, rate_answer
 
 __all__ = ["TraceAnswer", "TracePoint", "to_factor", "trace_answer"]
 

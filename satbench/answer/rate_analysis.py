@@ -49,10 +49,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from satbench.answer.open_loop_models import RateModel, RatePointModel
+from satbench.answer.policy import Policy
 from satbench.core.attainment import rate_verdict, step_attainment, step_growth, step_steady
 from satbench.core.figures import StepFigures
-from satbench.recommender.open_loop_models import RateModel, RatePointModel
-from satbench.recommender.policy import Policy
 
 __all__ = ["TOLERANCE", "RateAnswer", "RatePoint", "attainment_curve", "crossing", "rate_answer", "rate_interval",
            "rate_passes"]
@@ -84,7 +84,7 @@ class RatePoint:
         return self.offered_rps if self.offered_rps else self.rate_rps
 
     def model(self) -> RatePointModel:
-        """The rung as the document states it (``recommender.models.RatePointModel``)."""
+        """The rung as the document states it (``answer.models.RatePointModel``)."""
         return RatePointModel(
             rate_rps=self.rate_rps, offered_rps=self.offered_rps, valid=self.valid, sustained=self.sustained,
             attainment=self.attainment,
@@ -114,7 +114,7 @@ class RateAnswer:
         return None if self.max_rate_rps is None else int(self.max_rate_rps * 60)
 
     def model(self) -> RateModel:
-        """The answer as the document states it (``recommender.models.RateModel``)."""
+        """The answer as the document states it (``answer.models.RateModel``)."""
         return RateModel(
             status=self.status, reason=self.reason, max_rate_rps=self.max_rate_rps,  # type: ignore[arg-type]
             max_rate_rpm=self.rpm, interval=None if self.interval is None else list(self.interval),
@@ -179,7 +179,7 @@ def rate_answer(steps: Sequence[StepFigures], policy: Policy, closed_at_answer: 
     its closed ladder served with every slot busy (``core.attainment.capacity_bound``). ``tolerance``: the
     interval follows from the rungs' attainment intervals and an answer it does not hold within that share
     is ``undecided``; ``None``: the bracket of the rungs around the crossing, never undecided (the trace
-    answer's reading, ``recommender.trace_analysis``)."""
+    answer's reading, ``answer.trace_analysis``)."""
     rungs = sorted((s for s in steps if s.rate_rps is not None), key=lambda s: s.rate_rps or 0.0)
     if not rungs:
         return None

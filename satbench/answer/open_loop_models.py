@@ -1,7 +1,7 @@
 """The open-loop answers of the recommendations document: the rate search's (``RateModel`` and its rungs) and the
 trace replay's (``TraceModel``: the factor search's rungs, the window replayed, the trace's evidence), as
-``recommender.rate_analysis`` and ``recommender.trace_analysis`` state them. Part of the document's one shape
-(``recommender.models``, which re-exports them and lays them into ``LaneModel``).
+``answer.rate_analysis`` and ``answer.trace_analysis`` state them. Part of the document's one shape
+(``answer.models``, which re-exports them and lays them into ``LaneModel``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ __all__ = ["RateModel", "RatePointModel", "TraceEvidenceModel", "TraceModel", "T
 
 
 class RatePointModel(BaseModel):
-    """One rate rung of the rate search, judged (``recommender.rate_analysis``)."""
+    """One rate rung of the rate search, judged (``answer.rate_analysis``)."""
 
     rate_rps: float
     offered_rps: float | None
@@ -60,7 +60,7 @@ class RateModel(BaseModel):
 
 
 class TracePointModel(BaseModel):
-    """One trace rung of the speed-factor search, judged as a rate rung (``recommender.trace_analysis``)."""
+    """One trace rung of the speed-factor search, judged as a rate rung (``answer.trace_analysis``)."""
 
     speed_factor: float = Field(description="the recorded traffic's pace it was replayed at (1: as recorded)")
     rate_rps: float = Field(description="the trace window's recorded rate times the factor (requests/s)")

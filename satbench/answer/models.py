@@ -3,16 +3,16 @@ registration body is ``core.manifest.RunManifest`` itself.
 
 The analysis states its summaries in these models (``LaneAnalysis.fairness_summary`` is a ``FairnessModel``,
 ``step_models`` the ``StepModel`` of each rung, ``RateAnswer.model`` a ``RateModel``, a ``TraceAnswer``'s
-``to_dict`` a ``TraceModel``); the document builder (``recommender.document``) dumps them into the JSON the
+``to_dict`` a ``TraceModel``); the document builder (``answer.document``) dumps them into the JSON the
 store keeps and serves, and every reader validates that JSON once at its edge
-(``recommender.document.read_document``) and reads attributes after. The service declares them so OpenAPI
+(``answer.document.read_document``) and reads attributes after. The service declares them so OpenAPI
 describes exactly what it serves, and ``recommender.schema`` writes the JSON Schema of
 ``RecommendationsDocument`` to ``recommender/schema/recommendations.v2.json`` (v1's schema stays committed
 beside it for the v1 view, ``GET /recommendations?schema=v1``). Unknown fields are allowed in the document (a
 version grows by addition, never by renaming; a change of meaning is a new version). Shapes declared elsewhere
 are not declared again: a step is ``core.figures.StepFigures`` extended with its verdict, the policy is
-``recommender.policy.Policy``, the fingerprint ``core.lane_evidence.FingerprintModel``, the open-loop
-answers (rate and trace) ``recommender.open_loop_models`` (``RateModel``, ``TraceModel`` and their parts).
+``answer.policy.Policy``, the fingerprint ``core.lane_evidence.FingerprintModel``, the open-loop
+answers (rate and trace) ``answer.open_loop_models`` (``RateModel``, ``TraceModel`` and their parts).
 """
 
 from __future__ import annotations
@@ -23,16 +23,16 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from pydantic.config import JsonDict
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
-from satbench.core.figures import StepFigures
-from satbench.core.lane_evidence import FingerprintModel
-from satbench.recommender.open_loop_models import (
+from satbench.answer.open_loop_models import (
     RateModel,
     TraceEvidenceModel,
     TraceModel,
     TracePointModel,
 )
-from satbench.recommender.policy import Policy
-from satbench.recommender.prefill_analysis import PrefillModel, PrefillRungModel
+from satbench.answer.policy import Policy
+from satbench.answer.prefill_analysis import PrefillModel, PrefillRungModel
+from satbench.core.figures import StepFigures
+from satbench.core.lane_evidence import FingerprintModel
 
 __all__ = [
     "CapabilitiesModel",
@@ -98,7 +98,7 @@ def _every_field_present(schema: JsonDict, cls: type[Any]) -> None:
 
 
 class CheckModel(BaseModel):
-    """One judgment of one rung (``recommender.verdicts``): ``flagged`` binds, ``warn`` is reported."""
+    """One judgment of one rung (``answer.verdicts``): ``flagged`` binds, ``warn`` is reported."""
 
     status: CheckStatus
     measured: float | None
@@ -319,7 +319,7 @@ class RecommendationsDocument(BaseModel):
     @property
     def schema_read(self) -> str:
         """The schema the document was read in: a v1 document is said in v2 when it is read
-        (``recommender.document.read_document``), and what is cut from it still names v1."""
+        (``answer.document.read_document``), and what is cut from it still names v1."""
         return self._schema_read
 
 

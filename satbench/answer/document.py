@@ -1,5 +1,5 @@
 """The recommendations document (schema ``satbench.recommendations/v2``): built from the analysis' models
-(``recommender.models``) into the JSON the store keeps, serves and writes, and read back by one validation.
+(``answer.models``) into the JSON the store keeps, serves and writes, and read back by one validation.
 
 This module only arranges what the analysis found; it decides nothing. The field names are the contract of
 DESIGN.md with capability reporting (``lanes.<key>.recommended_concurrency`` is what consumers read);
@@ -14,7 +14,7 @@ consumer that has not moved (``GET /recommendations?schema=v1``): keyed by bare 
 another's. ``answers`` is how these views take the answers of the JSON of either version.
 
 ``read_document`` is the one validation of a document a reader meets at its edge (a file, an HTTP body, the
-store's current document): v1 said in v2, then ``recommender.models.RecommendationsDocument``; past it,
+store's current document): v1 said in v2, then ``answer.models.RecommendationsDocument``; past it,
 readers (capabilities, the ``/metrics`` families, the report, compare, the tune) take attributes, never
 string keys. The builder dumps the analysis' models into JSON once, and the views below and the store
 transform that JSON, not a model: the served bytes are the JSON as built, and a model's dump would reorder
@@ -39,10 +39,8 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from satbench.core.config_files import first_problem
-from satbench.core.lanes import LOCAL_NODE, split_key
-from satbench.recommender.analysis import LaneAnalysis
-from satbench.recommender.models import (
+from satbench.answer.analysis import LaneAnalysis
+from satbench.answer.models import (
     DriftModel,
     KneeModel,
     PairModel,
@@ -53,9 +51,11 @@ from satbench.recommender.models import (
     UndecidedModel,
     ValidityModel,
 )
-from satbench.recommender.policy import Policy
-from satbench.recommender.rate_analysis import RateAnswer
-from satbench.recommender.trace_analysis import TraceAnswer
+from satbench.answer.policy import Policy
+from satbench.answer.rate_analysis import RateAnswer
+from satbench.answer.trace_analysis import TraceAnswer
+from satbench.core.config_files import first_problem
+from satbench.core.lanes import LOCAL_NODE, split_key
 
 __all__ = [
     "SCHEMA_ID",

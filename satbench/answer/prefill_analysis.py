@@ -15,9 +15,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from satbench.answer.policy import Policy
 from satbench.core.prefill import PrefillWalk
 from satbench.core.prefill_peak import PeakStatus, PrefillRung, peak_prefill, saturating_concurrency
-from satbench.recommender.policy import Policy
 
 __all__ = ["PrefillModel", "PrefillRungModel", "prefill_answer"]
 

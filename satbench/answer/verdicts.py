@@ -56,9 +56,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from satbench.answer.policy import Policy
 from satbench.core.figures import MemoryFigures, StepFigures, Tail
 from satbench.core.statistics import exceedance_p_value, relative_half_width
-from satbench.recommender.policy import Policy
 
 __all__ = [
     "CHECKS",

@@ -36,6 +36,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from satbench.answer.curve import CurvePoint, Knee, kneedle, monotone_fit, saturation_rung
+from satbench.answer.models import CheckModel, FairnessModel, StarvationModel, StepModel, ViolationModel
+from satbench.answer.policy import Policy
+from satbench.answer.verdicts import StepVerdict, check_step
 from satbench.core.drift import Drift, answer_recheck, lane_drift
 from satbench.core.figures import MemoryFigures, StepFigures
 from satbench.core.statistics import (
@@ -45,10 +49,6 @@ from satbench.core.statistics import (
     gain_per_doubling,
     indistinguishable,
 )
-from satbench.recommender.curve import CurvePoint, Knee, kneedle, monotone_fit, saturation_rung
-from satbench.recommender.models import CheckModel, FairnessModel, StarvationModel, StepModel, ViolationModel
-from satbench.recommender.policy import Policy
-from satbench.recommender.verdicts import StepVerdict, check_step
 
 __all__ = ["LaneAnalysis", "Undecided", "analyze_lane", "at_confidence"]
 
@@ -279,7 +279,7 @@ def _rechecked(lane: str, walked: LaneAnalysis, usable: Sequence[StepFigures], w
 
 def _starvation_open(verdicts: Sequence[StepVerdict], concurrency: int) -> str | None:
     """Why the answer's rung is not shown free of decode starvation, where its pause-excess p99 lies past the
-    stall limit but too few requests exceed it to show more than chance (``recommender.verdicts.decode_check``'s
+    stall limit but too few requests exceed it to show more than chance (``answer.verdicts.decode_check``'s
     ``insufficient_data`` with the point above the limit): the answer is then ``undecided``, not settled on a
     check that could not decide. ``None`` otherwise."""
     verdict = next((v for v in verdicts if v.concurrency == concurrency), None)
