@@ -11,10 +11,10 @@ ladder 1/2/4/8, a local Prometheus and recommender; timings shortened so that it
 minutes on a small machine (``DEFAULT_LOADGEN``). The event-loop lag limit of lanes timed by the client's
 reads (HTTPS) is relaxed to 50 ms there because the default session runs the runtimes, exporters and
 Prometheus on the same few cores as the load generator; plain-HTTP lanes are timed by kernel receive stamps
-and judged by their users' idle share instead (:mod:`loadgen.selfcheck`). ``min_requests`` (12) stays
-above the recommender policy's ``min_requests_per_step`` (10), so a slow rung's window is stretched (up to
-16 s) until it counts. Against real HTTPS endpoints, set ``loadgen.max_loop_lag_s`` back to loadgen's strict
-default. Output lengths are drawn from 48..80 tokens
+and judged by their users' idle share instead (:mod:`loadgen.selfcheck`). ``min_requests`` is
+the policy's ``min_requests_per_step`` and a fifth more (12 for the default 10; ``LOADGEN_FROM_POLICY``), so
+a slow rung's window is stretched until it counts by the policy that judges it. Against real HTTPS endpoints,
+set ``loadgen.max_loop_lag_s`` back to loadgen's strict default. Output lengths are drawn from 48..80 tokens
 (mean 64) so that closed-loop users do not run in lockstep, which no real traffic does: with fixed lengths
 every user finishes and re-enters prefill at the same instant, and the decode-stall verdict would measure
 that artefact. API keys are never part of the config: a lane
@@ -43,6 +43,7 @@ setting (exit 2), never a failure after the runtimes and the ladder ran.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
@@ -82,7 +83,6 @@ DEFAULT_LOADGEN: dict[str, Any] = {
     "warmup_s": 2.0,
     "min_window_s": 8.0,
     "max_window_s": 12.0,
-    "min_requests": 12,
     # a rung's window ends once its throughput is known within 8 %; where the gain over the rung below
     # straddles the policy's gain, it goes on (loadgen.decide_gain): certainty where a decision needs it
     "ci_rel_bound": 0.08,
@@ -196,8 +196,12 @@ def _default_lanes() -> list[LaneRuntime]:
     return [LaneRuntime(name="dense", profile="dense"), LaneRuntime(name="moe", profile="moe")]
 
 
-# The ladder extension's thresholds and the policy's figures they default to.
-_EXTENSION_FROM_POLICY = {
+# Every setting of the load generator that is one of the policy's figures, and the figure: the one table, so a
+# threshold the walk decides by cannot disagree with the policy that judges it (the ladder's plateau stop once
+# kept its own 0.10 whatever the policy's gain). A value set in [loadgen] wins and is said in the manifest
+# (``SessionConfig.policy_overrides``). tests/session/test_config_policy.py holds every gain-like setting here.
+LADDER_FROM_POLICY = {
+    "plateau_min_gain": lambda policy: policy.min_gain_per_doubling,
     "extend_min_gain": lambda policy: policy.min_gain_per_doubling,
     # one TTFT deadline: its p95; one that grows with the prompt: the share past each request's own (a p95: 5 %)
     "extend_ttft_p95_s": lambda policy: None if policy.slo.ttft_per_1k_prompt_s else policy.slo.ttft_p95_s,
@@ -205,16 +209,38 @@ _EXTENSION_FROM_POLICY = {
     "extend_itl_p95_s": lambda policy: policy.slo.itl_p95_s,
     "extend_max_error_ratio": lambda policy: policy.max_error_ratio,
 }
+LOADGEN_FROM_POLICY = {
+    # a window ends with a fifth more requests than the policy counts a rung by (12 for its 10): one that
+    # errs or ends late does not leave the rung too thin to judge
+    "min_requests": lambda policy: math.ceil(1.2 * policy.min_requests_per_step),
+    # measure longer where a doubling straddles the gain, and where a rung would be too unsteady to use
+    "decide_gain": lambda policy: policy.min_gain_per_doubling,
+    "usable_ci_rel": lambda policy: policy.max_throughput_ci_ratio,
+}
 
 
-def _extension_from_policy(ladder: LadderConfig, policy: Policy) -> LadderConfig:
-    """``ladder`` with each extension threshold it was not given set from ``policy``."""
-    fill = {k: get(policy) for k, get in _EXTENSION_FROM_POLICY.items() if k not in ladder.model_fields_set}
+def _ladder_from_policy(ladder: LadderConfig, policy: Policy) -> LadderConfig:
+    """``ladder`` with each policy threshold it was not given set from ``policy``."""
+    fill = {k: get(policy) for k, get in LADDER_FROM_POLICY.items() if k not in ladder.model_fields_set}
     if fill.get("extend_ttft_late_share", 0.0) is None:  # unchecked, as it was before there was one
         del fill["extend_ttft_late_share"]
     if not fill:
         return ladder
     return LadderConfig.model_validate({**ladder.model_dump(exclude_unset=True), **fill})
+
+
+def policy_overrides(loadgen: LoadgenConfig, policy: Policy) -> dict[str, dict[str, Any]]:
+    """The load generator's policy settings that hold another value than the policy's (set in ``[loadgen]``:
+    what the policy filled is the policy's), e.g. ``{"loadgen.ladder.plateau_min_gain": {"set": 0.2,
+    "policy": 0.05}}``."""
+    out: dict[str, dict[str, Any]] = {}
+    for prefix, table, mine in (("loadgen.ladder.", LADDER_FROM_POLICY, loadgen.ladder),
+                                ("loadgen.", LOADGEN_FROM_POLICY, loadgen)):
+        for key, get in table.items():
+            theirs = get(policy)
+            if theirs is not None and getattr(mine, key) != theirs:
+                out[prefix + key] = {"set": getattr(mine, key), "policy": theirs}
+    return out
 
 
 class SessionConfig(SectionModel):
@@ -242,18 +268,21 @@ class SessionConfig(SectionModel):
         """The policy's settings the config named (``{}``: the default policy), as JSON."""
         return self.policy.model_dump(mode="json", exclude_unset=True)
 
+    @property
+    def policy_overrides(self) -> dict[str, dict[str, Any]]:
+        """The load generator's settings that are the policy's figures but were set to another value (the
+        manifest's ``policy_overrides``, absent where none)."""
+        return policy_overrides(self.loadgen, self.policy)
+
     @field_validator("loadgen")
     @classmethod
     def _extend_by_policy(cls, value: LoadgenConfig, info: ValidationInfo) -> LoadgenConfig:
         policy = info.data.get("policy")
         if not isinstance(policy, Policy):  # the policy was refused, and its error says why
             return value
-        ladder = _extension_from_policy(value.ladder, policy)
+        ladder = _ladder_from_policy(value.ladder, policy)
         update: dict[str, Any] = {} if ladder is value.ladder else {"ladder": ladder}
-        if "decide_gain" not in value.model_fields_set:  # measure longer where a doubling straddles the gain
-            update["decide_gain"] = policy.min_gain_per_doubling
-        if "usable_ci_rel" not in value.model_fields_set:  # and where a rung would be too unsteady to use
-            update["usable_ci_rel"] = policy.max_throughput_ci_ratio
+        update |= {k: get(policy) for k, get in LOADGEN_FROM_POLICY.items() if k not in value.model_fields_set}
         if "objectives" not in value.model_fields_set:  # goodput by the policy's per-request objectives
             update["objectives"] = ObjectivesConfig.model_validate(asdict(objectives_of(policy)))
         if "target" not in value.arrival.model_fields_set:

@@ -189,8 +189,16 @@ def _build_manifest(
         network=network,
         prometheus=prometheus,
         recommender_url=recommender_url,
+        **_said_overrides(config),
         **(fleet or {}),  # a shard's stamp (core.shards), the lanes --remeasure chose: extra manifest keys
     )
+
+
+def _said_overrides(config: SessionConfig) -> dict[str, Any]:
+    """The load generator's settings set to another value than the policy that judges the run: said in the
+    manifest (``policy_overrides``), not hidden; nothing where none."""
+    overrides = config.policy_overrides
+    return {"policy_overrides": overrides} if overrides else {}
 
 
 def take_fingerprint(client: httpx.Client, ep: LaneEndpoint, per_model: bool) -> dict[str, Any]:

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from satbench.answer.policy import Policy
 from satbench.loadgen.cli import parse_overrides as _overrides
-from satbench.session.config import DEFAULT_LOADGEN, SessionConfig, SessionConfigError, load_session_config
+from satbench.loadgen.config import LadderConfig, LoadgenConfig
+from satbench.session.config import (
+    DEFAULT_LOADGEN,
+    LADDER_FROM_POLICY,
+    LOADGEN_FROM_POLICY,
+    SessionConfig,
+    SessionConfigError,
+    load_session_config,
+)
+from tests.loadgen.test_ladder import walk
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -173,3 +183,54 @@ def test_quick_start_names_a_router_nodes_lanes_by_model() -> None:
     assert [lane["name"] for lane in quick_lanes(one) or []] == ["m1", "m2"]
     with pytest.raises(ValueError, match="--model: give one for every --url or one per --url"):
         quick_lanes(parser.parse_args(["--url", url, "--model", "a", "--model", "b", "--model", "c"]))
+
+
+def test_the_ladder_stops_on_a_plateau_by_the_policys_gain_and_a_setting_of_its_own_is_said() -> None:
+    """The plateau stop once kept its own 10 % whatever the policy's gain: with a policy of 5 % and a lane that
+    gains 7 % per doubling, the ladder stopped at c=2 where the policy it was judged by went on."""
+    gains_7 = {c: 100 * 1.07 ** i for i, c in enumerate((1, 2, 4, 8, 16))}
+    settings = {"policy.min_gain_per_doubling": 0.05, "loadgen.ladder.plateau_stop": True,
+                "loadgen.ladder.concurrency": [1, 2, 4, 8, 16], "loadgen.ladder.extend": False}
+    config = load_session_config(None, settings)
+    assert config.loadgen.ladder.plateau_min_gain == 0.05 and config.policy_overrides == {}
+    assert walk(config.loadgen.ladder, gains_7) == [1, 2, 4, 8, 16]
+    own = load_session_config(None, {**settings, "loadgen.ladder.plateau_min_gain": 0.10})
+    assert walk(own.loadgen.ladder, gains_7) == [1, 2]
+    assert own.policy_overrides == {"loadgen.ladder.plateau_min_gain": {"set": 0.10, "policy": 0.05}}
+
+
+def test_every_setting_of_the_load_generator_that_is_a_policy_figure_comes_from_the_policy() -> None:
+    """Each gain, error-ratio, interval and latency threshold the load generator decides by is in the one
+    table the session fills from the policy; a new copy under another name fails here until it is added."""
+    figure_like = ("gain", "error_ratio", "ci_rel", "ttft_p95", "itl_p95", "late_share", "min_requests")
+    # the window's own stopping precision: how exactly a rung is measured, not a threshold it is judged by
+    measuring = {"ci_rel_bound"}
+    for model, table in ((LadderConfig, LADDER_FROM_POLICY), (LoadgenConfig, LOADGEN_FROM_POLICY)):
+        named = {f for f in model.model_fields if any(word in f for word in figure_like)} - measuring
+        assert named == set(table), f"{model.__name__}: {sorted(named ^ set(table))}"
+    policy = Policy.model_validate({"min_gain_per_doubling": 0.3, "max_error_ratio": 0.04, "min_requests_per_step": 25,
+                                    "max_throughput_ci_ratio": 0.5, "slo": {"ttft_p95_s": 7.0, "itl_p95_s": 0.7}})
+    config = load_session_config(None, {f"policy.{k}": v for k, v in {
+        "min_gain_per_doubling": 0.3, "max_error_ratio": 0.04, "max_throughput_ci_ratio": 0.5,
+        "min_requests_per_step": 25, "slo.ttft_p95_s": 7.0, "slo.itl_p95_s": 0.7}.items()})
+    assert config.loadgen.min_requests == 30 and config.loadgen.ladder.plateau_min_gain == 0.3
+    for mine, table in ((config.loadgen.ladder, LADDER_FROM_POLICY), (config.loadgen, LOADGEN_FROM_POLICY)):
+        for key, get in table.items():
+            assert getattr(mine, key) == (get(policy) if get(policy) is not None else getattr(mine, key)), key
+    assert config.policy_overrides == {}
+
+
+def test_the_manifest_says_a_policy_figure_the_config_set_otherwise_and_nothing_where_none() -> None:
+    from satbench.core.manifest import RunManifest
+    from satbench.session.run import _build_manifest
+
+    def manifest(config: SessionConfig) -> dict[str, Any]:
+        built = _build_manifest("20261205T120000Z-abcd", ["satbench", "run"], config, [], {}, "", None,
+                                lambda value: value)
+        return RunManifest.model_validate(built.model_dump(mode="json", by_alias=True)).model_dump(mode="json")
+
+    assert "policy_overrides" not in manifest(load_session_config(None))
+    set_own = load_session_config(None, {"policy.min_gain_per_doubling": 0.05, "loadgen.decide_gain": 0.2,
+                                         "loadgen.min_requests": 8})
+    assert manifest(set_own)["policy_overrides"] == {
+        "loadgen.decide_gain": {"set": 0.2, "policy": 0.05}, "loadgen.min_requests": {"set": 8, "policy": 12}}
