@@ -29,7 +29,7 @@ from typing import Any
 
 from satbench.answer.models import LaneModel, RecommendationsDocument
 from satbench.recommender.capabilities import all_lanes
-from satbench.recommender.consumer_records import lane_stamp
+from satbench.recommender.consumer_records import LaneStamp, lane_stamp
 from satbench.recommender.keda import AutoscalerOptions
 from satbench.recommender.node_kind import kind_id
 
@@ -64,19 +64,19 @@ def node_kind(lane: LaneModel) -> str:
     return "unknown" if lane.fingerprint is None else kind_id(lane.fingerprint)
 
 
-def _cell(lane: LaneModel, stamp: dict[str, Any]) -> tuple[float, float, dict[str, Any]]:
+def _cell(lane: LaneModel, stamp: LaneStamp) -> tuple[float, float, dict[str, Any]]:
     """(requests/s, mean e2e s, the cell's stamp) of one lane (module docstring)."""
     answer = lane.recommended_concurrency
     at = next((s for s in lane.steps if s.concurrency == answer and s.rate_rps is None), None)
     e2e = 0.0 if at is None or at.latency_s.mean is None else float(at.latency_s.mean)
-    if not stamp["usable"]:
-        return 0.0, e2e, {**stamp, "source": None}
+    if not stamp.usable:
+        return 0.0, e2e, {**stamp.as_json(), "source": None}
     rate = lane.rate
     if rate is not None and rate.max_rate_rps is not None and rate.status in ("settled", "unsaturated"):
-        return float(rate.max_rate_rps), e2e, {**stamp, "source": f"rate answer ({rate.status})"}
+        return float(rate.max_rate_rps), e2e, {**stamp.as_json(), "source": f"rate answer ({rate.status})"}
     if at is None:
-        return 0.0, e2e, {**stamp, "source": None}
-    return float(at.requests_per_s), e2e, {**stamp, "source": f"closed loop at the answer (c={answer})"}
+        return 0.0, e2e, {**stamp.as_json(), "source": None}
+    return float(at.requests_per_s), e2e, {**stamp.as_json(), "source": f"closed loop at the answer (c={answer})"}
 
 
 Cell = tuple[float, float, dict[str, Any]]  # (requests/s, mean e2e s, its stamp)
@@ -125,7 +125,7 @@ def aibrix_profiles(document: RecommendationsDocument, options: AutoscalerOption
         stamp = lane_stamp(document, key, lane)
         bucket = None if lane is None else bucket_of(lane)
         if lane is None or bucket is None:
-            unplaced[key] = stamp["reason"] or "no workload in its fingerprint: its lengths are unknown"
+            unplaced[key] = stamp.reason or "no workload in its fingerprint: its lengths are unknown"
             continue
         model, kind = lane.lane or key, node_kind(lane)
         cell = _cell(lane, stamp)

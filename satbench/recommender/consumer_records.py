@@ -46,6 +46,7 @@ saying so: a record that vanished would leave the consumer on its last value wit
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from satbench.answer.models import LaneModel, PrefillModel, RecommendationsDocument
@@ -55,6 +56,7 @@ from satbench.recommender.metrics import validity_state
 __all__ = [
     "LLMD_MIN_SAMPLES",
     "LLMD_SCHEMA_VERSION",
+    "LaneStamp",
     "epp_thresholds",
     "lane_stamp",
     "llmd_calibration",
@@ -78,26 +80,49 @@ def _concurrency_interval(lane: LaneModel) -> list[int | None] | None:
     return [answer, above[0] if above else None]
 
 
-def lane_stamp(document: RecommendationsDocument, key: str, lane: LaneModel | None) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class LaneStamp:
+    """What a record of one lane is valid for and how far to trust it (module docstring); its fields in the
+    order every record writes them (``as_json``)."""
+
+    lane_key: str
+    node: str | None
+    lane: str
+    fingerprint_digest: str | None
+    run_id: str | None
+    measured_at: str | None
+    age_s: float | None
+    validity: str
+    stale: bool
+    source_stale: bool
+    usable: bool
+    reason: str | None
+    concurrency_interval: Any
+    rate_interval: Any
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def lane_stamp(document: RecommendationsDocument, key: str, lane: LaneModel | None) -> LaneStamp:
     """What a record of lane ``key`` is valid for and how far to trust it (module docstring)."""
     node, name = lane_place_of(document, key, lane)
     why = unusable_why(document, key, lane)
     if lane is None:
-        return {"lane_key": key, "node": node, "lane": name, "fingerprint_digest": None, "run_id": None,
-                "measured_at": None, "age_s": None, "validity": "unknown", "stale": False,
-                "source_stale": document.stale, "usable": False,
-                "reason": why, "concurrency_interval": None, "rate_interval": None}
+        return LaneStamp(lane_key=key, node=node, lane=name, fingerprint_digest=None, run_id=None, measured_at=None,
+                         age_s=None, validity="unknown", stale=False, source_stale=document.stale, usable=False,
+                         reason=why, concurrency_interval=None, rate_interval=None)
     state = validity_state(lane)
-    return {
-        "lane_key": key, "node": node, "lane": name,
-        "fingerprint_digest": None if lane.fingerprint is None else lane.fingerprint.digest,
-        "run_id": lane.run_id, "measured_at": lane.measured_at,
-        "age_s": lane.age_s if lane.age_s is not None else document.age_s,
-        "validity": state, "stale": state == "changed", "source_stale": document.stale, "usable": why is None,
-        "reason": why or lane.reason,
-        "concurrency_interval": _concurrency_interval(lane),
-        "rate_interval": None if lane.rate is None else lane.rate.interval,
-    }
+    return LaneStamp(
+        lane_key=key, node=node, lane=name,
+        fingerprint_digest=None if lane.fingerprint is None else lane.fingerprint.digest,
+        run_id=lane.run_id, measured_at=lane.measured_at,
+        age_s=lane.age_s if lane.age_s is not None else document.age_s,
+        validity=state, stale=state == "changed", source_stale=document.stale, usable=why is None,
+        reason=why or lane.reason,
+        concurrency_interval=_concurrency_interval(lane),
+        rate_interval=None if lane.rate is None else lane.rate.interval,
+    )
 
 
 def _settings(lane: LaneModel | None) -> dict[str, Any]:
@@ -129,11 +154,11 @@ def _image_digest(lane: LaneModel | None) -> str | None:
     return f"sha256:{binary}" if binary and not str(binary).startswith("sha256:") else binary
 
 
-def _llmd_status(stamp: dict[str, Any], prefill: PrefillModel | None) -> tuple[str, str]:
+def _llmd_status(stamp: LaneStamp, prefill: PrefillModel | None) -> tuple[str, str]:
     """``OK`` where the lane's peak prefill was measured (a peak, its median TTFT, at least ``LLMD_MIN_SAMPLES``
     requests) on a node that is still what was measured; ``STALE`` where it changed; else ``NOT_RUN``."""
-    if stamp["stale"]:
-        return "STALE", str(stamp["reason"])
+    if stamp.stale:
+        return "STALE", str(stamp.reason)
     if prefill is None:
         return "NOT_RUN", _NOT_MEASURED
     if prefill.peak_prompt_tok_s is None or not prefill.peak_prompt_tok_s > 0 or prefill.median_ttft_s is None \
@@ -154,7 +179,7 @@ def llmd_calibration(document: RecommendationsDocument) -> dict[str, Any]:
         records[key] = {
             "schema_version": LLMD_SCHEMA_VERSION,
             "status": status,
-            "fingerprint": stamp["fingerprint_digest"] or "",
+            "fingerprint": stamp.fingerprint_digest or "",
             "model_revision": _model_revision(lane) or "",
             "engine_image_digest": _image_digest(lane) or "",
             "chunk_tokens": (prefill.batch_tokens if prefill is not None else None) or _int_setting(lane, "batch"),
@@ -163,7 +188,7 @@ def llmd_calibration(document: RecommendationsDocument) -> dict[str, Any]:
             "peak_prefill_tokens_per_second": prefill.peak_prompt_tok_s if measured and prefill is not None
             else None,
             "applied": False,
-            "satbench": {**stamp, "ubatch_tokens": _int_setting(lane, "ubatch"), "status_reason": why,
+            "satbench": {**stamp.as_json(), "ubatch_tokens": _int_setting(lane, "ubatch"), "status_reason": why,
                          "prefill_status": None if prefill is None else prefill.status,
                          "prefill_interval": None if prefill is None else prefill.interval,
                          "prefill_concurrency": None if prefill is None else prefill.concurrency,
@@ -189,8 +214,8 @@ def epp_thresholds(document: RecommendationsDocument) -> dict[str, Any]:
     for key, lane in all_lanes(document):
         stamp = lane_stamp(document, key, lane)
         endpoints[key] = {"type": "utilization-detector",
-                          "parameters": {"queueDepthThreshold": queue_threshold(lane, stamp["usable"])},
-                          "satbench": stamp}
+                          "parameters": {"queueDepthThreshold": queue_threshold(lane, stamp.usable)},
+                          "satbench": stamp.as_json()}
     return {"endpoints": endpoints}
 
 
@@ -210,7 +235,7 @@ def variant_capacities(document: RecommendationsDocument) -> dict[str, Any]:
     variants: dict[str, Any] = {}
     for key, lane in all_lanes(document):
         stamp = lane_stamp(document, key, lane)
-        usable = stamp["usable"] and lane is not None
+        usable = stamp.usable and lane is not None
         rate = None if lane is None else lane.rate
         variants[key] = {
             "max_concurrency": lane.recommended_concurrency if usable and lane is not None else None,
@@ -219,7 +244,7 @@ def variant_capacities(document: RecommendationsDocument) -> dict[str, Any]:
             "decode_tokens_per_second": lane.throughput_at_recommended_tok_s if usable and lane is not None
             else None,
             "kv_capacity_tokens": _kv_capacity_tokens(lane),
-            "saturation": {"queueLengthThreshold": queue_threshold(lane, stamp["usable"])},
-            "satbench": stamp,
+            "saturation": {"queueLengthThreshold": queue_threshold(lane, stamp.usable)},
+            "satbench": stamp.as_json(),
         }
     return {"variants": variants}

@@ -82,7 +82,7 @@ def lane_groups(document: RecommendationsDocument) -> dict[str, list[tuple[str, 
     """The document's lanes by lane name (every node's lane of that name is a replica of one model)."""
     groups: dict[str, list[tuple[str, LaneModel | None]]] = {}
     for key, lane in all_lanes(document):
-        name = lane_stamp(document, key, lane)["lane"]
+        name = lane_stamp(document, key, lane).lane
         groups.setdefault(str(name), []).append((key, lane))
     return groups
 
@@ -103,8 +103,8 @@ def _triggers(document: RecommendationsDocument, name: str, members: list[tuple[
     """The group's triggers and its annotations (module docstring)."""
     stamps = [lane_stamp(document, key, lane) for key, lane in members]
     usable = [(stamp, lane) for stamp, (_, lane) in zip(stamps, members, strict=True)
-              if stamp["usable"] and lane is not None and lane.recommended_concurrency is not None]
-    source = min(usable, key=lambda u: (u[1].recommended_concurrency, u[0]["lane_key"])) if usable else None
+              if stamp.usable and lane is not None and lane.recommended_concurrency is not None]
+    source = min(usable, key=lambda u: (u[1].recommended_concurrency, u[0].lane_key)) if usable else None
     in_flight = f"sum({selector('runtime_requests_processing', lane=name)}) + " \
                 f"sum({selector('runtime_queue_depth', lane=name)})"
     common: dict[str, str] = {"serverAddress": options.server_address, "ignoreNullValues": "true"}
@@ -125,19 +125,19 @@ def _triggers(document: RecommendationsDocument, name: str, members: list[tuple[
             "metadata": {**common, "query": f"sum({served})",
                          "threshold": _number(min(r for r in rates if r is not None))},
         })
-    stale = any(s["stale"] for s in stamps)
-    reasons = [f"{s['lane_key']}: {s['reason']}" for s in stamps if not s["usable"] and s["reason"]]
+    stale = any(s.stale for s in stamps)
+    reasons = [f"{s.lane_key}: {s.reason}" for s in stamps if not s.usable and s.reason]
     chosen = None if source is None else source[0]
     annotations = {
-        "satbench.io/fingerprint": str((chosen or {}).get("fingerprint_digest") or ""),
-        "satbench.io/measured-at": str((chosen or {}).get("measured_at") or ""),
-        "satbench.io/concurrency-interval": json.dumps((chosen or {}).get("concurrency_interval")),
-        "satbench.io/threshold-from": str((chosen or {}).get("lane_key") or ""),
+        "satbench.io/fingerprint": str((chosen and chosen.fingerprint_digest) or ""),
+        "satbench.io/measured-at": str((chosen and chosen.measured_at) or ""),
+        "satbench.io/concurrency-interval": json.dumps(chosen and chosen.concurrency_interval),
+        "satbench.io/threshold-from": str((chosen and chosen.lane_key) or ""),
         "satbench.io/stale": "true" if stale else "false",
         "satbench.io/source-stale": "true" if document.stale else "false",
         "satbench.io/usable": "true" if source is not None else "false",
         "satbench.io/reason": "; ".join(reasons) if reasons else "",
-        "satbench.io/answers": json.dumps(stamps, sort_keys=True, separators=(",", ":")),
+        "satbench.io/answers": json.dumps([s.as_json() for s in stamps], sort_keys=True, separators=(",", ":")),
     }
     return triggers, annotations
 
