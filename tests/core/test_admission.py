@@ -208,3 +208,17 @@ def test_decode_pace_by_user_is_kruskal_wallis_and_slowest_over_fastest() -> Non
     # a user whose pace is 0 leaves no ratio to take
     zero = admission_figures(fifo(), window(), {0: 8}, [(0, 0.0), (1, 0.04)], SLACK)
     assert (zero.user_itl_p_value, zero.user_itl_ratio) == (None, None)
+
+
+def test_a_request_being_turned_away_holds_no_slot() -> None:
+    # two slots: A holds one from 0 to 2; R is sent at 0.125 and refused at 0.25 (an HTTP error, no token); B,
+    # sent at 0.1875 while R is being refused, finds the second slot free and is admitted at once. Only A held a
+    # slot at B's send: B did not queue, as the FIFO bound too counts it (one in flight, under two slots)
+    a = request(0, 0.0, e2e=2.0)
+    refused = request(1, 0.125, queue=None, ttft=None, e2e=0.125, outcome="http_error")
+    b = request(2, 0.1875, e2e=1.0)
+    win = window(slots=2)
+    assert [o.queued for o in observe_waits([a, refused, b], win)] == [False, False]
+    figures = admission_figures([a, refused, b], win, {0: 8, 2: 8}, [], SLACK)
+    assert figures.queued_requests == 0
+    assert figures.admission_wait_bound_s == pytest.approx(EXTRA)  # found a slot free: one step's slack
