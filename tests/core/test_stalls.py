@@ -55,9 +55,16 @@ def test_emission_gaps_join_events_closer_than_the_burst() -> None:
 def test_token_gaps_of_single_token_events_are_the_emission_gaps() -> None:
     times = [0.0, 0.01, 0.03, 0.05]
     assert token_gaps(times) == emission_gaps(times)
-    assert token_gaps(times, [1, 1, 1, 1, 1]) == emission_gaps(times)
+    assert token_gaps(times, [1, 1, 1, 1]) == emission_gaps(times)
     assert token_gaps([]) == []
     assert token_gaps([1.0]) == []
+
+
+@pytest.mark.parametrize("counts", [[1], [1, 1, 1, 1]])
+def test_token_counts_are_one_an_event(counts: list[int]) -> None:
+    # fewer counts than events raised an IndexError from inside the loop, more were silently ignored
+    with pytest.raises(ValueError, match=r"^counts: \d+ token counts for 3 events; one count an event$"):
+        token_gaps([0.0, 1.0, 2.0], counts)
 
 
 def test_a_hold_in_a_several_token_event_stays_in_one_gap() -> None:

@@ -49,6 +49,10 @@ def test_scores_by_hand_without_ties() -> None:
     assert scores.tolist() == pytest.approx([3 / 4, 5 / 12, -1 / 12, -13 / 12])
 
 
+def test_no_wait_has_no_score() -> None:
+    assert logrank_scores([]).tolist() == []
+
+
 def test_scores_by_hand_with_ties_and_censoring() -> None:
     # at 1: two endings among 4 at risk (the wait censored at 1 is at risk there, censoring after endings),
     # H(1) = 2/4; at 2: one ending among 1, H(2) = 1.5; the censored wait scores 0 - H(1)
