@@ -9,6 +9,9 @@ release after it arrived; its bound is that release less its send, plus one deco
 
 from __future__ import annotations
 
+import math
+import random
+
 import pytest
 from scipy import stats
 
@@ -222,3 +225,46 @@ def test_a_request_being_turned_away_holds_no_slot() -> None:
     figures = admission_figures([a, refused, b], win, {0: 8, 2: 8}, [], SLACK)
     assert figures.queued_requests == 0
     assert figures.admission_wait_bound_s == pytest.approx(EXTRA)  # found a slot free: one step's slack
+
+
+def served_by(policy: str, seed: int, users: int = 8, slots: int = 2, horizon: float = 20.0) -> list[RequestRecord]:
+    """A closed loop of ``users`` on a server of ``slots`` slots that admits at once when a slot frees, from the
+    waiting requests the oldest (``fifo``) or the newest (``newest``): each request serves for a lognormal time
+    (median 0.5 s, a tenth of it prefill), its user sends the next after a short think; sends stop at
+    ``horizon`` and every request is served to its end."""
+    rng = random.Random(seed)
+    sends = [(rng.uniform(0.0, 0.1), u) for u in range(users)]
+    waiting: list[tuple[float, int]] = []
+    running: list[float] = []  # end times of the requests in the slots
+    records: list[RequestRecord] = []
+    t = 0.0
+    while sends or waiting or running:
+        t = min([s for s, _ in sends] + running)
+        for end in [e for e in running if e == t]:
+            running.remove(end)
+        for sent, user in [s for s in sends if s[0] == t]:
+            sends.remove((sent, user))
+            waiting.append((sent, user))
+        while waiting and len(running) < slots:
+            sent, user = waiting.pop(0 if policy == "fifo" else -1)
+            service = rng.lognormvariate(math.log(0.5), 0.5)
+            running.append(t + service)
+            records.append(request(user, sent, queue=t - sent, ttft=t - sent + service / 10, e2e=t - sent + service,
+                                   name=f"q{len(records)}"))
+            if t + service + 0.05 < horizon:
+                sends.append((t + service + rng.uniform(0.005, 0.05), user))
+    return records
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_fifo_admission_never_overruns_and_newest_first_does(seed: int) -> None:
+    # FIFO admits a queued request exactly at the release its bound names, whatever the lengths: never past it
+    win = window(slots=2, concurrency=8, start=2.0, end=18.0)
+    served = {u: 1 for u in range(8)}
+    fifo_figures = admission_figures(served_by("fifo", seed), win, served, [], 0.0)
+    assert fifo_figures.queued_requests is not None and fifo_figures.queued_requests > 20
+    assert fifo_figures.admission_overruns == 0
+    assert fifo_figures.admission_overrun_max_ratio is not None and fifo_figures.admission_overrun_max_ratio < 1.0
+    newest = admission_figures(served_by("newest", seed), win, served, [], 0.0)
+    assert newest.admission_overruns is not None and newest.admission_overruns > 0
+    assert newest.admission_overrun_max_ratio is not None and newest.admission_overrun_max_ratio > 2.0
