@@ -276,3 +276,48 @@ def test_gaps_within_the_step_carry_no_shape() -> None:
     # excess 0: nothing was held, whatever overlapped
     gaps, prefills = shaped(0, 0)
     assert prompt_elasticity(gaps, prefills, U) is None
+
+
+def engine(chunk: int | None, steps: int = 300) -> tuple[list[Decoding], list[tuple[float, float, int | None]]]:
+    """One decode running through ``steps`` engine steps of 20 ms, and a prompt admitted every tenth step,
+    64 and 1500 tokens in turn. A step that prefills ``n`` tokens lasts 5 ms + 0.2 ms a token longer: the whole
+    prompt in one step (``chunk`` None) or at most ``chunk`` tokens a step until it is done. The decode's token
+    comes at each step's end; a prompt's prefill runs from its first step's start to its last step's end."""
+    t, times = 0.0, [0.0]
+    prefills: list[tuple[float, float, int | None]] = []
+    pending: list[int] = []  # [tokens left, prompt tokens, index of its first step's start in times]
+    for step in range(steps):
+        if step % 10 == 0:
+            prompt = 64 if step % 20 == 0 else 1500
+            pending = [prompt, prompt, len(times) - 1]
+        work = 0
+        if pending:
+            work = pending[0] if chunk is None else min(chunk, pending[0])
+            pending[0] -= work
+        t += 0.020 + (0.005 + 0.0002 * work if work else 0.0)
+        times.append(t)
+        if pending and pending[0] == 0:
+            prefills.append((times[pending[2]], t, pending[1]))
+            pending = []
+    gaps = list(itertools.pairwise(times))
+    return [Decoding(gaps, gaps, True, (0.0, t))], prefills
+
+
+@pytest.mark.parametrize(
+    ("chunk", "expected"),
+    [
+        # the hold is the whole prompt's prefill: 5 + 0.2 n ms, from 64 to 1500 tokens
+        (None, math.log((5 + 0.2 * 1500) / (5 + 0.2 * 64)) / math.log(1500 / 64)),
+        # the hold is at most a chunk's (5 + 0.2 * 256 ms; the median of a long prompt's six stalled gaps)
+        (256, math.log((5 + 0.2 * 256) / (5 + 0.2 * 64)) / math.log(1500 / 64)),
+    ],
+)
+def test_the_shape_of_an_engines_holds(chunk: int | None, expected: float) -> None:
+    decodings, prefills = engine(chunk)
+    figures = stall_figures(decodings, prefills, 0.0, 100.0, overlapping=True)
+    assert figures.decode_step_s == pytest.approx(0.020)
+    assert figures.prompt_elasticity == pytest.approx(expected, rel=1e-6)
+    # the longest hold: the whole long prompt's step, or a chunk's
+    assert figures.longest_stalled_s == pytest.approx(0.020 + 0.005 + 0.0002 * (chunk or 1500))
+    # whole prompts: 0.90 (unbounded in the prompt, with the step's fixed 5 ms); chunks of 256: 0.36 (bounded)
+    assert (expected > 0.8) == (chunk is None)
