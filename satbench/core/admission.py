@@ -10,7 +10,7 @@ Definitions (DESIGN.md "prefill starvation", "fairness"; the verdicts are in ``a
   step whose wait overlaps the window, so a request sent before the window and never admitted (a user the
   scheduler never serves) counts, as it must.
 - **queued**: with ``S`` slots (``window.slots``), a request that found at least ``S`` others of the step in
-  flight when it was sent.
+  flight when it was sent (one the server is turning away holds no slot and does not count, as for the bound).
 - **its FIFO bound**: under first-in-first-out admission a queued request is admitted when the ``k + 1``-th
   slot frees after it arrived, ``k`` being the requests waiting ahead of it: those in flight when it was sent
   beyond the ``S`` that hold the slots (one sent within ``ORDER_SLACK_S`` after it counts as ahead too, since
@@ -81,12 +81,11 @@ def _rejected(rec: RequestRecord) -> bool:
 def observe_waits(step_records: Sequence[RequestRecord], window: StepWindow) -> list[WaitObservation]:
     """Every wait of the step that overlaps the window, with whether it queued (module docstring)."""
     slots = window.slots or 0
-    sent = sorted(r.sent_at for r in step_records)
-    ended = sorted(r.ended_at if r.ended_at is not None else math.inf for r in step_records)
+    waiting = [r for r in step_records if not _rejected(r)]
+    sent = sorted(r.sent_at for r in waiting)
+    ended = sorted(r.ended_at if r.ended_at is not None else math.inf for r in waiting)
     out: list[WaitObservation] = []
-    for rec in step_records:
-        if _rejected(rec):
-            continue
+    for rec in waiting:
         admitted = _admitted(rec)
         last = admitted if admitted is not None else (rec.ended_at if rec.ended_at is not None else window.end)
         if rec.sent_at > window.end or last < window.start:

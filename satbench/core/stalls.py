@@ -99,9 +99,12 @@ def token_gaps(times: Sequence[float], counts: Sequence[int] | None = None,
     one emission carrying the sum of their ``counts`` (one token an event when ``None``); the gap from the
     previous emission's last event to an emission of n tokens is cut into n contiguous gaps: n - 1 at the
     request's pace (the median of its gaps per token) or at ``gap / n`` when that is shorter, and the rest
-    first. With one token an event and no burst it is ``emission_gaps``."""
-    emissions: list[tuple[float, float, int]] = []
+    first. With one token an event and no burst it is ``emission_gaps``. ``ValueError`` where ``counts`` is not
+    one count an event."""
     n = len(times)
+    if counts is not None and len(counts) != n:
+        raise ValueError(f"counts: {len(counts)} token counts for {n} events; one count an event")
+    emissions: list[tuple[float, float, int]] = []
     i = 0
     previous: float | None = None
     while i < n:
