@@ -28,10 +28,10 @@ from satbench.recommender.settings import WRITE_TOKEN_ENV
 from satbench.runtimes import RunningRuntime
 from satbench.runtimes.external import check_external, is_this_host
 from satbench.runtimes.llamacpp import LlamaServer, LlamaServerError, LlamaServerSpec, find_llama_server
+from satbench.runtimes.processes import ProcessSet, StartError, wait_until_ready
 from satbench.runtimes.router import RouterModel, RouterNode, start_router
 from satbench.runtimes.simulator import start_simulator
 from satbench.session.config import LaneRuntime, SessionConfig, nodes_of
-from satbench.session.processes import ProcessSet, StartError, wait_until_ready
 
 Say = Callable[[str], None]
 
