@@ -4,18 +4,28 @@ This module is the console script. Every subcommand lives in its part's module, 
 ``configure(parser)`` and ``main(args) -> int``; this module only dispatches and imports a part lazily (only
 the chosen subcommand's dependencies are loaded). Its help text is ``HELP`` (the docstring is for readers of
 the code).
+
+A reader that stops early (``satbench capabilities | head -1``) closes the pipe, and the next write raises
+BrokenPipeError. ``main`` ends such a run quietly, where stdout is that pipe (a socket's BrokenPipeError stays
+an error): no traceback, stdout pointed at the null device so the interpreter's own flush at exit has nowhere
+to fail, and exit status 141, 128 + SIGPIPE, what the shell reports for a tool the signal ended (``yes | head
+-1`` under ``set -o pipefail``), as 130 is 128 + SIGINT. Not 0: the output was cut short, and a caller that
+asked for all of it can tell. Not by restoring the signal's default action, which would end ``satbench run``
+mid-write without stopping the processes it started.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import select
 import sys
 from collections.abc import Sequence
 
 from satbench.core import __version__
 
-__all__ = ["SUBCOMMANDS", "build_parser", "main"]
+__all__ = ["EXIT_CLOSED_STDOUT", "SUBCOMMANDS", "build_parser", "main"]
 
 HELP = "satbench: how much concurrency each model lane of a llama.cpp node can use."
 EPILOG = """\
@@ -25,7 +35,10 @@ start here:
   satbench serve runs                   serve the finished runs' answers at :9108/recommendations
   satbench capabilities                 print each lane's answer from that service
 
-exit status: 0 every lane has an answer, 1 some lane has none, 2 bad input, 130 interrupted"""
+exit status: 0 every lane has an answer, 1 some lane has none, 2 bad input, 130 interrupted,
+  141 the reader of the output closed it early"""
+
+EXIT_CLOSED_STDOUT = 141  # 128 + SIGPIPE
 
 # subcommand -> (module with configure/main, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -67,6 +80,36 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The console script: runs the chosen subcommand; a closed stdout ends it quietly (module docstring)."""
+    try:
+        try:
+            status = _dispatch(argv)
+        except SystemExit:  # argparse's --help and refusals: what they wrote reaches the pipe first
+            sys.stdout.flush()
+            raise
+        sys.stdout.flush()  # a buffered write meets a closed reader here, not in the interpreter's exit
+        return status
+    except BrokenPipeError:
+        if not _stdout_reader_gone():  # a socket's broken pipe is an error, not a reader that stopped
+            raise
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_CLOSED_STDOUT
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe with no reader left: poll() says POLLERR on its write end."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poller.poll(0))
+
+
+def _dispatch(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     chosen = next((a for a in argv if a in SUBCOMMANDS), None)
     parser = build_parser(only=chosen or "")

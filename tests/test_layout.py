@@ -7,7 +7,9 @@ The rule (also in docs/DESIGN.md, "The tree"):
   ``core``;
 - parts: ``simulator``, ``loadgen``, ``exporter``, ``recommender`` import only ``core``, ``answer`` and
   themselves, never each other;
-- top: ``satbench`` imports the parts and the ground;
+- top: ``satbench`` imports the parts and the ground; inside it, in ``TOP_ORDER`` (lowest first), a package
+  never imports one above it: ``runtimes`` (the launchers and the child processes they run in) imports
+  neither ``session`` nor ``tune``, and ``session`` does not import ``tune``;
 - ``testkit`` (test support shared by tests and benches) may import the product; the product never
   imports ``testkit`` or ``tests``; ``bench`` imports the product and ``testkit``, never ``tests``.
 - one name on install: the ground and the parts are real folders of the one package, ``satbench/core``,
@@ -35,6 +37,7 @@ TOP = {"satbench"}
 PRODUCT = GROUND | JUDGEMENT | PARTS | TOP
 OURS = PRODUCT | {"testkit", "tests", "bench"}
 INSTALLED = "satbench"  # the one name in site-packages: the ground and the parts are satbench.<folder>
+TOP_ORDER = ("runtimes", "session", "tune")  # packages of the top floor, lowest first
 
 
 def floor(name: str) -> str:
@@ -145,6 +148,49 @@ def test_imports_keep_to_the_floors() -> None:
     assert len(files) > 100, "the tree was not found"
     bad = [line for path in files for line in crossings(path)]
     assert not bad, "imports across the floors:\n" + "\n".join(bad)
+
+
+def top_package(name: str) -> str | None:
+    """The package of ``TOP_ORDER`` a module name lies in: ``satbench.session.run`` is ``session``."""
+    parts = name.split(".")
+    return parts[1] if parts[0] == INSTALLED and len(parts) > 1 and parts[1] in TOP_ORDER else None
+
+
+def arrows_up_the_top(path: Path, root: Path = ROOT) -> list[str]:
+    """Every import of ``path`` that names a package above its own in ``TOP_ORDER``."""
+    source = top_package(module_name(path, root))
+    if source is None:
+        return []
+    above = TOP_ORDER[TOP_ORDER.index(source) + 1:]
+    return [f"{path.relative_to(root)}:{line} imports {name}" for line, name in imported(path, root)
+            if top_package(name) in above]
+
+
+def test_the_top_floor_keeps_its_order() -> None:
+    bad = [line for path in python_files() for line in arrows_up_the_top(path)]
+    assert not bad, "imports up the top floor's order " + " < ".join(TOP_ORDER) + ":\n" + "\n".join(bad)
+
+
+def test_the_order_check_catches_a_runtime_importing_the_session(tmp_path: Path) -> None:
+    planted = {
+        "satbench/runtimes/router.py": "from satbench.session.processes import StartError\n",  # up
+        "satbench/runtimes/simulator.py": "if True:\n    from satbench.tune import walk\n",  # up two
+        "satbench/session/parts.py": "from satbench.runtimes.processes import ProcessSet\n",  # down
+        "satbench/tune/walk.py": "from satbench.session.parts import LAUNCHERS\n",  # down
+        "satbench/report/render.py": "from satbench.session import run\n",  # outside the order
+    }
+    for name, text in planted.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert {name: arrows_up_the_top(tmp_path / name, tmp_path) for name in planted} == {
+        "satbench/runtimes/router.py": ["satbench/runtimes/router.py:1 imports satbench.session.processes",
+                                        "satbench/runtimes/router.py:1 imports satbench.session.processes.StartError"],
+        "satbench/runtimes/simulator.py": ["satbench/runtimes/simulator.py:2 imports satbench.tune",
+                                           "satbench/runtimes/simulator.py:2 imports satbench.tune.walk"],
+        "satbench/session/parts.py": [],
+        "satbench/tune/walk.py": [],
+        "satbench/report/render.py": [],
+    }
 
 
 def conftest_imports(path: Path, root: Path = ROOT) -> list[str]:

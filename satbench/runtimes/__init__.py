@@ -4,7 +4,8 @@ external endpoint that is only checked to answer (:mod:`satbench.runtimes.extern
 the same small view, :class:`RunningRuntime`, so the session and the run manifest never care which one is
 behind a lane.
 
-This module stays import-light (no httpx, no subprocess): the launchers live in submodules.
+This module stays import-light (no httpx, no subprocess): the launchers live in submodules, and the child
+processes they and the session start in :mod:`satbench.runtimes.processes`.
 """
 
 from __future__ import annotations

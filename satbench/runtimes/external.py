@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from satbench.session.processes import StartError
+from satbench.runtimes.processes import StartError
 
 __all__ = ["NOT_VISIBLE", "ExternalRuntime", "check_external", "is_this_host"]
 

@@ -60,6 +60,7 @@ __all__ = [
     "LlamaServer",
     "LlamaServerError",
     "LlamaServerNotFoundError",
+    "LlamaServerNotReadyError",
     "LlamaServerSpec",
     "StartupLog",
     "build_command",
@@ -81,6 +82,18 @@ class LlamaServerError(RuntimeError):
 
 class LlamaServerNotFoundError(LlamaServerError):
     """No llama-server binary was found; the message says where satbench looked and how to install one."""
+
+
+class LlamaServerNotReadyError(LlamaServerError):
+    """llama-server answered no ``/health`` 200 within its ready timeout (it was stopped); ``last`` is what
+    ``/health`` said last, so a caller can name its own setting for the timeout in one line."""
+
+    def __init__(self, message: str, *, url: str, timeout_s: float, last: str, log_path: Path) -> None:
+        super().__init__(message)
+        self.url = url
+        self.timeout_s = timeout_s
+        self.last = last
+        self.log_path = log_path
 
 
 def _package_binary() -> Path | None:
@@ -333,9 +346,10 @@ class LlamaServer:
                 except httpx.HTTPError as exc:
                     last = f"{type(exc).__name__}"
                 if time.monotonic() > deadline:
-                    raise LlamaServerError(
+                    raise LlamaServerNotReadyError(
                         f"llama-server at {self._url} not ready after {self.ready_timeout_s:.0f}s "
-                        f"(last /health: {last}); log {self.log_path}:\n{_log_tail(self.log_path)}")
+                        f"(last /health: {last}); log {self.log_path}:\n{_log_tail(self.log_path)}",
+                        url=self._url, timeout_s=self.ready_timeout_s, last=last, log_path=self.log_path)
                 time.sleep(self.poll_s)
 
     def _read_props(self) -> dict[str, Any]:

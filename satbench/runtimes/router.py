@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from satbench.session.processes import ChildProcess, ProcessSet, StartError, log_tail, wait_until_ready
+from satbench.runtimes.processes import ChildProcess, ProcessSet, StartError, log_tail, wait_until_ready
 
 __all__ = ["RouterLane", "RouterModel", "RouterNode", "preset_text", "start_router"]
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from satbench.session.processes import ChildProcess, ProcessSet, wait_until_ready
+from satbench.runtimes.processes import ChildProcess, ProcessSet, wait_until_ready
 
 __all__ = ["SimulatorRuntime", "simulator_argv", "start_simulator"]
 

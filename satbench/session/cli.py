@@ -194,8 +194,8 @@ def main(args: argparse.Namespace) -> int:
     from satbench.loadgen.cli import parse_overrides
     from satbench.loadgen.inputs import load_inputs
     from satbench.loadgen.runner import WalkCutShort
+    from satbench.runtimes.processes import StartError
     from satbench.session.config import SessionConfigError, load_session_config
-    from satbench.session.processes import StartError
     from satbench.session.run import run_folder, run_session, taken_run_folder
 
     try:

@@ -257,6 +257,8 @@ class SessionConfig(SectionModel):
     recommender: RecommenderSection = Field(default_factory=RecommenderSection)
     model_dir: Path | None = None
     out_dir: Path = Path("runs")
+    # How long each part the session starts may take to answer: a runtime (a llama-server loading its model
+    # included), an exporter, the first scrapes of them all.
     start_timeout_s: float = Field(default=30.0, gt=0.0, le=MAX_SECONDS)
 
     @field_serializer("policy")

@@ -27,11 +27,17 @@ from satbench.exporter.cli import RUNTIME_API_KEY_ENV
 from satbench.recommender.settings import WRITE_TOKEN_ENV
 from satbench.runtimes import RunningRuntime
 from satbench.runtimes.external import check_external, is_this_host
-from satbench.runtimes.llamacpp import LlamaServer, LlamaServerError, LlamaServerSpec, find_llama_server
+from satbench.runtimes.llamacpp import (
+    LlamaServer,
+    LlamaServerError,
+    LlamaServerNotReadyError,
+    LlamaServerSpec,
+    find_llama_server,
+)
+from satbench.runtimes.processes import ProcessSet, StartError, wait_until_ready
 from satbench.runtimes.router import RouterModel, RouterNode, start_router
 from satbench.runtimes.simulator import start_simulator
 from satbench.session.config import LaneRuntime, SessionConfig, nodes_of
-from satbench.session.processes import ProcessSet, StartError, wait_until_ready
 
 Say = Callable[[str], None]
 
@@ -80,9 +86,12 @@ def _llamacpp(lane: LaneRuntime, config: SessionConfig, processes: ProcessSet,
                            ubatch=lane.setting("ubatch"), threads=lane.threads, extra_args=tuple(lane.server_args),
                            api_key=lane.api_key())
     try:
-        return stack.enter_context(
-            LlamaServer(spec, processes.log_dir / f"llamacpp-{lane.name}.log", ready_timeout_s=120.0)
-        )
+        return stack.enter_context(LlamaServer(spec, processes.log_dir / f"llamacpp-{lane.name}.log",
+                                               ready_timeout_s=config.start_timeout_s))
+    except LlamaServerNotReadyError as exc:  # one line that names the setting to raise; the log has the rest
+        last = " ".join(exc.last.split())
+        raise StartError(f"lane {lane.name}: llama-server at {exc.url} not ready within start_timeout_s = "
+                         f"{exc.timeout_s:g} s (last /health: {last}; log: {exc.log_path})") from exc
     except (LlamaServerError, OSError, ValueError) as exc:
         raise StartError(f"lane {lane.name}: llama-server did not start: {exc}") from exc
 

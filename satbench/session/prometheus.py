@@ -29,7 +29,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from satbench.exporter.promconfig import ScrapeTarget, render_prometheus_config
-from satbench.session.processes import ProcessSet, StartError, wait_until_ready
+from satbench.runtimes.processes import ProcessSet, StartError, wait_until_ready
 
 __all__ = [
     "INSTALL_HINT",

@@ -15,7 +15,7 @@ Order of a session (``run_session``):
    (cold caches, another process), so the ladder's doublings would compare two starts; and walking over the
    folder would lose the killed attempt's evidence. Moving the folder aside reruns the shard whole, under its
    run id.
-2. Start (``satbench.session.parts``), each as its own process group (``satbench.session.processes``):
+2. Start (``satbench.session.parts``), each as its own process group (``satbench.runtimes.processes``):
    one runtime per lane through its launcher (``LAUNCHERS``: the simulator, a real ``llama-server``, or an
    ``external`` lane only checked to answer ``/health``), or one router per ``node``, each a
    ``satbench.runtimes.RunningRuntime``; one exporter per server (none where the lane names a running one,
@@ -77,6 +77,7 @@ from satbench.recommender.run_analysis import analyze_run
 from satbench.recommender.settings import WRITE_TOKEN_ENV
 from satbench.report.data import load_run
 from satbench.report.render import console_summary, write_report
+from satbench.runtimes.processes import ProcessSet, StartError, install_signal_handlers, wait_until_ready
 from satbench.session.config import SessionConfig
 from satbench.session.parts import (
     LaneEndpoint,
@@ -86,7 +87,6 @@ from satbench.session.parts import (
     start_runtimes,
     target_labels,
 )
-from satbench.session.processes import ProcessSet, StartError, install_signal_handlers, wait_until_ready
 from satbench.session.prometheus import (
     check_readable,
     find_prometheus,

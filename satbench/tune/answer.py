@@ -12,8 +12,8 @@ winner; a challenger replaces the holder only where it *beats* it (``compare``):
   uncertainty: nothing beats on it;
 - and, where the challenger has more slots, by the policy's own measure, measured from the holder: a gain
   of at least ``min_gain_per_doubling`` per doubling of slots, ``(t_c / t_h) ** (1 / log2(p_c / p_h)) - 1``
-  (the rule by which a ladder rung pays). At one slot count (a smaller batch, a unified KV pool) a
-  significant gain is enough: there are no extra slots to pay for.
+  (``core.statistics.gain_per_doubling``, the rule by which a ladder rung pays). At one slot count (a
+  smaller batch, a unified KV pool) a significant gain is enough: there are no extra slots to pay for.
 
 The walk has two levels, both in the rank of ``satbench.tune.grid``: at each slot count its candidates
 (the larger batch first, split KV before unified) give that slot count's holder; then the slot counts'
@@ -63,12 +63,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from satbench.core.statistics import t_quantile, welch_difference
+from satbench.core.statistics import gain_per_doubling, t_quantile, welch_difference
 from satbench.tune.models import ParetoPoint, Verdict
 from satbench.tune.search import Outcome
 
-__all__ = ["Choice", "Comparison", "beats", "choose", "compare", "difference", "fingerprint", "gain_per_doubling",
-           "pareto"]
+__all__ = ["Choice", "Comparison", "beats", "choose", "compare", "difference", "fingerprint", "pareto"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,20 +126,12 @@ def difference(a: Outcome, b: Outcome, confidence: float = 0.95) -> tuple[float,
     return diff, math.hypot(a.half_width_tok_s, b.half_width_tok_s)
 
 
-def gain_per_doubling(challenger: Outcome, holder: Outcome) -> float:
-    """The challenger's throughput gain over the holder per doubling of slots (it has more)."""
-    tc, th = _t(challenger), _t(holder)
-    if th <= 0:
-        return math.inf if tc > 0 else 0.0
-    return float((tc / th) ** (1.0 / math.log2(challenger.candidate.parallel / holder.candidate.parallel)) - 1.0)
-
-
 def compare(challenger: Outcome, holder: Outcome, min_gain: float, confidence: float = 0.95) -> Comparison:
     """How ``challenger`` fares against ``holder`` (module docstring)."""
     diff, half = difference(challenger, holder, confidence)
     gain = None
     if challenger.candidate.parallel > holder.candidate.parallel:
-        gain = gain_per_doubling(challenger, holder)
+        gain = gain_per_doubling(holder.candidate.parallel, _t(holder), challenger.candidate.parallel, _t(challenger))
     verdict: Verdict
     if diff <= 0:
         verdict = "not_faster"

@@ -33,8 +33,8 @@ from satbench.answer.document import iso_utc
 from satbench.answer.policy import Policy
 from satbench.core.manifest import new_run_id, write_json_atomic
 from satbench.exporter.gpu import GpuReader, GpuSourceAbsent, GpuUnavailable, NvmlGpuReader
+from satbench.runtimes.processes import ProcessSet, StartError, install_signal_handlers
 from satbench.session.config import LaneRuntime
-from satbench.session.processes import ProcessSet, StartError, install_signal_handlers
 from satbench.simulator.profile import ProfileError, load_profile
 from satbench.tune.answer import choose, fingerprint
 from satbench.tune.config import TuneSetup

@@ -58,9 +58,9 @@ from satbench.loadgen.runner import run_ladder
 from satbench.recommender.run_analysis import analyze_run
 from satbench.runtimes import RunningRuntime
 from satbench.runtimes.llamacpp import LlamaServerError
+from satbench.runtimes.processes import ProcessSet, StartError
 from satbench.session.config import LaneRuntime, SessionConfig
 from satbench.session.parts import LAUNCHERS
-from satbench.session.processes import ProcessSet, StartError
 from satbench.tune.answer import fingerprint
 from satbench.tune.context import truncated_requests
 from satbench.tune.grid import Candidate

@@ -40,7 +40,7 @@ from satbench.core.manifest import RunManifest, read_manifest
 from satbench.core.net import free_port
 from satbench.exporter.promconfig import EXPORTER_JOB, LOADGEN_JOB, ScrapeTarget, render_prometheus_config
 from satbench.recommender.run_analysis import analyze_run
-from satbench.session.processes import ProcessSet, wait_until_ready
+from satbench.runtimes.processes import ProcessSet, wait_until_ready
 from satbench.simulator.fleet import FleetSpec
 from testkit.fleet import FleetThread
 from testkit.prom import PrometheusProcess

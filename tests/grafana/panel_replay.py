@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 
 from satbench.dashboards.overview import DATASOURCE, panel_targets, variable_queries
-from satbench.session.processes import ProcessSet
+from satbench.runtimes.processes import ProcessSet
 from satbench.session.prometheus import find_prometheus, render_prometheus_config, start_prometheus
 from testkit.net import free_port
 

@@ -29,8 +29,8 @@ from satbench.core.lanes import lane_key
 from satbench.core.net import free_port
 from satbench.loadgen.config import LoadgenConfig
 from satbench.loadgen.runner import run_ladder
+from satbench.runtimes.processes import ProcessSet, wait_until_ready
 from satbench.runtimes.router import RouterModel, start_router
-from satbench.session.processes import ProcessSet, wait_until_ready
 from testkit.exposition import Samples, sample_value, samples
 
 pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.timeout(900)]

@@ -44,7 +44,7 @@ from satbench.recommender.errors import PrometheusUnavailable
 from satbench.recommender.prometheus_source import HttpxPromClient
 from satbench.recommender.settings import RecommenderSettings
 from satbench.recommender.validity import FINGERPRINT_SERIES, check_answers, measured_fingerprints
-from satbench.session.processes import ProcessSet
+from satbench.runtimes.processes import ProcessSet
 from satbench.session.prometheus import start_prometheus
 from testkit.net import free_port
 from testkit.prom import PrometheusProcess, prometheus_binary

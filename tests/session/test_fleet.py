@@ -27,7 +27,7 @@ import pytest
 from satbench.core.net import free_port
 from satbench.exporter.promconfig import EXPORTER_JOB, LOADGEN_JOB, ScrapeTarget, render_prometheus_config
 from satbench.recommender.capabilities import capability_fragment
-from satbench.session.processes import ProcessSet, wait_until_ready
+from satbench.runtimes.processes import ProcessSet, wait_until_ready
 from satbench.simulator.fleet import FleetSpec
 from testkit.exposition import samples
 from testkit.fleet import FleetThread

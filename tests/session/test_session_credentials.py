@@ -28,9 +28,9 @@ import pytest
 from satbench.core.net import free_port
 from satbench.exporter.promconfig import EXPORTER_JOB, LOADGEN_JOB, ScrapeTarget, render_prometheus_config
 from satbench.runtimes.external import check_external
+from satbench.runtimes.processes import ProcessSet
 from satbench.session.config import LaneRuntime, load_session_config
 from satbench.session.parts import LaneEndpoint, start_exporters
-from satbench.session.processes import ProcessSet
 from testkit.exposition import samples
 from testkit.process import ChildProcess
 from testkit.prom import PrometheusProcess

@@ -9,6 +9,11 @@ KeyboardInterrupt. A SIGKILL of the session itself cannot be caught: children th
 why each child's command line carries the run folder, for a human to find them.
 
 Output of each child goes to ``<run_dir>/logs/<name>.log``; the last lines are quoted when it dies early.
+
+Why here, with the runtimes: the launchers start their servers through it (the simulator, the router) and
+raise its ``StartError`` (an external lane that does not answer), and the session and the tune start the
+launchers. Kept in ``session/`` it made the runtimes import the session that imports them; here every arrow
+points down (``tests/test_layout.py``, ``TOP_ORDER``).
 """
 
 from __future__ import annotations

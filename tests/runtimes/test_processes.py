@@ -9,7 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from satbench.session.processes import ProcessSet, StartError, wait_until_ready
+from satbench.runtimes.processes import ProcessSet, StartError, wait_until_ready
 
 SPAWNER = (
     "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
