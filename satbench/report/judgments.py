@@ -3,11 +3,13 @@ as a ``Finding`` (the measured figure, its bound, its unit, the policy setting a
 a rung's ``RungJudgment``, and the evidence of a lane's binding constraint. Where a run has no document, the
 judgments are the analysis' own of the steps (``answer.analysis.analyze_lane``). A judgment's figure, unit
 and setting are the ones it states (the document's checks and violations carry them, as the walk's own
-verdicts do); a document written before they were stated reads its limit's first reading in the registry
-(``answer.checks``), and a name the registry does not know has no unit and reads by its words. Pure."""
+verdicts do); a document written before they were stated takes them from the walk's own verdicts on the
+run's steps, else its limit's first reading in the registry (``answer.checks``); a name the registry does
+not know has no unit and reads by its words. Pure."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +18,7 @@ from satbench.answer.checks import REPORTED, THROUGHPUT_CONSTRAINTS, reading_of
 from satbench.answer.judges import Check, Violation
 from satbench.answer.models import CheckModel, LaneModel, ViolationModel
 from satbench.answer.policy import Policy
+from satbench.answer.verdicts import StepVerdict
 from satbench.core.figures import StepFigures
 
 __all__ = ["CHECK_NAMES", "Finding", "RungJudgment", "binding_finding", "policy_of", "rung_judgments",
@@ -91,25 +94,38 @@ def _interval(value: Any) -> tuple[float, float] | None:
     return None
 
 
-def _stated(name: str, figure: str | None, unit: str | None, setting: str | None) -> tuple[str, str, str]:
-    """(unit, figure, policy setting) of a judgment: as it states them, else (a document written before they
-    were stated) its limit's first reading in the registry, else none."""
-    if figure is not None and unit is not None and setting is not None:
-        return unit, figure, setting
-    said = reading_of(name)
-    return ("", name, "") if said is None else (said.unit, said.figure, said.setting)
+_Judged = Check | Violation | CheckModel | ViolationModel
 
 
-def _finding(name: str, judged: Check | Violation | CheckModel | ViolationModel, concurrency: int) -> Finding:
-    """One judgment (a ``Check`` or a ``Violation``, of the document or the walk) with its unit and bound."""
-    unit, figure, bound = _stated(name, judged.figure or None, judged.unit or None, judged.setting or None)
+def _stated(name: str, said: _Judged | None = None) -> tuple[str, str, str]:
+    """(unit, figure, policy setting) of a judgment of ``name``: as ``said`` states them, else its limit's first
+    reading in the registry, else none."""
+    if said is not None and said.figure:
+        return said.unit or "", said.figure, said.setting or ""
+    first = reading_of(name)
+    return ("", name, "") if first is None else (first.unit, first.figure, first.setting)
+
+
+def _finding(name: str, judged: _Judged, concurrency: int, walked: _Judged | None = None) -> Finding:
+    """One judgment (a ``Check`` or a ``Violation``, of the document or the walk) with its unit and bound: the
+    ones it states, else (a document written before judgments stated them) those of the walk's own judgment
+    of the same name at the rung (``walked``)."""
+    unit, figure, bound = _stated(name, judged if judged.figure else walked)
     status = judged.status if isinstance(judged, Check | CheckModel) else "flagged"
     return Finding(name=name, status=status or "unknown", measured=_number(judged.measured),
                    limit=_number(judged.limit), detail=judged.detail or "", concurrency=concurrency, unit=unit,
                    figure=figure, bound=bound)
 
 
-def _judgments_of_document(answer: LaneModel | None) -> dict[int, RungJudgment]:
+def _walked(verdict: StepVerdict | None, name: str, check: bool) -> _Judged | None:
+    if verdict is None:
+        return None
+    if check:
+        return verdict.checks.get(name)
+    return next((v for v in verdict.violations if v.constraint == name), None)
+
+
+def _judgments_of_document(answer: LaneModel | None, walk: Mapping[int, StepVerdict]) -> dict[int, RungJudgment]:
     out: dict[int, RungJudgment] = {}
     for step in answer.steps if answer is not None else []:
         c = step.concurrency
@@ -118,22 +134,32 @@ def _judgments_of_document(answer: LaneModel | None) -> dict[int, RungJudgment]:
             unusable_reason=step.unusable_reason,
             gain_per_doubling=_number(step.gain_per_doubling),
             gain_interval=_interval(step.gain_interval),
-            checks={k: _finding(k, v, c) for k, v in step.checks.items()},
-            violations=tuple(_finding(v.constraint, v, c) for v in step.violations),
+            checks={k: _finding(k, v, c, _walked(walk.get(c), k, True)) for k, v in step.checks.items()},
+            violations=tuple(_finding(v.constraint, v, c, _walked(walk.get(c), v.constraint, False))
+                             for v in step.violations),
         )
     return out
+
+
+def _unstated(answer: LaneModel) -> bool:
+    """Whether the document was written before its judgments stated their figure, unit and setting."""
+    return any(any(v.figure is None for v in s.violations) or any(c.figure is None for c in s.checks.values())
+               for s in answer.steps)
 
 
 def rung_judgments(answer: LaneModel | None, steps: tuple[StepFigures, ...], rules: Policy) -> dict[int, RungJudgment]:
     """Each rung's judgments: the recommendations document's own, else (no document, or one without
     checks) the recommender's verdicts on these figures under the run's policy, so the report and the
-    document judge alike."""
-    out = _judgments_of_document(answer)
-    if any(j.checks for j in out.values()) or not steps:
+    document judge alike. A document written before its judgments stated their readings takes them from
+    those verdicts."""
+    walk: dict[int, StepVerdict] = {}
+    if steps and (answer is None or not any(s.checks for s in answer.steps) or _unstated(answer)):
+        lane = analyze_lane(steps[0].lane, steps, rules)  # the walk's own verdicts: baselines and shape as it sees
+        walk = {step.concurrency: verdict for step, verdict in zip(lane.steps, lane.verdicts, strict=True)}
+    out = _judgments_of_document(answer, walk)
+    if any(j.checks for j in out.values()) or not walk:
         return out
-    lane = analyze_lane(steps[0].lane, steps, rules)  # the walk's own verdicts: baselines and shape as it sees them
-    for step, verdict in zip(lane.steps, lane.verdicts, strict=True):
-        c = step.concurrency
+    for c, verdict in walk.items():
         doc = out.get(c) or RungJudgment()
         out[c] = RungJudgment(
             usable=verdict.usable if doc.usable is None else doc.usable,
@@ -156,7 +182,7 @@ def binding_finding(answer: LaneModel | None, judgments: dict[int, RungJudgment]
         return None
     rec = answer.recommended_concurrency
     rungs = sorted(judgments)
-    unit, figure, bound = _stated(name, None, None, None)
+    unit, figure, bound = _stated(name)
     if name in THROUGHPUT_CONSTRAINTS:
         if name == "ladder_top":
             at = [c for c in rungs if c == rec]

@@ -164,19 +164,32 @@ def test_the_report_reads_the_stated_reading_not_the_words() -> None:
     assert binding is not None and binding.figure == "a figure"
 
 
-def test_a_document_written_before_the_readings_were_stated_reads_its_limits_first() -> None:
-    old = ViolationModel(constraint="prefill_starvation", measured=30.0, limit=10.0,
-                         detail="longest wait for a first token 30 s > policy.prefill_wait_max_s 10 s")
-    check = CheckModel(status="ok", measured=None, limit=None, detail="words")
-    assert old.figure is None and check.unit is None
-    lane = _lane([step(4, 400.0), step(8, 400.0)], Policy())
-    rung = next(s for s in lane.steps if s.concurrency == 8)
-    rung.violations[:] = [old]
-    rung.checks["made_up"] = check
-    judged = rung_judgments(lane, (), Policy())[8]
-    assert (judged.violations[0].figure, judged.violations[0].unit) == ("worst wait over its FIFO admission bound",
-                                                                       "ratio")
-    assert (judged.checks["made_up"].unit, judged.checks["made_up"].figure) == ("", "made_up")
+def _unstated(lane: LaneModel) -> None:
+    """The lane as a document written before judgments stated their figure, unit and setting reads."""
+    blank = {"figure": None, "unit": None, "setting": None}
+    for rung in lane.steps:
+        rung.violations[:] = [v.model_copy(update=blank) for v in rung.violations]
+        rung.checks.update({k: c.model_copy(update=blank) for k, c in rung.checks.items()})
+
+
+def test_a_document_written_before_the_readings_were_stated_takes_them_from_the_walk() -> None:
+    """Jain's index broke fairness at c=8: the document's words do not say which reading, the run's steps do."""
+    steps = [step(4, 400.0), step(8, 800.0, jain=0.5)]
+    lane = _lane(steps, STRICT)
+    _unstated(lane)
+    assert next(s for s in lane.steps if s.concurrency == 8).violations[0].figure is None
+    walked = rung_judgments(lane, tuple(steps), STRICT)[8]
+    assert [(f.name, f.figure, f.unit, f.bound) for f in walked.violations] == [
+        ("fairness", "Jain's index", "index", "policy.jain_min")]
+    assert walked.checks["memory"].figure == "least free share of a GPU"  # 50 % free: the headroom reading
+    # without the steps, the limit's first reading in the registry; a name it does not know, none
+    alone = rung_judgments(lane, (), STRICT)[8]
+    assert (alone.violations[0].figure, alone.violations[0].unit) == (
+        "worst user's wait or slowest user's pace ratio", "ratio")
+    next(s for s in lane.steps if s.concurrency == 8).checks["made_up"] = CheckModel(
+        status="ok", measured=None, limit=None, detail="words")
+    made_up = rung_judgments(lane, (), STRICT)[8].checks["made_up"]
+    assert (made_up.unit, made_up.figure, made_up.bound) == ("", "made_up", "")
 
 
 def _slow_floor(s: StepFigures, policy: Policy, lane: LaneBasis) -> Check:
