@@ -168,12 +168,14 @@ class LaneAnalysis:
                 **{f.name: getattr(step, f.name) for f in dataclasses.fields(StepFigures)},
                 usable=verdict.usable,
                 unusable_reason=verdict.unusable_reason,
-                violations=[ViolationModel(constraint=v.constraint, measured=v.measured, limit=v.limit,  # type: ignore[arg-type]
-                                           detail=v.detail) for v in verdict.violations],
+                violations=[ViolationModel(constraint=v.constraint, measured=v.measured, limit=v.limit,
+                                           detail=v.detail, figure=v.figure, unit=v.unit, setting=v.setting)
+                            for v in verdict.violations],
                 gain_per_doubling=gain,
                 gain_interval=None if interval is None else list(interval),
                 checks={name: CheckModel(status=check.status, measured=check.measured,  # type: ignore[arg-type]
-                                         limit=check.limit, detail=check.detail)
+                                         limit=check.limit, detail=check.detail, figure=check.figure,
+                                         unit=check.unit, setting=check.setting)
                         for name, check in verdict.checks.items()},
             ))
         return out
@@ -279,7 +281,7 @@ def _rechecked(lane: str, walked: LaneAnalysis, usable: Sequence[StepFigures], w
 
 def _starvation_open(verdicts: Sequence[StepVerdict], concurrency: int) -> str | None:
     """Why the answer's rung is not shown free of decode starvation, where its pause-excess p99 lies past the
-    stall limit but too few requests exceed it to show more than chance (``answer.verdicts.decode_check``'s
+    stall limit but too few requests exceed it to show more than chance (``answer.judges.decode_check``'s
     ``insufficient_data`` with the point above the limit): the answer is then ``undecided``, not settled on a
     check that could not decide. ``None`` otherwise."""
     verdict = next((v for v in verdicts if v.concurrency == concurrency), None)

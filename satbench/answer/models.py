@@ -17,12 +17,13 @@ answers (rate and trace) ``answer.open_loop_models`` (``RateModel``, ``TraceMode
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from pydantic.config import JsonDict
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
+from satbench.answer.checks import CONSTRAINTS
 from satbench.answer.open_loop_models import (
     RateModel,
     TraceEvidenceModel,
@@ -62,10 +63,11 @@ __all__ = [
     "said",
 ]
 
-Constraint = Literal[
-    "throughput_plateau", "slo_ttft", "slo_itl", "slo_e2e", "fairness", "decode_starvation",
-    "prefill_starvation", "errors", "memory", "ladder_top",
-]
+# the binding constraints, as the registry lists them (``answer.checks.CONSTRAINTS``)
+if TYPE_CHECKING:
+    Constraint = str
+else:
+    Constraint = Literal[CONSTRAINTS]
 # ``unsaturated``: the answer is the top rung, a lower bound (throughput still grew there: ``ladder_top``);
 # ``undecided``: the answer rests on a doubling whose gain interval straddles the policy's gain (``undecided``)
 LaneStatus = Literal["ok", "unsaturated", "undecided", "insufficient_data", "degraded", "stale"]
@@ -78,11 +80,19 @@ def said(model: BaseModel, name: str) -> Any:
     return getattr(model, name) if name in model.model_fields_set else None
 
 
+_FIGURE = "the figure it measured, in words (``answer.checks``); absent in a document written before it was stated"
+_UNIT = "how measured and limit read: s, ratio (x), share (a fraction), index (Jain's), count"
+_SETTING = "the policy setting that gave its limit"
+
+
 class ViolationModel(BaseModel):
     constraint: Constraint
     measured: float
     limit: float
     detail: str
+    figure: str | None = Field(None, description=_FIGURE)
+    unit: str | None = Field(None, description=_UNIT)
+    setting: str | None = Field(None, description=_SETTING)
 
 
 def _every_field_present(schema: JsonDict, cls: type[Any]) -> None:
@@ -104,6 +114,9 @@ class CheckModel(BaseModel):
     measured: float | None
     limit: float | None
     detail: str
+    figure: str | None = Field(None, description=_FIGURE)
+    unit: str | None = Field(None, description=_UNIT)
+    setting: str | None = Field(None, description=_SETTING)
 
 
 @pydantic_dataclass(frozen=True, kw_only=True, config=ConfigDict(json_schema_extra=_every_field_present))

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from satbench.answer.checks import LANE_SUMMARIES
 from satbench.compare.tails import tail_power
 
 __all__ = ["CHECKS", "DEFAULT_FLOORS", "FIGURES", "Answer", "Change", "Comparison", "Figure", "Floor",
@@ -43,8 +44,8 @@ FIGURES = (Figure("throughput", "output tok/s", "throughput_tok_s", None, "tok/s
 DEFAULT_FLOORS: Mapping[str, Floor] = {"throughput": Floor(0.05, 1.0), "ttft": Floor(0.10, 5.0),
                                        "e2e": Floor(0.10, 50.0), "itl": Floor(0.10, 2.0),
                                        "pause_excess": Floor(0.10, 2.0), "answer": Floor(0.10)}
-CHECKS = (("decode starvation", "starvation", "decode_ok"), ("prefill starvation", "starvation", "prefill_ok"),
-          ("fairness", "fairness", "ok"))
+# each check a lane states as passed or not (the registry's, answer.checks): its words, and where the lane says it
+CHECKS = tuple((name.replace("_", " "), group, key) for name, group, key in LANE_SUMMARIES)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """Who waited for a slot, how long, and whether first-in-first-out admission explains it: the prefill
 starvation and fairness figures of one step.
 
-Definitions (DESIGN.md "prefill starvation", "fairness"; the verdicts are in ``answer.verdicts``):
+Definitions (DESIGN.md "prefill starvation", "fairness"; the verdicts are in ``answer.judges``):
 
 - **a wait**: from a request's send to its admission (sent plus the server's queue time where it says it;
   else its first token; a request that never got a token waited until it ended or was cut off). A request

@@ -95,7 +95,7 @@ class MemoryFigures:
     both: another tenant); ``kv_usage_max_ratio`` the fullest the runtime's KV cache was (tokens held by
     processing slots over its capacity, ``runtime_kv_cache_usage_ratio``). llama.cpp allocates its weights
     and KV cache when it starts, so GPU memory is flat across rungs; what fills with concurrency is the KV
-    cache (see ``answer.verdicts.memory_check``)."""
+    cache (see ``answer.judges.memory_check``)."""
 
     gpu_max: float | None = None
     gpu_total: float | None = None

@@ -1,6 +1,6 @@
 """How a lane's decodes pause, and whether another request's prefill made them: the decode-starvation figures.
 
-Definitions (DESIGN.md "decode starvation"; the verdict is ``answer.verdicts.decode_check``):
+Definitions (DESIGN.md "decode starvation"; the verdict is ``answer.judges.decode_check``):
 
 - **emission**: tokens that arrive together are one emission. Speculative decoding delivers the tokens of one
   verify step a few microseconds apart, and a network segment can carry several token events; a reader gets
@@ -53,7 +53,7 @@ Definitions (DESIGN.md "decode starvation"; the verdict is ``answer.verdicts.dec
   with a step's fixed overhead). A prefill chunked at C tokens holds it for at most a chunk: about
   ``log(C / prompt_lo) / log(prompt_hi / prompt_lo)``, 0.4 for 256-token chunks between 64- and 1500-token
   prompts. The first is unbounded in the prompt, the definition of decode starvation's cause; the second is
-  bounded, interference (``answer.verdicts``). The shape, unlike a ratio of the hold to the decode step,
+  bounded, interference (``answer.judges``). The shape, unlike a ratio of the hold to the decode step,
   does not move with the hardware: a faster machine shortens both the hold and the step, in proportion.
 - **prefill interference**: a stalled gap lost what it lasted beyond ``d``; ``interference_share`` is the time
   lost over all decode time (the sum of the window's gaps), ``stall_per_prompt_s`` the mean loss of one

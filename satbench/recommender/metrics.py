@@ -63,6 +63,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from satbench.answer.checks import LANE_SUMMARIES
 from satbench.answer.document import read_document
 from satbench.answer.models import LaneModel, RecommendationsDocument, said
 from satbench.core.lanes import LOCAL_NODE, key_labels, lane_key, split_key
@@ -178,8 +179,7 @@ def _unix(iso: Any) -> float | None:
 
 def _verdicts(lane: LaneModel) -> dict[str, bool]:
     """Per check, whether every measured rung of the lane passed it (the document's lane summaries)."""
-    found = {"decode_starvation": said(lane.starvation, "decode_ok"),
-             "prefill_starvation": said(lane.starvation, "prefill_ok"), "fairness": said(lane.fairness, "ok")}
+    found = {check: said(getattr(lane, group), name) for check, group, name in LANE_SUMMARIES}
     return {check: bool(ok) for check, ok in found.items() if ok is not None}
 
 

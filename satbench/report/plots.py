@@ -33,8 +33,8 @@ matplotlib.use("Agg")
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from satbench.answer.judges import stall_limit
 from satbench.answer.policy import Policy
-from satbench.answer.verdicts import stall_limit
 from satbench.core.figures import StepFigures
 from satbench.report.data import LaneReport
 

@@ -46,6 +46,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
+from satbench.answer import checks
 from satbench.answer.models import LaneModel, StepModel
 from satbench.core.statistics import exceedance_p_value, gain_interval
 from satbench.tune.grid import Candidate
@@ -57,9 +58,10 @@ __all__ = ["FEASIBLE_STATUSES", "Outcome", "PauseCount", "PruneRules", "dominato
 # undecided: the answer may be one doubling high (the doubling into it straddles the gain), every hard
 # constraint held at it; an unknown status is not feasible and is recorded as it came
 FEASIBLE_STATUSES = ("ok", "unsaturated", "undecided")
-PAUSE_CONSTRAINTS = ("decode_starvation", "slo_itl")
-LATENCY_CONSTRAINTS = ("slo_ttft", "slo_itl", "slo_e2e")
-_BOUND_BY_THROUGHPUT = ("throughput_plateau", "ladder_top")
+# the registry's (answer.checks): limits a larger batch can only break more, latency objectives, throughput bounds
+PAUSE_CONSTRAINTS = checks.PAUSE_CONSTRAINTS
+LATENCY_CONSTRAINTS = checks.SLO_CONSTRAINTS
+_BOUND_BY_THROUGHPUT = checks.THROUGHPUT_CONSTRAINTS
 _PAUSE_OK = ("ok", "not_applicable")
 
 

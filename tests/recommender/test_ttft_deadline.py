@@ -26,7 +26,6 @@ from satbench.core.objectives import Objectives
 from satbench.core.records import RequestRecord
 from satbench.core.step_figures import compute_step_figures
 from satbench.loadgen import open_step
-from satbench.report.judgments import _violation_unit
 from tests.recommender.figures_factory import step
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -121,7 +120,7 @@ def test_the_share_past_its_own_deadline_is_what_binds_not_a_p95_against_a_const
     assert not check_step(_rung(4, within, prompts, policy), policy).violations
     broken = check_step(_rung(4, late, prompts, policy), policy).violations
     assert [v.constraint for v in broken] == ["slo_ttft"] and broken[0].measured == pytest.approx(0.12)
-    assert _violation_unit("slo_ttft", broken[0].detail)[0] == "share"
+    assert broken[0].unit == "share" and broken[0].figure == "share of requests past their own TTFT deadline"
 
 
 def test_figures_without_goodput_counts_are_judged_against_the_shortest_deadline() -> None:

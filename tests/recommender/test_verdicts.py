@@ -4,8 +4,9 @@ from typing import Any
 
 import pytest
 
+from satbench.answer.judges import memory_headroom_ratio, stall_limit
 from satbench.answer.policy import SLO, Policy
-from satbench.answer.verdicts import check_step, memory_headroom_ratio, stall_limit
+from satbench.answer.verdicts import check_step
 from satbench.core.figures import MemoryFigures, Quantiles, Tail
 from tests.recommender.figures_factory import held, step
 

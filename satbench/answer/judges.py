@@ -1,0 +1,391 @@
+"""The judges: how one rung stands on each limit of the policy. A judge reads a step's figures (and what the
+lane's other rungs tell of it, ``LaneBasis``) and says a ``Check`` (a judgment with a status) or a
+``Violation`` (a broken objective, or ``None``); which limits exist, what each binds as, in what order, and
+which figure, unit and setting each reads is declared once in ``answer.checks``, and ``answer.verdicts`` runs
+them. A judge names the reading it used where its limit has several (``reading``: a key of its entry's
+``readings``); the verdict states that reading's figure, unit and setting beside it.
+
+The judgments (definitions of the figures in ``core.step_figures``; the reasons in DESIGN.md):
+
+- ``decode_starvation``: a request is held when another request's prefill made one of its pauses longer than
+  its decode step by more than the *stall limit*. Where the lane's holds grow with the prompt that caused them
+  (a whole-prompt prefill: ``stall_prompt_elasticity`` at least ``unbounded_stall_elasticity``), the hold is
+  unbounded in the prompt, and it counts once felt, past ``min_pause_excess_s`` (0.1 s); where they are
+  bounded (a chunked prefill) or of unknown shape (one prompt size), only past the time objective
+  ``slo.tbt_p99_s``; where the policy sets ``max_pause_ratio``, also past that many of the lane's steps. The
+  p99 objective is broken when *significantly* more than 1 % of the rung's requests were held (the binomial
+  count test of ``core.statistics.exceedance_p_value`` at ``1 - confidence``), so a p99 over 20 requests is
+  not their largest one; more than 1 % held but too few to show it is ``insufficient_data``. The cause is
+  part of the definition: a pause that no prefill overlapped is no starvation, and a slow step everywhere is
+  judged by the ITL objective (``core.stalls``). The shape does not move with the hardware (a faster machine
+  shortens the hold and the step in proportion), so the real pair ``-b 2048``/``-b 256`` is told apart on
+  any CPU, where a ratio to the step is not (a CPU's 3 ms step makes a 256-token chunk's 90 ms hold 30x).
+- ``prefill_starvation``: a request that found every slot busy waited past the bound FIFO admission puts on
+  it, from the slots that actually freed after it arrived (``core.admission``), by more than
+  ``max_admission_wait_ratio``; censored waits (requests still waiting when last seen) count as what they
+  are, lower bounds.
+- ``fairness``: users served nothing in the window while their requests waited past their FIFO bound; or
+  users' waits (censored ones included) differ *significantly* (permutation log-rank, ``fairness_alpha``)
+  *and materially* (worst user's mean over the lane's, ``max_user_wait_ratio``), or their decode pace does
+  (slowest user's mean over the fastest's, ``max_user_itl_ratio``); Jain's index and the best/worst share
+  bind only where the policy sets them.
+- ``interference``: the share of decode time lost to others' prefills, warned about above
+  ``interference_warn_share``, binding only where ``max_interference_share`` is set.
+- ``memory``: the runtime's KV cache fuller than ``kv_usage_max_ratio`` binds; a GPU with less free memory
+  than ``memory_headroom_min_ratio`` binds only where the rung filled it (the lowest rung had the headroom):
+  llama.cpp allocates its weights and KV cache when it starts, so a flat, full GPU is reported (``warn``),
+  never turned into a concurrency limit, and memory that other processes hold is said as such.
+
+SLO objectives on per-request quantiles (TTFT p95, e2e p95) are judged like the pause: broken when
+significantly more requests than the quantile's share exceed the objective (``core.figures.Tail``), or, where
+more requests exceed than the figures keep, by the quantile itself; ITL p95, over thousands of gaps, by its
+value. Where the TTFT deadline grows with the prompt (``slo.ttft_per_1k_prompt_s``), each request is judged
+against its own deadline (``core.objectives``, the one definition goodput, the looks and the rate and trace
+answers use) and the count past it against the 5 % a p95 allows, by the same test.
+
+Each check has a status: ``ok``, ``flagged`` (binding: a violation), ``warn`` (reported, not binding),
+``not_applicable`` (c=1 has no other request; a rung where every user has a slot queues nobody),
+``insufficient_data`` (the counts say how much was missing) or ``unknown`` (the source did not measure the
+figure, as the Prometheus histograms fallback does not). Never "unknown" where a figure can be computed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from satbench.answer.policy import Policy
+from satbench.core.figures import MemoryFigures, StepFigures, Tail
+from satbench.core.statistics import exceedance_p_value
+
+__all__ = [
+    "Check",
+    "LaneBasis",
+    "Violation",
+    "decode_check",
+    "e2e_limit",
+    "error_limit",
+    "fairness_check",
+    "interference_check",
+    "itl_limit",
+    "memory_check",
+    "memory_headroom_ratio",
+    "prefill_check",
+    "stall_limit",
+    "ttft_limit",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """A broken limit, named after the ``binding_constraint`` it would become. ``reading``: which of its
+    entry's readings the judge used (empty: the first); ``figure``, ``unit`` and ``setting`` are that
+    reading's, stated by ``answer.verdicts.check_step`` from the registry (``answer.checks``)."""
+
+    constraint: str
+    measured: float
+    limit: float
+    detail: str
+    reading: str = ""
+    figure: str = ""
+    unit: str = ""
+    setting: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """Where one step stands on one judgment (module docstring); ``reading``, ``figure``, ``unit`` and
+    ``setting`` as a ``Violation``'s."""
+
+    status: str
+    measured: float | None = None
+    limit: float | None = None
+    detail: str = ""
+    reading: str = ""
+    figure: str = ""
+    unit: str = ""
+    setting: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LaneBasis:
+    """What the lane's other rungs tell a judge of one rung: ``baseline_step_s``, the decode step at its
+    lowest rung (the cadence a policy ratio is taken against, a hold being felt the same at every rung); and
+    ``lowest_memory``, that rung's memory (what the runtime held before the load); ``elasticity``, its
+    holds' elasticity in the prompt over every rung. Each None where not measured."""
+
+    baseline_step_s: float | None = None
+    lowest_memory: MemoryFigures | None = None
+    elasticity: float | None = None
+
+
+def memory_headroom_ratio(mem: MemoryFigures) -> float | None:
+    """The least free share of any of the lane's GPUs at its own peak (the fullest GPU's, where only that is
+    known)."""
+    if mem.gpu_headroom_min_ratio is not None:
+        return mem.gpu_headroom_min_ratio
+    if mem.gpu_max is None or not mem.gpu_total:
+        return None
+    return 1.0 - mem.gpu_max / mem.gpu_total
+
+
+def _above(constraint: str, measured: float | None, limit: float | None, what: str) -> Violation | None:
+    if measured is None or limit is None or not measured > limit:
+        return None
+    return Violation(constraint, float(measured), float(limit), f"{what} {measured:.4g} > {limit:.4g}")
+
+
+def stall_limit(policy: Policy, step_s: float | None, unbounded: bool | None = None) -> float | None:
+    """How long another request's prefill may hold a decode beyond its step before the hold counts (module
+    docstring): ``slo.tbt_p99_s``; ``min_pause_excess_s`` where the holds grow with the prompt (``unbounded``);
+    ``max_pause_ratio - 1`` steps where the policy sets a ratio (never under ``min_pause_excess_s``).
+    ``None`` where the policy bounds nothing."""
+    limits = [] if policy.slo.tbt_p99_s is None else [policy.slo.tbt_p99_s]
+    if unbounded:
+        limits.append(policy.min_pause_excess_s)
+    if policy.max_pause_ratio is not None and step_s is not None:
+        limits.append(max(policy.min_pause_excess_s, (policy.max_pause_ratio - 1) * step_s))
+    return min(limits) if limits else None
+
+
+def _exceeds(tail: Tail, point: float | None, limit: float, q: float, alpha: float) -> tuple[bool, str]:
+    """Is the q-quantile objective ``limit`` broken? Significantly more than a ``1 - q`` share of the ``n``
+    requests above it, or (more exceed than the tail keeps) the quantile itself above it. Also says the count."""
+    k, exact = tail.above(limit)
+    p = exceedance_p_value(k, tail.n, q)
+    said = f"{k}{'' if exact else '+'} of {tail.n} requests above it (p = {p:.2g})"
+    if p < alpha:
+        return True, said
+    return (not exact and point is not None and point > limit), said
+
+
+def decode_check(step: StepFigures, policy: Policy, lane: LaneBasis) -> Check:
+    """Decode starvation: prefill-held pauses beyond the stall limit, significantly often (module docstring).
+    The lane's ``baseline_step_s`` is the cadence a policy ratio is taken against (a hold is felt the same at
+    every rung; a rung's own step grows with its batch), and the step of a rung whose own cannot be told; its
+    ``elasticity`` (its rungs' ``stall_prompt_elasticity``), else this rung's, the holds' shape."""
+    baseline_step_s, elasticity = lane.baseline_step_s, lane.elasticity
+    if step.concurrency < 2:
+        return Check("not_applicable", detail="one user: no other request's prefill can pause a decode")
+    tail, events = step.pause_excess_tail, step.prefill_events
+    if not tail.n or events is None:
+        return Check("unknown", detail="this source did not measure per-request pauses")
+    own = step.decode_step_s if step.decode_step_gaps else None
+    step_s = own if own is not None else (baseline_step_s or step.decode_step_s)
+    cadence = baseline_step_s or step_s
+    shape = elasticity if elasticity is not None else step.stall_prompt_elasticity
+    unbounded = None if shape is None else shape >= policy.unbounded_stall_elasticity
+    limit = stall_limit(policy, cadence, unbounded)
+    p99 = step.pause_excess_s.p99
+    if limit is None or step_s is None or cadence is None or p99 is None:
+        return Check("ok", p99, None, "no stall limit in the policy (slo.tbt_p99_s and max_pause_ratio unset)")
+    where = "" if own is not None else " (prefills overlap nearly every step: the lowest rung's step is used)"
+    grows = ("holds of unknown shape (one prompt size)" if shape is None else
+             f"holds {'grow with' if unbounded else 'bounded in'} the prompt (elasticity {shape:.2f}: "
+             f"{'a whole-prompt prefill' if unbounded else 'a chunked prefill'})")
+    said = (f"pause excess p99 {p99 * 1000:.0f} ms beyond the rung's {step_s * 1000:.1f} ms decode step{where}; "
+            f"{grows}; stall limit {limit * 1000:.0f} ms")
+    broken, count = _exceeds(tail, p99, limit, 0.99, 1 - policy.confidence)
+    if broken:
+        return Check("flagged", p99, limit, f"{said}: {count}, significantly more than 1 % held by another "
+                                             f"request's prefill")
+    held, _ = tail.above(limit)
+    if held > 0.01 * tail.n:
+        return Check("insufficient_data", p99, limit,
+                     f"{said}; {count}: more than 1 % held, too few requests to show it is more than chance "
+                     f"(a longer window would tell)")
+    if tail.n < policy.min_pause_requests:
+        return Check("insufficient_data", p99, limit,
+                     f"{said}; {tail.n} requests judged (policy needs {policy.min_pause_requests})")
+    if events < policy.min_prefill_events:
+        return Check("insufficient_data", p99, limit,
+                     f"{said}; {events} prefills beside a decode: too few to show the pauses bounded (policy "
+                     f"needs {policy.min_prefill_events})")
+    return Check("ok", p99, limit, f"{said}; {count}, over {events} prefills beside a decode")
+
+
+def interference_check(step: StepFigures, policy: Policy, lane: LaneBasis) -> Check:
+    """Prefill interference: share of decode time lost to others' prefills; warned, binding if set
+    (``reading`` ``bound``: against ``max_interference_share``)."""
+    if step.concurrency < 2:
+        return Check("not_applicable", detail="one user: no other request's prefill")
+    share, events = step.interference_share, step.prefill_events
+    if events is None:
+        return Check("unknown", detail="this source did not measure prefill interference")
+    if share is None:
+        return Check("insufficient_data", detail=f"{events} prefills beside a decode")
+    per = step.stall_per_prompt_s
+    said = (f"{share:.1%} of decode time lost to {events} prefills"
+            + ("" if per is None else f", {per * 1000:.0f} ms per stalled step")
+            + ("" if step.stall_ms_per_prompt_token is None
+               else f" ({step.stall_ms_per_prompt_token:.3f} ms per prompt token)"))
+    bound = policy.max_interference_share
+    if bound is not None and share > bound:
+        return Check("flagged", share, bound, f"{said} > policy.max_interference_share {bound:.0%}",
+                     reading="bound")
+    if share > policy.interference_warn_share:
+        return Check("warn", share, policy.interference_warn_share,
+                     f"{said} > policy.interference_warn_share {policy.interference_warn_share:.0%}")
+    return Check("ok", share, bound, said)
+
+
+def prefill_check(step: StepFigures, policy: Policy, lane: LaneBasis) -> Check:
+    """Prefill starvation: a queued request's wait against its own FIFO bound (module docstring); the
+    longest wait against ``prefill_wait_max_s`` where the policy sets one (``reading`` ``absolute``)."""
+    absolute = policy.prefill_wait_max_s
+    if absolute is not None and step.prefill_wait_max_s is not None and step.prefill_wait_max_s > absolute:
+        return Check("flagged", step.prefill_wait_max_s, absolute,
+                     f"longest wait for a first token {step.prefill_wait_max_s:.3g} s > "
+                     f"policy.prefill_wait_max_s {absolute:g} s", reading="absolute")
+    queued, ratio = step.queued_requests, step.admission_overrun_max_ratio
+    if queued is None:
+        why = ("one user" if step.concurrency < 2 else
+               "every user has a slot (c <= slots) or the runtime did not say its slots")
+        return Check("not_applicable", detail=f"{why}: no request waits for admission")
+    limit = policy.max_admission_wait_ratio
+    if ratio is None:
+        return Check("insufficient_data", None, limit,
+                     f"{queued} queued requests, none whose FIFO bound could be told")
+    wait, bound = step.admission_wait_max_s or 0.0, step.admission_wait_bound_s or 0.0
+    said = (f"{step.admission_overruns} requests waited past their FIFO bound ({queued} found every slot busy); the "
+            f"worst waited {wait:.3g} s against {bound:.3g} s ({ratio:.2f}x, limit {limit:g}x)")
+    if ratio > limit:
+        return Check("flagged", ratio, limit, said)
+    if queued < policy.min_queued_requests:
+        return Check("insufficient_data", ratio, limit, f"{said}; policy needs {policy.min_queued_requests} queued")
+    return Check("ok", ratio, limit, said)
+
+
+def fairness_check(step: StepFigures, policy: Policy, lane: LaneBasis) -> Check:
+    """Fairness: users' waits differ significantly and materially; Jain / share where the policy sets them
+    (``reading``: ``jain``, ``share``, ``queue``, ``starved``; empty: the users' ratios)."""
+    if step.jain is not None and policy.jain_min is not None and step.jain < policy.jain_min:
+        return Check("flagged", step.jain, policy.jain_min, f"Jain's index {step.jain:.3f} < policy.jain_min "
+                                                            f"{policy.jain_min}", reading="jain")
+    share = step.max_min_share
+    if share is not None and policy.max_min_share_max is not None and share > policy.max_min_share_max:
+        return Check("flagged", share, policy.max_min_share_max, f"max/min user share {share:.3g} > "
+                                                                 f"{policy.max_min_share_max:g}", reading="share")
+    q99 = step.queue_s.p99
+    if q99 is not None and policy.queue_p99_max_s is not None and q99 > policy.queue_p99_max_s:
+        return Check("flagged", q99, policy.queue_p99_max_s, f"queue wait p99 (s) {q99:.4g} > "
+                                                             f"{policy.queue_p99_max_s:.4g}", reading="queue")
+    if step.concurrency < 2:
+        return Check("not_applicable", detail="one user")
+    if step.users_starved:
+        return Check("flagged", float(step.users_starved), 0.0,
+                     f"{step.users_starved} of {step.concurrency} users were served nothing in the window while "
+                     f"their requests waited past their FIFO bound (others were served: Jain's index "
+                     f"{step.jain if step.jain is not None else float('nan'):.3f})", reading="starved")
+    # (p-value, ratio, its bound, the difference in seconds, its floor, words)
+    tests = [(step.user_wait_p_value, step.user_wait_ratio, policy.max_user_wait_ratio,
+              step.user_wait_excess_s, policy.min_user_wait_gap_s,
+              "worst user's mean wait {r:.2f}x the lane's mean (p = {p:.2g} that users wait alike)"),
+             (step.user_itl_p_value, step.user_itl_ratio, policy.max_user_itl_ratio,
+              step.user_itl_excess_s, policy.min_user_itl_gap_s,
+              "slowest user's decode pace (median gap) {r:.2f}x the fastest's (p = {p:.2g})")]
+    jain = "" if step.jain is None else f"; Jain's index {step.jain:.3f}"
+    known = [(p, r, bound, gap, floor, text.format(r=r, p=p)) for p, r, bound, gap, floor, text in tests
+             if p is not None and r is not None]
+    if not known:
+        if step.pause_requests is None:  # the source measured no per-request figures at all
+            return Check("unknown", step.jain, None, f"users' waits not measured by this source{jain}")
+        return Check("insufficient_data",
+                     detail=f"fewer than two users with a queued wait or a decode pace in the window{jain}")
+    said = "; ".join(text for *_, text in known) + jain
+    for p, r, bound, gap, floor, _ in known:
+        if p < policy.fairness_alpha and r > bound and (gap is None or gap >= floor):
+            return Check("flagged", r, bound,
+                         f"{said}: significant (< {policy.fairness_alpha:g}), beyond {bound:g}x"
+                         + ("" if gap is None else f" and {gap * 1000:.0f} ms apart"))
+    p, r, bound, *_ = known[0]
+    return Check("ok", r, bound, said)
+
+
+def memory_check(step: StepFigures, policy: Policy, lane: LaneBasis) -> Check:
+    """Memory: a full KV cache binds; a GPU short of headroom binds only where this rung filled it (module
+    docstring; ``reading`` ``headroom``). The lane's ``lowest_memory``: what the runtime held before the
+    load."""
+    mem, lowest = step.memory_bytes, lane.lowest_memory
+    kv = mem.kv_usage_max_ratio
+    if kv is not None and kv > policy.kv_usage_max_ratio:
+        return Check("flagged", kv, policy.kv_usage_max_ratio,
+                     f"KV cache {kv:.0%} full (tokens held by processing slots over its capacity) > "
+                     f"policy.kv_usage_max_ratio {policy.kv_usage_max_ratio:.0%}: admissions wait for KV space")
+    headroom = memory_headroom_ratio(mem)
+    kv_said = "" if kv is None else f"; KV cache at most {kv:.0%} full"
+    if headroom is None:
+        return Check("unknown", kv, policy.kv_usage_max_ratio, f"no GPU memory reading{kv_said}")
+    other = ("" if not mem.gpu_other_max else
+             f"; {mem.gpu_other_max / 2**30:.1f} GiB of it held by other processes than the runtime")
+    said = f"least free GPU memory {headroom:.1%} of its size{other}{kv_said}"
+    floor = policy.memory_headroom_min_ratio
+    if headroom >= floor:
+        return Check("ok", headroom, floor, said, reading="headroom")
+    before = None if lowest is None else memory_headroom_ratio(lowest)
+    if before is None or before < floor:
+        return Check("warn", headroom, floor,
+                     f"{said} < {floor:.0%} at every rung: memory the runtime (or another process) holds from "
+                     f"its start, not a concurrency limit", reading="headroom")
+    return Check("flagged", headroom, floor, f"{said} < {floor:.0%}; the lowest rung left {before:.1%}: this "
+                                             f"rung filled it", reading="headroom")
+
+
+def _slo(constraint: str, what: str, tail: Tail, point: float | None, limit: float | None, q: float,
+         alpha: float) -> Violation | None:
+    """A per-request quantile objective (TTFT p95, e2e p95): by the count test where the figures keep a tail,
+    else by the quantile's value (module docstring)."""
+    if point is None or limit is None:
+        return None
+    if not tail.n:
+        return _above(constraint, point, limit, what)
+    broken, said = _exceeds(tail, point, limit, q, alpha)
+    if not broken:
+        return None
+    return Violation(constraint, float(point), float(limit), f"{what} {point:.4g} > {limit:.4g}: {said}")
+
+
+def ttft_limit(step: StepFigures, policy: Policy, lane: LaneBasis) -> Violation | None:
+    """The TTFT objective (module docstring). One deadline (``slo.ttft_per_1k_prompt_s`` 0): its p95 against
+    ``slo.ttft_p95_s`` (``_slo``). Deadlines that grow with the prompt (``core.objectives.Objectives.
+    ttft_deadline_s``) have no one figure for a p95 to hold: the objective is broken when significantly more
+    than 5 % of the requests (what a p95 allows) were past their own deadline, the count goodput keeps
+    (``objective_misses``). Figures without that count (a source that judged no objectives) are judged
+    against ``slo.ttft_p95_s`` alone, every deadline at its shortest: stricter, said as such. Judged past
+    their own deadlines, the ``reading`` is ``own_deadline``."""
+    alpha = 1 - policy.confidence
+    slo = policy.slo
+    base = slo.ttft_p95_s
+    if not slo.ttft_per_1k_prompt_s or base is None:
+        return _slo("slo_ttft", "TTFT p95 (s)", step.ttft_tail, step.ttft_s.p95, base, 0.95, alpha)
+    judged = step.judged_requests
+    rule = f"{base:g} s + {slo.ttft_per_1k_prompt_s:g} s per 1,000 prompt tokens"
+    if judged is None:
+        found = _slo("slo_ttft", "TTFT p95 (s)", step.ttft_tail, step.ttft_s.p95, base, 0.95, alpha)
+        return None if found is None else Violation(
+            found.constraint, found.measured, found.limit,
+            f"{found.detail}; the figures count no request against its own deadline ({rule}): judged against "
+            f"ttft_p95_s alone, every deadline at its shortest")
+    k = min(step.objective_misses.get("ttft", 0), judged)
+    p = exceedance_p_value(k, judged, 0.95)
+    if not p < alpha:
+        return None
+    share = k / judged if judged else 0.0
+    return Violation("slo_ttft", share, 0.05,
+                     f"{k} of {judged} requests past their own TTFT deadline ({rule}): {share:.1%} > the 5 % a "
+                     f"p95 allows (p = {p:.2g})", reading="own_deadline")
+
+
+def error_limit(step: StepFigures, policy: Policy, lane: LaneBasis) -> Violation | None:
+    """The share of requests that failed, against ``max_error_ratio``."""
+    return _above("errors", step.error_ratio, policy.max_error_ratio, "error ratio")
+
+
+def itl_limit(step: StepFigures, policy: Policy, lane: LaneBasis) -> Violation | None:
+    """The ITL objective, by its p95's value over the rung's thousands of gaps (module docstring)."""
+    return _above("slo_itl", step.itl_s.p95, policy.slo.itl_p95_s, "ITL p95 (s)")
+
+
+def e2e_limit(step: StepFigures, policy: Policy, lane: LaneBasis) -> Violation | None:
+    """The end-to-end latency objective, a per-request p95 (``_slo``)."""
+    return _slo("slo_e2e", "e2e p95 (s)", step.latency_tail, step.latency_s.p95, policy.slo.e2e_p95_s, 0.95,
+                1 - policy.confidence)
