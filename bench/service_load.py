@@ -53,6 +53,7 @@ from _fleet_analysis import fleet_lanes  # noqa: E402
 from _fleet_common import HTTP_TIMEOUT_S, child, cpu_s, stop_process  # noqa: E402
 from _fleet_service import FLEET_PY, Polled, _get, poll  # noqa: E402
 
+from satbench.answer.document import read_document  # noqa: E402
 from satbench.core.records import write_records  # noqa: E402
 from testkit.net import free_port, wait_http  # noqa: E402
 from testkit.pacing import paced  # noqa: E402
@@ -258,7 +259,7 @@ def main() -> int:
             wait_document(url, proc, log, "fresh")
             body = httpx.get(f"{url}/recommendations", timeout=HTTP_TIMEOUT_S).content
             print(f"first document served {time.perf_counter() - t:.1f} s after start: "
-                  f"{len(json.loads(body)['lanes'])} lanes, {len(body) / 1e6:.2f} MB")
+                  f"{len(read_document(json.loads(body)).lanes)} lanes, {len(body) / 1e6:.2f} MB")
             if "fresh" in phases:
                 results.append(_line("fresh, re-analysed", poll(port, args.pollers, args.rate, args.seconds,
                                                                  proc.pid, gzipped=args.gzip)))

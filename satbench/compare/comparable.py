@@ -19,15 +19,17 @@ the verdict ("runtime.build b5000 -> b5100").
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
-from satbench.answer.models import LaneModel, RecommendationsDocument
+from satbench.answer.models import ChangeModel, LaneModel, RecommendationsDocument
 from satbench.core.fingerprint_compare import compare as compare_fingerprints
 from satbench.core.fingerprint_compare import describe_changes
+from satbench.core.lane_evidence import DigestedPart
 
 __all__ = ["DIFFERENCES", "NotComparable", "deployment_changes", "differences", "refuse"]
 
 DIFFERENCES = ("workload", "policy", "ladder")
+_DIGESTED_PARTS: tuple[Literal["workload", "policy"], ...] = ("workload", "policy")
 
 
 class NotComparable(ValueError):
@@ -38,15 +40,16 @@ def _fingerprint(lane: LaneModel) -> dict[str, Any]:
     return lane.fingerprint.model_dump(mode="json") if lane.fingerprint is not None else {}
 
 
-def _digest(fp: Mapping[str, Any], part: str) -> str | None:
-    value = (fp.get(part) or {}).get("digest")
-    return str(value) if value else None
+def _part(lane: LaneModel, part: Literal["workload", "policy"]) -> DigestedPart:
+    return lane.fingerprint.digested(part) if lane.fingerprint is not None else DigestedPart()
 
 
-def _values_differ(fp_a: Mapping[str, Any], fp_b: Mapping[str, Any], part: str) -> str:
-    va, vb = (fp_a.get(part) or {}).get("values") or {}, (fp_b.get(part) or {}).get("values") or {}
-    if not isinstance(va, Mapping) or not isinstance(vb, Mapping):
-        return ""
+def _digest(part: DigestedPart) -> str | None:
+    return str(part.digest) if part.digest else None
+
+
+def _values_differ(a: DigestedPart, b: DigestedPart) -> str:
+    va, vb = a.values, b.values
     keys = [k for k in sorted(set(va) | set(vb)) if va.get(k) != vb.get(k)]
     return "; ".join(f"{k} {va.get(k)} -> {vb.get(k)}" for k in keys[:3])
 
@@ -72,11 +75,11 @@ def differences(pairs: Iterable[tuple[str, LaneModel, LaneModel]], docs_a: Seque
         b = next(y for y in docs_b if y.policy != a.policy)
         found["policy"] = f"the documents' policies ({_policy_fields(a, b)})"
     for key, lane_a, lane_b in pairs:
-        fp_a, fp_b = _fingerprint(lane_a), _fingerprint(lane_b)
-        for part in ("workload", "policy"):
-            da, db = _digest(fp_a, part), _digest(fp_b, part)
+        for part in _DIGESTED_PARTS:
+            pa, pb = _part(lane_a, part), _part(lane_b, part)
+            da, db = _digest(pa), _digest(pb)
             if part not in found and da and db and da != db:
-                values = _values_differ(fp_a, fp_b, part)
+                values = _values_differ(pa, pb)
                 found[part] = f"lane {key}: {part} digest {da[:12]} -> {db[:12]}" + (f" ({values})" if values else "")
         ra, rb = _rungs(lane_a), _rungs(lane_b)
         common = min(len(ra), len(rb))
@@ -98,6 +101,5 @@ def refuse(found: Mapping[str, str], allow: Iterable[str]) -> None:
 
 def deployment_changes(lane_a: LaneModel, lane_b: LaneModel) -> str:
     """The deployment's fields that differ between the two lanes' fingerprints, in words ("" for none)."""
-    changes = [c for c in compare_fingerprints(_fingerprint(lane_a), _fingerprint(lane_b))
-               if not str(c["field"]).startswith(("workload.", "policy."))]
-    return describe_changes(changes)
+    changes = [ChangeModel.model_validate(c) for c in compare_fingerprints(_fingerprint(lane_a), _fingerprint(lane_b))]
+    return describe_changes([c.model_dump() for c in changes if not c.field.startswith(("workload.", "policy."))])

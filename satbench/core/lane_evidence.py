@@ -20,14 +20,95 @@ dict: its model, ``answer.policy.Policy``, is a part's, which the ground does no
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from satbench.core.lanes import LOCAL_NODE, split_key
 from satbench.core.manifest import RunManifest
 
-__all__ = ["ConfiguredRun", "FingerprintModel", "ManifestLane", "manifest_lane"]
+__all__ = ["ConfiguredRun", "DigestedPart", "FingerprintModel", "HardwareFacts", "LengthFacts", "ManifestLane",
+           "ModelFacts", "ModelFile", "WorkloadFacts", "manifest_lane"]
+
+
+def _an_object(value: Any) -> Any:
+    return value if isinstance(value, dict) else {}
+
+
+class ModelFile(BaseModel):
+    """One file of the fingerprint's ``model`` (``core.model_files``): its ``sha256`` where it was read."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    sha256: Any = None
+
+
+class ModelFacts(BaseModel):
+    """The fingerprint's ``model``, read: its path and its files (those that are objects)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    path: Any = None
+    files: list[ModelFile] = Field(default_factory=list)
+
+    @field_validator("files", mode="before")
+    @classmethod
+    def _the_objects_of_a_list(cls, value: Any) -> Any:
+        return [f for f in value if isinstance(f, dict)] if isinstance(value, list) else []
+
+    @property
+    def sha256s(self) -> list[str]:
+        """The files' sha256s, in the fingerprint's order (the files whose sha256 was read)."""
+        return [str(f.sha256) for f in self.files if f.sha256]
+
+
+class HardwareFacts(BaseModel):
+    """The fingerprint's ``hardware``, read (``core.fingerprint.gpu_facts``); a fact not told is None."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    gpu: Any = None
+    gpu_count: Any = None
+
+
+class LengthFacts(BaseModel):
+    """A token-length distribution as the workload's values write it (the load generator's ``LengthDist``)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    kind: Any = None
+    value: Any = None
+    low: Any = None
+    high: Any = None
+    median: Any = None
+
+
+class WorkloadFacts(BaseModel):
+    """The workload's values (the ``workload`` part's ``values``), read: its token lengths where told."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    prompt_tokens: LengthFacts | None = None
+    output_tokens: LengthFacts | None = None
+
+    @field_validator("prompt_tokens", "output_tokens", mode="before")
+    @classmethod
+    def _an_object_or_nothing(cls, value: Any) -> Any:
+        return value if isinstance(value, dict) else None
+
+
+class DigestedPart(BaseModel):
+    """A part the analysis adds to the fingerprint (``workload``, ``policy``: ``core.fingerprint._part``)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    digest: Any = None
+    values: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("values", mode="before")
+    @classmethod
+    def _an_object_or_empty(cls, value: Any) -> Any:
+        return _an_object(value)
 
 
 class FingerprintModel(BaseModel):
@@ -45,6 +126,27 @@ class FingerprintModel(BaseModel):
     # added by the analysis, after what the exporter said (the order the document's JSON has them in)
     workload: dict[str, Any] | None = Field(None, description="digest and values of the workload")
     policy: dict[str, Any] | None = Field(None, description="digest and values of the policy")
+
+    # the parts stay the JSON the exporter and the analysis wrote (a model's dump would reorder their keys, and the
+    # document carries them byte for byte); a reader takes them typed here instead of walking them by key
+    @property
+    def model_facts(self) -> ModelFacts:
+        """``model``, read (empty where none was told)."""
+        return ModelFacts.model_validate(_an_object(self.model))
+
+    @property
+    def hardware_facts(self) -> HardwareFacts:
+        """``hardware``, read (empty where none was told)."""
+        return HardwareFacts.model_validate(_an_object(self.hardware))
+
+    def digested(self, part: Literal["workload", "policy"]) -> DigestedPart:
+        """The ``workload`` or ``policy`` part, read (empty where the analysis added none)."""
+        return DigestedPart.model_validate(_an_object(self.workload if part == "workload" else self.policy))
+
+    @property
+    def workload_facts(self) -> WorkloadFacts:
+        """The ``workload`` part's values, read (empty where the analysis added none)."""
+        return WorkloadFacts.model_validate(self.digested("workload").values)
 
 
 class ManifestLane(BaseModel):

@@ -86,7 +86,7 @@ class Unusable:
 def node_kind(fingerprint: FingerprintModel) -> tuple[str, str, int | None]:
     """``(kind id, kind in words, slots)`` of a lane's fingerprint (module docstring)."""
     settings = dict(fingerprint.settings or {})
-    hardware = fingerprint.hardware or {}
+    hardware = fingerprint.hardware_facts
     slots = settings.get("slots") if isinstance(settings.get("slots"), int) else None
     revision = model_revision(fingerprint.model)
     model = (str(revision[0])[:19] if isinstance(revision, list) else str(revision).rsplit("/", 1)[-1]) \
@@ -94,8 +94,8 @@ def node_kind(fingerprint: FingerprintModel) -> tuple[str, str, int | None]:
     words = [model, f"slots {slots}" if slots else "slots unknown"]
     if settings.get("batch") or settings.get("ubatch"):
         words.append(f"batch {settings.get('batch')}/{settings.get('ubatch')}")
-    if hardware.get("gpu"):
-        words.append(f"{hardware.get('gpu_count') or 1}x {hardware['gpu']}")
+    if hardware.gpu:
+        words.append(f"{hardware.gpu_count or 1}x {hardware.gpu}")
     return kind_id(fingerprint), ", ".join(words), slots
 
 

@@ -28,6 +28,7 @@ from datetime import datetime
 from typing import Any
 
 from satbench.answer.models import LaneModel, RecommendationsDocument
+from satbench.core.lane_evidence import LengthFacts
 from satbench.recommender.capabilities import all_lanes
 from satbench.recommender.consumer_records import LaneStamp, lane_stamp
 from satbench.recommender.keda import AutoscalerOptions
@@ -35,27 +36,24 @@ from satbench.recommender.node_kind import kind_id
 
 __all__ = ["aibrix_profiles", "bucket_of", "node_kind"]
 
-def _length(dist: Any) -> float | None:
-    if not isinstance(dist, dict):
+def _length(dist: LengthFacts | None) -> float | None:
+    if dist is None:
         return None
-    kind = dist.get("kind")
-    if kind == "fixed":
-        value = dist.get("value")
-    elif kind == "uniform":
-        low, high = dist.get("low"), dist.get("high")
-        value = None if low is None or high is None else (low + high) / 2
+    if dist.kind == "fixed":
+        value = dist.value
+    elif dist.kind == "uniform":
+        value = None if dist.low is None or dist.high is None else (dist.low + dist.high) / 2
     else:
-        value = dist.get("median")
+        value = dist.median
     return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
 def bucket_of(lane: LaneModel) -> tuple[int, int] | None:
     """The lane's workload as ``(input tokens, output tokens)``, its mean lengths rounded; None where unknown."""
-    workload = None if lane.fingerprint is None else lane.fingerprint.workload
-    values = (workload or {}).get("values") if isinstance(workload, dict) else None
-    if not isinstance(values, dict):
+    if lane.fingerprint is None:
         return None
-    prompt, output = _length(values.get("prompt_tokens")), _length(values.get("output_tokens"))
+    workload = lane.fingerprint.workload_facts
+    prompt, output = _length(workload.prompt_tokens), _length(workload.output_tokens)
     return None if prompt is None or output is None else (round(prompt), round(output))
 
 

@@ -137,15 +137,13 @@ def _int_setting(lane: LaneModel | None, name: str) -> int | None:
 
 # -- llm-d ----------------------------------------------------------------------------------------------------
 def _model_revision(lane: LaneModel | None) -> str | None:
-    model = None if lane is None or lane.fingerprint is None else lane.fingerprint.model
-    if not model:
+    if lane is None or lane.fingerprint is None or not lane.fingerprint.model:
         return None
-    files = [f for f in model.get("files") or [] if isinstance(f, dict)]
-    digests = [str(f["sha256"]) for f in files if f.get("sha256")]
+    model = lane.fingerprint.model_facts
+    digests = model.sha256s
     if digests:
         return digests[0] if len(digests) == 1 else "+".join(digests)
-    path = model.get("path")
-    return str(path) if path else None
+    return str(model.path) if model.path else None
 
 
 def _image_digest(lane: LaneModel | None) -> str | None:

@@ -30,7 +30,7 @@ from satbench.answer.trace_analysis import TraceAnswer, trace_answer
 from satbench.core.attainment import capacity_bound
 from satbench.core.figures import StepFigures
 from satbench.core.fingerprint import policy_part, workload_part
-from satbench.core.lane_evidence import ConfiguredRun, manifest_lane
+from satbench.core.lane_evidence import ConfiguredRun, ManifestLane, manifest_lane
 from satbench.core.manifest import RunManifest
 from satbench.core.objectives import Objectives
 from satbench.recommender.errors import BadInput, PrometheusQueryError, SourceUnavailable
@@ -70,7 +70,7 @@ def document_from_figures(manifest: RunManifest, figures: dict[str, list[StepFig
         where = lane_place(manifest, lane, policy)
         labels.setdefault(entry.place(lane)[0], dict(entry.node_labels))
         walk = manifest.prefill.get(lane)
-        prefill = None if walk is None else prefill_answer(walk, policy, _settings(where))
+        prefill = None if walk is None else prefill_answer(walk, policy, _settings(entry))
         lanes[lane] = lane_fragment(analysis, run_id=manifest.run_id, measured_at=max(ends) if ends else None,
                                     where=where, rate=rate, trace=lane_trace_answer(manifest, lane, steps, policy),
                                     prefill=prefill)
@@ -82,11 +82,12 @@ def document_from_figures(manifest: RunManifest, figures: dict[str, list[StepFig
                           lanes=lanes, notes=notes, node_labels=labels)
 
 
-def _settings(where: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The server settings of the lane's fingerprint (batch, ubatch, ...), empty where none was taken."""
-    fingerprint = where.get("fingerprint")
-    settings = fingerprint.get("settings") if isinstance(fingerprint, Mapping) else None
-    return settings if isinstance(settings, Mapping) else {}
+def _settings(entry: ManifestLane) -> Mapping[str, Any]:
+    """The server settings of the lane's fingerprint (batch, ubatch, ...), empty where none was taken (or the
+    document carries none: ``lane_place``)."""
+    measured = entry.measured
+    return (measured.settings or {}) if entry.fingerprint is not None and measured is not None \
+        and measured.runtime is not None else {}
 
 
 def lane_trace_answer(manifest: RunManifest, lane: str, steps: list[StepFigures], policy: Policy

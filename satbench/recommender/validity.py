@@ -57,12 +57,12 @@ _RANK = {"valid": 0, "changed": 1, "unknown": 2}
 _T = TypeVar("_T")
 
 
-def _lane_key(labels: Mapping[str, str]) -> tuple[str, str] | None:
+def _lane_key(sample: VectorSample) -> tuple[str, str] | None:
     """``(key, node)`` of a series by its ``lane`` and ``node`` target labels; None without a lane."""
-    lane = labels.get("lane")
+    lane = sample.labels.get("lane")
     if not lane:
         return None
-    node = labels.get("node") or LOCAL_NODE
+    node = sample.labels.get("node") or LOCAL_NODE
     return (lane if node == LOCAL_NODE else f"{node}/{lane}"), node
 
 
@@ -79,7 +79,7 @@ def _read_live(samples: list[VectorSample], fleet_key: bytes | None
     unverified: dict[str, int] = {}
     keys: dict[str, bytes] = {}
     for sample in samples:
-        found = _lane_key(sample.labels)
+        found = _lane_key(sample)
         if found is None:
             continue
         key, node = found
