@@ -150,10 +150,21 @@ class Figure:
     csv: str | None = None
 
 
+_UNIT_WORDS: dict[FigureUnit, str] = {
+    "s": "seconds", "ms/token": "milliseconds per prompt token", "tok/s": "tokens per second",
+    "req/s": "requests per second", "count": "a count", "tokens": "tokens", "ratio": "a ratio", "share": "a fraction",
+    "index": "Jain's index", "p": "a p-value", "1": "a pure number",
+}
+
+
 def figure(kind: FigureKind, unit: FigureUnit, *, published: int | None = None, column: int | None = None,
-           csv: str | None = None) -> dict[str, Figure]:
-    """The metadata of a ``StepFigures`` field that declares it: ``field(default=None, metadata=figure(...))``."""
-    return {"figure": Figure(kind, unit, published, column, csv)}
+           csv: str | None = None) -> dict[str, Figure | str]:
+    """The metadata of a ``StepFigures`` field that declares it: ``field(default=None, metadata=figure(...))``.
+    Its ``description`` is the unit and kind in words, which pydantic takes into the document's JSON Schema
+    (``StepModel`` extends ``StepFigures``; pydantic reads only the ``Field`` arguments among a dataclass
+    field's metadata, so ``figure`` itself stays out of it)."""
+    described = f"unit: {unit} ({_UNIT_WORDS[unit]}); kind: {kind}"
+    return {"figure": Figure(kind, unit, published, column, csv), "description": described}
 
 
 @dataclass(frozen=True, slots=True)
