@@ -7,17 +7,29 @@ source knows nothing of server-side occupancy or memory, for instance.
 
 The functions that compute figures live with their sources: ``core.step_figures`` (exact, from
 records) and ``recommender.prometheus_source`` (from PromQL over the step window).
+
+Each figure is declared once, on its field (``field(..., metadata=figure(kind, unit, published=,
+column=))``, a ``Figure``): the lists that used to spell its name again are derived from the declarations
+(``FIGURES``): the quantiles and tails ``to_dict`` and ``from_dict`` convert, the published client figures
+in their series order (``CLIENT_FIGURES``), the counts read back as integers, and ``steps.csv``'s figure
+columns (``report.exports``). A new figure is one field with its declaration.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal
 
 __all__ = [
     "CLIENT_FIGURES",
+    "FIGURES",
+    "QUANTILE_FIGURES",
+    "TAIL_FIGURES",
     "TAIL_SIZE",
+    "Figure",
+    "FigureKind",
+    "FigureUnit",
     "MemoryFigures",
     "Quantiles",
     "StepFigures",
@@ -25,6 +37,7 @@ __all__ = [
     "client_figures",
     "client_values",
     "disagreements",
+    "figure",
 ]
 
 
@@ -112,21 +125,46 @@ class MemoryFigures:
 
 _MEMORY_FIELDS = ("gpu_max", "gpu_total", "host_rss_max", "gpu_sum_max", "gpu_sum_total", "gpu_count", "gpu_names",
                   "gpu_simulated", "gpu_headroom_min_ratio", "gpu_other_max", "kv_usage_max_ratio")
-QUANTILE_FIGURES = ("latency_s", "ttft_s", "itl_s", "tpot_s", "queue_s", "pause_s", "pause_excess_s",
-                    "ttft_visible_s", "schedule_lag_s", "ttft_intended_s", "latency_intended_s")
-TAIL_FIGURES = ("latency_tail", "ttft_tail", "pause_excess_tail")
-_OPTIONAL_NUMBERS = (
-    "pause_requests", "prefill_events", "interference_share", "stall_per_prompt_s", "stall_ms_per_prompt_token",
-    "queued_requests", "admission_wait_max_s", "admission_wait_bound_s", "user_wait_p_value", "user_wait_ratio",
-    "user_itl_p_value", "user_itl_ratio", "user_wait_excess_s", "user_itl_excess_s", "input_throughput_tok_s",
-    "cache_hit_share", "cached_prompt_tokens", "cache_reported_prompt_tokens", "spec_acceptance_rate",
-    "draft_tokens", "draft_accepted_tokens", "throughput_se_tok_s", "throughput_dof", "decode_step_s",
-    "decode_step_gaps", "censored_requests", "admission_overruns", "admission_overrun_max_ratio", "users_unserved",
-    "users_starved", "reasoning_requests", "tokens_per_event", "event_tokens_estimated", "turn_mean",
-    "stall_prompt_elasticity", "rate_rps", "offered_rps",
-    "backlog_growth_rps", "backlog_growth_se", "backlog_growth_dof", "judged_requests", "attained_requests",
-    "goodput_rps", "goodput_tok_s", "attainment", "attainment_se", "attainment_dof", "waits_settled",
-)
+
+FigureKind = Literal["quantile", "tail", "count", "rate", "value", "interval"]
+FigureUnit = Literal["s", "ms/token", "tok/s", "req/s", "count", "tokens", "ratio", "share", "index", "p", "1"]
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """How one ``StepFigures`` field is declared, once, on the field itself (``figure``): what it is and where
+    it goes. ``kind``: a ``quantile`` (``Quantiles`` of a per-request figure), a ``tail`` (``Tail``), a
+    ``count`` (an integer, or integers by key), a ``rate`` (per second), a single ``value`` or an
+    ``interval``. ``unit``: ``s`` seconds, ``tok/s``, ``req/s``, ``count`` (requests, events, users),
+    ``tokens``, ``ratio``, ``share`` (a fraction), ``index`` (Jain's), ``p`` (a p-value), ``1`` (any other
+    pure number), ``ms/token``. ``published``: its rank among the figures the load generator publishes
+    (``CLIENT_FIGURES``, the order of the ``loadgen_step_figure`` series); None: not published, a server-side
+    or derived figure. ``column``: its rank among ``steps.csv``'s figure columns (None: not there), named
+    ``csv`` where given, else after the field with seconds as ms (``report.exports`` says how). A new figure
+    takes the next rank of each list it joins, so every published order stays as it was."""
+
+    kind: FigureKind
+    unit: FigureUnit
+    published: int | None = None
+    column: int | None = None
+    csv: str | None = None
+
+
+_UNIT_WORDS: dict[FigureUnit, str] = {
+    "s": "seconds", "ms/token": "milliseconds per prompt token", "tok/s": "tokens per second",
+    "req/s": "requests per second", "count": "a count", "tokens": "tokens", "ratio": "a ratio", "share": "a fraction",
+    "index": "Jain's index", "p": "a p-value", "1": "a pure number",
+}
+
+
+def figure(kind: FigureKind, unit: FigureUnit, *, published: int | None = None, column: int | None = None,
+           csv: str | None = None) -> dict[str, Figure | str]:
+    """The metadata of a ``StepFigures`` field that declares it: ``field(default=None, metadata=figure(...))``.
+    Its ``description`` is the unit and kind in words, which pydantic takes into the document's JSON Schema
+    (``StepModel`` extends ``StepFigures``; pydantic reads only the ``Field`` arguments among a dataclass
+    field's metadata, so ``figure`` itself stays out of it)."""
+    described = f"unit: {unit} ({_UNIT_WORDS[unit]}); kind: {kind}"
+    return {"figure": Figure(kind, unit, published, column, csv), "description": described}
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,85 +177,92 @@ class StepFigures:
 
     lane: str
     concurrency: int
-    window_s: float
-    requests: int
-    errors: int
-    throughput_tok_s: float
-    requests_per_s: float
-    latency_s: Quantiles = field(default_factory=Quantiles)
-    ttft_s: Quantiles = field(default_factory=Quantiles)
-    itl_s: Quantiles = field(default_factory=Quantiles)
-    tpot_s: Quantiles = field(default_factory=Quantiles)
-    queue_s: Quantiles = field(default_factory=Quantiles)
-    occupancy_ratio: float | None = None
-    queue_depth_avg: float | None = None
+    window_s: float = field(metadata=figure("value", "s", published=0))
+    requests: int = field(metadata=figure("count", "count", published=1))
+    errors: int = field(metadata=figure("count", "count", published=2))
+    throughput_tok_s: float = field(metadata=figure("rate", "tok/s", published=3))
+    requests_per_s: float = field(metadata=figure("rate", "req/s", published=4))
+    latency_s: Quantiles = field(
+        default_factory=Quantiles, metadata=figure("quantile", "s", published=5, column=3, csv="e2e"))
+    ttft_s: Quantiles = field(default_factory=Quantiles, metadata=figure("quantile", "s", published=6, column=0))
+    itl_s: Quantiles = field(default_factory=Quantiles, metadata=figure("quantile", "s", published=7, column=1))
+    tpot_s: Quantiles = field(default_factory=Quantiles, metadata=figure("quantile", "s", published=8, column=2))
+    queue_s: Quantiles = field(default_factory=Quantiles, metadata=figure("quantile", "s", published=9, column=4))
+    occupancy_ratio: float | None = field(default=None, metadata=figure("value", "ratio", column=6))
+    queue_depth_avg: float | None = field(default=None, metadata=figure("value", "count", column=7))
     memory_bytes: MemoryFigures = field(default_factory=MemoryFigures)
-    jain: float | None = None
-    max_min_share: float | None = None
-    decode_stall_max_ratio: float | None = None
-    decode_stall_max_s: float | None = None
-    prefill_wait_max_s: float | None = None
-    pause_s: Quantiles = field(default_factory=Quantiles)
-    pause_requests: int | None = None
-    prefill_events: int | None = None
-    interference_share: float | None = None
-    stall_per_prompt_s: float | None = None
-    stall_ms_per_prompt_token: float | None = None
-    stall_prompt_elasticity: float | None = None
-    decode_step_s: float | None = None
-    decode_step_gaps: int | None = None
-    pause_excess_s: Quantiles = field(default_factory=Quantiles)
-    pause_excess_tail: Tail = field(default_factory=Tail)
-    ttft_tail: Tail = field(default_factory=Tail)
-    latency_tail: Tail = field(default_factory=Tail)
-    censored_requests: int | None = None
-    queued_requests: int | None = None
-    admission_wait_max_s: float | None = None
-    admission_wait_bound_s: float | None = None
-    admission_overruns: int | None = None
-    admission_overrun_max_ratio: float | None = None
-    users_unserved: int | None = None
-    users_starved: int | None = None
-    user_wait_p_value: float | None = None
-    user_wait_ratio: float | None = None
-    user_itl_p_value: float | None = None
-    user_itl_ratio: float | None = None
-    user_wait_excess_s: float | None = None
-    user_itl_excess_s: float | None = None
-    input_throughput_tok_s: float | None = None
-    cache_hit_share: float | None = None
-    cached_prompt_tokens: int | None = None
-    cache_reported_prompt_tokens: int | None = None
-    spec_acceptance_rate: float | None = None
-    draft_tokens: int | None = None
-    draft_accepted_tokens: int | None = None
-    ttft_visible_s: Quantiles = field(default_factory=Quantiles)
-    reasoning_requests: int | None = None
-    tokens_per_event: float | None = None
-    event_tokens_estimated: int | None = None
-    turn_mean: float | None = None
-    rate_rps: float | None = None
-    offered_rps: float | None = None
-    schedule_lag_s: Quantiles = field(default_factory=Quantiles)
-    ttft_intended_s: Quantiles = field(default_factory=Quantiles)
-    latency_intended_s: Quantiles = field(default_factory=Quantiles)
-    backlog_growth_rps: float | None = None
-    backlog_growth_se: float | None = None
-    backlog_growth_dof: float | None = None
-    judged_requests: int | None = None
-    attained_requests: int | None = None
-    goodput_rps: float | None = None
-    goodput_tok_s: float | None = None
-    attainment: float | None = None
-    attainment_se: float | None = None
-    attainment_dof: float | None = None
-    waits_settled: int | None = None  # an open rung: 1 where its waits settled (core.attainment.warmup_cut), 0 not
-    drift_reference: int | None = None  # 1: a rung re-measured at its lane's end, for the drift check (core.drift)
-    objective_misses: dict[str, int] = field(default_factory=dict)
-    errors_by_outcome: dict[str, int] = field(default_factory=dict)
-    throughput_ci_tok_s: tuple[float, float] | None = None
-    throughput_se_tok_s: float | None = None
-    throughput_dof: float | None = None
+    jain: float | None = field(default=None, metadata=figure("value", "index", published=10, column=8))
+    max_min_share: float | None = field(default=None, metadata=figure("value", "share", published=11, column=9))
+    decode_stall_max_ratio: float | None = field(
+        default=None, metadata=figure("value", "ratio", published=12, column=11))
+    decode_stall_max_s: float | None = field(default=None, metadata=figure("value", "s", published=13, column=10))
+    prefill_wait_max_s: float | None = field(default=None, metadata=figure("value", "s", published=14, column=12))
+    pause_s: Quantiles = field(default_factory=Quantiles, metadata=figure("quantile", "s", published=15, column=5))
+    pause_requests: int | None = field(default=None, metadata=figure("count", "count", published=21, column=13))
+    prefill_events: int | None = field(default=None, metadata=figure("count", "count", published=22, column=14))
+    interference_share: float | None = field(default=None, metadata=figure("value", "share", published=23, column=15))
+    stall_per_prompt_s: float | None = field(default=None, metadata=figure("value", "s", published=24, column=16))
+    stall_ms_per_prompt_token: float | None = field(
+        default=None, metadata=figure("value", "ms/token", published=25, column=17))
+    stall_prompt_elasticity: float | None = field(default=None, metadata=figure("value", "1", published=55))
+    decode_step_s: float | None = field(default=None, metadata=figure("value", "s", published=44))
+    decode_step_gaps: int | None = field(default=None, metadata=figure("count", "count", published=45))
+    pause_excess_s: Quantiles = field(default_factory=Quantiles, metadata=figure("quantile", "s", published=16))
+    pause_excess_tail: Tail = field(default_factory=Tail, metadata=figure("tail", "s", published=20))
+    ttft_tail: Tail = field(default_factory=Tail, metadata=figure("tail", "s", published=19))
+    latency_tail: Tail = field(default_factory=Tail, metadata=figure("tail", "s", published=18))
+    censored_requests: int | None = field(default=None, metadata=figure("count", "count", published=46))
+    queued_requests: int | None = field(default=None, metadata=figure("count", "count", published=26, column=18))
+    admission_wait_max_s: float | None = field(default=None, metadata=figure("value", "s", published=27, column=19))
+    admission_wait_bound_s: float | None = field(default=None, metadata=figure("value", "s", published=28, column=20))
+    admission_overruns: int | None = field(default=None, metadata=figure("count", "count", published=47))
+    admission_overrun_max_ratio: float | None = field(default=None, metadata=figure("value", "ratio", published=48))
+    users_unserved: int | None = field(default=None, metadata=figure("count", "count", published=49))
+    users_starved: int | None = field(default=None, metadata=figure("count", "count", published=50))
+    user_wait_p_value: float | None = field(default=None, metadata=figure("value", "p", published=29, column=21))
+    user_wait_ratio: float | None = field(default=None, metadata=figure("value", "ratio", published=30, column=22))
+    user_itl_p_value: float | None = field(default=None, metadata=figure("value", "p", published=31, column=24))
+    user_itl_ratio: float | None = field(default=None, metadata=figure("value", "ratio", published=32, column=25))
+    user_wait_excess_s: float | None = field(default=None, metadata=figure("value", "s", published=33, column=23))
+    user_itl_excess_s: float | None = field(default=None, metadata=figure("value", "s", published=34, column=26))
+    input_throughput_tok_s: float | None = field(default=None, metadata=figure("rate", "tok/s", published=35))
+    cache_hit_share: float | None = field(default=None, metadata=figure("value", "share", published=36, column=27))
+    cached_prompt_tokens: int | None = field(default=None, metadata=figure("count", "tokens", published=37, column=28))
+    cache_reported_prompt_tokens: int | None = field(
+        default=None, metadata=figure("count", "tokens", published=38, column=29))
+    spec_acceptance_rate: float | None = field(default=None, metadata=figure("value", "share", published=39, column=30))
+    draft_tokens: int | None = field(default=None, metadata=figure("count", "tokens", published=40, column=31))
+    draft_accepted_tokens: int | None = field(default=None, metadata=figure("count", "tokens", published=41, column=32))
+    ttft_visible_s: Quantiles = field(default_factory=Quantiles, metadata=figure("quantile", "s", published=17))
+    reasoning_requests: int | None = field(default=None, metadata=figure("count", "count", published=51))
+    tokens_per_event: float | None = field(default=None, metadata=figure("value", "tokens", published=52))
+    event_tokens_estimated: int | None = field(default=None, metadata=figure("count", "count", published=53))
+    turn_mean: float | None = field(default=None, metadata=figure("value", "1", published=54))
+    rate_rps: float | None = field(default=None, metadata=figure("rate", "req/s", published=56))
+    offered_rps: float | None = field(default=None, metadata=figure("rate", "req/s", published=57))
+    schedule_lag_s: Quantiles = field(default_factory=Quantiles, metadata=figure("quantile", "s", published=71))
+    ttft_intended_s: Quantiles = field(default_factory=Quantiles, metadata=figure("quantile", "s", published=72))
+    latency_intended_s: Quantiles = field(default_factory=Quantiles, metadata=figure("quantile", "s", published=73))
+    backlog_growth_rps: float | None = field(default=None, metadata=figure("rate", "req/s", published=58))
+    backlog_growth_se: float | None = field(default=None, metadata=figure("rate", "req/s", published=59))
+    backlog_growth_dof: float | None = field(default=None, metadata=figure("value", "1", published=60))
+    judged_requests: int | None = field(default=None, metadata=figure("count", "count", published=61))
+    attained_requests: int | None = field(default=None, metadata=figure("count", "count", published=62))
+    goodput_rps: float | None = field(default=None, metadata=figure("rate", "req/s", published=63))
+    goodput_tok_s: float | None = field(default=None, metadata=figure("rate", "tok/s", published=64))
+    attainment: float | None = field(default=None, metadata=figure("value", "share", published=65))
+    attainment_se: float | None = field(default=None, metadata=figure("value", "share", published=66))
+    attainment_dof: float | None = field(default=None, metadata=figure("value", "1", published=67))
+    # an open rung: 1 where its waits settled (core.attainment.warmup_cut), 0 not
+    waits_settled: int | None = field(default=None, metadata=figure("count", "count", published=68))
+    # 1: a rung re-measured at its lane's end, for the drift check (core.drift)
+    drift_reference: int | None = field(default=None, metadata=figure("value", "1"))
+    objective_misses: dict[str, int] = field(default_factory=dict, metadata=figure("count", "count", published=74))
+    errors_by_outcome: dict[str, int] = field(default_factory=dict, metadata=figure("count", "count", published=69))
+    throughput_ci_tok_s: tuple[float, float] | None = field(
+        default=None, metadata=figure("interval", "tok/s", published=70))
+    throughput_se_tok_s: float | None = field(default=None, metadata=figure("rate", "tok/s", published=42))
+    throughput_dof: float | None = field(default=None, metadata=figure("value", "1", published=43))
     valid: bool = True
     reason: str | None = None
 
@@ -256,51 +301,40 @@ class StepFigures:
             errors=int(data.get("errors", 0)),
             throughput_tok_s=float(data["throughput_tok_s"]),
             requests_per_s=float(data.get("requests_per_s", 0.0)),
-            latency_s=Quantiles.from_dict(data.get("latency_s")),
-            ttft_s=Quantiles.from_dict(data.get("ttft_s")),
-            itl_s=Quantiles.from_dict(data.get("itl_s")),
-            tpot_s=Quantiles.from_dict(data.get("tpot_s")),
-            queue_s=Quantiles.from_dict(data.get("queue_s")),
-            occupancy_ratio=data.get("occupancy_ratio"),
-            queue_depth_avg=data.get("queue_depth_avg"),
             memory_bytes=MemoryFigures(**{k: mem.get(k) for k in _MEMORY_FIELDS}),
-            jain=data.get("jain"),
-            max_min_share=data.get("max_min_share"),
-            decode_stall_max_ratio=data.get("decode_stall_max_ratio"),
-            decode_stall_max_s=data.get("decode_stall_max_s"),
-            prefill_wait_max_s=data.get("prefill_wait_max_s"),
-            pause_s=Quantiles.from_dict(data.get("pause_s")),
-            pause_excess_s=Quantiles.from_dict(data.get("pause_excess_s")),
-            ttft_visible_s=Quantiles.from_dict(data.get("ttft_visible_s")),
-            schedule_lag_s=Quantiles.from_dict(data.get("schedule_lag_s")),
-            ttft_intended_s=Quantiles.from_dict(data.get("ttft_intended_s")),
-            latency_intended_s=Quantiles.from_dict(data.get("latency_intended_s")),
             objective_misses=dict(data.get("objective_misses") or {}),
+            **{name: Quantiles.from_dict(data.get(name)) for name in QUANTILE_FIGURES},  # type: ignore[arg-type]
             **{name: Tail.from_dict(data.get(name)) for name in TAIL_FIGURES},  # type: ignore[arg-type]
-            **{name: data.get(name) for name in _OPTIONAL_NUMBERS},  # type: ignore[arg-type]
+            **{name: data.get(name) for name in _AS_READ},  # type: ignore[arg-type]
             errors_by_outcome=dict(data.get("errors_by_outcome") or {}),
             throughput_ci_tok_s=None if ci is None else (float(ci[0]), float(ci[1])),
-            drift_reference=data.get("drift_reference"),
             valid=bool(data.get("valid", True)),
             reason=data.get("reason"),
         )
 
 
+FIGURES: dict[str, Figure] = {f.name: f.metadata["figure"] for f in fields(StepFigures) if "figure" in f.metadata}
+"""Every declared figure of ``StepFigures``, in field order (that of ``steps.json``'s keys)."""
+
+
+def _ranked(names: list[str], rank: Mapping[str, int | None]) -> tuple[str, ...]:
+    """``names`` with a rank in that rank's order (ties would be a declaration's error, see the tests)."""
+    return tuple(sorted((n for n in names if rank[n] is not None), key=lambda n: rank[n] or 0))
+
+
 # The figures the load generator knows exactly from its records (``core.step_figures``), published per step
-# as ``loadgen_step_figure{figure=...}`` so that the Prometheus path reads the same numbers the records give
-# (the throughput interval as ``throughput_ci_tok_s.lo`` and ``.hi``).
-CLIENT_FIGURES = (
-    "window_s", "requests", "errors", "throughput_tok_s", "requests_per_s", "latency_s", "ttft_s", "itl_s",
-    "tpot_s", "queue_s", "jain", "max_min_share", "decode_stall_max_ratio", "decode_stall_max_s",
-    "prefill_wait_max_s", "pause_s", "pause_excess_s", "ttft_visible_s", *TAIL_FIGURES, *_OPTIONAL_NUMBERS,
-    "errors_by_outcome", "throughput_ci_tok_s", "schedule_lag_s", "ttft_intended_s", "latency_intended_s",
-    "objective_misses",
-)
-_COUNTS = ("requests", "errors", "errors_by_outcome", "pause_requests", "prefill_events", "queued_requests",
-           "cached_prompt_tokens", "cache_reported_prompt_tokens", "draft_tokens", "draft_accepted_tokens",
-           "decode_step_gaps", "censored_requests", "admission_overruns", "users_unserved", "users_starved",
-           "reasoning_requests", "event_tokens_estimated", "judged_requests", "attained_requests", "objective_misses",
-           "waits_settled")
+# as ``loadgen_step_figure{figure=...}`` in this order so that the Prometheus path reads the same numbers the
+# records give (the throughput interval as ``throughput_ci_tok_s.lo`` and ``.hi``).
+CLIENT_FIGURES = _ranked(list(FIGURES), {n: f.published for n, f in FIGURES.items()})
+# published first in their published order, then those not published in field order
+_ORDER = {**{n: i for i, n in enumerate(CLIENT_FIGURES)},
+          **{n: len(FIGURES) + i for i, n in enumerate(FIGURES) if n not in CLIENT_FIGURES}}
+QUANTILE_FIGURES = _ranked([n for n, f in FIGURES.items() if f.kind == "quantile"], _ORDER)
+TAIL_FIGURES = _ranked([n for n, f in FIGURES.items() if f.kind == "tail"], _ORDER)
+_COUNTS = frozenset(n for n in CLIENT_FIGURES if FIGURES[n].kind == "count")  # read back as integers
+# the figures ``from_dict`` takes as they are: those a step may lack (None), each one number
+_AS_READ = tuple(f.name for f in fields(StepFigures)
+                 if f.name in FIGURES and FIGURES[f.name].kind in ("count", "rate", "value") and f.default is None)
 _INTERVAL = ("lo", "hi")
 
 

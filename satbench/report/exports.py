@@ -1,7 +1,8 @@
 """The run folder's CSV exports: ``steps.csv`` (one row per lane and rung, every figure, units in the column
 names: seconds as ms, the checks per rung from the document) and ``records.csv`` (one row per request of
 ``records.jsonl``; ITL as count, mean and max in ms), written by ``write_csv`` in a fixed column order
-(``STEPS_COLUMNS``, ``RECORDS_COLUMNS``). Cells are text: empty for unknown, ``true``/``false`` for booleans,
+(``STEPS_COLUMNS``, ``RECORDS_COLUMNS``; the step figures' columns, names, order and scale, read from their
+declarations in ``core.figures``). Cells are text: empty for unknown, ``true``/``false`` for booleans,
 floats with ten significant digits, so the same run gives the same bytes.
 
 A text cell is escaped against spreadsheet formula injection (OWASP, "CSV Injection"): one that begins with
@@ -18,6 +19,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from satbench.core.figures import FIGURES
 from satbench.core.records import OUTCOMES, read_records
 from satbench.report.data import RunReport
 from satbench.report.judgments import CHECK_NAMES, RungJudgment, verdict_label
@@ -26,40 +28,29 @@ __all__ = ["FORMULA_LEADS", "RECORDS_COLUMNS", "STEPS_COLUMNS", "NumberCell", "e
            "steps_rows", "write_csv"]
 
 
-_QUANTILES = (("ttft", "ttft_s"), ("itl", "itl_s"), ("tpot", "tpot_s"), ("e2e", "latency_s"),
-              ("queue", "queue_s"), ("pause", "pause_s"))
 _STATS = ("mean", "p50", "p95", "p99")
 _ERROR_OUTCOMES = tuple(o for o in OUTCOMES if o != "ok")
-# (column, StepFigures attribute, scale): seconds become ms; ratios, shares and counts stay as they are
-_STEP_SCALARS: tuple[tuple[str, str, float], ...] = (
-    ("occupancy_ratio", "occupancy_ratio", 1.0),
-    ("queue_depth_avg", "queue_depth_avg", 1.0),
-    ("jain", "jain", 1.0),
-    ("max_min_share", "max_min_share", 1.0),
-    ("decode_stall_max_ms", "decode_stall_max_s", 1000.0),
-    ("decode_stall_max_ratio", "decode_stall_max_ratio", 1.0),
-    ("prefill_wait_max_ms", "prefill_wait_max_s", 1000.0),
-    ("pause_requests", "pause_requests", 1.0),
-    ("prefill_events", "prefill_events", 1.0),
-    ("interference_share", "interference_share", 1.0),
-    ("stall_per_prompt_ms", "stall_per_prompt_s", 1000.0),
-    ("stall_ms_per_prompt_token", "stall_ms_per_prompt_token", 1.0),
-    ("queued_requests", "queued_requests", 1.0),
-    ("admission_wait_max_ms", "admission_wait_max_s", 1000.0),
-    ("admission_wait_bound_ms", "admission_wait_bound_s", 1000.0),
-    ("user_wait_p_value", "user_wait_p_value", 1.0),
-    ("user_wait_ratio", "user_wait_ratio", 1.0),
-    ("user_wait_excess_ms", "user_wait_excess_s", 1000.0),
-    ("user_itl_p_value", "user_itl_p_value", 1.0),
-    ("user_itl_ratio", "user_itl_ratio", 1.0),
-    ("user_itl_excess_ms", "user_itl_excess_s", 1000.0),
-    ("cache_hit_share", "cache_hit_share", 1.0),
-    ("cached_prompt_tokens", "cached_prompt_tokens", 1.0),
-    ("cache_reported_prompt_tokens", "cache_reported_prompt_tokens", 1.0),
-    ("spec_acceptance_rate", "spec_acceptance_rate", 1.0),
-    ("draft_tokens", "draft_tokens", 1.0),
-    ("draft_accepted_tokens", "draft_accepted_tokens", 1.0),
-)
+
+
+def _figure_columns() -> tuple[tuple[str, str, str | None, float], ...]:
+    """The figure columns, read from ``StepFigures``' declarations (``core.figures.Figure``) in their
+    ``column`` order: (column, attribute, statistic or None, scale). A figure in seconds becomes ms (scale
+    1000, ``_s`` in its name read ``_ms``); ratios, shares, counts and the rest stay as they are. A quantile
+    gives one column per statistic, ``{csv}_ms_{stat}``, its ``csv`` name its field's without ``_s``."""
+    out: list[tuple[str, str, str | None, float]] = []
+    for name in sorted((n for n, f in FIGURES.items() if f.column is not None), key=lambda n: FIGURES[n].column or 0):
+        fig = FIGURES[name]
+        seconds = fig.unit == "s"
+        scale = 1000.0 if seconds else 1.0
+        if fig.kind == "quantile":
+            short = fig.csv or name.removesuffix("_s")
+            out.extend((f"{short}_ms_{stat}", name, stat, scale) for stat in _STATS)
+        else:
+            out.append((fig.csv or (name.removesuffix("_s") + "_ms" if seconds else name), name, None, scale))
+    return tuple(out)
+
+
+_FIGURE_COLUMNS = _figure_columns()
 _MEMORY_COLUMNS = (("gpu_mem_max_bytes", "gpu_max"), ("gpu_mem_total_bytes", "gpu_total"),
                    ("gpu_mem_sum_max_bytes", "gpu_sum_max"), ("gpu_mem_sum_total_bytes", "gpu_sum_total"),
                    ("gpu_count", "gpu_count"), ("gpu_names", "gpu_names"), ("gpu_simulated", "gpu_simulated"),
@@ -70,8 +61,7 @@ STEPS_COLUMNS: tuple[str, ...] = (
     "saturation", "lane_status", "window_s", "requests", "errors", "error_ratio",
     *(f"errors_{o}" for o in _ERROR_OUTCOMES),
     "output_tok_s", "output_tok_s_ci_lo", "output_tok_s_ci_hi", "input_tok_s", "total_tok_s", "requests_per_s",
-    *(f"{short}_ms_{stat}" for short, _ in _QUANTILES for stat in _STATS),
-    *(name for name, _, _ in _STEP_SCALARS),
+    *(name for name, _, _, _ in _FIGURE_COLUMNS),
     *(name for name, _ in _MEMORY_COLUMNS),
     "gain_per_doubling", "gain_per_doubling_lo", "gain_per_doubling_hi", "verdicts", "violations",
     *(f"{check}_{part}" for check in CHECK_NAMES for part in ("status", "measured", "limit", "detail")),
@@ -140,10 +130,9 @@ def steps_rows(report: RunReport) -> Iterator[dict[str, str]]:
                 "total_tok_s": _cell(step.total_throughput_tok_s),
                 "requests_per_s": _cell(step.requests_per_s),
             }
-            for short, attr in _QUANTILES:
-                q = getattr(step, attr)
-                row.update({f"{short}_ms_{stat}": _cell(getattr(q, stat), 1000.0) for stat in _STATS})
-            row.update({name: _cell(getattr(step, attr), scale) for name, attr, scale in _STEP_SCALARS})
+            for column, attr, stat, scale in _FIGURE_COLUMNS:
+                value = getattr(step, attr)
+                row[column] = _cell(value if stat is None else getattr(value, stat), scale)
             row.update({name: _cell(getattr(step.memory_bytes, attr)) for name, attr in _MEMORY_COLUMNS})
             row.update({
                 "gain_per_doubling": _cell(judged.gain_per_doubling),

@@ -35,7 +35,7 @@ from matplotlib.figure import Figure
 
 from satbench.answer.judges import stall_limit
 from satbench.answer.policy import Policy
-from satbench.core.figures import StepFigures
+from satbench.core.figures import FIGURES, StepFigures
 from satbench.report.data import LaneReport
 
 __all__ = ["figure_svg", "lane_figure_svg"]
@@ -43,7 +43,10 @@ __all__ = ["figure_svg", "lane_figure_svg"]
 _FONT = 8
 
 
-def _values(steps: Sequence[StepFigures], getter: str, scale: float = 1.0) -> list[float]:
+def _values(steps: Sequence[StepFigures], getter: str) -> list[float]:
+    """The figure ``getter`` names (``ttft_s.p95``) of each step, NaN where unknown; a figure whose declared
+    unit is seconds (``core.figures.FIGURES``) in ms, as the plots' axes show it."""
+    scale = 1000.0 if FIGURES[getter.partition(".")[0]].unit == "s" else 1.0
     out = []
     for step in steps:
         obj: object = step
@@ -139,7 +142,7 @@ def _latency(ax: Axes, lane: LaneReport, steps: list[StepFigures], conc: list[in
         ("ttft_s.p50", "TTFT p50", "-s", "tab:orange"),
         ("ttft_s.p95", "TTFT p95", "--s", "tab:orange"),
     ]
-    values = {label: _values(steps, getter, 1000.0) for getter, label, _, _ in series}
+    values = {label: _values(steps, getter) for getter, label, _, _ in series}
     everything = [v for vs in values.values() for v in vs]
     _setup_axis(ax, conc, "Latency", "ms")
     for _, label, style, colour in series:
@@ -174,9 +177,9 @@ def _occupancy(ax: Axes, lane: LaneReport, steps: list[StepFigures], conc: list[
 
 def _pauses(ax: Axes, lane: LaneReport, steps: list[StepFigures], conc: list[int], policy: Policy) -> None:
     _setup_axis(ax, conc, "Decode pauses (decode starvation)", "ms")
-    pauses = _values(steps, "pause_s.p99", 1000.0)
-    held = _values(steps, "pause_excess_s.p99", 1000.0)
-    itl = _values(steps, "itl_s.p95", 1000.0)
+    pauses = _values(steps, "pause_s.p99")
+    held = _values(steps, "pause_excess_s.p99")
+    itl = _values(steps, "itl_s.p95")
     ax.plot(conc, pauses, "-d", color="tab:red", label="longest pause per request, p99")
     ax.plot(conc, held, "-s", color="tab:purple", label="held by a prefill beyond the step, p99")
     ax.plot(conc, itl, "--.", color="tab:brown", label="ITL p95")
@@ -195,10 +198,10 @@ def _pauses(ax: Axes, lane: LaneReport, steps: list[StepFigures], conc: list[int
 
 def _admission(ax: Axes, lane: LaneReport, steps: list[StepFigures], conc: list[int], policy: Policy) -> None:
     _setup_axis(ax, conc, "Prefill admission (prefill starvation)", "ms")
-    waits = _values(steps, "admission_wait_max_s", 1000.0)
+    waits = _values(steps, "admission_wait_max_s")
     limits = [math.nan if s.admission_wait_bound_s is None
               else s.admission_wait_bound_s * policy.max_admission_wait_ratio * 1000 for s in steps]
-    ax.plot(conc, _values(steps, "queue_s.p95", 1000.0), "--.", color="tab:gray", label="queue wait p95")
+    ax.plot(conc, _values(steps, "queue_s.p95"), "--.", color="tab:gray", label="queue wait p95")
     ax.plot(conc, waits, "-o", color="tab:blue", label="wait most over its FIFO bound")
     ax.plot(conc, limits, "-.", marker="_", markersize=14, markeredgewidth=2, color="tab:red", linewidth=1.2,
             label=f"its limit: FIFO bound x {policy.max_admission_wait_ratio:g}")
