@@ -71,6 +71,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from satbench.core.admission import admission_figures
@@ -81,7 +82,7 @@ from satbench.core.manifest import StepWindow
 from satbench.core.objectives import Objectives
 from satbench.core.records import RequestRecord
 from satbench.core.runtime_counts import runtime_count_figures
-from satbench.core.stalls import Decoding, longest_stalled_gap, stall_figures, token_gaps
+from satbench.core.stalls import Decoding, StallFigures, longest_stalled_gap, stall_figures, token_gaps
 from satbench.core.statistics import (
     MeanEstimate,
     batch_mean_estimate,
@@ -192,178 +193,234 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
     length = max(end - start, 1e-9)
     mine = [r for r in records if r.lane == window.lane and r.concurrency == window.concurrency
             and r.rate_rps == window.rate_rps]
-
-    arrivals: list[tuple[float, int]] = []
-    per_user: dict[int, int] = {u: 0 for u in range(window.concurrency)}
-    decodings: list[Decoding] = []
-    prefills: list[tuple[float, float, int | None]] = []  # (admitted, first token or end, prompt tokens)
-    e2e: list[float] = []
-    ttft: list[float] = []
-    visible: list[float] = []
-    tpot: list[float] = []
-    queue: list[float] = []
-    waits: list[float] = []
-    pauses: list[float] = []
-    paces: list[tuple[int, float]] = []
-    turns: list[int] = []
-    lags: list[float] = []
-    ttft_intended: list[float] = []
-    e2e_intended: list[float] = []
-    judged_records: list[tuple[int, RequestRecord, bool]] = []  # (decoding index, record, cut off)
-    ok_count = cut = reasoning = events_in = guessed = 0
-    errors_by_outcome: dict[str, int] = {}
-    prompt_in: list[int] = []  # prompt tokens of the prefills that ended (first token) inside the window
-    finished: list[RequestRecord] = []  # successful, ended inside the window
-
+    tally = _Tally(start, end, per_user={u: 0 for u in range(window.concurrency)})
     for rec in mine:
-        first, ended = rec.first_token_at, rec.ended_at
-        prefilled = None if rec.prompt_tokens is None else rec.prompt_tokens - (rec.cached_prompt_tokens or 0)
-        prefills.append((rec.sent_at + (rec.queue_s or 0.0), first if first is not None else (
-            ended if ended is not None else end), prefilled))
-        if first is not None and start <= first <= end and rec.prompt_tokens is not None:
-            prompt_in.append(rec.prompt_tokens)
-        times = rec.token_times()
-        counts, estimated = event_token_counts(rec)
-        for t, n in zip(times, counts, strict=True):
-            if start <= t <= end:
-                arrivals.append((t, n))
-                events_in += 1
-                per_user[rec.user] = per_user.get(rec.user, 0) + n
-        gaps = token_gaps(times, counts)
-        meant = rec.intended_at if rec.intended_at is not None else rec.sent_at
-        sent_in = start <= meant <= end
-        cut_off = censored(rec)
-        judged = sent_in and (rec.ok or cut_off)
-        decodings.append(Decoding([(a, b) for a, b in gaps if start <= b <= end], gaps, judged,
-                                  None if first is None else (first, ended if ended is not None else math.inf)))
-        if rec.ok and ended is not None and start <= ended <= end:
-            ok_count += 1
-            finished.append(rec)
-            guessed += estimated
-        elif not rec.ok:
-            when = ended if ended is not None else rec.sent_at
-            if start <= when <= end:
-                errors_by_outcome[rec.outcome] = errors_by_outcome.get(rec.outcome, 0) + 1
-        if sent_in:
-            wait = rec.ttft_s if rec.ttft_s is not None else rec.e2e_s
-            if wait is not None:
-                waits.append(wait)
-        if sent_in and rec.intended_at is not None:
-            lags.append(rec.lag_s)
-            if not judged and not rec.ok:  # a failed open-loop request counts against goodput
-                judged_records.append((len(decodings) - 1, rec, False))
-        if not judged:
-            continue
-        judged_records.append((len(decodings) - 1, rec, cut_off))
-        cut += cut_off
-        turns.append(int(rec.extra.get("turn", 1)))
-        if rec.intended_at is not None:
-            if rec.ttft_s is not None or rec.e2e_s is not None:
-                ttft_intended.append((rec.ttft_s if rec.ttft_s is not None else rec.e2e_s or 0.0) + rec.lag_s)
-            if rec.e2e_s is not None:
-                e2e_intended.append(rec.e2e_s + rec.lag_s)
-        if rec.e2e_s is not None:
-            e2e.append(rec.e2e_s)
-        if rec.ttft_s is not None or rec.e2e_s is not None:  # no first token yet: at least the time so far
-            ttft.append(rec.ttft_s if rec.ttft_s is not None else rec.e2e_s)  # type: ignore[arg-type]
-        if rec.ok and rec.ttft_s is not None:
-            visible.append(rec.ttft_visible_s if rec.ttft_visible_s is not None else rec.ttft_s)
-            reasoning += rec.ttft_visible_s is not None
-        if rec.ok and rec.tpot_s is not None:
-            tpot.append(rec.tpot_s)
-        if rec.queue_s is not None:
-            queue.append(rec.queue_s)
-        if gaps:
-            pauses.append(max(b - a for a, b in gaps))
-            if rec.ok:
-                paces.append((rec.user, float(statistics.median(b - a for a, b in gaps))))
-
-    tokens = sum(n for _, n in arrivals)
-    window_gaps = [g for d in decodings for g in d.window_gaps]
-    itl_q = quantiles(b - a for a, b in window_gaps)
+        tally.take(rec)
+    window_gaps = [g for d in tally.decodings for g in d.window_gaps]
     # a closed rung above one user, or an open-loop one (concurrency 0: no in-flight cap; a cap above one), runs
     # requests beside each other, so a decode can be held by another's prefill: its pause excess is measured
     overlapping = window.concurrency != 1
-    stalls = stall_figures(decodings, prefills, start, end, overlapping)
-    step_s = stalls.decode_step_s
-    counts = list(per_user.values())
-    valid, reason = window_validity(window, ok_count)
+    stalls = stall_figures(tally.decodings, tally.prefills, start, end, overlapping)
     slack = max((b - a for a, b in window_gaps), default=0.0)
-    admission = admission_figures(mine, window, per_user, paces, slack)
-    estimate = throughput_estimate(arrivals, start, end, batch_s)
-    growth = backlog_growth(mine, start, end, window.period_s)
-    goodput = _goodput(objectives, judged_records, stalls.excess_of, start, end)
+    admission = admission_figures(mine, window, tally.per_user, tally.paces, slack)
+    valid, reason = window_validity(window, tally.ok_count)
     return StepFigures(
         lane=window.lane,
         concurrency=window.concurrency,
         window_s=end - start,
-        requests=ok_count,
-        errors=sum(errors_by_outcome.values()),
-        throughput_tok_s=tokens / length,
-        input_throughput_tok_s=sum(prompt_in) / length if prompt_in else None,
-        requests_per_s=ok_count / length,
-        latency_s=quantiles(e2e),
-        ttft_s=quantiles(ttft),
-        itl_s=itl_q,
-        tpot_s=quantiles(tpot),
-        queue_s=quantiles(queue),
-        jain=jain_index(counts),
-        max_min_share=max_min_share(counts),
-        decode_stall_max_ratio=None if stalls.longest_stalled_s is None or not step_s
-        else stalls.longest_stalled_s / step_s,
-        decode_stall_max_s=stalls.longest_stalled_s,
-        prefill_wait_max_s=max(waits) if waits else None,
-        pause_s=quantiles(pauses),
-        pause_requests=len(pauses),
-        prefill_events=stalls.prefill_events if overlapping else 0,
-        interference_share=stalls.interference_share,
-        stall_per_prompt_s=stalls.stall_per_prompt_s,
-        stall_ms_per_prompt_token=stalls.stall_ms_per_prompt_token,
-        stall_prompt_elasticity=stalls.prompt_elasticity,
-        decode_step_s=step_s,
-        decode_step_gaps=stalls.decode_step_gaps,
-        pause_excess_s=quantiles(stalls.excesses),
-        pause_excess_tail=Tail.of(stalls.excesses, tail_size),
-        ttft_tail=Tail.of(ttft, tail_size),
-        latency_tail=Tail.of(e2e, tail_size),
-        censored_requests=cut,
-        queued_requests=admission.queued_requests,
-        admission_wait_max_s=admission.admission_wait_max_s,
-        admission_wait_bound_s=admission.admission_wait_bound_s,
-        admission_overruns=admission.admission_overruns,
-        admission_overrun_max_ratio=admission.admission_overrun_max_ratio,
-        users_unserved=admission.users_unserved,
-        users_starved=admission.users_starved,
-        user_wait_p_value=admission.user_wait_p_value,
-        user_wait_ratio=admission.user_wait_ratio,
-        user_wait_excess_s=admission.user_wait_excess_s,
-        user_itl_p_value=admission.user_itl_p_value,
-        user_itl_ratio=admission.user_itl_ratio,
-        user_itl_excess_s=admission.user_itl_excess_s,
-        ttft_visible_s=quantiles(visible),
-        reasoning_requests=reasoning,
-        tokens_per_event=tokens / events_in if events_in else None,
-        event_tokens_estimated=guessed,
-        turn_mean=sum(turns) / len(turns) if turns and max(turns) > 1 else None,
-        rate_rps=window.rate_rps,
-        waits_settled=None if window.steady is None else int(window.steady),
-        drift_reference=1 if window.drift_reference else None,
-        offered_rps=None if window.rate_rps is None else len(lags) / length,
-        schedule_lag_s=quantiles(lags),
-        ttft_intended_s=quantiles(ttft_intended),
-        latency_intended_s=quantiles(e2e_intended),
-        backlog_growth_rps=None if growth is None else growth.mean,
-        backlog_growth_se=None if growth is None else growth.se,
-        backlog_growth_dof=None if growth is None else growth.dof,
-        **goodput,
-        **runtime_count_figures(finished),  # type: ignore[arg-type]
-        errors_by_outcome=dict(sorted(errors_by_outcome.items())),
-        throughput_ci_tok_s=None if estimate is None else estimate.interval(confidence),
-        throughput_se_tok_s=None if estimate is None else estimate.se,
-        throughput_dof=None if estimate is None else estimate.dof,
+        **_service_figures(tally, length),
+        **_latency_figures(tally, window_gaps, tail_size),
+        **_stall_figures(stalls, overlapping, tail_size),
+        **{f.name: getattr(admission, f.name) for f in fields(admission)},
+        **_open_loop_figures(tally, window, backlog_growth(mine, start, end, window.period_s), length),
+        **_goodput(objectives, tally.judged_records, stalls.excess_of, start, end),
+        **runtime_count_figures(tally.finished),  # type: ignore[arg-type]
+        **_throughput_interval(throughput_estimate(tally.arrivals, start, end, batch_s), confidence),
         valid=valid,
         reason=reason,
     )
+
+
+@dataclass(slots=True)
+class _Tally:
+    """What one pass over a rung's records gathers for the window ``[start, end]``: each list is one
+    figure's raw values, filled request by request so that every record is read once, in its order (the
+    decodings' indices are the judged records' keys to their pause excess)."""
+
+    start: float
+    end: float
+    per_user: dict[int, int]  # output tokens per user arriving inside the window
+    arrivals: list[tuple[float, int]] = field(default_factory=list)
+    decodings: list[Decoding] = field(default_factory=list)
+    prefills: list[tuple[float, float, int | None]] = field(default_factory=list)  # admitted, prefill end, prompt
+    prompt_in: list[int] = field(default_factory=list)  # prompt tokens of the prefills that ended inside the window
+    finished: list[RequestRecord] = field(default_factory=list)  # successful, ended inside the window
+    errors_by_outcome: dict[str, int] = field(default_factory=dict)
+    waits: list[float] = field(default_factory=list)
+    lags: list[float] = field(default_factory=list)
+    judged_records: list[tuple[int, RequestRecord, bool]] = field(default_factory=list)  # decoding, record, cut
+    e2e: list[float] = field(default_factory=list)
+    ttft: list[float] = field(default_factory=list)
+    visible: list[float] = field(default_factory=list)
+    tpot: list[float] = field(default_factory=list)
+    queue: list[float] = field(default_factory=list)
+    pauses: list[float] = field(default_factory=list)
+    paces: list[tuple[int, float]] = field(default_factory=list)
+    turns: list[int] = field(default_factory=list)
+    ttft_intended: list[float] = field(default_factory=list)
+    e2e_intended: list[float] = field(default_factory=list)
+    ok_count: int = 0
+    cut: int = 0
+    reasoning: int = 0
+    events_in: int = 0
+    guessed: int = 0
+
+    def take(self, rec: RequestRecord) -> None:
+        """Count one record of the rung: its stream, its outcome, its wait and, if judged, its latencies."""
+        start, end = self.start, self.end
+        gaps, estimated = self._take_stream(rec)
+        meant = rec.intended_at if rec.intended_at is not None else rec.sent_at
+        sent_in = start <= meant <= end
+        cut_off = censored(rec)
+        judged = sent_in and (rec.ok or cut_off)
+        ended = rec.ended_at
+        self.decodings.append(Decoding([(a, b) for a, b in gaps if start <= b <= end], gaps, judged, None
+                                       if rec.first_token_at is None else
+                                       (rec.first_token_at, ended if ended is not None else math.inf)))
+        self._take_outcome(rec, estimated)
+        if sent_in:
+            wait = rec.ttft_s if rec.ttft_s is not None else rec.e2e_s
+            if wait is not None:
+                self.waits.append(wait)
+        if sent_in and rec.intended_at is not None:
+            self.lags.append(rec.lag_s)
+            if not judged and not rec.ok:  # a failed open-loop request counts against goodput
+                self.judged_records.append((len(self.decodings) - 1, rec, False))
+        if judged:
+            self._take_judged(rec, gaps, cut_off)
+
+    def _take_stream(self, rec: RequestRecord) -> tuple[list[tuple[float, float]], bool]:
+        """The request's prefill, its token arrivals inside the window (per user too) and its emission gaps;
+        whether its tokens per event were estimated."""
+        start, end = self.start, self.end
+        first, ended = rec.first_token_at, rec.ended_at
+        prefilled = None if rec.prompt_tokens is None else rec.prompt_tokens - (rec.cached_prompt_tokens or 0)
+        self.prefills.append((rec.sent_at + (rec.queue_s or 0.0), first if first is not None else (
+            ended if ended is not None else end), prefilled))
+        if first is not None and start <= first <= end and rec.prompt_tokens is not None:
+            self.prompt_in.append(rec.prompt_tokens)
+        times = rec.token_times()
+        counts, estimated = event_token_counts(rec)
+        for t, n in zip(times, counts, strict=True):
+            if start <= t <= end:
+                self.arrivals.append((t, n))
+                self.events_in += 1
+                self.per_user[rec.user] = self.per_user.get(rec.user, 0) + n
+        return token_gaps(times, counts), estimated
+
+    def _take_outcome(self, rec: RequestRecord, estimated: bool) -> None:
+        """A success that ended inside the window, or a failure that ended (else was sent) inside it."""
+        ended = rec.ended_at
+        if rec.ok and ended is not None and self.start <= ended <= self.end:
+            self.ok_count += 1
+            self.finished.append(rec)
+            self.guessed += estimated
+        elif not rec.ok:
+            when = ended if ended is not None else rec.sent_at
+            if self.start <= when <= self.end:
+                self.errors_by_outcome[rec.outcome] = self.errors_by_outcome.get(rec.outcome, 0) + 1
+
+    def _take_judged(self, rec: RequestRecord, gaps: list[tuple[float, float]], cut_off: bool) -> None:
+        """A judged request's latencies; one cut off by the drain gives its times so far, lower bounds."""
+        self.judged_records.append((len(self.decodings) - 1, rec, cut_off))
+        self.cut += cut_off
+        self.turns.append(int(rec.extra.get("turn", 1)))
+        if rec.intended_at is not None:
+            if rec.ttft_s is not None or rec.e2e_s is not None:
+                self.ttft_intended.append((rec.ttft_s if rec.ttft_s is not None else rec.e2e_s or 0.0) + rec.lag_s)
+            if rec.e2e_s is not None:
+                self.e2e_intended.append(rec.e2e_s + rec.lag_s)
+        if rec.e2e_s is not None:
+            self.e2e.append(rec.e2e_s)
+        if rec.ttft_s is not None or rec.e2e_s is not None:  # no first token yet: at least the time so far
+            self.ttft.append(rec.ttft_s if rec.ttft_s is not None else rec.e2e_s)  # type: ignore[arg-type]
+        if rec.ok and rec.ttft_s is not None:
+            self.visible.append(rec.ttft_visible_s if rec.ttft_visible_s is not None else rec.ttft_s)
+            self.reasoning += rec.ttft_visible_s is not None
+        if rec.ok and rec.tpot_s is not None:
+            self.tpot.append(rec.tpot_s)
+        if rec.queue_s is not None:
+            self.queue.append(rec.queue_s)
+        if gaps:
+            self.pauses.append(max(b - a for a, b in gaps))
+            if rec.ok:
+                self.paces.append((rec.user, float(statistics.median(b - a for a, b in gaps))))
+
+
+def _service_figures(tally: _Tally, length: float) -> dict[str, Any]:
+    """What the window served: requests, errors, token rates, fairness over users, tokens per event."""
+    tokens = sum(n for _, n in tally.arrivals)
+    counts = list(tally.per_user.values())
+    return {
+        "requests": tally.ok_count,
+        "errors": sum(tally.errors_by_outcome.values()),
+        "errors_by_outcome": dict(sorted(tally.errors_by_outcome.items())),
+        "throughput_tok_s": tokens / length,
+        "input_throughput_tok_s": sum(tally.prompt_in) / length if tally.prompt_in else None,
+        "requests_per_s": tally.ok_count / length,
+        "jain": jain_index(counts),
+        "max_min_share": max_min_share(counts),
+        "tokens_per_event": tokens / tally.events_in if tally.events_in else None,
+        "event_tokens_estimated": tally.guessed,
+    }
+
+
+def _latency_figures(tally: _Tally, window_gaps: Sequence[tuple[float, float]],
+                     tail_size: int | None) -> dict[str, Any]:
+    """The judged requests' latency quantiles and tails, the window's ITL and the workload's turn depth."""
+    turns = tally.turns
+    return {
+        "latency_s": quantiles(tally.e2e),
+        "ttft_s": quantiles(tally.ttft),
+        "itl_s": quantiles(b - a for a, b in window_gaps),
+        "tpot_s": quantiles(tally.tpot),
+        "queue_s": quantiles(tally.queue),
+        "prefill_wait_max_s": max(tally.waits) if tally.waits else None,
+        "pause_s": quantiles(tally.pauses),
+        "pause_requests": len(tally.pauses),
+        "ttft_tail": Tail.of(tally.ttft, tail_size),
+        "latency_tail": Tail.of(tally.e2e, tail_size),
+        "censored_requests": tally.cut,
+        "ttft_visible_s": quantiles(tally.visible),
+        "reasoning_requests": tally.reasoning,
+        "turn_mean": sum(turns) / len(turns) if turns and max(turns) > 1 else None,
+    }
+
+
+def _stall_figures(stalls: StallFigures, overlapping: bool, tail_size: int | None) -> dict[str, Any]:
+    """Decode starvation (``core.stalls``); prefill events only where requests ran beside each other."""
+    step_s = stalls.decode_step_s
+    return {
+        "decode_stall_max_ratio": None if stalls.longest_stalled_s is None or not step_s
+        else stalls.longest_stalled_s / step_s,
+        "decode_stall_max_s": stalls.longest_stalled_s,
+        "prefill_events": stalls.prefill_events if overlapping else 0,
+        "interference_share": stalls.interference_share,
+        "stall_per_prompt_s": stalls.stall_per_prompt_s,
+        "stall_ms_per_prompt_token": stalls.stall_ms_per_prompt_token,
+        "stall_prompt_elasticity": stalls.prompt_elasticity,
+        "decode_step_s": step_s,
+        "decode_step_gaps": stalls.decode_step_gaps,
+        "pause_excess_s": quantiles(stalls.excesses),
+        "pause_excess_tail": Tail.of(stalls.excesses, tail_size),
+    }
+
+
+def _open_loop_figures(tally: _Tally, window: StepWindow, growth: MeanEstimate | None,
+                       length: float) -> dict[str, Any]:
+    """A rate rung's offered load, the client's lag, latencies from the intended time and the backlog's
+    growth; the window's own marks (settled waits, drift reference)."""
+    return {
+        "rate_rps": window.rate_rps,
+        "waits_settled": None if window.steady is None else int(window.steady),
+        "drift_reference": 1 if window.drift_reference else None,
+        "offered_rps": None if window.rate_rps is None else len(tally.lags) / length,
+        "schedule_lag_s": quantiles(tally.lags),
+        "ttft_intended_s": quantiles(tally.ttft_intended),
+        "latency_intended_s": quantiles(tally.e2e_intended),
+        "backlog_growth_rps": None if growth is None else growth.mean,
+        "backlog_growth_se": None if growth is None else growth.se,
+        "backlog_growth_dof": None if growth is None else growth.dof,
+    }
+
+
+def _throughput_interval(estimate: MeanEstimate | None, confidence: float) -> dict[str, Any]:
+    """The throughput's interval at ``confidence``, with its standard error and degrees of freedom."""
+    return {
+        "throughput_ci_tok_s": None if estimate is None else estimate.interval(confidence),
+        "throughput_se_tok_s": None if estimate is None else estimate.se,
+        "throughput_dof": None if estimate is None else estimate.dof,
+    }
 
 
 def _goodput(objectives: Objectives | None, judged: Sequence[tuple[int, RequestRecord, bool]],
