@@ -293,99 +293,170 @@ def _starvation_open(verdicts: Sequence[StepVerdict], concurrency: int) -> str |
             f"doubling high")
 
 
-def _walk(lane: str, steps: Sequence[StepFigures], policy: Policy) -> LaneAnalysis:
+@dataclass(frozen=True, slots=True)
+class _Rungs:
+    """One lane's rungs as the walk reads them: deduplicated, in increasing concurrency and at the policy's
+    confidence, each with its verdict and its gain over the previous usable rung; the curve's knee and
+    saturation rung (which do not depend on where the walk stops) and the notes said before it."""
+
+    lane: str
+    policy: Policy
+    ordered: list[StepFigures]
+    verdicts: list[StepVerdict]
+    gains: list[float | None]
+    intervals: list[tuple[float, float] | None]
+    knee: Knee | None
+    fitted: int | None
+    notes: list[str]
+
+
+def _rungs(lane: str, steps: Sequence[StepFigures], policy: Policy) -> _Rungs:
+    """Every rung judged against the lowest valid one (its decode step, its memory) and the lane's prompt
+    elasticity, a median over rungs (the batch is the lane's, not a rung's)."""
     deduped, notes = _dedupe(steps)
     ordered = [at_confidence(s, policy.confidence) for s in deduped]
     lowest = next((s for s in ordered if s.valid), None)
     baseline = None if lowest is None else (lowest.decode_step_s or lowest.itl_s.p50)
     lowest_memory: MemoryFigures | None = None if lowest is None else lowest.memory_bytes
     shapes = [s.stall_prompt_elasticity for s in ordered if s.valid and s.stall_prompt_elasticity is not None]
-    elasticity = float(statistics.median(shapes)) if shapes else None  # the batch is the lane's, not a rung's
+    elasticity = float(statistics.median(shapes)) if shapes else None
     verdicts = [check_step(s, policy, baseline, lowest_memory, elasticity) for s in ordered]
     gains, intervals = _gains(ordered, verdicts)
-    usable = [s for s, v in zip(ordered, verdicts, strict=True) if v.usable]
-    points = [CurvePoint(s.concurrency, s.throughput_tok_s) for s in usable]
+    points = [CurvePoint(s.concurrency, s.throughput_tok_s)
+              for s, v in zip(ordered, verdicts, strict=True) if v.usable]
     knee = _real_knee(points, policy.min_gain_per_doubling)
     fitted = saturation_rung(points, policy.min_gain_per_doubling) if len(points) >= 2 else None
+    return _Rungs(lane, policy, ordered, verdicts, gains, intervals, knee, fitted, notes + _warnings(verdicts))
+
+
+def _warnings(verdicts: Sequence[StepVerdict]) -> list[str]:
+    """The warn-only checks (interference, memory) said as notes, rung by rung."""
+    notes = []
     for v in verdicts:
         for name in ("interference", "memory"):
             warn = v.checks.get(name)
             if warn is not None and warn.status == "warn":
                 notes.append(f"c={v.concurrency}: {name}: {warn.detail}")
-    open_doubling: Undecided | None = None  # the undecided doubling into the rung accepted last, if any
+    return notes
 
-    def result(status: str, reason: str | None, recommended: StepFigures | None, binding: str | None,
-               **extra: Any) -> LaneAnalysis:
-        saturation = extra.pop("saturation", fitted)
-        more = list(extra.pop("more_notes", []))
-        undecided = open_doubling if recommended is not None and open_doubling is not None \
-            and open_doubling.larger == recommended.concurrency else None
-        if undecided is not None:
-            more.append(undecided.said(policy.min_gain_per_doubling, policy.confidence))
-            if status in ("ok", "unsaturated"):
-                status = "undecided"
-                said = undecided.said(policy.min_gain_per_doubling, policy.confidence)
-                reason = said if reason is None else f"{said}; {reason}"
-        held = None if recommended is None else _starvation_open(verdicts, recommended.concurrency)
-        if held is not None and status in ("ok", "unsaturated"):
-            more.append(held)
+
+def _unsettled(rungs: _Rungs, open_doubling: Undecided | None, recommended: StepFigures | None, status: str,
+               reason: str | None) -> tuple[str, str | None, Undecided | None, list[str]]:
+    """An answer that rests on what the data could not decide is ``undecided``, not settled: the straddling
+    doubling into its rung, or its rung's decode starvation not shown either way. The status and reason so
+    amended, the doubling if it is the answer's, and the notes that say it."""
+    policy, said = rungs.policy, []
+    undecided = open_doubling if recommended is not None and open_doubling is not None \
+        and open_doubling.larger == recommended.concurrency else None
+    if undecided is not None:
+        said.append(undecided.said(policy.min_gain_per_doubling, policy.confidence))
+        if status in ("ok", "unsaturated"):
             status = "undecided"
-            reason = held if reason is None else f"{held}; {reason}"
-        return LaneAnalysis(
-            lane=lane, status=status, reason=reason,
-            recommended_concurrency=None if recommended is None else recommended.concurrency,
-            saturation_concurrency=saturation, binding_constraint=binding,
-            throughput_at_recommended_tok_s=None if recommended is None else recommended.throughput_tok_s,
-            knee=knee, steps=tuple(ordered), verdicts=tuple(verdicts), gains=tuple(gains),
-            notes=tuple(notes + more), gain_intervals=tuple(intervals), undecided=undecided, **extra,
-        )
+            why = undecided.said(policy.min_gain_per_doubling, policy.confidence)
+            reason = why if reason is None else f"{why}; {reason}"
+    held = None if recommended is None else _starvation_open(rungs.verdicts, recommended.concurrency)
+    if held is not None and status in ("ok", "unsaturated"):
+        said.append(held)
+        status = "undecided"
+        reason = held if reason is None else f"{held}; {reason}"
+    return status, reason, undecided, said
 
+
+def _answer(rungs: _Rungs, open_doubling: Undecided | None, status: str, reason: str | None,
+            recommended: StepFigures | None, binding: str | None, **extra: Any) -> LaneAnalysis:
+    """The lane's answer where the walk stopped: ``recommended`` the rung accepted last, ``binding`` what
+    stopped it; ``saturation`` (default: the fit's rung) and ``more_notes`` in ``extra``, the rest of it
+    ``LaneAnalysis`` fields."""
+    saturation = extra.pop("saturation", rungs.fitted)
+    more = list(extra.pop("more_notes", []))
+    status, reason, undecided, said = _unsettled(rungs, open_doubling, recommended, status, reason)
+    return LaneAnalysis(
+        lane=rungs.lane, status=status, reason=reason,
+        recommended_concurrency=None if recommended is None else recommended.concurrency,
+        saturation_concurrency=saturation, binding_constraint=binding,
+        throughput_at_recommended_tok_s=None if recommended is None else recommended.throughput_tok_s,
+        knee=rungs.knee, steps=tuple(rungs.ordered), verdicts=tuple(rungs.verdicts), gains=tuple(rungs.gains),
+        notes=tuple(rungs.notes + more + said), gain_intervals=tuple(rungs.intervals), undecided=undecided,
+        **extra,
+    )
+
+
+def _lowest_rung_answer(rungs: _Rungs) -> LaneAnalysis | None:
+    """The answer where the walk cannot start: fewer than two rungs, or a lowest rung that breaks a limit or
+    cannot be used; ``None`` where it can."""
+    ordered = rungs.ordered
     if len(ordered) < 2:
         reason = f"{len(ordered)} step window(s) for this lane: a ladder needs at least 2 rungs"
-        return result("insufficient_data", reason, None, None)
-    first, first_verdict = ordered[0], verdicts[0]
+        return _answer(rungs, None, "insufficient_data", reason, None, None)
+    first, first_verdict = ordered[0], rungs.verdicts[0]
     if first_verdict.violations:
         worst = first_verdict.violations[0]
         reason = f"even the lowest rung c={first.concurrency} breaks a limit: {worst.detail}"
-        return result("degraded", reason, None, worst.constraint)
+        return _answer(rungs, None, "degraded", reason, None, worst.constraint)
     if not first_verdict.usable:
         reason = f"lowest rung c={first.concurrency} cannot be used: {first_verdict.unusable_reason}"
-        return result("insufficient_data", reason, None, None)
-    accepted = first
-    for i in range(1, len(ordered)):
-        step, verdict = ordered[i], verdicts[i]
-        broken = tuple(verdict.constraint_names())
-        if not verdict.usable and broken:
-            return result("ok", None, accepted, broken[0], next_rung_constraints=broken)
-        if not verdict.usable:
-            return result("degraded",
-                          f"rung c={step.concurrency} cannot be used ({verdict.unusable_reason}); "
-                          f"the answer stops below it", accepted, None)
-        # the walk stops at the first rung it does not accept, so the previous usable rung is ``accepted``
-        gain, interval = gains[i], intervals[i]
-        assert gain is not None
-        decision = doubling_decision(gain, interval, policy.min_gain_per_doubling)
-        if decision == "plateau":
-            more = [f"throughput plateau after c={accepted.concurrency}: c={step.concurrency} gained "
-                    f"{gain:+.1%} per doubling, less than policy.min_gain_per_doubling "
-                    f"{policy.min_gain_per_doubling:.0%}"
-                    + ("" if interval is None else f" (its {policy.confidence:.0%} interval "
-                       f"[{interval[0]:+.1%}, {interval[1]:+.1%}] lies below it)")]
-            if interval is None:
-                more.append("no throughput interval for this doubling: the point estimate decided the plateau")
-            ci_a, ci_b = accepted.throughput_ci_tok_s, step.throughput_ci_tok_s
-            pair = ((accepted.concurrency, step.concurrency)
-                    if ci_a is not None and ci_b is not None and indistinguishable(ci_a, ci_b) else None)
-            return result("ok", None, accepted, "throughput_plateau", next_rung_constraints=broken,
-                          indistinguishable=pair, more_notes=more, saturation=accepted.concurrency)
-        if broken:
-            return result("ok", None, accepted, broken[0], next_rung_constraints=broken)
-        open_doubling = None if decision == "pays" or interval is None else Undecided(
-            accepted.concurrency, step.concurrency, gain, interval)
-        accepted = step
-    last_gain = next((g for g in reversed(gains) if g is not None), None)
+        return _answer(rungs, None, "insufficient_data", reason, None, None)
+    return None
+
+
+def _plateau_answer(rungs: _Rungs, open_doubling: Undecided | None, accepted: StepFigures, step: StepFigures,
+                    gain: float, interval: tuple[float, float] | None, broken: tuple[str, ...]) -> LaneAnalysis:
+    """The doubling from ``accepted`` to ``step`` is shown not to pay: the plateau binds at ``accepted``, its
+    saturation rung too, and the two rungs are named where their throughputs cannot be told apart."""
+    policy = rungs.policy
+    more = [f"throughput plateau after c={accepted.concurrency}: c={step.concurrency} gained "
+            f"{gain:+.1%} per doubling, less than policy.min_gain_per_doubling "
+            f"{policy.min_gain_per_doubling:.0%}"
+            + ("" if interval is None else f" (its {policy.confidence:.0%} interval "
+               f"[{interval[0]:+.1%}, {interval[1]:+.1%}] lies below it)")]
+    if interval is None:
+        more.append("no throughput interval for this doubling: the point estimate decided the plateau")
+    ci_a, ci_b = accepted.throughput_ci_tok_s, step.throughput_ci_tok_s
+    pair = ((accepted.concurrency, step.concurrency)
+            if ci_a is not None and ci_b is not None and indistinguishable(ci_a, ci_b) else None)
+    return _answer(rungs, open_doubling, "ok", None, accepted, "throughput_plateau", next_rung_constraints=broken,
+                   indistinguishable=pair, more_notes=more, saturation=accepted.concurrency)
+
+
+def _unsaturated_answer(rungs: _Rungs, open_doubling: Undecided | None, accepted: StepFigures) -> LaneAnalysis:
+    """Every rung accepted: the top rung is a lower bound, and the note says what would settle it."""
+    last_gain = next((g for g in reversed(rungs.gains) if g is not None), None)
     gained = "" if last_gain is None else f" (the last doubling gained {last_gain:+.1%})"
     note = (f"saturation not reached within the ladder: throughput still grows at the top rung "
             f"c={accepted.concurrency}{gained}; the answer is a lower bound. Measure higher rungs "
             f"(ladder.extend = true, or a larger ladder.concurrency / ladder.max_concurrency) to settle it")
-    return result("unsaturated", note, accepted, "ladder_top", more_notes=[note], saturation=None)
+    return _answer(rungs, open_doubling, "unsaturated", note, accepted, "ladder_top", more_notes=[note],
+                   saturation=None)
+
+
+def _walk(lane: str, steps: Sequence[StepFigures], policy: Policy) -> LaneAnalysis:
+    """The walk of the module docstring: each next rung accepted while it is usable, its doubling not shown
+    flat and it breaks no limit; the first it does not accept says why the answer stops."""
+    rungs = _rungs(lane, steps, policy)
+    start = _lowest_rung_answer(rungs)
+    if start is not None:
+        return start
+    ordered, verdicts = rungs.ordered, rungs.verdicts
+    accepted = ordered[0]
+    open_doubling: Undecided | None = None  # the undecided doubling into the rung accepted last, if any
+    for i in range(1, len(ordered)):
+        step, verdict = ordered[i], verdicts[i]
+        broken = tuple(verdict.constraint_names())
+        if not verdict.usable and broken:
+            return _answer(rungs, open_doubling, "ok", None, accepted, broken[0], next_rung_constraints=broken)
+        if not verdict.usable:
+            return _answer(rungs, open_doubling, "degraded",
+                           f"rung c={step.concurrency} cannot be used ({verdict.unusable_reason}); "
+                           f"the answer stops below it", accepted, None)
+        # the walk stops at the first rung it does not accept, so the previous usable rung is ``accepted``
+        gain, interval = rungs.gains[i], rungs.intervals[i]
+        assert gain is not None
+        decision = doubling_decision(gain, interval, policy.min_gain_per_doubling)
+        if decision == "plateau":
+            return _plateau_answer(rungs, open_doubling, accepted, step, gain, interval, broken)
+        if broken:
+            return _answer(rungs, open_doubling, "ok", None, accepted, broken[0], next_rung_constraints=broken)
+        open_doubling = None if decision == "pays" or interval is None else Undecided(
+            accepted.concurrency, step.concurrency, gain, interval)
+        accepted = step
+    return _unsaturated_answer(rungs, open_doubling, accepted)
