@@ -19,6 +19,7 @@ SPLIT = {  # function: its module, from the repository's root
     "compute_step_figures": "satbench/core/step_figures.py",
     "analyze_lane": "satbench/answer/analysis.py",
     "_walk": "satbench/answer/analysis.py",  # analyze_lane's walk, where its length was
+    "node_fingerprint": "satbench/core/fingerprint.py",
 }
 
 

@@ -47,6 +47,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from satbench.core.llama_argv import SETTINGS_FIELDS, is_llama_server_argv, settings_from_argv
@@ -217,6 +218,113 @@ def _files(model_files: Sequence[Mapping[str, Any]], unknown: dict[str, str]) ->
     return files
 
 
+@dataclass(frozen=True, slots=True)
+class _Gaps:
+    """Why a source is missing: as the caller said (``reasons``), and, for what only ``/props`` tells, that
+    the runtime's ``/props`` was not read or does not hold it. Each part of the fingerprint asks it for the
+    words of its own ``unknown`` entries."""
+
+    given: Mapping[str, str]
+    props_gap: str | None
+
+    def from_props(self, what: str) -> str:
+        return f"the runtime does not report it: {self.props_gap or f'/props has no {what}'}"
+
+    def get(self, source: str, default: str) -> str:
+        return self.given.get(source, default)
+
+
+def _runtime_state(state: str, props: Mapping[str, Any] | None, gaps: _Gaps) -> dict[str, str]:
+    """Why the runtime said nothing (down, loading, or no ``/props``); nothing when it answered."""
+    if state == "up" and props is not None:
+        return {}
+    said = gaps.given.get("runtime") or gaps.given.get("props") or "no answer"
+    return {"runtime": f"the runtime is {state}: {said}" if state != "up" else f"no /props: {said}"}
+
+
+def _runtime_part(props: Mapping[str, Any] | None, runtime: Mapping[str, Any] | None,
+                  gaps: _Gaps) -> tuple[dict[str, Any], dict[str, str]]:
+    """The build ``/props`` says and what the exporter read of the runtime's files; the unknown ones."""
+    unknown: dict[str, str] = {}
+    build = props.get("build_info") if props is not None else None
+    build = build if isinstance(build, str) and build else None
+    run: dict[str, Any] = {"build": build}
+    if build is None:
+        unknown["runtime.build"] = gaps.from_props("build_info")
+    for field in RUNTIME_FIELDS[1:]:
+        value = (runtime or {}).get(field)
+        run[field] = value if isinstance(value, str) and value else None
+        if run[field] is None:
+            unknown[f"runtime.{field}"] = gaps.get(f"runtime.{field}", gaps.get(
+                "binary", "the exporter cannot see the runtime's files"))
+    return run, unknown
+
+
+def _model_part(props: Mapping[str, Any] | None, model_files: Sequence[Mapping[str, Any]] | None,
+                model_meta: Mapping[str, Any] | None, gaps: _Gaps) -> tuple[dict[str, Any], dict[str, str]]:
+    """The model's path, its files' sizes and hashes and what the runtime says of it; the unknown ones."""
+    unknown: dict[str, str] = {}
+    path = props.get("model_path") if props is not None else None
+    path = path if isinstance(path, str) and path and path != "none" else None
+    if path is None:
+        unknown["model.path"] = gaps.from_props("model_path")
+    files: list[dict[str, Any]] | None = None
+    if model_files is not None:
+        files = _files(model_files, unknown)
+    else:
+        unknown["model.files"] = gaps.get("model.files", "the model files were not read")
+    meta = _meta(props, model_meta)
+    if meta is None:
+        unknown["model.meta"] = gaps.from_props("model_ftype") + ", nor /v1/models a meta"
+    return {"path": path, "files": files, "meta": meta}, unknown
+
+
+def _argv_settings(argv: Sequence[str] | None, environ: Mapping[str, str] | None,
+                   gaps: _Gaps) -> tuple[dict[str, Any], dict[str, str], str | None]:
+    """The settings a llama-server command line and environment give, why each absent one is absent, and
+    why the command line gives none at all (another program's, or unreadable); ``None`` where it was read."""
+    if argv is not None and is_llama_server_argv(argv):
+        values, why = settings_from_argv(argv, environ)
+        return values, why, None
+    if argv is not None:
+        program = argv[0].rsplit("/", 1)[-1] if argv else "?"
+        return {}, {}, f"the process serving the runtime is not llama-server ({program})"
+    return {}, {}, f"the exporter cannot read the runtime's command line ({gaps.get('argv', 'not given')})"
+
+
+def _settings_part(props: Mapping[str, Any] | None, argv: Sequence[str] | None,
+                   environ: Mapping[str, str] | None, gaps: _Gaps) -> tuple[dict[str, Any], dict[str, str]]:
+    """Each capacity setting from ``/props``, else the command line (``/props`` wins: it is what the server
+    did); the unknown ones, with why neither told it."""
+    unknown: dict[str, str] = {}
+    settings: dict[str, Any] = dict.fromkeys(SETTINGS_FIELDS)
+    told = _props_settings(props) if props is not None else {}
+    argv_values, argv_why, argv_gap = _argv_settings(argv, environ, gaps)
+    env_gap = f" ({gaps.given['environ']})" if environ is None and "environ" in gaps.given else ""
+    for field in SETTINGS_FIELDS:
+        value = told.get(field)
+        if value is None:
+            value = argv_values.get(field)
+        settings[field] = value
+        if value is None:
+            gap = argv_gap or (argv_why.get(field, "not on the command line") + env_gap)
+            unknown[f"settings.{field}"] = f"{gaps.from_props(_props_name(field))}, and {gap}"
+    return settings, unknown
+
+
+def _hardware_part(hardware: Mapping[str, Any] | None, gaps: _Gaps) -> tuple[dict[str, Any], dict[str, str]]:
+    """The node's hardware facts as given; the unknown ones."""
+    unknown: dict[str, str] = {}
+    hw: dict[str, Any] = dict.fromkeys(HARDWARE_FIELDS)
+    for field in HARDWARE_FIELDS:
+        value = hardware.get(field) if hardware is not None else None
+        hw[field] = value
+        if value is None:
+            unknown[f"hardware.{field}"] = gaps.get(
+                f"hardware.{field}", gaps.get("hardware", "the exporter read no hardware facts"))
+    return hw, unknown
+
+
 def node_fingerprint(
     *,
     props: Mapping[str, Any] | None,
@@ -241,74 +349,21 @@ def node_fingerprint(
     ``argv``, ``environ``, ``model.files``, ``runtime.<field>``, ``hardware`` or ``hardware.<field>``.
     """
     why_given = dict(reasons or {})
-    unknown: dict[str, str] = {}
-    if state != "up" or props is None:
-        said = why_given.get("runtime") or why_given.get("props") or "no answer"
-        unknown["runtime"] = f"the runtime is {state}: {said}" if state != "up" else f"no /props: {said}"
     props_gap = (f"no /props ({why_given['props']})" if "props" in why_given else "no /props") if props is None \
         else None
-
-    def from_props(what: str) -> str:
-        return f"the runtime does not report it: {props_gap or f'/props has no {what}'}"
-
-    build = props.get("build_info") if props is not None else None
-    build = build if isinstance(build, str) and build else None
-    run: dict[str, Any] = {"build": build}
-    if build is None:
-        unknown["runtime.build"] = from_props("build_info")
-    for field in RUNTIME_FIELDS[1:]:
-        value = (runtime or {}).get(field)
-        run[field] = value if isinstance(value, str) and value else None
-        if run[field] is None:
-            unknown[f"runtime.{field}"] = why_given.get(f"runtime.{field}", why_given.get(
-                "binary", "the exporter cannot see the runtime's files"))
-    path = props.get("model_path") if props is not None else None
-    path = path if isinstance(path, str) and path and path != "none" else None
-    if path is None:
-        unknown["model.path"] = from_props("model_path")
-
-    files: list[dict[str, Any]] | None = None
-    if model_files is not None:
-        files = _files(model_files, unknown)
-    else:
-        unknown["model.files"] = why_given.get("model.files", "the model files were not read")
-    meta = _meta(props, model_meta)
-    if meta is None:
-        unknown["model.meta"] = from_props("model_ftype") + ", nor /v1/models a meta"
-
-    settings: dict[str, Any] = dict.fromkeys(SETTINGS_FIELDS)
-    told = _props_settings(props) if props is not None else {}
-    argv_values: dict[str, Any] = {}
-    argv_why: dict[str, str] = {}
-    if argv is not None and is_llama_server_argv(argv):
-        argv_values, argv_why = settings_from_argv(argv, environ)
-        argv_gap = None
-    elif argv is not None:
-        program = argv[0].rsplit("/", 1)[-1] if argv else "?"
-        argv_gap = f"the process serving the runtime is not llama-server ({program})"
-    else:
-        argv_gap = f"the exporter cannot read the runtime's command line ({why_given.get('argv', 'not given')})"
-    env_gap = f" ({why_given['environ']})" if environ is None and "environ" in why_given else ""
-    for field in SETTINGS_FIELDS:
-        value = told.get(field)
-        if value is None:
-            value = argv_values.get(field)
-        settings[field] = value
-        if value is None:
-            gap = argv_gap or (argv_why.get(field, "not on the command line") + env_gap)
-            unknown[f"settings.{field}"] = f"{from_props(_props_name(field))}, and {gap}"
-
-    hw: dict[str, Any] = dict.fromkeys(HARDWARE_FIELDS)
-    for field in HARDWARE_FIELDS:
-        value = hardware.get(field) if hardware is not None else None
-        hw[field] = value
-        if value is None:
-            unknown[f"hardware.{field}"] = why_given.get(
-                f"hardware.{field}", why_given.get("hardware", "the exporter read no hardware facts"))
-
+    gaps = _Gaps(why_given, props_gap)
+    unknown = _runtime_state(state, props, gaps)
+    run, said = _runtime_part(props, runtime, gaps)
+    unknown.update(said)
+    model, said = _model_part(props, model_files, model_meta, gaps)
+    unknown.update(said)
+    settings, said = _settings_part(props, argv, environ, gaps)
+    unknown.update(said)
+    hw, said = _hardware_part(hardware, gaps)
+    unknown.update(said)
     fp: dict[str, Any] = {
         "runtime": run,
-        "model": {"path": path, "files": files, "meta": meta},
+        "model": model,
         "settings": settings,
         "hardware": hw,
         "unknown": unknown,
