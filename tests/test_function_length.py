@@ -20,6 +20,7 @@ SPLIT = {  # function: its module, from the repository's root
     "analyze_lane": "satbench/answer/analysis.py",
     "_walk": "satbench/answer/analysis.py",  # analyze_lane's walk, where its length was
     "node_fingerprint": "satbench/core/fingerprint.py",
+    "create_app": "satbench/recommender/app.py",
 }
 
 

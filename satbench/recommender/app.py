@@ -53,7 +53,7 @@ from typing import Any, Literal
 from fastapi import Depends, FastAPI, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPBearer
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from satbench.answer.document import AmbiguousForV1, as_v2, iso_utc, read_document
@@ -317,20 +317,12 @@ def _capability_format(document: RecommendationsDocument, fmt: str, headers: dic
     return JSONResponse(body, headers=headers)
 
 
-def create_app(settings: RecommenderSettings, *, analyzer: Analyzer | None = None,
-               clock: Callable[[], float] = time.time, background_refresh: bool = True,
-               fingerprints: FingerprintSource | None = None, write_manifest: ManifestWriter | None = None,
-               analysis_executor: Executor | None = None) -> FastAPI:
-    """The service. ``analyzer``, ``clock``, ``fingerprints`` (where a posted run's fingerprints come from) and
-    ``write_manifest`` (how a posted run is saved in the runs folder) are injected; their defaults read the
-    settings' Prometheus and write the folder. ``analysis_executor``: where analyses run (``analysis_workers``;
-    default a worker thread), its analyzer then picklable."""
-    fingerprint_source = fingerprints or prometheus_fingerprints(settings)
-    store = RecommendationStore(analyzer or SettingsAnalyzer(settings), runs_dir=settings.runs_dir,
-                                clock=clock, retry_after_s=settings.refresh_interval_s, executor=analysis_executor,
-                                **({} if write_manifest is None else {"write_manifest": write_manifest}))
-    write_token = settings.write_token.get_secret_value() if settings.write_token else secrets.token_urlsafe(32)
-    registry = build_registry(store)
+def _lifespan(store: RecommendationStore, settings: RecommenderSettings, clock: Callable[[], float],
+              background_refresh: bool, analysis_executor: Executor | None
+              ) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
+    """The service's life: before serving, scipy imported and the runs folder and the configured runs read;
+    while serving, the refresh, the ages and the validity check in the background (where asked); at the end,
+    those tasks cancelled and the analysis workers stopped."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -355,27 +347,19 @@ def create_app(settings: RecommenderSettings, *, analyzer: Analyzer | None = Non
             if analysis_executor is not None:  # here, not after the server: uvicorn re-raises SIGTERM once stopped
                 await asyncio.to_thread(analysis_executor.shutdown, wait=True, cancel_futures=True)
 
-    app = FastAPI(title="satbench recommender", version="1",
-                  description="How much concurrency each lane can use, measured per step window.",
-                  lifespan=lifespan)
-    app.state.store = store
-    app.state.settings = settings
-    app.state.write_token = write_token
-    app.add_middleware(CachedDocumentASGI, store=store, schema=settings.default_schema)
-    app.add_middleware(WriteGuardASGI, token=write_token, max_body_bytes=settings.max_body_bytes)
-    app.add_middleware(HostCheckASGI, allowed=settings.host_names())  # outermost: before anything is read
-    bearer = HTTPBearer(auto_error=False, description="the service's write token (SATBENCH_RECOMMENDER_WRITE_TOKEN); "
-                                                      "checked before the body is read")
+    return lifespan
 
-    @app.exception_handler(RecommenderError)
-    async def recommender_error(request: Request, exc: RecommenderError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=_status_of(exc))
 
-    error_doc: dict[int | str, dict[str, Any]] = {503: {"description": "nothing computed yet (reason given)"}}
+_ERROR_DOC: dict[int | str, dict[str, Any]] = {503: {"description": "nothing computed yet (reason given)"}}
+
+
+def _add_document_routes(app: FastAPI, settings: RecommenderSettings) -> None:
+    """What pollers read: the document, one lane's answer, the capabilities (the FastAPI side of the fast
+    path: the 503 before any document, the v1 view's 409 and the other formats)."""
 
     @app.get("/recommendations", response_model=RecommendationsDocument,
-             responses={**error_doc, 409: {"description": "schema=v1 asked, and several nodes serve one lane "
-                                                          "name, which v1 cannot say (read v2)"}})
+             responses={**_ERROR_DOC, 409: {"description": "schema=v1 asked, and several nodes serve one lane "
+                                                           "name, which v1 cannot say (read v2)"}})
     async def recommendations(store: StoreDep, schema: Literal["v1", "v2"] | None = None) -> Response:
         try:
             body = store.document_bytes(schema or settings.default_schema)
@@ -384,13 +368,13 @@ def create_app(settings: RecommenderSettings, *, analyzer: Analyzer | None = Non
         return Response(content=body, media_type="application/json")
 
     @app.get("/recommendations/{lane:path}", response_model=LaneModel,
-             responses={**error_doc, 404: {"description": "no such lane"}})
+             responses={**_ERROR_DOC, 404: {"description": "no such lane"}})
     async def recommendation_of_lane(lane: str, store: StoreDep) -> dict[str, Any]:
         """One answer by lane key: its name, or ``<node>/<lane>``."""
         return store.lane(lane)
 
     @app.get("/capabilities", response_model=CapabilitiesModel,
-             responses={**error_doc, 400: {"description": "a format that is not one of them (named)"}})
+             responses={**_ERROR_DOC, 400: {"description": "a format that is not one of them (named)"}})
     async def capabilities(store: StoreDep, format: str | None = None) -> Response:
         """Each lane's capability only (``satbench capabilities``' fragment): what a router polling a fleet
         reads, under a kilobyte per lane where the document holds every step's evidence. (Served by
@@ -403,6 +387,12 @@ def create_app(settings: RecommenderSettings, *, analyzer: Analyzer | None = Non
         if format not in (None, "json"):
             return _capability_format(store.model(), format, headers)
         return Response(content=store.capabilities_bytes(), media_type="application/json", headers=headers)
+
+
+def _add_run_routes(app: FastAPI, settings: RecommenderSettings, fingerprint_source: FingerprintSource,
+                    clock: Callable[[], float], bearer: HTTPBearer) -> None:
+    """Runs: registered by a guarded ``POST /runs`` (bounded, fingerprinted from Prometheus, ranked by the
+    service's clock), read back one by one or listed."""
 
     @app.post("/runs", response_model=RunRegistered, status_code=201, dependencies=[Depends(bearer)],
               responses={202: {"model": RunRegistered, "description": "registered; analysis pending"},
@@ -448,6 +438,10 @@ def create_app(settings: RecommenderSettings, *, analyzer: Analyzer | None = Non
         of the served document it answers (``recommender.store``)."""
         return RunList.model_validate({"runs": store.runs()})
 
+
+def _add_service_routes(app: FastAPI, registry: CollectorRegistry) -> None:
+    """The service's own health and its ``/metrics`` (the recommended figures, on its private registry)."""
+
     @app.get("/healthz", response_model=HealthModel)
     async def healthz(store: StoreDep, settings: SettingsDep) -> HealthModel:
         return HealthModel(status="ok", runs=store.run_count, document=store.state,  # type: ignore[arg-type]
@@ -458,4 +452,38 @@ def create_app(settings: RecommenderSettings, *, analyzer: Analyzer | None = Non
     async def metrics() -> Response:
         return Response(content=generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
+
+def create_app(settings: RecommenderSettings, *, analyzer: Analyzer | None = None,
+               clock: Callable[[], float] = time.time, background_refresh: bool = True,
+               fingerprints: FingerprintSource | None = None, write_manifest: ManifestWriter | None = None,
+               analysis_executor: Executor | None = None) -> FastAPI:
+    """The service. ``analyzer``, ``clock``, ``fingerprints`` (where a posted run's fingerprints come from) and
+    ``write_manifest`` (how a posted run is saved in the runs folder) are injected; their defaults read the
+    settings' Prometheus and write the folder. ``analysis_executor``: where analyses run (``analysis_workers``;
+    default a worker thread), its analyzer then picklable."""
+    fingerprint_source = fingerprints or prometheus_fingerprints(settings)
+    store = RecommendationStore(analyzer or SettingsAnalyzer(settings), runs_dir=settings.runs_dir,
+                                clock=clock, retry_after_s=settings.refresh_interval_s, executor=analysis_executor,
+                                **({} if write_manifest is None else {"write_manifest": write_manifest}))
+    write_token = settings.write_token.get_secret_value() if settings.write_token else secrets.token_urlsafe(32)
+    registry = build_registry(store)
+    app = FastAPI(title="satbench recommender", version="1",
+                  description="How much concurrency each lane can use, measured per step window.",
+                  lifespan=_lifespan(store, settings, clock, background_refresh, analysis_executor))
+    app.state.store = store
+    app.state.settings = settings
+    app.state.write_token = write_token
+    app.add_middleware(CachedDocumentASGI, store=store, schema=settings.default_schema)
+    app.add_middleware(WriteGuardASGI, token=write_token, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(HostCheckASGI, allowed=settings.host_names())  # outermost: before anything is read
+    bearer = HTTPBearer(auto_error=False, description="the service's write token (SATBENCH_RECOMMENDER_WRITE_TOKEN); "
+                                                      "checked before the body is read")
+
+    @app.exception_handler(RecommenderError)
+    async def recommender_error(request: Request, exc: RecommenderError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=_status_of(exc))
+
+    _add_document_routes(app, settings)
+    _add_run_routes(app, settings, fingerprint_source, clock, bearer)
+    _add_service_routes(app, registry)
     return app
