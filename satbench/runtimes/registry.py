@@ -31,12 +31,14 @@ __all__ = ["RUNTIMES", "RuntimeKind", "check_name", "kind_of"]
 class RuntimeKind:
     """One runtime: its name (a lane's ``runtime``), the server the session starts for it (``None``: one
     already running, which the session only checks answers), the exporter flavour that reads it
-    (``exporter.flavours.ADAPTERS``) and the client APIs a lane of it may load it through."""
+    (``exporter.flavours.ADAPTERS``), the client APIs a lane of it may load it through, and the lane setting
+    that names what it serves (``profile``, ``model_file``; ``None``: what the external server holds)."""
 
     name: str
     server: str | None
     exporter_flavour: str
     apis: tuple[ApiFlavour, ...]
+    model_setting: str | None = None
 
     @property
     def started(self) -> bool:
@@ -45,8 +47,10 @@ class RuntimeKind:
 
 
 RUNTIMES: dict[str, RuntimeKind] = {kind.name: kind for kind in (
-    RuntimeKind("simulator", server="simulator", exporter_flavour="llamacpp", apis=API_FLAVOURS),
-    RuntimeKind("llamacpp", server="llama-server", exporter_flavour="llamacpp", apis=API_FLAVOURS),
+    RuntimeKind("simulator", server="simulator", exporter_flavour="llamacpp", apis=API_FLAVOURS,
+                model_setting="profile"),
+    RuntimeKind("llamacpp", server="llama-server", exporter_flavour="llamacpp", apis=API_FLAVOURS,
+                model_setting="model_file"),
     RuntimeKind("external", server=None, exporter_flavour="llamacpp", apis=API_FLAVOURS),
 )}
 

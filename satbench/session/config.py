@@ -162,6 +162,13 @@ class LaneRuntime(Lane):
     def _known_runtime(cls, value: Any) -> str:
         return check_name(value)
 
+    @property
+    def serves(self) -> str | None:
+        """What the lane's server serves, as its runtime's ``model_setting`` names it (the simulator's profile,
+        llama-server's GGUF); None for an external lane."""
+        setting = kind_of(self.runtime).model_setting
+        return None if setting is None else str(getattr(self, setting))
+
     @model_validator(mode="after")
     def _check_runtime(self) -> LaneRuntime:
         if self.runtime == "simulator":

@@ -106,8 +106,9 @@ def _start_runtime(
     lane: LaneRuntime, config: SessionConfig, processes: ProcessSet, stack: contextlib.ExitStack, say: Say
 ) -> LaneEndpoint:
     runtime = LAUNCHERS[lane.runtime](lane, config, processes, stack)
-    what = {"simulator": f"simulator ({lane.profile})", "llamacpp": f"llama-server ({lane.model_file})"}
-    say(f"  lane {lane.name}: {what.get(lane.runtime, lane.runtime + ' runtime')} at {runtime.url}")
+    kind = kind_of(lane.runtime)
+    what = f"{kind.server} ({lane.serves})" if kind.server and lane.serves is not None else f"{lane.runtime} runtime"
+    say(f"  lane {lane.name}: {what} at {runtime.url}")
     return LaneEndpoint(lane, runtime)
 
 

@@ -53,6 +53,10 @@ def test_the_runtimes_are_the_three_a_session_knows() -> None:
     assert [name for name, kind in RUNTIMES.items() if kind.started] == ["simulator", "llamacpp"]
     assert [kind.server for kind in RUNTIMES.values()] == ["simulator", "llama-server", None]
     assert all(kind.name == name for name, kind in RUNTIMES.items())
+    assert [kind.model_setting for kind in RUNTIMES.values()] == ["profile", "model_file", None]
+    assert LaneRuntime(name="chat", profile="moe").serves == "moe"
+    assert LaneRuntime(name="chat", runtime="llamacpp", model_file="m.gguf").serves == "m.gguf"
+    assert LaneRuntime(name="chat", runtime="external", url="http://h:1").serves is None
 
 
 def test_every_runtime_has_a_launcher_an_exporter_adapter_and_client_apis() -> None:
@@ -143,4 +147,12 @@ def test_a_planted_runtime_is_one_entry_and_one_launcher(monkeypatch: pytest.Mon
     with contextlib.ExitStack() as stack:
         endpoints = start_runtimes(lone, ProcessSet(tmp_path / "logs"), stack, said.append)
     assert started == ["chat"] and [ep.url for ep in endpoints] == ["http://127.0.0.1:1/chat"]
-    assert said == ["  lane chat: vllm runtime at http://127.0.0.1:1/chat"]
+    assert said == ["  lane chat: vllm runtime at http://127.0.0.1:1/chat"]  # it names no model setting
+
+    monkeypatch.setitem(RUNTIMES, "vllm", RuntimeKind("vllm", server="vllm serve", exporter_flavour="llamacpp",
+                                                      apis=("openai-chat",), model_setting="model"))
+    named = lone.model_copy(update={"lanes": [lone.lanes[0].model_copy(update={"model": "qwen"})]})
+    said.clear()
+    with contextlib.ExitStack() as stack:
+        start_runtimes(named, ProcessSet(tmp_path / "logs"), stack, said.append)
+    assert said == ["  lane chat: vllm serve (qwen) at http://127.0.0.1:1/chat"]
