@@ -2,7 +2,7 @@
 
 A :class:`RuntimeAdapter` turns one runtime node into a :class:`~exporter.snapshot.RuntimeSnapshot` within a
 time budget. The collector knows nothing else about the runtime, so a vLLM or SGLang adapter is one new
-module plus one entry in :data:`exporter.cli.ADAPTERS`; the collector does not change.
+module plus one entry in :data:`exporter.flavours.ADAPTERS`; the collector does not change.
 
 :class:`EndpointFetcher` gets several endpoints at once on a small thread pool and gives up on whatever has
 not answered when the budget runs out (the abandoned request still ends by itself at its own HTTP timeout),

@@ -68,7 +68,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=9101, help="port to listen on (default 9101; 0 = any)")
     parser.add_argument("--runtime-pid", type=int, default=None,
                         help="runtime PID for host RSS (default: found by the URL's local port)")
-    parser.add_argument("--flavour", default="auto", choices=["llamacpp", "auto"], help="runtime API flavour")
+    from satbench.exporter.flavours import FLAVOURS
+
+    parser.add_argument("--flavour", default="auto", choices=list(FLAVOURS), help="runtime API flavour")
     parser.add_argument("--gpu", default="auto", choices=["auto", "nvml", "none"],
                         help="real GPUs via NVML (auto: try when the runtime is on this host, gpu_up 0 if "
                              "absent, skipped for a simulator)")

@@ -34,16 +34,16 @@ from prometheus_client.registry import Collector
 
 from satbench.exporter.adapter import MAX_BODY_BYTES, EndpointFetcher, RuntimeAdapter
 from satbench.exporter.collector import DEFAULT_BUDGET_S, DEFAULT_READ_MAX_AGE_S, RuntimeCollector
+from satbench.exporter.flavours import ADAPTERS, FLAVOURS, AdapterSettings, resolve
 from satbench.exporter.gpu import GpuReader, NvmlGpuReader
 from satbench.exporter.kvcache import KV_SETTINGS
 from satbench.exporter.live_fingerprint import FingerprintSigner, LiveFingerprints
-from satbench.exporter.llamacpp import PROPS_TTL_S, LlamaCppAdapter
+from satbench.exporter.llamacpp import PROPS_TTL_S
 from satbench.exporter.process import ProcessReader, PsutilProcessReader, local_port_of
 from satbench.exporter.sim_gpu import SimulatedGpuReader
 
 __all__ = ["FLAVOURS", "ROUTER_SETTINGS", "ExporterConfig", "ExporterServer", "build_collector", "serve"]
 
-FLAVOURS = ("llamacpp", "auto")
 ROUTER_SETTINGS = ("auto", "yes", "no")
 
 
@@ -115,10 +115,10 @@ class ExporterConfig:
 
 
 def build_adapter(config: ExporterConfig, fetcher: EndpointFetcher) -> RuntimeAdapter:
-    # Only llama.cpp exists so far, and the simulator speaks it: "auto" resolves to it. A new runtime adds
-    # its adapter here and a probe of its endpoints under "auto".
-    return LlamaCppAdapter(config.runtime_url, props_ttl_s=config.props_ttl_s, fetcher=fetcher,
-                           router=config.router_mode, model=config.model)
+    """The adapter of ``config.flavour`` (``exporter.flavours.ADAPTERS``; ``auto`` resolved there)."""
+    settings = AdapterSettings(config.runtime_url, props_ttl_s=config.props_ttl_s, router=config.router_mode,
+                               model=config.model)
+    return ADAPTERS[resolve(config.flavour)](settings, fetcher)
 
 
 def build_collector(config: ExporterConfig) -> RuntimeCollector:

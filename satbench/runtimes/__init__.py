@@ -2,7 +2,8 @@
 (:mod:`satbench.runtimes.llamacpp`), the embedded simulator (:mod:`satbench.runtimes.simulator`), or an
 external endpoint that is only checked to answer (:mod:`satbench.runtimes.external`). Each hands the session
 the same small view, :class:`RunningRuntime`, so the session and the run manifest never care which one is
-behind a lane.
+behind a lane. Which runtimes there are, and what the session, the exporter and the client do with each, is
+declared once in :mod:`satbench.runtimes.registry`.
 
 This module stays import-light (no httpx, no subprocess): the launchers live in submodules, and the child
 processes they and the session start in :mod:`satbench.runtimes.processes`.

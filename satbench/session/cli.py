@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from satbench.core.api import API_FLAVOURS
+
 __all__ = ["configure", "main", "quick_lanes"]
 
 
@@ -76,7 +78,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                       help="lane name per --url, in order (default: the model name, else 'node')")
     node.add_argument("--exporter-url", action="append", default=[], metavar="URL",
                       help="an exporter already running for the lane, per --url in order (the session starts none)")
-    node.add_argument("--api", default=None, choices=["llamacpp", "openai-chat", "openai-completions"],
+    node.add_argument("--api", default=None, choices=sorted(API_FLAVOURS),
                       help="the API to load it through (default llamacpp: /completion)")
     node.add_argument("--model", action="append", default=[], metavar="MODEL",
                       help="model name sent in requests (router and OpenAI servers): one for every --url, or one "

@@ -46,7 +46,7 @@ import json
 import math
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import (
     Field,
@@ -61,6 +61,7 @@ from satbench.core.config_files import MAX_SECONDS, MAX_TOKENS, FieldError, Http
 from satbench.core.lanes import LOCAL_NODE, Lane, duplicate_names, lane_named
 from satbench.evidence import refuse_home_path
 from satbench.loadgen.config import LadderConfig, LaneConfig, LoadgenConfig, ObjectivesConfig
+from satbench.runtimes.registry import check_name, kind_of
 from satbench.session.sections import FleetSection, NodeSection, PrometheusSection, RecommenderSection, SectionModel
 from satbench.simulator.profile import ProfileError, load_profile
 
@@ -108,7 +109,7 @@ class SessionConfigError(ValueError):
 class LaneRuntime(Lane):
     """One lane and where its runtime comes from (the fields every lane has: ``core.lanes.Lane``)."""
 
-    runtime: Literal["simulator", "llamacpp", "external"] = "simulator"
+    runtime: str = "simulator"  # a key of satbench.runtimes.registry.RUNTIMES
     profile: str = "dense"
     url: HttpUrl | None = None
     model_file: str | None = None
@@ -147,28 +148,48 @@ class LaneRuntime(Lane):
     def at(self, url: str) -> LaneConfig:
         """The load generator's lane for this deployment, now that its runtime answers at ``url``."""
         fields = self.fields_of()
-        if self.node is not None and self.runtime != "external":  # a router routes by model: name the model
+        if self.node is not None and self.started:  # a router routes by model: name the model
             fields["model"] = self.model_id
         return LaneConfig(**fields, url=url)
+
+    @property
+    def started(self) -> bool:
+        """Whether the session starts this lane's server (``runtimes.registry``: not an external one)."""
+        return kind_of(self.runtime).started
+
+    @field_validator("runtime", mode="before")
+    @classmethod
+    def _known_runtime(cls, value: Any) -> str:
+        return check_name(value)
+
+    @property
+    def serves(self) -> str | None:
+        """What the lane's server serves, as its runtime's ``model_setting`` names it (the simulator's profile,
+        llama-server's GGUF); None for an external lane."""
+        setting = kind_of(self.runtime).model_setting
+        return None if setting is None else str(getattr(self, setting))
 
     @model_validator(mode="after")
     def _check_runtime(self) -> LaneRuntime:
         if self.runtime == "simulator":
             _check_profile(self.profile)
-        if self.runtime == "external" and not self.url:
+        if not self.started and not self.url:
             raise FieldError([("url", "an external runtime needs a url (its base URL, http://host:port)")])
-        if self.runtime != "external" and self.url:
+        if self.started and self.url:
             raise FieldError([("url", "only for runtime = 'external' (the session picks the ports of "
                                "the runtimes it starts)")])
         if self.runtime == "llamacpp" and not self.model_file:
             raise FieldError([("model_file", "a llamacpp runtime needs model_file (a GGUF in model_dir)")])
+        if self.api not in kind_of(self.runtime).apis:
+            raise FieldError([("api", f"runtime {self.runtime} is not loaded through {self.api!r} (it serves "
+                               f"{', '.join(kind_of(self.runtime).apis)})")])
         return self
 
     @model_validator(mode="after")
     def _check_node(self) -> LaneRuntime:
         if self.node == LOCAL_NODE:
             raise FieldError([("node", f"{LOCAL_NODE!r} is reserved for lanes that name no node")])
-        if self.node is None or self.runtime == "external":  # an external lane is only filed under its node
+        if self.node is None or not self.started:  # an external lane is only filed under its node
             return self
         if self.relay:
             raise FieldError([("relay", "not with node: the relay fronts one model's server, not a router")])
@@ -352,7 +373,7 @@ def nodes_of(lanes: list[LaneRuntime]) -> dict[str, list[LaneRuntime]]:
     """The router nodes of a session (lanes of runtimes it starts that name a node): node -> its lanes."""
     out: dict[str, list[LaneRuntime]] = {}
     for lane in lanes:
-        if lane.node is not None and lane.runtime != "external":
+        if lane.node is not None and lane.started:
             out.setdefault(lane.node, []).append(lane)
     return out
 

@@ -24,6 +24,7 @@ from typing import Any
 from satbench.core.manifest import write_json_atomic
 from satbench.core.net import free_port
 from satbench.exporter.cli import RUNTIME_API_KEY_ENV
+from satbench.exporter.flavours import resolve
 from satbench.recommender.settings import WRITE_TOKEN_ENV
 from satbench.runtimes import RunningRuntime
 from satbench.runtimes.external import check_external, is_this_host
@@ -35,6 +36,7 @@ from satbench.runtimes.llamacpp import (
     find_llama_server,
 )
 from satbench.runtimes.processes import ProcessSet, StartError, wait_until_ready
+from satbench.runtimes.registry import kind_of
 from satbench.runtimes.router import RouterModel, RouterNode, start_router
 from satbench.runtimes.simulator import start_simulator
 from satbench.session.config import LaneRuntime, SessionConfig, nodes_of
@@ -96,6 +98,7 @@ def _llamacpp(lane: LaneRuntime, config: SessionConfig, processes: ProcessSet,
         raise StartError(f"lane {lane.name}: llama-server did not start: {exc}") from exc
 
 
+# how the session starts each runtime of satbench.runtimes.registry.RUNTIMES (a test holds the keys equal)
 LAUNCHERS: dict[str, Launcher] = {"simulator": _simulator, "external": _external, "llamacpp": _llamacpp}
 
 
@@ -103,8 +106,9 @@ def _start_runtime(
     lane: LaneRuntime, config: SessionConfig, processes: ProcessSet, stack: contextlib.ExitStack, say: Say
 ) -> LaneEndpoint:
     runtime = LAUNCHERS[lane.runtime](lane, config, processes, stack)
-    what = {"simulator": f"simulator ({lane.profile})", "llamacpp": f"llama-server ({lane.model_file})"}
-    say(f"  lane {lane.name}: {what.get(lane.runtime, lane.runtime + ' runtime')} at {runtime.url}")
+    kind = kind_of(lane.runtime)
+    what = f"{kind.server} ({lane.serves})" if kind.server and lane.serves is not None else f"{lane.runtime} runtime"
+    say(f"  lane {lane.name}: {what} at {runtime.url}")
     return LaneEndpoint(lane, runtime)
 
 
@@ -129,7 +133,7 @@ def _start_node(node: str, lanes: list[LaneRuntime], config: SessionConfig, proc
     router = start_router(processes, node, kind, models, argv_prefix=prefix, port=free_port(),
                           ready_timeout_s=config.start_timeout_s, load_timeout_s=max(config.start_timeout_s, 120.0))
     held = ", ".join(f"{m.name} ({m.profile or (m.gguf.name if m.gguf else '')})" for m in models)
-    say(f"  node {node}: {'llama-server' if kind == 'llamacpp' else 'simulator'} router at {router.url} "
+    say(f"  node {node}: {kind_of(kind).server} router at {router.url} "
         f"holding {held}")
     return router
 
@@ -149,7 +153,7 @@ def start_runtimes(config: SessionConfig, processes: ProcessSet, stack: contextl
             try:
                 endpoints.append(_start_runtime(lane, config, processes, stack, say))
             except StartError as exc:
-                if unreachable is None or lane.node is None or lane.runtime != "external":
+                if unreachable is None or lane.node is None or lane.started:
                     raise
                 unreachable[lane.key] = str(exc)
                 say(f"  node {lane.node}: lane {lane.name} is not measured: {exc}")
@@ -193,8 +197,11 @@ def _start_exporter(endpoint: LaneEndpoint, processes: ProcessSet, timeout_s: fl
         argv += ["--read-max-age-s", repr(scrape_interval_s / 2)]
     if endpoint.runtime.pid is not None:
         argv += ["--runtime-pid", str(endpoint.runtime.pid)]
-    if endpoint.lane.runtime == "external" and not is_this_host(endpoint.url):
+    if not endpoint.lane.started and not is_this_host(endpoint.url):
         argv += ["--gpu", "none"]  # this host's GPUs are not the node's (satbench.runtimes.external)
+    flavour = kind_of(endpoint.lane.runtime).exporter_flavour
+    if flavour != resolve("auto"):  # what the exporter would not read the runtime as by itself
+        argv += ["--flavour", flavour]
     relay_port = free_port() if endpoint.lane.relay else None
     if relay_port is not None:  # relay mode: the load generator then sends through it (LaneEndpoint.client_url)
         argv += ["--relay", f"127.0.0.1:{relay_port}"]

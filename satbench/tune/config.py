@@ -47,10 +47,9 @@ from satbench.loadgen.config import WorkloadConfig
 from satbench.loadgen.workload import max_prompt_tokens
 from satbench.session.config import LaneRuntime, SessionConfig, SessionConfigError, load_session_config
 
-__all__ = ["OWNED_FLAGS", "TUNABLE_RUNTIMES", "TuneConfig", "TuneConfigError", "TuneSetup", "default_ctx_per_slot",
+__all__ = ["OWNED_FLAGS", "TuneConfig", "TuneConfigError", "TuneSetup", "default_ctx_per_slot",
            "load_tune_config", "owned_flag"]
 
-TUNABLE_RUNTIMES = ("simulator", "llamacpp")
 # llama-server's spellings (common/arg.cpp) of what the tune sets on every candidate, and what sets each
 OWNED_FLAGS: dict[str, str] = {
     **dict.fromkeys(("-np", "--parallel"), "tune.parallel"),
@@ -189,7 +188,7 @@ def _selected_lanes(session: SessionConfig, tune: TuneConfig) -> tuple[LaneRunti
     """The lanes ``tune.lanes`` names, by lane key (``node/lane``), or by bare name where one node serves it."""
     known = {lane.key: lane for lane in session.lanes}
     if tune.lanes is None:
-        chosen = [lane for lane in session.lanes if lane.runtime in TUNABLE_RUNTIMES]
+        chosen = [lane for lane in session.lanes if lane.started]  # the tune restarts their servers
         if not chosen:
             raise TuneConfigError("invalid tune config: tune.lanes: every lane is external; satbench tune starts "
                                   "each candidate's server itself and cannot restart an external one (give a "
@@ -209,7 +208,7 @@ def _selected_lanes(session: SessionConfig, tune: TuneConfig) -> tuple[LaneRunti
             lane = known[named[0]]
         if any(done.key == lane.key for done in out):
             raise TuneConfigError(f"invalid tune config: tune.lanes: {name!r} names lane {lane.key} again")
-        if lane.runtime not in TUNABLE_RUNTIMES:
+        if not lane.started:
             raise TuneConfigError(f"invalid tune config: tune.lanes: lane {lane.key} is external; satbench tune starts "
                                   "each candidate's server itself and cannot restart an external one")
         out.append(lane)

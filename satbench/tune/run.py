@@ -199,8 +199,7 @@ def _tune_lane(lane: LaneRuntime, setup: TuneSetup, tune_dir: Path, policy: Poli
                                         factor=setup.tune.evidence_window_factor,
                                         min_gain=policy.min_gain_per_doubling, confidence=policy.confidence)
     say(f"lane {lane.key}: decision: {decision.said()}")
-    model = lane.profile if lane.runtime == "simulator" else str(lane.model_file)
-    return lane_entry(runtime=lane.runtime, model=model,
+    return lane_entry(runtime=lane.runtime, model=str(lane.serves),
                       fingerprint=fingerprint(_question(lane, setup, policy, need.ctx_per_slot)),
                       grid=candidates, pairs=pairs, prune=setup.tune.prune, outcomes=outcomes, choice=choice,
                       decision=decision, context=need, memory=memory, budget=budget)
