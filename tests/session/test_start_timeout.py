@@ -46,6 +46,8 @@ def test_a_llamacpp_lane_waits_the_configured_start_timeout(never_ready: Path, t
     })
     lane = config.lanes[0]
     processes = ProcessSet(tmp_path / "logs")
+    # children this worker already has (another test's module-scoped Prometheus, say) are not this test's
+    before = {child.pid for child in psutil.Process().children(recursive=True)}
     started = time.monotonic()
     try:
         with contextlib.ExitStack() as stack, pytest.raises(StartError) as caught:
@@ -59,4 +61,5 @@ def test_a_llamacpp_lane_waits_the_configured_start_timeout(never_ready: Path, t
     assert said.startswith("lane dense: llama-server at http://127.0.0.1:")
     assert "not ready within start_timeout_s = 0.5 s" in said and "HTTP 503" in said
     assert str(tmp_path / "logs" / "llamacpp-dense.log") in said
-    assert not psutil.Process().children(recursive=True), "the server was left running"
+    left = [c for c in psutil.Process().children(recursive=True) if c.pid not in before]
+    assert not left, f"the server was left running: {left}"
