@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from satbench.answer.checks import REGISTRY
 from satbench.answer.policy import SLO, Policy
 from satbench.core.manifest import RunManifest
 from satbench.report.data import RunReport
@@ -51,8 +52,9 @@ def policy_summary(report: RunReport) -> str:
     """The limits that decide an answer, in one line."""
     p = report.rules
     parts = [f"a doubling must gain {p.min_gain_per_doubling:.0%}"]
-    for label, value in (("TTFT p95", p.slo.ttft_p95_s), ("ITL p95", p.slo.itl_p95_s),
-                         ("e2e p95", p.slo.e2e_p95_s), ("pause p99", p.slo.tbt_p99_s)):
+    objectives = [(e.reading.figure, getattr(p.slo, e.reading.setting.removeprefix("policy.slo.")))
+                  for e in REGISTRY if e.kind == "slo"]  # each latency objective the registry declares
+    for label, value in [*objectives, ("pause p99", p.slo.tbt_p99_s)]:
         if value is not None:
             parts.append(f"{label} <= {value * 1000:g} ms")
     parts.append(f"errors <= {p.max_error_ratio:.0%}")
