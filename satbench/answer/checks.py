@@ -38,6 +38,7 @@ from satbench.answer.judges import (
     itl_limit,
     memory_check,
     prefill_check,
+    tpot_limit,
     ttft_limit,
 )
 from satbench.answer.policy import Policy
@@ -119,6 +120,8 @@ REGISTRY: tuple[Entry, ...] = (
     }, ("policy.slo.ttft_p95_s", "policy.slo.ttft_per_1k_prompt_s", "policy.confidence"), ttft_limit, listed=1),
     Entry("slo_itl", "slo_itl", 3, "slo", {"": Reading("ITL p95", "s", "policy.slo.itl_p95_s")},
           ("policy.slo.itl_p95_s",), itl_limit, listed=2, pauses=True),
+    Entry("slo_tpot", "slo_tpot", 3, "slo", {"": Reading("TPOT p95", "s", "policy.slo.tpot_p95_s")},
+          ("policy.slo.tpot_p95_s", "policy.confidence"), tpot_limit, listed=10, pauses=True),
     Entry("slo_e2e", "slo_e2e", 4, "slo", {"": Reading("e2e p95", "s", "policy.slo.e2e_p95_s")},
           ("policy.slo.e2e_p95_s", "policy.confidence"), e2e_limit, listed=3),
     Entry("decode_starvation", "decode_starvation", 5, "check", {

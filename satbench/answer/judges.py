@@ -71,6 +71,7 @@ __all__ = [
     "memory_headroom_ratio",
     "prefill_check",
     "stall_limit",
+    "tpot_limit",
     "ttft_limit",
 ]
 
@@ -383,6 +384,25 @@ def error_limit(step: StepFigures, policy: Policy, lane: LaneBasis) -> Violation
 def itl_limit(step: StepFigures, policy: Policy, lane: LaneBasis) -> Violation | None:
     """The ITL objective, by its p95's value over the rung's thousands of gaps (module docstring)."""
     return _above("slo_itl", step.itl_s.p95, policy.slo.itl_p95_s, "ITL p95 (s)")
+
+
+def tpot_limit(step: StepFigures, policy: Policy, lane: LaneBasis) -> Violation | None:
+    """The TPOT objective, a per-request p95 of each request's mean pace after its first token (DistServe's
+    TPOT): broken when significantly more than the 5 % a p95 allows of the rung's judged requests were slower
+    than ``slo.tpot_p95_s``, the count goodput keeps (``objective_misses``, each request held to that deadline:
+    ``policy.objectives_of``); figures without that count (a source that judged no objectives) by the p95's
+    value. Where ITL p95 weighs long answers by their many gaps, this weighs every request once, so a rung whose
+    short answers crawl breaks it while their few gaps hide in the ITL's thousands."""
+    limit, point = policy.slo.tpot_p95_s, step.tpot_s.p95
+    judged = step.judged_requests
+    if limit is None or point is None or not judged:
+        return _above("slo_tpot", point, limit, "TPOT p95 (s)")
+    k = min(step.objective_misses.get("tpot", 0), judged)
+    p = exceedance_p_value(k, judged, 0.95)
+    if not p < 1 - policy.confidence:
+        return None
+    return Violation("slo_tpot", float(point), float(limit),
+                     f"TPOT p95 (s) {point:.4g} > {limit:.4g}: {k} of {judged} requests slower (p = {p:.2g})")
 
 
 def e2e_limit(step: StepFigures, policy: Policy, lane: LaneBasis) -> Violation | None:

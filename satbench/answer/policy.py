@@ -54,6 +54,10 @@ class SLO(BaseModel):
     tbt_p99_s: float | None = _f(0.25, "objective on the p99 over requests of each one's pause excess (how much "
                                        "longer than its decode step another request's prefill held it), seconds: "
                                        "decode starvation (null: unchecked)", gt=0)
+    tpot_p95_s: float | None = _f(None, "TPOT p95 objective over requests, seconds: each request's mean pace of "
+                                        "its tokens after the first (DistServe's per-request TPOT; vLLM bench "
+                                        "serve's goodput tpot), held by 95 % of a rung's requests (null: "
+                                        "unchecked, and goodput holds a request's TPOT to itl_p95_s)", gt=0)
 
 
 class Policy(BaseModel):
@@ -134,9 +138,11 @@ class Policy(BaseModel):
 
 def objectives_of(policy: Policy) -> Objectives:
     """The per-request objectives of ``policy`` (``core.objectives``): TTFT within ``slo.ttft_p95_s`` (plus
-    ``ttft_per_1k_prompt_s`` per thousand prompt tokens), the request's TPOT within ``slo.itl_p95_s``, its pause
+    ``ttft_per_1k_prompt_s`` per thousand prompt tokens), the request's TPOT within ``slo.tpot_p95_s`` (where it
+    is unset, ``slo.itl_p95_s``: a request whose mean pace is slower than the gaps' objective), its pause
     excess within ``slo.tbt_p99_s`` and its e2e within ``slo.e2e_p95_s``: each rung-level objective held by every
     request, which is what a request-level SLO means (DistServe)."""
     slo = policy.slo
-    return Objectives(ttft_s=slo.ttft_p95_s, ttft_s_per_1k_prompt=slo.ttft_per_1k_prompt_s, tpot_s=slo.itl_p95_s,
+    tpot_s = slo.itl_p95_s if slo.tpot_p95_s is None else slo.tpot_p95_s
+    return Objectives(ttft_s=slo.ttft_p95_s, ttft_s_per_1k_prompt=slo.ttft_per_1k_prompt_s, tpot_s=tpot_s,
                       pause_excess_s=slo.tbt_p99_s, e2e_s=slo.e2e_p95_s)

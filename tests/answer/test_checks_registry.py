@@ -42,14 +42,15 @@ def test_the_constraint_vocabulary_is_the_schemas_and_the_models() -> None:
     enum = schema["$defs"]["LaneModel"]["properties"]["binding_constraint"]["anyOf"][0]["enum"]
     assert tuple(enum) == registry.CONSTRAINTS == (
         "throughput_plateau", "slo_ttft", "slo_itl", "slo_e2e", "fairness", "decode_starvation",
-        "prefill_starvation", "errors", "memory", "ladder_top")
+        "prefill_starvation", "errors", "memory", "ladder_top", "slo_tpot")
     assert get_args(ViolationModel.model_fields["constraint"].annotation) == registry.CONSTRAINTS
     with pytest.raises(ValueError, match="constraint"):
         ViolationModel(constraint="interference", measured=1.0, limit=0.5, detail="")  # a check, not a constraint
 
 
 def test_every_list_of_checks_is_the_registrys() -> None:
-    assert registry.VIOLATION_ORDER == ("errors", "memory", "slo_ttft", "slo_itl", "slo_e2e", "decode_starvation",
+    assert registry.VIOLATION_ORDER == ("errors", "memory", "slo_ttft", "slo_itl", "slo_tpot", "slo_e2e",
+                                        "decode_starvation",
                                         "prefill_starvation", "fairness")
     assert registry.CHECKS == {"decode_starvation": "decode_starvation", "prefill_starvation": "prefill_starvation",
                                "fairness": "fairness", "interference": "decode_starvation", "memory": "memory"}
@@ -61,8 +62,9 @@ def test_every_list_of_checks_is_the_registrys() -> None:
     assert judgments.verdict_label({"decode_starvation": "flagged", "interference": "warn", "memory": "flagged"}) == (
         "decode starved, memory, (prefill interference)")
     # the tune's pruning
-    assert set(search.PAUSE_CONSTRAINTS) == set(registry.PAUSE_CONSTRAINTS) == {"decode_starvation", "slo_itl"}
-    assert search.LATENCY_CONSTRAINTS == registry.SLO_CONSTRAINTS == ("slo_ttft", "slo_itl", "slo_e2e")
+    assert set(search.PAUSE_CONSTRAINTS) == set(registry.PAUSE_CONSTRAINTS) == {
+        "decode_starvation", "slo_itl", "slo_tpot"}
+    assert search.LATENCY_CONSTRAINTS == registry.SLO_CONSTRAINTS == ("slo_ttft", "slo_itl", "slo_tpot", "slo_e2e")
     assert search._BOUND_BY_THROUGHPUT == registry.THROUGHPUT_CONSTRAINTS == ("throughput_plateau", "ladder_top")
     # the lane summaries the exporter's verdicts and the comparison read
     assert registry.LANE_SUMMARIES == (("decode_starvation", "starvation", "decode_ok"),
