@@ -38,7 +38,7 @@ from typing import IO, Any
 
 from testkit.net import wait_http
 
-__all__ = ["LOG_TAIL_CHARS", "ChildProcess", "LoopThread"]
+__all__ = ["LOG_TAIL_CHARS", "ChildProcess", "LoopThread", "cancel_pending"]
 
 LOG_TAIL_CHARS = 3000
 
@@ -139,6 +139,19 @@ class ChildProcess:
         self.stop()
 
 
+async def cancel_pending() -> None:
+    """What ``asyncio.run`` does before it closes its loop, for a loop a test runs by hand: every other task
+    still pending (a connection's handler the server left behind) cancelled and awaited, then one more turn
+    for the ``connection_lost`` callbacks their transports scheduled. Otherwise the loop closes over open
+    transports, and the garbage collector finds them during whichever later test it happens to run in, where
+    warnings are errors (``unclosed transport``)."""
+    pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    await asyncio.sleep(0)
+
+
 class LoopThread:
     """A server coroutine on its own event loop in a daemon thread: the in-process child of a synchronous test.
 
@@ -171,6 +184,7 @@ class LoopThread:
             if not self._ready.done():
                 self._ready.set_exception(exc)
         finally:
+            self.loop.run_until_complete(cancel_pending())
             self.loop.run_until_complete(self.loop.shutdown_asyncgens())
             self.loop.close()
             if not self._ready.done():

@@ -12,6 +12,7 @@ requests byte for byte.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Coroutine
@@ -24,6 +25,7 @@ from prometheus_client import CollectorRegistry
 from satbench.exporter.relay import RelayServer
 from satbench.exporter.relay_metrics import RelayMetrics
 from satbench.exporter.relay_observe import RelayTiming
+from testkit.process import cancel_pending
 
 __all__ = ["LoopThread", "RelayThread", "ReplayUpstream", "Reply", "Seen"]
 
@@ -42,6 +44,8 @@ class LoopThread:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
 
     def stop(self) -> None:
+        with contextlib.suppress(Exception):  # a loop already gone has nothing pending
+            self.call(cancel_pending(), timeout_s=10.0)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)
         self.loop.close()
