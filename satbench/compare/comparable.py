@@ -6,7 +6,8 @@ walked other rungs, differs by more than the deployment: its "regression" is the
 So the sides are checked first, lane by lane where both answer:
 
 - ``workload``: the lanes' fingerprints' ``workload.digest`` (the load generator's workload settings);
-- ``policy``: the documents' policies, and the fingerprints' ``policy.digest``;
+- ``policy``: the documents' policies, and the fingerprints' ``policy.digest`` (where the digests differ, the
+  values read as one policy with today's defaults are not a difference: a setting added since one run);
 - ``ladder``: the closed-loop rungs each side walked, where neither is a prefix of the other (a walk that
   stopped earlier at saturation is the same ladder).
 
@@ -21,7 +22,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
+from pydantic import ValidationError
+
 from satbench.answer.models import ChangeModel, LaneModel, RecommendationsDocument
+from satbench.answer.policy import Policy
 from satbench.core.fingerprint_compare import compare as compare_fingerprints
 from satbench.core.fingerprint_compare import describe_changes
 from satbench.core.lane_evidence import DigestedPart
@@ -54,6 +58,17 @@ def _values_differ(a: DigestedPart, b: DigestedPart) -> str:
     return "; ".join(f"{k} {va.get(k)} -> {vb.get(k)}" for k in keys[:3])
 
 
+def _one_policy(a: DigestedPart, b: DigestedPart) -> bool:
+    """Do two fingerprints' policy values say one policy, each read with today's defaults? A setting added to
+    the policy since one side was written is absent from its values and at its default (unset) in the other's:
+    that changes the digest, not the judgement (a run from before ``slo.tpot_p95_s`` against one after it).
+    Values that are no policy today (a setting since removed) are taken at their digest."""
+    try:
+        return Policy.model_validate(a.values) == Policy.model_validate(b.values)
+    except ValidationError:
+        return False
+
+
 def _rungs(lane: LaneModel) -> list[int]:
     return [s.concurrency for s in lane.steps if s.rate_rps is None and s.concurrency]
 
@@ -78,7 +93,7 @@ def differences(pairs: Iterable[tuple[str, LaneModel, LaneModel]], docs_a: Seque
         for part in _DIGESTED_PARTS:
             pa, pb = _part(lane_a, part), _part(lane_b, part)
             da, db = _digest(pa), _digest(pb)
-            if part not in found and da and db and da != db:
+            if part not in found and da and db and da != db and not (part == "policy" and _one_policy(pa, pb)):
                 values = _values_differ(pa, pb)
                 found[part] = f"lane {key}: {part} digest {da[:12]} -> {db[:12]}" + (f" ({values})" if values else "")
         ra, rb = _rungs(lane_a), _rungs(lane_b)

@@ -270,3 +270,19 @@ def test_the_rate_answer_is_compared_with_its_bracket(b_rate: tuple[float, list[
     b["lanes"]["a/dense"]["rate"] = _rate(*b_rate)
     lines = compare_documents(a, b).regressions()
     assert any(line.startswith("a/dense: rate answer 10 [10, 12] (settled) -> ") for line in lines) is dropped, lines
+
+
+def test_a_policy_setting_added_since_a_run_is_no_difference() -> None:
+    """A run written before a policy setting existed (its fingerprint's policy values lack it) against one
+    written after (the setting there at its default, null): the digests differ, the policy does not, so the
+    runs compare. A setting that differs in value is still refused."""
+    before = {"min_gain_per_doubling": 0.1, "slo": {"ttft_p95_s": 2.0, "itl_p95_s": 0.2}}
+    after = {"min_gain_per_doubling": 0.1, "slo": {"ttft_p95_s": 2.0, "itl_p95_s": 0.2, "tpot_p95_s": None}}
+    a, b = run_document(1), run_document(2)
+    a["lanes"]["a/dense"]["fingerprint"]["policy"] = _part(before)
+    b["lanes"]["a/dense"]["fingerprint"]["policy"] = _part(after)
+    assert a["lanes"]["a/dense"]["fingerprint"]["policy"]["digest"] != _part(after)["digest"]
+    assert compare_documents(a, b).allowed == ()
+    b["lanes"]["a/dense"]["fingerprint"]["policy"] = _part({**after, "slo": {**after["slo"], "tpot_p95_s": 0.1}})
+    with pytest.raises(NotComparable, match="differ in policy"):
+        compare_documents(a, b)
