@@ -51,7 +51,7 @@ from satbench.answer.models import (
     UndecidedModel,
     ValidityModel,
 )
-from satbench.answer.policy import Policy
+from satbench.answer.policy import SLO, Policy
 from satbench.answer.rate_analysis import RateAnswer
 from satbench.answer.trace_analysis import TraceAnswer
 from satbench.core.config_files import first_problem
@@ -225,13 +225,23 @@ def as_v2(document: Mapping[str, Any]) -> dict[str, Any]:
 
 def read_document(document: Mapping[str, Any] | RecommendationsDocument) -> RecommendationsDocument:
     """``document`` (v1 or v2, as JSON) validated once into the model every reader takes; a model as it is.
-    ``ValueError`` in one line naming the first field that is wrong (and how many more are)."""
+    Policy settings this reader does not know (a newer satbench's) are left out, so a document that grew by a
+    setting reads in an older reader, as a lane's added fields do. ``ValueError`` in one line naming the
+    first field that is wrong (and how many more are)."""
     if isinstance(document, RecommendationsDocument):
         return document
     if not isinstance(document, Mapping):
         raise ValueError(f"not a recommendations document: a JSON object is expected, not {type(document).__name__}")
+    data = as_v2(document)
+    policy = data.get("policy")
+    if isinstance(policy, Mapping):  # settings a newer writer added, which this reader does not know: read without
+        slo = policy.get("slo")  # them (the document grows by addition; the policy as configuration stays strict)
+        known = {k: v for k, v in policy.items() if k in Policy.model_fields}
+        if isinstance(slo, Mapping):
+            known["slo"] = {k: v for k, v in slo.items() if k in SLO.model_fields}
+        data = {**data, "policy": known}
     try:
-        model = RecommendationsDocument.model_validate(as_v2(document))
+        model = RecommendationsDocument.model_validate(data)
     except ValidationError as exc:
         raise ValueError(f"not a recommendations document: {first_problem(exc)}") from None
     model._schema_read = str(document.get("schema") or SCHEMA_ID)

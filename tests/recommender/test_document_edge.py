@@ -101,3 +101,15 @@ def test_the_store_validates_its_document_once_per_publish(tmp_path: Path) -> No
                                                            reason="slots")}))
     again = store.model()
     assert again is not first and again.lanes["dense"].status == "stale"
+
+
+def test_a_policy_setting_this_reader_does_not_know_is_read_without_it() -> None:
+    """A document a newer satbench wrote, whose policy has a setting this one lacks (at the top and in ``slo``),
+    reads: the document grows by addition, and an older reader must not refuse it (one did the first document
+    with ``slo.tpot_p95_s``: 'Extra inputs are not permitted'). The policy as configuration stays strict."""
+    raw = written()
+    newer = {**raw, "policy": {**raw["policy"], "a_later_setting": 3,
+                               "slo": {**raw["policy"]["slo"], "later_p99_s": 0.5}}}
+    assert read_document(newer).policy == read_document(raw).policy == Policy()
+    with pytest.raises(ValueError, match="a_later_setting"):
+        Policy.model_validate(newer["policy"])
