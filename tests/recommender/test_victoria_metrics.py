@@ -203,7 +203,8 @@ def test_the_same_document_from_either_store(stores: Stores) -> None:
     assert not differences, "\n".join(differences)
     # and the answer is the one the session itself gave (its recommender asked the live Prometheus)
     for key, lane in stores.session_doc["lanes"].items():
-        assert [lane[k] for k in ANSWER] == [prom["lanes"][key][k] for k in ANSWER], key
+        again = prom["lanes"][key]  # on a mismatch, say why the re-analysis answered as it did
+        assert [lane[k] for k in ANSWER] == [again[k] for k in ANSWER], (key, again["reason"], again["validity"])
 
 
 def test_a_path_prefixed_query_url_works(stores: Stores) -> None:
