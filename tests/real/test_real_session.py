@@ -50,7 +50,10 @@ def test_real_session_two_lanes(llama_server_binary: Path, tiny_models: dict[str
     recommendations = json.loads((run_dir / "recommendations.json").read_text())
     for lane in ("dense", "moe"):
         answer = recommendations["lanes"][lane]
-        assert answer["status"] in {"ok", "unsaturated", "insufficient_data", "degraded"}, answer
+        # undecided: a doubling's gain interval straddled the policy's gain, or a check could not decide, on
+        # a tiny model over a shared CPU (moe once, in a clean clone's make test-real): an answer with its reason
+        assert answer["status"] in {"ok", "unsaturated", "undecided", "insufficient_data", "degraded"}, (
+            answer["status"], answer["reason"], answer["recommended_concurrency"])
         assert [s["concurrency"] for s in answer["steps"]] == [1, 2, 4]
         assert answer["recommended_concurrency"] is not None or answer["reason"], answer
     lanes = recommendations["lanes"]
