@@ -65,7 +65,6 @@ UNKNOWN_SLOW_S, UNKNOWN_S = 5.0, 0.05
 # Files whose tests are long and share nothing wider than a test (checked at collection): one test per unit
 PER_TEST_FILES = frozenset({
     "tests/recommender/test_live_verdicts.py",
-    "tests/loadgen/test_chunked_wire.py",
     "tests/loadgen/test_prefill_walk.py",
     "tests/tune/test_tune_wire.py",
     "tests/tune/test_tune_control.py",

@@ -79,8 +79,10 @@ def walk(tmp_path: Path, k: int, api: str) -> tuple[list[StepFigures], list[tupl
 @pytest.mark.parametrize("k", [1, 2, 4, 8])
 @pytest.mark.parametrize("api", ["llamacpp", "openai-chat"])
 def test_same_engine_same_answer_at_one_to_eight_tokens_an_event(tmp_path: Path, api: str, k: int) -> None:
-    """Each framing on its own walk (one test each, so a parallel run spreads the eight walks): every one answers
-    the engine's truth, its 4 slots, so the answers are one."""
+    """Each framing on its own walk: every one answers the engine's truth, its 4 slots, so the answers are one.
+    The eight walks run one after another on one worker (the file is one parallel unit): spread over workers,
+    four ran at once and a client at one token an event read ITL p95 24.0 ms against the engine's 21.3 ms
+    emitted (a clean clone's make test), its lateness the ITL bracket does not hold."""
     steps, truth = walk(tmp_path, k, api)
     analysis = analyze_lane("dense", steps, POLICY)
     assert analysis.status == "ok", (k, analysis.reason)
