@@ -345,6 +345,15 @@ def _slo(constraint: str, what: str, tail: Tail, point: float | None, limit: flo
     return Violation(constraint, float(point), float(limit), f"{what} {point:.4g} > {limit:.4g}: {said}")
 
 
+def _missed(step: StepFigures, objective: str, judged: int, alpha: float) -> tuple[int, float] | None:
+    """A per-request p95 objective judged by the misses goodput counted (``objective_misses[objective]`` of the
+    ``judged`` requests): ``(misses, p)`` where significantly more than the 5 % a p95 allows missed it (the
+    binomial count test at ``alpha``), else ``None``."""
+    k = min(step.objective_misses.get(objective, 0), judged)
+    p = exceedance_p_value(k, judged, 0.95)
+    return (k, p) if p < alpha else None
+
+
 def ttft_limit(step: StepFigures, policy: Policy, lane: LaneBasis) -> Violation | None:
     """The TTFT objective (module docstring). One deadline (``slo.ttft_per_1k_prompt_s`` 0): its p95 against
     ``slo.ttft_p95_s`` (``_slo``). Deadlines that grow with the prompt (``core.objectives.Objectives.
@@ -366,10 +375,10 @@ def ttft_limit(step: StepFigures, policy: Policy, lane: LaneBasis) -> Violation 
             found.constraint, found.measured, found.limit,
             f"{found.detail}; the figures count no request against its own deadline ({rule}): judged against "
             f"ttft_p95_s alone, every deadline at its shortest")
-    k = min(step.objective_misses.get("ttft", 0), judged)
-    p = exceedance_p_value(k, judged, 0.95)
-    if not p < alpha:
+    missed = _missed(step, "ttft", judged, alpha)
+    if missed is None:
         return None
+    k, p = missed
     share = k / judged if judged else 0.0
     return Violation("slo_ttft", share, 0.05,
                      f"{k} of {judged} requests past their own TTFT deadline ({rule}): {share:.1%} > the 5 % a "
@@ -397,10 +406,10 @@ def tpot_limit(step: StepFigures, policy: Policy, lane: LaneBasis) -> Violation 
     judged = step.judged_requests
     if limit is None or point is None or not judged:
         return _above("slo_tpot", point, limit, "TPOT p95 (s)")
-    k = min(step.objective_misses.get("tpot", 0), judged)
-    p = exceedance_p_value(k, judged, 0.95)
-    if not p < 1 - policy.confidence:
+    missed = _missed(step, "tpot", judged, 1 - policy.confidence)
+    if missed is None:
         return None
+    k, p = missed
     return Violation("slo_tpot", float(point), float(limit),
                      f"TPOT p95 (s) {point:.4g} > {limit:.4g}: {k} of {judged} requests slower (p = {p:.2g})")
 

@@ -52,8 +52,9 @@ def policy_summary(report: RunReport) -> str:
     """The limits that decide an answer, in one line."""
     p = report.rules
     parts = [f"a doubling must gain {p.min_gain_per_doubling:.0%}"]
-    objectives = [(e.reading.figure, getattr(p.slo, e.reading.setting.removeprefix("policy.slo.")))
-                  for e in REGISTRY if e.kind == "slo"]  # each latency objective the registry declares
+    # each latency objective the registry declares (its reading's setting names its SLO field: the registry test)
+    objectives = [(e.reading.figure, getattr(p.slo, e.reading.setting.removeprefix("policy.slo."), None))
+                  for e in REGISTRY if e.kind == "slo"]
     for label, value in [*objectives, ("pause p99", p.slo.tbt_p99_s)]:
         if value is not None:
             parts.append(f"{label} <= {value * 1000:g} ms")

@@ -89,6 +89,8 @@ def test_every_entry_is_well_formed() -> None:
                 assert isinstance(node, dict) and part in node, f"{e.name}: {path}"
                 node = node[part]
         assert (e.judge is None) == (e.kind == "throughput"), e.name
+        if e.kind == "slo":  # the report's policy line reads an objective's value through its first reading
+            assert e.reading.setting.removeprefix("policy.slo.") in SLO.model_fields, e.name
         own = registry.entry(e.binds_as)
         assert own is not None and own.order == e.order, e.name
     listed = [e.listed for e in REGISTRY if e.listed is not None]
