@@ -23,12 +23,16 @@ VARIED: dict[str, Any] = {"output_tokens": {"kind": "lognormal", "median": 32, "
 
 
 def run_lane(profile: str, out: Path, *, ladder: list[int], seed: int, policy: Policy, extend: bool = False,
-             workload: dict[str, Any] | None = None, window_s: float = 5.0, **overrides: Any) -> dict[str, Any]:
-    """The recommendations document's entry for one lane (``overrides``: simulator flags, as ``batch``)."""
+             workload: dict[str, Any] | None = None, window_s: float = 5.0, drift_reference: bool = False,
+             **overrides: Any) -> dict[str, Any]:
+    """The recommendations document's entry for one lane (``overrides``: simulator flags, as ``batch``). The
+    drift check's re-measures (``ladder.drift_reference``) are asked for only by a case about drift: on a
+    two-rung ladder they are two rungs more."""
     with SimulatorProcess(profile, **overrides) as sim:
         config = LoadgenConfig.model_validate({
             "lanes": [{"name": "lane", "url": sim.url, "api": "llamacpp", "model": "sim"}],
-            "ladder": {"concurrency": ladder, "extend": extend, "max_concurrency": 16},
+            "ladder": {"concurrency": ladder, "extend": extend, "max_concurrency": 16,
+                       "drift_reference": drift_reference},
             "warmup_s": 0.5, "min_window_s": window_s, "max_window_s": window_s + 1.0,
             "min_requests": 4, "drain_timeout_s": 3.0, "progress": False, "metrics_port": None,
             "max_loop_lag_s": 1.0,

@@ -6,7 +6,7 @@ runtimes, a ladder walk: some 30 s on two cores). They read the one shared run t
 starts once (``SHARED_LANES``: every lane shape they inspect, a router node, a planted secret and, where
 VictoriaMetrics is installed, a remote-write store); a test that needs its own session (Ctrl-C, a failed
 start, an external node) starts one with ``start_session``/``run_session``. Settings are ``SHORT``: ladder
-1/2, 3 s windows, 2 requests a rung: plumbing and evidence, not accuracy.
+1/2, 3 s windows, 2 requests a rung, no drift re-measures: plumbing and evidence, not accuracy.
 
 ``DescendantWatcher`` records every descendant PID while the session runs (polled), so a test can check that
 none survives it (``survivors``).
@@ -55,6 +55,9 @@ SHORT = [
     "loadgen.ladder.concurrency=[1, 2]",
     "--set",
     "loadgen.ladder.extend=false",  # exactly the two rungs: the tests check the windows one by one
+    "--set",
+    # no re-measures for the drift check, which would double a two-rung walk; the shared session asks for them
+    "loadgen.ladder.drift_reference=false",
     "--set",
     "loadgen.warmup_s=0.5",
     "--set",

@@ -52,7 +52,8 @@ def shared_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedS
     with contextlib.ExitStack() as stack:
         store = stack.enter_context(VictoriaMetricsProcess()) if victoria_metrics_binary() else None
         remote = ["--set", f'prometheus.remote_write=["{store.write_url}"]'] if store is not None else []
-        run = run_session(tmp_path_factory.mktemp("shared-session"), "--set", SHARED_LANES, *remote,
+        run = run_session(tmp_path_factory.mktemp("shared-session"), "--set", SHARED_LANES,
+                          "--set", "loadgen.ladder.drift_reference=true", *remote,
                           env={PLANTED_KEY_ENV: PLANTED_SECRET})
         yield SharedSession(run, store)
 

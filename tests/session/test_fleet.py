@@ -78,6 +78,7 @@ def _toml_config(urls: dict[str, dict[str, str]], exporters: dict[str, str], pro
             "min_window_s = 3", "max_window_s = 3", "drain_timeout_s = 1", "min_requests = 2",
             "max_loop_lag_s = 0.5", "max_idle_share = 0.5",  # plumbing: a loaded machine voids no step
             "[loadgen.ladder]", "concurrency = [1, 2]", "extend = false",
+            "drift_reference = false",  # the fleet is the point: no re-measures (they would double the walk)
             "[policy]", *(f"{k} = {v}" for k, v in POLICY.items()), ""]
     for node in [*urls, "d"]:
         out += ["[[nodes]]", f'name = "{node}"', f'labels = {{ gpu = "{"sim-large" if node == "c" else "sim"}" }}']

@@ -11,6 +11,8 @@ min_window_s = 1.5
 max_window_s = 3.0
 min_requests = 10
 drain_timeout_s = 1.0
+[loadgen.ladder]
+drift_reference = false  # no re-measures for the drift check: two rungs more a candidate, and not tested here
 """
 
 PLUMBING_POLICY = """

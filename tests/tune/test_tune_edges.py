@@ -177,6 +177,8 @@ min_window_s = 1.5
 max_window_s = 2.0
 min_requests = 4
 drain_timeout_s = 1.0
+[loadgen.ladder]
+drift_reference = false  # no re-measures for the drift check: not tested here
 
 [policy]
 min_requests_per_step = 4

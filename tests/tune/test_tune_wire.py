@@ -38,6 +38,8 @@ min_window_s = 2.0
 max_window_s = 4.0
 min_requests = 10
 drain_timeout_s = 1.0
+[loadgen.ladder]
+drift_reference = false  # no re-measures for the drift check: two rungs more a candidate, and not tested here
 """
 
 
