@@ -11,18 +11,19 @@ was measured on and its ``validity`` against the live one, and ``nodes`` indexes
 node's labels. A session without nodes therefore reads as v1 did, key for key. ``as_v1`` is the v1 view for a
 consumer that has not moved (``GET /recommendations?schema=v1``): keyed by bare lane name, refused
 (``AmbiguousForV1``) where two nodes serve one name, so it is told, never handed one node's answer for
-another's. ``answers`` is how these views take the answers of the JSON of either version.
+another's.
 
 ``read_document`` is the one validation of a document a reader meets at its edge (a file, an HTTP body, the
-store's current document): v1 said in v2, then ``answer.models.RecommendationsDocument``; past it,
-readers (capabilities, the ``/metrics`` families, the report, compare, the tune) take attributes, never
-string keys. The builder dumps the analysis' models into JSON once, and the views below and the store
-transform that JSON, not a model: the served bytes are the JSON as built, and a model's dump would reorder
-it (``trace``, ``last_status``, ``age_s`` and ``tuned`` follow ``rate`` where they are added, while the model
-declares ``rate`` and ``trace`` last; a fleet run's ``shards`` is no field of the model, so a dump drops it; a
-fingerprint's keys do dump in the document's order: ``core.lane_evidence.FingerprintModel``), so the JSON
-stays the one serialised form and the model the one shape it is read in. A validity is laid over an answer
-as its model said it (``mark_changed`` takes the ``ValidityModel`` of ``recommender.validity``).
+store's current document): v1 said in v2 (``as_v2``, on the JSON), then
+``answer.models.RecommendationsDocument``. Past it everything takes the models: the builder (``lane_fragment``,
+``build_document``), the views below and the store (``recommender.store``) hold and transform
+``RecommendationsDocument`` and ``LaneModel``, never string keys. ``wire`` is the one serialisation, served and
+written: the fields in the models' order, each said where it was set, so an answer says ``drift``, ``rate``'s
+neighbours ``trace`` and ``prefill``, ``tuned``, ``partial``, ``last_status`` and ``age_s`` only where they
+were given, and a document ``shards`` only for a fleet run. (The models' full dump, every optional field as
+null, is what ``GET /runs/{id}`` and a session's ``recommendations.json`` say; its keys are in the same order.)
+A validity is laid over an answer as its model said it (``mark_changed`` takes the ``ValidityModel`` of
+``recommender.validity``).
 
 ``mark_stale`` turns a last good document into the one served while Prometheus is unreachable: every lane
 says ``stale`` and how old the answer is. ``mark_changed`` turns one answer stale because what it was
@@ -31,7 +32,6 @@ measured on changed (its validity names what).
 
 from __future__ import annotations
 
-import copy
 import math
 import time
 from collections.abc import Mapping
@@ -43,6 +43,8 @@ from satbench.answer.analysis import LaneAnalysis
 from satbench.answer.models import (
     DriftModel,
     KneeModel,
+    LaneModel,
+    NodeModel,
     PairModel,
     PrefillModel,
     RecommendationsDocument,
@@ -61,7 +63,6 @@ __all__ = [
     "SCHEMA_ID",
     "SCHEMA_V1",
     "AmbiguousForV1",
-    "answers",
     "as_v1",
     "as_v2",
     "build_document",
@@ -73,6 +74,7 @@ __all__ = [
     "node_index",
     "read_document",
     "unchecked",
+    "wire",
 ]
 
 SCHEMA_ID = "satbench.recommendations/v2"
@@ -101,11 +103,11 @@ def iso_utc(t: float) -> str:
 
 def lane_fragment(analysis: LaneAnalysis, *, run_id: str, measured_at: float | None,
                   where: Mapping[str, Any] | None = None, rate: RateAnswer | None = None,
-                  trace: TraceAnswer | None = None, prefill: PrefillModel | None = None) -> dict[str, Any]:
+                  trace: TraceAnswer | None = None, prefill: PrefillModel | None = None) -> LaneModel:
     """One answer. ``where``: the lane's ``node``, ``lane``, ``url``, ``fingerprint`` and ``validity``
-    (``recommender.run_analysis``); without it the node and name come from the key. ``trace``, the trace
-    answer, is said (``trace``, after ``rate``) only where the lane replayed a trace, so a document without one
-    reads byte for byte as before; ``prefill``, the peak prefill answer, likewise only where the run walked it."""
+    (``recommender.run_analysis``); without it the node and name come from the key. ``drift``, ``trace`` and
+    ``prefill`` are set (so said, ``wire``) only where the lane was checked for drift, replayed a trace or
+    walked the peak prefill, so a document without them reads byte for byte as before."""
     knee = analysis.knee
     pair = analysis.indistinguishable
     node, name = split_key(analysis.lane)
@@ -148,7 +150,7 @@ def lane_fragment(analysis: LaneAnalysis, *, run_id: str, measured_at: float | N
         fragment["trace"] = TraceModel.model_validate(trace.to_dict()).model_dump(mode="json")
     if prefill is not None:  # said only where the run walked it, as the trace
         fragment["prefill"] = prefill.model_dump(mode="json")
-    return fragment
+    return LaneModel.model_validate(json_safe(fragment))
 
 
 def build_document(
@@ -157,37 +159,47 @@ def build_document(
     generated_at: float,
     source: Mapping[str, Any],
     policy: Policy,
-    lanes: Mapping[str, dict[str, Any]],
+    lanes: Mapping[str, LaneModel],
     notes: list[str] | None = None,
     node_labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> dict[str, Any]:
-    """The whole document. ``lanes`` maps lane key to a ``lane_fragment``; ``node_labels`` each node's labels."""
-    return {
+    """The whole document, as JSON (``wire``). ``lanes`` maps lane key to its answer (``lane_fragment``);
+    ``node_labels`` each node's labels."""
+    document = RecommendationsDocument.model_validate({
         "schema": SCHEMA_ID,
         "generated_at": iso_utc(generated_at),
         "run_id": run_id,
         "source": dict(source),
         "policy": policy.model_dump(),
-        "nodes": node_index(lanes, node_labels),
-        "lanes": json_safe(dict(lanes)),
+        "nodes": {},
+        "lanes": {},
         "notes": list(notes or []),
         "stale": False,
         "age_s": None,
-    }
+    })
+    return wire(document.model_copy(update={"nodes": node_index(lanes, node_labels), "lanes": dict(lanes)}))
 
 
-def mark_stale(document: Mapping[str, Any], *, age_s: float, reason: str) -> dict[str, Any]:
-    """A copy of a last good document, served while its source is unreachable."""
-    stale = copy.deepcopy(dict(document))
-    stale["stale"] = True
-    stale["age_s"] = round(age_s, 3)
-    for lane in stale["lanes"].values():
-        if lane["status"] != "stale":  # already stale because its node changed: keep the status before
-            lane["last_status"] = lane["status"]
-        lane["status"] = "stale"
-        lane["reason"] = f"{reason}; serving the answer of {stale['generated_at']} ({age_s:.0f} s old)"
-        lane["age_s"] = round(age_s, 3)
-    return stale
+def wire(model: RecommendationsDocument | LaneModel, *, exclude: set[str] | None = None) -> dict[str, Any]:
+    """``model`` as JSON, as it is served and written: its fields in the model's order, each said where it was
+    set (read from a document, built, or marked), so an answer never checked for drift has no ``drift`` and
+    a document not cut into shards no ``shards``. The one serialisation of the document (``exclude``: fields
+    left out, for a view that says them otherwise)."""
+    return model.model_dump(mode="json", by_alias=True, exclude_unset=True, exclude=exclude)
+
+
+def mark_stale(document: RecommendationsDocument, *, age_s: float, reason: str) -> RecommendationsDocument:
+    """The last good ``document``, served while its source is unreachable: every answer stale (its status before
+    kept as ``last_status``), saying why and how old it is."""
+    age = round(age_s, 3)
+    said = f"{reason}; serving the answer of {document.generated_at} ({age_s:.0f} s old)"
+    lanes = {}
+    for key, lane in document.lanes.items():
+        update: dict[str, Any] = {"status": "stale", "reason": said, "age_s": age}
+        if lane.status != "stale":  # already stale because its node changed: keep the status before
+            update["last_status"] = lane.status
+        lanes[key] = lane.model_copy(update=update)
+    return document.model_copy(update={"stale": True, "age_s": age, "lanes": lanes})
 
 
 def unchecked(reason: str) -> dict[str, Any]:
@@ -195,19 +207,13 @@ def unchecked(reason: str) -> dict[str, Any]:
     return {"state": "unknown", "checked_at": None, "changes": [], "reason": reason}
 
 
-def node_index(lanes: Mapping[str, Mapping[str, Any]],
-               labels: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, Any]:
-    """``{node: {"labels": {...}, "lanes": [key, ...]}}`` over the answers ``lanes`` (keys sorted)."""
+def node_index(lanes: Mapping[str, LaneModel],
+               labels: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, NodeModel]:
+    """``{node: NodeModel(labels, lanes=[key, ...])}`` over the answers ``lanes`` (keys sorted)."""
     keys: dict[str, list[str]] = {}
     for key in sorted(lanes):
-        keys.setdefault(str(lanes[key].get("node") or split_key(key)[0] or LOCAL_NODE), []).append(key)
-    return {node: {"labels": dict((labels or {}).get(node) or {}), "lanes": keys[node]} for node in sorted(keys)}
-
-
-def answers(document: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """The answers of a v1 or v2 document by lane key (v1: the lane name is the key)."""
-    lanes = document.get("lanes")
-    return {str(k): v for k, v in lanes.items() if isinstance(v, dict)} if isinstance(lanes, dict) else {}
+        keys.setdefault(lanes[key].node or split_key(key)[0] or LOCAL_NODE, []).append(key)
+    return {node: NodeModel(labels=dict((labels or {}).get(node) or {}), lanes=keys[node]) for node in sorted(keys)}
 
 
 def as_v2(document: Mapping[str, Any]) -> dict[str, Any]:
@@ -215,12 +221,18 @@ def as_v2(document: Mapping[str, Any]) -> dict[str, Any]:
     fingerprint (its validity says why); a v2 document as it is."""
     if document.get("schema") != SCHEMA_V1:
         return dict(document)
-    lanes = {}
-    for key, lane in answers(document).items():
+    lanes: dict[str, dict[str, Any]] = {}
+    index: dict[str, list[str]] = {}
+    said = document.get("lanes")
+    for key, lane in (said.items() if isinstance(said, dict) else ()):
+        if not isinstance(lane, dict):
+            continue
         node, name = split_key(key)
         lanes[key] = {"node": node or LOCAL_NODE, "lane": name, "url": None, "model": None, "fingerprint": None,
                       "validity": unchecked("measured before answers carried a fingerprint (schema v1)"), **lane}
-    return {**document, "schema": SCHEMA_ID, "nodes": node_index(lanes), "lanes": lanes}
+        index.setdefault(node or LOCAL_NODE, []).append(key)
+    nodes = {node: {"labels": {}, "lanes": sorted(keys)} for node, keys in sorted(index.items())}
+    return {**document, "schema": SCHEMA_ID, "nodes": nodes, "lanes": lanes}
 
 
 def read_document(document: Mapping[str, Any] | RecommendationsDocument) -> RecommendationsDocument:
@@ -248,46 +260,42 @@ def read_document(document: Mapping[str, Any] | RecommendationsDocument) -> Reco
     return model
 
 
-def as_v1(document: Mapping[str, Any]) -> dict[str, Any]:
-    """The v1 view of a v2 document: lanes keyed by bare name, without the node index, statuses in v1's words.
+def as_v1(document: RecommendationsDocument) -> dict[str, Any]:
+    """The v1 view of ``document`` as JSON: lanes keyed by bare name, without the node index, statuses in v1's
+    words.
 
     ``AmbiguousForV1`` where two nodes serve one lane name: v1 has one answer per name, and handing a v1
     consumer one node's answer for a name it reads as the only one would break it silently."""
-    if document.get("schema") == SCHEMA_V1:
-        return dict(document)
     by_name: dict[str, list[str]] = {}
-    for key, lane in answers(document).items():
-        by_name.setdefault(str(lane.get("lane") or split_key(key)[1]), []).append(key)
+    for key, lane in document.lanes.items():
+        by_name.setdefault(lane.lane or split_key(key)[1], []).append(key)
     clashes = {name: keys for name, keys in by_name.items() if len(keys) > 1}
     if clashes:
         said = "; ".join(f"{name} on {', '.join(sorted(keys))}" for name, keys in sorted(clashes.items()))
         raise AmbiguousForV1(f"schema v1 keys answers by lane name alone, and several nodes serve one: {said}; "
                              f"read schema v2 ({SCHEMA_ID})")
-    lanes = {key: _v1_lane(lane) for key, lane in answers(document).items()}
-    out = {k: v for k, v in document.items() if k not in ("nodes", "lanes")}
+    out = wire(document, exclude={"nodes", "lanes"})
     out["schema"] = SCHEMA_V1
-    out["lanes"] = {name: lanes[keys[0]] for name, keys in sorted(by_name.items())}
+    out["lanes"] = {name: _v1_lane(document.lanes[keys[0]]) for name, keys in sorted(by_name.items())}
     return out
 
 
-def _v1_lane(lane: dict[str, Any]) -> dict[str, Any]:
+def _v1_lane(lane: LaneModel) -> dict[str, Any]:
     """An answer in v1's words: v1 has no ``undecided`` status, so such an answer is ``ok`` there with its
     reason (which says the doubling it rests on is undecided) and ``undecided`` kept beside it."""
-    if lane.get("status") == "undecided":
-        return {**lane, "status": "ok"}
-    if lane.get("last_status") == "undecided":
-        return {**lane, "last_status": "ok"}
-    return lane
+    if lane.status == "undecided":
+        return wire(lane.model_copy(update={"status": "ok"}))
+    if lane.last_status == "undecided":
+        return wire(lane.model_copy(update={"last_status": "ok"}))
+    return wire(lane)
 
 
-def mark_changed(lane: Mapping[str, Any], validity: ValidityModel) -> dict[str, Any]:
-    """A copy of answer ``lane`` with ``validity`` (as it was said: ``recommender.validity``); stale (its last
-    status kept) when what it was measured on changed, and back to its own status when it no longer differs."""
-    out = dict(lane)
-    out["validity"] = validity.model_dump(exclude_unset=True)
+def mark_changed(lane: LaneModel, validity: ValidityModel) -> LaneModel:
+    """Answer ``lane`` with ``validity`` (as it was said: ``recommender.validity``); stale (its last status kept)
+    when what it was measured on changed, and back to its own status when it no longer differs."""
+    update: dict[str, Any] = {"validity": validity}
     if validity.state == "changed":
-        if out.get("status") != "stale":
-            out["last_status"] = out.get("status")
-        out["status"] = "stale"
-        out["reason"] = f"measured on something else: {validity.reason}"
-    return out
+        if lane.status != "stale":
+            update["last_status"] = lane.status
+        update.update(status="stale", reason=f"measured on something else: {validity.reason}")
+    return lane.model_copy(update=update)

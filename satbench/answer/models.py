@@ -280,24 +280,24 @@ class LaneModel(BaseModel):
     knee: KneeModel | None = None
     indistinguishable: PairModel | None = None
     undecided: UndecidedModel | None = Field(None, description="the undecided doubling the answer rests on")
-    drift: DriftModel | None = Field(None, description="the drift check (core.drift): the node's speed at the "
-                                     "lane's end against its start; absent where nothing was checked")
     next_rung_constraints: list[Constraint] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     run_id: str
     measured_at: str | None
     steps: list[StepModel]
-    last_status: LaneStatus | None = Field(None, description="status before the answer went stale")
-    age_s: float | None = None
-    partial: str | None = Field(None, description="set where the answer comes from a run that did not finish "
-                                "(killed mid-walk, or cut short by a full disk): which run and why. Such an answer "
-                                "is served only where no complete run answers the lane")
-    tuned: TunedModel | None = Field(None, description="present where the answer comes from satbench tune")
     rate: RateModel | None = Field(None, description="the rate answer, where the run walked open-loop rates")
+    drift: DriftModel | None = Field(None, description="the drift check (core.drift): the node's speed at the "
+                                     "lane's end against its start; absent where nothing was checked")
     trace: TraceModel | None = Field(None, description="the trace answer, where the lane replayed a recorded "
                                                         "trace; absent otherwise")
     prefill: PrefillModel | None = Field(None, description="the peak prefill throughput, where the run walked it "
                                                            "(long prompts, one output token); absent otherwise")
+    tuned: TunedModel | None = Field(None, description="present where the answer comes from satbench tune")
+    partial: str | None = Field(None, description="set where the answer comes from a run that did not finish "
+                                "(killed mid-walk, or cut short by a full disk): which run and why. Such an answer "
+                                "is served only where no complete run answers the lane")
+    last_status: LaneStatus | None = Field(None, description="status before the answer went stale")
+    age_s: float | None = None
 
 
 class SourceModel(BaseModel):
@@ -309,6 +309,18 @@ class SourceModel(BaseModel):
 class NodeModel(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict, description="the node's labels (GPU class...)")
     lanes: list[str] = Field(description="the keys of its answers in ``lanes``")
+
+
+class ShardsModel(BaseModel):
+    """One fleet run's shards (``recommender.fleet_runs.FleetRun.summary``)."""
+
+    count: int = Field(description="how many shards the run was cut into")
+    fleet: str = Field(description="the digest of the fleet the shards were cut from")
+    reported: list[int] = Field(description="the shards whose runs were registered")
+    missing: dict[str, list[str]] = Field(description="shard index -> the lane keys it was to measure, for shards "
+                                                      "not reported")
+    failed: dict[str, str] = Field(description="shard index -> why its analysis failed")
+    partial: dict[str, str] = Field(description="shard index -> why its run did not finish")
 
 
 class RecommendationsDocument(BaseModel):
@@ -327,6 +339,9 @@ class RecommendationsDocument(BaseModel):
     notes: list[str] = Field(default_factory=list)
     stale: bool = False
     age_s: float | None = None
+    shards: dict[str, ShardsModel] | None = Field(
+        None, description="a fleet run's shards (core.shards), by run id: which reported, which did not and why; "
+                          "absent for a run that is not sharded")
     _schema_read: str = PrivateAttr(default="satbench.recommendations/v2")
 
     @property

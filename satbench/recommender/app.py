@@ -369,7 +369,7 @@ def _add_document_routes(app: FastAPI, settings: RecommenderSettings) -> None:
 
     @app.get("/recommendations/{lane:path}", response_model=LaneModel,
              responses={**_ERROR_DOC, 404: {"description": "no such lane"}})
-    async def recommendation_of_lane(lane: str, store: StoreDep) -> dict[str, Any]:
+    async def recommendation_of_lane(lane: str, store: StoreDep) -> LaneModel:
         """One answer by lane key: its name, or ``<node>/<lane>``."""
         return store.lane(lane)
 
@@ -425,8 +425,7 @@ def _add_run_routes(app: FastAPI, settings: RecommenderSettings, fingerprint_sou
             return RunInfo(run_id=run_id, registered_at=min(e.registered_at for e in shards),
                            analyzed=fleet is not None, reason="; ".join(e.reason for e in shards if e.reason) or None,
                            partial="; ".join(f"{entry_key(e.manifest)}: {e.partial}" for e in shards if e.partial)
-                           or None, manifest=shards[0].manifest.to_dict(),
-                           recommendations=None if fleet is None else RecommendationsDocument.model_validate(fleet))
+                           or None, manifest=shards[0].manifest.to_dict(), recommendations=fleet)
         doc = None if entry.document is None else RecommendationsDocument.model_validate(entry.document)
         return RunInfo(run_id=run_id, registered_at=entry.registered_at, analyzed=entry.document is not None,
                        reason=entry.reason, partial=entry.partial, manifest=entry.manifest.to_dict(),

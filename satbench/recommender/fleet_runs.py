@@ -28,6 +28,7 @@ from typing import Any
 
 from satbench.answer.analysis import analyze_lane
 from satbench.answer.document import lane_fragment, unchecked
+from satbench.answer.models import LaneModel, ShardsModel
 from satbench.answer.policy import Policy
 from satbench.core.manifest import RunManifest
 from satbench.core.shards import ShardStamp, shard_of
@@ -59,12 +60,12 @@ class FleetRun:
     missing: tuple[int, ...]
     partial: dict[int, str] = field(default_factory=dict)  # missing shards whose folder says they did not finish
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> ShardsModel:
         """The document's ``shards.<run_id>``."""
-        return {"count": self.stamp.count, "fleet": self.stamp.fleet, "reported": list(self.reported),
-                "missing": {str(i): self.stamp.share(i) for i in self.missing},
-                "failed": {str(i): why for i, why in self.failed.items()},
-                "partial": {str(i): why for i, why in self.partial.items()}}
+        return ShardsModel(count=self.stamp.count, fleet=self.stamp.fleet, reported=list(self.reported),
+                           missing={str(i): self.stamp.share(i) for i in self.missing},
+                           failed={str(i): why for i, why in self.failed.items()},
+                           partial={str(i): why for i, why in self.partial.items()})
 
     def _missing_why(self, i: int) -> str:
         said = f"shard {i}/{self.stamp.count} of run {self.run_id} has not reported"
@@ -167,15 +168,14 @@ def fleet_runs(entries: Sequence[ShardEntry]) -> list[FleetRun]:
 
 
 def missing_answers(runs: Iterable[FleetRun], answered: Mapping[str, Any], policy: Policy
-                    ) -> dict[str, dict[str, Any]]:
+                    ) -> dict[str, LaneModel]:
     """An answer saying so for each lane of a missing (or failed) shard that ``answered`` has no answer for."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, LaneModel] = {}
     for run in runs:
         for key, why in run.unanswered().items():
             if key in answered or key in out:
                 continue
             lane = lane_fragment(analyze_lane(key, [], policy), run_id=run.run_id, measured_at=None,
                                  where={"validity": unchecked(f"never measured: {why}")})
-            lane.update(status="insufficient_data", reason=f"not measured: {why}")
-            out[key] = lane
+            out[key] = lane.model_copy(update={"status": "insufficient_data", "reason": f"not measured: {why}"})
     return out

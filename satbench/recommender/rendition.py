@@ -29,7 +29,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from satbench.answer.document import AmbiguousForV1, as_v1, mark_stale, read_document
+from satbench.answer.document import AmbiguousForV1, as_v1, mark_stale, read_document, wire
 from satbench.answer.models import RecommendationsDocument
 from satbench.recommender.capabilities import capability_fragment
 
@@ -53,7 +53,7 @@ class Rendition:
     """One document in every served form. ``stale_reason`` set: the forms are templates with the age marked
     (``Served`` fills it in), or, where ``exact``, the document is marked stale whole at each age."""
 
-    document: dict[str, Any]  # the document as served fresh (stale: before marking)
+    document: RecommendationsDocument  # the document as served fresh (stale: before marking)
     stale_reason: str | None
     good_at: float  # when the answer was last computed: a stale document's age counts from here
     model: RecommendationsDocument
@@ -69,23 +69,25 @@ class Rendition:
         return self.stale_reason is not None
 
 
-def _forms(document: dict[str, Any]) -> tuple[RecommendationsDocument, bytes, bytes | None, str | None, bytes]:
-    model = read_document(document)
+def _forms(model: RecommendationsDocument) -> tuple[RecommendationsDocument, bytes, bytes | None, str | None,
+                                                   bytes]:
     try:
-        v1: bytes | None = _dumps(as_v1(document))
+        v1: bytes | None = _dumps(as_v1(model))
         refused = None
     except AmbiguousForV1 as exc:
         v1, refused = None, str(exc)
-    return model, _dumps(document), v1, refused, _dumps(capability_fragment(model))
+    return model, _dumps(wire(model)), v1, refused, _dumps(capability_fragment(model))
 
 
-def render(document: dict[str, Any], *, stale_reason: str | None, good_at: float) -> Rendition:
-    """Every form of ``document`` (pure, and slow for a large one: the store runs it in a worker thread);
-    ``stale_reason``: templates of the stale document, the age marked."""
+def render(document: RecommendationsDocument | dict[str, Any], *, stale_reason: str | None,
+           good_at: float) -> Rendition:
+    """Every form of ``document`` (pure, and slow for a large one: the store runs it in a worker thread; JSON
+    is read at its edge, ``read_document``); ``stale_reason``: templates of the stale document, the age marked."""
+    document = read_document(document)
     if stale_reason is None:
         model, v2, v1, refused, cut = _forms(document)
         return Rendition(document, None, good_at, model, v2, v1, refused, cut, _zip(v2))
-    if _MARK_INT in _dumps(document) or _MARK_INT in stale_reason.encode():
+    if _MARK_INT in _dumps(wire(document)) or _MARK_INT in stale_reason.encode():
         model, v2, v1, refused, cut = _forms(mark_stale(document, age_s=0.0, reason=stale_reason))
         return Rendition(document, stale_reason, good_at, model, v2, v1, refused, cut, None, exact=True)
     model, v2, v1, refused, cut = _forms(mark_stale(document, age_s=_MARK, reason=stale_reason))

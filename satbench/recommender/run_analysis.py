@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from satbench.answer.analysis import analyze_lane
 from satbench.answer.document import build_document, lane_fragment, mark_changed, unchecked
-from satbench.answer.models import TraceEvidenceModel, ValidityModel
+from satbench.answer.models import LaneModel, TraceEvidenceModel, ValidityModel
 from satbench.answer.policy import Policy, objectives_of
 from satbench.answer.prefill_analysis import prefill_answer
 from satbench.answer.rate_analysis import rate_answer
@@ -52,7 +52,7 @@ def document_from_figures(manifest: RunManifest, figures: dict[str, list[StepFig
                           live: Mapping[str, ValidityModel] | None = None) -> dict[str, Any]:
     """The document of ``manifest``'s lanes from their step figures; ``live`` is each answer's validity
     against its live fingerprint where it was checked (``recommender.validity``), by lane key."""
-    lanes: dict[str, dict[str, Any]] = {}
+    lanes: dict[str, LaneModel] = {}
     labels: dict[str, dict[str, str]] = {}
     for lane in manifest.lane_names():
         ends = [w.end for w in manifest.windows(lane)]
@@ -75,7 +75,8 @@ def document_from_figures(manifest: RunManifest, figures: dict[str, list[StepFig
                                     where=where, rate=rate, trace=lane_trace_answer(manifest, lane, steps, policy),
                                     prefill=prefill)
         if entry.unreachable and not ends:  # a fleet node that did not answer: never measured, and the answer says why
-            lanes[lane].update(status="insufficient_data", reason=f"not measured: {entry.unreachable}")
+            lanes[lane] = lanes[lane].model_copy(update={"status": "insufficient_data",
+                                                         "reason": f"not measured: {entry.unreachable}"})
         if live is not None and lane in live:
             lanes[lane] = mark_changed(lanes[lane], live[lane])
     return build_document(run_id=manifest.run_id, generated_at=generated_at, source=source, policy=policy,

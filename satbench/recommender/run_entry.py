@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from satbench.answer.document import read_document
-from satbench.answer.models import RecommendationsDocument
+from satbench.answer.models import LaneModel, RecommendationsDocument
 from satbench.core.manifest import RunManifest
 from satbench.core.shards import shard_key
 from satbench.recommender.errors import RecommenderError
@@ -116,20 +116,22 @@ class RunEntry:
         return (self.measured_at(), self.order)
 
 
-def served_answers(entries: list[RunEntry]) -> dict[str, tuple[RunEntry, dict[str, Any]]]:
+def served_answers(entries: list[RunEntry]) -> dict[str, tuple[RunEntry, LaneModel]]:
     """Per lane key, the answer served and the run it comes from: among ``entries``' documents, the one
     that ranks highest; a partial run's marked so."""
-    chosen: dict[str, tuple[tuple[bool, float, int], RunEntry, Any]] = {}
+    chosen: dict[str, tuple[tuple[bool, float, int], RunEntry, LaneModel]] = {}
     for entry in entries:
-        assert entry.document is not None
-        for key, answer in entry.document["lanes"].items():
+        model = entry.read()
+        assert model is not None
+        for key, answer in model.lanes.items():
             rank = entry.lane_rank(key)
             if key not in chosen or chosen[key][0] < rank:
                 chosen[key] = (rank, entry, answer)
     out = {}
     for key, (_, entry, answer) in chosen.items():
         why = entry.partial
-        marked = answer if why is None else {**answer, "partial": f"run {entry_key(entry.manifest)}: {why}"}
+        marked = answer if why is None else answer.model_copy(
+            update={"partial": f"run {entry_key(entry.manifest)}: {why}"})
         out[key] = (entry, marked)
     return out
 
@@ -143,7 +145,7 @@ def shard_entries(entries: list[RunEntry]) -> list[ShardEntry]:
     return out
 
 
-def partial_notes(entries: Iterable[RunEntry], served: Mapping[str, tuple[RunEntry, dict[str, Any]]]) -> list[str]:
+def partial_notes(entries: Iterable[RunEntry], served: Mapping[str, tuple[RunEntry, LaneModel]]) -> list[str]:
     """A note per partial run of ``entries``: why, and which of its answers ``served`` holds (the newest
     ``PARTIAL_NOTES`` named one by one, the count of the rest; ``GET /runs`` lists every one)."""
     partial = sorted((e for e in entries if e.partial is not None), key=lambda e: e.sort_key)

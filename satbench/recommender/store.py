@@ -54,8 +54,8 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
-from satbench.answer.document import mark_changed, mark_stale, node_index
-from satbench.answer.models import RecommendationsDocument, ValidityModel
+from satbench.answer.document import SCHEMA_ID, mark_changed, mark_stale, node_index, wire
+from satbench.answer.models import LaneModel, RecommendationsDocument, ValidityModel
 from satbench.core.manifest import RUN_ID_PATTERN, RunManifest, read_manifest
 from satbench.recommender.errors import (
     BadInput,
@@ -98,14 +98,14 @@ class RecommendationStore:
         self._clock = clock
         self._runs: dict[str, RunEntry] = {}
         self._dirs: dict[str, Path] = {}  # run folders registered one by one (add_run_dir)
-        self._current: dict[str, Any] | None = None
+        self._current: RecommendationsDocument | None = None
         self._rendered: Rendition | None = None  # every served form of _current (None with it)
         self._served: Served | None = None  # the rendition at the age served last
         self._ahead: Served | None = None  # a stale rendition at the next second's age, made ahead (prepare_ages)
         self.builds: Counter[str] = Counter()  # "render": whole documents serialised; "age": stale ages filled
         self._good_at: float | None = None
         self._stale_reason: str | None = None
-        self._merged: dict[str, Any] | None = None  # the newest answers merged, before validity
+        self._merged: RecommendationsDocument | None = None  # the newest answers merged, before validity
         self._serving: dict[str, str] = {}  # lane key -> the key of the run its served answer comes from
         self._validity: dict[str, ValidityModel] = {}
         self.validity_checked_at: float | None = None  # the latest validity tick (set_validity)
@@ -182,7 +182,7 @@ class RecommendationStore:
                     found.append(self.run(path.parent.name))
         return sorted(found, key=lambda e: entry_key(e.manifest))
 
-    async def fleet_run(self, run_id: str) -> tuple[list[RunEntry], dict[str, Any] | None]:
+    async def fleet_run(self, run_id: str) -> tuple[list[RunEntry], RecommendationsDocument | None]:
         """Fleet run ``run_id``: its shards (each analysed unless it is, or failed recently) and the document of
         their answers together, with its missing shards said (``recommender.fleet_runs``); ``UnknownRun`` where
         no shard of it is registered."""
@@ -191,25 +191,21 @@ class RecommendationStore:
             raise UnknownRun(f"no run {run_id!r} is registered")
         for entry in shards:
             await self.ensure_analyzed(entry_key(entry.manifest))
-        docs = [e.document for e in shards if e.document is not None]
-        if not docs:
+        read = [model for e in shards if (model := e.read()) is not None]
+        if not read:
             return shards, None
-        doc = dict(docs[-1])
-        lanes: dict[str, Any] = {}
+        lanes: dict[str, LaneModel] = {}
         labels: dict[str, dict[str, str]] = {}
-        read = [(e.document, e.read()) for e in shards if e.document is not None]
-        for one, model in read:
-            lanes.update(one["lanes"])
-            if model is not None and "nodes" in one:  # a v1 document (no index) says no labels
-                labels.update({n: dict(i.labels) for n, i in model.nodes.items()})
-        newest = read[-1][1]
-        assert newest is not None
+        for model in read:
+            lanes.update(model.lanes)
+            labels.update(_labels(model))
+        newest = read[-1]
         runs = fleet_runs(shard_entries(shards))
         lanes.update(missing_answers(runs, lanes, newest.policy))
-        doc.update(run_id=run_id, lanes={k: lanes[k] for k in sorted(lanes)}, nodes=node_index(lanes, labels),
-                   shards={r.run_id: r.summary() for r in runs},
-                   notes=[*newest.notes, *(n for r in runs if (n := r.note()))])
-        return shards, doc
+        return shards, newest.model_copy(update={
+            "run_id": run_id, "nodes": node_index(lanes, labels), "lanes": {k: lanes[k] for k in sorted(lanes)},
+            "notes": [*newest.notes, *(n for r in runs if (n := r.note()))],
+            "shards": {r.run_id: r.summary() for r in runs}})
 
     @property
     def run_count(self) -> int:
@@ -320,33 +316,29 @@ class RecommendationStore:
         if not entries:
             return
         base = next((e for e in reversed(entries) if e.partial is None), entries[-1])  # the newest complete run
-        newest = base.document
-        assert newest is not None
-        merged = dict(newest)
-        served = served_answers(entries)
-        self._serving = {key: entry_key(entry.manifest) for key, (entry, _) in served.items()}
-        lanes: dict[str, Any] = {key: answer for key, (_, answer) in served.items()}
-        labels: dict[str, dict[str, str]] = {}
-        for entry in entries:
-            assert entry.document is not None
-            model = entry.read()
-            if model is not None and "nodes" in entry.document:  # a v1 document (no index) says no labels
-                labels.update({node: dict(info.labels) for node, info in model.nodes.items()})
         read = base.read()
         assert read is not None
+        served = served_answers(entries)
+        self._serving = {key: entry_key(entry.manifest) for key, (entry, _) in served.items()}
+        lanes: dict[str, LaneModel] = {key: answer for key, (_, answer) in served.items()}
+        labels: dict[str, dict[str, str]] = {}
+        for entry in entries:
+            model = entry.read()
+            assert model is not None
+            labels.update(_labels(model))
         notes = list(read.notes)
+        update: dict[str, Any] = {}
         runs = self._fleet_gaps()
         if runs:
             lanes.update(missing_answers(runs, lanes, read.policy))
-            merged["shards"] = {r.run_id: r.summary() for r in runs}
+            update["shards"] = {r.run_id: r.summary() for r in runs}
             notes += [n for r in runs if (n := r.note())]
         notes += partial_notes(self._runs.values(), served)
         if notes != read.notes:
-            merged["notes"] = notes
-        merged["lanes"] = {lane: lanes[lane] for lane in sorted(lanes)}
-        if "nodes" in newest or any("nodes" in (e.document or {}) for e in entries):
-            merged["nodes"] = node_index(merged["lanes"], labels)
-        await self._publish(merged, stale_reason=failure, good_at=self._clock())
+            update["notes"] = notes
+        update["lanes"] = {lane: lanes[lane] for lane in sorted(lanes)}
+        update["nodes"] = node_index(lanes, labels)
+        await self._publish(read.model_copy(update=update), stale_reason=failure, good_at=self._clock())
 
     def _fleet_gaps(self) -> list[FleetRun]:
         """Per fleet, its newest run's shards that did not report, or failed, among the runs registered."""
@@ -368,9 +360,9 @@ class RecommendationStore:
             if merged is None:
                 self._validity = validity
                 return
-            current = dict(merged)
-            current["lanes"] = {key: mark_changed(lane, validity[key]) if key in validity else lane
-                                for key, lane in merged["lanes"].items()}
+            current = merged.model_copy(update={"lanes": {
+                key: mark_changed(lane, validity[key]) if key in validity else lane
+                for key, lane in merged.lanes.items()}})
             when = good_at if good_at is not None else self._clock()
             rendition = await asyncio.to_thread(render, current, stale_reason=stale_reason, good_at=when)
             self.builds["render"] += 1
@@ -378,9 +370,9 @@ class RecommendationStore:
             self._current, self._rendered, self._served = current, rendition, None
 
     # -- validity ----------------------------------------------------------------------------------
-    def answers_to_check(self) -> dict[str, dict[str, Any]]:
+    def answers_to_check(self) -> dict[str, LaneModel]:
         """The merged answers (before validity), by key: what the validity tick compares."""
-        return dict(self._merged["lanes"]) if self._merged is not None else {}
+        return dict(self._merged.lanes) if self._merged is not None else {}
 
     async def set_validity(self, validity: Mapping[str, ValidityModel], *, checked_at: float | None = None) -> bool:
         """Lays each answer's validity over the served document; True when some answer's state changed.
@@ -458,8 +450,9 @@ class RecommendationStore:
         if rendition is None:
             raise self._nothing()
         if rendition.stale_reason is None:
-            return rendition.document
-        return mark_stale(rendition.document, age_s=float(self._age_s(rendition)), reason=rendition.stale_reason)
+            return wire(rendition.document)
+        return wire(mark_stale(rendition.document, age_s=float(self._age_s(rendition)),
+                               reason=rendition.stale_reason))
 
     def model(self) -> RecommendationsDocument:
         """The served document as the model its readers take (``/metrics``), validated once per publish (a
@@ -485,16 +478,24 @@ class RecommendationStore:
         """The served document's capability fragment (``recommender.capabilities.capability_fragment``)."""
         return self.served().capabilities()
 
-    def lane(self, lane: str) -> dict[str, Any]:
+    def lane(self, lane: str) -> LaneModel:
         rendition = self._rendered
         if rendition is None:
             raise self._nothing()
-        lanes = rendition.document["lanes"]
+        lanes = rendition.document.lanes
         if lane not in lanes:
             known = ", ".join(sorted(lanes)) or "none"
             raise UnknownLane(f"no lane {lane!r} in the current recommendations (lanes: {known})")
         if rendition.stale_reason is None:
-            return dict(lanes[lane])
-        one = mark_stale({**rendition.document, "lanes": {lane: lanes[lane]}}, age_s=float(self._age_s(rendition)),
-                         reason=rendition.stale_reason)
-        return dict(one["lanes"][lane])
+            return lanes[lane]
+        one = mark_stale(rendition.document.model_copy(update={"lanes": {lane: lanes[lane]}}),
+                         age_s=float(self._age_s(rendition)), reason=rendition.stale_reason)
+        return one.lanes[lane]
+
+
+def _labels(document: RecommendationsDocument) -> dict[str, dict[str, str]]:
+    """Each node's labels, as ``document`` says them: a v1 document (read in v2) indexes no labels, so it says
+    none rather than empty ones over another run's."""
+    if document.schema_read != SCHEMA_ID:
+        return {}
+    return {node: dict(info.labels) for node, info in document.nodes.items()}

@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from satbench.answer.document import iso_utc, unchecked
-from satbench.answer.models import ValidityModel, said
+from satbench.answer.models import LaneModel, ValidityModel, said
 from satbench.core.fingerprint_compare import assess
 from satbench.core.fingerprint_labels import from_info_labels
 from satbench.core.fingerprint_signature import MAC_LABEL, node_key, signed_since, verify
@@ -131,9 +131,11 @@ class _Measured(BaseModel):
     fingerprint: FingerprintModel | None = None
 
 
-def measured_fingerprints(answers: Mapping[str, Mapping[str, Any]]) -> dict[str, FingerprintModel | None]:
-    """The fingerprint each answer (a lane of the document, by key) was measured on, validated."""
-    return {key: _Measured.model_validate(answer).fingerprint for key, answer in answers.items()}
+def measured_fingerprints(answers: Mapping[str, LaneModel | Mapping[str, Any]]
+                          ) -> dict[str, FingerprintModel | None]:
+    """The fingerprint each answer (a lane of the document, by key; as JSON, validated) was measured on."""
+    return {key: answer.fingerprint if isinstance(answer, LaneModel) else _Measured.model_validate(answer).fingerprint
+            for key, answer in answers.items()}
 
 
 async def check_answers(client: PromQLClient, fingerprints: Mapping[str, FingerprintModel | None], *,

@@ -40,7 +40,8 @@ declare them in this order, which is the JSON's)::
 ``tuned_document`` writes each tuned lane's ``tuned`` block (``answer.models.TunedModel``) into its
 winner's ``recommendations.json`` and gathers those answers into the tune's own: it validates each winner's
 document through ``answer.document.read_document`` (the recommendations document's edge) and, as the
-recommender's own store does, transforms the JSON the walk wrote, so the answer keeps its bytes.
+recommender's own store does, holds the models and writes them in their one serialisation
+(``answer.document.wire``), so the answer keeps its bytes with ``tuned`` beside them.
 """
 
 from __future__ import annotations
@@ -51,8 +52,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from satbench.answer.document import answers, node_index, read_document
-from satbench.answer.models import TunedCandidateModel, TunedModel
+from satbench.answer.document import node_index, read_document, wire
+from satbench.answer.models import LaneModel, RecommendationsDocument, TunedCandidateModel, TunedModel
 from satbench.answer.policy import Policy
 from satbench.core.manifest import write_json_atomic
 from satbench.tune.answer import Choice, Comparison, pareto
@@ -225,10 +226,9 @@ def tuned_document(doc: TuneDocument, tune_dir: Path) -> dict[str, Any] | None:
     ``recommendations.json``) with the ``tuned`` block beside it; the same block is written into the winner's
     folder, so ``satbench serve <winner folder>`` serves the tuned answer. None when no lane has a winner.
     A winner's document that is missing or does not validate (``read_document``) leaves its lane out."""
-    lanes: dict[str, Any] = {}
+    lanes: dict[str, LaneModel] = {}
     labels: dict[str, dict[str, str]] = {}
-    base: dict[str, Any] | None = None
-    notes: list[str] = []
+    base: RecommendationsDocument | None = None
     for name, lane in doc.lanes.items():
         block = tuned_block(lane, doc.tune_id)
         winner = lane.winner
@@ -237,24 +237,23 @@ def tuned_document(doc: TuneDocument, tune_dir: Path) -> dict[str, Any] | None:
         folder = Path(winner.folder) if winner.folder else tune_dir / "candidates" / name / winner.id
         path = folder / "recommendations.json"
         try:
-            walked = json.loads(path.read_text(encoding="utf-8"))
-            model = read_document(walked)
+            walked = read_document(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, ValueError):
             continue
-        answer = answers(walked).get(name)  # the JSON the walk wrote, transformed in place (module docstring)
-        if answer is None or name not in model.lanes:
+        answer = walked.lanes.get(name)
+        if answer is None:
             continue
-        answer["tuned"] = block.model_dump(mode="json")  # in the order the tune always wrote it
-        write_json_atomic(path, walked)
+        answer = answer.model_copy(update={"tuned": block})
+        write_json_atomic(path, wire(walked.model_copy(update={"lanes": {**walked.lanes, name: answer}})))
         lanes[name] = answer
-        for node, info in model.nodes.items():
+        for node, info in walked.nodes.items():
             labels.setdefault(node, dict(info.labels))
         if base is None:
-            base, notes = walked, list(model.notes)
+            base = walked
     if base is None:
         return None
-    if "nodes" in base:  # the index of every tuned lane's node (each winner's walk indexes its own)
-        base = {**base, "nodes": node_index(lanes, labels)}
-    return {**base, "run_id": doc.tune_id, "generated_at": doc.generated_at, "lanes": lanes,
-            "notes": [*notes, "satbench tune: each lane's answer is its winning candidate's walk "
-                      "(lanes.<lane>.run_id), its settings under lanes.<lane>.tuned"]}
+    # the index of every tuned lane's node (each winner's walk indexes its own)
+    return wire(base.model_copy(update={
+        "run_id": doc.tune_id, "generated_at": doc.generated_at, "nodes": node_index(lanes, labels), "lanes": lanes,
+        "notes": [*base.notes, "satbench tune: each lane's answer is its winning candidate's walk "
+                  "(lanes.<lane>.run_id), its settings under lanes.<lane>.tuned"]}))

@@ -181,7 +181,10 @@ def _scrape_together(server_url: str, clients: int, each: int) -> tuple[list[Sam
 def test_sixteen_scrapers_cost_the_node_one_read_per_max_age(counting_runtime: tuple[FixtureRuntime, str],
                                                               max_age_s: float) -> None:
     runtime, url = counting_runtime
-    server, collector = _exporter(url, max_age_s)
+    # the read budget is not what is counted here: with sharing off, 16 scrapers' 64 reads at once on a loaded
+    # machine (a parallel suite) once took past 0.5 s, and that scrape said the runtime down
+    budget_s = 5.0
+    server, collector = _exporter(url, max_age_s, budget_s=budget_s)
     try:
         runtime.requests.clear()
         got, took = _scrape_together(server.url, clients=16, each=5)
@@ -198,7 +201,7 @@ def test_sixteen_scrapers_cost_the_node_one_read_per_max_age(counting_runtime: t
     assert all(1 <= counts[p] <= most for p in NODE_PATHS), (counts, took)
     shared = [g for g in got if g["exporter_read_shared", ()] == 1]
     assert len(shared) >= 80 - most
-    assert all(g["exporter_read_age_seconds", ()] <= max_age_s + 0.5 + 0.1 for g in got)  # plus one read
+    assert all(g["exporter_read_age_seconds", ()] <= max_age_s + budget_s + 0.1 for g in got)  # plus one read
     assert all(g["exporter_scrape_duration_seconds", ()] >= 0 for g in got)
 
 

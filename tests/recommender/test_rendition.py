@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from satbench.answer.document import AmbiguousForV1, as_v1, mark_stale, node_index
+from satbench.answer.document import AmbiguousForV1, as_v1, mark_stale, node_index, read_document, wire
 from satbench.core.manifest import RunManifest
 from satbench.recommender import rendition
 from satbench.recommender.capabilities import capability_fragment
@@ -34,18 +34,18 @@ def dumps(value: Any) -> bytes:
 def test_each_stale_form_at_an_age_is_the_document_marked_stale_whole(age: int) -> None:
     doc = document()
     served = Served(render(doc, stale_reason=REASON, good_at=1.0), age)
-    whole = mark_stale(doc, age_s=float(age), reason=REASON)
-    assert served.v2() == dumps(whole)
+    whole = mark_stale(read_document(doc), age_s=float(age), reason=REASON)
+    assert served.v2() == dumps(wire(whole))
     assert served.v1() == dumps(as_v1(whole))
     assert served.capabilities() == dumps(capability_fragment(whole))
-    assert gzip.decompress(served.gzip()) == dumps(whole)
+    assert gzip.decompress(served.gzip()) == dumps(wire(whole))
     zipped_off_loop = Served(served.rendition, age)
 
     async def twice() -> tuple[bytes, bytes]:  # two polls at once share one compression
         return await asyncio.gather(zipped_off_loop.gzip_async(), zipped_off_loop.gzip_async())
 
     first, second = asyncio.run(twice())
-    assert first is second and gzip.decompress(first) == dumps(whole)
+    assert first is second and gzip.decompress(first) == dumps(wire(whole))
     assert served.model().age_s == age and served.model().lanes["dense"].status == "stale"
 
 
@@ -53,7 +53,7 @@ def test_a_fresh_rendition_serves_its_own_bytes_and_says_why_v1_cannot() -> None
     doc = document(("dense",))
     lane = doc["lanes"]["dense"]
     doc["lanes"] = {"n1/dense": {**lane, "node": "n1"}, "n2/dense": {**lane, "node": "n2"}}  # one name, two nodes
-    doc["nodes"] = node_index(doc["lanes"])
+    doc["nodes"] = {node: info.model_dump() for node, info in node_index(read_document(doc).lanes).items()}
     served = Served(render(doc, stale_reason=None, good_at=1.0), None)
     assert served.v2() == dumps(doc) and served.v2() is served.v2()
     assert gzip.decompress(served.gzip()) == dumps(doc)
@@ -69,5 +69,5 @@ def test_a_document_holding_the_marker_is_rendered_whole_with_the_same_bytes() -
     r = render(doc, stale_reason=REASON, good_at=1.0)
     assert r.exact
     served = Served(r, 42)
-    whole = mark_stale(doc, age_s=42.0, reason=REASON)
+    whole = wire(mark_stale(read_document(doc), age_s=42.0, reason=REASON))
     assert served.v2() == dumps(whole) and planted in served.v2().decode()

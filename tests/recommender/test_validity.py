@@ -9,8 +9,16 @@ from typing import Any
 
 import pytest
 
-from satbench.answer.document import SCHEMA_ID, SCHEMA_V1, AmbiguousForV1, answers, as_v1, mark_changed, node_index
-from satbench.answer.models import ChangeModel, ValidityModel
+from satbench.answer.document import (
+    SCHEMA_ID,
+    SCHEMA_V1,
+    AmbiguousForV1,
+    as_v1,
+    mark_changed,
+    node_index,
+    read_document,
+)
+from satbench.answer.models import ChangeModel, LaneModel, ValidityModel
 from satbench.core.fingerprint import node_fingerprint
 from satbench.core.fingerprint_labels import info_labels
 from satbench.recommender.prometheus_source import VectorSample
@@ -39,8 +47,10 @@ def _answer(node: str, lane: str, slots: int = 4, status: str = "ok") -> dict[st
 
 
 def _document(lanes: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    index = node_index({key: LaneModel.model_validate(lane) for key, lane in lanes.items()})
     return {"schema": SCHEMA_ID, "run_id": "r", "generated_at": "2026-12-01T00:00:00Z",
-            "source": {"kind": "prometheus"}, "policy": {}, "lanes": lanes, "nodes": node_index(lanes)}
+            "source": {"kind": "prometheus"}, "policy": {}, "lanes": lanes,
+            "nodes": {node: info.model_dump() for node, info in index.items()}}
 
 
 def _series(key: str, fp: dict[str, Any]) -> VectorSample:
@@ -78,22 +88,22 @@ def test_live_series_are_matched_to_lane_keys_by_node_and_lane() -> None:
 
 def test_the_v1_view_is_said_where_it_can_be_and_refused_where_it_cannot() -> None:
     lanes = {"dense": _answer("local", "dense"), "moe": _answer("local", "moe")}
-    v1 = as_v1(_document(lanes))
+    v1 = as_v1(read_document(_document(lanes)))
     assert v1["schema"] == SCHEMA_V1 and set(v1["lanes"]) == {"dense", "moe"} and "nodes" not in v1
     fleet = _document({"a/dense": _answer("a", "dense"), "b/dense": _answer("b", "dense"),
                        "b/moe": _answer("b", "moe")})
-    assert set(answers(fleet)) == {"a/dense", "b/dense", "b/moe"}
+    assert set(read_document(fleet).lanes) == {"a/dense", "b/dense", "b/moe"}
     assert fleet["nodes"] == {"a": {"labels": {}, "lanes": ["a/dense"]},
                               "b": {"labels": {}, "lanes": ["b/dense", "b/moe"]}}
     with pytest.raises(AmbiguousForV1, match="dense on a/dense, b/dense"):
-        as_v1(fleet)
+        as_v1(read_document(fleet))
 
 
 def test_a_changed_answer_is_stale_and_comes_back_when_the_node_does() -> None:
-    answer = _answer("a", "dense")
+    answer = LaneModel.model_validate(_answer("a", "dense"))
     changed = mark_changed(answer, ValidityModel(state="changed", reason="settings.slots 4 -> 2"))
-    assert changed["status"] == "stale" and changed["last_status"] == "ok" and "4 -> 2" in changed["reason"]
-    assert answer["status"] == "ok"  # the answer itself is untouched: the store lays validity over a copy
+    assert changed.status == "stale" and changed.last_status == "ok" and "4 -> 2" in (changed.reason or "")
+    assert answer.status == "ok"  # the answer itself is untouched: the store lays validity over a copy
 
 
 def test_the_store_serves_validity_and_turns_exactly_the_changed_answer_stale() -> None:
@@ -140,10 +150,13 @@ def test_the_store_serves_validity_and_turns_exactly_the_changed_answer_stale() 
 def test_a_run_folder_from_before_fleets_is_served_in_v2() -> None:
     from satbench.answer.document import as_v2
 
-    old = {"schema": SCHEMA_V1, "run_id": "r", "lanes": {"dense": {"status": "ok", "recommended_concurrency": 4}}}
+    measured = {k: v for k, v in _answer("local", "dense").items() if k not in ("node", "lane", "fingerprint",
+                                                                                  "validity")}
+    old = {"schema": SCHEMA_V1, "run_id": "r", "generated_at": "2026-12-01T00:00:00Z",
+           "source": {"kind": "prometheus"}, "policy": {}, "lanes": {"dense": measured}}
     new = as_v2(old)
     lane = new["lanes"]["dense"]
     assert new["schema"] == SCHEMA_ID and new["nodes"] == {"local": {"labels": {}, "lanes": ["dense"]}}
     assert (lane["node"], lane["lane"], lane["recommended_concurrency"]) == ("local", "dense", 4)
     assert lane["fingerprint"] is None and lane["validity"]["state"] == "unknown"
-    assert as_v1(new)["lanes"]["dense"]["recommended_concurrency"] == 4
+    assert as_v1(read_document(new))["lanes"]["dense"]["recommended_concurrency"] == 4
