@@ -37,10 +37,11 @@ run: venv system-deps
 	$(BIN)/satbench run $(ARGS)
 
 ## The default test suite: unit, wire (loopback), real Prometheus and session tests. No GPU, no model download.
-## Four workers (pytest-xdist) on two cores: the tests mostly wait on windows and children, not on the CPU
-## (at two workers the CPUs were busy a third of the time). Each test file runs whole on one worker, and every
-## test of the shared session on one, longest first (tests/conftest.py).
-TEST_WORKERS ?= 4
+## Five workers (pytest-xdist) on two cores: the tests mostly wait on windows and children, not on the CPU
+## (at two workers the CPUs were busy a third of the time, at four two thirds, at five three quarters). Each
+## test file runs whole on one worker, and every test of the shared session on one, longest first
+## (tests/conftest.py).
+TEST_WORKERS ?= 5
 test: venv system-deps
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 

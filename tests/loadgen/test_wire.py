@@ -25,9 +25,10 @@ FAST = {"warmup_s": 0.3, "min_window_s": 1.0, "max_window_s": 2.0, "min_requests
         "workload": {"output_tokens": {"kind": "fixed", "value": 12}, "prompt_tokens": {"value": 16}}}
 
 
-def config(url: str, api: str = "llamacpp", ladder: list[int] | None = None, **extra: Any) -> LoadgenConfig:
+def config(url: str, api: str = "llamacpp", ladder: list[int] | None = None, *, drift_reference: bool = True,
+           **extra: Any) -> LoadgenConfig:
     data = {**FAST, "lanes": [{"name": "dense", "url": url, "api": api, "model": "tiny"}],
-            "ladder": {"concurrency": ladder or [1, 2]}, **extra}
+            "ladder": {"concurrency": ladder or [1, 2], "drift_reference": drift_reference}, **extra}
     return LoadgenConfig.model_validate(data)
 
 

@@ -1,5 +1,5 @@
 """``satbench run --dataset FILE --trace FILE`` end to end on the simulator: a ShareGPT sample drives the closed
-ladder's users, then the dense lane replays 20 s of the Mooncake sample at 1x and 8x, and the trace answer
+ladder's users, then the dense lane replays 10 s of the Mooncake sample at 1x and 8x, and the trace answer
 ("this node takes N x the recorded traffic") reaches the document, the report, ``satbench capabilities`` and
 its Prometheus text, with the evidence of which files it is for.
 
@@ -28,11 +28,11 @@ SAMPLES = ROOT / "examples" / "traces"
 @pytest.mark.slow
 def test_a_dataset_and_trace_session_answers_the_recorded_traffic_everywhere(tmp_path: Path) -> None:
     trace_file, dataset_file = SAMPLES / "mooncake_sample.jsonl", SAMPLES / "sharegpt_sample.json"
-    trace, dataset = read_trace(trace_file).window(0.0, 20.0), read_dataset(dataset_file)
+    trace, dataset = read_trace(trace_file).window(0.0, 10.0), read_dataset(dataset_file)
     config = tmp_path / "dense.toml"
     config.write_text('[[lanes]]\nname = "dense"\nruntime = "simulator"\nprofile = "dense"\n')
     run = run_session(tmp_path / "runs", "--config", str(config), "--dataset", str(dataset_file),
-                      "--dataset-sample", "8", "--trace", str(trace_file), "--trace-length", "20",
+                      "--dataset-sample", "8", "--trace", str(trace_file), "--trace-length", "10",
                       "--speed-factor", "1", "--speed-factor", "8", "--set", "loadgen.trace.max_factor=8",
                       "--set", "loadgen.trace.search_steps=0", "--set", "loadgen.ladder.concurrency=[1, 2]",
                       "--set", "loadgen.ladder.extend=false", "--set", "loadgen.min_window_s=3",
@@ -45,7 +45,7 @@ def test_a_dataset_and_trace_session_answers_the_recorded_traffic_everywhere(tmp
     lane = json.loads((run_dir / "recommendations.json").read_text())["lanes"]["dense"]
     assert lane["recommended_concurrency"] is not None  # the dataset's conversations answered a concurrency
     answer = lane["trace"]
-    assert answer["trace"]["sha256"] == trace.sha256 and answer["trace"]["window"]["length_s"] == 20.0
+    assert answer["trace"]["sha256"] == trace.sha256 and answer["trace"]["window"]["length_s"] == 10.0
     assert answer["recorded_rate_rps"] == pytest.approx(trace.rate_rps)
     assert sorted(p["speed_factor"] for p in answer["curve"]) == [1.0, 8.0]
     if answer["status"] == "none":
@@ -60,7 +60,7 @@ def test_a_dataset_and_trace_session_answers_the_recorded_traffic_everywhere(tmp
 
     html = (run_dir / "report.html").read_text()
     assert "Recorded traffic" in html and trace.sha256 in html and "mooncake_sample.jsonl" in html
-    assert "the recorded traffic of mooncake_sample.jsonl (window 0-20 s" in html
+    assert "the recorded traffic of mooncake_sample.jsonl (window 0-10 s" in html
     assert "speed factor (x the recorded traffic)" in html  # the figure's axis
     assert "Open-loop rates" not in html  # trace rungs are not rate rungs
 

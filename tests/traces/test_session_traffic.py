@@ -31,9 +31,9 @@ def _lane(tmp_path: Path) -> Path:
 @pytest.mark.slow
 def test_a_trace_session_replays_the_trace_at_its_factors(tmp_path: Path) -> None:
     sample = SAMPLES / "mooncake_sample.jsonl"
-    trace = read_trace(sample).window(0.0, 20.0)
+    trace = read_trace(sample).window(0.0, 10.0)
     run = run_session(tmp_path / "runs", "--config", str(_lane(tmp_path)), "--trace", str(sample),
-                      "--trace-length", "20", "--speed-factor", "1", "--speed-factor", "8",
+                      "--trace-length", "10", "--speed-factor", "1", "--speed-factor", "8",
                       "--set", "loadgen.trace.max_factor=8", "--set", "loadgen.trace.search_steps=0",
                       "--set", "loadgen.min_window_s=3", "--set", "loadgen.arrival.warmup_s=2", timeout_s=240)
     assert run.returncode == 0, run.stderr[-3000:]
