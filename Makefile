@@ -42,11 +42,11 @@ run: venv system-deps
 	$(BIN)/satbench run $(ARGS)
 
 ## The default test suite: unit, wire (loopback), real Prometheus and session tests. No GPU, no model download.
-## Five workers (pytest-xdist) on two cores: the tests mostly wait on windows and children, not on the CPU
-## (at two workers the CPUs were busy a third of the time, at four two thirds, at five three quarters). Each
-## test file runs whole on one worker, and every test of the shared session on one, longest first
+## Six workers (pytest-xdist) on two cores: the tests mostly wait on windows and children, not on the CPU
+## (at two workers the CPUs were busy a third of the time, at four two thirds, at six nine tenths). Each test
+## file runs whole on one worker, and every test of the shared session on one, longest first
 ## (tests/conftest.py).
-TEST_WORKERS ?= 5
+TEST_WORKERS ?= 6
 test: venv system-deps
 	$(BIN)/python -m compileall -q satbench testkit
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
