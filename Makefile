@@ -45,12 +45,11 @@ run: venv system-deps
 ## Five workers (pytest-xdist) on two cores: the tests mostly wait on windows and children, not on the CPU
 ## (at two workers the CPUs were busy a third of the time, at four two thirds, at five four fifths; six were no
 ## faster on a clean clone, CPU-bound). Each test file runs whole on one worker, and every test of the shared
-## session on one, longest first (tests/conftest.py). Compiled once before the workers start: satbench and
-## testkit, and the test modules' assert rewriting (one collection; each worker then reads it from the cache).
+## session on one, longest first (tests/conftest.py). satbench and testkit are compiled once before the workers
+## start (a collection before them, for the rewritten asserts, cost more than it saved).
 TEST_WORKERS ?= 5
 test: venv system-deps
 	$(BIN)/python -m compileall -q satbench testkit
-	$(BIN)/python -m pytest -q --collect-only -p no:cacheprovider $(PYTEST_ARGS) >/dev/null
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 ## Records each parallel unit's seconds in tests/unit_seconds.json, the order `make test` hands units out
