@@ -54,7 +54,7 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
-from satbench.answer.document import SCHEMA_ID, mark_changed, mark_stale, node_index, wire
+from satbench.answer.document import mark_changed, mark_stale, wire
 from satbench.answer.models import LaneModel, RecommendationsDocument, ValidityModel
 from satbench.core.manifest import RUN_ID_PATTERN, RunManifest, read_manifest
 from satbench.recommender.errors import (
@@ -66,7 +66,8 @@ from satbench.recommender.errors import (
     UnknownLane,
     UnknownRun,
 )
-from satbench.recommender.fleet_runs import FleetRun, check_join, fleet_runs, missing_answers, stamp_of
+from satbench.recommender.fleet_runs import FleetRun, check_join, fleet_runs, stamp_of
+from satbench.recommender.merge import merged_document
 from satbench.recommender.rendition import Rendition, Served, render
 from satbench.recommender.run_entry import (
     Analyzer,
@@ -195,17 +196,9 @@ class RecommendationStore:
         if not read:
             return shards, None
         lanes: dict[str, LaneModel] = {}
-        labels: dict[str, dict[str, str]] = {}
         for model in read:
             lanes.update(model.lanes)
-            labels.update(_labels(model))
-        newest = read[-1]
-        runs = fleet_runs(shard_entries(shards))
-        lanes.update(missing_answers(runs, lanes, newest.policy))
-        return shards, newest.model_copy(update={
-            "run_id": run_id, "nodes": node_index(lanes, labels), "lanes": {k: lanes[k] for k in sorted(lanes)},
-            "notes": [*newest.notes, *(n for r in runs if (n := r.note()))],
-            "shards": {r.run_id: r.summary() for r in runs}})
+        return shards, merged_document(read[-1], read, lanes, fleet_runs(shard_entries(shards)), run_id=run_id)
 
     @property
     def run_count(self) -> int:
@@ -320,25 +313,10 @@ class RecommendationStore:
         assert read is not None
         served = served_answers(entries)
         self._serving = {key: entry_key(entry.manifest) for key, (entry, _) in served.items()}
-        lanes: dict[str, LaneModel] = {key: answer for key, (_, answer) in served.items()}
-        labels: dict[str, dict[str, str]] = {}
-        for entry in entries:
-            model = entry.read()
-            assert model is not None
-            labels.update(_labels(model))
-        notes = list(read.notes)
-        update: dict[str, Any] = {}
-        runs = self._fleet_gaps()
-        if runs:
-            lanes.update(missing_answers(runs, lanes, read.policy))
-            update["shards"] = {r.run_id: r.summary() for r in runs}
-            notes += [n for r in runs if (n := r.note())]
-        notes += partial_notes(self._runs.values(), served)
-        if notes != read.notes:
-            update["notes"] = notes
-        update["lanes"] = {lane: lanes[lane] for lane in sorted(lanes)}
-        update["nodes"] = node_index(lanes, labels)
-        await self._publish(read.model_copy(update=update), stale_reason=failure, good_at=self._clock())
+        models = [model for e in entries if (model := e.read()) is not None]
+        merged = merged_document(read, models, {key: answer for key, (_, answer) in served.items()},
+                                 self._fleet_gaps(), notes=partial_notes(self._runs.values(), served))
+        await self._publish(merged, stale_reason=failure, good_at=self._clock())
 
     def _fleet_gaps(self) -> list[FleetRun]:
         """Per fleet, its newest run's shards that did not report, or failed, among the runs registered."""
@@ -491,11 +469,3 @@ class RecommendationStore:
         one = mark_stale(rendition.document.model_copy(update={"lanes": {lane: lanes[lane]}}),
                          age_s=float(self._age_s(rendition)), reason=rendition.stale_reason)
         return one.lanes[lane]
-
-
-def _labels(document: RecommendationsDocument) -> dict[str, dict[str, str]]:
-    """Each node's labels, as ``document`` says them: a v1 document (read in v2) indexes no labels, so it says
-    none rather than empty ones over another run's."""
-    if document.schema_read != SCHEMA_ID:
-        return {}
-    return {node: dict(info.labels) for node, info in document.nodes.items()}
