@@ -135,7 +135,8 @@ REGISTRY: tuple[Entry, ...] = (
     Entry("prefill_starvation", "prefill_starvation", 6, "check", {
         "": Reading("worst wait over its FIFO admission bound", "ratio", "policy.max_admission_wait_ratio"),
         "absolute": Reading("longest wait for a first token", "s", "policy.prefill_wait_max_s"),
-    }, ("policy.max_admission_wait_ratio", "policy.prefill_wait_max_s", "policy.min_queued_requests"),
+    }, ("policy.max_admission_wait_ratio", "policy.min_admission_overrun_s", "policy.prefill_wait_max_s",
+        "policy.min_queued_requests"),
           prefill_check, listed=6, summary=("starvation", "prefill_ok"), label="prefill starved"),
     Entry("fairness", "fairness", 7, "check", {
         "": Reading("worst user's wait or slowest user's pace ratio", "ratio",

@@ -22,7 +22,9 @@ The judgments (definitions of the figures in ``core.step_figures``; the reasons 
   any CPU, where a ratio to the step is not (a CPU's 3 ms step makes a 256-token chunk's 90 ms hold 30x).
 - ``prefill_starvation``: a request that found every slot busy waited past the bound FIFO admission puts on
   it, from the slots that actually freed after it arrived (``core.admission``), by more than
-  ``max_admission_wait_ratio``; censored waits (requests still waiting when last seen) count as what they
+  ``max_admission_wait_ratio`` and by more than a felt wait (``min_admission_overrun_s``, 0.1 s: a FIFO
+  admission whose bound was a few tens of ms, late by a loaded host's wake-up, is no request passed over,
+  which waits a whole release more); censored waits (requests still waiting when last seen) count as what they
   are, lower bounds.
 - ``fairness``: users served nothing in the window while their requests waited past their FIFO bound; or
   users' waits (censored ones included) differ *significantly* (permutation log-rank, ``fairness_alpha``)
@@ -249,8 +251,11 @@ def prefill_check(step: StepFigures, policy: Policy, lane: LaneBasis) -> Check:
     wait, bound = step.admission_wait_max_s or 0.0, step.admission_wait_bound_s or 0.0
     said = (f"{step.admission_overruns} requests waited past their FIFO bound ({queued} found every slot busy); the "
             f"worst waited {wait:.3g} s against {bound:.3g} s ({ratio:.2f}x, limit {limit:g}x)")
-    if ratio > limit:
+    if ratio > limit and wait - bound > policy.min_admission_overrun_s:
         return Check("flagged", ratio, limit, said)
+    if ratio > limit:  # past the ratio by less than a felt wait: a late wake-up, not a request passed over
+        said += f"; {wait - bound:.3g} s past it, under policy.min_admission_overrun_s " \
+                f"{policy.min_admission_overrun_s:g} s"
     if queued < policy.min_queued_requests:
         return Check("insufficient_data", ratio, limit, f"{said}; policy needs {policy.min_queued_requests} queued")
     return Check("ok", ratio, limit, said)

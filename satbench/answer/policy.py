@@ -91,6 +91,11 @@ class Policy(BaseModel):
     # prefill starvation (admission against the FIFO bound)
     max_admission_wait_ratio: float = _f(1.5, "largest queued request's wait over the bound FIFO admission "
                                               "implies (timing slack above 1)", ge=1)
+    min_admission_overrun_s: float = _f(
+        0.1, "least wait past the FIFO bound that counts as prefill starvation, seconds: a shorter overrun is "
+             "not felt (0.1 s, as min_pause_excess_s) and is what a loaded host's late wake-up adds to a FIFO "
+             "admission whose bound was a few tens of ms; a request passed over waits a whole release more",
+        ge=0)
     min_queued_requests: int = _f(3, "queued requests a rung needs for a prefill-starvation verdict", ge=1)
     prefill_wait_max_s: float | None = _f(None, "absolute bound on the longest wait for a first token, seconds "
                                                 "(null: unchecked)", gt=0)

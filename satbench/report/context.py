@@ -61,7 +61,8 @@ def policy_summary(report: RunReport) -> str:
     parts.append(f"errors <= {p.max_error_ratio:.0%}")
     if p.jain_min is not None:
         parts.append(f"Jain >= {p.jain_min:g}")
-    parts.append(f"queued wait <= {p.max_admission_wait_ratio:g}x the FIFO bound")
+    parts.append(f"queued wait <= {p.max_admission_wait_ratio:g}x the FIFO bound "
+                 f"(or {p.min_admission_overrun_s * 1000:g} ms past it)")
     parts.append(f"users' wait/pace within {p.max_user_wait_ratio:g}x/{p.max_user_itl_ratio:g}x")
     return ", ".join(parts)
 

@@ -200,11 +200,13 @@ def _admission(ax: Axes, lane: LaneReport, steps: list[StepFigures], conc: list[
     _setup_axis(ax, conc, "Prefill admission (prefill starvation)", "ms")
     waits = _values(steps, "admission_wait_max_s")
     limits = [math.nan if s.admission_wait_bound_s is None
-              else s.admission_wait_bound_s * policy.max_admission_wait_ratio * 1000 for s in steps]
+              else max(s.admission_wait_bound_s * policy.max_admission_wait_ratio,
+                       s.admission_wait_bound_s + policy.min_admission_overrun_s) * 1000 for s in steps]
     ax.plot(conc, _values(steps, "queue_s.p95"), "--.", color="tab:gray", label="queue wait p95")
     ax.plot(conc, waits, "-o", color="tab:blue", label="wait most over its FIFO bound")
     ax.plot(conc, limits, "-.", marker="_", markersize=14, markeredgewidth=2, color="tab:red", linewidth=1.2,
-            label=f"its limit: FIFO bound x {policy.max_admission_wait_ratio:g}")
+            label=f"its limit: FIFO bound x {policy.max_admission_wait_ratio:g}, "
+                  f"+{policy.min_admission_overrun_s * 1000:g} ms at least")
     if not _known(waits):
         slots = "" if lane.slots is None else f" (c <= {lane.slots} slots)"
         ax.text(0.5, 0.5, f"no rung queued requests{slots}", transform=ax.transAxes, ha="center",

@@ -106,6 +106,11 @@ def test_stable_interval_keeps_a_step_usable() -> None:
         (8, {}, "prefill_starvation", "ok"),
         (8, {"admission_wait_max_s": 5.0, "admission_overrun_max_ratio": 4.2, "admission_overruns": 3},
          "prefill_starvation", "flagged"),  # waited 4.2x its own FIFO bound
+        # 1.8x a 60 ms bound is 48 ms past it: a late wake-up on a loaded host, not a request passed over
+        (8, {"admission_wait_max_s": 0.108, "admission_wait_bound_s": 0.06, "admission_overrun_max_ratio": 1.8,
+             "admission_overruns": 1}, "prefill_starvation", "ok"),
+        (8, {"admission_wait_max_s": 0.54, "admission_wait_bound_s": 0.3, "admission_overrun_max_ratio": 1.8,
+             "admission_overruns": 1}, "prefill_starvation", "flagged"),  # 0.24 s past it: felt
         (8, {"queued_requests": 2}, "prefill_starvation", "insufficient_data"),
         (8, {"admission_overrun_max_ratio": None}, "prefill_starvation", "insufficient_data"),  # no bound told
         (8, {"users_starved": 2}, "fairness", "flagged"),  # served nothing while passed over
