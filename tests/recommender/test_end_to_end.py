@@ -4,13 +4,14 @@ about the run when it ends (``POST /runs``).
 
 The recommended concurrency of each lane must equal the one the simulator's analytic capacity
 (``/sim/truth``) implies under the same policy (the same ``analyze_lane`` walk over the analytic points),
-and the two lanes must get different answers. Workload: 64 prompt and 32 output tokens, ladder 1, 2, 4, 8.
-Analytic throughput (tok/s) of that workload at real speed: dense 220, 407, 712, 712 (4 slots: saturated
-at 4); moe 72, 105, 142, 177 (gains +46 %, +35 %, +25 % per doubling: still paying at 8). Under the default
+and the two lanes must get different answers. Workload: 64 prompt and 64 output tokens, ladder 1, 2, 4, 8.
+Analytic throughput (tok/s) of that workload at real speed: dense 224, 424, 765, 765 (4 slots: saturated
+at 4); moe 85, 121, 159, 195 (gains +42 %, +31 %, +23 % per doubling: still paying at 8). Under the default
 policy (10 % per doubling) the answers are dense 4 (``throughput_plateau``) and moe 8 (``ladder_top``).
-32 output tokens, not 16: at c=4 a slot idles while its user turns round between requests, which c=8 hides,
-so the measured dense 4 -> 8 doubling gains the turnaround's share of a request; with 16 tokens (0.10 s a
-request) a loaded machine (six test workers) read +8 % against the 10 % threshold, with 32 (0.18 s) half that.
+64 output tokens (0.34 s a request at c=4): at c=4 a slot idles while its user turns round between requests,
+which c=8 hides, so the measured dense 4 -> 8 doubling gains the turnaround's share of a request. A loaded
+machine's turnaround was 10-25 ms: with 16 tokens (0.10 s) it read +8 % against the 10 % threshold, with 32
+(0.18 s) +9.6 % [+7.1 %, +12.2 %] once in CI (undecided); with 64 it is under half the threshold.
 Known limits, both measured: (1) on a heavily loaded machine the simulator's steps and the client's SSE
 handling slow down, so measured throughput falls below the analytic one (moe c=2 measured 66 tok/s by
 the exact records against 83 analytic at load average ~4 on 2 cores; the answer still held); (2) the load
@@ -58,7 +59,7 @@ from tests.recommender.server import serve
 
 REPO = Path(__file__).resolve().parents[2]
 LADDER = [1, 2, 4, 8]
-PROMPT_TOKENS, OUTPUT_TOKENS = 64, 32
+PROMPT_TOKENS, OUTPUT_TOKENS = 64, 64
 # the capacity curve is the point: the moe profile's prefills hold its decodes ~10x their step (every prompt
 # activates most experts), which the default policy calls decode starvation; judged by time alone here
 POLICY = Policy(slo=SLO(itl_p95_s=1.0, tbt_p99_s=1.0), max_pause_ratio=None)
