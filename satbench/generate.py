@@ -14,8 +14,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-__all__ = ["GENERATORS", "REPO_ROOT", "artefacts", "dashboard_artefacts", "drift", "main", "schema_artefacts",
-           "write_all"]
+__all__ = ["GENERATORS", "REPO_ROOT", "artefacts", "dashboard_artefacts", "drift", "keda_example_artefacts", "main",
+           "schema_artefacts", "write_all"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,7 +32,30 @@ def schema_artefacts() -> dict[str, str]:
     return {SCHEMA_PATH.relative_to(REPO_ROOT).as_posix(): render_schema()}
 
 
-GENERATORS: list[Callable[[], dict[str, str]]] = [dashboard_artefacts, schema_artefacts]
+KEDA_EXAMPLE = "deploy/kubernetes/examples/keda/scaledobjects.yaml"
+KEDA_COMMAND = ("--file", "docs/recommendations-sample.json", "--format", "keda", "--namespace", "satbench",
+                "--scale-target", "dense=StatefulSet/llamacpp", "--auth-ref", "satbench-store-reader")
+
+
+def keda_example_artefacts() -> dict[str, str]:
+    """The KEDA example's ScaledObjects: what ``satbench capabilities`` prints for the sample document (JSON is
+    YAML), so a change of the sample moves the example with it."""
+    import contextlib
+    import io
+
+    from satbench.recommender import capabilities_cli
+
+    parser = argparse.ArgumentParser()
+    capabilities_cli.configure(parser)
+    args = parser.parse_args([str(REPO_ROOT / a) if a.startswith("docs/") else a for a in KEDA_COMMAND])
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        if capabilities_cli.main(args) != 0:
+            raise RuntimeError(f"satbench capabilities {' '.join(KEDA_COMMAND)} failed")
+    return {KEDA_EXAMPLE: out.getvalue()}
+
+
+GENERATORS: list[Callable[[], dict[str, str]]] = [dashboard_artefacts, schema_artefacts, keda_example_artefacts]
 
 
 def artefacts() -> dict[str, str]:
