@@ -168,7 +168,8 @@ def measured_rung(engine: OpenEngine, process: str, rate: float, seed: int | str
             else:
                 wait = min(r.first, now) - r.sent
                 pending.append((r.sent, wait, r.first > now and wait > deadline))
-        look = rate_look(done, pending, start, now, rate, target=target, capacity_rps=capacity_rps)
+        look = rate_look(done, pending, start, now, rate, target=target, capacity_rps=capacity_rps,
+                         early=now < start + max_window_s)
         if look.verdict != "undecided" or now >= start + max_window_s:
             break
         now = min(start + max_window_s, start + 1.5 * (now - start))

@@ -69,9 +69,9 @@ from dataclasses import dataclass
 from satbench.core.figures import StepFigures
 from satbench.core.statistics import MeanEstimate, batch_mean_estimate, t_quantile, wilson_interval
 
-__all__ = ["AttainmentEstimate", "RateVerdict", "attainment_estimate", "backlog_growth", "capacity_bound",
-           "pass_growth", "rate_look", "rate_verdict", "score_interval", "step_attainment", "step_growth",
-           "step_steady", "warmup_cut"]
+__all__ = ["EARLY_LOOK_CONFIDENCE", "AttainmentEstimate", "RateVerdict", "attainment_estimate", "backlog_growth",
+           "capacity_bound", "pass_growth", "rate_look", "rate_verdict", "score_interval", "step_attainment",
+           "step_growth", "step_steady", "warmup_cut"]
 
 MAX_BINS = 64
 _NORMAL_DOF = 1e12  # Student's quantile this far out is the normal one
@@ -79,6 +79,12 @@ PER_BIN = 4.0
 BACKLOG_SAMPLES = 64
 PASS_SAMPLES = 32
 GROWTH_MARGIN = 0.1  # a look passes a rate only where its backlog's growth is shown below this share of it
+# A look before the window's limit decides at three standard errors (Haybittle 1971, Peto et al. 1976): a rung
+# looked at up to seven times and stopped at the first look whose 95 % interval cleared the target reported
+# intervals that held the long-run attainment in 88.7 % of the datasheet's rungs (416, seed 1), and 91.8 % where
+# every rung ran to its limit; the limit's look keeps the nominal level, and the early looks add at most
+# 0.27 % each to the chance that a stop was wrong
+EARLY_LOOK_CONFIDENCE = 0.9973
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,7 +318,8 @@ def pass_growth(times: Sequence[tuple[float, float]], start: float, end: float,
 
 def rate_look(done: Sequence[tuple[float, float, float, bool]], pending: Sequence[tuple[float, float, bool]],
               start: float, now: float, rate: float, *, target: float, confidence: float = 0.95,
-              capacity_rps: float | None = None, cut: bool = True, period: float | None = None) -> RateVerdict:
+              capacity_rps: float | None = None, cut: bool = True, period: float | None = None,
+              early: bool = False) -> RateVerdict:
     """A look at a rate rung still running. ``done`` holds each ended request of the rung (its warm-up too) as
     ``(intended send, wait, end, attained)``, ``pending`` each one still in flight as ``(intended send, wait
     so far, already missed)`` (its TTFT deadline passed without a token); the wait is to the first token, or
@@ -322,7 +329,10 @@ def rate_look(done: Sequence[tuple[float, float, float, bool]], pending: Sequenc
     The verdict's ``start`` is where the window began. ``cut=False`` (a trace rung: its schedule is not
     stationary, and its warm-up is traffic before the window, ``loadgen.trace_step``) keeps the window from
     ``start`` and asks nothing of its steadiness (``steady`` ``None``); with the schedule's ``period`` (a trace
-    rung's pass) the backlog's growth is ``pass_growth``'s, not yet told before the window holds a pass."""
+    rung's pass) the backlog's growth is ``pass_growth``'s, not yet told before the window holds a pass.
+    ``early``: a look before the window's limit, which ends the rung where it decides: it decides at
+    ``EARLY_LOOK_CONFIDENCE`` (Haybittle-Peto), so that stopping at the first look that clears the target does
+    not turn the reported interval's 95 % into less."""
     settled = warmup_cut([(t, w) for t, w, _, _ in done] + [(t, w) for t, w, _ in pending]) if cut \
         else WarmupCut(None, None)
     begin = max(start, settled.at) if settled.at is not None and settled.steady else start
@@ -336,7 +346,8 @@ def rate_look(done: Sequence[tuple[float, float, float, bool]], pending: Sequenc
     else:  # the pass before the window's is part of the comparison
         growth = pass_growth([(t, e) for t, _, e, _ in done] + [(t, math.inf) for t, _, _ in pending], begin, now,
                              period)
-    verdict = rate_verdict(rate, estimate, growth, target=target, confidence=confidence,
+    verdict = rate_verdict(rate, estimate, growth, target=target,
+                           confidence=max(confidence, EARLY_LOOK_CONFIDENCE) if early else confidence,
                            capacity_rps=capacity_rps, steady=settled.steady)
     return dataclasses.replace(verdict, start=begin, steady=settled.steady)
 

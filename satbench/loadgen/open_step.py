@@ -125,7 +125,7 @@ class OpenStepRun(StepRun):
         while True:
             now = time.perf_counter_ns()
             if now >= look_at:
-                verdict = self._look(start, now)
+                verdict = self._look(start, now, early=self.decide_early and now < cap_end)
                 elapsed = (now - start) / 1e9
                 self.looks.append(f"{elapsed:.0f} s: {verdict.verdict} ({verdict.reason})")
                 if (verdict.verdict != "undecided" and self.decide_early) or now >= cap_end:
@@ -140,8 +140,9 @@ class OpenStepRun(StepRun):
                 self.window_start_ns = max(start, self._warm_ns + int(verdict.start * 1e9))
         self.metrics.set_step(self.lane.key, self.run_id, 0)
 
-    def _look(self, start_ns: int, now_ns: int) -> RateVerdict:
-        """What the rung shows so far (``core.attainment.rate_look``), on seconds since the rung began."""
+    def _look(self, start_ns: int, now_ns: int, *, early: bool = False) -> RateVerdict:
+        """What the rung shows so far (``core.attainment.rate_look``), on seconds since the rung began; ``early``:
+        a look before the window's limit that may end the rung (decided at ``EARLY_LOOK_CONFIDENCE``)."""
         base = self._warm_ns
         pending = []
         for a in list(self.active.values()):  # one still without a token has missed past its own TTFT deadline
@@ -151,7 +152,7 @@ class OpenStepRun(StepRun):
             pending.append(((a.decided_ns - base) / 1e9, wait, missed))
         return rate_look(list(self._done), pending, (start_ns - base) / 1e9, (now_ns - base) / 1e9, self.open_rate,
                          target=self.config.arrival.target, capacity_rps=self.capacity_rps,
-                         cut=not self.fixed_window, period=self.look_period)
+                         cut=not self.fixed_window, period=self.look_period, early=early)
 
     def _outcome(self, intended_ns: int, result: RawResult, prompt_tokens: int | None) -> None:
         """One ended request as the looks count it: its wait and whether it attained every objective (the pause

@@ -228,7 +228,8 @@ def _open_warmup(cfg: LoadgenConfig, closed: list[StepFigures]) -> float:
 
 
 def _look(cfg: LoadgenConfig, served: list[Served], start: float, now: float, rate: float,
-          capacity: float | None, fixed: bool = False, period: float | None = None) -> RateVerdict:
+          capacity: float | None, fixed: bool = False, period: float | None = None,
+          early: bool = False) -> RateVerdict:
     """``loadgen.open_step.OpenStepRun._look`` at ``now``: the requests ended, and those in flight."""
     objectives = _objectives(cfg)
     done, pending = [], []
@@ -247,7 +248,7 @@ def _look(cfg: LoadgenConfig, served: list[Served], start: float, now: float, ra
             overdue = objectives is not None and seen is None and objectives.ttft_overdue(wait, r.prompt)
             pending.append((r.sent, wait, overdue))
     return rate_look(done, pending, start, now, rate, target=cfg.arrival.target, capacity_rps=capacity,
-                     cut=not fixed, period=period)
+                     cut=not fixed, period=period, early=early)
 
 
 def _open_rung(cfg: LoadgenConfig, cond: Condition, sends: list[tuple[float, int, int]], *, rate: float,
@@ -262,7 +263,7 @@ def _open_rung(cfg: LoadgenConfig, cond: Condition, sends: list[tuple[float, int
     cap_end = start + cap_s
     now = min(cap_end, start + cfg.min_window_s)
     while True:
-        verdict = _look(cfg, served, start, now, rate, capacity, fixed, period)
+        verdict = _look(cfg, served, start, now, rate, capacity, fixed, period, early=decide_early and now < cap_end)
         if (verdict.verdict != "undecided" and decide_early) or now >= cap_end:
             break
         now = min(cap_end, start + 1.5 * (now - start))

@@ -14,6 +14,7 @@ from satbench.core.attainment import (
     attainment_estimate,
     backlog_growth,
     capacity_bound,
+    rate_look,
     rate_verdict,
     warmup_cut,
 )
@@ -163,3 +164,15 @@ def test_the_interval_holds_the_engines_long_run_attainment_over_stationary_wind
             windows += 1
     assert with_waits / windows >= 0.88
     assert without / windows <= 0.85 and without < with_waits
+
+
+def test_a_look_before_the_limit_decides_only_at_three_standard_errors() -> None:
+    """200 requests, 8 misses spread evenly (96 %): the limit's 95 % interval [92.3 %, 98.3 %] clears the 90 %
+    target, so the finished window passes; a look that would end the window early asks the Haybittle-Peto
+    boundary (99.73 %: [89.4 %, 99.5 %]), which straddles the target, so the rung measures on."""
+    done = [(i * 0.5, 0.1 + (i % 7) * 0.01, i * 0.5 + 1.0, i % 25 != 0) for i in range(200)]
+    final = rate_look(done, [], 0.0, 101.0, 2.0, target=0.9, cut=False)
+    early = rate_look(done, [], 0.0, 101.0, 2.0, target=0.9, cut=False, early=True)
+    assert final.verdict == "pass" and early.verdict == "undecided", (final.reason, early.reason)
+    assert final.interval is not None and early.interval is not None
+    assert early.interval[0] < 0.9 < final.interval[0] and early.interval[1] > final.interval[1]
