@@ -143,7 +143,9 @@ async def check_answers(client: PromQLClient, fingerprints: Mapping[str, Fingerp
     """The validity of every answer (by key, the fingerprint it was measured on), from one instant query at
     ``now``; with ``fleet_key`` only signed series count."""
     live, unverified = _read_live(await client.query(FINGERPRINT_SERIES, now), fleet_key)
-    return {key: validity_of(measured, _live_of(key, live), now=now, unverified=_live_of(key, unverified) or 0)
+    lanes = set(fingerprints)
+    return {key: validity_of(measured, _live_of(key, live, lanes), now=now,
+                             unverified=_live_of(key, unverified, lanes) or 0)
             for key, measured in fingerprints.items()}
 
 
@@ -166,8 +168,8 @@ async def fingerprints_when_measured(client: PromQLClient, starts: Mapping[str, 
                 out[key] = (None, f"Prometheus could not be asked for the lane's {FINGERPRINT_SERIES}: {exc}")
             continue
         for key in keys:
-            found = _live_of(key, live)
-            if not found and (count := _live_of(key, unverified)):
+            found = _live_of(key, live, set(starts))
+            if not found and (count := _live_of(key, unverified, set(starts))):
                 out[key] = (None, f"{_unverified(count)} (when its first window began, {iso_utc(at)})")
             elif not found:
                 out[key] = (None, f"Prometheus holds no {FINGERPRINT_SERIES} of this lane when its first window "
@@ -180,10 +182,13 @@ async def fingerprints_when_measured(client: PromQLClient, starts: Mapping[str, 
     return out
 
 
-def _live_of(key: str, live: dict[str, _T]) -> _T | None:
+def _live_of(key: str, live: dict[str, _T], lanes: set[str]) -> _T | None:
     """The live fingerprints of lane ``key``; a bare key whose series carry a ``node`` target label anyway
-    (a lane that names no node, on a node the scrape config names) takes that node's, when only one has it."""
+    (a lane that names no node, on a node the scrape config names) takes that node's, when only one has it and
+    it is not itself one of ``lanes`` (the keys being asked): a run with lane ``moe`` on its own host and
+    ``node-b/moe`` read ``node-b``'s fingerprint as its local lane's once the local one's series had gone
+    stale, and called the local answer measured on something else."""
     if key in live or "/" in key:
         return live.get(key)
-    nodes = [k for k in live if k.rpartition("/")[2] == key]
+    nodes = [k for k in live if k.rpartition("/")[2] == key and k not in lanes]
     return live[nodes[0]] if len(nodes) == 1 else None

@@ -160,3 +160,25 @@ def test_a_run_folder_from_before_fleets_is_served_in_v2() -> None:
     assert (lane["node"], lane["lane"], lane["recommended_concurrency"]) == ("local", "dense", 4)
     assert lane["fingerprint"] is None and lane["validity"]["state"] == "unknown"
     assert as_v1(read_document(new))["lanes"]["dense"]["recommended_concurrency"] == 4
+
+
+def test_a_bare_lane_never_takes_the_fingerprint_of_another_lane_of_the_run() -> None:
+    """Lane ``moe`` on the session's own host and ``node-b/moe`` on another node: once the local lane's series
+    had gone stale (its exporter stopped with the session), ``node-b``'s 2-slot fingerprint was read as the local
+    lane's, and the local answer was called measured on something else. A bare key takes a node's series only
+    where that node's lane is not itself one of the lanes asked about."""
+    class Client:
+        async def query(self, expr: str, at: float) -> list[VectorSample]:
+            return [_series("node-b/moe", _fingerprint(2))]
+
+        async def query_range(self, expr: str, start: float, end: float, step_s: float) -> list[list[float]]:
+            return []
+
+    both = {"moe": {"fingerprint": _fingerprint(8)}, "node-b/moe": {"fingerprint": _fingerprint(2)}}
+    got = asyncio.run(check_answers(Client(), measured_fingerprints(both), now=10.0))
+    assert got["node-b/moe"].state == "valid"
+    assert got["moe"].state != "changed", got["moe"]
+    # alone, a bare key whose series carry a node label takes that node's (a lane that names no node)
+    alone = asyncio.run(check_answers(Client(), measured_fingerprints({"moe": {"fingerprint": _fingerprint(2)}}),
+                                      now=10.0))
+    assert alone["moe"].state == "valid"
