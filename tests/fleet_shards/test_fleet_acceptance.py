@@ -9,8 +9,9 @@ a Prometheus), and the central recommender reading VictoriaMetrics. Then, in ord
 1. three ``satbench run --shard I/3`` processes with one run id: the fleet document the central recommender
    serves for the run equals, lane by lane and figure by figure (1e-9), the analysis of the three manifests
    as one (what one process walking the fleet over the same windows is answered);
-2. one process walking the same fleet answers every lane as the shards did, and ``satbench compare`` of the
-   two finds no regression (PASS, or INCONCLUSIVE where a loaded machine moved a tail of a few requests);
+2. one process walking the same fleet answers every lane as the shards did (or ``undecided`` one doubling
+   above, where the store's samples could not decide the doubling), and ``satbench compare`` of the two finds
+   no regression (PASS, or INCONCLUSIVE where a loaded machine moved a tail of a few requests);
 3. node b restarted with another slot count: exactly its answer turns stale, and ``--remeasure`` walks it
    alone;
 4. node a slowed (the simulator's time scale doubled) and the shards walked again, shard 1 killed mid-run:
@@ -218,7 +219,15 @@ def test_fleet_shards_remeasure_and_compare(stack: Stack) -> None:
     assert rc == 0, out[-3000:]
     (single,) = [p for p in (stack.tmp / "runs").iterdir() if ".shard-" not in p.name]
     doc = _settled(stack, single.name)
-    assert {k: v["recommended_concurrency"] for k, v in doc["lanes"].items()} == ANSWERS
+    # Each answer is the shards', or, where the store's samples could not decide the doubling, "undecided" one
+    # doubling above it (which the answer says it may be). Judged from samples a second apart, a one-slot node's
+    # c=1 rung carries its tokens in a few requests a second, each credited when it ends: a clean-clone run
+    # read a/dense's c=1 as 190 tok/s in [73, 307] over 5 s (c=2: [220, 228]), a gain of +18 % in [-36 %, +119 %]
+    # against the 40 % a doubling must buy, where the records, exact, had ended the rung as decided
+    for key, want in ANSWERS.items():
+        lane = doc["lanes"][key]
+        got = (lane["recommended_concurrency"], lane["status"])
+        assert got[0] == want or got == (2 * want, "undecided"), (key, got, lane["reason"])
     (stack.tmp / "single.json").write_text(json.dumps(doc))
     # the two walks ran at different moments of a shared machine, where the simulator's ~12 ms TTFT tails move
     # by tens of percent with the load (one run: +45 % on an unchanged node): a lane measured wrongly by one
