@@ -33,8 +33,8 @@ def schema_artefacts() -> dict[str, str]:
 
 
 KEDA_EXAMPLE = "deploy/kubernetes/examples/keda/scaledobjects.yaml"
-KEDA_COMMAND = ("--file", "docs/recommendations-sample.json", "--format", "keda", "--namespace", "satbench",
-                "--scale-target", "dense=StatefulSet/llamacpp", "--auth-ref", "satbench-store-reader")
+KEDA_OPTIONS = ("--format", "keda", "--namespace", "satbench", "--scale-target", "dense=StatefulSet/llamacpp",
+                "--auth-ref", "satbench-store-reader")
 
 
 def keda_example_artefacts() -> dict[str, str]:
@@ -44,14 +44,14 @@ def keda_example_artefacts() -> dict[str, str]:
     import io
 
     from satbench.recommender import capabilities_cli
+    from satbench.recommender.schema import SAMPLE_PATH
 
     parser = argparse.ArgumentParser()
     capabilities_cli.configure(parser)
-    args = parser.parse_args([str(REPO_ROOT / a) if a.startswith("docs/") else a for a in KEDA_COMMAND])
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        if capabilities_cli.main(args) != 0:
-            raise RuntimeError(f"satbench capabilities {' '.join(KEDA_COMMAND)} failed")
+        if capabilities_cli.main(parser.parse_args(["--file", str(SAMPLE_PATH), *KEDA_OPTIONS])) != 0:
+            raise RuntimeError(f"satbench capabilities --file {SAMPLE_PATH} {' '.join(KEDA_OPTIONS)} failed")
     return {KEDA_EXAMPLE: out.getvalue()}
 
 

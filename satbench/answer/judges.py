@@ -251,9 +251,13 @@ def prefill_check(step: StepFigures, policy: Policy, lane: LaneBasis) -> Check:
     wait, bound = step.admission_wait_max_s or 0.0, step.admission_wait_bound_s or 0.0
     said = (f"{step.admission_overruns} requests waited past their FIFO bound ({queued} found every slot busy); the "
             f"worst waited {wait:.3g} s against {bound:.3g} s ({ratio:.2f}x, limit {limit:g}x)")
-    if ratio > limit and wait - bound > policy.min_admission_overrun_s:
+    # past the ratio by less than a felt wait is a late wake-up, not a request passed over; a source that said
+    # the ratio without the wait and its bound is judged by the ratio alone
+    felt = step.admission_wait_max_s is None or step.admission_wait_bound_s is None \
+        or wait - bound > policy.min_admission_overrun_s
+    if ratio > limit and felt:
         return Check("flagged", ratio, limit, said)
-    if ratio > limit:  # past the ratio by less than a felt wait: a late wake-up, not a request passed over
+    if ratio > limit:
         said += f"; {wait - bound:.3g} s past it, under policy.min_admission_overrun_s " \
                 f"{policy.min_admission_overrun_s:g} s"
     if queued < policy.min_queued_requests:

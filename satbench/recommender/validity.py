@@ -160,6 +160,7 @@ async def fingerprints_when_measured(client: PromQLClient, starts: Mapping[str, 
     by_time: dict[float, list[str]] = {}
     for key, at in starts.items():
         by_time.setdefault(at, []).append(key)
+    asked = set(starts)
     for at, keys in sorted(by_time.items()):
         try:
             live, unverified = _read_live(await client.query(FINGERPRINT_SERIES, at), fleet_key)
@@ -168,8 +169,8 @@ async def fingerprints_when_measured(client: PromQLClient, starts: Mapping[str, 
                 out[key] = (None, f"Prometheus could not be asked for the lane's {FINGERPRINT_SERIES}: {exc}")
             continue
         for key in keys:
-            found = _live_of(key, live, set(starts))
-            if not found and (count := _live_of(key, unverified, set(starts))):
+            found = _live_of(key, live, asked)
+            if not found and (count := _live_of(key, unverified, asked)):
                 out[key] = (None, f"{_unverified(count)} (when its first window began, {iso_utc(at)})")
             elif not found:
                 out[key] = (None, f"Prometheus holds no {FINGERPRINT_SERIES} of this lane when its first window "
