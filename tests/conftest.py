@@ -25,8 +25,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from testkit.session import PLANTED_KEY_ENV, PLANTED_SECRET, SHARED_LANES, SharedSession, run_session
+
+# the suite is deterministic: property tests draw the same examples on every run (a seed derived from each test),
+# and keep no example database between runs (a clean clone and a reused checkout run the same tests)
+settings.register_profile("satbench", derandomize=True, database=None)
+settings.load_profile("satbench")
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SHARED_GROUP = "shared_session"

@@ -14,10 +14,10 @@ machine's turnaround was 10-25 ms: with 16 tokens (0.10 s) it read +8 % against 
 (0.18 s) +9.6 % [+7.1 %, +12.2 %] once in CI (undecided); with 64 it is under half the threshold.
 Known limits, both measured: (1) on a heavily loaded machine the simulator's steps and the client's SSE
 handling slow down, so measured throughput falls below the analytic one (moe c=2 measured 66 tok/s by
-the exact records against 83 analytic at load average ~4 on 2 cores; the answer still held); (2) the load
-generator credits a request's tokens to ``loadgen_output_tokens_total`` when the request ends, so the
-Prometheus throughput of a window is granular by up to ``c`` requests (about ``e2e / window``): slowing
-the simulator down (``time_scale``) to escape (1) makes (2) worse, so it runs at real speed.
+the exact records against 83 analytic at load average ~4 on 2 cores; the answer still held); (2) the store
+samples the throughput every second, and a loaded machine's throughput wanders, so a doubling's interval can
+still straddle the policy's gain when the walk's longest window ends: the answer is then ``undecided``, which
+passes only where that interval holds the analytic gain and the answer is the analytic one.
 
 The policy is the default but for its latency objectives on the stream (``itl_p95_s``, ``tbt_p99_s``), which
 are raised to 1 s: the test is about throughput capacity, and the moe profile puts its c=8 rung on those
@@ -92,18 +92,23 @@ def prometheus_config(loadgen_port: int, exporters: dict[str, int]) -> str:
     )
 
 
-def analytic_answer(sim_url: str, policy: Policy) -> tuple[int | None, str | None]:
-    """The recommendation the simulator's closed-form capacity implies, by the recommender's own walk."""
+def analytic_points(sim_url: str) -> list[dict[str, float]]:
+    """The simulator's closed-form capacity at each rung of the ladder."""
     truth = httpx.get(f"{sim_url}/sim/truth", timeout=30, params={
         "prompt_tokens": PROMPT_TOKENS, "output_tokens": OUTPUT_TOKENS,
         "concurrency": ",".join(map(str, LADDER)), "since": 1e12}).json()
+    return list(truth["capacity"]["points"])
+
+
+def analytic_answer(points: list[dict[str, float]], policy: Policy) -> tuple[int | None, str | None]:
+    """The recommendation the simulator's closed-form capacity implies, by the recommender's own walk."""
     steps = [
         StepFigures(lane="truth", concurrency=p["concurrency"], window_s=1.0, requests=10**6, errors=0,
                     throughput_tok_s=p["throughput_tok_s"], requests_per_s=p["requests_per_s"],
                     ttft_s=Quantiles(p["ttft_s"], p["ttft_s"], p["ttft_s"]),
                     itl_s=Quantiles(p["itl_s"], p["itl_s"], p["itl_s"]),
                     latency_s=Quantiles(p["e2e_s"], p["e2e_s"], p["e2e_s"]), jain=1.0)
-        for p in truth["capacity"]["points"]
+        for p in points
     ]
     answer = analyze_lane("truth", steps, policy)
     return answer.recommended_concurrency, answer.binding_constraint
@@ -143,7 +148,8 @@ def test_recommendations_match_the_simulators_analytic_capacity(tmp_path: Path) 
         registered = httpx.get(f"{recommender_url}/runs/{manifest.run_id}", timeout=60).json()
         assert registered["analyzed"], registered
         doc = httpx.get(f"{recommender_url}/recommendations", timeout=10).json()
-        expected = {lane: analytic_answer(sim.url, POLICY) for lane, sim in sims.items()}
+        points = {lane: analytic_points(sim.url) for lane, sim in sims.items()}
+    expected = {lane: analytic_answer(p, POLICY) for lane, p in points.items()}
 
     assert doc["source"]["kind"] == "prometheus" and doc["run_id"] == manifest.run_id
     assert doc["policy"] == POLICY.model_dump(mode="json")
@@ -151,6 +157,17 @@ def test_recommendations_match_the_simulators_analytic_capacity(tmp_path: Path) 
     for lane, (recommended, binding) in expected.items():
         answer = doc["lanes"][lane]
         status = "unsaturated" if binding == "ladder_top" else "ok"
+        if answer["status"] == "undecided":
+            # the walk measured as long as it may and the doubling's interval still straddles the policy's gain
+            # (moe's +23 % at 4 -> 8 once read [+7 %, +47 %] through the store's 1 s samples when this test ran
+            # beside four others at the start of a clean clone's make test): honest only where the interval
+            # holds the analytic gain and the answer is the analytic one
+            status = "undecided"
+            doubling = answer["undecided"]
+            tput = {p["concurrency"]: p["throughput_tok_s"] for p in points[lane]}
+            truth_gain = tput[doubling["larger"]] / tput[doubling["smaller"]] - 1
+            low, high = doubling["interval"]
+            assert doubling["larger"] == recommended and low <= truth_gain <= high, (lane, doubling, truth_gain)
         assert (answer["status"], answer["recommended_concurrency"], answer["binding_constraint"]) == (
             status, recommended, binding), (lane, answer["reason"], answer["notes"],
                                           [(s["concurrency"], s["throughput_tok_s"], s["throughput_ci_tok_s"],
