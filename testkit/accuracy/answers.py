@@ -356,4 +356,6 @@ def trace_search(cond: Condition, rules: Rules, closed: list[StepFigures], rows:
     return Answer(answer.max_factor, answer.status, answer.interval, answer.reason, len(rungs),
                   sum(f.window_s for _, f in rungs),
                   {"binding": answer.binding, "factors": [f for f, _ in rungs],
-                   "recorded_rate_rps": trace.rate_rps})
+                   "recorded_rate_rps": trace.rate_rps,
+                   "points": [{"speed_factor": p.speed_factor, **q} for p, q in zip(answer.points, _points(answer),
+                                                                                     strict=True)]})

@@ -31,6 +31,7 @@ from testkit.accuracy.traffic import trace_rows
 from testkit.accuracy.truth import (
     Rules,
     concurrency_margin,
+    trace_attainment,
     true_attainment,
     true_capacity,
     true_concurrency,
@@ -93,9 +94,12 @@ def measure_draw(cond: Condition, asked: Sequence[str] = ANSWERS, rules: Rules |
         truth_factor = true_factor(cond, rows, rules)
         t2 = time.perf_counter()
         factor = answers.trace_search(cond, rules, ladder.figures, rows)
+        t3 = time.perf_counter()
+        for p in factor.extra.get("points", []):
+            p["true_attainment"] = trace_attainment(cond, rows, p["speed_factor"], rules)
         out["trace"] = {"truth": truth_factor, "requests": len(rows.rows), "window_s": rows.length_s,
                         **_answer_json(factor),
-                        "seconds": {"truth": t2 - t1, "answer": time.perf_counter() - t2 + measured_s}}
+                        "seconds": {"truth": t2 - t1 + time.perf_counter() - t3, "answer": t3 - t2 + measured_s}}
     return out
 
 
@@ -203,6 +207,8 @@ def _score(name: str, label: str, entries: Sequence[dict[str, Any]]) -> Score:
                 cover("rung attainment interval", _covers(p["attainment_interval"], p["true_attainment"]))
         elif name == "trace":
             cover("factor interval (bracket)", _covers(e["interval"], truth) if truth > 0 else None)
+            for p in e.get("points", []):
+                cover("rung attainment interval", _covers(p["attainment_interval"], p["true_attainment"]))
         else:
             for pair, interval in e.get("gain_intervals", {}).items():
                 if pair in e.get("true_gains", {}):
