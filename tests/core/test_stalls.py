@@ -1,7 +1,8 @@
 """``core.stalls`` on scenarios whose answer follows from the module's definitions, worked out by hand.
 
 Truth: which gap overlaps which prefill window (``s < b and e > a``), the decode step as the median of the gaps
-no prefill overlaps, a request's pause excess as its longest stalled gap less that step, interference as the
+no prefill overlaps, a request's pause excess as its longest stalled gap less what the longest of as many clean
+gaps lasts (that step for one), interference as the
 time stalled gaps lost over all decode time, and the elasticity ``log(x_hi / x_lo) / log(n_hi / n_lo)`` of the
 two prompt groups' medians: each scenario is laid out below with the figures it must give. Times are multiples
 of ``U`` (1/64 s) so every gap is exact.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 
 import pytest
 
@@ -20,6 +22,7 @@ from satbench.core.stalls import (
     Decoding,
     Overlap,
     emission_gaps,
+    jitter_baseline,
     longest_stalled_gap,
     prompt_elasticity,
     stall_figures,
@@ -321,3 +324,41 @@ def test_the_shape_of_an_engines_holds(chunk: int | None, expected: float) -> No
     assert figures.longest_stalled_s == pytest.approx(0.020 + 0.005 + 0.0002 * (chunk or 1500))
     # whole prompts: 0.90 (unbounded in the prompt, with the step's fixed 5 ms); chunks of 256: 0.36 (bounded)
     assert (expected > 0.8) == (chunk is None)
+
+
+def test_the_baseline_of_m_stalled_gaps_is_the_clean_gaps_quantile_m_over_m_plus_one() -> None:
+    clean = [float(i) for i in range(1, 101)]  # sorted
+    assert jitter_baseline(clean, 1, 50.5) == 50.5  # one stalled gap: the rung's step
+    assert jitter_baseline(clean, 3, 50.5) == 75.0  # the largest of 3 draws ranks at 3/4
+    assert jitter_baseline(clean, 99, 50.5) == 99.0
+    assert jitter_baseline([], 5, 50.5) == 50.5  # too few clean gaps: the step
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_jittery_steps_noise_is_not_counted_as_the_hold(seed: int) -> None:
+    """An engine whose every step is scaled by lognormal noise (sigma 0.25, as a busy GPU's): 64 ms decode steps,
+    and for each request a run of 8 steps held by another's prefill for 100 ms more, the hold scaled by the same
+    step's noise. The truth is the engine's: each request's longest hold, 0.1 k. The longest held gap is the
+    step's noise on both parts; against the median clean step its excess read the noise on the decode part as
+    hold too (measured here: the median request's excess 18-20 % above its hold); against what the longest of
+    8 clean gaps lasts it is within 8 % (2.5-4.7 %)."""
+    rng = random.Random(seed)
+    step, hold = 0.064, 0.1
+    decodings, prefills, holds = [], [], []
+    t = 0.0
+    for _ in range(40):
+        times, worst = [t], 0.0
+        held = range(10, 18)
+        for i in range(30):
+            k = rng.lognormvariate(0.0, 0.25)
+            extra = hold * k if i in held else 0.0
+            worst = max(worst, extra)
+            times.append(times[-1] + step * k + extra)
+        gaps = list(itertools.pairwise(times))
+        decodings.append(Decoding(gaps, gaps, True, (times[0], times[-1])))
+        prefills.append((gaps[held[0]][0] + 1e-6, gaps[held[-1]][1] - 1e-6, 1000))
+        holds.append(worst)
+        t = times[-1] + 1.0
+    figures = stall_figures(decodings, prefills, 0.0, t, overlapping=True)
+    errors = sorted(x / h - 1 for x, h in zip(figures.excesses, holds, strict=True))
+    assert abs(errors[len(errors) // 2]) <= 0.08, errors
