@@ -196,11 +196,12 @@ class Decoding:
 
 def jitter_baseline(clean: Sequence[float], m: int, step: float) -> float:
     """What the longest of ``m`` gaps would last with no prefill beside them: the clean gaps' (sorted)
-    quantile ``m / (m + 1)``, the expected rank of the largest of m draws from their distribution; ``step``
-    where the rung has too few clean gaps to tell."""
+    quantile ``m / (m + 1)``, the expected rank of the largest of m draws from their distribution, read as the
+    clean gap at that rank (an observed gap, where ``core.statistics.quantile`` interpolates); ``step`` (their
+    median) for one gap, and where the rung has too few clean gaps to tell."""
     if not clean or m <= 1:
         return step
-    return float(clean[min(len(clean) - 1, max(0, math.ceil(m / (m + 1) * len(clean)) - 1))])
+    return float(clean[min(len(clean) - 1, math.ceil(m / (m + 1) * len(clean)) - 1)])
 
 
 def stall_figures(decodings: Sequence[Decoding], prefills: Sequence[tuple[float, float, int | None]],

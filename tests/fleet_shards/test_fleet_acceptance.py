@@ -219,15 +219,17 @@ def test_fleet_shards_remeasure_and_compare(stack: Stack) -> None:
     assert rc == 0, out[-3000:]
     (single,) = [p for p in (stack.tmp / "runs").iterdir() if ".shard-" not in p.name]
     doc = _settled(stack, single.name)
-    # Each answer is the shards', or, where the store's samples could not decide the doubling, "undecided" one
-    # doubling above it (which the answer says it may be). Judged from samples a second apart, a one-slot node's
-    # c=1 rung carries its tokens in a few requests a second, each credited when it ends: a clean-clone run
-    # read a/dense's c=1 as 190 tok/s in [73, 307] over 5 s (c=2: [220, 228]), a gain of +18 % in [-36 %, +119 %]
-    # against the 40 % a doubling must buy, where the records, exact, had ended the rung as decided
+    # Each answer is the shards', or, where the store's samples could not decide the doubling above it,
+    # "undecided" on exactly that doubling (the answer says it may be one doubling lower). Judged from samples a
+    # second apart on a loaded machine, a clean-clone run read a/dense's one-slot c=1 rung as 190 tok/s in
+    # [73, 307] over 5 s (c=2: [220, 228]), a gain of +18 % in [-36 %, +119 %] against the 40 % a doubling must
+    # buy, where the records, exact, had ended the rung as decided
     for key, want in ANSWERS.items():
         lane = doc["lanes"][key]
         got = (lane["recommended_concurrency"], lane["status"])
-        assert got[0] == want or got == (2 * want, "undecided"), (key, got, lane["reason"])
+        doubling = lane["undecided"] or {}
+        assert got[0] == want or (got == (2 * want, "undecided") and (doubling.get("smaller"), doubling.get(
+            "larger")) == (want, 2 * want)), (key, got, lane["reason"])
     (stack.tmp / "single.json").write_text(json.dumps(doc))
     # the two walks ran at different moments of a shared machine, where the simulator's ~12 ms TTFT tails move
     # by tens of percent with the load (one run: +45 % on an unchanged node): a lane measured wrongly by one

@@ -48,6 +48,7 @@ from satbench.answer.analysis import analyze_lane
 from satbench.answer.policy import SLO, Policy
 from satbench.core.figures import Quantiles, StepFigures
 from satbench.core.manifest import new_run_id
+from satbench.core.statistics import gain_per_doubling
 from satbench.loadgen.config import LoadgenConfig
 from satbench.loadgen.runner import run_ladder
 from satbench.recommender.app import create_app
@@ -165,7 +166,8 @@ def test_recommendations_match_the_simulators_analytic_capacity(tmp_path: Path) 
             status = "undecided"
             doubling = answer["undecided"]
             tput = {p["concurrency"]: p["throughput_tok_s"] for p in points[lane]}
-            truth_gain = tput[doubling["larger"]] / tput[doubling["smaller"]] - 1
+            truth_gain = gain_per_doubling(doubling["smaller"], tput[doubling["smaller"]], doubling["larger"],
+                                           tput[doubling["larger"]])
             low, high = doubling["interval"]
             assert doubling["larger"] == recommended and low <= truth_gain <= high, (lane, doubling, truth_gain)
         assert (answer["status"], answer["recommended_concurrency"], answer["binding_constraint"]) == (
