@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -35,9 +36,9 @@ import aiohttp
 from satbench.core.api import endpoint_path
 from satbench.core.sse import StreamParser, StreamSummary
 from satbench.loadgen.config import LaneConfig, LoadgenConfig
-from satbench.loadgen.rawclient import Answer, RawHttp, StaleConnection
+from satbench.loadgen.rawclient import Answer, RawHttp, StaleConnection, _Exchange
 
-__all__ = ["LaneClient", "RawResult"]
+__all__ = ["Begun", "LaneClient", "RawResult"]
 
 _REFUSED_STATUS = (429, 503)
 
@@ -59,6 +60,34 @@ class RawResult:
 
 class _RetryFresh(Exception):
     pass
+
+
+@dataclass(slots=True)
+class Begun:
+    """A request ``LaneClient.prepare`` made ready on an idle kept-alive connection: ``go()`` hands it to the
+    kernel (synchronously, the send time read just before), ``LaneClient.send`` reads its answer, and
+    ``abandon()`` lets go of the connection where that never happens (a wait cancelled; a task cancelled
+    before it ran): back to the pool if nothing was sent, closed otherwise."""
+
+    raw: RawHttp
+    request: bytes
+    exchange: _Exchange
+    error: str | None = None
+    sent: bool = False
+
+    @property
+    def send_ns(self) -> int:
+        return self.exchange.send_ns
+
+    def go(self) -> None:
+        self.sent = True
+        try:
+            self.raw.send_now(self.exchange, self.request)
+        except StaleConnection as exc:
+            self.error = repr(exc)
+
+    def abandon(self) -> None:
+        self.raw.release(self.exchange, ok=not self.sent)
 
 
 class LaneClient:
@@ -91,6 +120,12 @@ class LaneClient:
     def kernel_timed(self) -> bool:
         """True when token arrivals come from kernel receive stamps (plain-HTTP lanes on Linux)."""
         return self._raw is not None and self._raw.stamps_seen
+
+    def release_points(self, hook: Callable[[], None] | None) -> None:
+        """Runs ``hook`` after each answer read (a pacer's ``poll``), or no more with ``None``: the plain-HTTP
+        transport only."""
+        if self._raw is not None:
+            self._raw.after_read = hook
 
     def take_read_lags(self) -> list[int]:
         """Per request since the last call: how long after the kernel had its first answer bytes the client
@@ -133,14 +168,33 @@ class LaneClient:
 
         await asyncio.gather(*(one() for _ in range(n)))
 
-    async def send(self, body: bytes, request_id: str, parser: StreamParser | None = None) -> RawResult:
+    def prepare(self, body: bytes, request_id: str, parser: StreamParser) -> Begun | None:
+        """One request made ready to be handed to the kernel by ``Begun.go()`` (a paced send: everything but
+        the send is done before its time), where the transport can: the plain-HTTP transport with a
+        kept-alive connection idle. ``None`` otherwise: ``send`` then connects and sends as usual. A send
+        that fails on the idle connection is retried by ``send`` on a fresh one, as any stale connection is."""
+        raw = self._raw
+        if raw is None:
+            return None
+        conn = raw.take()
+        if conn is None:
+            return None
+        return Begun(raw, self._request_bytes(body, request_id), raw.prepare(conn, parser))
+
+    def _request_bytes(self, body: bytes, request_id: str) -> bytes:
+        return b"".join((self._head, b"X-Request-ID: ", request_id.encode("latin-1", "replace"),
+                         b"\r\nContent-Length: %d\r\n\r\n" % len(body), body))
+
+    async def send(self, body: bytes, request_id: str, parser: StreamParser | None = None,
+                   begun: Begun | None = None) -> RawResult:
         """Sends one streamed request and reads it to the end; never raises (except cancellation).
 
-        ``parser`` (fresh) lets the caller watch tokens of the request while it is in flight.
+        ``parser`` (fresh) lets the caller watch tokens of the request while it is in flight; ``begun``: the
+        request ``prepare`` made ready (with that parser) and ``go()`` sent.
         """
         parser = parser or StreamParser(self.lane.api, self.config.max_event_bytes)
         if self._raw is not None:
-            return await self._send_raw(self._raw, body, request_id, parser)
+            return await self._send_raw(self._raw, body, request_id, parser, begun)
         assert self._session is not None and self._fresh is not None, "LaneClient.open() first"
         headers = dict(self._base_headers)
         headers["X-Request-ID"] = request_id
@@ -192,13 +246,25 @@ class LaneClient:
             return self._failed(send_ns, parser, status, "http_error", f"{type(exc).__name__}: {exc}"[:200])
         return _conclude(send_ns, time.perf_counter_ns(), parser, status)
 
-    async def _send_raw(self, raw: RawHttp, body: bytes, request_id: str, parser: StreamParser) -> RawResult:
-        request = b"".join((self._head, b"X-Request-ID: ", request_id.encode("latin-1", "replace"),
-                            b"\r\nContent-Length: %d\r\n\r\n" % len(body), body))
+    async def _send_raw(self, raw: RawHttp, body: bytes, request_id: str, parser: StreamParser,
+                        begun: Begun | None) -> RawResult:
+        request = begun.request if begun is not None else self._request_bytes(body, request_id)
         first_error: str | None = None
         for attempt in (0, 1):
-            conn = raw.take() if attempt == 0 else None
             extra: dict[str, object] = {}
+            if attempt == 0 and begun is not None:
+                if begun.error is not None:  # the kernel refused the send on the idle connection: a fresh one
+                    first_error = begun.error
+                    parser.reset()
+                    continue
+                try:
+                    send_ns, answer = await raw.finish(begun.exchange, request)
+                except StaleConnection as exc:
+                    first_error = repr(exc)
+                    parser.reset()
+                    continue
+                return _retried(_answer_result(send_ns, answer, parser, self.config.request_timeout_s), first_error)
+            conn = raw.take() if attempt == 0 else None
             if conn is None:
                 t0 = time.perf_counter_ns()
                 try:

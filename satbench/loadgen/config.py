@@ -208,7 +208,11 @@ class ArrivalConfig(_Model):
     while cv 2 to 4 stayed undecided (their point answers -1 % median at cv 3) at both. Its warm-up is
     ``warmup_s``, by default the longest of the ladder's warm-up, twice the
     mean latency of the closed rung that served most and the TTFT objective (a queue fills in about a latency,
-    and the waits an objective judges take about their own length to build)."""
+    and the waits an objective judges take about their own length to build).
+
+    ``workers``: the processes that send the open-loop requests (``loadgen.senders``): 1 (the default) sends
+    from this process; more hands the one schedule, drawn here, round-robin to that many sender processes,
+    each with its own kernel-timed pacer and client, their clocks measured against this one."""
 
     process: Literal["closed", "constant", "poisson", "gamma"] = "closed"
     burstiness: float | None = Field(default=None, gt=0, le=1e6)
@@ -223,10 +227,14 @@ class ArrivalConfig(_Model):
     max_lag_s: float = Field(default=0.05, gt=0, le=MAX_SECONDS)
     max_window_s: float = Field(default=600.0, gt=0, le=3600)
     warmup_s: float | None = Field(default=None, ge=0, le=MAX_SECONDS)
+    workers: int = Field(default=1, ge=1, le=64)
 
     @model_validator(mode="after")
     def _check_arrival(self) -> ArrivalConfig:
         problems = []
+        if self.workers > 1 and self.max_in_flight is not None:
+            problems.append(("workers", "a cap on requests in flight (max_in_flight) needs one sending process "
+                                        "(workers = 1)"))
         if self.burstiness is not None and self.cv is not None:
             problems.append(("burstiness", "set burstiness (the gamma shape) or cv, not both"))
         if (self.burstiness is not None or self.cv is not None) and self.process != "gamma":

@@ -24,7 +24,9 @@ its window's longest look (``_window_cap_s``) is the replayed trace's length.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
+from array import array
 from typing import Protocol
 
 from satbench.core.arrivals import ArrivalStream, gamma_shape
@@ -33,11 +35,20 @@ from satbench.core.manifest import StepWindow
 from satbench.core.objectives import Objectives
 from satbench.core.sse import StreamParser
 from satbench.core.statistics import quantile
-from satbench.loadgen.client import RawResult
+from satbench.loadgen.client import Begun, RawResult
+from satbench.loadgen.pacer import Pacer
+from satbench.loadgen.senders import RemoteStream, Senders
 from satbench.loadgen.step import StepRun, _Active
 from satbench.loadgen.workload import RequestSpec, UserWorkload, build_body
 
 __all__ = ["OpenStepRun", "SendStream"]
+
+
+REMOTE_AHEAD = 4096  # orders given to sender processes and not yet sent, at most
+
+
+def _nothing() -> None:
+    return None
 
 
 class SendStream(Protocol):
@@ -56,8 +67,9 @@ class OpenStepRun(StepRun):
     look_period: float | None = None  # a trace rung's pass: its looks' backlog growth is pass against pass
 
     def __init__(self, *, rate: float, capacity_rps: float | None = None, warmup_s: float | None = None,
-                 **kwargs: object) -> None:
+                 senders: Senders | None = None, **kwargs: object) -> None:
         arrival = kwargs["config"].arrival  # type: ignore[attr-defined]
+        self.senders = senders
         super().__init__(concurrency=arrival.max_in_flight or 0, **kwargs)  # type: ignore[arg-type]
         self.rate = self.open_rate = rate
         self.capacity_rps = capacity_rps
@@ -74,13 +86,20 @@ class OpenStepRun(StepRun):
         self._index = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._room = asyncio.Condition()
-        self._lags: list[float] = []
+        self._lags: list[tuple[int, int]] = []  # (intended, sent) of every request that ended, perf_counter ns
+        self._worker_lags: dict[int, list[tuple[int, int]]] = {}  # the same per sender process (``senders``)
+        self._sends = array("q")  # every send's perf_counter_ns: the rate the client achieved
+        self._given_up_s: float | None = None  # how far behind the client stopped sending after the window
+        self.pacer_kernel = False
 
     def _live_tokens(self) -> list[tuple[str, str, int]]:
         return [(self.lane.key, "0", len(a.parser.token_ns)) for a in list(self.active.values())]
 
     async def _run(self) -> StepWindow:
-        await self.client.preopen(min(64, max(4, self.c or round(self.open_rate))))
+        if self.senders is None:
+            await self.client.preopen(min(64, max(4, self.c or round(self.open_rate))))
+        else:
+            await self.senders.sync_between_rungs()
         from satbench.loadgen.selfcheck import LoopLagProbe
 
         probe = LoopLagProbe(0.1 if self.client.kernel_timed else 0.02)
@@ -96,10 +115,16 @@ class OpenStepRun(StepRun):
             await self._drain([scheduler])
             if self._tasks and self.config.drain_settle_s > 0:  # what was sent after the window: a clean end
                 await asyncio.wait(list(self._tasks), timeout=self.config.drain_settle_s)
+            if self.senders is not None and self.active and self.config.drain_settle_s > 0:
+                settle_end = time.monotonic() + self.config.drain_settle_s
+                while self.active and time.monotonic() < settle_end:
+                    await asyncio.sleep(0.01)
         finally:
             self.stopping = True
             self.metrics.set_step(self.lane.key, self.run_id, 0)
             scheduler.cancel()
+            if self.senders is not None:
+                await self.senders.drain(max(1.0, self.config.drain_settle_s))
             for task in list(self._tasks):
                 task.cancel()
             await asyncio.gather(scheduler, *self._tasks, return_exceptions=True)
@@ -168,27 +193,147 @@ class OpenStepRun(StepRun):
                            not missed))
 
     async def _schedule(self, warm_ns: int) -> None:
-        """Sends each request at its intended time (a cap full: it waits in the client)."""
-        while not self.stopping:
-            offset = self.stream.next_offset()
-            if offset is None:  # a finite schedule (a trace's) is over
-                return
-            intended = warm_ns + int(offset * 1e9)
-            delay = (intended - time.perf_counter_ns()) / 1e9
-            if delay > 0:
-                await asyncio.sleep(delay)
-            if self.stopping:
-                return
-            if self.c:
-                async with self._room:
-                    await self._room.wait_for(lambda: len(self.active) < self.c or self.stopping)
+        """Sends each request at its intended time, released by the kernel's timer (``loadgen.pacer``); a cap
+        full: it waits in the client. Each request is prepared before its time, so the send is all that runs
+        at it. Behind its schedule the client sends one due request per turn of the loop (its capacity,
+        evenly); once the window has ended with the client more than ``arrival.max_lag_s`` behind (the rung
+        is client-bound and invalid), it stops sending what remains of the window's schedule."""
+        if self.senders is not None:
+            await self._schedule_remote(warm_ns, self.senders)
+            return
+        pacer = Pacer()
+        self.pacer_kernel = pacer.kernel_timed
+        self.client.release_points(pacer.poll)
+        limit_ns = int(self.config.arrival.max_lag_s * 1e9)
+        try:
+            while not self.stopping:
+                intended = self._next_intended(warm_ns, limit_ns)
+                if intended is None:  # a finite schedule (a trace's) is over, its last sends still to go; or
+                    await pacer.flush()  # the client gave up the rest of the window's
+                    return
+                if self.c:
+                    async with self._room:
+                        await self._room.wait_for(lambda: len(self.active) + pacer.pending < self.c or self.stopping)
+                await pacer.ready(intended)
                 if self.stopping:
                     return
-            index = self._index
-            self._index += 1
-            task = asyncio.create_task(self._one(index, intended), name=f"request-{index}")
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+                index, spec, body, rid = self._draw()
+                parser = StreamParser(self.lane.api, self.config.max_event_bytes)
+                begun = self.client.prepare(body, rid, parser)
+                pacer.put(intended, functools.partial(self._go, begun),
+                          functools.partial(self._fire, index, intended, spec, body, rid, parser, begun),
+                          begun.abandon if begun is not None else _nothing)
+        finally:
+            self.client.release_points(None)
+            pacer.close()
+
+    def _next_intended(self, warm_ns: int, limit_ns: int) -> int | None:
+        """The next send's intended time; ``None`` where the schedule is over (a trace's), or where the window
+        has ended with the client more than ``limit_ns`` behind (client-bound: the rest is not sent)."""
+        offset = self.stream.next_offset()
+        if offset is None:
+            return None
+        intended = warm_ns + int(offset * 1e9)
+        now = time.perf_counter_ns()
+        end = self.window_end_ns
+        if end is not None and now > end and now - intended > limit_ns and not self.c:
+            self._given_up_s = (now - intended) / 1e9
+            return None
+        return intended
+
+    def _draw(self) -> tuple[int, RequestSpec, bytes, str]:
+        """The next request: its index, spec, body and id."""
+        index = self._index
+        self._index += 1
+        spec, body = self._request(index)
+        return index, spec, body, f"{self.run_id}-{self.lane.key}-r{self.rate:g}-{index}"
+
+    async def _schedule_remote(self, warm_ns: int, senders: Senders) -> None:
+        """The schedule handed to the sender processes (``loadgen.senders``): each request drawn and built here,
+        given to a worker ``senders.lead_ns`` before its time; at most ``REMOTE_AHEAD`` given and not yet sent."""
+        self.pacer_kernel = True
+        limit_ns = int(self.config.arrival.max_lag_s * 1e9)
+        while not self.stopping:
+            intended = self._next_intended(warm_ns, limit_ns)
+            if intended is None:
+                return
+            while senders.outstanding >= REMOTE_AHEAD and not self.stopping:
+                await asyncio.sleep(0.001)
+            wait = intended - senders.lead_ns - time.perf_counter_ns()
+            if wait > 0:
+                await asyncio.sleep(wait / 1e9)
+            if self.stopping:
+                return
+            index, spec, body, rid = self._draw()
+            holder: list[int] = []
+            worker = senders.dispatch(
+                index, intended, rid, body,
+                sent=functools.partial(self._remote_sent, index, intended, spec, holder),
+                first=lambda t: None,
+                done=functools.partial(self._remote_done, index, intended, spec, rid, holder))
+            if worker is None:  # every sender lost: the rung ends here, its verdict says why
+                self.looks.append("every sender process was lost")
+                return
+            holder.append(worker)
+            if wait <= 0:
+                await asyncio.sleep(0)
+
+    def _remote_sent(self, index: int, intended_ns: int, spec: RequestSpec, holder: list[int], send_ns: int) -> None:
+        assert self.senders is not None
+        stream = self.senders.stream(index)
+        if stream is None:
+            return
+        self._sends.append(send_ns)
+        self.active[index] = _Active(intended_ns, stream, spec.prompt_tokens)  # type: ignore[arg-type]
+        self.metrics.add_in_flight(self.lane.key, 1)
+
+    def _remote_done(self, index: int, intended_ns: int, spec: RequestSpec, rid: str, holder: list[int],
+                     result: RawResult, stream: RemoteStream) -> None:
+        self.metrics.add_in_flight(self.lane.key, -1)
+        self.active.pop(index, None)
+        if result.outcome == "dropped" and result.error == "cancelled at drain":
+            result.extra.update(self._censored(intended_ns))
+        else:
+            pair = (intended_ns, max(intended_ns, result.send_ns))
+            self._lags.append(pair)
+            if holder:
+                self._worker_lags.setdefault(holder[0], []).append(pair)
+            self._outcome(intended_ns, result, spec.prompt_tokens)
+        self._finish(0, spec, rid, result, result.send_ns, stream, intended_ns)  # type: ignore[arg-type]
+
+    def _go(self, begun: Begun | None) -> None:
+        """The send itself, at its time (the pacer's timer callback): a request ``LaneClient.prepare`` made ready
+        is handed to the kernel; any other is sent by its task (``_fire``)."""
+        if begun is not None and not self.stopping:
+            begun.go()
+
+    def _fire(self, index: int, intended_ns: int, spec: RequestSpec, body: bytes, rid: str, parser: StreamParser,
+              begun: Begun | None) -> None:
+        """The ``index``-th request's bookkeeping once sent (right after ``_go``): its answer read by a task of
+        its own, which sends it first where ``_go`` could not."""
+        if begun is not None and not begun.sent:
+            begun.abandon()
+            begun = None
+        if self.stopping and begun is None:
+            return
+        self._sends.append(begun.send_ns if begun is not None else time.perf_counter_ns())
+        self.active[index] = _Active(intended_ns, parser, spec.prompt_tokens)
+        self.metrics.add_in_flight(self.lane.key, 1)
+        task = asyncio.create_task(self._one(index, intended_ns, spec, body, rid, parser, begun),
+                                   name=f"request-{index}")
+        self._tasks.add(task)
+
+        def settle(task: asyncio.Task[None]) -> None:
+            self._tasks.discard(task)
+            if begun is not None:
+                begun.abandon()  # released already where the request was read to its end
+            if self.active.pop(index, None) is not None:  # cancelled before it ran: its record all the same
+                self.metrics.add_in_flight(self.lane.key, -1)
+                now = time.perf_counter_ns()
+                self._finish(0, spec, rid, RawResult(now, now, [], "dropped", error="cancelled at drain",
+                                                     extra=self._censored(intended_ns)), now, parser, intended_ns)
+
+        task.add_done_callback(settle)
 
     def _stream(self) -> ArrivalStream | SendStream:
         """The rung's send offsets: the seeded arrival process at its rate (a trace rung: the trace's)."""
@@ -205,21 +350,14 @@ class OpenStepRun(StepRun):
         """The longest the rung's window may be looked at."""
         return max(self.config.arrival.max_window_s, self.config.min_window_s)
 
-    async def _one(self, index: int, intended_ns: int) -> None:
-        spec, body = self._request(index)
-        rid = f"{self.run_id}-{self.lane.key}-r{self.rate:g}-{index}"
-        parser = StreamParser(self.lane.api, self.config.max_event_bytes)
-        self.active[index] = _Active(intended_ns, parser, spec.prompt_tokens)
-        self.metrics.add_in_flight(self.lane.key, 1)
-        sent = time.perf_counter_ns()
+    async def _one(self, index: int, intended_ns: int, spec: RequestSpec, body: bytes, rid: str,
+                   parser: StreamParser, begun: Begun | None) -> None:
+        sent = begun.send_ns if begun is not None else time.perf_counter_ns()
         try:
-            result = await self.client.send(body, rid, parser)
+            result = await self.client.send(body, rid, parser, begun)
         except asyncio.CancelledError:
-            cut = self.window_end_ns is not None and self.window_start_ns is not None \
-                and self.window_start_ns <= intended_ns <= self.window_end_ns
             self._finish(0, spec, rid, RawResult(sent, time.perf_counter_ns(), parser.token_ns, "dropped",
-                                                 error="cancelled at drain",
-                                                 extra={"censored": True} if cut else {}),
+                                                 error="cancelled at drain", extra=self._censored(intended_ns)),
                          sent, parser, intended_ns)
             raise
         except Exception as exc:  # a client bug on a hostile answer is a malformed record, never a lost request
@@ -230,21 +368,60 @@ class OpenStepRun(StepRun):
             self.active.pop(index, None)
             async with self._room:
                 self._room.notify_all()
-        if self.window_start_ns is not None and self.window_end_ns is not None \
-                and self.window_start_ns <= intended_ns <= self.window_end_ns:
-            self._lags.append(max(0.0, (result.send_ns - intended_ns) / 1e9))
+        self._lags.append((intended_ns, max(intended_ns, result.send_ns)))
         self._outcome(intended_ns, result, spec.prompt_tokens)
         self._finish(0, spec, rid, result, result.send_ns, parser, intended_ns)
 
+    def _censored(self, intended_ns: int) -> dict[str, object]:
+        """A request cancelled at the drain that was meant inside the window: censored, not failed."""
+        start, end = self.window_start_ns, self.window_end_ns
+        return {"censored": True} if start is not None and end is not None and start <= intended_ns <= end else {}
+
     def _open_window(self, warm_ns: int, lags: list[float], read_lags: list[float], cpu_s: float) -> StepWindow:
         window = self._window(warm_ns, lags, read_lags, cpu_s)
-        lag = quantile(sorted(self._lags), 0.99)
+        start, end = self.window_start_ns or 0, self.window_end_ns or 0
+        # the window's requests, whenever they ended (not only those still running when it closed): meant inside
+        # it, or sent inside it (a client far behind sends the warm-up's schedule in the window)
+        mine = sorted((sent - intended) / 1e9 for intended, sent in self._lags
+                      if start <= intended <= end or start <= sent <= end)
+        lag = quantile(mine, 0.99)
         limit = self.config.arrival.max_lag_s
-        notes = (*window.notes, *(["rate looked at " + "; ".join(self.looks)] if self.looks else []),
-                 f"schedule lag p99 {0.0 if lag is None else lag * 1000:.2f} ms over "
-                                f"{len(self._lags)} requests")
-        if window.valid and lag is not None and lag > limit and not self.c:
-            return StepWindow(**{**window.to_dict(), "valid": False, "notes": notes, "steady": self.steady,
-                                 "reason": f"the client fell behind its schedule: lag p99 {lag * 1000:.1f} ms > "
-                                           f"arrival.max_lag_s {limit * 1000:g} ms"})
-        return StepWindow(**{**window.to_dict(), "notes": notes, "steady": self.steady})
+        achieved = self._achieved_rps()
+        notes = [*window.notes, *(["rate looked at " + "; ".join(self.looks)] if self.looks else []),
+                 f"schedule lag p99 {0.0 if lag is None else lag * 1000:.2f} ms over {len(mine)} requests, "
+                 f"released by {'the kernel timer' if self.pacer_kernel else 'the event loop timer'}"]
+        if achieved is not None:
+            notes.append(f"sent {achieved:.4g} requests/s in the window, {self.open_rate:.4g}/s asked")
+        if self._given_up_s is not None:
+            notes.append(f"stopped sending after the window {self._given_up_s:.2f} s behind the schedule")
+        worst = None
+        if self.senders is not None:
+            for worker, line in enumerate(self.senders.describe()):
+                pairs = sorted((sent - intended) / 1e9 for intended, sent in self._worker_lags.get(worker, [])
+                               if start <= intended <= end or start <= sent <= end)
+                p99 = quantile(pairs, 0.99)
+                notes.append(f"{line}; {len(pairs)} window requests, lag p99 "
+                             f"{0.0 if p99 is None else p99 * 1000:.2f} ms")
+                if p99 is not None and (worst is None or p99 > worst[1]):
+                    worst = (worker, p99)
+            notes.extend(self.senders.lost)
+        if lag is not None and lag > limit and not self.c:  # said first: why the client fell behind follows
+            sent = "" if achieved is None else f"; it sent {achieved:.4g}/s of the {self.open_rate:.4g}/s asked"
+            if worst is not None:
+                sent += f"; the furthest behind, sender {worst[0]}, at lag p99 {worst[1] * 1000:.1f} ms"
+            also = "" if window.valid or window.reason is None else f" ({window.reason})"
+            return StepWindow(**{**window.to_dict(), "valid": False, "notes": tuple(notes), "steady": self.steady,
+                                 "reason": f"client-bound: the client fell behind its schedule: lag p99 "
+                                           f"{lag * 1000:.1f} ms > arrival.max_lag_s {limit * 1000:g} ms{sent}{also}"})
+        return StepWindow(**{**window.to_dict(), "notes": tuple(notes), "steady": self.steady})
+
+    def achieved_sends(self) -> tuple[int, float] | None:
+        """The sends made inside the window, by their send time, and the window's length (s)."""
+        start, end = self.window_start_ns, self.window_end_ns
+        if start is None or end is None or end <= start:
+            return None
+        return sum(1 for t in self._sends if start <= t <= end), (end - start) / 1e9
+
+    def _achieved_rps(self) -> float | None:
+        sends = self.achieved_sends()
+        return None if sends is None else sends[0] / sends[1]

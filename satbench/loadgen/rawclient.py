@@ -33,6 +33,7 @@ import struct
 import sys
 import time
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import httptools
@@ -129,9 +130,35 @@ class RawConnection:
 class _Exchange:
     """One request/answer on one connection; the httptools callbacks and the socket reader."""
 
-    __slots__ = ("body_over", "chunked", "conn", "done", "end_ns", "error_body", "feed", "feed_data",
-                 "got_bytes", "head_bytes", "header_bytes", "http", "keep", "lag_ns", "length", "loop",
-                 "message_done", "recvmsg", "send_ns", "status", "stream", "t_ns", "tail")
+    __slots__ = (
+        "after",
+        "body_over",
+        "chunked",
+        "conn",
+        "done",
+        "end_ns",
+        "error_body",
+        "feed",
+        "feed_data",
+        "got_bytes",
+        "head_bytes",
+        "header_bytes",
+        "http",
+        "keep",
+        "lag_ns",
+        "length",
+        "loop",
+        "message_done",
+        "recvmsg",
+        "released",
+        "send_ns",
+        "sent",
+        "status",
+        "stream",
+        "t_ns",
+        "tail",
+        "timer",
+    )
 
     def __init__(self, loop: asyncio.AbstractEventLoop, conn: RawConnection, stream: StreamParser,
                  send_ns: int) -> None:
@@ -155,6 +182,10 @@ class _Exchange:
         self.error_body = bytearray()
         self.lag_ns = -1
         self.tail: asyncio.TimerHandle | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.after: Callable[[], None] | None = None  # run after each read (a pacer's release point)
+        self.sent = 0
+        self.released = False
 
     # -- httptools callbacks ------------------------------------------------------------------------------
 
@@ -192,6 +223,11 @@ class _Exchange:
     # -- socket reader ------------------------------------------------------------------------------------
 
     def readable(self) -> None:
+        self._read()
+        if self.after is not None:
+            self.after()
+
+    def _read(self) -> None:
         try:
             data, anc, _flags, _addr = self.recvmsg(_READ, _ANC_SPACE)
         except (BlockingIOError, InterruptedError):
@@ -283,6 +319,9 @@ class RawHttp:
         self.open_conns: set[RawConnection] = set()
         self.read_lag_ns: array[int] = array("q")
         self.stamps_seen = False
+        # called after each answer read: a paced send due meanwhile goes out between two reads of one turn of
+        # the loop, not after the whole turn (loadgen.pacer)
+        self.after_read: Callable[[], None] | None = None
 
     async def connect(self) -> RawConnection:
         """A new connection (``OSError`` when refused or unreachable, ``TimeoutError`` past the bound)."""
@@ -355,44 +394,71 @@ class RawHttp:
         to the pool when the server keeps it alive and the answer ended cleanly; else it is closed (so a
         cancelled or timed-out request is cancelled on the server too).
         """
+        ex = self.prepare(conn, stream)
+        self.send_now(ex, request)
+        return await self.finish(ex, request)
+
+    def prepare(self, conn: RawConnection, stream: StreamParser) -> _Exchange:
+        """An exchange on ``conn`` made ready to send: its answer watched for. ``send_now`` sends it (a paced
+        send: inside the pacer's timer callback, all else done before its time); ``release(ex, ok=True)``
+        gives the connection back unused."""
         loop = asyncio.get_running_loop()
-        sock = conn.sock
-        fd = sock.fileno()
         ex = _Exchange(loop, conn, stream, 0)
-        loop.add_reader(fd, ex.readable)
-        timer = loop.call_later(self.request_timeout_s, ex.time_out)
-        ok = False
+        ex.after = self.after_read
+        loop.add_reader(conn.sock.fileno(), ex.readable)
+        return ex
+
+    def send_now(self, ex: _Exchange, request: bytes) -> None:
+        """Hands the kernel what of ``request`` the socket takes now, the send time read just before;
+        ``finish`` sends the rest and reads the answer. A failed send raises :class:`StaleConnection` with
+        everything released."""
+        send_ns = _perf_ns()
+        ex.send_ns = ex.t_ns = send_ns
         try:
-            send_ns = time.perf_counter_ns()
-            ex.send_ns = ex.t_ns = send_ns
-            try:
-                sent = sock.send(request)
-            except (BlockingIOError, InterruptedError):
-                sent = 0
-            except OSError as exc:
-                raise StaleConnection(f"{type(exc).__name__}: {exc}") from exc
-            if sent < len(request):
+            ex.sent = ex.conn.sock.send(request)
+        except (BlockingIOError, InterruptedError):
+            ex.sent = 0
+        except OSError as exc:
+            self.release(ex, ok=False)
+            raise StaleConnection(f"{type(exc).__name__}: {exc}") from exc
+
+    async def finish(self, ex: _Exchange, request: bytes) -> tuple[int, Answer]:
+        """The rest of an exchange ``send_now`` began: the request's remaining bytes, then the answer."""
+        ok = False
+        if ex.timer is None:
+            ex.timer = ex.loop.call_later(self.request_timeout_s - (_perf_ns() - ex.send_ns) / 1e9, ex.time_out)
+        try:
+            if ex.sent < len(request):
                 try:
-                    await loop.sock_sendall(sock, memoryview(request)[sent:])
+                    await ex.loop.sock_sendall(ex.conn.sock, memoryview(request)[ex.sent:])
                 except OSError as exc:
                     raise StaleConnection(f"{type(exc).__name__}: {exc}") from exc
             answer = await ex.done
-            if conn.stamped and ex.lag_ns >= 0:
+            if ex.conn.stamped and ex.lag_ns >= 0:
                 self.read_lag_ns.append(ex.lag_ns)
-            ok = conn.reusable and answer.lost is None and not answer.timed_out and answer.parse_error is None
-            return send_ns, answer
+            ok = ex.conn.reusable and answer.lost is None and not answer.timed_out and answer.parse_error is None
+            return ex.send_ns, answer
         finally:
-            timer.cancel()
-            if ex.tail is not None:
-                ex.tail.cancel()
-            loop.remove_reader(fd)
-            # The parser holds the exchange (its callbacks) and the exchange the parser: break the cycle, so
-            # the exchange is freed now and not left to the cyclic collector (off while a step runs).
-            del ex.http, ex.feed_data
-            if ok:
-                self.idle.append(conn)
-            else:
-                self.discard(conn)
+            self.release(ex, ok=ok)
+
+    def release(self, ex: _Exchange, *, ok: bool) -> None:
+        """Ends the exchange's hold on its connection (once; later calls do nothing): the reader and timers
+        go, and the connection returns to the pool (``ok``) or is closed."""
+        if ex.released:
+            return
+        ex.released = True
+        if ex.timer is not None:
+            ex.timer.cancel()
+        if ex.tail is not None:
+            ex.tail.cancel()
+        ex.loop.remove_reader(ex.conn.sock.fileno())
+        # The parser holds the exchange (its callbacks) and the exchange the parser: break the cycle, so
+        # the exchange is freed now and not left to the cyclic collector (off while a step runs).
+        del ex.http, ex.feed_data
+        if ok:
+            self.idle.append(ex.conn)
+        else:
+            self.discard(ex.conn)
 
     def take_read_lags(self) -> list[int]:
         """Per request, how long after the kernel got its first answer bytes the client read them (ns)."""

@@ -65,6 +65,7 @@ from satbench.loadgen.open_step import OpenStepRun
 from satbench.loadgen.prefill_walk import PrefillStepper, prefill_line
 from satbench.loadgen.progress import Progress, progress_wanted, rate_line, rung_line
 from satbench.loadgen.rates import RateOutcome, factor_label, judge, next_rate, search_end
+from satbench.loadgen.senders import Senders, SendersUnavailable
 from satbench.loadgen.step import Clock, StepRun
 from satbench.loadgen.trace_step import TraceStepRun, factor_search_end, next_factor
 from satbench.loadgen.traces import TracePrompts
@@ -227,12 +228,35 @@ class LadderRunner:
                     self.progress.done(f"  {lane.key}: the extended ladder stops at c={top}: {why}")
             if prefill is not None:
                 await self._walk_prefill(lane, client, writer, clock, slots, facts.slot_context)
-            if self.config.arrival.open:
-                await self._walk_rates(lane, lane_figures, client, writer, clock, text, slots)
-            if self.trace is not None:
-                await self._walk_trace(lane, lane_figures, client, writer, clock, text, slots)
+            if self.config.arrival.open or self.trace is not None:
+                senders = await self._senders(lane)
+                try:
+                    if self.config.arrival.open:
+                        await self._walk_rates(lane, lane_figures, client, writer, clock, text, slots, senders)
+                    if self.trace is not None:
+                        await self._walk_trace(lane, lane_figures, client, writer, clock, text, slots, senders)
+                finally:
+                    if senders is not None:
+                        await senders.close()
         finally:
             await client.close()
+
+    async def _senders(self, lane: LaneConfig) -> Senders | None:
+        """The lane's sender processes where ``arrival.workers`` asks for more than one (``loadgen.senders``);
+        ``None`` (this process sends) where they cannot be started, said in the progress and the manifest."""
+        n = self.config.arrival.workers
+        if n <= 1:
+            return None
+        try:
+            logs = self.out_dir / "logs"  # beside the session's own process logs
+            logs.mkdir(exist_ok=True)
+            senders = await Senders.start(self.config, lane, n, log_dir=logs)
+        except SendersUnavailable as exc:
+            self.progress.done(f"  {lane.key}: open-loop rungs sent by this process: {exc}")
+            return None
+        for line in senders.describe():
+            self.progress.done(f"  {lane.key}: {line}")
+        return senders
 
     async def _drift_reference(self, lane: LaneConfig, closed: list[StepFigures], client: LaneClient,
                                writer: RecordsWriter, clock: Clock, text: PromptText, slots: int | None) -> None:
@@ -298,7 +322,8 @@ class LadderRunner:
         return figures
 
     async def _walk_rates(self, lane: LaneConfig, closed: list[StepFigures], client: LaneClient,
-                          writer: RecordsWriter, clock: Clock, text: PromptText, slots: int | None) -> None:
+                          writer: RecordsWriter, clock: Clock, text: PromptText, slots: int | None,
+                          senders: Senders | None = None) -> None:
         """The open-loop rate search of one lane (``loadgen.rates``), after its closed ladder: relative rates
         take the most requests/s a valid closed rung served as the lane's capacity."""
         arrival = self.config.arrival
@@ -312,7 +337,7 @@ class LadderRunner:
         while (rate := next_rate(outcomes, arrival, capacity)) is not None:
             step = OpenStepRun(rate=rate, capacity_rps=bound, warmup_s=warmup, config=self.config, lane=lane,
                                run_id=self.run_id, client=client, writer=writer, clock=clock, metrics=self.metrics,
-                               text=text, progress=self.progress)
+                               text=text, progress=self.progress, senders=senders)
             window = dataclasses.replace(await step.run(), slots=slots)
             check_written(writer)
             figures = self._step_done(step, window)
@@ -334,7 +359,8 @@ class LadderRunner:
         return max(self.config.warmup_s, 2 * (latency or 0.0), ttft or 0.0)
 
     async def _walk_trace(self, lane: LaneConfig, closed: list[StepFigures], client: LaneClient,
-                          writer: RecordsWriter, clock: Clock, text: PromptText, slots: int | None) -> None:
+                          writer: RecordsWriter, clock: Clock, text: PromptText, slots: int | None,
+                          senders: Senders | None = None) -> None:
         """The speed-factor search of one lane over the configured trace (``loadgen.trace_step``), after its
         closed ladder; each rung judged as a rate rung (``loadgen.rates.judge``)."""
         trace, cfg = self.trace, self.config.trace
@@ -351,7 +377,8 @@ class LadderRunner:
             self.part = self.part.with_trace(lane.key, {**trace.evidence(), "speed_factors": factors})
             step = TraceStepRun(trace=trace, factor=factor, prompts=prompts, capacity_rps=bound, warmup_s=warmup,
                                 config=self.config, lane=lane, run_id=self.run_id, client=client, writer=writer,
-                                clock=clock, metrics=self.metrics, text=text, progress=self.progress)
+                                clock=clock, metrics=self.metrics, text=text, progress=self.progress,
+                                senders=senders)
             window = dataclasses.replace(await step.run(), slots=slots)
             check_written(writer)
             figures = self._step_done(step, window)

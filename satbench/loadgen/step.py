@@ -123,6 +123,7 @@ class StepRun:
         self.active: dict[int, _Active] = {}
         self.prefills: list[tuple[int, int]] = []
         self.pending_stalls: list[tuple[list[int], list[tuple[float, float]]]] = []  # (token ns, per-token gaps)
+        self._prune_at = 64  # the prefills list is pruned when it reaches this length
         self.window_start_ns: int | None = None
         self.window_end_ns: int | None = None
         self.stopping = False
@@ -434,8 +435,10 @@ class StepRun:
             if stall is not None:
                 self._stall_hist.observe(stall / 1e9)
         self.pending_stalls = keep
-        bound = min([tok[0] for tok, _ in keep] + active + [time.perf_counter_ns()])
-        self.prefills = [iv for iv in self.prefills if iv[1] > bound]
+        if len(self.prefills) >= self._prune_at or force:  # amortized: a prune per doubling, not per request
+            bound = min([tok[0] for tok, _ in keep] + active + [time.perf_counter_ns()])
+            self.prefills = [iv for iv in self.prefills if iv[1] > bound]
+            self._prune_at = max(64, 2 * len(self.prefills))
 
     def _window(self, warm_ns: int, lags: list[float], read_lags: list[float], cpu_s: float) -> StepWindow:
         assert self.window_start_ns is not None and self.window_end_ns is not None

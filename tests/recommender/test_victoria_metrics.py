@@ -51,7 +51,7 @@ from satbench.recommender.prometheus_source import HttpxPromClient, PrometheusSo
 from satbench.recommender.run_analysis import analyze_run
 from testkit.prom import prometheus_binary, promtool_binary
 from testkit.session import SharedSession
-from testkit.victoria import MISSING_REASON, victoria_metrics_binary
+from testkit.victoria import MISSING_REASON, VictoriaMetricsProcess, victoria_metrics_binary
 from tests.grafana.panel_replay import replay_prometheus
 
 pytestmark = [
@@ -136,8 +136,16 @@ def stores(shared_session: SharedSession, tmp_path_factory: pytest.TempPathFacto
     with replay_prometheus(run_dir, tmp_path_factory.mktemp("replay")) as prom:
         selector = '{job=~"satbench_.+"}'
         prom_samples = _raw(prom.url, selector, at, span_s)
-        vm.wait_holds(lambda v: not _sample_problems(prom_samples, _raw(v.url, selector, at, span_s)),
-                      timeout_s=ARRIVAL_TIMEOUT_S, what="every sample of the session's Prometheus")
+        last: list[str] = []
+
+        def holds(v: VictoriaMetricsProcess) -> bool:
+            last[:] = _sample_problems(prom_samples, _raw(v.url, selector, at, span_s))
+            return not last
+
+        try:
+            vm.wait_holds(holds, timeout_s=ARRIVAL_TIMEOUT_S, what="every sample of the session's Prometheus")
+        except TimeoutError as exc:  # say what was still missing, not only that something was
+            raise TimeoutError(f"{exc}\nstill: {'; '.join(last[:8])} ({len(last)} problems)") from exc
         vm_samples = _raw(vm.url, selector, at, span_s)
         prom_doc, vm_doc, vm_prefixed_doc = (analyze_run(manifest, prometheus_url=url, run_dir=None, policy=policy)
                                              for url in (prom.url, vm.url, f"{vm.url}/prometheus"))
