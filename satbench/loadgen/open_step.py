@@ -45,6 +45,7 @@ __all__ = ["OpenStepRun", "SendStream"]
 
 
 REMOTE_AHEAD = 4096  # orders given to sender processes and not yet sent, at most
+CLOCK_MARGIN_NS = 1_000_000  # beyond the senders' clock offsets' bounds (tens of microseconds on one host)
 
 
 def _nothing() -> None:
@@ -227,6 +228,14 @@ class OpenStepRun(StepRun):
             self.client.release_points(None)
             pacer.close()
 
+    def _in_flight_since(self) -> list[int]:
+        """With sender processes, also the requests given to them and not yet known sent (their send, so their
+        admission, is no earlier than their intended time, less a margin for the measured clock offsets)."""
+        since = super()._in_flight_since()
+        if self.senders is not None:
+            since += [t - CLOCK_MARGIN_NS for t in self.senders.unsent_since()]
+        return since
+
     def _next_intended(self, warm_ns: int, limit_ns: int) -> int | None:
         """The next send's intended time; ``None`` where the schedule is over (a trace's), or where the window
         has ended with the client more than ``limit_ns`` behind (client-bound: the rest is not sent)."""
@@ -330,8 +339,9 @@ class OpenStepRun(StepRun):
             if self.active.pop(index, None) is not None:  # cancelled before it ran: its record all the same
                 self.metrics.add_in_flight(self.lane.key, -1)
                 now = time.perf_counter_ns()
-                self._finish(0, spec, rid, RawResult(now, now, [], "dropped", error="cancelled at drain",
-                                                     extra=self._censored(intended_ns)), now, parser, intended_ns)
+                sent = begun.send_ns if begun is not None else now
+                self._finish(0, spec, rid, RawResult(sent, now, [], "dropped", error="cancelled at drain",
+                                                     extra=self._censored(intended_ns)), sent, parser, intended_ns)
 
         task.add_done_callback(settle)
 

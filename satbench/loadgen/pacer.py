@@ -213,15 +213,23 @@ class Pacer:
         due: list[_Send] = []
         while queue and queue[0].at_ns <= now and len(due) < self.max_burst:
             due.append(queue.popleft())
-        for send in due:
-            send.go()
-        for send in due:
-            send.after()
-        if queue:
-            self._arm(queue[0].at_ns)
-        room = self._room
-        if room is not None and not room.done() and (len(queue) < self.depth or not queue):
-            room.set_result(None)
+        try:
+            for i, send in enumerate(due):
+                try:
+                    send.go()
+                except BaseException:
+                    for unsent in due[i:]:  # the one that failed and those after it: let go, unsent
+                        unsent.cancel()
+                    del due[i:]
+                    raise
+            for send in due:
+                send.after()
+        finally:
+            if queue:
+                self._arm(queue[0].at_ns)
+            room = self._room
+            if room is not None and not room.done() and (len(queue) < self.depth or not queue):
+                room.set_result(None)
 
     def close(self) -> None:
         for send in self._queue:

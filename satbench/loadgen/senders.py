@@ -96,11 +96,13 @@ class RemoteStream:
 @dataclass
 class _Order:
     worker: int
+    intended_ns: int
     sent: Callable[[int], None]
     first: Callable[[int], None]
     done: Callable[[RawResult, RemoteStream], None]
     stream: RemoteStream
     was_sent: bool = False
+    sent_ns: int = 0  # its send, on this clock, once the worker said
 
 
 @dataclass
@@ -138,6 +140,7 @@ class Senders:
         self._orders: dict[int, _Order] = {}
         self.lead_ns = int(0.02 * 1e9)  # an order leaves this far ahead of its time
         self._next = 0
+        self._seq = 0  # order ids, unique for the lane's walk
         self.lost: list[str] = []
         self._pongs: dict[int, asyncio.Future[tuple[int, int]]] = {}
         self._closing = False
@@ -191,12 +194,16 @@ class Senders:
                     joined[index] = SenderWorker(index, reader, writer, hello.get("pid"),
                                                  str(hello.get("host", "?")), procs[index])
             workers = [joined[i] for i in range(n)]
-        except (TimeoutError, OSError) as exc:
+        except BaseException as exc:  # none left running, whatever stopped the start (a cancellation too)
             server.close()
             for proc in procs:
                 with contextlib.suppress(OSError):
                     proc.kill()
-            raise SendersUnavailable(f"{n} sender processes did not connect: {exc!r}") from exc
+                with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                    proc.wait(2.0)
+            if isinstance(exc, TimeoutError | OSError):
+                raise SendersUnavailable(f"{n} sender processes did not connect: {exc!r}") from exc
+            raise
         self = cls(config, lane, workers, server)
         lane_data = json.loads(config.model_dump_json())
         for w in workers:
@@ -204,7 +211,7 @@ class Senders:
             w.task = asyncio.create_task(self._listen(w), name=f"sender-{w.index}")
         try:
             await self.sync()
-        except SendersUnavailable:
+        except BaseException:
             await self.close()
             raise
         return self
@@ -212,9 +219,7 @@ class Senders:
     async def close(self) -> None:
         self._closing = True
         for w in self.workers:
-            if w.alive:
-                with contextlib.suppress(OSError, RuntimeError):
-                    write_frame(w.writer, {"op": "stop"})
+            self._tell(w, {"op": "stop"})
         for w in self.workers:
             if w.proc is not None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
@@ -244,7 +249,9 @@ class Senders:
                 t0 = time.perf_counter_ns()
                 answer: asyncio.Future[tuple[int, int]] = loop.create_future()
                 self._pongs[t0] = answer
-                write_frame(w.writer, {"op": "ping", "t": t0})
+                if not self._tell(w, {"op": "ping", "t": t0}):
+                    self._pongs.pop(t0, None)
+                    break
                 try:
                     async with asyncio.timeout(5.0):
                         worker_ns, t1 = await answer
@@ -257,7 +264,9 @@ class Senders:
                 if best is None or rtt < best[0]:
                     best = (rtt, offset)
             if best is None:
-                raise SendersUnavailable(f"sender {w.index} did not answer its clock exchanges")
+                if w.alive and w.offset_bound_ns is None:  # never measured: its times could not be mapped
+                    raise SendersUnavailable(f"sender {w.index} did not answer its clock exchanges")
+                continue  # lost, or keeps the offset it had
             w.offset_bound_ns, w.offset_ns = best[0] // 2, best[1]
 
     async def sync_between_rungs(self) -> None:
@@ -275,6 +284,11 @@ class Senders:
 
     # -- orders ---------------------------------------------------------------------------------------------
 
+    def unsent_since(self) -> list[int]:
+        """The intended times of the orders given and not yet known sent (this clock): a worker may have sent
+        one whose ``sent`` is still on its way."""
+        return [o.intended_ns for o in self._orders.values() if not o.was_sent]
+
     @property
     def outstanding(self) -> int:
         """Orders given and not yet sent by their worker."""
@@ -283,36 +297,56 @@ class Senders:
     def dispatch(self, index: int, intended_ns: int, request_id: str, body: bytes, *,
                  sent: Callable[[int], None], first: Callable[[int], None],
                  done: Callable[[RawResult, RemoteStream], None]) -> int | None:
-        """Hands request ``index`` to the next live worker (round-robin), to be sent at ``intended_ns`` (this
-        process's ``perf_counter_ns``); returns the worker's index, or ``None`` when none is left. ``sent``,
-        ``first`` and ``done`` are called on this process's clock."""
-        live = [w for w in self.workers if w.alive]
-        if not live:
-            return None
-        w = live[self._next % len(live)]
-        self._next += 1
-        stream = RemoteStream()
-        self._orders[index] = _Order(w.index, sent, first, done, stream)
-        w.orders.add(index)
-        write_frame(w.writer, {"op": "send", "i": index, "at": intended_ns + w.offset_ns, "rid": request_id}, body)
-        return w.index
+        """Hands request ``index`` (the rung's) to the next live worker (round-robin), to be sent at
+        ``intended_ns`` (this process's ``perf_counter_ns``); returns the worker's index, or ``None`` when none
+        is left. ``sent``, ``first`` and ``done`` are called on this process's clock. An order is known to the
+        workers by an id of its own, unique for the lane's whole walk (a rung's indices start again at 0)."""
+        while True:
+            live = [w for w in self.workers if w.alive]
+            if not live:
+                return None
+            w = live[self._next % len(live)]
+            self._next += 1
+            oid = self._seq
+            self._seq += 1
+            self._orders[oid] = _Order(w.index, intended_ns, sent, first, done, RemoteStream())
+            w.orders.add(oid)
+            if self._tell(w, {"op": "send", "i": oid, "at": intended_ns + w.offset_ns, "rid": request_id}, body):
+                return w.index
+
+    def _tell(self, w: SenderWorker, msg: dict[str, Any], payload: bytes = b"") -> bool:
+        """Writes to a worker; a worker whose connection is gone is lost (``_lose``), never the rung."""
+        if not w.alive:
+            return False
+        try:
+            if w.writer.is_closing():
+                raise ConnectionResetError("the connection is closing")
+            write_frame(w.writer, msg, payload)
+        except (OSError, RuntimeError) as exc:
+            self._lose(w, exc)
+            return False
+        return True
 
     async def drain(self, timeout_s: float) -> None:
-        """Cancels every order not yet ended: a worker drops what it has not sent and reports what it had in
-        flight as dropped; orders a lost worker held end as dropped here."""
+        """Ends every order: a worker drops what it has not sent (``unsent``) and ends what it had in flight
+        (``done``, dropped); this waits until each order is ended, up to ``timeout_s``. An order still open
+        then is recorded dropped where it was sent, or where its time had passed (its worker may have sent
+        it and not said so); one not yet due was never sent."""
         for w in self.workers:
-            if w.alive:
-                with contextlib.suppress(OSError, RuntimeError):
-                    write_frame(w.writer, {"op": "drain"})
+            self._tell(w, {"op": "drain"})
         deadline = time.monotonic() + timeout_s
-        while any(o.was_sent for o in self._orders.values()) and time.monotonic() < deadline:
+        while self._orders and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
-        for index, order in list(self._orders.items()):
-            self._orders.pop(index, None)
-            if order.was_sent:
-                now = time.perf_counter_ns()
-                order.done(RawResult(now, now, order.stream.token_ns, "dropped", error="cancelled at drain"),
+        now = time.perf_counter_ns()
+        for oid, order in list(self._orders.items()):
+            del self._orders[oid]
+            if order.was_sent or order.intended_ns <= now:
+                send = order.sent_ns if order.was_sent else order.intended_ns
+                error = "cancelled at drain" if order.was_sent else "cancelled at drain (its sender did not report)"
+                order.done(RawResult(send, max(send, now), order.stream.token_ns, "dropped", error=error),
                            order.stream)
+        for w in self.workers:
+            w.orders.clear()
 
     async def _listen(self, w: SenderWorker) -> None:
         try:
@@ -325,39 +359,43 @@ class Senders:
                     if answer is not None and not answer.done():
                         answer.set_result((int(msg["w"]), time.perf_counter_ns()))
                     continue
-                order = self._orders.get(msg.get("i", -1))
-                if op == "sent" and order is not None:
+                oid = msg.get("i", -1)
+                order = self._orders.get(oid)
+                if order is None or order.worker != w.index:
+                    continue  # ended here already (a drain's deadline, a loss)
+                if op == "sent":
                     order.was_sent = True
-                    order.sent(int(msg["t"]) - offset)
-                elif op == "first" and order is not None:
+                    order.sent_ns = int(msg["t"]) - offset
+                    order.sent(order.sent_ns)
+                elif op == "first":
                     t = int(msg["t"]) - offset
                     order.stream.token_ns = [t]
                     order.first(t)
-                elif op == "done" and order is not None:
-                    del self._orders[msg["i"]]
-                    w.orders.discard(msg["i"])
-                    result, stream = _result(msg, offset, order.stream)
-                    if not order.was_sent:  # dropped unsent (a drain): nothing went out, nothing to record
-                        continue
-                    order.done(result, stream)
-                elif op == "unsent" and order is not None:
-                    del self._orders[msg["i"]]
-                    w.orders.discard(msg["i"])
+                elif op in ("done", "unsent"):
+                    del self._orders[oid]
+                    w.orders.discard(oid)
+                    if op == "done" and order.was_sent:  # "sent" always comes first on the connection
+                        result, stream = _result(msg, offset, order.stream)
+                        order.done(result, stream)
         except (asyncio.IncompleteReadError, ValueError, OSError, KeyError, TypeError) as exc:
             self._lose(w, exc)
 
     def _lose(self, w: SenderWorker, exc: BaseException) -> None:
-        """A worker gone: what it held ends here, sent ones as dropped records."""
+        """A worker gone: what it held ends here, sent ones as dropped records (at their send)."""
+        if not w.alive:
+            return
         w.alive = False
         if not self._closing:
             self.lost.append(f"sender {w.index} lost: {type(exc).__name__}")
-        for index in sorted(w.orders):
-            order = self._orders.pop(index, None)
-            if order is None or not order.was_sent:
+        now = time.perf_counter_ns()
+        for oid in sorted(w.orders):
+            order = self._orders.get(oid)
+            if order is None or order.worker != w.index:
                 continue
-            now = time.perf_counter_ns()
-            order.done(RawResult(now, now, order.stream.token_ns, "dropped",
-                                 error=f"sender process {w.index} lost"), order.stream)
+            del self._orders[oid]
+            if order.was_sent:
+                order.done(RawResult(order.sent_ns, max(order.sent_ns, now), order.stream.token_ns, "dropped",
+                                     error=f"sender process {w.index} lost"), order.stream)
         w.orders.clear()
 
 

@@ -417,12 +417,17 @@ class StepRun:
             bins[i] = bins.get(i, 0) + nxt - pos
             pos = nxt
 
+    def _in_flight_since(self) -> list[int]:
+        """When each request that may still be in flight was decided (perf_counter ns): none of them can have
+        been admitted before it."""
+        return [a.decided_ns for a in self.active.values()]
+
     def _flush_stalls(self, force: bool = False) -> None:
         """Observes the decode stall of each finished request once every request that could have been in
         prefill during its decode has finished too (all still in flight were sent after its last token), so
         each prefill interval is known exactly: admission (sent + server-reported queue time) to first token,
         the definition the records use. ``force`` (step end) observes the rest with what is known."""
-        active = [a.decided_ns for a in self.active.values()]
+        active = self._in_flight_since()
         horizon = None if force or not active else min(active)
         keep: list[tuple[list[int], list[tuple[float, float]]]] = []
         for tok, per_token in self.pending_stalls:

@@ -124,10 +124,11 @@ def _judged(records: list[Any], window: Any, config: LoadgenConfig) -> tuple[boo
 
 @pytest.mark.slow
 def test_a_sender_lost_mid_rung_costs_its_requests_never_the_run() -> None:
-    """Sender 1 killed while it holds requests: those it had sent end as dropped results, the ones it had not
-    sent end unrecorded, and the next requests go to the sender left; closing afterwards is clean."""
+    """Sender 1 killed while it holds requests: those it had sent end as dropped results, sender 0's are read to
+    their end (the same rung indices as a drained rung before: none taken for another's), the next requests go
+    to the sender left; closing afterwards is clean."""
 
-    async def body() -> tuple[list[tuple[int, str]], list[int | None], list[str]]:
+    async def body() -> tuple[list[tuple[int, str]], list[int | None], list[str], dict[int, int | None]]:
         server = StreamServer(StreamServerConfig(itl_s=0.05, ping=False))
         url = await server.start()
         config = LoadgenConfig.model_validate({"lanes": [{"name": "dense", "url": url, "api": "llamacpp"}],
@@ -135,10 +136,20 @@ def test_a_sender_lost_mid_rung_costs_its_requests_never_the_run() -> None:
         senders = await Senders.start(config, config.lanes[0], 2)
         ended: list[tuple[int, str]] = []
         try:
+            # a first rung, drained at its end, leaves nothing behind (the next rung's indices start again at 0)
+            first: list[str] = []
             now = time.perf_counter_ns()
+            for i in range(5):  # five, due in 5 s: drained unsent (the next rung's index 0 goes to sender 1)
+                senders.dispatch(i, now + 5_000_000_000, f"a-{i}", _body(), sent=lambda t: None,
+                                 first=lambda t: None, done=lambda res, _s: first.append(res.outcome))
+            await senders.drain(5.0)
+            assert first == []  # none sent, none recorded
+            now = time.perf_counter_ns()
+            held = {}
             for i in range(6):  # three each, sent at once, each streaming 12 tokens 50 ms apart
-                senders.dispatch(i, now + 30_000_000, f"r-{i}", _body(), sent=lambda t: None, first=lambda t: None,
-                                 done=lambda res, _s, i=i: ended.append((i, res.outcome)))
+                held[i] = senders.dispatch(i, now + 30_000_000, f"r-{i}", _body(), sent=lambda t: None,
+                                           first=lambda t: None,
+                                           done=lambda res, _s, i=i: ended.append((i, res.outcome)))
             await asyncio.sleep(0.2)  # all six sent and streaming
             proc = senders.workers[1].proc
             assert proc is not None
@@ -152,13 +163,13 @@ def test_a_sender_lost_mid_rung_costs_its_requests_never_the_run() -> None:
         finally:
             await senders.close()
             await server.stop()
-        return ended, after, lost
+        return ended, after, lost, held
 
-    ended, after, lost = asyncio.run(body())
+    ended, after, lost, held = asyncio.run(body())
     outcomes = dict(ended)
-    assert sorted(outcomes) == list(range(6))
-    assert [outcomes[i] for i in (0, 2, 4)] == ["ok"] * 3  # sender 0's, read to their end
-    assert [outcomes[i] for i in (1, 3, 5)] == ["dropped"] * 3  # sender 1's, lost with it
+    assert sorted(outcomes) == list(range(6)) and held == {0: 1, 1: 0, 2: 1, 3: 0, 4: 1, 5: 0}
+    assert [outcomes[i] for i in (1, 3, 5)] == ["ok"] * 3  # sender 0's, read to their end
+    assert [outcomes[i] for i in (0, 2, 4)] == ["dropped"] * 3  # sender 1's, lost with it
     assert after == [0, 0] and lost == ["sender 1 lost: IncompleteReadError"]
 
 
