@@ -153,9 +153,9 @@ class Pacer:
 
     async def ready(self, at_ns: int) -> None:
         """Returns once a send meant for ``at_ns`` should be prepared and ``put``: within ``lead_s`` of its time
-        (the loop's own coarse timer is enough for that) and with fewer than ``depth`` sends waiting. A send
-        already due yields to the loop once first, so a client behind its schedule sends at its capacity,
-        evenly, between the reads of the answers it is streaming (``max_burst`` sends at a time)."""
+        (the loop's own coarse timer is enough for that) and with fewer than ``depth`` sends waiting. Sends
+        already due yield to the loop after every ``max_burst`` of them, so a client behind its schedule sends
+        at its capacity, evenly, between the reads of the answers it is streaming."""
         while len(self._queue) >= self.depth:
             self._room = self._loop.create_future()
             await self._room
