@@ -278,7 +278,6 @@ class OpenStepRun(StepRun):
             worker = senders.dispatch(
                 index, intended, rid, body,
                 sent=functools.partial(self._remote_sent, index, intended, spec, holder),
-                first=lambda t: None,
                 done=functools.partial(self._remote_done, index, intended, spec, rid, holder))
             if worker is None:  # every sender lost: the rung ends here, its verdict says why
                 self.looks.append("every sender process was lost")
@@ -287,11 +286,8 @@ class OpenStepRun(StepRun):
             if wait <= 0:
                 await asyncio.sleep(0)
 
-    def _remote_sent(self, index: int, intended_ns: int, spec: RequestSpec, holder: list[int], send_ns: int) -> None:
-        assert self.senders is not None
-        stream = self.senders.stream(index)
-        if stream is None:
-            return
+    def _remote_sent(self, index: int, intended_ns: int, spec: RequestSpec, holder: list[int], send_ns: int,
+                     stream: RemoteStream) -> None:
         self._sends.append(send_ns)
         self.active[index] = _Active(intended_ns, stream, spec.prompt_tokens)  # type: ignore[arg-type]
         self.metrics.add_in_flight(self.lane.key, 1)

@@ -97,8 +97,7 @@ class RemoteStream:
 class _Order:
     worker: int
     intended_ns: int
-    sent: Callable[[int], None]
-    first: Callable[[int], None]
+    sent: Callable[[int, RemoteStream], None]
     done: Callable[[RawResult, RemoteStream], None]
     stream: RemoteStream
     was_sent: bool = False
@@ -278,10 +277,6 @@ class Senders:
     def describe(self) -> list[str]:
         return [w.describe() + ("" if w.alive else ", lost") for w in self.workers]
 
-    def stream(self, index: int) -> RemoteStream | None:
-        order = self._orders.get(index)
-        return None if order is None else order.stream
-
     # -- orders ---------------------------------------------------------------------------------------------
 
     def unsent_since(self) -> list[int]:
@@ -295,11 +290,12 @@ class Senders:
         return sum(1 for o in self._orders.values() if not o.was_sent)
 
     def dispatch(self, index: int, intended_ns: int, request_id: str, body: bytes, *,
-                 sent: Callable[[int], None], first: Callable[[int], None],
+                 sent: Callable[[int, RemoteStream], None],
                  done: Callable[[RawResult, RemoteStream], None]) -> int | None:
         """Hands request ``index`` (the rung's) to the next live worker (round-robin), to be sent at
         ``intended_ns`` (this process's ``perf_counter_ns``); returns the worker's index, or ``None`` when none
-        is left. ``sent``, ``first`` and ``done`` are called on this process's clock. An order is known to the
+        is left. ``sent`` (with the stream the rung watches: its first token
+        set as it comes) and ``done`` are called on this process's clock. An order is known to the
         workers by an id of its own, unique for the lane's whole walk (a rung's indices start again at 0)."""
         while True:
             live = [w for w in self.workers if w.alive]
@@ -309,7 +305,7 @@ class Senders:
             self._next += 1
             oid = self._seq
             self._seq += 1
-            self._orders[oid] = _Order(w.index, intended_ns, sent, first, done, RemoteStream())
+            self._orders[oid] = _Order(w.index, intended_ns, sent, done, RemoteStream())
             w.orders.add(oid)
             if self._tell(w, {"op": "send", "i": oid, "at": intended_ns + w.offset_ns, "rid": request_id}, body):
                 return w.index
@@ -366,11 +362,9 @@ class Senders:
                 if op == "sent":
                     order.was_sent = True
                     order.sent_ns = int(msg["t"]) - offset
-                    order.sent(order.sent_ns)
+                    order.sent(order.sent_ns, order.stream)
                 elif op == "first":
-                    t = int(msg["t"]) - offset
-                    order.stream.token_ns = [t]
-                    order.first(t)
+                    order.stream.token_ns = [int(msg["t"]) - offset]
                 elif op in ("done", "unsent"):
                     del self._orders[oid]
                     w.orders.discard(oid)

@@ -98,6 +98,12 @@ def test_one_lane_answers_the_same_from_one_process_and_from_two(tmp_path: Path)
             manifest = _walk(sim.url, out, [low, high], workers, 5.0)
             records = list(read_records(out / "records.jsonl", strict=True))
             config = _config(sim.url, [low, high], workers, 5.0)
+            for w in manifest.windows("dense"):  # each rung's stated sends are its records' (the second rung too:
+                if w.rate_rps is None:  # its indices start again, the senders' order ids do not)
+                    continue
+                stated = float(next(n for n in w.notes if "requests/s in the window" in n).split()[1])
+                counted = sum(1 for r in records if r.rate_rps == w.rate_rps and w.start <= r.sent_at <= w.end)
+                assert stated == pytest.approx(counted / (w.end - w.start), rel=0.02), (workers, w.rate_rps)
             verdicts[workers] = {w.rate_rps: _judged(records, w, config) for w in manifest.windows("dense")
                                  if w.rate_rps is not None}
     for rate in (low, high):
@@ -140,15 +146,14 @@ def test_a_sender_lost_mid_rung_costs_its_requests_never_the_run() -> None:
             first: list[str] = []
             now = time.perf_counter_ns()
             for i in range(5):  # five, due in 5 s: drained unsent (the next rung's index 0 goes to sender 1)
-                senders.dispatch(i, now + 5_000_000_000, f"a-{i}", _body(), sent=lambda t: None,
-                                 first=lambda t: None, done=lambda res, _s: first.append(res.outcome))
+                senders.dispatch(i, now + 5_000_000_000, f"a-{i}", _body(), sent=lambda t, _s: None,
+                                 done=lambda res, _s: first.append(res.outcome))
             await senders.drain(5.0)
             assert first == []  # none sent, none recorded
             now = time.perf_counter_ns()
             held = {}
             for i in range(6):  # three each, sent at once, each streaming 12 tokens 50 ms apart
-                held[i] = senders.dispatch(i, now + 30_000_000, f"r-{i}", _body(), sent=lambda t: None,
-                                           first=lambda t: None,
+                held[i] = senders.dispatch(i, now + 30_000_000, f"r-{i}", _body(), sent=lambda t, _s: None,
                                            done=lambda res, _s, i=i: ended.append((i, res.outcome)))
             await asyncio.sleep(0.2)  # all six sent and streaming
             proc = senders.workers[1].proc
@@ -157,8 +162,8 @@ def test_a_sender_lost_mid_rung_costs_its_requests_never_the_run() -> None:
             deadline = time.monotonic() + 10
             while len(ended) < 6 and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
-            after = [senders.dispatch(6 + i, time.perf_counter_ns(), f"r-{6 + i}", _body(), sent=lambda t: None,
-                                      first=lambda t: None, done=lambda res, _s: None) for i in range(2)]
+            after = [senders.dispatch(6 + i, time.perf_counter_ns(), f"r-{6 + i}", _body(), sent=lambda t, _s: None,
+                                      done=lambda res, _s: None) for i in range(2)]
             lost = list(senders.lost)
         finally:
             await senders.close()
