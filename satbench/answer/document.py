@@ -40,6 +40,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from satbench.answer.analysis import LaneAnalysis
+from satbench.answer.energy import EnergyModel
 from satbench.answer.models import (
     DriftModel,
     KneeModel,
@@ -103,11 +104,13 @@ def iso_utc(t: float) -> str:
 
 def lane_fragment(analysis: LaneAnalysis, *, run_id: str, measured_at: float | None,
                   where: Mapping[str, Any] | None = None, rate: RateAnswer | None = None,
-                  trace: TraceAnswer | None = None, prefill: PrefillModel | None = None) -> LaneModel:
+                  trace: TraceAnswer | None = None, prefill: PrefillModel | None = None,
+                  energy: EnergyModel | None = None, rate_energy: EnergyModel | None = None) -> LaneModel:
     """One answer. ``where``: the lane's ``node``, ``lane``, ``url``, ``fingerprint`` and ``validity``
     (``recommender.run_analysis``); without it the node and name come from the key. ``drift``, ``trace`` and
     ``prefill`` are set (so said, ``wire``) only where the lane was checked for drift, replayed a trace or
-    walked the peak prefill, so a document without them reads byte for byte as before."""
+    walked the peak prefill, so a document without them reads byte for byte as before. ``energy`` and
+    ``rate_energy``: the energy and cost at the concurrency and rate answers (``answer.energy``)."""
     knee = analysis.knee
     pair = analysis.indistinguishable
     node, name = split_key(analysis.lane)
@@ -137,8 +140,12 @@ def lane_fragment(analysis: LaneAnalysis, *, run_id: str, measured_at: float | N
         "run_id": run_id,
         "measured_at": None if measured_at is None else iso_utc(measured_at),
         "steps": _STEPS.dump_python(analysis.step_models(), mode="json"),
-        "rate": None if rate is None else rate.model().model_dump(mode="json"),
+        "rate": None if rate is None else rate.model().model_dump(mode="json", exclude={"energy"}),
     }
+    if energy is not None:  # said only where an answer has a rung, as the drift
+        fragment["energy"] = energy.model_dump(mode="json")
+    if rate_energy is not None and fragment["rate"] is not None:
+        fragment["rate"]["energy"] = rate_energy.model_dump(mode="json")
     drift = analysis.drift
     if drift is not None:  # said only where checked, so a document without a check reads as before
         fragment["drift"] = DriftModel(

@@ -24,6 +24,7 @@ from pydantic.config import JsonDict
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from satbench.answer.checks import CONSTRAINTS
+from satbench.answer.energy import EnergyModel
 from satbench.answer.open_loop_models import (
     RateModel,
     TraceEvidenceModel,
@@ -292,6 +293,8 @@ class LaneModel(BaseModel):
                                                         "trace; absent otherwise")
     prefill: PrefillModel | None = Field(None, description="the peak prefill throughput, where the run walked it "
                                                            "(long prompts, one output token); absent otherwise")
+    energy: EnergyModel | None = Field(None, description="energy and cost at the recommended concurrency "
+                                                         "(core.energy); absent without an answer")
     tuned: TunedModel | None = Field(None, description="present where the answer comes from satbench tune")
     partial: str | None = Field(None, description="set where the answer comes from a run that did not finish "
                                 "(killed mid-walk, or cut short by a full disk): which run and why. Such an answer "

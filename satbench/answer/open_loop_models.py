@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from satbench.answer.energy import EnergyModel
+
 __all__ = ["RateModel", "RatePointModel", "TraceEvidenceModel", "TraceModel", "TracePointModel", "TraceWindowModel"]
 
 
@@ -57,6 +59,8 @@ class RateModel(BaseModel):
     littles_law: dict[str, Any] | None = Field(description="the closed rung at the concurrency answer's c / W "
                                                            "against the rate answer, with the in-flight count")
     notes: list[str] = Field(default_factory=list)
+    energy: EnergyModel | None = Field(None, description="energy and cost at the highest passing rate rung at or "
+                                                         "below the answer (core.energy)")
 
 
 class TracePointModel(BaseModel):

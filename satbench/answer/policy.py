@@ -12,13 +12,13 @@ recommendations document embeds.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from satbench.core.objectives import Objectives
 
-__all__ = ["SLO", "Policy", "objectives_of"]
+__all__ = ["SLO", "Cost", "Policy", "objectives_of"]
 
 
 def _f(default: Any, description: str, **bounds: Any) -> Any:
@@ -58,6 +58,25 @@ class SLO(BaseModel):
                                         "its tokens after the first (DistServe's per-request TPOT; vLLM bench "
                                         "serve's goodput tpot), held by 95 % of a rung's requests (null: "
                                         "unchecked, and goodput holds a request's TPOT to itl_p95_s)", gt=0)
+
+
+class Cost(BaseModel):
+    """What a node costs to run, for the cost of a million output tokens at each answer (``core.energy``): the
+    price per hour of the node (its hardware amortised plus its power and hosting, or a cloud rate), in
+    ``currency``. Null: no cost figures; no price is ever assumed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    price_per_hour: float | None = _f(None, "the price of a node per hour (null: no cost figures)", gt=0)
+    node_price_per_hour: dict[str, Annotated[float, Field(gt=0)]] = Field(
+        default_factory=dict, description="per node name, the price per hour where it differs from price_per_hour "
+                                          "(a fleet of several GPU classes)")
+    currency: str = _f("USD", "the currency of the prices (a code such as USD or EUR)", min_length=1, max_length=8,
+                       pattern=r"^[A-Za-z]+$")
+
+    def price(self, node: str) -> float | None:
+        """The price per hour of ``node``."""
+        return self.node_price_per_hour.get(node, self.price_per_hour)
 
 
 class Policy(BaseModel):
@@ -139,6 +158,7 @@ class Policy(BaseModel):
     confidence: float = _f(0.95, "confidence level of every interval and test the verdicts use (throughput and "
                                  "gain intervals; a quantile objective is broken when significantly more "
                                  "requests than its share exceed it, at 1 - confidence)", gt=0, lt=1)
+    cost: Cost = Field(default_factory=Cost, description="node prices, for the cost per million tokens at each answer")
 
 
 def objectives_of(policy: Policy) -> Objectives:

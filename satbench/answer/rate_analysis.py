@@ -120,7 +120,7 @@ class RateAnswer:
             max_rate_rpm=self.rpm, interval=None if self.interval is None else list(self.interval),
             goodput_rps=self.goodput_rps, goodput_tok_s=self.goodput_tok_s, attainment=self.attainment,
             attainment_target=self.target, binding_objective=self.binding, curve=[p.model() for p in self.points],
-            littles_law=self.littles_law, notes=list(self.notes))
+            littles_law=self.littles_law, notes=list(self.notes), energy=None)
 
 
 def rate_passes(step: StepFigures, policy: Policy, capacity_rps: float | None = None) -> RatePoint:

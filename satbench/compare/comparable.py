@@ -6,8 +6,9 @@ walked other rungs, differs by more than the deployment: its "regression" is the
 So the sides are checked first, lane by lane where both answer:
 
 - ``workload``: the lanes' fingerprints' ``workload.digest`` (the load generator's workload settings);
-- ``policy``: the documents' policies, and the fingerprints' ``policy.digest`` (where the digests differ, the
-  values read as one policy with today's defaults are not a difference: a setting added since one run);
+- ``policy``: the documents' policies (but their node prices, ``policy.cost``, which judge nothing), and the
+  fingerprints' ``policy.digest`` (where the digests differ, the values read as one policy with today's
+  defaults are not a difference: a setting added since one run);
 - ``ladder``: the closed-loop rungs each side walked, where neither is a prefix of the other (a walk that
   stopped earlier at saturation is the same ladder).
 
@@ -73,8 +74,13 @@ def _rungs(lane: LaneModel) -> list[int]:
     return [s.concurrency for s in lane.steps if s.rate_rps is None and s.concurrency]
 
 
+def _judging(policy: Policy) -> dict[str, Any]:
+    """What of ``policy`` judges an answer: all of it but the node prices (``cost``), which price it only."""
+    return policy.model_dump(mode="json", exclude={"cost"})
+
+
 def _policy_fields(a: RecommendationsDocument, b: RecommendationsDocument) -> str:
-    da, db = a.policy.model_dump(mode="json"), b.policy.model_dump(mode="json")
+    da, db = _judging(a.policy), _judging(b.policy)
     keys = [k for k in sorted(set(da) | set(db)) if da.get(k) != db.get(k)]
     return "; ".join(f"{k} {da.get(k)} -> {db.get(k)}" for k in keys[:3])
 
@@ -84,10 +90,9 @@ def differences(pairs: Iterable[tuple[str, LaneModel, LaneModel]], docs_a: Seque
     """``{difference: what differs}`` over :data:`DIFFERENCES` for the lanes both sides answer (``pairs``: key,
     A's lane, B's lane) and the documents' policies; empty where the runs are comparable."""
     found: dict[str, str] = {}
-    said = {(x.policy.model_dump_json(), y.policy.model_dump_json()) for x in docs_a for y in docs_b}
-    if any(x != y for x, y in said):
-        a = next(x for x in docs_a for y in docs_b if x.policy != y.policy)
-        b = next(y for y in docs_b if y.policy != a.policy)
+    if any(_judging(x.policy) != _judging(y.policy) for x in docs_a for y in docs_b):
+        a = next(x for x in docs_a for y in docs_b if _judging(x.policy) != _judging(y.policy))
+        b = next(y for y in docs_b if _judging(y.policy) != _judging(a.policy))
         found["policy"] = f"the documents' policies ({_policy_fields(a, b)})"
     for key, lane_a, lane_b in pairs:
         for part in _DIGESTED_PARTS:

@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
+from satbench.core.energy import EnergyFigures
+
 __all__ = [
     "CLIENT_FIGURES",
     "FIGURES",
@@ -191,6 +193,7 @@ class StepFigures:
     occupancy_ratio: float | None = field(default=None, metadata=figure("value", "ratio", column=6))
     queue_depth_avg: float | None = field(default=None, metadata=figure("value", "count", column=7))
     memory_bytes: MemoryFigures = field(default_factory=MemoryFigures)
+    energy: EnergyFigures = field(default_factory=EnergyFigures)  # core.energy: the window's energy, per token
     jain: float | None = field(default=None, metadata=figure("value", "index", published=10, column=8))
     max_min_share: float | None = field(default=None, metadata=figure("value", "share", published=11, column=9))
     decode_stall_max_ratio: float | None = field(
@@ -284,6 +287,7 @@ class StepFigures:
             data[name] = getattr(self, name).to_dict()
         for name in TAIL_FIGURES:
             data[name] = getattr(self, name).to_dict()
+        data["energy"] = self.energy.to_dict()
         data["throughput_ci_tok_s"] = (
             None if self.throughput_ci_tok_s is None else list(self.throughput_ci_tok_s)
         )
@@ -302,6 +306,7 @@ class StepFigures:
             throughput_tok_s=float(data["throughput_tok_s"]),
             requests_per_s=float(data.get("requests_per_s", 0.0)),
             memory_bytes=MemoryFigures(**{k: mem.get(k) for k in _MEMORY_FIELDS}),
+            energy=EnergyFigures.from_dict(data.get("energy")),
             objective_misses=dict(data.get("objective_misses") or {}),
             **{name: Quantiles.from_dict(data.get(name)) for name in QUANTILE_FIGURES},  # type: ignore[arg-type]
             **{name: Tail.from_dict(data.get(name)) for name in TAIL_FIGURES},  # type: ignore[arg-type]

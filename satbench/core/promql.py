@@ -59,12 +59,14 @@ __all__ = [
     "window_gauge_avg",
     "window_gauge_max",
     "window_gpu_names",
+    "window_increase",
     "window_mean",
     "window_output_tokens",
     "window_quantile",
     "window_quantiles",
     "window_requests_by_outcome",
     "window_sample_count",
+    "window_samples",
     "window_series_count",
     "window_sum_max",
     "window_throughput",
@@ -243,9 +245,14 @@ def _q(q: float) -> str:
     return repr(float(q))
 
 
+def window_increase(metric: str, lane: str, window_s: float) -> str:
+    """The increase of counter ``metric`` over the window ending at evaluation time, summed over the lane's series."""
+    return f"sum(increase({selector(metric, *lane_matchers(lane))}[{duration(window_s)}]))"
+
+
 def window_output_tokens(lane: str, window_s: float) -> str:
     """Output tokens the load generator received for ``lane`` during the window ending at evaluation time."""
-    return f"sum(increase({selector('loadgen_output_tokens_total', *lane_matchers(lane))}[{duration(window_s)}]))"
+    return window_increase("loadgen_output_tokens_total", lane, window_s)
 
 
 def window_throughput(lane: str, window_s: float) -> str:
@@ -326,6 +333,17 @@ def window_gpu_other_max(lane: str, window_s: float, step_s: float) -> str:
     device = selector("gpu_memory_used_bytes", *lane_matchers(lane))
     own = selector("runtime_gpu_memory_used_bytes", *lane_matchers(lane))
     return f"max(max_over_time(({device} - {own})[{duration(window_s)}:{duration(step_s)}]))"
+
+
+def window_samples(metrics: Sequence[str], lane: str, span_s: float) -> str:
+    """The raw samples of ``metrics`` for ``lane`` over the last ``span_s`` (a range selector: the answer is a
+    matrix), for figures read from the samples themselves (``core.energy``: a counter interpolated at a window's
+    edges, which ``increase`` extrapolates instead)."""
+    if not metrics:
+        raise ValueError("no metrics asked")
+    names = "|".join(_check_metric(m) for m in metrics)  # a metric name holds no regex syntax
+    parts = [str(m) for m in (Matcher("__name__", "=~", names), *lane_matchers(lane))]
+    return f"{{{','.join(parts)}}}[{duration(span_s)}]"
 
 
 def window_series_count(metric: str, lane: str, window_s: float) -> str:

@@ -67,6 +67,7 @@ from satbench.dashboards.answer_panels import (
 from satbench.dashboards.panels import (
     decode_stall_panel,
     e2e_panel,
+    energy_per_token_panel,
     fairness_panel,
     itl_panel,
     kv_cache_panel,
@@ -77,6 +78,7 @@ from satbench.dashboards.panels import (
     node_requests_panel,
     node_ttft_panel,
     occupancy_panel,
+    power_panel,
     queue_depth_panel,
     queue_time_panel,
     recommendation_panel,
@@ -143,8 +145,8 @@ OVERVIEW_SECTIONS = (
         max_rate_stat_panel, attainment_rate_panel, ttft_rate_panel, goodput_rate_panel), collapsed=True),
     Section("Live", (
         throughput_panel, requests_panel, ttft_panel, itl_panel, e2e_panel, queue_time_panel, queue_depth_panel,
-        occupancy_panel, kv_cache_panel, slot_states_panel, memory_panel, fairness_panel, decode_stall_panel,
-        rung_panel, recommendation_panel)),
+        occupancy_panel, kv_cache_panel, slot_states_panel, memory_panel, power_panel, energy_per_token_panel,
+        fairness_panel, decode_stall_panel, rung_panel, recommendation_panel)),
     Section("Node vs client (relay mode)", (
         node_ttft_panel, node_itl_panel, node_e2e_panel, node_queue_panel, node_requests_panel), collapsed=True),
 )

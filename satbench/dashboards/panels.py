@@ -30,6 +30,7 @@ from satbench.dashboards.shapes import (
 __all__ = [
     "decode_stall_panel",
     "e2e_panel",
+    "energy_per_token_panel",
     "fairness_panel",
     "itl_panel",
     "kv_cache_panel",
@@ -40,6 +41,7 @@ __all__ = [
     "node_requests_panel",
     "node_ttft_panel",
     "occupancy_panel",
+    "power_panel",
     "queue_depth_panel",
     "queue_time_panel",
     "recommendation_panel",
@@ -185,6 +187,31 @@ def memory_panel() -> dict[str, Any]:
         "bytes",
         "GPU memory (NVML, or the simulator's model of it: label simulated) and the runtime process's RSS per "
         "node and lane, summed over the selected exporter instances.",
+    )
+
+
+def power_panel() -> dict[str, Any]:
+    return timeseries_panel(
+        "GPU power",
+        [lane_target(promql.sum_by("gpu_power_watts", BY_LANE, NODE, LANE, INSTANCE), "GPU")],
+        "watt",
+        "The lane's GPUs' draw (NVML's reading, about a one-second mean; or the simulator's model of it: label "
+        "simulated), summed per node and lane over the selected exporter instances. The answers' energy is read "
+        "from NVML's energy counter where the GPU has one (core.energy).",
+    )
+
+
+def energy_per_token_panel() -> dict[str, Any]:
+    energy = promql.sum_rate_by("gpu_energy_joules_total", BY_LANE, NODE, LANE, INSTANCE)
+    power = promql.sum_by("gpu_power_watts", BY_LANE, NODE, LANE, INSTANCE)
+    tokens = promql.sum_rate_by("runtime_output_tokens_total", BY_LANE, NODE, LANE, INSTANCE)
+    return timeseries_panel(
+        "Energy per output token",
+        [lane_target(f"({energy} or {power}) / {tokens}", "GPU")],
+        "suffix:J/token",
+        "Joules the lane's GPUs drew per output token the runtime generated: the energy counter's rate (the "
+        "power reading where a GPU has no counter) over the tokens' rate. Each rung's figure and the answers' "
+        "are in the recommendations (energy).",
     )
 
 

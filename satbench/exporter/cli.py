@@ -74,6 +74,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu", default="auto", choices=["auto", "nvml", "none"],
                         help="real GPUs via NVML (auto: try when the runtime is on this host, gpu_up 0 if "
                              "absent, skipped for a simulator)")
+    parser.add_argument("--cpu-energy", default="auto", choices=["auto", "rapl", "none"],
+                        help="the host's CPU package energy via powercap (auto: when the runtime is on this host; "
+                             "cpu_energy_up 0 where the kernel does not let it be read)")
     parser.add_argument("--budget-s", type=float, default=0.5,
                         help="time budget of one scrape; slower sources count as down (default 0.5)")
     parser.add_argument("--relay", metavar="HOST:PORT", default=None,
@@ -110,7 +113,8 @@ def main(args: argparse.Namespace) -> int:
     try:
         config = ExporterConfig(
             runtime_url=args.runtime_url, host=args.host, port=args.port, runtime_pid=args.runtime_pid,
-            flavour=args.flavour, gpu=args.gpu, budget_s=args.budget_s, props_ttl_s=args.props_ttl_s,
+            flavour=args.flavour, gpu=args.gpu, cpu_energy=args.cpu_energy, budget_s=args.budget_s,
+            props_ttl_s=args.props_ttl_s,
             router=args.router, model=args.model, kv_unified=args.kv_unified,
             models_roots=tuple(args.models_root), max_body_bytes=args.max_body_bytes,
             fingerprint_key=fingerprint_key(getattr(args, "fingerprint_key_file", None)),

@@ -35,10 +35,11 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from satbench.exporter.adapter import Clock, RuntimeAdapter
+from satbench.exporter.cpu_energy import CpuEnergyReader, CpuPackage
 from satbench.exporter.gpu import GpuDevice, GpuReader, GpuSourceAbsent
 from satbench.exporter.kvcache import KV_SETTINGS
 from satbench.exporter.live_fingerprint import GpuReading, LiveFingerprints, fingerprint_family
@@ -74,6 +75,8 @@ class _Gathered:
     process_error: str | None
     process_s: float
     gpus: tuple[_GpuOutcome, ...]
+    cpu: tuple[CpuPackage, ...] = ()
+    cpu_error: str | None = None
 
 
 def _gauge(name: str, doc: str, value: float | None = None, labels: Sequence[str] = ()) -> GaugeMetricFamily:
@@ -100,15 +103,19 @@ class RuntimeCollector(Collector):
         kv_unified: str = "auto",
         fingerprints: LiveFingerprints | None = None,
         read_max_age_s: float = 0.0,
+        cpu_energy_reader: CpuEnergyReader | None = None,
     ) -> None:
         """``read_max_age_s`` 0 (the default here; ``satbench exporter`` uses ``DEFAULT_READ_MAX_AGE_S``):
-        every scrape reads the node."""
+        every scrape reads the node. ``cpu_energy_reader``: the host's CPU package energy (None: not
+        published); with ``simulated_gpu_replaces_real`` it is not published for a simulator either (the host
+        that runs a simulated node is not the node)."""
         if kv_unified not in KV_SETTINGS:
             raise ValueError(f"--kv-unified must be one of {', '.join(KV_SETTINGS)}, got {kv_unified!r}")
         self.adapter = adapter
         self.kv_unified = kv_unified
         self.gpu_readers = tuple(gpu_readers)
         self.process_reader = process_reader
+        self.cpu_energy_reader = cpu_energy_reader
         self.budget_s = budget_s
         self.simulated_gpu_replaces_real = simulated_gpu_replaces_real
         self._clock = clock
@@ -181,6 +188,7 @@ class RuntimeCollector(Collector):
         pid = process.pid if process is not None else None
         gpu_futures = [self._pool.submit(self._read_gpu, reader, pid) for reader in self.gpu_readers]
         pending: list[Future[Any]] = [runtime_future, *gpu_futures]
+        cpu, cpu_error = self._read_cpu_energy()
         wait(pending, timeout=max(0.0, deadline - self._clock()))
         if runtime_future.done() and runtime_future.exception() is None:
             snapshot = runtime_future.result()
@@ -190,7 +198,7 @@ class RuntimeCollector(Collector):
             f.result() if f.done() else _GpuOutcome(r.source, (), "no answer in time", self._clock() - start)
             for r, f in zip(self.gpu_readers, gpu_futures, strict=True)
         )
-        return _Gathered(snapshot, process, process_error, process_s, outcomes)
+        return _Gathered(snapshot, process, process_error, process_s, outcomes, cpu, cpu_error)
 
     def _scrape(self, start: float, model: str | None) -> list[Metric]:
         got = self._gather(start, model)
@@ -200,6 +208,7 @@ class RuntimeCollector(Collector):
         families = runtime_series(got.snapshot, self.budget_s, argv, self.kv_unified, self._occupancy, environ)
         families += self._process_families(got.process, got.process_s)
         families += self._gpu_families(got.gpus)
+        families += self._cpu_energy_families(got)
         try:
             fps = self._fingerprints.build(got.snapshot, got.process, got.process_error, self._readings(got.gpus))
         except Exception:  # the fingerprint must never cost the scrape its other series
@@ -236,6 +245,29 @@ class RuntimeCollector(Collector):
         except Exception as exc:
             return None, str(exc) or type(exc).__name__, self._clock() - t0
 
+    def _read_cpu_energy(self) -> tuple[tuple[CpuPackage, ...], str | None]:
+        if self.cpu_energy_reader is None:
+            return (), None
+        try:
+            return tuple(self.cpu_energy_reader.read()), None
+        except Exception as exc:
+            return (), str(exc) or type(exc).__name__
+
+    def _cpu_energy_families(self, got: _Gathered) -> list[Metric]:
+        reader = self.cpu_energy_reader
+        simulator = any(o.source == "simulator" and not o.absent for o in got.gpus)
+        if reader is None or (simulator and self.simulated_gpu_replaces_real):
+            return []
+        up = _gauge("cpu_energy_up", "1 when the host's CPU package energy could be read (rapl: powercap; "
+                    "0: absent or not readable, often root only).", labels=["source"])
+        up.add_metric([reader.source], float(got.cpu_error is None))
+        energy = CounterMetricFamily("cpu_energy_joules", "CPU package energy (cores and uncore; not DRAM, not the "
+                                     "host) since the exporter's first read, counter wraps undone.",
+                                     labels=["package"])
+        for package in got.cpu:
+            energy.add_metric([package.package], package.joules_total)
+        return [up, energy]
+
     def _process_families(self, reading: ProcessReading | None, took: float) -> list[Metric]:
         out: list[Metric] = [_gauge("runtime_process_up", "1 when the runtime process was found and read.",
                                     float(reading is not None))]
@@ -258,6 +290,10 @@ class RuntimeCollector(Collector):
                          labels=labels)
         info = _gauge("gpu_info", "1 per GPU, naming it (NVML's device name, or the simulator's modelled one).",
                       labels=["gpu", "name", "simulated"])
+        power = _gauge("gpu_power_watts", "GPU power draw (NVML: its reading, about a one-second mean).",
+                       labels=labels)
+        energy = CounterMetricFamily("gpu_energy_joules", "GPU energy since the driver loaded (NVML's total-energy "
+                                     "counter; absent where the device has none).", labels=labels)
         for outcome in self._visible(outcomes):
             up.add_metric([outcome.source], float(outcome.error is None))
             took.add_metric([outcome.source], outcome.duration_s)
@@ -268,7 +304,11 @@ class RuntimeCollector(Collector):
                 total.add_metric(key, dev.total_bytes)
                 if dev.process_used_bytes is not None:
                     process.add_metric(key, dev.process_used_bytes)
-        return [up, took, info, used, total, process]
+                if dev.power_w is not None:
+                    power.add_metric(key, dev.power_w)
+                if dev.energy_j is not None:
+                    energy.add_metric(key, dev.energy_j)
+        return [up, took, info, used, total, process, power, energy]
 
 
 class ModelScope(Collector):

@@ -13,10 +13,17 @@ NVML also lists the compute processes on each GPU with their memory where the dr
 some containers, not for other users' processes without privileges); the runtime process's share is
 published as ``runtime_gpu_memory_used_bytes``. The driver version (NVML's) goes into the runtime's
 fingerprint, not into a series of its own.
+
+Power and energy: NVML's power reading (``nvmlDeviceGetPowerUsage``, milliwatts: a one-second mean on most
+boards) and, where the device has one (Volta and later), its total-energy counter
+(``nvmlDeviceGetTotalEnergyConsumption``, millijoules since the driver loaded). A window's energy is the
+counter's increase where there is one, else the power samples integrated over the window (the recommender says
+which, ``core.energy``); a reading NVML does not support (or a binding too old to ask) is None, never a guess.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -51,6 +58,8 @@ class GpuDevice:
     simulated: bool = False
     process_used_bytes: float | None = None
     driver: str | None = None  # NVML's driver version (the fingerprint's hardware.driver); None: simulated
+    power_w: float | None = None  # the draw now (NVML: about a one-second mean); None: not supported
+    energy_j: float | None = None  # total energy since the driver loaded; None: no counter on this device
 
 
 class GpuReader(Protocol):
@@ -85,6 +94,14 @@ def _number(entry: Mapping[str, Any], *keys: str) -> float:
     raise ValueError(f"/sim/gpu entry lacks a non-negative number under {keys[0]!r}")
 
 
+def _optional(value: Any, key: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ValueError(f"/sim/gpu {key} is not a non-negative number")
+    return float(value)
+
+
 def parse_sim_gpu(body: str) -> tuple[GpuDevice, ...]:
     """Devices from a ``/sim/gpu`` body. Refuses (ValueError) anything not flagged ``"simulated": true``."""
     data = json.loads(body)
@@ -104,6 +121,7 @@ def parse_sim_gpu(body: str) -> tuple[GpuDevice, ...]:
         used = _number(entry, "memory_used_bytes", "used_bytes", "used")
         total = _number(entry, "memory_total_bytes", "total_bytes", "total")
         process = entry.get("process_used_bytes")
+        power, energy = entry.get("power_watts"), entry.get("energy_joules")
         devices.append(
             GpuDevice(
                 gpu=f"sim{i}",
@@ -112,6 +130,8 @@ def parse_sim_gpu(body: str) -> tuple[GpuDevice, ...]:
                 total_bytes=total,
                 simulated=True,
                 process_used_bytes=float(process) if isinstance(process, int | float) else used,
+                power_w=_optional(power, "power_watts"),
+                energy_j=_optional(energy, "energy_joules"),
             )
         )
     return tuple(devices)
@@ -122,7 +142,10 @@ class NvmlGpuReader:
 
     source = "nvml"
 
-    def __init__(self, retry_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, retry_s: float = 30.0, clock: Callable[[], float] = time.monotonic,
+                 module: Any = None) -> None:
+        """``module``: NVML's Python binding (default: ``pynvml``), or a fake with the same functions."""
+        self._module = module
         self._retry_s = retry_s
         self._clock = clock
         self._ready = False
@@ -130,10 +153,12 @@ class NvmlGpuReader:
         self._failure = ""
 
     def _init(self) -> Any:
-        try:
-            import pynvml
-        except ImportError as exc:
-            raise GpuUnavailable(f"pynvml not installed: {exc}") from exc
+        pynvml = self._module
+        if pynvml is None:
+            try:
+                pynvml = importlib.import_module("pynvml")
+            except ImportError as exc:
+                raise GpuUnavailable(f"pynvml not installed: {exc}") from exc
         if self._ready:
             return pynvml
         if self._failed_at is not None and self._clock() - self._failed_at < self._retry_s:
@@ -164,11 +189,25 @@ class NvmlGpuReader:
                         total_bytes=float(memory.total),
                         process_used_bytes=self._process_memory(nvml, handle, pid),
                         driver=driver,
+                        power_w=self._scaled(nvml, "nvmlDeviceGetPowerUsage", handle),
+                        energy_j=self._scaled(nvml, "nvmlDeviceGetTotalEnergyConsumption", handle),
                     )
                 )
         except nvml.NVMLError as exc:
             raise GpuUnavailable(f"NVML read failed: {exc}") from exc
         return devices
+
+    @staticmethod
+    def _scaled(nvml: Any, function: str, handle: Any) -> float | None:
+        """A milli-unit reading (mW, mJ) in base units; None where the device or the binding lacks it."""
+        read = getattr(nvml, function, None)
+        if read is None:
+            return None
+        try:
+            value = read(handle)
+        except nvml.NVMLError:
+            return None
+        return float(value) / 1000.0
 
     @staticmethod
     def _driver(nvml: Any) -> str | None:

@@ -34,6 +34,7 @@ from prometheus_client.registry import Collector
 
 from satbench.exporter.adapter import MAX_BODY_BYTES, EndpointFetcher, RuntimeAdapter
 from satbench.exporter.collector import DEFAULT_BUDGET_S, DEFAULT_READ_MAX_AGE_S, RuntimeCollector
+from satbench.exporter.cpu_energy import RaplReader
 from satbench.exporter.flavours import ADAPTERS, FLAVOURS, AdapterSettings, resolve
 from satbench.exporter.gpu import GpuReader, NvmlGpuReader
 from satbench.exporter.kvcache import KV_SETTINGS
@@ -57,6 +58,7 @@ class ExporterConfig:
     runtime_pid: int | None = None
     flavour: str = "auto"
     gpu: str = "auto"
+    cpu_energy: str = "auto"
     budget_s: float = DEFAULT_BUDGET_S
     props_ttl_s: float = PROPS_TTL_S
     router: str = "auto"
@@ -80,6 +82,8 @@ class ExporterConfig:
             raise ValueError(f"--flavour must be one of {', '.join(FLAVOURS)}, got {self.flavour!r}")
         if self.gpu not in ("auto", "nvml", "none"):
             raise ValueError(f"--gpu must be auto, nvml or none, got {self.gpu!r}")
+        if self.cpu_energy not in ("auto", "rapl", "none"):
+            raise ValueError(f"--cpu-energy must be auto, rapl or none, got {self.cpu_energy!r}")
         if not 0.01 <= self.budget_s <= 30:
             raise ValueError(f"--budget-s must be within 0.01..30 s, got {self.budget_s}")
         if self.props_ttl_s < 0:
@@ -124,7 +128,7 @@ def build_adapter(config: ExporterConfig, fetcher: EndpointFetcher) -> RuntimeAd
 def build_collector(config: ExporterConfig) -> RuntimeCollector:
     """The real sources of one node; one HTTP fetcher is shared, and closed with the collector. With ``--gpu
     auto`` a runtime on another host (no ``--runtime-pid``, a URL that is not this host's) gets no NVML
-    reader: this host's GPUs are not the node's."""
+    reader: this host's GPUs are not the node's; nor, with ``--cpu-energy auto``, a CPU package energy reader."""
     fetcher = EndpointFetcher(config.runtime_url, max_body_bytes=config.max_body_bytes,
                               api_key=config.runtime_api_key)
     adapter = build_adapter(config, fetcher)
@@ -137,6 +141,7 @@ def build_collector(config: ExporterConfig) -> RuntimeCollector:
     if config.gpu == "nvml" or (config.gpu == "auto" and process_reader is not None):
         gpu_readers.append(NvmlGpuReader())
     gpu_readers.append(SimulatedGpuReader(fetcher, timeout_s=config.budget_s))
+    cpu_energy = config.cpu_energy == "rapl" or (config.cpu_energy == "auto" and process_reader is not None)
     return RuntimeCollector(
         adapter, gpu_readers, process_reader, budget_s=config.budget_s,
         simulated_gpu_replaces_real=config.gpu == "auto", kv_unified=config.kv_unified,
@@ -144,6 +149,7 @@ def build_collector(config: ExporterConfig) -> RuntimeCollector:
                                       signer=None if config.fingerprint_key is None
                                       else FingerprintSigner(config.fingerprint_key)),
         read_max_age_s=config.read_max_age_s,
+        cpu_energy_reader=RaplReader() if cpu_energy else None,
     )
 
 

@@ -36,6 +36,12 @@ Per lane (``lane`` is the lane's name, never its key; ``node`` where the lane na
   replayed a recorded trace: the largest speed factor it takes within its objectives ("this node takes N x the
   recorded traffic"), labelled with its status; absent for a lane that replayed none, or where no factor passed.
 
+- ``satbench_answer_joules_per_token{answer,scope}``, ``satbench_answer_tokens_per_s_per_kw{answer,scope}`` and
+  ``satbench_answer_cost_per_million_tokens{answer,currency}``: the energy and cost at the concurrency answer
+  (``answer="concurrency"``) and at the rate answer (``answer="rate"``), as the document states them
+  (``answer.energy``; ``scope`` ``gpu`` or ``cpu-package``); absent where the answer's rung had no energy reading
+  or the policy no price.
+
 With the status series a consumer tells the three cases of the contract apart: measured and valid
 (``recommended_concurrency`` present, ``valid == 1``), measured on something else (``valid == 0``, status
 ``stale``), never measured (no ``recommended_concurrency`` sample; status ``insufficient_data``/``degraded``,
@@ -135,9 +141,11 @@ def answer_families(document: RecommendationsDocument | None) -> list[Metric]:
     trace_factor = _gauge("satbench_trace_max_factor",
                           "Largest speed factor of the replayed recorded trace the lane takes within its "
                           "objectives (x the recorded traffic).")
+    energy = _energy_families()
     for key, data in document_lanes(document):
         node, name = lane_identity(key, data)
         labels = _labels(node, name)
+        _energy_samples(energy, node, name, data)
         if data.recommended_concurrency is not None:
             rec.add_sample(rec.name, labels, float(data.recommended_concurrency))
         if data.saturation_concurrency is not None:
@@ -164,7 +172,31 @@ def answer_families(document: RecommendationsDocument | None) -> list[Metric]:
         for one in VALIDITY_STATES:
             validity.add_sample(validity.name, _labels(node, name, state=one), 1.0 if one == state else 0.0)
     stale.add_sample(stale.name, {}, 1.0 if document is not None and document.stale else 0.0)
-    return [rec, sat, status, verdict, valid, validity, measured, max_rate, goodput, trace_factor, stale]
+    return [rec, sat, status, verdict, valid, validity, measured, max_rate, goodput, trace_factor, *energy, stale]
+
+
+def _energy_families() -> tuple[Metric, Metric, Metric]:
+    return (_gauge("satbench_answer_joules_per_token", "Energy per output token at the answer's rung (joules; "
+                   "scope: what the energy covers)."),
+            _gauge("satbench_answer_tokens_per_s_per_kw", "Output tokens/s per kilowatt drawn at the answer's rung."),
+            _gauge("satbench_answer_cost_per_million_tokens", "What a million output tokens cost at the answer's "
+                   "rung on a node at the policy's price."))
+
+
+def _energy_samples(families: tuple[Metric, Metric, Metric], node: str, name: str, lane: LaneModel) -> None:
+    per_token, per_kw, cost = families
+    answers = (("concurrency", lane.energy), ("rate", None if lane.rate is None else lane.rate.energy))
+    for answer, e in answers:
+        if e is None:
+            continue
+        scope = str(e.scope or "")
+        if e.joules_per_token is not None:
+            per_token.add_sample(per_token.name, _labels(node, name, answer=answer, scope=scope), e.joules_per_token)
+        if e.tok_s_per_kw is not None:
+            per_kw.add_sample(per_kw.name, _labels(node, name, answer=answer, scope=scope), e.tok_s_per_kw)
+        if e.cost_per_million_tokens is not None:
+            cost.add_sample(cost.name, _labels(node, name, answer=answer, currency=str(e.currency or "")),
+                            e.cost_per_million_tokens)
 
 
 def _unix(iso: Any) -> float | None:

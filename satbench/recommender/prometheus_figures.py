@@ -13,7 +13,9 @@ the raw numbers over in a ``PromStepResults``. Here they become figures:
   bound of the highest non-empty bucket, an over-estimate by at most one bucket width;
 * fairness: Jain's index and max/min share over per-user output-token increases of users ``0..c-1``;
 * occupancy, queue depth: window means of the exporter's gauges; memory: window maxima, of the fullest GPU
-  and of the lane's GPUs summed, with their count and names (``gpu_info``) and whether they are modelled.
+  and of the lane's GPUs summed, with their count and names (``gpu_info``) and whether they are modelled;
+* energy: the GPUs' counters' increase (power samples where a GPU has no counter) and the CPU packages', per
+  output token of the step's throughput, whichever source gave it (``core.energy``).
 
 Where the load generator published the step's exact figures (``loadgen_step_figure``: the records' own
 numbers, from ``core.step_figures``), every client figure is taken from them instead (``published``), so
@@ -34,6 +36,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from satbench.core.energy import EnergyReadings, energy_figures
 from satbench.core.figures import MemoryFigures, Quantiles, StepFigures, client_figures
 from satbench.core.manifest import StepWindow
 from satbench.core.statistics import MeanEstimate, batch_mean_estimate, jain_index, max_min_share
@@ -61,6 +64,7 @@ class PromStepResults:
     occupancy_ratio: float | None = None
     queue_depth_avg: float | None = None
     memory: MemoryFigures = field(default_factory=MemoryFigures)  # NaN-free (``memory_figures``)
+    energy: EnergyReadings = field(default_factory=EnergyReadings)
     batch_tokens: tuple[float, ...] = ()
     batch_s: float | None = None
     samples: float | None = None
@@ -136,8 +140,9 @@ def figures_from_prometheus(window: StepWindow, r: PromStepResults, *, confidenc
     step = _from_histograms(window, r, confidence=confidence, scrape_interval_s=scrape_interval_s,
                             min_scrape_coverage=min_scrape_coverage)
     step = _with_published(step, published, window) if published else step
+    energy = energy_figures(r.energy, step.window_s, step.throughput_tok_s * step.window_s)
     # the manifest says which window re-measures a rung (core.drift), whatever the store still holds
-    return dataclasses.replace(step, drift_reference=1 if window.drift_reference else None)
+    return dataclasses.replace(step, energy=energy, drift_reference=1 if window.drift_reference else None)
 
 
 def _from_histograms(window: StepWindow, r: PromStepResults, *, confidence: float, scrape_interval_s: float,

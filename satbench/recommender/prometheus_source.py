@@ -27,6 +27,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from satbench.core import promql
+from satbench.core.energy import COUNTER_METRICS, EnergyReadings, window_readings
 from satbench.core.figures import Quantiles, StepFigures
 from satbench.core.manifest import RunManifest, StepWindow
 from satbench.recommender.errors import PrometheusQueryError, PrometheusUnavailable
@@ -53,6 +54,9 @@ class VectorSample:
 
 class PromQLClient(Protocol):
     async def query(self, expr: str, at: float) -> list[VectorSample]: ...
+
+    async def query_samples(self, expr: str, at: float) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
+        """A range selector's raw samples at ``at``: each series' labels (``__name__`` included) and samples."""
 
     async def query_range(self, expr: str, start: float, end: float, step_s: float) -> list[list[float]]: ...
 
@@ -144,6 +148,13 @@ class HttpxPromClient:
         items = data.get("result", [])
         return [VectorSample(dict(item["metric"]), float(item["value"][1])) for item in items]
 
+    async def query_samples(self, expr: str, at: float) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
+        data = await self._post("/api/v1/query", {"query": expr, "time": f"{at:.3f}"})
+        if data.get("resultType") != "matrix":
+            raise PrometheusQueryError(f"Prometheus answered {expr!r} with a {data.get('resultType')}, not a matrix")
+        return [(dict(item["metric"]), [(float(t), float(v)) for t, v in item.get("values", [])])
+                for item in data.get("result", [])]
+
     async def query_range(self, expr: str, start: float, end: float, step_s: float) -> list[list[float]]:
         data = await self._post("/api/v1/query_range", {
             "query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step_s:.3f}"})
@@ -233,7 +244,17 @@ async def fetch_step_figures(client: PromQLClient, window: StepWindow, config: P
             parts.setdefault(name, []).append(VectorSample(labels, s.value))
         return parts
 
-    got, exact = await asyncio.gather(instant(), published())
+    async def energy_of() -> EnergyReadings:
+        margin = 2 * config.scrape_interval_s  # a sample beyond each edge, to interpolate at it
+        query = promql.window_samples(COUNTER_METRICS, lane, w + 2 * margin)
+        try:
+            async with gate:
+                series = await client.query_samples(query, window.end + margin)
+        except PrometheusQueryError:  # a store that refuses the raw samples: no energy, the figures still stand
+            return EnergyReadings()
+        return window_readings(series, window.start, window.end)
+
+    got, exact, energy = await asyncio.gather(instant(), published(), energy_of())
     batch_tokens, batch_s = await batches(finite(_single(got.get("e2e_mean", []))))
     results = PromStepResults(
         output_tokens=_single(got.get("tokens", [])),
@@ -257,6 +278,7 @@ async def fetch_step_figures(client: PromQLClient, window: StepWindow, config: P
             kv_usage_max=_single(got.get("kv_usage", [])),
             gpu_simulated=None if not got.get("gpu_names") else any(
                 s.labels.get("simulated") == "true" for s in got["gpu_names"])),
+        energy=energy,
         batch_tokens=batch_tokens,
         batch_s=batch_s,
         samples=_single(got.get("samples", [])),

@@ -22,10 +22,11 @@ from pydantic import ValidationError
 
 from satbench.answer.analysis import analyze_lane
 from satbench.answer.document import build_document, lane_fragment, mark_changed, unchecked
+from satbench.answer.energy import NONE_READ, RECORDS_READ, energy_at
 from satbench.answer.models import LaneModel, TraceEvidenceModel, ValidityModel
 from satbench.answer.policy import Policy, objectives_of
 from satbench.answer.prefill_analysis import prefill_answer
-from satbench.answer.rate_analysis import rate_answer
+from satbench.answer.rate_analysis import RateAnswer, rate_answer
 from satbench.answer.trace_analysis import TraceAnswer, trace_answer
 from satbench.core.attainment import capacity_bound
 from satbench.core.figures import StepFigures
@@ -54,6 +55,7 @@ def document_from_figures(manifest: RunManifest, figures: dict[str, list[StepFig
     against its live fingerprint where it was checked (``recommender.validity``), by lane key."""
     lanes: dict[str, LaneModel] = {}
     labels: dict[str, dict[str, str]] = {}
+    unread = NONE_READ if source.get("kind") == "prometheus" else RECORDS_READ
     for lane in manifest.lane_names():
         ends = [w.end for w in manifest.windows(lane)]
         steps = figures.get(lane, [])
@@ -71,9 +73,12 @@ def document_from_figures(manifest: RunManifest, figures: dict[str, list[StepFig
         labels.setdefault(entry.place(lane)[0], dict(entry.node_labels))
         walk = manifest.prefill.get(lane)
         prefill = None if walk is None else prefill_answer(walk, policy, _settings(entry))
+        node = entry.place(lane)[0]
         lanes[lane] = lane_fragment(analysis, run_id=manifest.run_id, measured_at=max(ends) if ends else None,
                                     where=where, rate=rate, trace=lane_trace_answer(manifest, lane, steps, policy),
-                                    prefill=prefill)
+                                    prefill=prefill, energy=energy_at(at_answer, policy.cost, node, unread),
+                                    rate_energy=energy_at(_rate_rung(steps, rate, traced), policy.cost, node,
+                                                          unread))
         if entry.unreachable and not ends:  # a fleet node that did not answer: never measured, and the answer says why
             lanes[lane] = lanes[lane].model_copy(update={"status": "insufficient_data",
                                                          "reason": f"not measured: {entry.unreachable}"})
@@ -81,6 +86,17 @@ def document_from_figures(manifest: RunManifest, figures: dict[str, list[StepFig
             lanes[lane] = mark_changed(lanes[lane], live[lane])
     return build_document(run_id=manifest.run_id, generated_at=generated_at, source=source, policy=policy,
                           lanes=lanes, notes=notes, node_labels=labels)
+
+
+def _rate_rung(steps: list[StepFigures], rate: RateAnswer | None,
+               traced: set[tuple[int, float | None]]) -> StepFigures | None:
+    """The rung the rate answer was read at: the highest rate rung at or below it that passed (None: no answer)."""
+    if rate is None or rate.max_rate_rps is None:
+        return None
+    passed = {p.rate_rps for p in rate.points if p.passed}
+    rungs = [s for s in steps if s.rate_rps is not None and (s.concurrency, s.rate_rps) not in traced
+             and s.rate_rps in passed and s.rate_rps <= rate.max_rate_rps + 1e-9 and s.drift_reference is None]
+    return max(rungs, key=lambda s: s.rate_rps or 0.0, default=None)
 
 
 def _settings(entry: ManifestLane) -> Mapping[str, Any]:
@@ -125,7 +141,8 @@ def lane_place(manifest: RunManifest, key: str, policy: Policy) -> dict[str, Any
         # the fingerprint as taken (its keys in the exporter's order, byte for byte), then what judged the answer
         fingerprint: dict[str, Any] | None = {
             **entry.fingerprint, "workload": workload_part(ConfiguredRun.of(manifest).workload),
-            "policy": policy_part(policy.model_dump(mode="json"))}
+            # prices turn the measurements into no answer, only into a cost: not part of what judged it
+            "policy": policy_part(policy.model_dump(mode="json", exclude={"cost"}))}
         validity = unchecked("not yet compared with the live fingerprint (the exporter's runtime_fingerprint_info)")
     else:
         fingerprint = None

@@ -3,6 +3,7 @@ figure and bound, the one-line recommendation and the facts beside it."""
 
 from __future__ import annotations
 
+from satbench.answer.energy import EnergyModel
 from satbench.report.data import LaneReport
 from satbench.report.judgments import Finding
 from satbench.report.tables import (
@@ -111,10 +112,14 @@ def answer_facts(lane: LaneReport) -> list[tuple[str, str]]:
     facts.append(("slots", "unknown" if lane.slots is None else f"{lane.slots} (the runtime's total_slots)"))
     if lane.throughput_at_recommended is not None:
         facts.append(("throughput there", f"{lane.throughput_at_recommended:.1f} output tok/s at c={lane.recommended}"))
+    if lane.energy is not None:
+        facts.append(("energy there", energy_fact(lane.energy)))
     if lane.rate:  # the open-loop answer beside it (satbench.report.rates)
         from satbench.report.rates import rate_facts
 
         facts += rate_facts(lane.rate)[:2]
+        if lane.rate.energy is not None:
+            facts.append(("energy at the rate", energy_fact(lane.rate.energy)))
     if lane.trace:  # the recorded traffic's answer beside it (satbench.report.traces)
         from satbench.report.traces import trace_fact
 
@@ -124,6 +129,22 @@ def answer_facts(lane: LaneReport) -> list[tuple[str, str]]:
 
         facts.append(("peak prefill", prefill_fact(lane.prefill)))
     return facts
+
+
+def energy_fact(e: EnergyModel) -> str:
+    """An answer's energy and cost in words (``answer.energy``): the draw and what it covers, joules per output
+    token, tokens/s per kW, and the cost of a million output tokens where the policy has a price."""
+    if e.joules_per_token is None or e.watts is None:
+        return f"not measured: {e.reason or 'no reading'}"
+    what = "GPUs" if e.scope == "gpu" else "CPU package"
+    how = f"{what}, {e.source}" + (", modelled by the simulator" if e.simulated else "")
+    said = f"{e.watts:.0f} W ({how}), {e.joules_per_token:.3g} J per output token"
+    if e.tok_s_per_kw is not None:
+        said += f", {e.tok_s_per_kw:.4g} tok/s per kW"
+    if e.cost_per_million_tokens is not None:
+        said += (f"; {e.cost_per_million_tokens:.3g} {e.currency} per million output tokens at "
+                 f"{e.price_per_hour:g} {e.currency}/h")
+    return said
 
 
 def short_facts(lane: LaneReport) -> str:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from satbench.answer.document import read_document
+from satbench.answer.energy import EnergyModel
 from satbench.answer.models import (
     LaneModel,
     PrefillModel,
@@ -77,6 +78,7 @@ class LaneReport:
     trace_factors: dict[float, float] = field(default_factory=dict)  # a trace rung's rate (6 places) -> factor
     trace: TraceModel | None = None  # the document's trace answer
     prefill: PrefillModel | None = None  # the document's peak prefill answer (satbench.report.prefill)
+    energy: EnergyModel | None = None  # the document's energy and cost at the concurrency answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,6 +308,7 @@ def load_run(run_dir: Path) -> RunReport:
                 rate=answer.rate,
                 trace=answer.trace,
                 prefill=answer.prefill,
+                energy=answer.energy,
                 trace_steps=trace_steps,
                 trace_factors=trace_factors,
             )

@@ -55,6 +55,9 @@ _MEMORY_COLUMNS = (("gpu_mem_max_bytes", "gpu_max"), ("gpu_mem_total_bytes", "gp
                    ("gpu_mem_sum_max_bytes", "gpu_sum_max"), ("gpu_mem_sum_total_bytes", "gpu_sum_total"),
                    ("gpu_count", "gpu_count"), ("gpu_names", "gpu_names"), ("gpu_simulated", "gpu_simulated"),
                    ("host_rss_max_bytes", "host_rss_max"))
+_ENERGY_COLUMNS = (("energy_scope", "scope"), ("gpu_energy_source", "gpu_source"), ("gpu_joules", "gpu_joules"),
+                   ("gpu_watts", "gpu_watts"), ("cpu_joules", "cpu_joules"), ("cpu_watts", "cpu_watts"),
+                   ("joules_per_token", "joules_per_token"), ("tokens_per_joule", "tokens_per_joule"))
 
 STEPS_COLUMNS: tuple[str, ...] = (
     "run_id", "lane", "concurrency", "slots", "valid", "reason", "usable", "unusable_reason", "recommended",
@@ -63,6 +66,7 @@ STEPS_COLUMNS: tuple[str, ...] = (
     "output_tok_s", "output_tok_s_ci_lo", "output_tok_s_ci_hi", "input_tok_s", "total_tok_s", "requests_per_s",
     *(name for name, _, _, _ in _FIGURE_COLUMNS),
     *(name for name, _ in _MEMORY_COLUMNS),
+    *(name for name, _ in _ENERGY_COLUMNS),
     "gain_per_doubling", "gain_per_doubling_lo", "gain_per_doubling_hi", "verdicts", "violations",
     *(f"{check}_{part}" for check in CHECK_NAMES for part in ("status", "measured", "limit", "detail")),
 )
@@ -134,6 +138,7 @@ def steps_rows(report: RunReport) -> Iterator[dict[str, str]]:
                 value = getattr(step, attr)
                 row[column] = _cell(value if stat is None else getattr(value, stat), scale)
             row.update({name: _cell(getattr(step.memory_bytes, attr)) for name, attr in _MEMORY_COLUMNS})
+            row.update({name: _cell(getattr(step.energy, attr)) for name, attr in _ENERGY_COLUMNS})
             row.update({
                 "gain_per_doubling": _cell(judged.gain_per_doubling),
                 "gain_per_doubling_lo": _cell(None if gain is None else gain[0]),

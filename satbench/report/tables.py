@@ -102,6 +102,17 @@ def _valid_cell(lane: LaneReport, step: StepFigures) -> str:
     return "yes"
 
 
+def _energy_headers(steps: Sequence[StepFigures]) -> tuple[str, ...]:
+    """The power and energy-per-token columns, where some rung measured them (``core.energy``), saying what the
+    energy covers and whether the simulator modelled it."""
+    scopes = {s.energy.scope for s in steps} - {None}
+    if not scopes:
+        return ()
+    what = "GPU" if scopes == {"gpu"} else "CPU package" if scopes == {"cpu-package"} else "GPU or CPU"
+    modelled = " modelled" if any(s.energy.scope == "gpu" and s.memory_bytes.gpu_simulated for s in steps) else ""
+    return (f"{what} power W{modelled}", "J/output token")
+
+
 def lane_table(lane: LaneReport) -> tuple[tuple[str, ...], list[list[str]]]:
     """The rungs table of one lane: per rung its validity (or why not), throughput (output, input, total;
     the output's interval), queue wait, occupancy, queue depth, memory (one unit per column, in its
@@ -119,10 +130,11 @@ def lane_table(lane: LaneReport) -> tuple[tuple[str, ...], list[list[str]]]:
     reuse = [(header, attr) for header, attr in (("cache hit share", "cache_hit_share"),
                                                  ("spec acceptance", "spec_acceptance_rate"))
              if any(getattr(s, attr) is not None for s in steps)]  # only where some rung measured it
+    energy = _energy_headers(steps)
     headers = (
         "c", "valid", "output tok/s", "input tok/s", "total tok/s", "output tok/s 95% CI", "req/s",
         "queue p95 ms", "occupancy", "queue depth", gpu_header, f"host RSS {rss_unit}", "Jain", "pause p99 ms",
-        "held p99 ms", *(header for header, _ in reuse), "verdicts",
+        "held p99 ms", *(header for header, _ in reuse), *energy, "verdicts",
     )
     queue = _ms_cells([s.queue_s.p95 for s in steps])
     pause = _ms_cells([s.pause_s.p99 for s in steps])
@@ -151,6 +163,7 @@ def lane_table(lane: LaneReport) -> tuple[tuple[str, ...], list[list[str]]]:
             pause[i],
             held[i],
             *(_number(getattr(step, attr), ".2f") for _, attr in reuse),
+            *((_number(step.energy.watts, ".0f"), _number(step.energy.joules_per_token, ".3g")) if energy else ()),
             verdict_label(lane.checks.get(step.concurrency)),
         ])
     return headers, rows

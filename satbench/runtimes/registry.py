@@ -32,13 +32,16 @@ class RuntimeKind:
     """One runtime: its name (a lane's ``runtime``), the server the session starts for it (``None``: one
     already running, which the session only checks answers), the exporter flavour that reads it
     (``exporter.flavours.ADAPTERS``), the client APIs a lane of it may load it through, and the lane setting
-    that names what it serves (``profile``, ``model_file``; ``None``: what the external server holds)."""
+    that names what it serves (``profile``, ``model_file``; ``None``: what the external server holds).
+    ``modelled``: a simulated node, whose GPUs and host are not this host's (its exporter reads neither NVML
+    nor the host's CPU energy)."""
 
     name: str
     server: str | None
     exporter_flavour: str
     apis: tuple[ApiFlavour, ...]
     model_setting: str | None = None
+    modelled: bool = False
 
     @property
     def started(self) -> bool:
@@ -48,7 +51,7 @@ class RuntimeKind:
 
 RUNTIMES: dict[str, RuntimeKind] = {kind.name: kind for kind in (
     RuntimeKind("simulator", server="simulator", exporter_flavour="llamacpp", apis=API_FLAVOURS,
-                model_setting="profile"),
+                model_setting="profile", modelled=True),
     RuntimeKind("llamacpp", server="llama-server", exporter_flavour="llamacpp", apis=API_FLAVOURS,
                 model_setting="model_file"),
     RuntimeKind("external", server=None, exporter_flavour="llamacpp", apis=API_FLAVOURS),

@@ -197,9 +197,12 @@ def _start_exporter(endpoint: LaneEndpoint, processes: ProcessSet, timeout_s: fl
         argv += ["--read-max-age-s", repr(scrape_interval_s / 2)]
     if endpoint.runtime.pid is not None:
         argv += ["--runtime-pid", str(endpoint.runtime.pid)]
-    if not endpoint.lane.started and not is_this_host(endpoint.url):
-        argv += ["--gpu", "none"]  # this host's GPUs are not the node's (satbench.runtimes.external)
-    flavour = kind_of(endpoint.lane.runtime).exporter_flavour
+    kind = kind_of(endpoint.lane.runtime)
+    if kind.modelled or (not endpoint.lane.started and not is_this_host(endpoint.url)):
+        # this host is not the node (satbench.runtimes.external), or the node is modelled: a simulator's GPUs
+        # and draw are its /sim/gpu, in router mode none, never this host's
+        argv += ["--gpu", "none", "--cpu-energy", "none"]
+    flavour = kind.exporter_flavour
     if flavour != resolve("auto"):  # what the exporter would not read the runtime as by itself
         argv += ["--flavour", flavour]
     relay_port = free_port() if endpoint.lane.relay else None

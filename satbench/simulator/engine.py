@@ -49,6 +49,7 @@ from satbench.simulator.engine_types import (
     StepResult,
     TruthRecord,
 )
+from satbench.simulator.power import PowerMeter
 from satbench.simulator.profile import Profile
 from satbench.simulator.stepcost import step_seconds
 from satbench.simulator.tokens import token_at
@@ -93,6 +94,7 @@ class Engine:
         self.slot_cache: list[tuple[tuple[int, ...], int, int] | None] = [None] * s.slots
         self.host_prompts: list[tuple[int, ...]] = []  # --cache-ram: prompts kept in host memory, oldest first
         self.step_scale: Callable[[float], float] = _unscaled  # the server's slowdown faults, at engine time
+        self.power = PowerMeter(self.profile.power)  # the modelled GPUs' draw, step by step
 
     # -- requests -----------------------------------------------------------------------------------------
 
@@ -167,6 +169,7 @@ class Engine:
             return None
         dt = step_seconds(self.profile.cost, len(decoding), n_prompt, s.ubatch, s.time_scale) * self.step_scale(now)
         self._plan = StepPlan(now, now + dt, len(decoding), n_prompt, decoding, tuple(prompting))
+        self.power.begin(now, now + dt, len(decoding) + n_prompt)
         return self._plan
 
     def finish_step(self) -> StepResult:

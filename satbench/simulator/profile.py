@@ -21,6 +21,7 @@ __all__ = [
     "FaultSpec",
     "MemoryModel",
     "ModelInfo",
+    "PowerModel",
     "Profile",
     "ProfileError",
     "ServerModel",
@@ -114,6 +115,22 @@ class MemoryModel:
 
 
 @dataclass(frozen=True)
+class PowerModel:
+    """The GPUs' power draw, all of them together (``simulator.power`` integrates it into energy).
+
+    Idle, the GPUs draw ``idle_w``. While a step runs they draw ``busy_w`` (the weights streamed, the clocks up)
+    plus ``token_mj`` millijoules for every token in the batch (the arithmetic), never more than ``max_w`` (the
+    board power limit). ``energy_counter`` false models a device without NVML's total-energy counter (before
+    Volta, some virtual GPUs): it reports power only, as its one-second mean, the way NVML does."""
+
+    idle_w: float = 90.0
+    busy_w: float = 420.0
+    max_w: float = 700.0
+    token_mj: float = 10.0
+    energy_counter: bool = True
+
+
+@dataclass(frozen=True)
 class FaultSpec:
     """One fault active in ``[start_s, start_s + duration_s)`` of server time (seconds since start).
 
@@ -163,6 +180,7 @@ class Profile:
     server: ServerModel = field(default_factory=ServerModel)
     cost: CostModel = field(default_factory=CostModel)
     memory: MemoryModel = field(default_factory=MemoryModel)
+    power: PowerModel = field(default_factory=PowerModel)
     eos_tokens: tuple[int, int] = (16, 256)
     faults: tuple[FaultSpec, ...] = ()
     sources: Mapping[str, str] = field(default_factory=dict)
@@ -232,6 +250,16 @@ def _check_cost(c: CostModel) -> None:
         raise ProfileError("[cost] experts_per_token must be > 0 when experts is set")
 
 
+def _check_power(p: PowerModel) -> None:
+    for key in ("idle_w", "busy_w", "max_w", "token_mj"):
+        value = getattr(p, key)
+        if not math.isfinite(value):
+            raise ProfileError(f"[power] {key} must be a finite number, got {value}")
+        _positive("power", key, value, allow_zero=key == "token_mj")
+    if not p.idle_w <= p.busy_w <= p.max_w:
+        raise ProfileError(f"[power] need idle_w <= busy_w <= max_w, got {p.idle_w}, {p.busy_w}, {p.max_w}")
+
+
 def fault_from_mapping(raw: Mapping[str, Any]) -> FaultSpec:
     if "kind" not in raw:
         raise ProfileError("fault: missing 'kind'")
@@ -255,7 +283,7 @@ def fault_from_mapping(raw: Mapping[str, Any]) -> FaultSpec:
 
 def profile_from_mapping(raw: Mapping[str, Any], name: str = "custom") -> Profile:
     """Builds and validates a profile from parsed TOML (``[sources]`` says where numbers come from)."""
-    known = {"name", "model", "server", "cost", "memory", "generation", "faults", "sources"}
+    known = {"name", "model", "server", "cost", "memory", "power", "generation", "faults", "sources"}
     unknown = sorted(set(raw) - known)
     if unknown:
         listed = ", ".join(sorted(known))
@@ -275,6 +303,8 @@ def profile_from_mapping(raw: Mapping[str, Any], name: str = "custom") -> Profil
     _check_cost(cost)
     for key in ("gpu_count", "gpu_total_bytes", "weights_bytes", "kv_bytes_per_token"):
         _positive("memory", key, getattr(memory, key))
+    power = _build(PowerModel, raw.get("power", {}), "power")
+    _check_power(power)
     faults = raw.get("faults", [])
     if not isinstance(faults, list):
         raise ProfileError("faults must be an array of tables ([[faults]])")
@@ -287,6 +317,7 @@ def profile_from_mapping(raw: Mapping[str, Any], name: str = "custom") -> Profil
         server=server,
         cost=cost,
         memory=memory,
+        power=power,
         eos_tokens=(eos[0], eos[1]),
         faults=tuple(fault_from_mapping(f) for f in faults),
         sources=dict(sources),

@@ -106,6 +106,7 @@ class RealTimeRuntime:
         self.pause_left: Callable[[float], float] = lambda t_s: 0.0  # the server's engine_pause faults
         self.step_scale: Callable[[float], float] = lambda t_s: 1.0  # the server's slowdown faults
         self.engine.step_scale = lambda now: self.step_scale(now - self.time_map.started_mono)
+        self.engine.power.start(now)
 
     # -- called by the HTTP layer -------------------------------------------------------------------------
 

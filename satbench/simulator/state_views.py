@@ -241,13 +241,24 @@ def metrics_text(engine: Engine) -> str:
     return "\n".join(lines) + "\n"
 
 
-def gpu_view(engine: Engine, now_unix: float) -> dict[str, Any]:
+def _gpu_entry(engine: Engine, i: int, now: float) -> dict[str, Any]:
+    """One modelled GPU: its share of the memory, the power and (where the model has the counter) the energy."""
+    mem, n = engine.profile.memory, engine.profile.memory.gpu_count
+    used = mem.weights_bytes + mem.compute_buffer_bytes + engine.kv_used_tokens * mem.kv_bytes_per_token
+    entry: dict[str, Any] = {"index": i, "name": mem.gpu_name, "simulated": True,
+                             "memory_total_bytes": mem.gpu_total_bytes // n, "memory_used_bytes": used // n,
+                             "power_watts": round(engine.power.watts(now) / n, 6)}
+    if engine.profile.power.energy_counter:
+        entry["energy_joules"] = round(engine.power.joules(now) / n, 6)
+    return entry
+
+
+def gpu_view(engine: Engine, now_unix: float, now: float) -> dict[str, Any]:
+    """``/sim/gpu`` at engine time ``now`` (``now_unix`` on the wall clock)."""
     p, mem = engine.profile, engine.profile.memory
     kv_tokens = engine.kv_used_tokens
     kv_bytes = kv_tokens * mem.kv_bytes_per_token
     used = mem.weights_bytes + mem.compute_buffer_bytes + kv_bytes
-    n = mem.gpu_count
-    per_total, per_used = mem.gpu_total_bytes // n, used // n
     return {
         "simulated": True,
         "note": SIM_NOTE,
@@ -263,11 +274,8 @@ def gpu_view(engine: Engine, now_unix: float) -> dict[str, Any]:
         "kv_capacity_tokens": p.server.ctx_tokens,
         "kv_capacity_bytes": p.server.ctx_tokens * mem.kv_bytes_per_token,
         "host_rss_bytes": mem.host_rss_bytes,
-        "gpus": [
-            {"index": i, "name": mem.gpu_name, "simulated": True,
-             "memory_total_bytes": per_total, "memory_used_bytes": per_used}
-            for i in range(n)
-        ],
+        "energy_counter": p.power.energy_counter,
+        "gpus": [_gpu_entry(engine, i, now) for i in range(mem.gpu_count)],
     }  # fmt: skip
 
 

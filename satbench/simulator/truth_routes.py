@@ -94,7 +94,7 @@ class GroundTruthRoutes:
             return error_response(400, str(exc), "invalid_request_error")
 
     async def gpu(self, request: web.Request) -> web.Response:
-        return json_response(gpu_view(self.runtime.engine, time.time()))
+        return json_response(gpu_view(self.runtime.engine, time.time(), self.runtime.clock()))
 
     async def get_faults(self, request: web.Request) -> web.Response:
         now = self.runtime.seconds_since_start()

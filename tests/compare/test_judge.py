@@ -286,3 +286,14 @@ def test_a_policy_setting_added_since_a_run_is_no_difference() -> None:
     b["lanes"]["a/dense"]["fingerprint"]["policy"] = _part({**after, "slo": {**after["slo"], "tpot_p95_s": 0.1}})
     with pytest.raises(NotComparable, match="differ in policy"):
         compare_documents(a, b)
+
+
+def test_runs_that_differ_only_in_their_node_prices_compare() -> None:
+    """A price turns an answer into a cost and judges nothing: another price is no policy difference."""
+    a, b = run_document(1), run_document(2)
+    a["policy"] = {**a["policy"], "cost": {"price_per_hour": 2.5}}
+    b["policy"] = {**b["policy"], "cost": {"price_per_hour": 9.0, "currency": "EUR"}}
+    assert compare_documents(a, b).allowed == ()
+    b["policy"] = {**b["policy"], "min_gain_per_doubling": 0.2}
+    with pytest.raises(NotComparable, match="differ in policy"):
+        compare_documents(a, b)

@@ -11,6 +11,7 @@ import dataclasses
 from typing import Any
 
 from satbench.core import figures
+from satbench.core.energy import EnergyFigures
 from satbench.core.figures import FIGURES, MemoryFigures, Quantiles, StepFigures, Tail
 
 QUANTILE_FIGURES = ("latency_s", "ttft_s", "itl_s", "tpot_s", "queue_s", "pause_s", "pause_excess_s",
@@ -41,7 +42,7 @@ COUNTS = ("requests", "errors", "errors_by_outcome", "pause_requests", "prefill_
           "reasoning_requests", "event_tokens_estimated", "judged_requests", "attained_requests", "objective_misses",
           "waits_settled")
 # the step's own fields, not figures: which lane and rung, its memory (``MemoryFigures``), whether it counts
-NOT_FIGURES = {"lane", "concurrency", "memory_bytes", "valid", "reason"}
+NOT_FIGURES = {"lane", "concurrency", "memory_bytes", "energy", "valid", "reason"}
 
 
 def test_the_derived_lists_equal_the_hand_written_ones() -> None:
@@ -82,7 +83,9 @@ def _filled(f: dataclasses.Field[Any], i: int) -> Any:
     if f.type == "dict[str, int]":
         return {"http": i}
     return {"lane": "a", "valid": False, "reason": "why",
-            "memory_bytes": MemoryFigures(gpu_max=1.0, gpu_names="x")}.get(f.name, 0.5 + i)
+            "memory_bytes": MemoryFigures(gpu_max=1.0, gpu_names="x"),
+            "energy": EnergyFigures(gpu_joules=900.0, gpu_watts=30.0, gpu_source="samples", scope="gpu",
+                                    joules_per_token=0.3, tokens_per_joule=1 / 0.3)}.get(f.name, 0.5 + i)
 
 
 def test_every_field_survives_a_round_trip_through_the_document_form() -> None:

@@ -52,7 +52,7 @@ DESIGN_METRICS = (
     "satbench_recommendation_validity",
 )
 VARIABLES = {"$lane", "$node", "$instance", "$run_id", "$__rate_interval", "$__range"}
-UNITS = {"percentunit", "reqps", "s", "bytes", "short", "cps", "suffix:tok/s"}
+UNITS = {"percentunit", "reqps", "s", "bytes", "short", "cps", "suffix:tok/s", "watt", "suffix:J/token"}
 RELAY_ROW = "Node vs client (relay mode)"
 
 

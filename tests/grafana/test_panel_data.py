@@ -50,9 +50,9 @@ LOCAL = "local"  # the node the dashboards name for lanes that name none
 RELAY_ROW = "Node vs client (relay mode)"
 ANSWER_STATE = "Answer state"  # the recommender's own state: no lane, no node
 # (panel, target) gpu1/dense has no series for: with its profile's slots it does not saturate at c=2, and the
-# simulator in router mode (a node) models no GPU (no gpu_memory_* series).
+# simulator in router mode (a node) models no GPU (no gpu_memory_*, gpu_power_watts or gpu_energy_* series).
 ONE_NODE_ONLY = {("Saturation concurrency", "A"), ("Recommended and saturation concurrency", "B"),
-                 ("Memory", "A"), ("Memory", "B")}
+                 ("Memory", "A"), ("Memory", "B"), ("GPU power", "A"), ("Energy per output token", "A")}
 # The open-loop row draws runs with --arrival only (rate rungs); the shared session walks closed rungs, so its
 # panels are replayed against an open-loop session in tests/rates/test_session_rates.py instead.
 OPEN_LOOP_ROW = "Open-loop rates"

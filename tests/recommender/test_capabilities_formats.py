@@ -347,3 +347,24 @@ def test_exit_status_zero_when_every_lane_is_answered_two_for_bad_input(tmp_path
     with pytest.raises(SystemExit) as raised:
         parse_args("--url", "http://127.0.0.1:9108", "--file", str(path))
     assert raised.value.code == 2
+
+
+def test_prometheus_series_state_each_answers_energy_and_cost() -> None:
+    """The energy at the concurrency and rate answers, as the document states them; none where it says none."""
+    doc = fleet_document()
+    energy = {"concurrency": 8, "scope": "gpu", "source": "counter", "simulated": False, "watts": 400.0,
+              "joules_per_token": 0.5, "tokens_per_joule": 2.0, "tok_s_per_kw": 2000.0, "throughput_tok_s": 800.0,
+              "price_per_hour": 2.88, "currency": "EUR", "cost_per_million_tokens": 1.0}
+    doc["lanes"]["gpu-a/dense"]["energy"] = energy
+    doc["lanes"]["gpu-a/moe"]["energy"] = {**energy, "concurrency": 4, "scope": None, "source": None, "watts": None,
+                                           "joules_per_token": None, "tokens_per_joule": None, "tok_s_per_kw": None,
+                                           "price_per_hour": None, "currency": None, "cost_per_million_tokens": None,
+                                           "reason": "no energy reading"}
+    got = samples(capabilities.prometheus_text(doc))
+    assert got[("satbench_answer_joules_per_token", at("gpu-a", "dense", answer="concurrency", scope="gpu"))] == 0.5
+    assert got[("satbench_answer_tokens_per_s_per_kw", at("gpu-a", "dense", answer="concurrency", scope="gpu"))] \
+        == 2000.0
+    assert got[("satbench_answer_cost_per_million_tokens", at("gpu-a", "dense", answer="concurrency",
+                                                              currency="EUR"))] == 1.0
+    assert not any(name.startswith("satbench_answer_") and ("lane", "moe") in labels and ("node", "gpu-a") in labels
+                   for name, labels in got), "no reading: no sample, never 0"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping
+from typing import Any
 
 import httpx
 import pytest
@@ -69,6 +70,9 @@ class FakeProm:
             if f'"{promql.QUERY_LABEL}", "{name}"' in expr:
                 out += [VectorSample({**s.labels, promql.QUERY_LABEL: name}, s.value) for s in answer]
         return out
+
+    async def query_samples(self, expr: str, at: float) -> list[tuple[dict[str, str], list[Any]]]:
+        return []
 
     async def query_range(self, expr: str, start: float, end: float, step_s: float) -> list[list[float]]:
         self.asked.append((expr, start))

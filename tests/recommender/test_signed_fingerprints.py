@@ -68,6 +68,9 @@ class Store:
     async def query(self, expr: str, at: float) -> list[VectorSample]:
         return list(self.samples)
 
+    async def query_samples(self, expr: str, at: float) -> list[tuple[dict[str, str], list[Any]]]:
+        return []
+
     async def query_range(self, expr: str, start: float, end: float, step_s: float) -> list[list[float]]:
         return []
 

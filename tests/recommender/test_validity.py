@@ -124,6 +124,9 @@ def test_the_store_serves_validity_and_turns_exactly_the_changed_answer_stale() 
             async def query(self, expr: str, at: float) -> list[VectorSample]:
                 return live
 
+            async def query_samples(self, expr: str, at: float) -> list[tuple[dict[str, str], list[Any]]]:
+                return []
+
             async def query_range(self, expr: str, start: float, end: float, step_s: float) -> list[list[float]]:
                 return []
 
@@ -170,6 +173,9 @@ def test_a_bare_lane_never_takes_the_fingerprint_of_another_lane_of_the_run() ->
     class Client:
         async def query(self, expr: str, at: float) -> list[VectorSample]:
             return [_series("node-b/moe", _fingerprint(2))]
+
+        async def query_samples(self, expr: str, at: float) -> list[tuple[dict[str, str], list[Any]]]:
+            return []
 
         async def query_range(self, expr: str, start: float, end: float, step_s: float) -> list[list[float]]:
             return []

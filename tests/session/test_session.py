@@ -168,6 +168,35 @@ def test_report_readme_and_document_show_the_same_numbers(shared_session: Shared
         assert line in readme and html.escape(line) in page
 
 
+def test_every_answer_states_its_energy(shared_session: SharedSession) -> None:
+    """The simulated GPUs' draw (``simulator.power``) reaches the answers through the exporter and Prometheus:
+    every rung of a lane with a modelled GPU draws between its profile's idle and limit, what the answer states is
+    its rung's, and doubling the users of the eight-slot MoE lane costs fewer joules per token (its draw grows
+    less than its throughput: the weights stream once per step whatever the batch). The router node has no
+    modelled GPU: its answers say there was no reading, and give no figure."""
+    from satbench.simulator.profile import load_profile
+
+    recs = json.loads((shared_session.run.run_dir / "recommendations.json").read_text())
+    for key, profile in ((RELAY_LANE, "dense"), ("moe", "moe")):
+        power, lane = load_profile(profile).power, recs["lanes"][key]
+        steps = {s["concurrency"]: s for s in lane["steps"] if s.get("rate_rps") is None}
+        for c, s in steps.items():
+            e = s["energy"]
+            assert (e["scope"], e["gpu_source"]) == ("gpu", "counter"), (key, c, e)
+            assert power.idle_w <= e["gpu_watts"] <= power.max_w, (key, c, e)
+            assert e["joules_per_token"] == pytest.approx(e["gpu_watts"] / s["throughput_tok_s"], rel=1e-9)
+        at = lane["energy"]
+        rung = steps[lane["recommended_concurrency"]]
+        assert (at["scope"], at["source"], at["simulated"]) == ("gpu", "counter", True)
+        assert at["joules_per_token"] == rung["energy"]["joules_per_token"] and at["reason"] is None
+        assert at["tok_s_per_kw"] == pytest.approx(rung["throughput_tok_s"] / (rung["energy"]["gpu_watts"] / 1000))
+    moe = {s["concurrency"]: s["energy"]["joules_per_token"] for s in recs["lanes"]["moe"]["steps"]}
+    assert moe[2] < moe[1]
+    for key in (f"{SECOND_NODE}/{RELAY_LANE}", f"{SECOND_NODE}/moe"):
+        said = recs["lanes"][key].get("energy")
+        assert said is None or (said["joules_per_token"] is None and "no energy reading" in said["reason"]), said
+
+
 def _shape_differences(sample: object, real: object, path: str = "") -> list[str]:
     """Where the sample's keys differ from the real document's (a value null on one side is not compared)."""
     if isinstance(sample, dict) and isinstance(real, dict):
