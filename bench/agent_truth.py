@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from satbench.core.agents import SyntheticAgents
-from satbench.simulator.agent_truth import AgentTier, capacity, play
+from satbench.core.agents import AgentTier, SyntheticAgents
+from satbench.simulator.agent_truth import capacity, play
 from satbench.simulator.profile import load_profile
 
 CASES = {  # name: (max context per session, sub-agent share of turns)

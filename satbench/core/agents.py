@@ -46,9 +46,24 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DELAY_CAP_S", "AgentSession", "AgentTurn", "SyntheticAgents", "TrajectoryError", "read_weka_sessions"]
+__all__ = ["DELAY_CAP_S", "AgentSession", "AgentTier", "AgentTurn", "SyntheticAgents", "TrajectoryError",
+           "read_weka_sessions"]
 
 DELAY_CAP_S = 10.0  # AgentX's cap on a recorded gap between turns
+
+
+@dataclass(frozen=True, slots=True)
+class AgentTier:
+    """An SLO tier (Artificial Analysis' AgentPerf): the p95 of the turns' TTFT within ``ttft_s`` and the p25 of
+    their output speed ((output tokens - 1) over the time from the first token to the last) at least
+    ``speed_tok_s``."""
+
+    ttft_s: float
+    speed_tok_s: float
+
+    def __post_init__(self) -> None:
+        if not (self.ttft_s > 0 and self.speed_tok_s > 0):
+            raise ValueError("a tier's TTFT ceiling and output speed floor must be positive")
 
 
 class TrajectoryError(ValueError):

@@ -24,22 +24,16 @@ import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from satbench.core.agents import AgentSession
+from satbench.core.agents import AgentSession, AgentTier
 from satbench.core.statistics import quantile
 from satbench.simulator.engine import Engine, Request, RequestSpec
 from satbench.simulator.profile import Profile
 from satbench.simulator.tokens import token_at
 
-__all__ = ["AgentTier", "PlayedTurn", "TierResult", "capacity", "play", "tier_holds"]
+__all__ = ["PlayedTurn", "TierResult", "capacity", "play", "tier_holds"]
 
 MARKER_TOKENS = 8  # ``[rid:<12 hex>]`` and a blank line, about eight tokens
 _FRESH_IDS = 1 << 24  # ids of new text (markers, tasks, tool outputs): far above the vocabulary's
-
-
-@dataclass(frozen=True, slots=True)
-class AgentTier:
-    ttft_s: float
-    speed_tok_s: float
 
 
 @dataclass(frozen=True, slots=True)

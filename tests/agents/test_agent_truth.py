@@ -9,8 +9,8 @@ from collections import defaultdict
 
 import pytest
 
-from satbench.core.agents import AgentSession, AgentTurn, SyntheticAgents
-from satbench.simulator.agent_truth import MARKER_TOKENS, AgentTier, PlayedTurn, capacity, play, tier_holds
+from satbench.core.agents import AgentSession, AgentTier, AgentTurn, SyntheticAgents
+from satbench.simulator.agent_truth import MARKER_TOKENS, PlayedTurn, capacity, play, tier_holds
 from satbench.simulator.profile import load_profile
 from satbench.simulator.stepcost import step_seconds
 
