@@ -3,11 +3,13 @@ for short and long contexts, with and without sub-agents, in long virtual-time r
 
 Each case plays the same seeded session stream (``core.agents.SyntheticAgents``, the published figures it cites)
 at 1, 2, 4 ... sessions until the tier fails, then bisects to the integer; it prints, per case, the capacity, the
-tier's figures at it and one above, the turns measured and the prompt-cache hit share. The agent answer of a walk
-on the simulator is to land within 10 % of these figures (issue: agents and energy).
+tier's figures at it and one above, the turns measured and the prompt-cache hit share. With ``--walk-seeds``, each
+case is also walked as the agent answer walks it (``answer.agent_analysis``: rungs of ``--walk-turns`` turns,
+the first tenth of each left out, on session streams of their own seeds), and the answers are scored against
+the truth: exact, off and said undecided, settled and off (the goal: none).
 
     .venv/bin/python bench/agent_truth.py                       # the dense and moe profiles, tier 2 s / 30 tok/s
-    .venv/bin/python bench/agent_truth.py --turns 4000 --ttft-s 5 --speed 20 --profiles dense
+    .venv/bin/python bench/agent_truth.py --turns 3000 --walk-seeds 2,3 --walk-turns 400
 
 It prints figures and exits 0 (benchmarks report, tests assert).
 """
@@ -15,15 +17,17 @@ It prints figures and exits 0 (benchmarks report, tests assert).
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from satbench.answer.agent_analysis import AgentAnswer, AgentRung, AgentVerdict, agent_answer, judge_rung, next_sessions
 from satbench.core.agents import AgentTier, SyntheticAgents
 from satbench.simulator.agent_truth import capacity, play
-from satbench.simulator.profile import load_profile
+from satbench.simulator.profile import Profile, load_profile
 
 CASES = {  # name: (max context per session, sub-agent share of turns)
     "short context": (8192, 0.0),
@@ -33,6 +37,18 @@ CASES = {  # name: (max context per session, sub-agent share of turns)
 }
 
 
+def walk(profile: Profile, syn: SyntheticAgents, tier: AgentTier, seed: int, turns: int) -> AgentAnswer:
+    """The agent answer's walk on the engine: each rung a short run of its own session stream."""
+    verdicts: list[AgentVerdict] = []
+    n = next_sessions(verdicts, 256)
+    while n is not None:
+        played = sorted(play(profile, syn.stream(seed * 1000 + n), n, turns=turns), key=lambda p: p.sent)
+        kept = played[len(played) // 10:]
+        verdicts.append(judge_rung(AgentRung(n, tuple((p.sent, p.ttft_s, p.speed_tok_s) for p in kept)), tier))
+        n = next_sessions(verdicts, 256)
+    return agent_answer(verdicts)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--profiles", default="dense,moe")
@@ -40,7 +56,11 @@ def main() -> int:
     parser.add_argument("--ttft-s", type=float, default=2.0, help="the tier's p95 TTFT ceiling")
     parser.add_argument("--speed", type=float, default=30.0, help="the tier's p25 output speed floor, tokens/s")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--walk-seeds", default="", help="comma list: walk each case with these seeds and score it")
+    parser.add_argument("--walk-turns", type=int, default=400, help="turns a walked rung (default 400)")
     args = parser.parse_args()
+    seeds = [int(x) for x in args.walk_seeds.split(",") if x.strip()]
+    score = {"exact": 0, "off, undecided": 0, "settled and off": 0}
     tier = AgentTier(args.ttft_s, args.speed)
     print(f"tier: p95 TTFT <= {tier.ttft_s:g} s, p25 output speed >= {tier.speed_tok_s:g} tok/s; "
           f"{args.turns} turns a run, the first tenth left out")
@@ -53,7 +73,7 @@ def main() -> int:
             profile = base.with_overrides(ctx_tokens=slots * context, slot_ctx_tokens=context)
             syn = SyntheticAgents(max_context_tokens=context, spawn_share=share)
             t0 = time.perf_counter()
-            best, tried = capacity(profile, lambda syn=syn: syn.stream(args.seed), tier, turns=args.turns)
+            best, tried = capacity(profile, functools.partial(syn.stream, args.seed), tier, turns=args.turns)
             by_n = {r.n: r for r in tried}
             at, above = by_n.get(best), by_n.get(best + 1)
             played = play(profile, syn.stream(args.seed), max(best, 1), turns=args.turns)
@@ -62,10 +82,20 @@ def main() -> int:
             def f(x: float | None, fmt: str) -> str:
                 return "-" if x is None else format(x, fmt)
 
-            print(f"{name:8} {case:28} {best:>8} {f(at and at.ttft_p95_s, '.3f'):>10} "
-                  f"{f(at and at.speed_p25_tok_s, '.1f'):>9} "
-                  f"{f(above and above.ttft_p95_s, '.2f') + ', ' + f(above and above.speed_p25_tok_s, '.1f'):>22} "
+            at_ttft, at_speed = (None, None) if at is None else (at.ttft_p95_s, at.speed_p25_tok_s)
+            up_ttft, up_speed = (None, None) if above is None else (above.ttft_p95_s, above.speed_p25_tok_s)
+            one_more = f(up_ttft, ".2f") + ", " + f(up_speed, ".1f")
+            print(f"{name:8} {case:28} {best:>8} {f(at_ttft, '.3f'):>10} {f(at_speed, '.1f'):>9} {one_more:>22} "
                   f"{hit:>9.1%} {time.perf_counter() - t0:>5.1f}")
+            for seed in seeds:
+                said = walk(profile, syn, tier, seed, args.walk_turns)
+                got = said.max_sessions or 0
+                kind = "exact" if got == best else "settled and off" if said.status in ("settled", "none") \
+                    else "off, undecided"
+                score[kind] += 1
+                print(f"{'':8} {'walk, seed ' + str(seed):28} {got:>8} {said.status} {said.bracket}: {kind}")
+    if seeds:
+        print("walks: " + ", ".join(f"{k} {v}" for k, v in score.items()))
     return 0
 
 

@@ -12,7 +12,12 @@ TIER = AgentTier(ttft_s=2.0, speed_tok_s=30.0)
 
 
 def _rung(n: int, late: int, slow: int, turns: int = 400) -> AgentRung:
-    return AgentRung(n, tuple([3.0] * late + [0.5] * (turns - late)), tuple([10.0] * slow + [80.0] * (turns - slow)))
+    """``late`` turns past the ceiling and ``slow`` below the floor, each spread evenly over the window (every
+    k-th turn), so the batches agree with the count."""
+    late_at = {round(i * turns / late) for i in range(late)} if late else set()
+    slow_at = {round(i * turns / slow) for i in range(slow)} if slow else set()
+    return AgentRung(n, tuple((float(i), 3.0 if i in late_at else 0.5, 10.0 if i in slow_at else 80.0)
+                              for i in range(turns)))
 
 
 @pytest.mark.parametrize(("late", "slow", "holds", "decided"), [
@@ -30,8 +35,20 @@ def test_a_rung_is_judged_by_counts(late: int, slow: int, holds: bool, decided: 
 
 
 def test_a_rung_without_a_first_token_does_not_hold() -> None:
-    v = judge_rung(AgentRung(2, (), ()), TIER)
+    v = judge_rung(AgentRung(2, ()), TIER)
     assert not v.holds and not v.decided and v.ttft_p95_s is None
+    failed = judge_rung(AgentRung(2, tuple((float(i), None, None) for i in range(100))), TIER)
+    assert not failed.holds and failed.decided  # a turn without a first token is past any ceiling
+
+
+def test_late_turns_bunched_in_one_stretch_are_not_significant() -> None:
+    """30 of 400 turns late (7.5 %, significantly above 5 % by the count alone) but all in one busy stretch:
+    the batches see one bad tenth, not a rate, and the rung stays undecided."""
+    bunched = AgentRung(4, tuple((float(i), 3.0 if 100 <= i < 130 else 0.5, 80.0) for i in range(400)))
+    spread = _rung(4, 30, 0)
+    assert judge_rung(spread, TIER).decided and not judge_rung(spread, TIER).holds
+    v = judge_rung(bunched, TIER)
+    assert not v.holds and not v.decided, v.said
 
 
 def _verdict(n: int, holds: bool, decided: bool = True) -> AgentVerdict:
@@ -54,6 +71,8 @@ def test_the_answers_statuses() -> None:
     assert agent_answer([]).status == "none"
     one = agent_answer([_verdict(1, False)])
     assert (one.status, one.max_sessions) == ("none", None) and next_sessions([_verdict(1, False)], 64) is None
+    maybe = agent_answer([_verdict(1, False, decided=False)])
+    assert (maybe.status, maybe.max_sessions, maybe.bracket) == ("undecided", None, (0, 1))
     top = [_verdict(n, True) for n in (1, 2, 4, 8)]
     assert next_sessions(top, 8) is None
     assert (agent_answer(top).status, agent_answer(top).max_sessions, agent_answer(top).bracket) == \
