@@ -28,9 +28,6 @@ class PowerCurve:
     total_bytes: int = 85_520_809_984
     used_bytes: int = 20_000_000_000
 
-    def watts(self, t: float) -> float:
-        return self.base_w + self.swing_w * math.sin(2 * math.pi * t / self.period_s)
-
     def energy(self, t: float) -> float:
         """Joules from 0 to ``t``."""
         w = 2 * math.pi / self.period_s

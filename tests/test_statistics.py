@@ -215,3 +215,12 @@ def test_interval_coverage_holds_under_autocorrelation(rho: float, ticks: int) -
             total += 1
             hits += ci[0] <= 100 <= ci[1]
     assert total == 1000 and hits / total >= 0.90, hits / total
+
+
+def test_shortfall_is_the_binomial_lower_tail() -> None:
+    """P(Bin(n, share) <= k), by hand: none of 10 past a limit a quarter lies past is 0.75 ** 10."""
+    from satbench.core.statistics import shortfall_p_value
+
+    assert shortfall_p_value(0, 10, 0.25) == pytest.approx(0.75**10)
+    assert shortfall_p_value(1, 4, 0.5) == pytest.approx((1 + 4) / 16)
+    assert shortfall_p_value(10, 10, 0.25) == pytest.approx(1.0) and shortfall_p_value(3, 0, 0.25) == 1.0

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from satbench.core.agents import AgentTier
-from satbench.core.statistics import batch_mean_estimate, exceedance_p_value, quantile
+from satbench.core.statistics import batch_mean_estimate, exceedance_p_value, quantile, shortfall_p_value
 
 __all__ = ["AgentAnswer", "AgentRung", "AgentVerdict", "agent_answer", "judge_rung", "next_sessions"]
 
@@ -52,15 +52,6 @@ class AgentVerdict:
     said: str
 
 
-def _below_p_value(k: int, n: int, share: float) -> float:
-    """How likely ``k`` or fewer of ``n`` lie past a limit that a ``share`` of the population does."""
-    if n <= 0:
-        return 1.0
-    from scipy import stats
-
-    return float(stats.binom.cdf(k, n, share))
-
-
 def _batched(flags: list[bool], confidence: float) -> tuple[float, float] | None:
     """The interval of the share of ``flags`` (in send order) from ``BATCHES`` equal batches in a row, their
     autocorrelation counted (``core.statistics.batch_mean_estimate``): turns of one session and of one busy
@@ -78,7 +69,7 @@ def _one(flags: list[bool], share: float, confidence: float) -> tuple[bool, bool
     significant where the count test and the batches' interval both say so."""
     k, n = sum(flags), len(flags)
     within = k <= share * n
-    p = _below_p_value(k, n, share) if within else exceedance_p_value(k, n, 1.0 - share)
+    p = shortfall_p_value(k, n, share) if within else exceedance_p_value(k, n, 1.0 - share)
     interval = _batched(flags, confidence)
     batched = interval is not None and (interval[1] < share if within else interval[0] > share)
     return within, p < 1.0 - confidence and batched

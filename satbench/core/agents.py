@@ -158,7 +158,7 @@ class SyntheticAgents:
                                                                    self.tokens_floor, 16 * self.new_median))
             out = round(_lognormal(rng, self.output_median, self.output_sigma, 1, self.output_max))
             if held + new + out > self.max_context_tokens:
-                return AgentSession(tuple(turns), cut=True) if turns else self._fit(rng, depth)
+                return AgentSession(tuple(turns), cut=True) if turns else self._fit()
             delay = 0.0 if k == 0 else _lognormal(rng, self.delay_median_s, self.delay_sigma, 0.0, self.delay_cap_s)
             spawns: tuple[AgentSession, ...] = ()
             if depth == 0 and self.spawn_share and rng.random() < self.spawn_share:
@@ -167,7 +167,7 @@ class SyntheticAgents:
             held += new + out
         return AgentSession(tuple(turns))
 
-    def _fit(self, rng: random.Random, depth: int) -> AgentSession:
+    def _fit(self) -> AgentSession:
         """A first turn whose output did not fit: the task with what output room is left."""
         room = self.max_context_tokens - self.system_tokens - self.task_tokens
         return AgentSession((AgentTurn(self.task_tokens, max(1, min(room, self.output_max))),), cut=True)

@@ -59,7 +59,6 @@ __all__ = [
     "window_gauge_avg",
     "window_gauge_max",
     "window_gpu_names",
-    "window_increase",
     "window_mean",
     "window_output_tokens",
     "window_quantile",
@@ -245,14 +244,9 @@ def _q(q: float) -> str:
     return repr(float(q))
 
 
-def window_increase(metric: str, lane: str, window_s: float) -> str:
-    """The increase of counter ``metric`` over the window ending at evaluation time, summed over the lane's series."""
-    return f"sum(increase({selector(metric, *lane_matchers(lane))}[{duration(window_s)}]))"
-
-
 def window_output_tokens(lane: str, window_s: float) -> str:
     """Output tokens the load generator received for ``lane`` during the window ending at evaluation time."""
-    return window_increase("loadgen_output_tokens_total", lane, window_s)
+    return f"sum(increase({selector('loadgen_output_tokens_total', *lane_matchers(lane))}[{duration(window_s)}]))"
 
 
 def window_throughput(lane: str, window_s: float) -> str:

@@ -87,6 +87,7 @@ __all__ = [
     "quantile",
     "quantiles",
     "relative_half_width",
+    "shortfall_p_value",
     "t_quantile",
     "welch_difference",
     "wilson_interval",
@@ -350,6 +351,17 @@ def exceedance_p_value(k: int, n: int, q: float) -> float:
     from scipy import stats
 
     return float(stats.binom.sf(k - 1, n, 1.0 - q))
+
+
+def shortfall_p_value(k: int, n: int, share: float) -> float:
+    """How likely ``k`` or fewer of ``n`` observations lie past a limit that a ``share`` of the population lies
+    past: the binomial lower tail ``P(Bin(n, share) <= k)``, ``exceedance_p_value`` read the other way (a
+    quantile objective held significantly: fewer past it than its share allows)."""
+    if n <= 0:
+        return 1.0
+    from scipy import stats
+
+    return float(stats.binom.cdf(k, n, share))
 
 
 def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, float] | None:

@@ -143,7 +143,7 @@ class _Player:
             if parent.waiting == 0:
                 self._next(parent, end)
         elif self.alive[agent.tree] == 0:
-            del self.alive[agent.tree]
+            del self.alive[agent.tree], self.markers[agent.tree]
             self._start_tree(end)
 
     def run(self, turns: int) -> list[PlayedTurn]:

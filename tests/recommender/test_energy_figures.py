@@ -5,13 +5,16 @@ the recommender's step-window queries (``fetch_run_figures``).
 The truth is independent of all of it: each window's energy is the power curve integrated in closed form over
 the window (``testkit.fake_nvml``), and its tokens are counted from the records' own token arrival times
 (first token at ``sent_at + ttft_s``, then each ``itl_s`` gap). A device with NVML's counter is measured by the
-counter's increase; one without it by its power samples, and the figures say which.
+counter's increase; one without it by its power samples, and the figures say which. The curves are drawn at
+random for each seed (150-600 W, swinging by up to half of it, periods of 5-60 s), and so are the scrapes (each
+up to 0.2 s early or late, one missed a lane), as a real scrape is.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import random
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -33,12 +36,26 @@ from testkit.synthetic import SyntheticLane, simulate_run
 pytestmark = pytest.mark.skipif(not tools_available(), reason="prometheus and promtool are not installed")
 
 # per lane, its GPUs: "counted" has NVML's energy counter on both, "sampled" on neither, "mixed" on one
-NODES = {
-    "counted": (PowerCurve(310.0, 120.0, 17.0), PowerCurve(280.0, 90.0, 23.0)),
-    "sampled": (PowerCurve(300.0, 150.0, 19.0, counter=False), PowerCurve(250.0, 60.0, 29.0, counter=False)),
-    "mixed": (PowerCurve(350.0, 100.0, 13.0), PowerCurve(200.0, 80.0, 31.0, counter=False)),
-}
+# per lane, which of its two GPUs have NVML's energy counter: both, neither, one
+NODES = {"counted": (True, True), "sampled": (False, False), "mixed": (True, False)}
 LANES = tuple(SyntheticLane(name, slots=4) for name in NODES)
+SEEDS = (1, 2, 3)
+
+
+def _curves(rng: random.Random, counters: tuple[bool, ...]) -> tuple[PowerCurve, ...]:
+    """A GPU's draw drawn at random: 150-600 W, swinging by up to half of it, over a 5-60 s period."""
+    out = []
+    for counter in counters:
+        base = rng.uniform(150.0, 600.0)
+        out.append(PowerCurve(base, rng.uniform(0.0, 0.5) * base, rng.uniform(5.0, 60.0), counter=counter))
+    return tuple(out)
+
+
+def _scrapes(rng: random.Random, first: float, last: float) -> list[float]:
+    """A 1 s scrape as it happens: each up to 0.2 s early or late, and one scrape missed."""
+    times = [first + k + rng.uniform(-0.2, 0.2) for k in range(int(last - first) + 1)]
+    del times[rng.randrange(5, len(times) - 5)]
+    return times
 
 
 class Clock:
@@ -103,19 +120,19 @@ def _tokens_in(records: Sequence[RequestRecord], window: StepWindow) -> int:
     return n
 
 
-@pytest.fixture(scope="module")
-def energy_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnergyRun]:
-    t0 = float((int(time.time()) // 3600 - 3) * 3600)
-    manifest, records = simulate_run(LANES, (1, 2, 4), t0=t0, window_s=30.0, parallel=True)
+@pytest.fixture(scope="module", params=SEEDS)
+def energy_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnergyRun]:
+    rng = random.Random(request.param)
+    t0 = float((int(time.time()) // 3600 - 3) * 3600) + rng.uniform(0.0, 1.0)
+    manifest, records = simulate_run(LANES, (1, 2, 4), t0=t0, window_s=30.0, parallel=True, seed=request.param)
     first = min(w.warmup_start or w.start for w in manifest.steps) - 5
     last = max(w.drain_end or w.end for w in manifest.steps) + 5
-    times = [first + k for k in range(int(last - first) + 1)]
     clocks = {lane: Clock() for lane in NODES}
-    nvml = {lane: FakeNvml(curves, clocks[lane]) for lane, curves in NODES.items()}
+    nvml = {lane: FakeNvml(_curves(rng, counters), clocks[lane]) for lane, counters in NODES.items()}
     gpu = ["# TYPE gpu_power_watts gauge", "# TYPE gpu_energy_joules counter", "# TYPE gpu_info gauge"]
     series = {name: [] for name in ("gpu_power_watts", "gpu_energy_joules_total", "gpu_info")}
     for lane in NODES:
-        for line in _gpu_series(lane, nvml[lane], clocks[lane], times):
+        for line in _gpu_series(lane, nvml[lane], clocks[lane], _scrapes(rng, first, last)):
             series[line.split("{", 1)[0]].append(line)
     text = openmetrics_text(manifest, records)
     block = [gpu[0], *series["gpu_power_watts"], gpu[1], *series["gpu_energy_joules_total"], gpu[2],
@@ -150,11 +167,3 @@ def test_joules_per_token_is_exact_to_one_percent(energy_run: EnergyRun, lane: s
         assert math.isclose(e.tokens_per_joule * e.joules_per_token, 1.0, rel_tol=1e-9)
         assert math.isclose(e.gpu_watts or 0.0, joules / window.duration_s, rel_tol=0.01)
         assert e.cpu_joules is None and e.cpu_watts is None
-
-
-def test_no_reading_is_no_figure(energy_run: EnergyRun) -> None:
-    """A window with neither GPU series nor CPU counter has no energy figures (None, never 0)."""
-    window = energy_run.manifest.steps[0]
-    from satbench.core.energy import EnergyReadings, energy_figures
-    e = energy_figures(EnergyReadings(), window.duration_s, 1000.0)
-    assert e.scope is None and e.joules_per_token is None and e.gpu_joules is None
