@@ -39,6 +39,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from satbench.answer.agent_analysis import AgentsModel
 from satbench.answer.analysis import LaneAnalysis
 from satbench.answer.energy import EnergyModel
 from satbench.answer.models import (
@@ -105,12 +106,14 @@ def iso_utc(t: float) -> str:
 def lane_fragment(analysis: LaneAnalysis, *, run_id: str, measured_at: float | None,
                   where: Mapping[str, Any] | None = None, rate: RateAnswer | None = None,
                   trace: TraceAnswer | None = None, prefill: PrefillModel | None = None,
-                  energy: EnergyModel | None = None, rate_energy: EnergyModel | None = None) -> LaneModel:
+                  energy: EnergyModel | None = None, rate_energy: EnergyModel | None = None,
+                  agents: AgentsModel | None = None) -> LaneModel:
     """One answer. ``where``: the lane's ``node``, ``lane``, ``url``, ``fingerprint`` and ``validity``
     (``recommender.run_analysis``); without it the node and name come from the key. ``drift``, ``trace`` and
     ``prefill`` are set (so said, ``wire``) only where the lane was checked for drift, replayed a trace or
     walked the peak prefill, so a document without them reads byte for byte as before. ``energy`` and
-    ``rate_energy``: the energy and cost at the concurrency and rate answers (``answer.energy``)."""
+    ``rate_energy``: the energy and cost at the concurrency and rate answers (``answer.energy``). ``agents``: the
+    agent answer (``answer.agent_analysis``), said only where the lane walked it."""
     knee = analysis.knee
     pair = analysis.indistinguishable
     node, name = split_key(analysis.lane)
@@ -157,6 +160,8 @@ def lane_fragment(analysis: LaneAnalysis, *, run_id: str, measured_at: float | N
         fragment["trace"] = TraceModel.model_validate(trace.to_dict()).model_dump(mode="json")
     if prefill is not None:  # said only where the run walked it, as the trace
         fragment["prefill"] = prefill.model_dump(mode="json")
+    if agents is not None:
+        fragment["agents"] = agents.model_dump(mode="json")
     return LaneModel.model_validate(json_safe(fragment))
 
 

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from pydantic.config import JsonDict
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
+from satbench.answer.agent_analysis import AgentsModel
 from satbench.answer.checks import CONSTRAINTS
 from satbench.answer.energy import EnergyModel
 from satbench.answer.open_loop_models import (
@@ -295,6 +296,8 @@ class LaneModel(BaseModel):
                                                            "(long prompts, one output token); absent otherwise")
     energy: EnergyModel | None = Field(None, description="energy and cost at the recommended concurrency "
                                                          "(core.energy); absent without an answer")
+    agents: AgentsModel | None = Field(None, description="the most concurrent agent sessions the lane holds at an "
+                                                         "SLO tier, where the run walked them; absent otherwise")
     tuned: TunedModel | None = Field(None, description="present where the answer comes from satbench tune")
     partial: str | None = Field(None, description="set where the answer comes from a run that did not finish "
                                 "(killed mid-walk, or cut short by a full disk): which run and why. Such an answer "

@@ -44,6 +44,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
+from satbench.core.agent_walk import AgentWalk
 from satbench.core.prefill import PrefillWalk
 
 __all__ = [
@@ -147,6 +148,12 @@ class LadderPart(BaseModel):
     # per lane, its peak-prefill walk (core.prefill): long prompts, one output token, rising concurrency; absent
     # where the run walked none
     prefill: dict[str, PrefillWalk] = Field(default_factory=dict)
+    # per lane, its agent walk (core.agent_walk): rungs of concurrent agent session trees judged at a tier;
+    # absent where the run walked none
+    agents: dict[str, AgentWalk] = Field(default_factory=dict)
+
+    def with_agents(self, name: str, walk: AgentWalk) -> LadderPart:
+        return self.model_copy(update={"agents": {**self.agents, name: walk}})
 
     def with_prefill(self, name: str, walk: PrefillWalk) -> LadderPart:
         return self.model_copy(update={"prefill": {**self.prefill, name: walk}})
@@ -214,8 +221,9 @@ class RunManifest(LadderPart):
 
     def to_dict(self) -> dict[str, Any]:
         data = self.model_dump(mode="json", by_alias=True)
-        if not data.get("prefill"):  # said only where a lane walked it, so a run without reads as before
-            data.pop("prefill", None)
+        for walked in ("prefill", "agents"):  # said only where a lane walked it, so a run without reads as before
+            if not data.get(walked):
+                data.pop(walked, None)
         first = {k: data.pop(k) for k in _READING_ORDER if k in data}
         return {**first, **data}
 

@@ -26,6 +26,8 @@ from satbench.dashboards.shapes import (
 )
 
 __all__ = [
+    "agents_per_kw_panel",
+    "agents_stat_panel",
     "attainment_rate_panel",
     "goodput_rate_panel",
     "itl_at_n_panel",
@@ -206,6 +208,32 @@ def pause_rung_panel() -> dict[str, Any]:
     return rung_chart("Longest pause p99 per rung", "pause_s.p99", "s",
                        "Each request's longest pause between tokens, p99 over the rung's requests; the dashed line "
                        "is slo.tbt_p99_s, the decode-starvation objective.", objectives().get("pause"))
+
+
+# --- concurrent agents ---------------------------------------------------------------------------------------
+
+
+def agents_stat_panel() -> dict[str, Any]:
+    return stat_panel(
+        "Concurrent agents at the tier",
+        [lane_target(promql.max_by("satbench_max_agent_sessions", BY_LANE, NODE, LANE))],
+        "short",
+        "The agent answer per node and lane: the most concurrent agent session trees held at the tier (the p95 of "
+        "the turns' TTFT within its ceiling, the p25 of their output speed above its floor), played end to start "
+        "(satbench_max_agent_sessions). Only where the run walked agent sessions (satbench run --agents).",
+        decimals=0,
+    )
+
+
+def agents_per_kw_panel() -> dict[str, Any]:
+    return stat_panel(
+        "Agent output tok/s per kW",
+        [lane_target(promql.max_by("satbench_answer_tokens_per_s_per_kw", BY_LANE, NODE, LANE, answer="agents"))],
+        "short",
+        "Output tokens per second per kilowatt drawn at the agent answer's rung (the draw read over its window; "
+        "scope: the lane's GPUs, else the CPU package). Absent without an energy reading.",
+        decimals=0,
+    )
 
 
 # --- open-loop rates of the selected run -------------------------------------------------------------------

@@ -42,6 +42,8 @@ from typing import Any
 
 from satbench.core import promql
 from satbench.dashboards.answer_panels import (
+    agents_per_kw_panel,
+    agents_stat_panel,
     attainment_rate_panel,
     goodput_rate_panel,
     itl_at_n_panel,
@@ -143,6 +145,7 @@ OVERVIEW_SECTIONS = (
     Section("Per rung (run $run_id)", (throughput_rung_panel, ttft_rung_panel, itl_rung_panel, pause_rung_panel)),
     Section("Open-loop rates (run $run_id; satbench run --arrival)", (
         max_rate_stat_panel, attainment_rate_panel, ttft_rate_panel, goodput_rate_panel), collapsed=True),
+    Section("Concurrent agents (satbench run --agents)", (agents_stat_panel, agents_per_kw_panel), collapsed=True),
     Section("Live", (
         throughput_panel, requests_panel, ttft_panel, itl_panel, e2e_panel, queue_time_panel, queue_depth_panel,
         occupancy_panel, kv_cache_panel, slot_states_panel, memory_panel, power_panel, energy_per_token_panel,

@@ -49,6 +49,7 @@ from satbench.core.lanes import Lane, duplicate_names, lane_named
 from satbench.core.objectives import Objectives
 
 __all__ = [
+    "AgentsConfig",
     "ArrivalConfig",
     "ConfigError",
     "ConversationConfig",
@@ -291,6 +292,46 @@ class PrefillConfig(_Model):
     max_concurrency: int = Field(default=32, ge=1, le=MAX_CONCURRENCY)
 
 
+class AgentsConfig(_Model):
+    """The lane's agent answer (``loadgen.agent_walk``), walked after its ladder: rungs of ``n`` concurrent agent
+    session trees (``core.agents``), each turn sent end to start, judged at the tier (a p95 TTFT ceiling
+    ``ttft_s`` and a p25 output speed floor ``speed_tok_s``: Artificial Analysis' AgentPerf tiers; 2 s and 30
+    tok/s by default); 1, 2, 4 ... sessions until one fails, then bisection, up to ``max_sessions``. Each rung:
+    ``warmup_s`` (its trees start), then a ``window_s`` window whose turns are judged, followed to their end for
+    at most ``drain_s``. Sessions are synthetic (``core.agents.SyntheticAgents``' published defaults; the
+    fields below change the ones operators change most) or, with ``trajectories``, a recorded corpus
+    (``cc-traces-weka`` lines), read and checked whole before the run. ``max_context_tokens``: the most a
+    session's call may hold (its prompt and its output); the lane's slot context bounds it too."""
+
+    ttft_s: float = Field(default=2.0, gt=0.0, le=MAX_SECONDS)
+    speed_tok_s: float = Field(default=30.0, gt=0.0, le=1e6)
+    max_sessions: int = Field(default=64, ge=1, le=MAX_CONCURRENCY)
+    warmup_s: float = Field(default=10.0, ge=0.0, le=MAX_SECONDS)
+    window_s: float = Field(default=120.0, gt=0.0, le=MAX_SECONDS)
+    drain_s: float = Field(default=60.0, ge=0.0, le=MAX_SECONDS)
+    confidence: float = Field(default=0.95, gt=0.5, lt=1.0)
+    seed: int = 0
+    trajectories: Path | None = None
+    max_context_tokens: int = Field(default=32768, ge=64, le=MAX_TOKENS)
+    system_tokens: int = Field(default=2000, ge=1, le=MAX_TOKENS)
+    task_tokens: int = Field(default=1000, ge=1, le=MAX_TOKENS)
+    turns_median: float = Field(default=11.0, ge=1.0, le=10_000)
+    new_tokens_median: float = Field(default=875.0, ge=1.0, le=MAX_TOKENS)
+    output_tokens_median: float = Field(default=214.0, ge=1.0, le=MAX_TOKENS)
+    output_tokens_max: int = Field(default=2048, ge=1, le=MAX_TOKENS)
+    delay_median_s: float = Field(default=0.3, ge=0.0, le=MAX_SECONDS)
+    delay_cap_s: float = Field(default=10.0, ge=0.0, le=MAX_SECONDS)
+    spawn_share: float = Field(default=0.0, ge=0.0, le=1.0)
+    spawns: int = Field(default=2, ge=1, le=64)
+
+    @model_validator(mode="after")
+    def _check_room(self) -> AgentsConfig:
+        if self.max_context_tokens <= self.system_tokens + self.task_tokens + 16:
+            raise FieldError([("max_context_tokens", f"{self.max_context_tokens} leaves no room for a turn after "
+                               f"the system prompt ({self.system_tokens}) and the task ({self.task_tokens})")])
+        return self
+
+
 class ObjectivesConfig(_Model):
     """Per-request objectives for goodput (``core.objectives``): the session sets them from its policy."""
 
@@ -367,6 +408,7 @@ class LoadgenConfig(_Model):
     objectives: ObjectivesConfig | None = None
     trace: TraceConfig | None = None
     prefill: PrefillConfig | None = None
+    agents: AgentsConfig | None = None
     warmup_s: float = Field(default=2.0, ge=0.0, le=MAX_SECONDS)
     min_window_s: float = Field(default=8.0, gt=0.0, le=MAX_SECONDS)
     max_window_s: float = Field(default=20.0, gt=0.0, le=MAX_SECONDS)

@@ -45,6 +45,7 @@ from satbench.core.manifest import LadderPart, RunManifest, StepWindow, new_run_
 from satbench.core.records import RecordsWriter
 from satbench.core.statistics import preload
 from satbench.core.step_figures import compute_step_figures
+from satbench.loadgen.agent_walk import AgentRun, AgentWalker, agent_line
 from satbench.loadgen.client import LaneClient
 from satbench.loadgen.config import ConfigError, LaneConfig, LoadgenConfig
 from satbench.loadgen.dataset_lengths import answer_lengths
@@ -106,6 +107,7 @@ class LadderRunner:
         inputs = inputs or load_inputs(config)  # read and checked whole before any load is sent, once
         self.trace = inputs.trace
         self.dataset = inputs.dataset
+        self.agent_corpus = inputs.agents
 
     @property
     def metrics_port(self) -> int | None:
@@ -187,7 +189,10 @@ class LadderRunner:
         client = LaneClient(lane, self.config)
         prefill = self.config.prefill
         # the extension may walk past the listed rungs, the prefill walk to its own top
-        await client.open(max(self.config.ladder.max_rung, prefill.max_concurrency if prefill else 0))
+        agents = self.config.agents
+        # a tree's sub-agents stream beside it: as many requests at once as its places times a fan-out's
+        await client.open(max(self.config.ladder.max_rung, prefill.max_concurrency if prefill else 0,
+                              agents.max_sessions * (1 + agents.spawns) if agents else 0))
         try:
             facts = await lane_facts(lane)
             evidence = {"url": lane.url, "api": lane.api, "model": lane.model, **facts.evidence}
@@ -228,6 +233,8 @@ class LadderRunner:
                     self.progress.done(f"  {lane.key}: the extended ladder stops at c={top}: {why}")
             if prefill is not None:
                 await self._walk_prefill(lane, client, writer, clock, slots, facts.slot_context)
+            if agents is not None:
+                await self._walk_agents(lane, client, writer, clock, facts.slot_context)
             if self.config.arrival.open or self.trace is not None:
                 senders = await self._senders(lane)
                 try:
@@ -305,6 +312,31 @@ class LadderRunner:
             self._write()
         if walker.ended is not None:
             self.progress.done(f"  {lane.key}: the prefill walk stops: {walker.ended}")
+
+    async def _walk_agents(self, lane: LaneConfig, client: LaneClient, writer: RecordsWriter, clock: Clock,
+                           slot_context: int | None) -> None:
+        """The lane's agent walk (``loadgen.agent_walk``), after its ladder: each rung in the manifest's ``agents``,
+        never a rung of the ladder."""
+        cfg = self.config.agents
+        assert cfg is not None
+        text = PromptText(max(cfg.max_context_tokens, cfg.system_tokens) + 8, self.config.workload.seed,
+                          nonce=f"{self.run_id}:agents")
+        per_word = await tokens_per_word(lane, text)
+        walker = AgentWalker(cfg, slot_context, per_word, self.agent_corpus)
+        self.part = self.part.with_agents(lane.key, walker.walk)
+        while (n := walker.next_rung()) is not None:
+            rung = AgentRun(config=self.config, cfg=cfg, lane=lane, sessions=n, run_id=self.run_id, client=client,
+                            writer=writer, clock=clock, text=text, stream=walker.stream, trees=walker.trees,
+                            per_word=per_word, progress=self.progress)
+            window = await rung.run()
+            check_written(writer)
+            walker.measured(window)
+            self.part = self.part.with_agents(lane.key, walker.walk)
+            self.progress.done(agent_line(lane.key, window))
+            self._write()
+        if walker.walk.ended is not None:
+            self.progress.done(f"  {lane.key}: the agent walk stops: {walker.walk.ended}")
+        self.progress.done(walker.answer_line(lane.key))
 
     def _step_done(self, step: StepRun, window: StepWindow, publish: bool = True) -> StepFigures:
         """A finished rung's exact figures, published and kept (``steps.json``, the manifest's window). A

@@ -66,8 +66,8 @@ from satbench.core.api import ApiFlavour
 from satbench.loadgen.config import LengthDist, WorkloadConfig
 from satbench.loadgen.datasets import Dataset, estimate_tokens
 
-__all__ = ["STREAM_OPTIONS", "PromptText", "RequestSpec", "UserWorkload", "build_body", "draw_length", "request_head",
-           "text_body"]
+__all__ = ["STREAM_OPTIONS", "PromptText", "RequestSpec", "UserWorkload", "build_body", "context_body", "draw_length",
+           "request_head", "text_body"]
 
 _WORDS = (
     "the", "of", "and", "to", "in", "is", "for", "on", "with", "as", "at", "by", "from", "it", "an",
@@ -307,6 +307,23 @@ def text_body(api: ApiFlavour, model: str, text: str, max_tokens: int, config: W
         body = {"prompt": text, "n_predict": max_tokens}
     else:
         body = {"prompt": text, "max_tokens": max_tokens, "stream_options": STREAM_OPTIONS}
+    return _encoded(body, model, config, user_tag)
+
+
+def context_body(api: ApiFlavour, model: str, system: str, pieces: list[tuple[str, str]], max_tokens: int,
+                 config: WorkloadConfig, user_tag: str) -> bytes:
+    """An agent turn's body (``loadgen.agent_walk``): the system prompt, then the context's pieces in order, each
+    ``("user", text)`` (a task, a tool's output) or ``("assistant", text)`` (an answer as received). The chat API
+    sends them as messages; the completion APIs as one prompt, each piece followed by a newline, so the next
+    turn's prompt begins with this prompt and its answer exactly, as a runtime's prompt cache needs it to."""
+    body: dict[str, object]
+    if api == "openai-chat":
+        messages = [{"role": "system", "content": system}, *({"role": r, "content": t} for r, t in pieces)]
+        body = {"messages": messages, "max_tokens": max_tokens, "stream_options": STREAM_OPTIONS}
+    else:
+        prompt = system + "\n\n" + "".join(text + "\n" for _, text in pieces)
+        body = {"prompt": prompt, "n_predict": max_tokens} if api == "llamacpp" else {
+            "prompt": prompt, "max_tokens": max_tokens, "stream_options": STREAM_OPTIONS}
     return _encoded(body, model, config, user_tag)
 
 

@@ -11,7 +11,9 @@ Reads ``GET /recommendations`` of a recommender (``--url``), or a saved document
   grouped (``capability_fragment``). Where the run walked open-loop rates the entry adds the rate answer
   (``max_rate_rps``, ``max_rate_rpm``, ``rate_status``, ``goodput_rps``, ``rate_binding_objective``); where
   the lane replayed a recorded trace, the trace answer: ``trace_max_factor`` (this node takes N x the recorded
-  traffic), ``trace_status``, ``trace_max_rate_rps`` and ``trace_sha256``, the file it is for::
+  traffic), ``trace_status``, ``trace_max_rate_rps`` and ``trace_sha256``, the file it is for; where the lane
+  walked agent sessions, the agent answer: ``max_agent_sessions`` (concurrent session trees at the tier),
+  ``agents_status``, ``agents_valid`` (its validity stamp) and ``agents_tier`` (the TTFT ceiling and speed floor)::
 
       {"schema": ..., "generated_at": ...,
        "lanes": {"<key>": {...entry, "node": ..., "lane": ...}},
@@ -191,6 +193,11 @@ def _entry(node: str, name: str, lane: LaneModel | None) -> dict[str, Any]:
     if trace is not None:  # the trace answer, where the lane replayed a recorded trace (answer.trace_analysis)
         entry.update(trace_max_factor=trace.max_factor, trace_status=trace.status,
                      trace_max_rate_rps=trace.max_rate_rps, trace_sha256=trace.trace.sha256)
+    agents = lane.agents
+    if agents is not None:  # the agent answer, where the lane walked agent sessions (answer.agent_analysis)
+        entry.update(max_agent_sessions=agents.max_sessions, agents_status=agents.status,
+                     agents_valid=agents.validity.valid, agents_tier={"ttft_s": agents.ttft_s,
+                                                                      "speed_tok_s": agents.speed_tok_s})
     if lane.reason:
         entry["reason"] = lane.reason
     if lane.partial:  # a run that did not finish (recommender.store): a lower bound, said

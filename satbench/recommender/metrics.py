@@ -36,9 +36,14 @@ Per lane (``lane`` is the lane's name, never its key; ``node`` where the lane na
   replayed a recorded trace: the largest speed factor it takes within its objectives ("this node takes N x the
   recorded traffic"), labelled with its status; absent for a lane that replayed none, or where no factor passed.
 
+- ``satbench_max_agent_sessions{status,valid}``: the agent answer (``answer.agent_analysis``) where the lane
+  walked agent sessions: the most concurrent session trees it holds at its tier, labelled with its status and
+  its validity stamp; absent where the lane walked none, or not one session held.
+
 - ``satbench_answer_joules_per_token{answer,scope}``, ``satbench_answer_tokens_per_s_per_kw{answer,scope}`` and
   ``satbench_answer_cost_per_million_tokens{answer,currency}``: the energy and cost at the concurrency answer
-  (``answer="concurrency"``) and at the rate answer (``answer="rate"``), as the document states them
+  (``answer="concurrency"``), at the rate answer (``answer="rate"``) and at the agent answer (``answer="agents"``),
+  as the document states them
   (``answer.energy``; ``scope`` ``gpu`` or ``cpu-package``); absent where the answer's rung had no energy reading
   or the policy no price.
 
@@ -141,6 +146,8 @@ def answer_families(document: RecommendationsDocument | None) -> list[Metric]:
     trace_factor = _gauge("satbench_trace_max_factor",
                           "Largest speed factor of the replayed recorded trace the lane takes within its "
                           "objectives (x the recorded traffic).")
+    agents = _gauge("satbench_max_agent_sessions",
+                    "Most concurrent agent session trees the lane holds at its SLO tier (p95 TTFT, p25 speed).")
     energy = _energy_families()
     for key, data in document_lanes(document):
         node, name = lane_identity(key, data)
@@ -162,6 +169,10 @@ def answer_families(document: RecommendationsDocument | None) -> list[Metric]:
         if trace is not None and trace.max_factor is not None:
             trace_factor.add_sample(trace_factor.name, _labels(node, name, status=trace.status),
                                     float(trace.max_factor))
+        if data.agents is not None and data.agents.max_sessions is not None:
+            agents.add_sample(agents.name, _labels(node, name, status=data.agents.status,
+                                                   valid="true" if data.agents.validity.valid else "false"),
+                              float(data.agents.max_sessions))
         status.add_sample(status.name, _labels(node, name, status=str(data.status or "unknown"),
                                                binding_constraint=str(data.binding_constraint or "")), 1.0)
         for check, ok in _verdicts(data).items():
@@ -172,7 +183,8 @@ def answer_families(document: RecommendationsDocument | None) -> list[Metric]:
         for one in VALIDITY_STATES:
             validity.add_sample(validity.name, _labels(node, name, state=one), 1.0 if one == state else 0.0)
     stale.add_sample(stale.name, {}, 1.0 if document is not None and document.stale else 0.0)
-    return [rec, sat, status, verdict, valid, validity, measured, max_rate, goodput, trace_factor, *energy, stale]
+    return [rec, sat, status, verdict, valid, validity, measured, max_rate, goodput, trace_factor, agents, *energy,
+            stale]
 
 
 def _energy_families() -> tuple[Metric, Metric, Metric]:
@@ -184,8 +196,11 @@ def _energy_families() -> tuple[Metric, Metric, Metric]:
 
 
 def _energy_samples(families: tuple[Metric, Metric, Metric], node: str, name: str, lane: LaneModel) -> None:
+    """The energy families' samples of a lane's answers (each of the concurrency, rate and agent answers that has
+    an energy reading)."""
     per_token, per_kw, cost = families
-    answers = (("concurrency", lane.energy), ("rate", None if lane.rate is None else lane.rate.energy))
+    answers = (("concurrency", lane.energy), ("rate", None if lane.rate is None else lane.rate.energy),
+               ("agents", None if lane.agents is None else lane.agents.energy))
     for answer, e in answers:
         if e is None:
             continue

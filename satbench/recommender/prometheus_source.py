@@ -41,6 +41,7 @@ __all__ = [
     "fetch_run_figures",
     "fetch_step_figures",
     "public_url",
+    "window_energy",
 ]
 
 QUANTILES = (0.5, 0.95, 0.99)
@@ -245,14 +246,8 @@ async def fetch_step_figures(client: PromQLClient, window: StepWindow, config: P
         return parts
 
     async def energy_of() -> EnergyReadings:
-        margin = 2 * config.scrape_interval_s  # a sample beyond each edge, to interpolate at it
-        query = promql.window_samples(COUNTER_METRICS, lane, w + 2 * margin)
-        try:
-            async with gate:
-                series = await client.query_samples(query, window.end + margin)
-        except PrometheusQueryError:  # a store that refuses the raw samples: no energy, the figures still stand
-            return EnergyReadings()
-        return window_readings(series, window.start, window.end)
+        async with gate:
+            return await window_energy(client, lane, window.start, window.end, config.scrape_interval_s)
 
     got, exact, energy = await asyncio.gather(instant(), published(), energy_of())
     batch_tokens, batch_s = await batches(finite(_single(got.get("e2e_mean", []))))
@@ -286,6 +281,19 @@ async def fetch_step_figures(client: PromQLClient, window: StepWindow, config: P
     return figures_from_prometheus(window, results, confidence=config.confidence,
                                    scrape_interval_s=config.scrape_interval_s,
                                    min_scrape_coverage=config.min_scrape_coverage, published=exact)
+
+
+async def window_energy(client: PromQLClient, lane: str, start: float, end: float,
+                        scrape_interval_s: float) -> EnergyReadings:
+    """The lane's energy readings over ``[start, end]`` from the raw samples (``core.energy.window_readings``); none
+    where the store refuses raw samples (the figures still stand)."""
+    margin = 2 * scrape_interval_s  # a sample beyond each edge, to interpolate at it
+    query = promql.window_samples(COUNTER_METRICS, lane, end - start + 2 * margin)
+    try:
+        series = await client.query_samples(query, end + margin)
+    except PrometheusQueryError:
+        return EnergyReadings()
+    return window_readings(series, start, end)
 
 
 async def fetch_run_figures(client: PromQLClient, manifest: RunManifest,

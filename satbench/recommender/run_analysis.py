@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from satbench.answer.agent_analysis import agents_model, answer_rung
 from satbench.answer.analysis import analyze_lane
 from satbench.answer.document import build_document, lane_fragment, mark_changed, unchecked
 from satbench.answer.energy import NONE_READ, RECORDS_READ, energy_at
@@ -29,6 +30,7 @@ from satbench.answer.prefill_analysis import prefill_answer
 from satbench.answer.rate_analysis import RateAnswer, rate_answer
 from satbench.answer.trace_analysis import TraceAnswer, trace_answer
 from satbench.core.attainment import capacity_bound
+from satbench.core.energy import EnergyFigures, energy_figures
 from satbench.core.figures import StepFigures
 from satbench.core.fingerprint import policy_part, workload_part
 from satbench.core.lane_evidence import ConfiguredRun, ManifestLane, manifest_lane
@@ -41,6 +43,7 @@ from satbench.recommender.prometheus_source import (
     PromQLClient,
     fetch_run_figures,
     public_url,
+    window_energy,
 )
 from satbench.recommender.records_source import figures_from_records, load_records, unusable_window_figures
 from satbench.recommender.validity import check_answers
@@ -50,9 +53,11 @@ __all__ = ["analyze_run", "analyze_run_async", "document_from_figures", "lane_pl
 
 def document_from_figures(manifest: RunManifest, figures: dict[str, list[StepFigures]], *, policy: Policy,
                           source: dict[str, Any], generated_at: float, notes: list[str] | None = None,
-                          live: Mapping[str, ValidityModel] | None = None) -> dict[str, Any]:
+                          live: Mapping[str, ValidityModel] | None = None,
+                          agent_energy: Mapping[str, EnergyFigures] | None = None) -> dict[str, Any]:
     """The document of ``manifest``'s lanes from their step figures; ``live`` is each answer's validity
-    against its live fingerprint where it was checked (``recommender.validity``), by lane key."""
+    against its live fingerprint where it was checked (``recommender.validity``), by lane key; ``agent_energy``
+    the energy over each agent answer's rung window (Prometheus only)."""
     lanes: dict[str, LaneModel] = {}
     labels: dict[str, dict[str, str]] = {}
     unread = NONE_READ if source.get("kind") == "prometheus" else RECORDS_READ
@@ -74,11 +79,14 @@ def document_from_figures(manifest: RunManifest, figures: dict[str, list[StepFig
         walk = manifest.prefill.get(lane)
         prefill = None if walk is None else prefill_answer(walk, policy, _settings(entry))
         node = entry.place(lane)[0]
+        agents = manifest.agents.get(lane)
         lanes[lane] = lane_fragment(analysis, run_id=manifest.run_id, measured_at=max(ends) if ends else None,
                                     where=where, rate=rate, trace=lane_trace_answer(manifest, lane, steps, policy),
                                     prefill=prefill, energy=energy_at(at_answer, policy.cost, node, unread),
                                     rate_energy=energy_at(_rate_rung(steps, rate, traced), policy.cost, node,
-                                                          unread))
+                                                          unread),
+                                    agents=None if agents is None else agents_model(
+                                        agents, (agent_energy or {}).get(lane), policy.cost, node, unread))
         if entry.unreachable and not ends:  # a fleet node that did not answer: never measured, and the answer says why
             lanes[lane] = lanes[lane].model_copy(update={"status": "insufficient_data",
                                                          "reason": f"not measured: {entry.unreachable}"})
@@ -155,6 +163,19 @@ def lane_place(manifest: RunManifest, key: str, policy: Policy) -> dict[str, Any
 
 def _has_samples(figures: dict[str, list[StepFigures]]) -> bool:
     return any(f.requests or f.errors for figs in figures.values() for f in figs)
+
+
+async def _agent_energy(manifest: RunManifest, client: PromQLClient,
+                        config: PrometheusSourceConfig) -> dict[str, EnergyFigures]:
+    """Per lane that walked agent sessions, the energy over its answer's rung window (``answer.agent_analysis``)."""
+    out: dict[str, EnergyFigures] = {}
+    for lane, walk in manifest.agents.items():
+        at = answer_rung(walk)
+        if at is None or at.end <= at.start:
+            continue
+        readings = await window_energy(client, lane, at.start, at.end, config.scrape_interval_s)
+        out[lane] = energy_figures(readings, at.end - at.start, at.output_tok_s * (at.end - at.start))
+    return out
 
 
 async def _from_prometheus(manifest: RunManifest, client: PromQLClient,
@@ -235,17 +256,20 @@ async def analyze_run_async(
             if prom_client is not None:
                 figures = await _from_prometheus(manifest, prom_client, config)
                 live = await _validity_now(manifest, prom_client, clock, fingerprint_key)
+                agent_energy = await _agent_energy(manifest, prom_client, config)
             else:
                 assert prometheus_url is not None
                 async with HttpxPromClient(prometheus_url, timeout_s=prometheus_timeout_s,
                                            headers=prometheus_headers, auth=prometheus_auth) as client:
                     figures = await _from_prometheus(manifest, client, config)
                     live = await _validity_now(manifest, client, clock, fingerprint_key)
+                    agent_energy = await _agent_energy(manifest, client, config)
             if _has_samples(figures) or run_dir is None:
                 if run_dir is not None:
                     figures = await _patch_from_records(manifest, figures, run_dir, notes, objectives_of(policy))
                 return document_from_figures(manifest, figures, policy=policy, generated_at=clock(),
-                                             source={"kind": "prometheus", "url": url}, notes=notes, live=live)
+                                             source={"kind": "prometheus", "url": url}, notes=notes, live=live,
+                                             agent_energy=agent_energy)
             notes.append(f"Prometheus at {url} holds no load-generator samples for this run's windows")
         except (SourceUnavailable, PrometheusQueryError) as exc:
             if run_dir is None:

@@ -128,6 +128,10 @@ def answer_facts(lane: LaneReport) -> list[tuple[str, str]]:
         from satbench.report.prefill import prefill_fact
 
         facts.append(("peak prefill", prefill_fact(lane.prefill)))
+    if lane.agents:  # the agent answer beside it (satbench.report.agents)
+        from satbench.report.agents import agents_fact
+
+        facts.append(("concurrent agents", agents_fact(lane.agents)))
     return facts
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from satbench.answer.agent_analysis import AgentsModel
 from satbench.answer.document import read_document
 from satbench.answer.energy import EnergyModel
 from satbench.answer.models import (
@@ -78,6 +79,7 @@ class LaneReport:
     trace_factors: dict[float, float] = field(default_factory=dict)  # a trace rung's rate (6 places) -> factor
     trace: TraceModel | None = None  # the document's trace answer
     prefill: PrefillModel | None = None  # the document's peak prefill answer (satbench.report.prefill)
+    agents: AgentsModel | None = None  # the document's agent answer (satbench.report.agents)
     energy: EnergyModel | None = None  # the document's energy and cost at the concurrency answer
 
 
@@ -308,6 +310,7 @@ def load_run(run_dir: Path) -> RunReport:
                 rate=answer.rate,
                 trace=answer.trace,
                 prefill=answer.prefill,
+                agents=answer.agents,
                 energy=answer.energy,
                 trace_steps=trace_steps,
                 trace_factors=trace_factors,

@@ -151,6 +151,12 @@ def render_markdown(report: RunReport) -> str:
 
             lines += ["", "### Peak prefill throughput", "", prefill_sentence(lane.prefill), ""]
             lines += _md_table(*prefill_table(lane.prefill))
+        if lane.agents is not None:
+            from satbench.report.agents import agents_sentence, agents_stamp, agents_table
+
+            lines += ["", "### Concurrent agents", "", agents_sentence(lane.agents), ""]
+            lines += [f"- {x}" for x in agents_stamp(lane.agents)] + [""]
+            lines += _md_table(*agents_table(lane.agents))
     lines += ["", "## Limitations", ""] + [f"- {item}" for item in limitations(report)]
     lines += [
         "",
@@ -296,6 +302,13 @@ def render_html(report: RunReport) -> str:
             parts.append(f"<h3>Peak prefill throughput</h3><p>{_esc(prefill_sentence(lane.prefill))}</p>")
             headers, rows = prefill_table(lane.prefill)
             parts.append(_html_table(headers, rows, "prefill", left=(len(headers) - 1,)))
+        if lane.agents is not None:
+            from satbench.report.agents import agents_sentence, agents_stamp, agents_table
+
+            stamp = "".join(f"<li>{_esc(x)}</li>" for x in agents_stamp(lane.agents))
+            parts.append(f"<h3>Concurrent agents</h3><p>{_esc(agents_sentence(lane.agents))}</p><ul>{stamp}</ul>")
+            headers, rows = agents_table(lane.agents)
+            parts.append(_html_table(headers, rows, "agents", left=(len(headers) - 1,)))
     parts.append(
         "<h2>Limitations</h2><ul>"
         + "".join(f"<li>{_esc(x)}</li>" for x in limitations(report))

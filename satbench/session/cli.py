@@ -56,6 +56,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                            "output token, rising concurrency (loadgen.prefill; llm-d's peakPrefillThroughput)")
     load.add_argument("--prefill-tokens", type=int, default=None, metavar="N",
                       help="the prompt length of that walk (default 2048, within a slot's context); implies --prefill")
+    load.add_argument("--agents", action="store_true",
+                      help="after the closed ladder, walk the most concurrent agent sessions each lane holds at its "
+                           "tier (loadgen.agents: p95 TTFT 2 s, p25 speed 30 tok/s unless set)")
+    load.add_argument("--agent-trajectories", type=Path, default=None, metavar="FILE",
+                      help="play these recorded agent sessions (cc-traces-weka JSON lines) in that walk; implies "
+                           "--agents")
     real = parser.add_argument_group("real traffic: a recorded trace or a conversation dataset (docs/traces.md)")
     real.add_argument("--trace", default=None, type=Path, metavar="FILE",
                       help="after the closed ladder, replay this trace (Mooncake JSONL, BurstGPT or Azure LLM CSV) "
@@ -209,6 +215,10 @@ def main(args: argparse.Namespace) -> int:
             overrides["loadgen.arrival.rates"] = list(args.rate)
         if args.prefill or args.prefill_tokens is not None:
             overrides["loadgen.prefill.prompt_tokens"] = 2048 if args.prefill_tokens is None else args.prefill_tokens
+        if args.agent_trajectories is not None:
+            overrides["loadgen.agents.trajectories"] = str(args.agent_trajectories)
+        elif args.agents:
+            overrides["loadgen.agents.seed"] = 0
         overrides.update(_traffic_overrides(args))
         lanes = quick_lanes(args)
         if lanes is not None:

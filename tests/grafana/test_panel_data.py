@@ -56,11 +56,14 @@ ONE_NODE_ONLY = {("Saturation concurrency", "A"), ("Recommended and saturation c
 # The open-loop row draws runs with --arrival only (rate rungs); the shared session walks closed rungs, so its
 # panels are replayed against an open-loop session in tests/rates/test_session_rates.py instead.
 OPEN_LOOP_ROW = "Open-loop rates"
+# Likewise the agents row draws runs with --agents only: replayed in tests/agents/test_agent_walk.py.
+AGENTS_ROW = "Concurrent agents"
 
 
-def _open_loop_panels(dashboard: dict[str, Any]) -> set[str]:
+def _replayed_elsewhere(dashboard: dict[str, Any]) -> set[str]:
+    """The panels of the rows the shared session cannot draw (open-loop rates, agents), replayed elsewhere."""
     rows = [p for p in dashboard.get("panels", []) if p.get("type") == "row"
-            and p.get("title", "").startswith(OPEN_LOOP_ROW)]
+            and p.get("title", "").startswith((OPEN_LOOP_ROW, AGENTS_ROW))]
     return {child["title"] for row in rows for child in row.get("panels", [])}
 
 
@@ -119,7 +122,7 @@ def _table(results: list[TargetResult]) -> str:
 def test_every_panel_target_returns_data(relay_session: Replayed, name: str) -> None:
     results = relay_session.results[name]
     print(f"\n{name}, run {relay_session.window.run_id}:\n{_table(results)}")
-    open_loop = _open_loop_panels(DASHBOARDS[name]())
+    open_loop = _replayed_elsewhere(DASHBOARDS[name]())
     # a saturation figure is there only where the run found one: the one-slot lane saturates at c=1, but a
     # loaded machine can blur its c=2 rung, and then no lane carries one (truth from the run's own document)
     doc = json.loads((relay_session.run_dir / "recommendations.json").read_text())
@@ -199,7 +202,7 @@ def _relay_titles() -> set[str]:
 
 
 def _open_loop_titles() -> set[str]:
-    return _open_loop_panels(DASHBOARDS["satbench-overview.json"]())
+    return _replayed_elsewhere(DASHBOARDS["satbench-overview.json"]())
 
 
 def test_all_matches_series_without_a_node_label(relay_session: Replayed) -> None:
