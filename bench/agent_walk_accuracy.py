@@ -26,6 +26,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -34,10 +35,11 @@ from satbench.core.agents import AgentTier, SyntheticAgents
 from satbench.loadgen.agent_walk import context_limit
 from satbench.loadgen.config import AgentsConfig, LoadgenConfig
 from satbench.loadgen.runner import run_ladder
-from satbench.simulator.agent_truth import capacity
+from satbench.simulator.agent_truth import TierResult, capacity
 from satbench.simulator.profile import Profile, load_profile
 from testkit.sim import SimulatorProcess
 
+FAR = 0.10  # a case whose truth is at least this clear of the tier's boundary on both sides
 PROFILES = Path(__file__).resolve().parents[1] / "satbench" / "simulator" / "profiles"
 
 
@@ -76,14 +78,29 @@ def sim_profile(case: Case, scale: float) -> Profile:
                                time_scale=scale)
 
 
-def truth(case: Case, cfg: AgentsConfig, scale: float, turns: int) -> int:
+def _load(r: TierResult | None, tier: AgentTier) -> float | None:
+    """How loaded the tier is at a truth run: the larger of p95 TTFT over its ceiling and the floor over p25 speed
+    (1: on the boundary; a run with no first token or no speed reads as infinitely past it)."""
+    if r is None:
+        return None
+    if r.ttft_p95_s is None or not r.speed_p25_tok_s:
+        return float("inf")
+    return max(r.ttft_p95_s / tier.ttft_s, tier.speed_tok_s / r.speed_p25_tok_s)
+
+
+def truth(case: Case, cfg: AgentsConfig, scale: float, turns: int) -> tuple[int, float]:
+    """The engine's capacity and how far it lies from the decision boundary: the smaller of the headroom at it
+    (1 - load) and the excess one session above it (load - 1); 0.1 means both sides are 10 % clear."""
     profile = sim_profile(case, scale)
     limit = context_limit(cfg, case.context)
     syn = SyntheticAgents(max_context_tokens=limit, spawn_share=cfg.spawn_share, delay_median_s=cfg.delay_median_s,
                           delay_cap_s=cfg.delay_cap_s, system_tokens=cfg.system_tokens)
-    best, _ = capacity(profile, functools.partial(syn.stream, case.seed), AgentTier(cfg.ttft_s, cfg.speed_tok_s),
-                       turns=turns)
-    return best
+    tier = AgentTier(cfg.ttft_s, cfg.speed_tok_s)
+    best, tried = capacity(profile, functools.partial(syn.stream, case.seed), tier, turns=turns)
+    by_n = {r.n: r for r in tried}
+    at, above = _load(by_n.get(best), tier), _load(by_n.get(best + 1), tier)
+    margins = [m for m in ((None if at is None else 1 - at), (None if above is None else above - 1)) if m is not None]
+    return best, min(margins, default=float("inf"))
 
 
 def profile_file(case: Case, scale: float, folder: Path) -> Path:
@@ -100,7 +117,7 @@ def profile_file(case: Case, scale: float, folder: Path) -> Path:
     return path
 
 
-def walk(case: Case, cfg: AgentsConfig, scale: float, out: Path) -> dict[str, object]:
+def walk(case: Case, cfg: AgentsConfig, scale: float, out: Path) -> dict[str, Any]:
     """The load generator's agent walk on the case's simulator; the document's agent answer."""
     with SimulatorProcess(str(profile_file(case, scale, out))) as sim:
         config = LoadgenConfig.model_validate({
@@ -113,6 +130,15 @@ def walk(case: Case, cfg: AgentsConfig, scale: float, out: Path) -> dict[str, ob
     return agents_model(manifest.agents["lane"]).model_dump(mode="json")
 
 
+def decided_bracket(said: dict[str, Any]) -> tuple[int, int | None]:
+    """What the walk's significant rungs say: the most sessions that held significantly (0: none) and the fewest
+    that failed significantly (None: none did); the truth lies in [low, high)."""
+    rungs = [r for r in said["rungs"] if r["decided"] and r["valid"]]
+    low = max((r["sessions"] for r in rungs if r["holds"]), default=0)
+    high = min((r["sessions"] for r in rungs if not r["holds"] and r["sessions"] > low), default=None)
+    return low, high
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cases", type=int, default=6)
@@ -123,13 +149,13 @@ def main() -> int:
     parser.add_argument("--truth-turns", type=int, default=3000)
     parser.add_argument("--truth-only", action="store_true")
     args = parser.parse_args()
-    met = 0
+    met = covered = far = far_met = 0
     for seed in range(args.first_seed, args.first_seed + args.cases):
         case = draw(seed)
         cfg = agents_config(case, args.time_scale, args.window_s, args.max_sessions)
         t0 = time.perf_counter()
-        best = truth(case, cfg, args.time_scale, args.truth_turns)
-        line = f"{case.describe()}: truth {best:>3} ({time.perf_counter() - t0:.0f} s)"
+        best, margin = truth(case, cfg, args.time_scale, args.truth_turns)
+        line = f"{case.describe()}: truth {best:>3} margin {margin:+.0%} ({time.perf_counter() - t0:.0f} s)"
         if args.truth_only:
             print(line, flush=True)
             continue
@@ -138,11 +164,18 @@ def main() -> int:
         got = said["max_sessions"] or 0
         assert isinstance(got, int)
         ok = got == best if best == 0 else abs(got / best - 1) <= 0.10
-        met += ok
-        print(f"{line}; walk {got} ({said['status']}, {said['bracket']}) {'within 10 %' if ok else 'OFF'}",
+        bracket = decided_bracket(said)
+        inside = bracket[0] <= best and (bracket[1] is None or best < bracket[1])
+        met, covered = met + ok, covered + inside
+        if margin >= FAR:
+            far, far_met = far + 1, far_met + ok
+        print(f"{line}; walk {got} ({said['status']}, {bracket}) {'within 10 %' if ok else 'OFF'}"
+              f"; significant rungs bracket [{bracket[0]}, {bracket[1]}){' around the truth' if inside else ''}",
               flush=True)
     if not args.truth_only:
-        print(f"within 10 % of the truth: {met} of {args.cases}")
+        print(f"within 10 % of the truth: {met} of {args.cases}; the truth inside the significant rungs' bracket: "
+              f"{covered} of {args.cases}; cases at least {FAR:.0%} clear of the boundary: {far_met} of {far} within "
+              "10 %")
     return 0
 
 
