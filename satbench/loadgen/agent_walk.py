@@ -15,8 +15,9 @@ A sub-agent starts from the system prompt, its tree's marker and its own task, a
 place), its earlier turns synthesized into its context (each answer the prepared text at its drawn length) and never
 sent, so the window sees the mix of context depths a long run does, not every session's opening turns (the engine's
 truth, ``simulator.agent_truth``, is read over a long stationary run); the warm-up prefills those contexts, cold,
-once. A turn that failed ends its tree (its context cannot go on); the place takes the next tree. ``ignore_eos``
-holds every answer to its drawn length.
+once. A turn that failed ends its tree (its context cannot go on); the place takes the next tree, after a back-off
+that doubles with each failed tree in a row (50 ms to 1 s), so a runtime that refuses is not hammered.
+``ignore_eos`` holds every answer to its drawn length.
 
 Each turn is recorded as it ends (``records.jsonl``, ``concurrency`` the rung's sessions, ``user`` the place),
 ``extra.agent`` saying its tree, its agent (``"7"`` a root, ``"7.2.0"`` the first sub-agent its turn 2 spawned), its
@@ -53,7 +54,6 @@ from satbench.core.sse import StreamParser
 from satbench.core.statistics import quantile
 from satbench.loadgen.client import LaneClient, RawResult
 from satbench.loadgen.config import AgentsConfig, LaneConfig, LoadgenConfig
-from satbench.loadgen.progress import Progress
 from satbench.loadgen.request_record import request_record
 from satbench.loadgen.selfcheck import LoopLagProbe
 from satbench.loadgen.step import Clock
@@ -169,11 +169,10 @@ class AgentRun:
 
     def __init__(self, *, config: LoadgenConfig, cfg: AgentsConfig, lane: LaneConfig, sessions: int, run_id: str,
                  client: LaneClient, writer: RecordsWriter, clock: Clock, text: PromptText,
-                 stream: Iterator[AgentSession], trees: itertools.count[int], per_word: float | None,
-                 progress: Progress) -> None:
+                 stream: Iterator[AgentSession], trees: itertools.count[int], per_word: float | None) -> None:
         self.config, self.cfg, self.lane, self.n, self.run_id = config, cfg, lane, sessions, run_id
         self.client, self.writer, self.clock, self.text = client, writer, clock, text
-        self.stream, self.trees, self.per_word, self.progress = stream, trees, per_word, progress
+        self.stream, self.trees, self.per_word = stream, trees, per_word
         self.system = text.prompt(self._words(cfg.system_tokens))
         self.counts = _Counts()
         self.window_start_ns: int | None = None
@@ -224,7 +223,7 @@ class AgentRun:
             await asyncio.sleep(0.05)
 
     async def _place(self, place: int) -> None:
-        first = True
+        first, backoff = True, 0.0
         while not self.stopping:
             tree, session = next(self.trees), next(self.stream)
             self.counts.trees_started += 1
@@ -235,6 +234,10 @@ class AgentRun:
             first = False
             if await self._agent(place, tree, str(tree), session, marker, skip):
                 self.counts.trees_done += 1
+                backoff = 0.0
+            elif not self.stopping:  # a failed tree: a runtime that refuses is not hammered in a busy loop
+                backoff = min(1.0, backoff * 2 or 0.05)
+                await asyncio.sleep(backoff)
 
     async def _agent(self, place: int, tree: int, agent: str, session: AgentSession, marker: str,
                      skip: int = 0) -> bool:

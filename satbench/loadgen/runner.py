@@ -327,7 +327,7 @@ class LadderRunner:
         while (n := walker.next_rung()) is not None:
             rung = AgentRun(config=self.config, cfg=cfg, lane=lane, sessions=n, run_id=self.run_id, client=client,
                             writer=writer, clock=clock, text=text, stream=walker.stream, trees=walker.trees,
-                            per_word=per_word, progress=self.progress)
+                            per_word=per_word)
             window = await rung.run()
             check_written(writer)
             walker.measured(window)

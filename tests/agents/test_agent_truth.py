@@ -29,7 +29,7 @@ def test_one_session_runs_as_the_step_cost_model_says() -> None:
                                                                                 server.ubatch)
     decode = step_seconds(cost, 1, 0, server.ubatch)
     assert first.ttft_s == pytest.approx(prefill) and first.cached_tokens == 0
-    assert first.last_token == pytest.approx(prefill + 4 * decode)
+    assert first.last_token is not None and first.last_token == pytest.approx(prefill + 4 * decode)
     assert second.sent == pytest.approx(first.last_token + 1.5)  # end to start
     assert second.prompt_tokens == prompt + 5 + 64 and second.cached_tokens == prompt + 5
     assert second.ttft_s == pytest.approx(step_seconds(cost, 0, 64, server.ubatch))

@@ -8,6 +8,7 @@ refused in one line naming the file and the line, before anything is written.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -27,10 +28,12 @@ from satbench.core.records import read_records
 from satbench.dashboards.overview import DASHBOARDS
 from satbench.loadgen.agent_walk import _cut, context_limit
 from satbench.loadgen.config import AgentsConfig, LoadgenConfig
+from satbench.loadgen.runner import run_ladder
 from satbench.loadgen.workload import context_body
 from satbench.recommender.capabilities import capability_fragment, prometheus_text
 from satbench.report.agents import agents_fact
 from testkit.agents import check_end_to_start
+from testkit.net import free_port
 from testkit.session import ROOT, run_session
 from tests.grafana.panel_replay import Window, replay, replay_prometheus
 
@@ -161,3 +164,26 @@ def test_energy_and_cost_at_the_agent_answer() -> None:
     assert unread is not None and unread.watts is None and unread.reason and unread.cost_per_agent_hour is None
     none_held = walk.model_copy(update={"rungs": (_rung(1, False),)})
     assert agents_model(none_held, energy, cost).energy is None  # no answer, no rung to read it at
+
+
+@pytest.mark.timeout(120)
+def test_a_runtime_that_refuses_degrades_the_walk_and_is_not_hammered(tmp_path: Path) -> None:
+    """Every connection refused: the walk's one rung is invalid (its turns failed, too few judged), the answer says
+    none held, and each place backs off between failed trees (50 ms doubling to 1 s) rather than retrying in a busy
+    loop: a few turns a place, not thousands."""
+    port = free_port()  # nothing listens there
+    config = LoadgenConfig.model_validate({
+        "lanes": [{"name": "lane", "url": f"http://127.0.0.1:{port}", "api": "llamacpp"}],
+        "ladder": {"concurrency": [1], "drift_reference": False}, "warmup_s": 0.2, "min_window_s": 0.5,
+        "max_window_s": 1, "request_timeout_s": 2, "drain_timeout_s": 0.5, "drain_settle_s": 0, "progress": False,
+        "metrics_port": None, "max_loop_lag_s": 1.0,
+        "agents": {**AGENTS, "max_sessions": 2, "warmup_s": 0.5, "window_s": 1, "drain_s": 0.5},
+    })
+    manifest = asyncio.run(run_ladder(config, tmp_path))
+    (rung,) = manifest.agents["lane"].rungs
+    assert not rung.valid and rung.failed == rung.turns > 0, rung
+    turns = [r for r in read_records(tmp_path / "records.jsonl") if "agent" in r.extra]
+    seconds = rung.end - rung.start + 0.5 + 0.5  # the window, the warm-up before it and the drain
+    assert len(turns) <= 4 * seconds + 10, (len(turns), seconds)  # a busy loop sends thousands a second
+    said = agents_model(manifest.agents["lane"])
+    assert said.max_sessions is None and said.status in {"none", "undecided"}, said
