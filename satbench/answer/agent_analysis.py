@@ -265,9 +265,9 @@ def _validity(walk: AgentWalk, answer: AgentAnswer) -> AgentValidityModel:
         window_s=walk.window_s, agentx_duration=walk.window_s >= AGENTX_MIN_WINDOW_S, notes=notes)
 
 
-def answer_rung(walk: AgentWalk) -> AgentRungWindow | None:
-    """The rung the walk's answer was read at (None: no session held)."""
-    answer = agent_answer(walk_verdicts(walk))
+def answer_rung(walk: AgentWalk, answer: AgentAnswer | None = None) -> AgentRungWindow | None:
+    """The rung the walk's answer (``answer``, else read here) was read at (None: no session held)."""
+    answer = answer or agent_answer(walk_verdicts(walk))
     return next((r for r in walk.rungs if r.sessions == answer.max_sessions), None)
 
 
@@ -294,7 +294,7 @@ def agents_model(walk: AgentWalk, energy: EnergyFigures | None = None, cost: Cos
     """The lane's agent answer from its walk (the manifest's ``agents``), with its figures at the answer's rung,
     its validity stamp and, read over that rung's window (``energy``), its energy and, with a price, its cost."""
     answer = agent_answer(walk_verdicts(walk))
-    at = answer_rung(walk)
+    at = answer_rung(walk, answer)
     return AgentsModel(
         status=answer.status, max_sessions=answer.max_sessions,
         bracket=None if answer.bracket is None else list(answer.bracket), reason=answer.reason,

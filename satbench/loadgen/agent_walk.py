@@ -174,6 +174,7 @@ class AgentRun:
         self.client, self.writer, self.clock, self.text = client, writer, clock, text
         self.stream, self.trees, self.per_word = stream, trees, per_word
         self.system = text.prompt(self._words(cfg.system_tokens))
+        self.workload = config.workload.model_copy(update={"ignore_eos": True})  # every answer its drawn length
         self.counts = _Counts()
         self.window_start_ns: int | None = None
         self.window_end_ns: int | None = None
@@ -285,8 +286,7 @@ class AgentRun:
     async def _turn(self, place: int, tree: int, agent: str, k: int, delay_s: float, ready_ns: int,
                     pieces: list[tuple[str, str]], output_tokens: int) -> str | None:
         """Sends one turn and records it; its answer as received, or None where it failed."""
-        workload = self.config.workload.model_copy(update={"ignore_eos": True})
-        body = context_body(self.lane.api, self.lane.model, self.system, pieces, output_tokens, workload,
+        body = context_body(self.lane.api, self.lane.model, self.system, pieces, output_tokens, self.workload,
                             f"a{tree}")
         rid = f"{self.run_id}-{self.lane.key}-a{self.n}-t{tree}-{agent}-{k}"
         parser = StreamParser(self.lane.api, self.config.max_event_bytes, keep_text=True)
