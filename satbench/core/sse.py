@@ -138,6 +138,11 @@ class StreamParser:
                 self.malformed = f"answer over {self.max_event_bytes} bytes kept for the conversation"
                 return False
             self._kept.append(chunk)
+        if data is chunk and chunk.endswith(b"\n\n") and chunk.find(b"\n") == len(chunk) - 2 \
+                and chunk.startswith(_DATA) and len(chunk) - 2 <= self.max_event_bytes:
+            # One whole event and its blank line, what a paced server writes per token: straight to the
+            # line-by-line reading of that one event, without cutting and counting a head of several.
+            return self._event(chunk[:-2], t_ns)
         last = data.rfind(b"\n")
         self._rest = b""
         if last >= 0 and not self._body(data[:last + 1] if last + 1 < len(data) else data, t_ns):

@@ -47,6 +47,7 @@ from satbench.core.config_files import (
 )
 from satbench.core.lanes import Lane, duplicate_names, lane_named
 from satbench.core.objectives import Objectives
+from satbench.loadgen.pacer import SPIN_S
 
 __all__ = [
     "AgentsConfig",
@@ -213,7 +214,12 @@ class ArrivalConfig(_Model):
 
     ``workers``: the processes that send the open-loop requests (``loadgen.senders``): 1 (the default) sends
     from this process; more hands the one schedule, drawn here, round-robin to that many sender processes,
-    each with its own kernel-timed pacer and client, their clocks measured against this one."""
+    each with its own kernel-timed pacer and client, their clocks measured against this one.
+
+    ``spin_s``: how early the pacer's kernel timer wakes before each send, the rest spun on the clock
+    (``loadgen.pacer``): 0.2 ms by default, a send within microseconds of its time at a CPU cost of about that
+    long a send; 0 sleeps to the timer alone (tens to hundreds of microseconds late, sends due together then
+    bunched)."""
 
     process: Literal["closed", "constant", "poisson", "gamma"] = "closed"
     burstiness: float | None = Field(default=None, gt=0, le=1e6)
@@ -229,6 +235,7 @@ class ArrivalConfig(_Model):
     max_window_s: float = Field(default=600.0, gt=0, le=3600)
     warmup_s: float | None = Field(default=None, ge=0, le=MAX_SECONDS)
     workers: int = Field(default=1, ge=1, le=64)
+    spin_s: float = Field(default=SPIN_S, ge=0, le=0.01)
 
     @model_validator(mode="after")
     def _check_arrival(self) -> ArrivalConfig:

@@ -202,7 +202,7 @@ class OpenStepRun(StepRun):
         if self.senders is not None:
             await self._schedule_remote(warm_ns, self.senders)
             return
-        pacer = Pacer()
+        pacer = Pacer(spin_s=self.config.arrival.spin_s)
         self.pacer_kernel = pacer.kernel_timed
         self.client.release_points(pacer.poll)
         limit_ns = int(self.config.arrival.max_lag_s * 1e9)

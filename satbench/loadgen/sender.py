@@ -31,7 +31,7 @@ from satbench.core.loops import fast_loop_factory
 from satbench.core.sse import StreamParser
 from satbench.loadgen.client import Begun, LaneClient, RawResult
 from satbench.loadgen.config import LoadgenConfig
-from satbench.loadgen.pacer import Pacer
+from satbench.loadgen.pacer import SPIN_S, Pacer
 from satbench.loadgen.senders import read_frame, write_frame
 
 __all__ = ["main"]
@@ -98,7 +98,7 @@ class Worker:
         self.client = LaneClient(lane, config)
         await self.client.open(64)
         await self.client.preopen(16)
-        self.pacer = Pacer()
+        self.pacer = Pacer(spin_s=config.arrival.spin_s)
         self.client.release_points(self.pacer.poll)
 
     def _order(self, index: int, at_ns: int, rid: str, body: bytes) -> None:
@@ -161,7 +161,8 @@ class Worker:
         """Drops what is queued, cancels what is in flight (each reported), then goes on taking orders."""
         self.draining = True
         if self.pacer is not None:
-            pacer, self.pacer = self.pacer, Pacer()
+            spin = self.config.arrival.spin_s if self.config is not None else SPIN_S
+            pacer, self.pacer = self.pacer, Pacer(spin_s=spin)
             pacer.close()  # each queued send: ``_unsent``
             if self.client is not None:
                 self.client.release_points(self.pacer.poll)

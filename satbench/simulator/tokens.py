@@ -7,8 +7,8 @@ as a list of token ids counts as its length. Chat messages are rendered with a C
 
 Each token's piece carries the whitespace before it (as SPM pieces carry their leading space), so the pieces
 of a text join back into it (``/detokenize``), trailing whitespace aside. A piece's id is stable across
-processes: the generation vocabulary's own ids, else a CRC of the piece; ``detokenize`` knows every piece
-that was tokenized in this process.
+processes: the generation vocabulary's own ids, else a CRC of the piece (the next free id where another piece
+of the process holds it: ``piece_id``); ``detokenize`` knows every piece that was tokenized in this process.
 
 Generated tokens are drawn from a small fixed vocabulary by a deterministic hash of (key, index): the key is
 the request's number, or a digest of (seed, prompt) when the sampling is reproducible, so a fixed seed
@@ -56,17 +56,33 @@ VOCAB: tuple[str, ...] = (
 _BASE_ID = 1000
 _VOCAB_IDS = {piece: _BASE_ID + k for k, piece in enumerate(VOCAB)}
 _PIECES: dict[int, str] = {BOS_ID: BOS, EOS_ID: "</s>", **{i: p for p, i in _VOCAB_IDS.items()}}
-_PIECES_MAX = 1 << 18
+_IDS: dict[str, int] = {}  # the pieces given an id in this process, beyond the vocabulary
+_SPAN = 30000
+_PROBES = 16
 
 
 def piece_id(piece: str) -> int:
+    """The piece's id: the vocabulary's, else ``1100 + CRC % 30000``, else (where another piece of this process
+    holds that id already) the next free one of up to 16 after it, so two pieces never share an id and
+    ``detokenize`` gives back the text that was tokenized. Only a process that has met more than a few
+    thousand pieces sees such a clash (the CRC's residues collide as birthdays do); a piece that finds 16 ids
+    taken shares the first, as before."""
     known = _VOCAB_IDS.get(piece)
+    if known is None:
+        known = _IDS.get(piece)
     if known is not None:
         return known
-    tid = 1100 + zlib.crc32(piece.encode("utf-8")) % 30000
-    if len(_PIECES) < _PIECES_MAX:
-        _PIECES.setdefault(tid, piece)
-    return tid
+    crc = zlib.crc32(piece.encode("utf-8"))
+    for k in range(_PROBES):
+        tid = 1100 + (crc + k) % _SPAN
+        holder = _PIECES.get(tid)
+        if holder is None:
+            _PIECES[tid] = piece
+            _IDS[piece] = tid
+            return tid
+        if holder == piece:
+            return tid
+    return 1100 + crc % _SPAN
 
 
 def tokenize_pieces(text: str) -> list[tuple[int, str]]:

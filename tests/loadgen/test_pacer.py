@@ -80,6 +80,46 @@ def test_sends_due_together_leave_before_any_bookkeeping() -> None:
     assert kinds == ["go"] * 4 + ["after"] * 4
 
 
+def test_the_spin_releases_sends_a_few_microseconds_apart_each_at_its_own_time() -> None:
+    """Five sends 40 us apart (a Poisson schedule's short gaps at 1,000/s), put ahead as a scheduler puts them:
+    each leaves at or after its own time, and on a machine that is not preempting this process the gaps between
+    them are the schedule's (within 10 us), where a timer that woke late, tens of microseconds here, would let
+    the sends due by then leave back to back. Up to five tries: one preemption mid-spin bunches a try."""
+    times = [0, 40_000, 80_000, 120_000, 160_000]
+    tries = []
+    for _ in range(5):
+        calls, timed = asyncio.run(_paced(times))
+        if not timed:
+            pytest.skip("no timerfd here: the loop's own timers, no spin")
+        gos = [t for what, _i, t in calls if what == "go"]
+        assert all(t >= at for t, at in zip(gos, times, strict=True)), (gos, times)  # never early
+        tries.append([b - a for a, b in itertools.pairwise(gos)])
+        if all(gap >= 30_000 for gap in tries[-1]):
+            return
+    raise AssertionError(f"sends bunched in every try (gaps in ns): {tries}")
+
+
+def test_the_spin_is_bounded_a_send_beyond_it_waits_for_its_timer() -> None:
+    """A release spins for the sends due within ``spin_s`` only: a send 50 ms on is left to its timer, and the
+    release's CPU (the spin is CPU; preemption is not) stays within a few spins, not 50 ms."""
+    async def body() -> tuple[list[int], int]:
+        pacer = Pacer(spin_s=0.0002)
+        sent: list[int] = []
+        now = time.perf_counter_ns()
+        pacer.put(now + 100_000, lambda: sent.append(time.perf_counter_ns()), lambda: None, lambda: None)
+        pacer.put(now + 50_000_000, lambda: sent.append(time.perf_counter_ns()), lambda: None, lambda: None)
+        cpu0 = time.thread_time_ns()
+        pacer._release()
+        cpu = time.thread_time_ns() - cpu0
+        count = len(sent)
+        pacer.close()
+        return sent[:count], cpu
+
+    sent, cpu = asyncio.run(body())
+    assert len(sent) == 1
+    assert cpu < 10_000_000, cpu  # 0.2 ms of spin at most; 10 ms leaves room for a slow clock read
+
+
 def test_close_cancels_what_was_not_sent() -> None:
     async def body() -> tuple[list[str], int]:
         pacer = Pacer()

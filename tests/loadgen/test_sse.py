@@ -28,6 +28,25 @@ def test_recorded_streams(llamacpp_fixtures: Path, api: str, name: str, tokens: 
     assert summary.prompt_ms is not None and summary.prompt_ms > 0
 
 
+@pytest.mark.parametrize(("api", "name", "tokens", "prompt"), CASES)
+def test_one_event_a_chunk_reads_as_the_whole_stream(llamacpp_fixtures: Path, api: str, name: str, tokens: int,
+                                                     prompt: int) -> None:
+    """A paced server writes one event and its blank line a chunk, which the parser reads straight as that one
+    event: what it finds (tokens, their arrival per event, the server's counts, the end) is what the same bytes
+    read whole, and each token carries the time of its own chunk."""
+    data = (llamacpp_fixtures / name).read_bytes()
+    whole, said = parse_stream(api, data, 1 << 20)  # type: ignore[arg-type]
+    events = [e + b"\n\n" for e in data.split(b"\n\n") if e]
+    parser = StreamParser(api)  # type: ignore[arg-type]
+    for t, event in enumerate(events):
+        if not parser.feed(event, t):
+            break
+    assert len(parser.token_ns) == len(whole.token_ns) == tokens
+    assert len(set(parser.token_ns)) == tokens  # one chunk, one time: each token its own
+    assert parser.summary() == said and parser.token_counts() == whole.token_counts()
+    assert (parser.done, parser.malformed, parser.events) == (whole.done, whole.malformed, whole.events)
+
+
 def test_meta_files_match_counts(llamacpp_fixtures: Path) -> None:
     meta = json.loads((llamacpp_fixtures / "dense_np4/completion_stream.sse.meta.json").read_text())
     assert meta["request"]["n_predict"] == 16
