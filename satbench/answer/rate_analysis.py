@@ -13,9 +13,10 @@ from the rate asked by the count's noise: a rung that passed because its arrival
 so), made non-increasing by the pool-adjacent-violators fit weighted by the requests judged, and read between
 the last rate at or above the target and the next below it (linear); DistServe reads its goodput off the same
 curve. It never exceeds the closed ladder's capacity nor a rate whose backlog grew. ``interval`` follows from
-the rungs' attainment intervals (``core.attainment``): the same fit drawn through their lower bounds falls
-through the target at the least rate the crossing can be, through their upper bounds at the most
-(``rate_interval``; the ceiling where the upper bounds never fall). ``status`` is ``settled`` where that
+the rungs' attainment intervals (``core.attainment``): the same fit drawn through their lower bounds, the
+highest rate where it is still at or above the target, is the least the crossing can be; through their upper
+bounds, the lowest rate where it is below, the most (``rate_interval``; the ceiling where the upper bounds never
+fall). Nothing is read between two rungs: the curve can fall anywhere between them. ``status`` is ``settled`` where that
 interval holds the answer within ``TOLERANCE`` (10 %: ``0.9 high <= answer <= 1.1 low``, so a truth inside it
 is within 10 % of the answer), else ``undecided`` with the reason: under bursty arrivals a rung near the
 target holds few independent stretches and its interval still straddles the target at
@@ -240,26 +241,23 @@ def rate_answer(steps: Sequence[StepFigures], policy: Policy, closed_at_answer: 
 
 
 def rate_interval(points: Sequence[RatePoint], target: float, ceiling: float | None = None) -> tuple[float, float]:
-    """The rates where the rungs' attainment interval bounds, each made non-increasing as the curve is
-    (``attainment_curve``), fall through ``target``: the lower bounds' crossing is the least rate the
-    crossing can be, the upper bounds' the most (module docstring). Where the lower bounds start below the
-    target, 0; where the upper bounds never fall through it, ``ceiling`` (the closed ladder's capacity or a
-    rate whose backlog grew), else infinity."""
+    """Where the crossing can lie, read from the rungs' attainment intervals, each bound made non-increasing as
+    the curve is (``attainment_curve``): from the highest rate whose lower bound is at or above ``target`` (the
+    curve is non-increasing, so the crossing is at or above it) to the lowest rate whose upper bound is below it
+    (the crossing is below it). Between two rungs the interval says nothing more: the curve between them can
+    fall anywhere, and near a lane's capacity it falls as a cliff, so a line drawn between the two bounds (this
+    function before) put the crossing's bound inside the bracket and missed the truth in 20 of 173 draws
+    (``bench/accuracy.py``). Where the lower bounds start below the target, 0; where the upper bounds never fall
+    below it, ``ceiling`` (the closed ladder's capacity or a rate whose backlog grew), else infinity."""
     bounds = [(p, p.attainment_interval) for p in points if p.attainment is not None]
     lows = [dataclasses.replace(p, attainment=i[0]) for p, i in bounds if i is not None]
     highs = [dataclasses.replace(p, attainment=i[1]) for p, i in bounds if i is not None]
     low_curve, high_curve = attainment_curve(lows), attainment_curve(highs)
     high_end = math.inf if ceiling is None else ceiling
-    if not low_curve or low_curve[0][1] < target:
-        low = 0.0
-    else:
-        found = crossing(low_curve, target)
-        low = low_curve[-1][0] if found is None else found[0]
-    if high_curve and high_curve[0][1] < target:
-        high = high_curve[0][0]
-    else:
-        found = crossing(high_curve, target)
-        high = high_end if found is None else min(found[0], high_end)
+    met = [x for x, y in low_curve if y >= target]
+    low = met[-1] if met and low_curve[0][1] >= target else 0.0
+    fallen = [x for x, y in high_curve if y < target]
+    high = min(fallen[0], high_end) if fallen else high_end
     return low, max(low, high)
 
 

@@ -21,12 +21,28 @@ def _point(rate: float, low: float, share: float, high: float) -> RatePoint:
                      missed_most=None, latency_mean_s=None, ttft_p95_s=None, judged=100)
 
 
-def test_the_interval_is_where_the_bounds_cross_the_target() -> None:
-    """Lower bounds 0.95, 0.85 at rates 1 and 2 cross 0.9 half-way (1.5); upper bounds 1.0, 0.98, 0.8 at rates
-    1, 2, 3 cross it at 2 + 0.08 / 0.18 = 2.444."""
+def test_the_interval_runs_from_the_last_rung_surely_above_the_target_to_the_first_surely_below() -> None:
+    """Lower bounds 0.95, 0.85 at rates 1 and 2: only rate 1 surely meets 0.9, so the crossing is at least 1;
+    upper bounds 1.0, 0.98, 0.8 at rates 1, 2, 3: rate 3 surely misses it, so the crossing is at most 3. Nothing
+    is read between the rungs."""
     points = [_point(1.0, 0.95, 0.98, 1.0), _point(2.0, 0.85, 0.92, 0.98), _point(3.0, 0.5, 0.6, 0.8)]
+    assert rate_interval(points, 0.9) == (1.0, 3.0)
+
+
+def test_a_cliff_between_two_rungs_stays_inside_the_interval() -> None:
+    """A lane near its capacity: its long-run attainment holds 0.99 up to 2.9 requests/s and falls to 0.3 by 3.0
+    (the crossing near 2.9). Rungs at 2 and 3 measured with honest intervals ([0.95, 1.0] and [0.1, 0.6]): a
+    line drawn between the bounds would say the crossing is at most 2 + 0.1 / 0.4 = 2.25, under the truth; the
+    interval holds it."""
+    def true_attainment(rate: float) -> float:
+        return 0.99 if rate <= 2.9 else 0.3
+
+    truth = 2.9
+    points = [_point(2.0, 0.95, 0.99, 1.0), _point(3.0, 0.1, 0.3, 0.6)]
+    assert all(p.attainment_interval[0] <= true_attainment(p.rate_rps) <= p.attainment_interval[1]
+               for p in points if p.attainment_interval is not None)
     low, high = rate_interval(points, 0.9)
-    assert low == pytest.approx(1.5) and high == pytest.approx(2.0 + 0.08 / 0.18)
+    assert low <= truth <= high
 
 
 def test_upper_bounds_that_never_fall_stop_at_the_ceiling_and_a_low_start_at_zero() -> None:
