@@ -21,7 +21,7 @@ release point between two reads does the same where the next send is that near. 
 0.06 and 0.26-0.31 ms without the spin, the actual gaps passing their fit (KS p 0.3). The price is CPU: up to
 ``spin_s`` a send less the wake-up's lateness, about 13 % of a core at 1,000/s, nothing while the client is
 behind its schedule (its sends are due already). What the spin cannot mend is a loop busy elsewhere for longer
-than it (a rung's looks, a burst of answers to read): at 200/s the p99 stays 0.7-0.8 ms with or without it.
+than it (a rung's looks, a burst of answers to read): at 200/s the p99 stays 0.7-0.9 ms with or without it.
 
 The send itself runs inside the timer's callback (``go``), synchronously: handing it to a task would cost
 one or two more turns of the loop, each behind whatever other callbacks were ready in that turn. A timing
@@ -200,8 +200,8 @@ class Pacer:
             self._arm(at_ns)
 
     def poll(self) -> None:
-        """A release point (``LaneClient.release_points``: after each answer read): the sends due go out now, not
-        after the rest of the loop's turn."""
+        """A release point (``LaneClient.release_points``: after each answer read): the sends due, or due within
+        the spin, go out now (each at its time), not after the rest of the loop's turn."""
         queue = self._queue
         if queue and queue[0].at_ns - self.spin_ns <= time.perf_counter_ns():
             self._release()
@@ -225,13 +225,13 @@ class Pacer:
         if self._timer.clear():
             self._release()
 
-    def _release(self, spin: bool = True) -> None:
+    def _release(self) -> None:
         self._soon = None
         queue = self._queue
         clock = time.perf_counter_ns
         # the sends due by the end of the spin go, each at its own time: the clock spun until it (a Poisson
         # schedule's gaps of tens of microseconds survive), never before it
-        horizon = clock() + (self.spin_ns if spin else 0)
+        horizon = clock() + self.spin_ns
         due: list[_Send] = []
         while queue and queue[0].at_ns <= horizon and len(due) < self.max_burst:
             due.append(queue.popleft())
