@@ -23,12 +23,6 @@ counts, read once at the end) and for an ``error`` event. Every event must look 
 than ``max_event_bytes`` without a newline makes the stream ``malformed`` and stops it: the buffer never
 grows past that bound.
 
-The server's counts of the last ``timings``/``usage`` event also say what it reused: the prompt tokens its
-prompt cache served (``usage.prompt_tokens_details.cached_tokens``, else ``timings.cache_n``; never
-``/completion``'s ``tokens_cached``, which is what the slot holds after the request, prompt and answer) and,
-with a draft model, the tokens drafted and accepted (``timings.draft_n``, ``draft_n_accepted``). ``None``
-where the server said nothing.
-
 Tokens per event: a server may put several tokens in one event (vLLM and SGLang ``--stream-interval``, a
 speculative verify step sent as one chunk). Where the runtime says how many, the parser keeps it: llama.cpp's
 ``/completion`` events carry the cumulative ``tokens_predicted`` (and the event's ``tokens`` ids), an OpenAI
@@ -44,10 +38,8 @@ Reasoning models (``openai-chat`` with llama-server's ``--reasoning-format``, or
 kind and the gaps between thinking tokens are gaps; the first *visible* token (``content``) is kept beside it
 (``first_visible_ns``) and the thinking deltas are counted (``reasoning_events``).
 
-Hostile numbers are data, not exceptions: a final event that is not UTF-8 or not JSON, or whose counts are not
-finite (``NaN``, ``Infinity``, ``1e400``), negative, absurd (more than ``MAX_COUNT`` tokens, a cache hit larger
-than its prompt) or whose times are not finite, gives a summary with a ``problem``, which makes the request
-``malformed`` with that reason; it never raises.
+The events' JSON, decoded off the hot path (the final event's counts, an error event, a kept answer's text),
+is ``core.sse_events``'s: hostile numbers there are data, never exceptions.
 
 The answer's text is not kept on the hot path. A parser made with ``keep_text`` (a conversation workload,
 whose next request repeats the answer) keeps the stream's bytes and decodes the content once, at the end
@@ -58,15 +50,12 @@ rather than the client's memory grow with it.
 from __future__ import annotations
 
 import json
-import math
-from dataclasses import dataclass
-from typing import Any
 
 from satbench.core.api import ApiFlavour
+from satbench.core.sse_events import MAX_COUNT, StreamSummary, content_of, error_text_of, is_error_event, summarize
 
 __all__ = ["MAX_COUNT", "StreamParser", "StreamSummary", "parse_stream"]
 
-MAX_COUNT = 1 << 30  # tokens: no context, prompt or answer of a real runtime comes near a billion tokens
 
 _DATA = b"data:"
 _DONE = b"[DONE]"
@@ -76,21 +65,6 @@ _SPECIAL: dict[str, tuple[bytes, ...]] = {
     "openai-completions": (*_COMMON, b'"usage"'),
     "llamacpp": (*_COMMON, b'"stop":true', b'"stop": ', b'"prompt_progress"'),
 }
-
-
-@dataclass(frozen=True, slots=True)
-class StreamSummary:
-    """What the server said about a finished stream (its own counts, when it sent them)."""
-
-    prompt_tokens: int | None
-    output_tokens: int | None
-    prompt_ms: float | None
-    queue_ms: float | None
-    error: str | None
-    problem: str | None = None
-    cached_prompt_tokens: int | None = None
-    draft_tokens: int | None = None
-    draft_accepted_tokens: int | None = None
 
 
 class StreamParser:
@@ -301,8 +275,8 @@ class StreamParser:
                 if tokens_before < len(self.token_ns):
                     self._count_event(payload, b'"completion_tokens":')
             known = b'"choices"' in payload
-        if b'"error"' in payload and _is_error_event(payload):
-            self.error_text = _error_text(payload)
+        if b'"error"' in payload and is_error_event(payload):
+            self.error_text = error_text_of(payload)
             return False
         if not known:
             self.malformed = f"event without a known field: {payload[:60]!r}"
@@ -341,45 +315,8 @@ class StreamParser:
 
     def summary(self) -> StreamSummary:
         """The server's own counts from the last ``timings``/``usage`` event (decoded once, here); a final event
-        that cannot be read, or hostile numbers in it, give a summary with a ``problem`` (module docstring)."""
-        meta, problem = _decode_meta(self._meta)
-        timings = meta.get("timings") if isinstance(meta.get("timings"), dict) else {}
-        usage = meta.get("usage") if isinstance(meta.get("usage"), dict) else {}
-        assert isinstance(timings, dict) and isinstance(usage, dict)
-        numbers = {k: v for k, v in {**timings, **usage}.items()
-                   if isinstance(v, int | float) and not isinstance(v, bool)}
-        if "tokens_predicted" in meta and isinstance(meta["tokens_predicted"], int | float):
-            numbers["tokens_predicted"] = meta["tokens_predicted"]
-        details = usage.get("prompt_tokens_details")
-        if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int | float):
-            numbers["cached_tokens"] = details["cached_tokens"]
-        problem = problem or _number_problem(numbers)
-        if problem:
-            return StreamSummary(None, None, None, None, self.error_text, problem)
-        prompt = _int(usage.get("prompt_tokens"))
-        if prompt is None and timings.get("prompt_n") is not None:
-            prompt = (_int(timings.get("prompt_n")) or 0) + (_int(timings.get("cache_n")) or 0)
-        output = _int(usage.get("completion_tokens"))
-        if output is None:
-            output = _int(timings.get("predicted_n"))
-        if output is None:
-            output = _int(meta.get("tokens_predicted"))
-        cached = _int(numbers.get("cached_tokens"))
-        if cached is None:
-            cached = _int(timings.get("cache_n"))
-        if cached is not None and prompt is not None and cached > prompt:
-            return StreamSummary(None, None, None, None, self.error_text,
-                                 f"server counts {cached} cached prompt tokens of a {prompt}-token prompt")
-        return StreamSummary(
-            prompt_tokens=prompt,
-            output_tokens=output,
-            prompt_ms=_float(timings.get("prompt_ms")),
-            queue_ms=_float(timings.get("queue_ms")),
-            error=self.error_text,
-            cached_prompt_tokens=cached,
-            draft_tokens=_int(timings.get("draft_n")),
-            draft_accepted_tokens=_int(timings.get("draft_n_accepted")),
-        )
+        that cannot be read, or hostile numbers in it, give a summary with a ``problem`` (``core.sse_events``)."""
+        return summarize(self._meta, self.error_text)
 
     def answer_text(self) -> str:
         """The content the stream carried, in order (``keep_text`` parsers only; empty otherwise): the chat
@@ -396,24 +333,10 @@ class StreamParser:
                 event = json.loads(payload)
             except ValueError:
                 continue
-            piece = _content(self.api, event) if isinstance(event, dict) else None
+            piece = content_of(self.api, event) if isinstance(event, dict) else None
             if isinstance(piece, str):
                 out.append(piece)
         return "".join(out)
-
-
-def _content(api: ApiFlavour, event: dict[str, Any]) -> object:
-    if api == "llamacpp":
-        return event.get("content")
-    choices = event.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        return None
-    if choices[0].get("index", 0) != 0:
-        return None
-    if api == "openai-completions":
-        return choices[0].get("text")
-    delta = choices[0].get("delta")
-    return delta.get("content") if isinstance(delta, dict) else None
 
 
 def _digits(data: bytes, at: int) -> int | None:
@@ -425,73 +348,6 @@ def _digits(data: bytes, at: int) -> int | None:
     while at < end and 0x30 <= data[at] <= 0x39 and at - start < 10:
         at += 1
     return int(data[start:at]) if at > start else None
-
-
-def _is_error_event(payload: bytes) -> bool:
-    try:
-        data = json.loads(payload)
-    except ValueError:
-        return False
-    return isinstance(data, dict) and "error" in data and not data.get("choices")
-
-
-def _error_text(payload: bytes) -> str:
-    try:
-        err = json.loads(payload).get("error")
-    except ValueError:
-        return "error event"
-    if isinstance(err, dict):
-        return str(err.get("message") or err)[:200]
-    return str(err)[:200]
-
-
-def _reject_constant(name: str) -> float:
-    raise ValueError(f"non-finite number {name}")
-
-
-def _decode_meta(raw: bytes | None) -> tuple[dict[str, Any], str | None]:
-    """The final event as a dict, or why it cannot be read (not UTF-8, not JSON, NaN/Infinity in it)."""
-    if raw is None:
-        return {}, None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return {}, "the server's final event is not UTF-8"
-    try:
-        loaded = json.loads(text, parse_constant=_reject_constant)
-    except ValueError as exc:
-        return {}, f"the server's final event cannot be read: {str(exc)[:80]}"
-    return (loaded, None) if isinstance(loaded, dict) else ({}, None)
-
-
-_TIMES = ("prompt_ms", "queue_ms", "predicted_ms", "prompt_per_token_ms", "predicted_per_token_ms",
-          "prompt_per_second", "predicted_per_second")
-
-
-def _number_problem(numbers: dict[str, int | float]) -> str | None:
-    """Why the server's counts cannot be believed: not finite, negative, or absurdly large."""
-    bad = sorted(k for k, v in numbers.items() if not math.isfinite(v))
-    if bad:
-        return f"non-finite server counts: {', '.join(bad)}"
-    negative = sorted(k for k, v in numbers.items() if v < 0)
-    if negative:
-        return f"negative server counts: {', '.join(negative)}"
-    huge = sorted(k for k, v in numbers.items() if k not in _TIMES and v > MAX_COUNT)
-    if huge:
-        return f"absurd server counts (over {MAX_COUNT} tokens): {', '.join(huge)}"
-    return None
-
-
-def _int(value: object) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return int(value)
-
-
-def _float(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
 
 
 def parse_stream(api: ApiFlavour, data: bytes, chunk: int = 4096) -> tuple[StreamParser, StreamSummary]:
