@@ -103,6 +103,10 @@ class RealTimeRuntime:
         # next token comes at each step's end, so the time between emissions is the per-token time of each of
         # its decoding requests as the model planned it and as served (the truth of ITL)
         self.step_history: deque[tuple[float, float, int]] = deque(maxlen=profile.server.truth_history)
+        # (written at, request seq, tokens) of each streamed event that carried tokens, on the runtime's clock:
+        # when the server handed the event to the socket, later than its step's emission by the server's own
+        # scheduling; the time between a request's writes is its per-token time as the wire carried it
+        self.write_history: deque[tuple[float, int, int]] = deque(maxlen=profile.server.truth_history)
         self.pause_left: Callable[[float], float] = lambda t_s: 0.0  # the server's engine_pause faults
         self.step_scale: Callable[[float], float] = lambda t_s: 1.0  # the server's slowdown faults
         self.engine.step_scale = lambda now: self.step_scale(now - self.time_map.started_mono)

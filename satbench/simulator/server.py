@@ -324,6 +324,7 @@ class SimulatorApp(SimulatorEdge):
                     wake.clear()
                     await wake.wait()
             parts: list[bytes] = []
+            carried: list[tuple[int, int]] = []  # (request seq, tokens) of this write's token events
             for i, e in batch:
                 req, index = e.request, tasks[i].index
                 if e.progress >= 0:
@@ -331,6 +332,7 @@ class SimulatorApp(SimulatorEdge):
                     continue
                 held = e.n_out > 1 and e.n_out - shown[i] < interval and not e.finished
                 if e.n_out > shown[i] and not held:
+                    carried.append((req.seq, e.n_out - shown[i]))
                     first, shown[i] = shown[i] + 1, e.n_out
                     timing = timings(req, e.n_out, e.at) if per_token else None
                     if kind == "chat" and e.n_out == 1:
@@ -361,6 +363,9 @@ class SimulatorApp(SimulatorEdge):
                     finals = ids.chat_finals(reqs, include_usage)
                     parts += [*(sse(c) for c in finals), b"data: [DONE]\n\n"]
             await resp.write(b"".join(parts))
+            if carried:
+                at = self.runtime.clock()
+                self.runtime.write_history.extend((at, seq, n) for seq, n in carried)
             if stall is not None and sent >= stall.after_tokens:
                 await asyncio.sleep(stall.delay_s)
                 stall = None

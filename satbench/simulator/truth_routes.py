@@ -2,9 +2,9 @@
 
 ``/sim/truth`` is the engine's own record of every request (admission, first and last token, the slot, the
 prompt-cache hit) with its timing statistics, with ``steps=1`` every step's end as planned and as emitted
-with the requests it decoded (the truth of ITL: ``simulator.runtime``), and, by default, the closed-form
-capacity curve of a workload
-(``/sim/capacity`` alone: ``simulator.capacity``); ``/sim/gpu`` the modelled GPU memory; ``/sim/faults``
+with the requests it decoded (the truth of ITL: ``simulator.runtime``), with ``writes=1`` every streamed event's
+write to the socket (the same truth as the wire carried it), and, by default, the closed-form capacity curve of
+a workload (``/sim/capacity`` alone: ``simulator.capacity``); ``/sim/gpu`` the modelled GPU memory; ``/sim/faults``
 reads and replaces the fault schedule the edge applies (``simulator.faults``). ``SimulatorApp`` holds one
 ``GroundTruthRoutes`` (``app.ground_truth``).
 """
@@ -42,6 +42,7 @@ class GroundTruthRoutes:
             limit = int(q.get("limit", "100000"))
             capacity = self._capacity(q) if q.get("capacity", "1") != "0" else None
             with_steps = q.get("steps", "0") != "0"
+            with_writes = q.get("writes", "0") != "0"
         except (ValueError, CapacityError) as exc:
             return error_response(400, str(exc), "invalid_request_error")
         engine = self.runtime.engine
@@ -68,6 +69,7 @@ class GroundTruthRoutes:
                 ],
                 "capacity": capacity,
                 **({"steps": self._steps(since)} if with_steps else {}),
+                **({"writes": self._writes(since)} if with_writes else {}),
             }
         )
 
@@ -76,6 +78,13 @@ class GroundTruthRoutes:
         the time between two emissions is the per-token time of each request decoding in the later step."""
         offset = self.runtime.time_map.offset
         return [[round(end + offset, 6), round(at + offset, 6), n] for end, at, n in self.runtime.step_history
+                if at + offset >= since]
+
+    def _writes(self, since: float) -> list[list[float | int]]:
+        """``?writes=1``: every streamed event that carried tokens since ``since`` as [written at (Unix s), request
+        seq, tokens]: when the server handed it to the socket, the time a kernel-stamped client reads it."""
+        offset = self.runtime.time_map.offset
+        return [[round(at + offset, 6), seq, n] for at, seq, n in self.runtime.write_history
                 if at + offset >= since]
 
     def _capacity(self, q: Any) -> dict[str, Any]:
