@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from satbench.answer.curve import CurvePoint, Knee, kneedle, monotone_fit, saturation_rung
+from satbench.answer.judges import ttft_open
 from satbench.answer.models import CheckModel, FairnessModel, StarvationModel, StepModel, ViolationModel
 from satbench.answer.policy import Policy
 from satbench.answer.verdicts import StepVerdict, check_step
@@ -343,8 +344,8 @@ def _warnings(verdicts: Sequence[StepVerdict]) -> list[str]:
 def _unsettled(rungs: _Rungs, open_doubling: Undecided | None, recommended: StepFigures | None, status: str,
                reason: str | None) -> tuple[str, str | None, Undecided | None, list[str]]:
     """An answer that rests on what the data could not decide is ``undecided``, not settled: the straddling
-    doubling into its rung, or its rung's decode starvation not shown either way. The status and reason so
-    amended, the doubling if it is the answer's, and the notes that say it."""
+    doubling into its rung, or its rung's decode starvation or TTFT objective not shown either way. The status
+    and reason so amended, the doubling if it is the answer's, and the notes that say it."""
     policy, said = rungs.policy, []
     undecided = open_doubling if recommended is not None and open_doubling is not None \
         and open_doubling.larger == recommended.concurrency else None
@@ -354,11 +355,17 @@ def _unsettled(rungs: _Rungs, open_doubling: Undecided | None, recommended: Step
             status = "undecided"
             why = undecided.said(policy.min_gain_per_doubling, policy.confidence)
             reason = why if reason is None else f"{why}; {reason}"
-    held = None if recommended is None else _starvation_open(rungs.verdicts, recommended.concurrency)
-    if held is not None and status in ("ok", "unsaturated"):
-        said.append(held)
-        status = "undecided"
-        reason = held if reason is None else f"{held}; {reason}"
+    opened: list[str | None] = []
+    if recommended is not None:
+        late = ttft_open(recommended, policy)
+        opened = [_starvation_open(rungs.verdicts, recommended.concurrency), None if late is None else
+                  f"the TTFT objective at c={recommended.concurrency} is not settled: {late}; the answer may be "
+                  f"one doubling high"]
+    for open_why in opened:
+        if open_why is not None and status in ("ok", "unsaturated"):
+            said.append(open_why)
+            status = "undecided"
+            reason = open_why if reason is None else f"{open_why}; {reason}"
     return status, reason, undecided, said
 
 

@@ -10,7 +10,7 @@ prefill put on its decode within ``pause_s``, all known to the engine exactly.
   rung ``closed_requests`` requests or more, the first tenth of its time left out). A rung holds when at least
   95 % of its requests meet their own TTFT deadline, the p95 of its inter-token gaps (every decoding request's
   gap is its step's duration) is within ``tpot_s``, and, from c=2, the p99 over requests of their longest hold
-  is within the stall limit (``pause_s``; 0.1 s where the hold grows with the prompt: whole prefill). The walk
+  is within the stall limit (``pause_s``; 0.1 s where the hold grows with the prompt, ``hold_grows``). The walk
   accepts each next rung that holds and gains at least ``min_gain`` throughput per doubling; the truth is the
   last rung accepted (0 where c=1 does not hold). Why: it is the policy's definition, on figures known without
   sampling error, so a measured answer off the truth's rung is the measurement's error.
@@ -27,14 +27,29 @@ prefill put on its decode within ``pause_s``, all known to the engine exactly.
   crossing. Why: the first pass starts from an idle server, which the recorded window never did; four passes
   after it hold the share a measured pass varies about.
 
+- The hold's shape (``hold_grows``): a step holds every decode for the prompt tokens it prefills, a whole
+  prompt in one step or a chunk a step, so a prompt of ``n`` tokens holds ``ceil(n / chunk)`` steps, each for its
+  chunk's tokens. The policy's definition (``unbounded_stall_elasticity``: over the held gaps, each paired with
+  the prompt that held it, the elasticity of the hold in the prompt between the medians of the shorter and the
+  longer ones, split at the geometric middle of their 10th and 90th percentiles; prompts under 16 tokens left
+  out; prompts less than twofold apart show no shape, and the pause objective applies, as it does for the
+  policy) is taken here on the engine's construction and 20,000 prompts of the draw, never on a measured gap. Why
+  not the configuration alone (whole prefill or not): a 2,048-token chunk over prompts of a few hundred tokens
+  prefills each whole, and the hold grows with the prompt exactly as without chunks, which no measurement can
+  tell from a whole prefill; the limit that applies is the one of the hold the workload meets. Where the
+  chunk binds on the longer prompts, their several held steps each count, as each held gap does.
+
 Each long run's figures are also kept (``RungTruth``, ``attainment``) so the bench can score the intervals the
 answers state (a throughput gain per doubling, a rung's attainment) against their true values.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
+import random
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -42,10 +57,11 @@ from testkit.accuracy.engine import Served, serve_closed, serve_open
 from testkit.accuracy.space import Condition
 from testkit.accuracy.traffic import TraceRows, long_user, open_arrivals, trace_rows, unit_gaps
 
-__all__ = ["LADDER", "Rules", "RungTruth", "attained", "true_attainment", "true_capacity", "true_concurrency",
-           "true_factor", "true_rate", "true_rungs"]
+__all__ = ["LADDER", "Rules", "RungTruth", "attained", "hold_elasticity", "hold_grows", "stall_limit",
+           "true_attainment", "true_capacity", "true_concurrency", "true_factor", "true_rate", "true_rungs"]
 
 LADDER = (1, 2, 4, 8, 16, 32, 64)
+MIN_SHAPE_TOKENS = 16  # a smaller prefill is the step's overhead, whatever its shape (the policy's rule)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +72,8 @@ class Rules:
     itl_quantile: float = 0.95
     pause_quantile: float = 0.99
     pause_s: float = 0.25
-    pause_whole_prefill_s: float = 0.1
+    pause_whole_prefill_s: float = 0.1  # the stall limit where the hold grows with the prompt
+    unbounded_elasticity: float = 0.8  # the hold's elasticity in the prompt that makes it grow with it
     closed_requests: int = 500
     open_requests: int = 1200
     cycles: int = 5
@@ -90,9 +107,48 @@ class RungTruth:
     pause_over_share: float = 0.0  # share of requests held beyond the stall limit
 
     def holds(self, cond: Condition, rules: Rules) -> bool:
-        limit = rules.pause_whole_prefill_s if cond.engine.chunk == 0 else rules.pause_s
         return (self.ttft_share >= rules.ttft_share and self.itl_p95_s <= cond.tpot_s
-                and (self.concurrency < 2 or self.pause_p99_s <= min(limit, rules.pause_s)))
+                and (self.concurrency < 2 or self.pause_p99_s <= stall_limit(cond, rules)))
+
+
+@functools.cache
+def hold_elasticity(cond: Condition) -> float | None:
+    """The elasticity of a prefill's hold in its prompt over the draw's prompts, by construction (module
+    docstring): a step holds every decode for the prompt tokens it prefills at a fixed cost a token, a whole
+    prompt in one step or a chunk a step, so a prompt of ``n`` tokens holds ``ceil(n / chunk)`` steps, each for
+    its chunk's tokens; each held step is one (prompt, hold) pair, as each held gap is for the policy. ``None``
+    where the pairs' prompts are less than twofold apart: the policy's definition shows no shape there (one
+    prompt size), whatever the engine."""
+    rng = random.Random(f"{cond.name}:hold-shape")
+    chunk = cond.engine.chunk
+    pairs: list[tuple[int, int]] = []
+    for _ in range(20_000):
+        n = cond.prompt.draw(rng, cond.long_factor if rng.random() < cond.long_share else 1.0)
+        if n < MIN_SHAPE_TOKENS:
+            continue
+        full, rest = divmod(n, chunk) if chunk else (0, n)
+        pairs += [(n, chunk)] * full + ([(n, rest)] if rest else [])
+    pairs.sort()
+    sizes = [n for n, _ in pairs]
+    cut = bisect.bisect_right(sizes, math.sqrt(sizes[len(sizes) // 10] * sizes[(9 * len(sizes)) // 10]))
+    halves = (pairs[:cut], pairs[cut:])
+    if min(len(half) for half in halves) < 2:
+        return None
+    (n_lo, x_lo), (n_hi, x_hi) = ((statistics.median(n for n, _ in half), statistics.median(x for _, x in half))
+                                  for half in halves)
+    return None if n_hi < 2 * n_lo else math.log(x_hi / x_lo) / math.log(n_hi / n_lo)
+
+
+def hold_grows(cond: Condition, rules: Rules = Rules()) -> bool:
+    """Whether the hold grows with the prompt over the draw's prompts (module docstring)."""
+    shape = hold_elasticity(cond)
+    return shape is not None and shape >= rules.unbounded_elasticity
+
+
+def stall_limit(cond: Condition, rules: Rules = Rules()) -> float:
+    """How long a prefill may hold a decode: ``pause_whole_prefill_s`` where the hold grows with the prompt,
+    else ``pause_s``."""
+    return min(rules.pause_whole_prefill_s if hold_grows(cond, rules) else rules.pause_s, rules.pause_s)
 
 
 def _weighted_quantile(pairs: list[tuple[float, int]], q: float) -> float:
@@ -133,7 +189,7 @@ def _closed_rung(cond: Condition, c: int, rules: Rules) -> RungTruth:
     within = sum(1 for r in kept if r.first is not None
                  and r.first - r.sent <= cond.ttft_s + cond.ttft_per_1k_s * r.prompt / 1000.0)
     holds = sorted(r.hold_s for r in kept)
-    limit = min(rules.pause_whole_prefill_s if e.chunk == 0 else rules.pause_s, rules.pause_s)
+    limit = stall_limit(cond, rules)
     weights = [(dur, d) for end, dur, d in steps if t0 <= end <= t1]
     total = sum(d for _, d in weights)
     itl_over = sum(d for dur, d in weights if dur > cond.tpot_s) / total if total else 0.0

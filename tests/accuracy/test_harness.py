@@ -18,7 +18,15 @@ from testkit.accuracy.datasheet import measure_draw, render, table
 from testkit.accuracy.engine import EngineSpec, serve_closed, serve_open
 from testkit.accuracy.space import Condition, Lengths, Space, TraceShape, sample
 from testkit.accuracy.traffic import TraceRows, open_arrivals, unit_gaps
-from testkit.accuracy.truth import Rules, true_capacity, true_factor, true_rate, true_rungs
+from testkit.accuracy.truth import (
+    Rules,
+    hold_elasticity,
+    stall_limit,
+    true_capacity,
+    true_factor,
+    true_rate,
+    true_rungs,
+)
 
 A, B, P = 0.02, 0.001, 0.0001  # step cost: fixed, per decoding slot, per prompt token
 
@@ -30,6 +38,34 @@ def condition(slots: int, prompt: int, output: int, *, ttft_s: float = 1000.0, t
                      prompt=Lengths(prompt, 0.0, 8192), output=Lengths(output, 0.0, 1024), long_share=0.0,
                      long_factor=4.0, ttft_s=ttft_s, ttft_per_1k_s=0.0, tpot_s=tpot_s, cv=cv,
                      trace=TraceShape("stationary", 100, 1.0))
+
+
+def spread(chunk: int, sigma: float = 1.0, median: float = 200.0) -> Condition:
+    """A draw whose prompts spread lognormally about ``median``, prefilled whole (0) or ``chunk`` tokens a step."""
+    base = condition(slots=4, prompt=1, output=10, chunk=chunk)
+    return Condition(**{**{f: getattr(base, f) for f in base.__dataclass_fields__},
+                        "prompt": Lengths(median, sigma, 8192)})
+
+
+def test_the_holds_shape_is_the_prompts_share_of_a_step_not_the_configuration() -> None:
+    """The stall limit follows the hold the workload meets (``truth.hold_grows``): a whole prefill's hold grows
+    with the prompt (elasticity 1); a chunk above nearly every prompt prefills each whole (the same, within the
+    few prompts past it); a chunk far below the prompts holds every decode a chunk's worth whatever the prompt
+    (0), where a hold is judged against the pause objective, not the 0.1 s of an unbounded one; so are holds of
+    prompts too alike to show a shape (the policy's definition sees none)."""
+    rules = Rules()
+    whole, wide, narrow = spread(0), spread(8192), spread(16, median=2000.0)
+    assert hold_elasticity(whole) == pytest.approx(1.0)
+    assert hold_elasticity(wide) == pytest.approx(1.0)
+    assert hold_elasticity(narrow) == pytest.approx(0.0, abs=1e-9)
+    assert stall_limit(whole, rules) == stall_limit(wide, rules) == rules.pause_whole_prefill_s
+    assert stall_limit(narrow, rules) == rules.pause_s
+    # a chunk at the prompts' median: the longer half's steps are mostly whole chunks, their hold bounded
+    middle = hold_elasticity(spread(200))
+    assert middle is not None and 0.0 < middle < rules.unbounded_elasticity
+    # prompts too alike to show a shape, as the policy sees them: the pause objective, whatever the engine
+    alike = spread(0, sigma=0.1)
+    assert hold_elasticity(alike) is None and stall_limit(alike, rules) == rules.pause_s
 
 
 def test_one_user_on_one_slot_runs_at_the_step_costs_rate() -> None:

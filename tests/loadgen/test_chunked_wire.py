@@ -7,7 +7,11 @@ model's step times) and as served, the later of as emitted (later by the simulat
 few ms on a loaded machine) and as written (when the server handed each event to the socket, ``writes=1``:
 a request's gap between two writes over the tokens the later one carried). A stream of one token an event
 shows that lateness, one of eight tokens an event hides what falls inside an event, so the figure lies in the
-bracket, near the served end at one token and the planned at eight. The client stamps reads in the kernel, so
+bracket, near the served end at one token and the planned at eight. The bracket's low end is the lower of as
+planned and as written: an event of k tokens shows its gap, not how the gap fell among its tokens, and where the
+engine's slow steps recur once an event (on a loaded machine the server's own writing of each event delays the
+step after it) the planned p95 is that slow step while the wire shows each event's tokens a share of the gap
+(k=4 at c=4 read 22.3 ms against 42.6 ms planned). The client stamps reads in the kernel, so
 its own lateness moves nothing; the server's writing does: with five test workers on two cores the
 simulator wrote one token an event of OpenAI chat chunks late by enough that the client's ITL p95 read 32.5 ms
 against 27.3 ms emitted, which the writes hold."""
@@ -68,8 +72,8 @@ def written_gaps(writes: list[list[float]]) -> list[tuple[float, float, int]]:
 
 
 def walk(tmp_path: Path, k: int, api: str) -> tuple[list[StepFigures], list[tuple[float, float]]]:
-    """The rungs' figures and, per rung, the engine's per-token ITL p95 over the rung's window, as planned and as
-    served (the later of as emitted and as written)."""
+    """The rungs' figures and, per rung, the engine's per-token ITL p95 over the rung's window: the bracket's low
+    end (the lower of as planned and as written) and its high end (the later of as emitted and as written)."""
     out = tmp_path / f"k{k}"
     with SimulatorProcess("dense", stream_interval=k, time_scale=4.0) as sim:
         cfg = LoadgenConfig.model_validate({
@@ -95,9 +99,9 @@ def walk(tmp_path: Path, k: int, api: str) -> tuple[list[StepFigures], list[tupl
     truth = []
     for window in read_manifest(out / "manifest.json").steps:
         inside = [(planned, emitted, n) for at, planned, emitted, n in history if window.start <= at <= window.end]
-        written = [(g, n) for at, g, n in writes if window.start <= at <= window.end]
-        served = max(weighted_p95([(e, n) for _, e, n in inside]), weighted_p95(written))
-        truth.append((weighted_p95([(p, n) for p, _, n in inside]), served))
+        written = weighted_p95([(g, n) for at, g, n in writes if window.start <= at <= window.end])
+        served = max(weighted_p95([(e, n) for _, e, n in inside]), written)
+        truth.append((min(weighted_p95([(p, n) for p, _, n in inside]), written), served))
     return steps, truth
 
 
@@ -114,9 +118,9 @@ def test_same_engine_same_answer_at_one_to_eight_tokens_an_event(tmp_path: Path,
     steps, truth = walk(tmp_path, k, api)
     analysis = analyze_lane("dense", steps, POLICY)
     assert analysis.status == "ok", (k, analysis.reason)
-    for step, (planned, served) in zip(steps, truth, strict=True):
+    for step, (low, served) in zip(steps, truth, strict=True):
         assert step.itl_s.p95 is not None
-        assert 0.9 * planned <= step.itl_s.p95 <= 1.1 * served, (k, step.concurrency, planned, served)
+        assert 0.9 * low <= step.itl_s.p95 <= 1.1 * served, (k, step.concurrency, low, served)
         assert step.tokens_per_event is not None
         # 24 tokens: the first alone, then k an event, the last what is left (a window cuts a few events)
         assert step.tokens_per_event == pytest.approx(24 / math.ceil(1 + 23 / k), rel=0.10), k

@@ -10,7 +10,7 @@ from pydantic import TypeAdapter
 from satbench.answer.analysis import analyze_lane
 from satbench.answer.models import StepModel
 from satbench.answer.policy import SLO, Policy
-from satbench.core.figures import Quantiles
+from satbench.core.figures import Quantiles, Tail
 from tests.recommender.figures_factory import held, ladder, step
 
 POLICY = Policy(min_gain_per_doubling=0.10, slo=SLO(ttft_p95_s=1.0, itl_p95_s=0.05), jain_min=0.9,
@@ -86,6 +86,41 @@ def test_no_knee_while_doublings_still_pay_and_the_top_says_unsaturated() -> Non
     assert (result.status, result.binding_constraint, result.recommended_concurrency) == (
         "unsaturated", "ladder_top", 8)
     assert result.reason is not None and "ladder.extend" in result.reason
+
+
+def test_an_answer_whose_rung_held_more_than_one_percent_is_not_settled_whatever_the_interpolated_p99() -> None:
+    """1 of 46 requests held 0.12 s at the answer's rung, where the hold grows with the prompt (0.1 s limit): more
+    than the 1 % a p99 allows, too few to show it is more than chance. Interpolated over 46 requests the p99 reads
+    95 ms, under the limit, but by the count (the value at most 1 % exceed: here the largest) it is 120 ms: the
+    check says that figure, and the answer resting on the rung is undecided, not settled."""
+    shape = {"stall_prompt_elasticity": 1.0}
+    c4 = {**shape, "requests": 46, "pause_excess_tail": Tail.of([0.12] + [0.005] * 45),
+          "pause_excess_s": Quantiles(0.005, 0.005, 0.095)}
+    result = analyze_lane("dense", ladder(CURVE, c1=shape, c2=shape, c4=c4, c8=shape, c16=shape), POLICY)
+    assert (result.recommended_concurrency, result.status, result.binding_constraint) == (
+        4, "undecided", "throughput_plateau")
+    check = result.verdicts[2].checks["decode_starvation"]
+    assert (check.status, check.measured, check.limit) == ("insufficient_data", 0.12, 0.1)
+    assert result.reason is not None and "decode starvation at c=4 is not settled" in result.reason
+    # none held past the limit: settled
+    calm = analyze_lane("dense", ladder(CURVE, c1=shape, c2=shape, c4={**c4, **held(0, n=46)}, c8=shape,
+                                        c16=shape), POLICY)
+    assert (calm.recommended_concurrency, calm.status) == (4, "ok")
+
+
+@pytest.mark.parametrize(("late", "status"), [(7, "undecided"), (5, "ok"), (15, "ok")])
+def test_an_answer_whose_rung_missed_the_ttft_objective_by_more_than_five_percent_is_not_settled(
+        late: int, status: str) -> None:
+    """TTFT p95: 7 of 100 requests past the 1 s objective at the answer's rung is more than the 5 % a p95 allows
+    but not significantly (p = 0.23): the objective is not broken there, nor shown met, so the answer is
+    undecided. 5 of 100 meet it; 15 of 100 break it significantly, so the walk stops below (c=2, settled)."""
+    c4 = {"ttft_tail": Tail.of([0.05] * (100 - late) + [1.5] * late),
+          "ttft_s": Quantiles(0.05, 1.5 if late > 5 else 0.05, 1.5)}
+    result = analyze_lane("dense", ladder(CURVE, c4=c4), POLICY)
+    want = 2 if late == 15 else 4
+    assert (result.recommended_concurrency, result.status) == (want, status)
+    if status == "undecided":
+        assert result.reason is not None and "TTFT objective at c=4 is not settled: 7 of 100" in result.reason
 
 
 def test_a_plateau_inside_the_noise_is_undecided_and_never_lowers_the_answer() -> None:
