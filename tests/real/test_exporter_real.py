@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from satbench.exporter.collector import DEFAULT_READ_MAX_AGE_S
 from satbench.exporter.server import ExporterConfig, build_collector, serve
 from satbench.runtimes.llamacpp import LlamaServer, LlamaServerSpec
 from testkit.exposition import samples
@@ -42,11 +43,17 @@ def test_exporter_agrees_with_slots_and_deferred(two_slot_server: LlamaServer) -
     collector = build_collector(ExporterConfig(runtime_url=url, port=0, gpu="none"))
     exporter = serve(collector, port=0)
     body = {"prompt": "hello " * 16, "n_predict": 3000, "ignore_eos": True, "stream": True}
+    # the streams end once the steady state was compared: six answers of 3000 tokens on two CPU slots take three
+    # waves of generation, and the last waves' requests waited past their 120 s read timeout for a slot on a busy
+    # machine (a thread's ReadTimeout, and the counters compared while the server still generated: 12001 against
+    # 12002). A stream told to stop closes its connection at its next chunk, and the server drops the request
+    done = threading.Event()
 
     def stream() -> None:
         with httpx.Client(timeout=120) as client, client.stream("POST", f"{url}/completion", json=body) as r:
             for _ in r.iter_bytes():
-                pass
+                if done.is_set():
+                    break
 
     users = [threading.Thread(target=stream, daemon=True) for _ in range(6)]
     for user in users:
@@ -80,13 +87,23 @@ def test_exporter_agrees_with_slots_and_deferred(two_slot_server: LlamaServer) -
                 agreed += 1
             assert agreed == 3, f"the server never held a steady state (2 busy, a queue): {seen}, {late} late"
             assert late <= len(seen), f"{late} scrapes past the budget, {len(seen)} in time"
+            done.set()
             for user in users:
                 user.join(timeout=120)
+            assert not any(user.is_alive() for user in users), "a stream did not end within 120 s of being told"
+            idle_by = time.monotonic() + 60  # the server drops a closed stream at its next token: idle soon after
+            while time.monotonic() < idle_by and (
+                    any(s.get("is_processing") for s in client.get(f"{url}/slots").json())
+                    or samples(client.get(f"{url}/metrics").text)[("llamacpp:requests_deferred", ())]):
+                time.sleep(0.2)
+            # a scrape within read_max_age_s of the last one reports that read (exporter.shared_read): wait it out
+            time.sleep(DEFAULT_READ_MAX_AGE_S + 0.1)
             ours = samples(client.get(f"{exporter.url}").text)
             raw = samples(client.get(f"{url}/metrics").text)
             assert ours[("runtime_output_tokens_total", ())] == raw[("llamacpp:tokens_predicted_total", ())] > 0
             assert ours[("runtime_queue_depth", ())] == 0 and ours[("runtime_batch_occupancy_ratio", ())] == 0
     finally:
+        done.set()
         for user in users:
             user.join(timeout=120)
         exporter.close()
