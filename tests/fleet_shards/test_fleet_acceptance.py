@@ -21,6 +21,7 @@ a Prometheus), and the central recommender reading VictoriaMetrics. Then, in ord
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -28,7 +29,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ import httpx
 import pytest
 
 from satbench.answer.policy import Policy
+from satbench.core import promql
 from satbench.core.manifest import RunManifest, read_manifest
 from satbench.core.net import free_port
 from satbench.exporter.promconfig import EXPORTER_JOB, LOADGEN_JOB, ScrapeTarget, render_prometheus_config
@@ -160,9 +162,31 @@ def _shards(stack: Stack, run_id: str) -> list[tuple[int, str]]:
     return [_finish(p) for p in procs]
 
 
+def _published(stack: Stack, run_id: str) -> Callable[[VictoriaMetricsProcess], bool]:
+    """Whether the store holds the load generators' published figures of every step window the run's folders
+    list (a shard's own folder, ``RUN.shard-I-of-N``, or the run's)."""
+    folders = [p for p in (stack.tmp / "runs").iterdir()
+               if (p.name == run_id or p.name.startswith(f"{run_id}.shard-")) and (p / "manifest.json").exists()]
+    want = {(w.lane, w.concurrency) for f in folders for w in read_manifest(f / "manifest.json").steps}
+    query = (f"count by (node, lane, concurrency) "
+             f"(last_over_time({promql.selector('loadgen_step_figure', run_id=run_id)}[15m]))")
+
+    def check(vm: VictoriaMetricsProcess) -> bool:
+        have = {("/".join(filter(None, (r["metric"].get("node"), r["metric"]["lane"]))),
+                 int(r["metric"]["concurrency"])) for r in vm.query(query)}
+        return want <= have
+    return check
+
+
 def _settled(stack: Stack, run_id: str) -> dict[str, Any]:
     """The fleet run as the central recommender answers it once every sample is in VictoriaMetrics and its
-    refresh tick (2 s) has analysed the shards again, twice."""
+    refresh tick (2 s) has analysed the shards again, twice. Every sample: the figures each shard published
+    as its steps ended reach the store by the agent's scrape and remote write, seconds later on a loaded
+    machine; a document analysed before they arrived took a step's figures from the histograms (one run: the
+    served b/dense c=2 lacked the published figures a later analysis of the same store read). A shard killed
+    before its last step was scraped never publishes it: after 30 s the answer is taken as it stands."""
+    with contextlib.suppress(TimeoutError):
+        stack.vm.wait_holds(_published(stack, run_id), timeout_s=30, what=f"the published figures of {run_id}")
     stack.vm.flush()
     seen: list[str] = []
     deadline = time.monotonic() + 30
