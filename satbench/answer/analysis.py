@@ -355,14 +355,13 @@ def _unsettled(rungs: _Rungs, open_doubling: Undecided | None, recommended: Step
             status = "undecided"
             why = undecided.said(policy.min_gain_per_doubling, policy.confidence)
             reason = why if reason is None else f"{why}; {reason}"
-    opened: list[str | None] = []
-    if recommended is not None:
-        late = ttft_open(recommended, policy)
-        opened = [_starvation_open(rungs.verdicts, recommended.concurrency), None if late is None else
-                  f"the TTFT objective at c={recommended.concurrency} is not settled: {late}; the answer may be "
-                  f"one doubling high"]
-    for open_why in opened:
-        if open_why is not None and status in ("ok", "unsaturated"):
+    if recommended is None or status not in ("ok", "unsaturated"):
+        return status, reason, undecided, said
+    late = ttft_open(recommended, policy)
+    for open_why in (_starvation_open(rungs.verdicts, recommended.concurrency),
+                     late and f"the TTFT objective at c={recommended.concurrency} is not settled: {late}; the "
+                              f"answer may be one doubling high"):
+        if open_why:
             said.append(open_why)
             status = "undecided"
             reason = open_why if reason is None else f"{open_why}; {reason}"

@@ -408,7 +408,7 @@ def ttft_open(step: StepFigures, policy: Policy) -> str | None:
     slo, alpha = policy.slo, 1 - policy.confidence
     if slo.ttft_p95_s is None:
         return None
-    if slo.ttft_per_1k_prompt_s and step.judged_requests:
+    if slo.ttft_per_1k_prompt_s and step.judged_requests is not None:  # as ttft_limit reads them
         n = step.judged_requests
         k = min(step.objective_misses.get("ttft", 0), n)
         what = "past their own TTFT deadline"

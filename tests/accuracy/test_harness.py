@@ -8,6 +8,7 @@ moved satbench function breaks here, in ``make test``, before the bench.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import statistics
@@ -42,9 +43,8 @@ def condition(slots: int, prompt: int, output: int, *, ttft_s: float = 1000.0, t
 
 def spread(chunk: int, sigma: float = 1.0, median: float = 200.0) -> Condition:
     """A draw whose prompts spread lognormally about ``median``, prefilled whole (0) or ``chunk`` tokens a step."""
-    base = condition(slots=4, prompt=1, output=10, chunk=chunk)
-    return Condition(**{**{f: getattr(base, f) for f in base.__dataclass_fields__},
-                        "prompt": Lengths(median, sigma, 8192)})
+    return dataclasses.replace(condition(slots=4, prompt=1, output=10, chunk=chunk),
+                               prompt=Lengths(median, sigma, 8192))
 
 
 def test_the_holds_shape_is_the_prompts_share_of_a_step_not_the_configuration() -> None:
