@@ -112,12 +112,15 @@ class TraceModel(BaseModel):
     ``attainment_target`` of its requests within every objective ("this node takes N x the recorded
     traffic"); absent where the lane replayed no trace."""
 
-    status: Literal["settled", "unsaturated", "none"] = Field(
-        description="settled: bracketed by a failing factor; unsaturated: every factor passed (a lower bound); "
-                    "none")
+    status: Literal["settled", "unsaturated", "undecided", "none"] = Field(
+        description="settled: bracketed by a failing factor, its interval within 10 % of the answer; "
+                    "unsaturated: every factor passed (a lower bound); undecided: the interval is wider (the "
+                    "reason says why); none")
     reason: str | None
     max_factor: float | None = Field(description="N in \"this node takes N x the recorded traffic\"")
-    interval: list[float] | None = Field(description="the bracket the answer was read in, in factors")
+    interval: list[float] | None = Field(description="where the crossing can lie, in factors: from the highest "
+                                                     "factor whose pass-paired attainment interval lies at or above "
+                                                     "the target to the lowest whose interval lies below it")
     recorded_rate_rps: float = Field(description="the replayed window's recorded rate (requests/s)")
     max_rate_rps: float | None = Field(description="max_factor x recorded_rate_rps")
     binding_objective: str | None = Field(description="what failed first above the answer: sustained, ttft, "

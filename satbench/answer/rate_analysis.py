@@ -174,13 +174,12 @@ def crossing(curve: Sequence[tuple[float, float]], target: float) -> tuple[float
 
 
 def rate_answer(steps: Sequence[StepFigures], policy: Policy, closed_at_answer: StepFigures | None = None,
-                capacity_rps: float | None = None, tolerance: float | None = TOLERANCE) -> RateAnswer | None:
+                capacity_rps: float | None = None, tolerance: float = TOLERANCE) -> RateAnswer | None:
     """The rate answer of a lane's rate rungs (module docstring), ``None`` without any; ``closed_at_answer`` is
     the closed rung at the lane's concurrency answer, for Little's law; ``capacity_rps`` the most requests/s
     its closed ladder served with every slot busy (``core.attainment.capacity_bound``). ``tolerance``: the
     interval follows from the rungs' attainment intervals and an answer it does not hold within that share
-    is ``undecided``; ``None``: the bracket of the rungs around the crossing, never undecided (the trace
-    answer's reading, ``answer.trace_analysis``)."""
+    is ``undecided``."""
     rungs = sorted((s for s in steps if s.rate_rps is not None), key=lambda s: s.rate_rps or 0.0)
     if not rungs:
         return None
@@ -195,7 +194,7 @@ def rate_answer(steps: Sequence[StepFigures], policy: Policy, closed_at_answer: 
             f"{p.rate_rps:g}/s {p.reason}" for p in points) + ")") if not judged else (
             f"even the lowest rate measured, {judged[0].rate_rps:g} requests/s, is not served within the objectives "
             f"({_failure(judged[0], target)})")
-        if tolerance is not None and judged and not judged[0].decided:
+        if judged and not judged[0].decided:
             return RateAnswer("undecided", f"the lowest rate measured, {judged[0].rate_rps:g} requests/s, still "
                               f"straddled the {target:.0%} target at the window's limit (arrival.max_window_s): the "
                               "answer lies near or below it (measure longer, or list lower rates)", None, None,
@@ -208,12 +207,8 @@ def rate_answer(steps: Sequence[StepFigures], policy: Policy, closed_at_answer: 
     # where the attainment curve (against the rate each rung was offered) falls through the target, never above
     # the capacity the closed ladder measured nor a rate whose backlog grew
     cross = crossing(attainment_curve(points), target)
-    interval: tuple[float, float] | None
-    if cross is not None:
-        answer, interval = cross
-    else:
-        answer = best.served_rate
-        interval = None if first_fail is None else (best.served_rate, first_fail.rate_rps)
+    answer = cross[0] if cross is not None else best.served_rate
+    interval: tuple[float, float] | None = None
     limits = [x for x in (capacity_rps, *(p.rate_rps for p in failing if p.sustained is False)) if x]
     if limits and answer > min(limits):
         answer = min(limits)
@@ -221,7 +216,7 @@ def rate_answer(steps: Sequence[StepFigures], policy: Policy, closed_at_answer: 
     status = "settled" if first_fail is not None or cross is not None else "unsaturated"
     reason = None if status == "settled" else (
         f"every rate measured passed, up to {best.served_rate:.3g} requests/s: the answer is a lower bound")
-    if tolerance is not None and status == "settled":
+    if status == "settled":
         interval = rate_interval(points, target, min(limits) if limits else None)
         low, high = interval
         if not (high * (1 - tolerance) <= answer <= low * (1 + tolerance)):

@@ -173,7 +173,7 @@ class StallFigures:
     decode_step_s: float | None
     decode_step_gaps: int
     excesses: list[float]  # per judged request, its pause excess
-    excess_of: dict[int, float]  # the same by the decoding's index
+    excess_of: dict[int, float]  # the same by the decoding's index, and those of the earlier pass's decodings
     longest_stalled_s: float | None
     prefill_events: int
     interference_share: float | None
@@ -185,13 +185,15 @@ class StallFigures:
 @dataclass(frozen=True, slots=True)
 class Decoding:
     """One request's decode as the stall figures need it: its emission gaps inside the window, all its
-    emission gaps (for its own pause), whether it is judged (sent in the window, ended or followed), and the
-    (first token, end) of its decode."""
+    emission gaps (for its own pause), whether it is judged (sent in the window, ended or followed), the
+    (first token, end) of its decode, and whether it was sent in the pass before a trace rung's window (its
+    pause excess is judged for the pass-paired attainment, ``core.attainment.paired_attainment``)."""
 
     window_gaps: list[tuple[float, float]]
     gaps: list[tuple[float, float]]
     judged: bool
     decode: tuple[float, float] | None
+    earlier: bool = False  # of the pass before a trace rung's window: its excess is wanted, not in the figures
 
 
 def jitter_baseline(clean: Sequence[float], m: int, step: float) -> float:
@@ -224,14 +226,15 @@ def stall_figures(decodings: Sequence[Decoding], prefills: Sequence[tuple[float,
     longest: float | None = None
     ordered_clean = sorted(clean) if clean_n else []
     for i, d in enumerate(decodings):
-        if not d.judged:
+        if not (d.judged or d.earlier):
             continue
         worst = 0.0
         if overlapping and step is not None:
             stalled = [b - a for a, b in d.gaps if overlaps(a, b)]
             if stalled:
                 worst = max(0.0, max(stalled) - jitter_baseline(ordered_clean, len(stalled), step))
-        excesses.append(worst)
+        if d.judged:
+            excesses.append(worst)
         excess_of[i] = worst
     for a, b in window_gaps:
         if (longest is None or b - a > longest) and overlaps(a, b):

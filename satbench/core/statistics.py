@@ -83,6 +83,7 @@ __all__ = [
     "jain_index",
     "lag1_autocorrelation",
     "max_min_share",
+    "poisson_upper",
     "preload",
     "quantile",
     "quantiles",
@@ -155,6 +156,16 @@ def t_quantile(confidence: float, dof: float) -> float:
     from scipy import stats  # here, not at import: scipy.stats costs a second of every command's start
 
     return float(stats.t.ppf(0.5 + confidence / 2, dof))
+
+
+def poisson_upper(count: float, confidence: float = 0.95) -> float:
+    """Garwood's exact one-sided upper limit of a Poisson mean given ``count`` events at ``confidence``
+    (Garwood 1936: ``chi2(confidence; 2 (count + 1)) / 2``; 3.0 for none at 95 %, the rule of three)."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+    from scipy import stats
+
+    return float(stats.chi2.ppf(confidence, 2 * (max(0.0, count) + 1)) / 2)
 
 
 def batch_rates(arrivals: Iterable[tuple[float, float]], start: float, end: float,

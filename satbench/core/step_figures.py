@@ -75,7 +75,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from satbench.core.admission import admission_figures
-from satbench.core.attainment import attainment_estimate, pass_growth
+from satbench.core.attainment import attainment_estimate, paired_attainment, pass_growth
 from satbench.core.attainment import backlog_growth as growth_of
 from satbench.core.figures import TAIL_SIZE, StepFigures, Tail
 from satbench.core.manifest import StepWindow
@@ -174,13 +174,18 @@ def window_validity(window: StepWindow, requests: int) -> tuple[bool, str | None
     return window.valid, window.reason
 
 
+def intended_times(records: Sequence[RequestRecord]) -> list[tuple[float, float]]:
+    """Each open-loop request's (intended send, end), ``inf`` where it did not end: the backlog's steps."""
+    return [(r.intended_at, r.ended_at if r.ended_at is not None else math.inf) for r in records
+            if r.intended_at is not None]
+
+
 def backlog_growth(records: Sequence[RequestRecord], start: float, end: float,
                    period_s: float | None = None) -> MeanEstimate | None:
     """How fast the backlog (requests meant to be sent by t and not ended by t) grew over ``[start, end]``
     (``core.attainment.backlog_growth``), or from pass to pass of a schedule replayed in whole passes of
     ``period_s`` (``core.attainment.pass_growth``); ``None`` for a closed rung (nothing has an intended time)."""
-    times = [(r.intended_at, r.ended_at if r.ended_at is not None else math.inf) for r in records
-             if r.intended_at is not None]
+    times = intended_times(records)
     return growth_of(times, start, end) if period_s is None else pass_growth(times, start, end, period_s)
 
 
@@ -193,7 +198,7 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
     length = max(end - start, 1e-9)
     mine = [r for r in records if r.lane == window.lane and r.concurrency == window.concurrency
             and r.rate_rps == window.rate_rps]
-    tally = _Tally(start, end, per_user={u: 0 for u in range(window.concurrency)})
+    tally = _Tally(start, end, per_user={u: 0 for u in range(window.concurrency)}, period=window.period_s)
     for rec in mine:
         tally.take(rec)
     window_gaps = [g for d in tally.decodings for g in d.window_gaps]
@@ -213,7 +218,8 @@ def compute_step_figures(records: Sequence[RequestRecord], window: StepWindow, *
         **_stall_figures(stalls, overlapping, tail_size),
         **{f.name: getattr(admission, f.name) for f in fields(admission)},
         **_open_loop_figures(tally, window, backlog_growth(mine, start, end, window.period_s), length),
-        **_goodput(objectives, tally.judged_records, stalls.excess_of, start, end),
+        **_goodput(objectives, tally.judged_records, stalls.excess_of, start, end, tally.earlier,
+                   None if window.period_s is None else (window.period_s, intended_times(mine))),
         **runtime_count_figures(tally.finished),  # type: ignore[arg-type]
         **_throughput_interval(throughput_estimate(tally.arrivals, start, end, batch_s), confidence),
         valid=valid,
@@ -239,6 +245,8 @@ class _Tally:
     waits: list[float] = field(default_factory=list)
     lags: list[float] = field(default_factory=list)
     judged_records: list[tuple[int, RequestRecord, bool]] = field(default_factory=list)  # decoding, record, cut
+    period: float | None = None  # a trace rung's pass: the pass before the window is judged too
+    earlier: list[tuple[int, RequestRecord]] = field(default_factory=list)  # decoding, record of that pass
     e2e: list[float] = field(default_factory=list)
     ttft: list[float] = field(default_factory=list)
     visible: list[float] = field(default_factory=list)
@@ -264,9 +272,13 @@ class _Tally:
         cut_off = censored(rec)
         judged = sent_in and (rec.ok or cut_off)
         ended = rec.ended_at
+        earlier = (self.period is not None and rec.intended_at is not None and start - self.period <= meant < start
+                   and (not rec.ok or ended is not None))
         self.decodings.append(Decoding([(a, b) for a, b in gaps if start <= b <= end], gaps, judged, None
                                        if rec.first_token_at is None else
-                                       (rec.first_token_at, ended if ended is not None else math.inf)))
+                                       (rec.first_token_at, ended if ended is not None else math.inf), earlier))
+        if earlier:
+            self.earlier.append((len(self.decodings) - 1, rec))
         self._take_outcome(rec, estimated)
         if sent_in:
             wait = rec.ttft_s if rec.ttft_s is not None else rec.e2e_s
@@ -423,11 +435,26 @@ def _throughput_interval(estimate: MeanEstimate | None, confidence: float) -> di
     }
 
 
+def _misses(objectives: Objectives, rec: RequestRecord, excess: float | None, cut: bool) -> list[str]:
+    """The objectives one request missed (``core.objectives``): TTFT and e2e from its intended send time; one
+    the drain cut off (``cut``) by its times so far."""
+    ttft = rec.ttft_s if rec.ttft_s is not None else (rec.e2e_s if cut else None)
+    return objectives.misses(
+        ok=rec.ok or cut, finished=not cut,
+        ttft_s=None if ttft is None else ttft + rec.lag_s, tpot_s=rec.tpot_s if rec.ok else None,
+        pause_excess_s=excess, e2e_s=None if rec.e2e_s is None else rec.e2e_s + rec.lag_s,
+        prompt_tokens=rec.prompt_tokens)
+
+
 def _goodput(objectives: Objectives | None, judged: Sequence[tuple[int, RequestRecord, bool]],
-             excess_of: dict[int, float], start: float, end: float) -> dict[str, Any]:
+             excess_of: dict[int, float], start: float, end: float,
+             earlier: Sequence[tuple[int, RequestRecord]] = (),
+             passes: tuple[float, Sequence[tuple[float, float]]] | None = None) -> dict[str, Any]:
     """Attainment and goodput of the judged requests (module docstring): each with its decoding's index (for
     its pause excess), its record and whether the drain cut it off. The attainment's standard error is the
-    one the load generator's looks used (``core.attainment.attainment_estimate``)."""
+    one the load generator's looks used (``core.attainment.attainment_estimate``); a trace rung's (``passes``:
+    its period and every request's intended send and end, with the ``earlier`` pass's requests judged alike) is
+    read pass against pass (``core.attainment.paired_attainment``)."""
     if objectives is None or not judged:
         return {}
     length = max(end - start, 1e-9)
@@ -436,13 +463,8 @@ def _goodput(objectives: Objectives | None, judged: Sequence[tuple[int, RequestR
     outcomes: list[tuple[float, bool]] = []
     waits: list[tuple[float, float]] = []
     for index, rec, cut in judged:
-        excess = excess_of.get(index)
         ttft = rec.ttft_s if rec.ttft_s is not None else (rec.e2e_s if cut else None)
-        missed = objectives.misses(
-            ok=rec.ok or cut, finished=not cut,
-            ttft_s=None if ttft is None else ttft + rec.lag_s, tpot_s=rec.tpot_s if rec.ok else None,
-            pause_excess_s=excess, e2e_s=None if rec.e2e_s is None else rec.e2e_s + rec.lag_s,
-            prompt_tokens=rec.prompt_tokens)
+        missed = _misses(objectives, rec, excess_of.get(index), cut)
         for name in missed:
             misses[name] = misses.get(name, 0) + 1
         meant = rec.intended_at if rec.intended_at is not None else rec.sent_at
@@ -452,6 +474,10 @@ def _goodput(objectives: Objectives | None, judged: Sequence[tuple[int, RequestR
         if not missed:
             tokens += rec.output_tokens
     estimate = attainment_estimate(outcomes, start, end, waits)
+    if passes is not None:
+        before = [(rec.intended_at if rec.intended_at is not None else rec.sent_at,
+                   not _misses(objectives, rec, excess_of.get(index), False)) for index, rec in earlier]
+        estimate = paired_attainment(outcomes, before, start, end, passes[0], passes[1]) or estimate
     return {"judged_requests": estimate.judged, "attained_requests": estimate.attained,
             "attainment": estimate.share, "attainment_se": estimate.se, "attainment_dof": estimate.dof,
             "goodput_rps": estimate.attained / length, "goodput_tok_s": tokens / length,

@@ -21,7 +21,10 @@ again between two such rungs teaches the answer nothing: its interval (``answer.
 bounded by the highest rate that passed decidedly and the lowest that failed decidedly. So the bisection
 narrows that bracket from its ends: the next rate halves the wider of the gaps between the decided pass and
 the first rate above it and between the last rate below the decided fail and that fail (the whole bracket
-where nothing lies inside), ``search_steps`` times; with every rung decided this is the plain bisection.
+where nothing lies inside), ``search_steps`` times; with every rung decided this is the plain bisection. A
+search that ``narrow``s (the trace factor search, whose answer is settled only where its interval holds it
+within ``answer.rate_analysis.TOLERANCE``) bisects on, up to ``search_steps`` times more, while that decided
+bracket's ends are more than the given ratio apart.
 
 ``judge(figures, arrival, capacity_rps)`` is the load generator's verdict on a finished rung
 (``core.attainment.rate_verdict``: not above the closed ladder's capacity, the backlog not growing
@@ -91,31 +94,35 @@ def _ladder(arrival: ArrivalConfig, capacity_rps: float | None) -> list[float]:
     return [rate_key(f * capacity_rps) for f in factors]
 
 
-def rung_bound(arrival: ArrivalConfig, capacity_rps: float | None) -> int:
-    """The most rungs one search measures (module docstring): its ladder's, ``HALVINGS`` and ``search_steps``."""
-    return len(_ladder(arrival, capacity_rps)) + HALVINGS + arrival.search_steps
+def rung_bound(arrival: ArrivalConfig, capacity_rps: float | None, narrow: float | None = None) -> int:
+    """The most rungs one search measures (module docstring): its ladder's, ``HALVINGS`` and ``search_steps``
+    (twice that where it ``narrow``s)."""
+    return len(_ladder(arrival, capacity_rps)) + HALVINGS + arrival.search_steps * (1 if narrow is None else 2)
 
 
 def next_rate(measured: Sequence[RateOutcome], arrival: ArrivalConfig, capacity_rps: float | None, *,
-              from_decided: bool = True) -> float | None:
+              from_decided: bool = True, narrow: float | None = None) -> float | None:
     """The next rate to measure, or ``None`` when the search is over (module docstring); ``from_decided=False``:
-    plain bisection between the point verdicts, undecided rungs or not (the trace factor search)."""
-    return _step(measured, arrival, capacity_rps, from_decided=from_decided)[0]
+    plain bisection between the point verdicts, undecided rungs or not; ``narrow``: bisect on past
+    ``search_steps``, as many times again at most, while the decided bracket's ends are more than that ratio
+    apart (the trace factor search)."""
+    return _step(measured, arrival, capacity_rps, from_decided=from_decided, narrow=narrow)[0]
 
 
 def search_end(measured: Sequence[RateOutcome], arrival: ArrivalConfig, capacity_rps: float | None,
-               unit: str = "requests/s", *, from_decided: bool = True) -> str | None:
+               unit: str = "requests/s", *, from_decided: bool = True, narrow: float | None = None) -> str | None:
     """Why the search is over, ``None`` while it goes on; one that reached ``rung_bound`` without its answer
     says ``undecided`` and why. ``unit`` names the rates (a trace's factor search: ``x``)."""
-    rate, why = _step(measured, arrival, capacity_rps, unit, from_decided=from_decided)
+    rate, why = _step(measured, arrival, capacity_rps, unit, from_decided=from_decided, narrow=narrow)
     return None if rate is not None else why
 
 
 def _step(measured: Sequence[RateOutcome], arrival: ArrivalConfig, capacity_rps: float | None,
-          unit: str = "requests/s", *, from_decided: bool = True) -> tuple[float | None, str]:
+          unit: str = "requests/s", *, from_decided: bool = True,
+          narrow: float | None = None) -> tuple[float | None, str]:
     """The next rate (``None``: over) and why the search stands where it does."""
-    rate, why = _next(measured, arrival, capacity_rps, unit, from_decided)
-    bound = rung_bound(arrival, capacity_rps)
+    rate, why = _next(measured, arrival, capacity_rps, unit, from_decided, narrow)
+    bound = rung_bound(arrival, capacity_rps, narrow)
     if rate is not None and len(measured) >= bound:
         return None, (f"undecided: the search measured {len(measured)} rungs, its bound ({bound}: the ladder's "
                       f"{bound - HALVINGS - arrival.search_steps}, {HALVINGS} halvings, {arrival.search_steps} "
@@ -124,7 +131,7 @@ def _step(measured: Sequence[RateOutcome], arrival: ArrivalConfig, capacity_rps:
 
 
 def _next(measured: Sequence[RateOutcome], arrival: ArrivalConfig, capacity_rps: float | None,
-          unit: str, from_decided: bool) -> tuple[float | None, str]:
+          unit: str, from_decided: bool, narrow: float | None = None) -> tuple[float | None, str]:
     done = {rate_key(o.rate) for o in measured}
     judged = sorted((o for o in measured if o.passed is not None), key=lambda o: o.rate)
     lowest_fail = min((o.rate for o in judged if not o.passed), default=None)
@@ -150,7 +157,8 @@ def _next(measured: Sequence[RateOutcome], arrival: ArrivalConfig, capacity_rps:
         return None, f"a rung at {_said(invalid, unit)} could not be judged (the client fell behind): a lower bound"
     bracket = f"between {_said(max(passed), unit)} (passed) and {_said(lowest_fail, unit)} (failed)"
     bisections = sum(1 for o in measured if rate_key(o.rate) not in listed) - halvings
-    if bisections >= arrival.search_steps:
+    if bisections >= arrival.search_steps * (1 if narrow is None else 2) or (
+            bisections >= arrival.search_steps and (narrow is None or _ratio(judged, passed, lowest_fail) <= narrow)):
         return None, f"decided {bracket} after {bisections} bisections"
     if from_decided:
         low, high = _edges(judged, max(passed), lowest_fail)
@@ -166,6 +174,12 @@ def _said(rate: float | None, unit: str) -> str:
     if rate is None:
         return "none"
     return factor_label(rate) if unit == "x" else f"{rate:.{RATE_DECIMALS + 4}g} {unit}"
+
+
+def _ratio(judged: Sequence[RateOutcome], passed: Sequence[float], failed: float) -> float:
+    """How far apart the decided bracket's ends are (``_edges``), as a ratio."""
+    low, high = _edges(judged, max(passed), failed)
+    return high / low if low > 0 else math.inf
 
 
 def _edges(judged: Sequence[RateOutcome], passed: float, failed: float) -> tuple[float, float]:

@@ -46,6 +46,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from satbench.answer.rate_analysis import TOLERANCE
 from satbench.core.manifest import StepWindow
 from satbench.loadgen.config import ArrivalConfig, TraceConfig
 from satbench.loadgen.open_step import OpenStepRun
@@ -53,7 +54,11 @@ from satbench.loadgen.rates import RateOutcome, factor_label, next_rate, rate_ke
 from satbench.loadgen.traces import Trace, TracePrompts
 from satbench.loadgen.workload import RequestSpec, text_body
 
-__all__ = ["TracePlan", "TraceStepRun", "factor_search_end", "next_factor", "replay_prompt", "trace_plan"]
+__all__ = ["NARROW", "TracePlan", "TraceStepRun", "factor_search_end", "next_factor", "replay_prompt", "trace_plan"]
+
+# the factor search bisects on while its decided ends are further apart than this: a bracket this narrow holds
+# any answer inside it within the answer's tolerance (0.9 x high <= answer <= 1.1 x low)
+NARROW = 1 + TOLERANCE
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,13 +176,13 @@ def next_factor(measured: Sequence[RateOutcome], trace: TraceConfig, arrival: Ar
                 recorded_rps: float) -> float | None:
     """The next speed factor to replay, or ``None`` when the search is over (module docstring); ``measured``
     holds each rung's outcome at its rate (recorded rate x factor)."""
-    # the trace answer reads the bracket around its point curve's crossing (answer.trace_analysis):
-    # plain bisection, not the rate answer's narrowing from decided ends
-    return next_rate(_in_factors(measured, recorded_rps), _search(trace, arrival), 1.0, from_decided=False)
+    # the trace answer's interval is the rate answer's, from the rungs' pass-paired intervals
+    # (answer.trace_analysis): the bisection narrows from the decided ends, on while they are too far apart to
+    # hold any answer within the tolerance
+    return next_rate(_in_factors(measured, recorded_rps), _search(trace, arrival), 1.0, narrow=NARROW)
 
 
 def factor_search_end(measured: Sequence[RateOutcome], trace: TraceConfig, arrival: ArrivalConfig,
                       recorded_rps: float) -> str | None:
     """Why the factor search is over (``loadgen.rates.search_end`` in factors), ``None`` while it goes on."""
-    return search_end(_in_factors(measured, recorded_rps), _search(trace, arrival), 1.0, unit="x",
-                      from_decided=False)
+    return search_end(_in_factors(measured, recorded_rps), _search(trace, arrival), 1.0, unit="x", narrow=NARROW)

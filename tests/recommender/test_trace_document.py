@@ -1,8 +1,10 @@
 """The trace answer where its readers read it: the document (``lanes.<key>.trace``), the capability fragment
 and the ``/metrics`` families, from the trace rungs of ``tests.recommender.trace_scenario``: 1x, 2x, 4x and 8x
 of a 2 requests/s window at 100 %, 99 %, 95 % and 50 % attainment, which crosses the 90 % target at 4.444x,
-bound by the TTFT objective. The same scenario with the backlog growing at 8x is one whose 8x rung draws no
-attainment (not sustained): the answer is then 4x, the last rung the lane sustained. A lane that replayed no
+bound by the TTFT objective: the crossing can lie anywhere between 4x and 8x, so the answer is ``undecided``
+(its interval does not hold it within 10 %), stated with that interval. The same scenario with the backlog
+growing at 8x is one whose 8x rung draws no attainment (not sustained): the answer is then 4x, the last rung
+the lane sustained. A lane that replayed no
 trace says nothing of one, so every document written before stays the same.
 """
 
@@ -32,7 +34,8 @@ def test_the_trace_answer_is_in_the_document_in_factors_with_its_evidence() -> N
     lane = read_document(_document()).lanes["dense"]
     assert lane.rate is None, "trace rungs are not open-loop rate rungs"
     trace = lane.trace
-    assert trace is not None and trace.status == "settled"
+    assert trace is not None and trace.status == "undecided"
+    assert trace.reason is not None and trace.reason.startswith("the factor's interval [4, 8] x does not hold")
     assert trace.max_factor == pytest.approx(TRUE_FACTOR, rel=1e-6)
     assert trace.max_rate_rps == pytest.approx(TRUE_FACTOR * RECORDED_RPS, rel=1e-6)
     assert trace.interval == pytest.approx([4.0, 8.0]) and trace.recorded_rate_rps == RECORDED_RPS
@@ -48,7 +51,7 @@ def test_the_trace_answer_is_in_the_document_in_factors_with_its_evidence() -> N
 
 def test_a_factor_whose_backlog_grew_bounds_the_answer_at_the_last_one_sustained() -> None:
     trace = read_document(_document(grows=True)).lanes["dense"].trace
-    assert trace is not None and trace.status == "settled" and trace.binding_objective == "sustained"
+    assert trace is not None and trace.status == "undecided" and trace.binding_objective == "sustained"
     assert trace.max_factor == pytest.approx(4.0) and trace.curve[-1].sustained is False
 
 
@@ -56,11 +59,11 @@ def test_capabilities_and_metrics_say_the_trace_answer() -> None:
     doc = _document()
     entry = capability_fragment(doc)["lanes"]["dense"]
     assert entry["trace_max_factor"] == pytest.approx(TRUE_FACTOR, rel=1e-6)
-    assert entry["trace_status"] == "settled" and entry["trace_sha256"] == EVIDENCE["sha256"]
+    assert entry["trace_status"] == "undecided" and entry["trace_sha256"] == EVIDENCE["sha256"]
     assert entry["trace_max_rate_rps"] == pytest.approx(TRUE_FACTOR * RECORDED_RPS, rel=1e-6)
     assert "max_rate_rps" not in entry
     factor = doc["lanes"]["dense"]["trace"]["max_factor"]
-    assert f'satbench_trace_max_factor{{lane="dense",status="settled"}} {float(factor)!r}' in exposition(doc)
+    assert f'satbench_trace_max_factor{{lane="dense",status="undecided"}} {float(factor)!r}' in exposition(doc)
 
 
 def test_a_lane_that_replayed_no_trace_says_nothing_of_one() -> None:

@@ -46,7 +46,7 @@ def test_the_report_says_how_much_of_the_recorded_traffic_the_node_takes(tmp_pat
     rows = [line for line in section.splitlines() if line.startswith("| ")][1:]  # past the header
     assert [row.split("|")[1].strip() for row in rows] == ["1x", "2x", "4x", "8x"]
     assert "fail" in rows[-1] and all("pass" in row for row in rows[:-1])
-    assert "4.44 x the recorded traffic of mooncake_sample.jsonl (settled)" in markdown  # the answer box
+    assert "4.44 x the recorded traffic of mooncake_sample.jsonl (undecided)" in markdown  # the answer box
     assert "speed factor (x the recorded traffic)" in html and "answer 4.44x the recorded traffic" in html
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from satbench.loadgen.config import ArrivalConfig, TraceConfig
 from satbench.loadgen.rates import RateOutcome, factor_label, next_rate, rung_bound, search_end
-from satbench.loadgen.trace_step import factor_search_end, next_factor
+from satbench.loadgen.trace_step import NARROW, factor_search_end, next_factor
 
 TRACE = TraceConfig(path=Path("t.jsonl"))  # factors 0.5, 1, 2, 4; 1.25x steps to 64; 3 bisections
 ARRIVAL = ArrivalConfig()
@@ -50,13 +50,18 @@ def test_a_light_trace_climbs_each_listed_factor_once_as_listed(recorded: float)
 @pytest.mark.parametrize("recorded", RECORDED)
 @pytest.mark.parametrize("threshold", [0.3, 0.7, 1.6, 9.0, 10.5, 33.0])
 def test_a_factor_search_brackets_its_threshold_without_asking_twice(recorded: float, threshold: float) -> None:
+    """... and narrows its bracket past its three bisections, three more at most, until its ends are within
+    ``NARROW`` (1.1) of each other: a bracket that narrow holds any answer inside it within 10 %."""
     factors = _walk_factors(recorded, lambda f: f <= threshold)
     assert len(factors) == len(set(factors)) <= rung_bound(ARRIVAL.model_copy(update={
-        "rates": None, "relative": TRACE.factors, "max_relative": TRACE.max_factor}), 1.0)
+        "rates": None, "relative": TRACE.factors, "max_relative": TRACE.max_factor}), 1.0, NARROW)
     passed = [f for f in factors if f <= threshold]
     failed = [f for f in factors if f > threshold]
     if passed:
         assert max(passed) <= threshold < min(failed)
+        bisections = len([f for f in factors if f not in CLIMB and f not in (0.25, 0.125)])
+        assert min(failed) / max(passed) <= NARROW or bisections == 2 * TRACE.search_steps, factors
+        assert bisections == TRACE.search_steps or min(failed) / max(passed) <= NARROW * 1.3, factors
     assert all(f == round(f, 6) for f in factors)
     outcomes = [RateOutcome(recorded * f, f <= threshold) for f in factors]
     said = factor_search_end(outcomes, TRACE, ARRIVAL, recorded)

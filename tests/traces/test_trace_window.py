@@ -155,10 +155,15 @@ def test_a_burst_at_the_traces_start_is_measured_not_cut_away(tmp_path: Path) ->
     profile = load_profile("dense")
     truth = true_max_factor(profile, trace, objectives=OBJECTIVES)
     answer, _ = _search(profile, trace, path)
-    assert answer.status == "settled" and answer.max_factor is not None
-    print(f"\nburst: truth {truth:.3f}x, answer {answer.max_factor:.3f}x ({answer.max_factor / truth - 1:+.1%})")
+    assert answer.status in ("settled", "undecided") and answer.max_factor is not None and answer.interval
+    print(f"\nburst: truth {truth:.3f}x, answer {answer.max_factor:.3f}x ({answer.max_factor / truth - 1:+.1%}), "
+          f"{answer.status} in {answer.interval}")
     assert answer.max_factor < 1.0
     assert abs(answer.max_factor / truth - 1) <= 0.10
+    # 66 requests a pass, none of which the quiet engine served differently pass to pass: the rule of three
+    # bounds a pass's spread at 1.9 % of the share, so a rung at 94 % straddles the target and the interval
+    # spans two sixteenths; it holds the truth
+    assert answer.interval[0] <= truth <= answer.interval[1]
 
 
 @pytest.mark.slow
