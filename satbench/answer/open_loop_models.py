@@ -47,8 +47,10 @@ class RateModel(BaseModel):
     reason: str | None
     max_rate_rps: float | None = Field(description="what an autoscaler or rate limiter reads (requests/s)")
     max_rate_rpm: int | None = Field(description="the same per minute (LiteLLM rpm)")
-    interval: list[float] | None = Field(description="the bracket the answer was read in: the last offered rate "
-                                                     "at or above the target and the next below it")
+    interval: list[float | None] | None = Field(description="where the crossing can lie: from the highest offered "
+                                                            "rate whose attainment interval lies at or above the "
+                                                            "target to the lowest whose interval lies below it "
+                                                            "(null: no bound above)")
     goodput_rps: float | None
     goodput_tok_s: float | None
     attainment: float | None
@@ -118,9 +120,10 @@ class TraceModel(BaseModel):
                     "reason says why); none")
     reason: str | None
     max_factor: float | None = Field(description="N in \"this node takes N x the recorded traffic\"")
-    interval: list[float] | None = Field(description="where the crossing can lie, in factors: from the highest "
-                                                     "factor whose pass-paired attainment interval lies at or above "
-                                                     "the target to the lowest whose interval lies below it")
+    interval: list[float | None] | None = Field(description="where the crossing can lie, in factors: from the "
+                                                            "highest factor whose pass-paired attainment interval "
+                                                            "lies at or above the target to the lowest whose "
+                                                            "interval lies below it (null: no bound above)")
     recorded_rate_rps: float = Field(description="the replayed window's recorded rate (requests/s)")
     max_rate_rps: float | None = Field(description="max_factor x recorded_rate_rps")
     binding_objective: str | None = Field(description="what failed first above the answer: sustained, ttft, "

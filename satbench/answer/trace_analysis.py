@@ -139,7 +139,7 @@ def _in_factors(rate: RateAnswer, points: tuple[TracePoint, ...], recorded: floa
     reason = rate.reason
     if rate.status == "undecided":  # said in factors, and how a trace rung is measured longer
         if factor is not None and interval is not None:
-            high = "inf" if interval[1] == math.inf else f"{interval[1]:.3g}"
+            high = "no bound above" if interval[1] == math.inf else f"{interval[1]:.3g}"
             reason = (f"the factor's interval [{interval[0]:.3g}, {high}] x does not hold the answer within "
                       f"{TOLERANCE:.0%}: the trace rungs beside the crossing straddle the {rate.target:.0%} target, "
                       "pass against pass (raise loadgen.min_window_s for more passes a rung, or list factors "

@@ -217,7 +217,7 @@ def _rate(lanes: Sequence[LaneModel]) -> Answer | None:
         assert r is not None
         if r.max_rate_rps is None:
             return Answer(None, None, None, r.status)
-        span = r.interval or [r.max_rate_rps]
+        span = [v for v in r.interval or () if v is not None]  # null: no bound above, none stated
         values.append(r.max_rate_rps)
         lows.append(min(*span, r.max_rate_rps))
         highs.append(max(*span, r.max_rate_rps))

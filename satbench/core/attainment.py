@@ -62,7 +62,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -70,9 +69,9 @@ from dataclasses import dataclass
 from satbench.core.figures import StepFigures
 from satbench.core.statistics import MeanEstimate, batch_mean_estimate, poisson_upper, t_quantile, wilson_interval
 
-__all__ = ["EARLY_LOOK_CONFIDENCE", "AttainmentEstimate", "RateVerdict", "attainment_estimate", "backlog_growth",
-           "capacity_bound", "paired_attainment", "pass_growth", "rate_look", "rate_verdict", "score_interval",
-           "step_attainment", "step_growth", "step_steady", "warmup_cut"]
+__all__ = ["EARLY_LOOK_CONFIDENCE", "SNAP_S", "AttainmentEstimate", "RateVerdict", "attainment_estimate",
+           "backlog_growth", "capacity_bound", "paired_attainment", "pass_growth", "rate_look", "rate_verdict",
+           "score_interval", "step_attainment", "step_growth", "step_steady", "warmup_cut"]
 
 MAX_BINS = 64
 _NORMAL_DOF = 1e12  # Student's quantile this far out is the normal one
@@ -80,6 +79,8 @@ PER_BIN = 4.0
 BACKLOG_SAMPLES = 64
 PASS_SAMPLES = 32
 PAIRED_BINS = 32
+SNAP_S = 1e-6  # a request this near a pass's boundary is of the pass it opens (a clock's rounding, not a moment)
+PAIR_S = 5e-6  # two passes' requests this near the same moment of the schedule are one request replayed
 GROWTH_MARGIN = 0.1  # a look passes a rate only where its backlog's growth is shown below this share of it
 # A look before the window's limit decides at three standard errors (Haybittle 1971, Peto et al. 1976): a rung
 # looked at up to seven times and stopped at the first look whose 95 % interval cleared the target reported
@@ -110,7 +111,7 @@ class AttainmentEstimate:
         (``paired_attainment``), can exceed them, where the outcomes vary less between passes than coin flips."""
         if self.judged <= 0:
             return None
-        return float(self.judged) if self.dof is None else self.dof + 1.0
+        return float(self.judged) if self.dof is None or self.judged == 1 else self.dof + 1.0
 
     def interval(self, confidence: float = 0.95) -> tuple[float, float] | None:
         """Wilson's score interval at the effective count, hulled with the batch-means interval, clipped to
@@ -183,7 +184,8 @@ def paired_attainment(outcomes: Sequence[tuple[float, bool]], earlier: Sequence[
     ``[start, end]`` is whole passes of ``period`` seconds after at least one of warm-up), its interval read
     pass against pass: ``outcomes`` are the window's requests (intended send time, attained), ``earlier`` those
     of the pass before it, ``times`` every request's (intended send, end; ``inf`` without one), for the
-    backlog. ``None`` where there is no earlier pass, the window is not whole passes or too few bins pair.
+    backlog. ``None`` where there is no earlier pass, the window is not whole passes, or fewer than five bins'
+    differences are read.
 
     What a trace rung's share is meant to estimate is the long run of the *same* schedule sent again and again
     (``testkit.accuracy.truth``'s factor truth, the operator's "traffic like this"), so the schedule is no
@@ -226,8 +228,14 @@ def paired_attainment(outcomes: Sequence[tuple[float, bool]], earlier: Sequence[
     if passes < 1 or abs(end - start - passes * period) > 1e-6 * period + 1e-9:
         return None
     base = start - period
-    rows = [(t, ok) for t, ok in earlier if base <= t < start] + [(t, ok) for t, ok in outcomes if start <= t <= end]
-    mine = [ok for t, ok in rows if t >= start]
+    # each request's pass and its moment in the schedule (s); a clock's rounding (1e-7 s at a wall time) never
+    # moves a request sent on a pass's boundary into the pass before
+    rows = [(0, t - base, ok) for t, ok in earlier if base - SNAP_S <= t < start - SNAP_S]
+    for t, ok in outcomes:
+        if start - SNAP_S <= t <= end + SNAP_S:
+            m = min(passes, max(1, math.floor((t - base + SNAP_S) / period)))
+            rows.append((m, t - base - m * period, ok))
+    mine = [ok for m, _, ok in rows if m > 0]
     judged, attained = len(mine), sum(mine)
     if judged == 0 or len(rows) == judged:
         return None
@@ -238,12 +246,11 @@ def paired_attainment(outcomes: Sequence[tuple[float, bool]], earlier: Sequence[
         first = 0
     hits = [[0] * bins for _ in range(passes + 1)]
     counts = [[0] * bins for _ in range(passes + 1)]
-    for t, ok in rows:
-        m = min(passes, int((t - base) / period))
-        b = min(bins - 1, int((t - base - m * period) / period * bins))
+    for m, phase, ok in rows:
+        b = min(bins - 1, max(0, int(phase / period * bins)))
         hits[m][b] += ok
         counts[m][b] += 1
-    discordant = _discordant(rows, base, period, passes, first / bins)
+    discordant = _discordant(rows, passes, first / bins * period)
     shares = [sum(h[first:]) / sum(c[first:]) if sum(c[first:]) else 0.0 for h, c in zip(hits, counts, strict=True)]
     residual = [[h - s * c for h, c in zip(hs, cs, strict=True)] for hs, cs, s in zip(hits, counts, shares,
                                                                                       strict=True)]
@@ -258,29 +265,33 @@ def paired_attainment(outcomes: Sequence[tuple[float, bool]], earlier: Sequence[
         widen = t_quantile(0.95, max(1.0, estimate.dof)) / t_quantile(0.95, _NORMAL_DOF)
         noise = max(noise, math.sqrt(passes * bins * variance / 2.0) / judged * widen)
     share = attained / judged
-    shift = 0.0 if first > 0 or coupled is not None else min(0.0, share - sum(hits[0]) / max(1, sum(counts[0])))
+    # the shift is no error where the passes are paired from their meeting on (or met from the start)
+    shift = 0.0 if first > 0 or coupled == 0 else min(0.0, share - sum(hits[0]) / max(1, sum(counts[0])))
     se = math.sqrt(noise * noise + shift * shift)
     effective = share * (1 - share) / (se * se) if se > 0 and 0 < share < 1 else float(judged)
     return AttainmentEstimate(attained, judged, se, max(1.0, effective - 1.0))
 
 
-def _discordant(rows: Sequence[tuple[float, bool]], base: float, period: float, passes: int,
-                from_phase: float) -> float:
-    """How many requests attained in one pass and not in the pass before (or the other way round), from the
-    share ``from_phase`` of the schedule on: request j of each pass paired by its order in the schedule (bins'
-    differences where a pass lacks some of its requests)."""
-    by_pass: list[list[tuple[float, bool]]] = [[] for _ in range(passes + 1)]
-    for t, ok in rows:
-        m = min(passes, int((t - base) / period))
-        phase = (t - base - m * period) / period
-        if phase >= from_phase:
-            by_pass[m].append((phase, ok))
+def _discordant(rows: Sequence[tuple[int, float, bool]], passes: int, from_s: float) -> float:
+    """How many requests attained in one pass and not in the pass before (or the other way round), from
+    ``from_s`` into the schedule on: each row ``(pass, moment in the schedule, attained)``, request j of a pass
+    paired with the request sent at the same moment (within ``PAIR_S``) of the pass before. Requests sent at the
+    same moment cannot be told apart: such a group counts the difference of its attained requests, at least.
+    A request without its partner (a pass lacking it) pairs with nothing."""
     total = 0.0
-    for before, after in itertools.pairwise(sorted(p) for p in by_pass):
-        if len(before) == len(after):
-            total += sum(a[1] != b[1] for a, b in zip(before, after, strict=True))
-        else:
-            total += abs(sum(ok for _, ok in after) - sum(ok for _, ok in before))
+    for m in range(1, passes + 1):
+        moments = sorted((phase, m2 == m, ok) for m2, phase, ok in rows if m2 in (m - 1, m) and phase >= from_s)
+        group: list[tuple[bool, bool]] = []
+        last = -math.inf
+        for phase, later, ok in [*moments, (math.inf, False, False)]:
+            if phase - last > PAIR_S and group:
+                before = [o for late, o in group if not late]
+                after = [o for late, o in group if late]
+                if before and after:
+                    total += abs(sum(after) - sum(before))
+                group = []
+            group.append((later, ok))
+            last = phase
     return total
 
 

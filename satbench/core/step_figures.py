@@ -75,7 +75,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from satbench.core.admission import admission_figures
-from satbench.core.attainment import attainment_estimate, paired_attainment, pass_growth
+from satbench.core.attainment import SNAP_S, attainment_estimate, paired_attainment, pass_growth
 from satbench.core.attainment import backlog_growth as growth_of
 from satbench.core.figures import TAIL_SIZE, StepFigures, Tail
 from satbench.core.manifest import StepWindow
@@ -272,8 +272,8 @@ class _Tally:
         cut_off = censored(rec)
         judged = sent_in and (rec.ok or cut_off)
         ended = rec.ended_at
-        earlier = (self.period is not None and rec.intended_at is not None and start - self.period <= meant < start
-                   and (not rec.ok or ended is not None))
+        earlier = (self.period is not None and rec.intended_at is not None
+                   and start - self.period - SNAP_S <= meant < start)  # paired_attainment places it in its pass
         self.decodings.append(Decoding([(a, b) for a, b in gaps if start <= b <= end], gaps, judged, None
                                        if rec.first_token_at is None else
                                        (rec.first_token_at, ended if ended is not None else math.inf), earlier))
@@ -476,7 +476,7 @@ def _goodput(objectives: Objectives | None, judged: Sequence[tuple[int, RequestR
     estimate = attainment_estimate(outcomes, start, end, waits)
     if passes is not None:
         before = [(rec.intended_at if rec.intended_at is not None else rec.sent_at,
-                   not _misses(objectives, rec, excess_of.get(index), False)) for index, rec in earlier]
+                   not _misses(objectives, rec, excess_of.get(index), censored(rec))) for index, rec in earlier]
         estimate = paired_attainment(outcomes, before, start, end, passes[0], passes[1]) or estimate
     return {"judged_requests": estimate.judged, "attained_requests": estimate.attained,
             "attainment": estimate.share, "attainment_se": estimate.se, "attainment_dof": estimate.dof,

@@ -124,9 +124,10 @@ def _step(measured: Sequence[RateOutcome], arrival: ArrivalConfig, capacity_rps:
     rate, why = _next(measured, arrival, capacity_rps, unit, from_decided, narrow)
     bound = rung_bound(arrival, capacity_rps, narrow)
     if rate is not None and len(measured) >= bound:
+        steps = arrival.search_steps * (1 if narrow is None else 2)
         return None, (f"undecided: the search measured {len(measured)} rungs, its bound ({bound}: the ladder's "
-                      f"{bound - HALVINGS - arrival.search_steps}, {HALVINGS} halvings, {arrival.search_steps} "
-                      f"bisections), and would still measure {_said(rate, unit)}: its outcomes do not close a bracket")
+                      f"{bound - HALVINGS - steps}, {HALVINGS} halvings, {steps} bisections), and would still "
+                      f"measure {_said(rate, unit)}: its outcomes do not close a bracket")
     return rate, why
 
 

@@ -117,7 +117,7 @@ def _rate_reading(rate: RateModel) -> tuple[float, float, float | None, str] | s
     if rate.max_rate_rps is None or rate.status == "none":
         return f"its rate answer is {rate.status}: {rate.reason or 'no rate within the objectives'}"
     point = rate.max_rate_rps
-    low = point if rate.status == "unsaturated" else rate.interval[0] if rate.interval else 0.0
+    low = point if rate.status == "unsaturated" else (rate.interval[0] or 0.0) if rate.interval else 0.0
     proven = [min(p.rate_rps, p.offered_rps or p.rate_rps) for p in rate.curve
               if p.passed and p.sustained is not False and p.attainment_interval is not None
               and p.attainment_interval[0] >= rate.attainment_target]
@@ -126,7 +126,8 @@ def _rate_reading(rate: RateModel) -> tuple[float, float, float | None, str] | s
     if conservative <= 0:
         return (f"its rate answer ({rate.status}, {point:.3g} requests/s) promises no rate: its interval reaches 0 "
                 "and no rung passed decided (measure longer, or list lower rates)")
-    upper = rate.interval[1] if rate.interval and math.isfinite(rate.interval[1]) else None
+    upper = rate.interval[1] if rate.interval and rate.interval[1] is not None and math.isfinite(rate.interval[1]) \
+        else None
     basis = ("the interval's lower end" if low >= decided else "the highest rung that passed decided")
     if conservative == point:
         basis = "the answer itself (a lower bound)" if rate.status == "unsaturated" else "the answer itself"

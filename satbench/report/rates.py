@@ -76,8 +76,9 @@ def rate_facts(rate: RateModel | None) -> list[tuple[str, str]]:
         return [("rate answer", f"{said}: {rate.reason or rate.status}")]
     interval = rate.interval
     said = f"{rate.max_rate_rps:.3g} requests/s ({rate.max_rate_rpm} rpm), {rate.status}"
-    if interval:
-        said += f", between {interval[0]:.3g} and {interval[1]:.3g}"
+    if interval and interval[0] is not None:
+        high = "no bound above" if interval[1] is None else f"{interval[1]:.3g}"
+        said += f", between {interval[0]:.3g} and {high}"
     facts = [("rate answer", said)]
     if rate.binding_objective:
         facts.append(("rate bound by", rate.binding_objective))

@@ -54,8 +54,11 @@ def trace_sentence(trace: TraceModel) -> str:
     said = (f"this node takes {bound}{trace.max_factor:.3g} x the recorded traffic of {where}: "
             f"{trace.max_rate_rps or 0:.3g} requests/s with {trace.attainment_target:.0%} of them within every "
             "objective")
-    if trace.interval:
-        said += f" (read between {trace.interval[0]:.3g}x and {trace.interval[1]:.3g}x)"
+    if trace.interval and trace.interval[0] is not None:
+        high = "no bound above" if trace.interval[1] is None else f"{trace.interval[1]:.3g}x"
+        said += f" (the crossing lies between {trace.interval[0]:.3g}x and {high})"
+    if trace.status == "undecided" and trace.reason:
+        said += f"; undecided: {trace.reason}"
     if trace.binding_objective:
         said += f"; what failed first above it: {trace.binding_objective}"
     return said

@@ -253,3 +253,26 @@ def test_passes_that_never_couple_take_their_shift_as_an_error() -> None:
     quiet = [(t, t + 0.5) for t in sent] + [(period + t, period + t + 0.5) for t in sent]
     coupled = paired_attainment(window, before, period, 2 * period, period, quiet)
     assert coupled is not None and coupled.se < 0.1
+
+
+def test_a_trace_rung_on_a_wall_clock_reads_as_on_a_clock_from_zero() -> None:
+    """The same two passes stamped on a wall clock (1.78e9 s: a float's step is 2.4e-7 s there), each time off
+    by up to a rounding: the first request of each pass, sent on its boundary, stays in its pass, and the
+    estimate is the one read from times near zero, pairs that differ included."""
+    rng = random.Random(3)
+    period, n = 60.0, 120
+    sent = [0.0, *sorted(rng.uniform(0, period) for _ in range(n - 1))]
+    first_pass = [rng.random() < 0.8 for _ in range(n)]
+    second_pass = [ok if rng.random() < 0.9 else not ok for ok in first_pass]
+
+    def estimate(origin: float, jitter: float):
+        def at(t: float) -> float:
+            return origin + t + rng.uniform(-jitter, jitter)
+        window = [(at(period + t), ok) for t, ok in zip(sent, second_pass, strict=True)]
+        before = [(at(t), ok) for t, ok in zip(sent, first_pass, strict=True)]
+        return paired_attainment(window, before, origin + period, origin + 2 * period, period)
+
+    near_zero, wall = estimate(0.0, 0.0), estimate(1.78e9, 2.4e-7)
+    assert near_zero is not None and wall is not None
+    assert (wall.judged, wall.attained) == (near_zero.judged, near_zero.attained) == (n, sum(second_pass))
+    assert wall.se == pytest.approx(near_zero.se, rel=1e-9)

@@ -11,6 +11,7 @@ trace says nothing of one, so every document written before stays the same.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from satbench.answer.policy import Policy
 from satbench.recommender.capabilities import capability_fragment
 from satbench.recommender.metrics import exposition
 from satbench.recommender.run_analysis import document_from_figures
+from satbench.report.traces import trace_sentence
 from tests.recommender.trace_scenario import EVIDENCE, RECORDED_RPS, TRUE_FACTOR, scenario
 
 
@@ -79,3 +81,18 @@ def test_trace_rungs_without_the_manifest_evidence_read_the_recorded_rate_from_t
     trace = read_document(_document(evidence=False)).lanes["dense"].trace
     assert trace is not None and trace.recorded_rate_rps == pytest.approx(RECORDED_RPS)
     assert trace.max_factor == pytest.approx(TRUE_FACTOR, rel=1e-6) and trace.trace.sha256 is None
+
+
+def test_an_interval_with_no_bound_above_is_written_and_read_as_null() -> None:
+    """The 8x rung attains 89 % of 400: its interval straddles the 90 % target, so no rung's interval lies wholly
+    below it and the crossing has no bound above. JSON has no infinity: the document says null there (it failed
+    to validate before), and the report says so in words."""
+    manifest, figures = scenario()
+    figures["dense"] = [replace(s, attained_requests=356, attainment=0.89, goodput_rps=16 * 0.89)
+                        if s.rate_rps == 16.0 else s for s in figures["dense"]]
+    doc = document_from_figures(manifest, figures, policy=Policy(), source={"kind": "records", "run_dir": "r"},
+                                generated_at=0.0)
+    trace = read_document(json.loads(json.dumps(doc))).lanes["dense"].trace
+    assert trace is not None and trace.status == "undecided" and trace.interval is not None
+    assert trace.interval[1] is None and trace.interval[0] == pytest.approx(4.0)
+    assert "no bound above" in (trace.reason or "") and "no bound above" in trace_sentence(trace)
