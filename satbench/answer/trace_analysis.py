@@ -8,7 +8,7 @@ ladder's capacity nor a rate whose backlog grew) read in factors: ``max_factor``
 which the lane stays sustainable and within its objectives, the rate answer over the recorded rate. The curve is
 each rung's attainment against its factor, its interval the rate answer's (``answer.rate_analysis.rate_interval``)
 from each rung's attainment interval, which for a trace rung is read pass against pass
-(``core.attainment.paired_attainment``: the spread of one pass of the same schedule about its long run, not the
+(``core.passes.paired_attainment``: the spread of one pass of the same schedule about its long run, not the
 swings the schedule itself makes). ``status`` is the rate answer's: ``settled`` where the interval holds the
 answer within ``TOLERANCE`` (10 %), ``undecided`` with the reason (in factors) where it does not,
 ``unsaturated`` (every factor walked passed: a lower bound) or ``none`` with the reason. Before, the interval
@@ -18,7 +18,7 @@ truth in 81.9 % of the datasheet's draws (``docs/accuracy.md``), and two settled
 
 A trace rung's figures are the whole recorded window, measured after the window played once (never cut by a
 warm-up rule for stationary processes), and its ``backlog_growth_rps`` is the backlog's growth from one pass of
-the window to the next at the same moment of the schedule (``core.attainment.pass_growth``), not the slope over
+the window to the next at the same moment of the schedule (``core.backlog.pass_growth``), not the slope over
 the window: so "the backlog grew" (binding ``sustained``) means the node falls further behind each time the
 traffic comes round, never that the recorded rate rose (``loadgen.trace_step``).
 

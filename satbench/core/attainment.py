@@ -60,27 +60,22 @@ recommender's (``answer.rate_analysis``) all call this one function.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from satbench.core.backlog import backlog_growth, pass_growth
 from satbench.core.figures import StepFigures
-from satbench.core.statistics import MeanEstimate, batch_mean_estimate, poisson_upper, t_quantile, wilson_interval
+from satbench.core.statistics import MeanEstimate, batch_mean_estimate, t_quantile, wilson_interval
 
-__all__ = ["EARLY_LOOK_CONFIDENCE", "SNAP_S", "AttainmentEstimate", "RateVerdict", "attainment_estimate",
-           "backlog_growth", "capacity_bound", "paired_attainment", "pass_growth", "rate_look", "rate_verdict",
-           "score_interval", "step_attainment", "step_growth", "step_steady", "warmup_cut"]
+__all__ = ["EARLY_LOOK_CONFIDENCE", "AttainmentEstimate", "RateVerdict", "attainment_estimate", "capacity_bound",
+           "rate_look", "rate_verdict", "score_interval", "step_attainment", "step_growth", "step_steady",
+           "warmup_cut"]
 
 MAX_BINS = 64
 _NORMAL_DOF = 1e12  # Student's quantile this far out is the normal one
 PER_BIN = 4.0
-BACKLOG_SAMPLES = 64
-PASS_SAMPLES = 32
-PAIRED_BINS = 32
-SNAP_S = 1e-6  # a request this near a pass's boundary is of the pass it opens (a clock's rounding, not a moment)
-PAIR_S = 5e-6  # two passes' requests this near the same moment of the schedule are one request replayed
 GROWTH_MARGIN = 0.1  # a look passes a rate only where its backlog's growth is shown below this share of it
 # A look before the window's limit decides at three standard errors (Haybittle 1971, Peto et al. 1976): a rung
 # looked at up to seven times and stopped at the first look whose 95 % interval cleared the target reported
@@ -108,7 +103,8 @@ class AttainmentEstimate:
     def effective(self) -> float | None:
         """The effective number of independent requests (``None`` without any): ``dof + 1``, at most the
         requests judged for a stationary window (``attainment_estimate``); a trace rung's, read pass against pass
-        (``paired_attainment``), can exceed them, where the outcomes vary less between passes than coin flips."""
+        (``core.passes.paired_attainment``), can exceed them, where the outcomes vary less between passes than
+        coin flips would."""
         if self.judged <= 0:
             return None
         return float(self.judged) if self.dof is None or self.judged == 1 else self.dof + 1.0
@@ -175,142 +171,6 @@ def attainment_estimate(outcomes: Sequence[tuple[float, bool]], start: float, en
     if se is None and waits is None:
         return AttainmentEstimate(attained, judged)
     return AttainmentEstimate(attained, judged, se, max(1.0, effective - 1.0))
-
-
-def paired_attainment(outcomes: Sequence[tuple[float, bool]], earlier: Sequence[tuple[float, bool]],
-                      start: float, end: float, period: float,
-                      times: Sequence[tuple[float, float]] = ()) -> AttainmentEstimate | None:
-    """The attainment of a schedule replayed in whole passes (a trace rung, ``loadgen.trace_step``: its window
-    ``[start, end]`` is whole passes of ``period`` seconds after at least one of warm-up), its interval read
-    pass against pass: ``outcomes`` are the window's requests (intended send time, attained), ``earlier`` those
-    of the pass before it, ``times`` every request's (intended send, end; ``inf`` without one), for the
-    backlog. ``None`` where there is no earlier pass, the window is not whole passes, or fewer than five bins'
-    differences are read.
-
-    What a trace rung's share is meant to estimate is the long run of the *same* schedule sent again and again
-    (``testkit.accuracy.truth``'s factor truth, the operator's "traffic like this"), so the schedule is no
-    source of error: only the engine's noise and the state each pass inherits are. The stationary estimate
-    (``attainment_estimate``) reads the waits' swings over the window as noise, and on a recorded schedule they
-    are mostly the schedule itself (a burst's queue comes round every pass): its intervals held the long-run
-    share of 99.8 % of the datasheet's trace rungs, and a factor interval drawn from them settled 1 of 188
-    answers. Two passes of one schedule differ by the noise alone once they are *coupled*: request j of one
-    pass and request j of the next are sent at the same moment of it, and from a moment at which both passes
-    hold the same backlog (a queue's future is its backlog and its arrivals; Lindley's recursion couples two
-    copies fed the same arrivals once both are empty) their outcomes differ only as the engine's noise makes
-    them. Before it, the pass before the window differs by what it began from (the warm-up's idle start, which
-    the long run never has): that difference is no noise of the window's. So the passes are paired from the
-    first moment of the schedule at which the window's first pass held no more backlog than the pass before
-    it; binned there by the moment of the schedule (``PAIRED_BINS`` bins a pass at most, about ``PER_BIN``
-    requests a bin), each pass's hits less its share of the paired part times the bin's count, the
-    differences of consecutive passes bin by bin are one series in time order. Their batch-means variance
-    (``core.statistics.batch_mean_estimate``, its AR(1) correction for a queue's memory across bins) is twice
-    a pass's, per bin; a whole pass of ``B`` bins has ``B`` times it, so the window's share over ``k`` passes
-    has the standard error ``sqrt(k B v / 2) / n`` (``v`` the variance of one bin's difference, ``n`` requests
-    judged), widened by the Student quantile of the series' degrees of freedom over the normal one (the
-    interval is built at the normal quantile; a few bins' variance is itself uncertain).
-
-    Where the passes never couple (the window's first pass carries more backlog than the pass before all
-    through), the node does not forget within a pass: the backlog may be growing pass to pass (then the long
-    run lies lower still) or the idle start's advantage lasts the whole pass, which two passes cannot tell
-    apart. Then every bin pairs, and a window that attained less than the pass before has that shift taken as
-    one more standard error of its own size, root-sum-square (an allowance for a systematic error of unknown
-    size, conservative where the idle start is all it was).
-
-    A schedule whose outcomes barely vary between passes (a quiet engine) pairs with few or no requests that
-    differ, and a variance read from few differences is no bound: the pass's variance is at least half
-    Garwood's one-sided 95 % upper limit (``core.statistics.poisson_upper``: 3 where none differ, the rule of
-    three) of the number of paired requests that attained in one pass and not the other (each such pair adds
-    one to the squared difference of the totals), scaled to the whole pass where only part of it paired. The
-    effective count is ``p (1 - p) / se^2``, more than ``n`` where the outcomes vary less than coin flips would
-    (Wilson's ``n`` where the share is 0 or 1), so ``AttainmentEstimate.interval`` is the hull of Wilson's score
-    interval at that count and ``p +- z se``."""
-    passes = round((end - start) / period) if period > 0 else 0
-    if passes < 1 or abs(end - start - passes * period) > 1e-6 * period + 1e-9:
-        return None
-    base = start - period
-    # each request's pass and its moment in the schedule (s); a clock's rounding (1e-7 s at a wall time) never
-    # moves a request sent on a pass's boundary into the pass before
-    rows = [(0, t - base, ok) for t, ok in earlier if base - SNAP_S <= t < start - SNAP_S]
-    for t, ok in outcomes:
-        if start - SNAP_S <= t <= end + SNAP_S:
-            m = min(passes, max(1, math.floor((t - base + SNAP_S) / period)))
-            rows.append((m, t - base - m * period, ok))
-    mine = [ok for m, _, ok in rows if m > 0]
-    judged, attained = len(mine), sum(mine)
-    if judged == 0 or len(rows) == judged:
-        return None
-    bins = max(2, min(PAIRED_BINS, int(judged / passes / PER_BIN)))
-    coupled = _coupling(times, base, period, bins)
-    first = bins if coupled is None else coupled
-    if bins - first < 5:  # too little of the pass paired: all of it, with the shift's allowance
-        first = 0
-    hits = [[0] * bins for _ in range(passes + 1)]
-    counts = [[0] * bins for _ in range(passes + 1)]
-    for m, phase, ok in rows:
-        b = min(bins - 1, max(0, int(phase / period * bins)))
-        hits[m][b] += ok
-        counts[m][b] += 1
-    discordant = _discordant(rows, passes, first / bins * period)
-    shares = [sum(h[first:]) / sum(c[first:]) if sum(c[first:]) else 0.0 for h, c in zip(hits, counts, strict=True)]
-    residual = [[h - s * c for h, c in zip(hs, cs, strict=True)] for hs, cs, s in zip(hits, counts, shares,
-                                                                                      strict=True)]
-    series = [residual[m][b] - residual[m - 1][b] for m in range(1, passes + 1) for b in range(first, bins)]
-    estimate = batch_mean_estimate(series)
-    if estimate is None:
-        return None
-    # at least what the pairs that differed show, the paired part's count scaled to the whole pass
-    noise = math.sqrt(poisson_upper(discordant) * bins / (bins - first) / 2.0) / judged
-    if estimate.se > 0:
-        variance = estimate.se * estimate.se * len(series)  # of one bin's difference
-        widen = t_quantile(0.95, max(1.0, estimate.dof)) / t_quantile(0.95, _NORMAL_DOF)
-        noise = max(noise, math.sqrt(passes * bins * variance / 2.0) / judged * widen)
-    share = attained / judged
-    # the shift is no error where the passes are paired from their meeting on (or met from the start)
-    shift = 0.0 if first > 0 or coupled == 0 else min(0.0, share - sum(hits[0]) / max(1, sum(counts[0])))
-    se = math.sqrt(noise * noise + shift * shift)
-    effective = share * (1 - share) / (se * se) if se > 0 and 0 < share < 1 else float(judged)
-    return AttainmentEstimate(attained, judged, se, max(1.0, effective - 1.0))
-
-
-def _discordant(rows: Sequence[tuple[int, float, bool]], passes: int, from_s: float) -> float:
-    """How many requests attained in one pass and not in the pass before (or the other way round), from
-    ``from_s`` into the schedule on: each row ``(pass, moment in the schedule, attained)``, request j of a pass
-    paired with the request sent at the same moment (within ``PAIR_S``) of the pass before. Requests sent at the
-    same moment cannot be told apart: such a group counts the difference of its attained requests, at least.
-    A request without its partner (a pass lacking it) pairs with nothing."""
-    total = 0.0
-    for m in range(1, passes + 1):
-        moments = sorted((phase, m2 == m, ok) for m2, phase, ok in rows if m2 in (m - 1, m) and phase >= from_s)
-        group: list[tuple[bool, bool]] = []
-        last = -math.inf
-        for phase, later, ok in [*moments, (math.inf, False, False)]:
-            if phase - last > PAIR_S and group:
-                before = [o for late, o in group if not late]
-                after = [o for late, o in group if late]
-                if before and after:
-                    total += abs(sum(after) - sum(before))
-                group = []
-            group.append((later, ok))
-            last = phase
-    return total
-
-
-def _coupling(times: Sequence[tuple[float, float]], base: float, period: float, bins: int) -> int | None:
-    """The first bin edge of the schedule at which the window's first pass (from ``base + period``) held no
-    more backlog than the pass before it (from ``base``), ``None`` where it never did or nothing tells."""
-    if not times:
-        return None
-    sends = sorted(t for t, _ in times)
-    ends = sorted(e for _, e in times)
-
-    def backlog(t: float) -> int:
-        return bisect.bisect_right(sends, t) - bisect.bisect_right(ends, t)
-
-    for b in range(bins):
-        at = base + period * b / bins
-        if backlog(at + period) <= backlog(at):
-            return b
-    return None
 
 
 def _binned_effective(timed: Sequence[tuple[float, float]], start: float, width: float, bins: int) -> float:
@@ -397,64 +257,6 @@ def rate_verdict(rate: float, attainment: AttainmentEstimate | None, growth: Mea
     return RateVerdict("pass" if share >= target else "fail", sustained, interval,
                        said + f" straddles {target:.0%} at the window's limit: undecided (its point share "
                        f"{'passes' if share >= target else 'fails'} it for the search)", decided=False)
-
-
-def backlog_growth(times: Sequence[tuple[float, float]], start: float, end: float) -> MeanEstimate | None:
-    """How fast the backlog (requests meant to be sent by t and not ended by t) grew over ``[start, end]``, per
-    second, as ``MeanEstimate(slope, se, dof)``, from each request's ``(intended send, end)`` (``inf``: not
-    ended). The slope is the least-squares line through the backlog sampled at 64 points; ``se`` is sqrt(2)
-    times the residuals' standard deviation over the window's length: the spread of the change between two
-    instants of a queue that is stable (its level wanders and comes back; arrival noise does not accumulate),
-    so a slope whose interval lies above zero is growth no stable queue shows. An overloaded queue grows by
-    the excess rate, a line far above its wander within a few seconds. ``None`` without a request."""
-    length = end - start
-    if not times or length <= 0:
-        return None
-    sends = sorted(t for t, _ in times)
-    ends = sorted(e for _, e in times)
-    xs = [start + length * i / (BACKLOG_SAMPLES - 1) for i in range(BACKLOG_SAMPLES)]
-    ys = [bisect.bisect_right(sends, t) - bisect.bisect_right(ends, t) for t in xs]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    sxx = sum((x - mx) ** 2 for x in xs)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
-    residual = math.sqrt(sum((y - my - slope * (x - mx)) ** 2 for x, y in zip(xs, ys, strict=True))
-                         / (len(xs) - 2))
-    return MeanEstimate(slope, max(math.sqrt(2.0) * residual, 0.5) / length, float(len(xs) - 2))
-
-
-def pass_growth(times: Sequence[tuple[float, float]], start: float, end: float,
-                period: float) -> MeanEstimate | None:
-    """How fast the backlog grew from one pass to the next of a schedule replayed in whole passes (a trace
-    rung, ``loadgen.trace_step``: its window ``[start, end]`` is whole passes of ``period`` seconds after at
-    least one whole pass of warm-up), per second, from each request's ``(intended send, end)`` (``inf``: not
-    ended). ``None`` without a request, or where the window is shorter than a pass.
-
-    A recorded schedule is not stationary: a trace that ramps up holds more requests in flight at its end
-    than at its start on any server, an ideal one too (Little's law: in flight = rate x latency), so the
-    backlog's slope over the window (``backlog_growth``) reads a rising rate as a growing queue. What the
-    schedule itself implies is that at the same moment of two passes the backlog is the same where the node
-    keeps up: the sends are the same, and what one pass began from (the warm-up's idle start, or the last
-    pass's end) has relaxed by the next pass's end. A node that does not keep up carries more from each pass
-    into the next, and the difference does not relax. So the figure is ``D(t) = B(t) - B(t - period)``, the
-    backlog against itself one pass earlier, averaged over the last pass's second half (32 instants) and
-    divided by the period: the carry-over's growth per pass, in requests/s like ``backlog_growth``'s slope,
-    so ``rate_verdict`` judges it by the same rule (significant, and more than a tenth of the rate: that is,
-    the backlog grows each pass by more than a tenth of a pass's requests). Its standard error is the spread of
-    ``D`` over those instants (at least half a request) over the period: the wander of a backlog against its
-    own earlier pass, which is all a node that keeps up shows there."""
-    if not times or period <= 0 or end - start < period * (1 - 1e-9):
-        return None
-    sends = sorted(t for t, _ in times)
-    ends = sorted(e for _, e in times)
-
-    def backlog(t: float) -> int:
-        return bisect.bisect_right(sends, t) - bisect.bisect_right(ends, t)
-
-    xs = [end - period / 2 + period / 2 * i / (PASS_SAMPLES - 1) for i in range(PASS_SAMPLES)]
-    ds = [backlog(t) - backlog(t - period) for t in xs]
-    mean = sum(ds) / len(ds)
-    spread = math.sqrt(sum((d - mean) ** 2 for d in ds) / (len(ds) - 1))
-    return MeanEstimate(mean / period, max(spread, 0.5) / period, float(len(ds) - 1))
 
 
 def rate_look(done: Sequence[tuple[float, float, float, bool]], pending: Sequence[tuple[float, float, bool]],

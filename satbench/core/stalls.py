@@ -187,7 +187,7 @@ class Decoding:
     """One request's decode as the stall figures need it: its emission gaps inside the window, all its
     emission gaps (for its own pause), whether it is judged (sent in the window, ended or followed), the
     (first token, end) of its decode, and whether it was sent in the pass before a trace rung's window (its
-    pause excess is judged for the pass-paired attainment, ``core.attainment.paired_attainment``)."""
+    pause excess is judged for the pass-paired attainment, ``core.passes.paired_attainment``)."""
 
     window_gaps: list[tuple[float, float]]
     gaps: list[tuple[float, float]]

@@ -75,11 +75,13 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from satbench.core.admission import admission_figures
-from satbench.core.attainment import SNAP_S, attainment_estimate, paired_attainment, pass_growth
-from satbench.core.attainment import backlog_growth as growth_of
+from satbench.core.attainment import attainment_estimate
+from satbench.core.backlog import backlog_growth as growth_of
+from satbench.core.backlog import pass_growth
 from satbench.core.figures import TAIL_SIZE, StepFigures, Tail
 from satbench.core.manifest import StepWindow
 from satbench.core.objectives import Objectives
+from satbench.core.passes import SNAP_S, paired_attainment
 from satbench.core.records import RequestRecord
 from satbench.core.runtime_counts import runtime_count_figures
 from satbench.core.stalls import Decoding, StallFigures, longest_stalled_gap, stall_figures, token_gaps
@@ -183,8 +185,8 @@ def intended_times(records: Sequence[RequestRecord]) -> list[tuple[float, float]
 def backlog_growth(records: Sequence[RequestRecord], start: float, end: float,
                    period_s: float | None = None) -> MeanEstimate | None:
     """How fast the backlog (requests meant to be sent by t and not ended by t) grew over ``[start, end]``
-    (``core.attainment.backlog_growth``), or from pass to pass of a schedule replayed in whole passes of
-    ``period_s`` (``core.attainment.pass_growth``); ``None`` for a closed rung (nothing has an intended time)."""
+    (``core.backlog.backlog_growth``), or from pass to pass of a schedule replayed in whole passes of
+    ``period_s`` (``core.backlog.pass_growth``); ``None`` for a closed rung (nothing has an intended time)."""
     times = intended_times(records)
     return growth_of(times, start, end) if period_s is None else pass_growth(times, start, end, period_s)
 
@@ -454,7 +456,7 @@ def _goodput(objectives: Objectives | None, judged: Sequence[tuple[int, RequestR
     its pause excess), its record and whether the drain cut it off. The attainment's standard error is the
     one the load generator's looks used (``core.attainment.attainment_estimate``); a trace rung's (``passes``:
     its period and every request's intended send and end, with the ``earlier`` pass's requests judged alike) is
-    read pass against pass (``core.attainment.paired_attainment``)."""
+    read pass against pass (``core.passes.paired_attainment``)."""
     if objectives is None or not judged:
         return {}
     length = max(end - start, 1e-9)

@@ -97,34 +97,37 @@ def _ladder(arrival: ArrivalConfig, capacity_rps: float | None) -> list[float]:
 def rung_bound(arrival: ArrivalConfig, capacity_rps: float | None, narrow: float | None = None) -> int:
     """The most rungs one search measures (module docstring): its ladder's, ``HALVINGS`` and ``search_steps``
     (twice that where it ``narrow``s)."""
-    return len(_ladder(arrival, capacity_rps)) + HALVINGS + arrival.search_steps * (1 if narrow is None else 2)
+    return len(_ladder(arrival, capacity_rps)) + HALVINGS + _most_bisections(arrival, narrow)
+
+
+def _most_bisections(arrival: ArrivalConfig, narrow: float | None) -> int:
+    """``search_steps``, twice that for a search that ``narrow``s."""
+    return arrival.search_steps * (1 if narrow is None else 2)
 
 
 def next_rate(measured: Sequence[RateOutcome], arrival: ArrivalConfig, capacity_rps: float | None, *,
-              from_decided: bool = True, narrow: float | None = None) -> float | None:
-    """The next rate to measure, or ``None`` when the search is over (module docstring); ``from_decided=False``:
-    plain bisection between the point verdicts, undecided rungs or not; ``narrow``: bisect on past
-    ``search_steps``, as many times again at most, while the decided bracket's ends are more than that ratio
-    apart (the trace factor search)."""
-    return _step(measured, arrival, capacity_rps, from_decided=from_decided, narrow=narrow)[0]
+              narrow: float | None = None) -> float | None:
+    """The next rate to measure, or ``None`` when the search is over (module docstring); ``narrow``: bisect on
+    past ``search_steps``, as many times again at most, while the decided bracket's ends are more than that
+    ratio apart (the trace factor search)."""
+    return _step(measured, arrival, capacity_rps, narrow=narrow)[0]
 
 
 def search_end(measured: Sequence[RateOutcome], arrival: ArrivalConfig, capacity_rps: float | None,
-               unit: str = "requests/s", *, from_decided: bool = True, narrow: float | None = None) -> str | None:
+               unit: str = "requests/s", *, narrow: float | None = None) -> str | None:
     """Why the search is over, ``None`` while it goes on; one that reached ``rung_bound`` without its answer
     says ``undecided`` and why. ``unit`` names the rates (a trace's factor search: ``x``)."""
-    rate, why = _step(measured, arrival, capacity_rps, unit, from_decided=from_decided, narrow=narrow)
+    rate, why = _step(measured, arrival, capacity_rps, unit, narrow=narrow)
     return None if rate is not None else why
 
 
 def _step(measured: Sequence[RateOutcome], arrival: ArrivalConfig, capacity_rps: float | None,
-          unit: str = "requests/s", *, from_decided: bool = True,
-          narrow: float | None = None) -> tuple[float | None, str]:
+          unit: str = "requests/s", *, narrow: float | None = None) -> tuple[float | None, str]:
     """The next rate (``None``: over) and why the search stands where it does."""
-    rate, why = _next(measured, arrival, capacity_rps, unit, from_decided, narrow)
+    rate, why = _next(measured, arrival, capacity_rps, unit, narrow)
     bound = rung_bound(arrival, capacity_rps, narrow)
     if rate is not None and len(measured) >= bound:
-        steps = arrival.search_steps * (1 if narrow is None else 2)
+        steps = _most_bisections(arrival, narrow)
         return None, (f"undecided: the search measured {len(measured)} rungs, its bound ({bound}: the ladder's "
                       f"{bound - HALVINGS - steps}, {HALVINGS} halvings, {steps} bisections), and would still "
                       f"measure {_said(rate, unit)}: its outcomes do not close a bracket")
@@ -132,7 +135,7 @@ def _step(measured: Sequence[RateOutcome], arrival: ArrivalConfig, capacity_rps:
 
 
 def _next(measured: Sequence[RateOutcome], arrival: ArrivalConfig, capacity_rps: float | None,
-          unit: str, from_decided: bool, narrow: float | None = None) -> tuple[float | None, str]:
+          unit: str, narrow: float | None = None) -> tuple[float | None, str]:
     done = {rate_key(o.rate) for o in measured}
     judged = sorted((o for o in measured if o.passed is not None), key=lambda o: o.rate)
     lowest_fail = min((o.rate for o in judged if not o.passed), default=None)
@@ -158,16 +161,13 @@ def _next(measured: Sequence[RateOutcome], arrival: ArrivalConfig, capacity_rps:
         return None, f"a rung at {_said(invalid, unit)} could not be judged (the client fell behind): a lower bound"
     bracket = f"between {_said(max(passed), unit)} (passed) and {_said(lowest_fail, unit)} (failed)"
     bisections = sum(1 for o in measured if rate_key(o.rate) not in listed) - halvings
-    if bisections >= arrival.search_steps * (1 if narrow is None else 2) or (
-            bisections >= arrival.search_steps and (narrow is None or _ratio(judged, passed, lowest_fail) <= narrow)):
+    narrowed = narrow is None or _ratio(judged, passed, lowest_fail) <= narrow
+    if bisections >= _most_bisections(arrival, narrow) or (bisections >= arrival.search_steps and narrowed):
         return None, f"decided {bracket} after {bisections} bisections"
-    if from_decided:
-        low, high = _edges(judged, max(passed), lowest_fail)
-        between = sorted({o.rate for o in judged if low < o.rate < high})
-        below, above = (between[0], between[-1]) if between else (high, low)
-        mid = rate_key((low + below) / 2) if below / low >= high / above else rate_key((above + high) / 2)
-    else:
-        mid = rate_key((max(passed) + lowest_fail) / 2)
+    low, high = _edges(judged, max(passed), lowest_fail)
+    between = sorted({o.rate for o in judged if low < o.rate < high})
+    below, above = (between[0], between[-1]) if between else (high, low)
+    mid = rate_key((low + below) / 2) if below / low >= high / above else rate_key((above + high) / 2)
     return (None, f"decided {bracket}: its midpoint was measured already") if mid in done else (mid, "bisecting")
 
 

@@ -28,7 +28,7 @@ So warm-up and window are whole passes of the scaled window (period: its length 
 one pass, and as many as ``warmup_s`` and ``min_window_s`` need where a pass is shorter, the window beginning
 and ending at the same moment of the schedule (``period_s`` on the window). That is what makes "sustained"
 mean the same as for a stationary rate without assuming one: the step figures' backlog growth of a trace rung
-is the backlog against itself one pass earlier (``core.attainment.pass_growth``), not the slope over the
+is the backlog against itself one pass earlier (``core.backlog.pass_growth``), not the slope over the
 window, which reads a ramp's rising rate (more in flight on any server) as a growing queue. A trace rung takes
 two passes and the drain where it took one.
 

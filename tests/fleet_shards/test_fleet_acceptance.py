@@ -164,17 +164,25 @@ def _shards(stack: Stack, run_id: str) -> list[tuple[int, str]]:
 
 def _published(stack: Stack, run_id: str) -> Callable[[VictoriaMetricsProcess], bool]:
     """Whether the store holds the load generators' published figures of every step window the run's folders
-    list (a shard's own folder, ``RUN.shard-I-of-N``, or the run's)."""
+    list (a shard's own folder, ``RUN.shard-I-of-N``, or the run's), all of them: a remote write may carry one
+    scrape's samples in several requests, so a step with some of its figures in the store is not yet whole (a
+    served step lacked a dozen figures a later analysis read, on a loaded machine); the count of each step's
+    series is taken as whole once two looks in a row find it unchanged."""
     folders = [p for p in (stack.tmp / "runs").iterdir()
                if (p.name == run_id or p.name.startswith(f"{run_id}.shard-")) and (p / "manifest.json").exists()]
     want = {(w.lane, w.concurrency) for f in folders for w in read_manifest(f / "manifest.json").steps}
     query = (f"count by (node, lane, concurrency) "
              f"(last_over_time({promql.selector('loadgen_step_figure', run_id=run_id)}[15m]))")
 
+    last: dict[tuple[str, int], float] = {}
+
     def check(vm: VictoriaMetricsProcess) -> bool:
         have = {("/".join(filter(None, (r["metric"].get("node"), r["metric"]["lane"]))),
-                 int(r["metric"]["concurrency"])) for r in vm.query(query)}
-        return want <= have
+                 int(r["metric"]["concurrency"])): float(r["value"][1]) for r in vm.query(query)}
+        whole = want <= have.keys() and have == last
+        last.clear()
+        last.update(have)
+        return whole
     return check
 
 

@@ -12,13 +12,13 @@ import pytest
 from satbench.core.attainment import (
     AttainmentEstimate,
     attainment_estimate,
-    backlog_growth,
     capacity_bound,
-    paired_attainment,
     rate_look,
     rate_verdict,
     warmup_cut,
 )
+from satbench.core.backlog import backlog_growth
+from satbench.core.passes import paired_attainment
 from satbench.core.statistics import MeanEstimate, poisson_upper
 
 

@@ -19,7 +19,8 @@ import pytest
 
 from satbench.answer.policy import Policy, objectives_of
 from satbench.answer.trace_analysis import TraceAnswer, trace_answer
-from satbench.core.attainment import backlog_growth, pass_growth, rate_look, rate_verdict
+from satbench.core.attainment import rate_look, rate_verdict
+from satbench.core.backlog import backlog_growth, pass_growth
 from satbench.core.figures import StepFigures
 from satbench.core.step_figures import compute_step_figures
 from satbench.loadgen.config import ArrivalConfig, TraceConfig
