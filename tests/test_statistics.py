@@ -23,6 +23,7 @@ from satbench.core.statistics import (
     quantiles,
     relative_half_width,
     t_quantile,
+    tail_share,
 )
 
 
@@ -224,3 +225,55 @@ def test_shortfall_is_the_binomial_lower_tail() -> None:
     assert shortfall_p_value(0, 10, 0.25) == pytest.approx(0.75**10)
     assert shortfall_p_value(1, 4, 0.5) == pytest.approx((1 + 4) / 16)
     assert shortfall_p_value(10, 10, 0.25) == pytest.approx(1.0) and shortfall_p_value(3, 0, 0.25) == 1.0
+
+
+def _lognormal_tail(rng: random.Random, n: int, sigma: float) -> tuple[tuple[float, ...], int]:
+    values = sorted((rng.lognormvariate(0.0, sigma) for _ in range(n)), reverse=True)
+    return tuple(values[:16]), n
+
+
+@pytest.mark.parametrize("sigma", [0.3, 0.5, 0.8])
+@pytest.mark.parametrize("n", [20, 40, 100])
+def test_the_tail_share_bound_rarely_calls_a_two_percent_share_within_one(sigma: float, n: int) -> None:
+    """Lognormal pauses (prompt-driven holds), a limit 2 % of them pass: the 95 % bound read from the 16 largest
+    of n falls within 1 % (the rung taken as free of starvation) in few of 300 windows."""
+    from scipy import stats
+
+    rng = random.Random(f"tail:{sigma}:{n}")
+    limit = math.exp(sigma * float(stats.norm.ppf(0.98)))
+    within = sum(tail_share(*_lognormal_tail(rng, n, sigma), limit, 0.95) <= 0.01 for _ in range(300))
+    assert within <= 15  # 5 %
+
+
+@pytest.mark.parametrize("n", [40, 100])
+def test_the_tail_share_bound_clears_a_limit_far_above_the_pauses(n: int) -> None:
+    """Pauses of sigma 0.3 and a limit four times their median (2 in a million past it): the bound says within
+    1 % in nearly every window of 40 and 100 requests, so the check settles a rung far from its limit. (At three
+    times the median, 1 in 10,000, it does so in 13 % of windows of 20, 43 % of 40 and 78 % of 100: a bound
+    read from a few pauses is wide, and the walk reads the rungs above it.)"""
+    rng = random.Random(f"far:{n}")
+    within = sum(tail_share(*_lognormal_tail(rng, n, 0.3), 4.0, 0.95) <= 0.01 for _ in range(300))
+    assert within >= 270
+
+
+def test_the_tail_share_point_reads_an_exponential_tail() -> None:
+    """Exponential values (the tail's own model), a limit 1 % of them pass: the point estimate's median over 300
+    samples of 200 is within a third of 1 %."""
+    rng = random.Random("exp")
+    limit = math.log(100.0)
+    points = sorted(tail_share(tuple(sorted((rng.expovariate(1.0) for _ in range(200)), reverse=True)[:16]), 200,
+                               limit) for _ in range(300))
+    assert 0.0067 <= points[150] <= 0.0133
+
+
+def test_tail_share_edges() -> None:
+    assert tail_share((), 0, 1.0) == 1.0  # nothing measured: nothing bounded
+    assert tail_share((0.0,) * 16, 40, 1.0, 0.95) == 0.0  # no request held at all
+    # three pauses 0.1 s apart: past the smallest by 0.15 s on average, two of three past it
+    assert tail_share((0.5, 0.4, 0.3), 3, 1.0) == pytest.approx(2 / 3 * math.exp(-0.7 / 0.15))
+    # two held requests: too few for a tail; each may lie past the limit (Clopper-Pearson of 2 of 40)
+    assert tail_share((0.02, 0.01, 0.0, 0.0), 40, 1.0, 0.95) == pytest.approx(0.169, abs=0.002)
+    assert tail_share((0.02, 0.01, 0.0, 0.0), 40, 1.0) == 0.0
+    # a limit below every kept value: at least 16 of 100 past it
+    assert tail_share(tuple(range(20, 4, -1)), 100, 1.0) == pytest.approx(0.16)
+    assert tail_share((3.0, 2.0, 1.0), 10, 2.5, 0.95) <= 1.0

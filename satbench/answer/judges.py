@@ -15,7 +15,11 @@ The judgments (definitions of the figures in ``core.step_figures``; the reasons 
   ``slo.tbt_p99_s``; where the policy sets ``max_pause_ratio``, also past that many of the lane's steps. The
   p99 objective is broken when *significantly* more than 1 % of the rung's requests were held (the binomial
   count test of ``core.statistics.exceedance_p_value`` at ``1 - confidence``), so a p99 over 20 requests is
-  not their largest one; more than 1 % held but too few to show it is ``insufficient_data``. The cause is
+  not their largest one; more than 1 % held but too few to show it is ``insufficient_data``, and so is a rung
+  whose pauses do not show at most 1 % held: fewer than 1 % past the limit among 20 requests says little of
+  the population, so the share past it is bounded from the tail of the pauses the rung kept
+  (``core.statistics.tail_share``'s upper bound, an exponential tail above the largest kept pauses) and
+  must be at most 1 %. The cause is
   part of the definition: a pause that no prefill overlapped is no starvation, and a slow step everywhere is
   judged by the ITL objective (``core.stalls``). The shape does not move with the hardware (a faster machine
   shortens the hold and the step in proportion), so the real pair ``-b 2048``/``-b 256`` is told apart on
@@ -58,7 +62,7 @@ from dataclasses import dataclass
 
 from satbench.answer.policy import Policy
 from satbench.core.figures import MemoryFigures, StepFigures, Tail
-from satbench.core.statistics import exceedance_p_value
+from satbench.core.statistics import exceedance_p_value, tail_share
 
 __all__ = [
     "Check",
@@ -209,7 +213,14 @@ def decode_check(step: StepFigures, policy: Policy, lane: LaneBasis) -> Check:
         return Check("insufficient_data", p99, limit,
                      f"{said}; {events} prefills beside a decode: too few to show the pauses bounded (policy "
                      f"needs {policy.min_prefill_events})")
-    return Check("ok", p99, limit, f"{said}; {count}, over {events} prefills beside a decode")
+    bound = tail_share(tail.top, tail.n, limit, policy.confidence)
+    if bound > 1 - 0.99:
+        return Check("insufficient_data", p99, limit,
+                     f"{said}; {count}, but the tail of the pauses allows up to {bound:.1%} held past it "
+                     f"({policy.confidence:.0%} bound): too few requests to show at most 1 % (a longer window "
+                     f"would tell)")
+    return Check("ok", p99, limit, f"{said}; {count}, over {events} prefills beside a decode; at most "
+                                   f"{bound:.2%} held past it ({policy.confidence:.0%} bound from the tail)")
 
 
 def interference_check(step: StepFigures, policy: Policy, lane: LaneBasis) -> Check:

@@ -389,3 +389,69 @@ def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
     center = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
     return (max(0.0, center - half), min(1.0, center + half))
+
+
+
+
+TAIL_THRESHOLDS = (16, 8)  # the kept values' ranks a tail is read above: all 16 of them, and the upper half
+
+
+def tail_share(top: Sequence[float], n: int, limit: float, confidence: float | None = None) -> float:
+    """The share of the population of ``n`` observations that lies past ``limit``, read from the largest of them
+    (``top``, descending, as ``core.figures.Tail`` keeps them) by an exponential tail above a threshold ``u``
+    (peaks over threshold: Pickands 1975, Balkema and de Haan 1974, with the generalised Pareto's shape 0, the
+    tail of every distribution in Gumbel's domain: the lognormal of prompt-driven holds, and a bounded hold erring
+    high). The ``m`` values above ``u`` exceed it by ``s`` on average, and the share is
+    ``m / n * exp(-(limit - u) / s)``: the point estimate, or with ``confidence`` an upper bound at that
+    confidence, split between ``s`` (``2 m s / s_true`` is chi-square with ``2 m`` degrees of freedom) and the
+    share past ``u`` (Clopper-Pearson's interval of ``m`` of ``n``). ``u`` is the 16th largest value and the 8th
+    (``TAIL_THRESHOLDS``), the smaller bound of the two (Bonferroni over both, so it holds at ``confidence``) and
+    its point: pauses of two kinds (a request barely held beside one held a whole prefill) put the 16th largest
+    among the small ones, and an exponential drawn through both modes reads a long tail where the upper one is a
+    tight cluster. A limit below ``u`` is read from the count (every kept value past it: ``m / n``, or
+    Clopper-Pearson's upper end). Observations of 0 (a request no prefill held) lie below every limit and count in
+    ``n`` only; no positive value, no share.
+
+    Measured (lognormal samples of 15-250 values, a limit that 1 % of the population passes): the bound is below
+    1 % in at most 11 % of samples for sigma up to 0.8, but in a quarter to a half of 15-25-value samples at
+    sigma 1.2, where a few values cannot show how heavy the tail is. A Pareto tail (Hill 1975) is never low
+    there, but it bounded too few light tails to be useful: on the datasheet it settled 131 of 200 lane answers
+    against 141 for the exponential, with the same share of them on target (93.6 % and 94.1 % far from every
+    threshold)."""
+    values = [v for v in top if v > 0][:max(n, 0)]
+    if n <= 0:
+        return 1.0
+    if not values:
+        return 0.0
+    if limit < values[-1] or len(values) < 3:  # every kept value past it, or too few to read a tail
+        return _exponential_tail(values, n, limit, confidence)
+    ranks = [k for k in TAIL_THRESHOLDS if 3 <= k <= len(values)] or [len(values)]
+    each = 1 - (1 - (0.95 if confidence is None else confidence)) / len(ranks)
+    reads = [(_exponential_tail(values[:k], n, limit, each), _exponential_tail(values[:k], n, limit, None))
+             for k in ranks]
+    bound, point = min(reads)
+    return point if confidence is None else bound
+
+
+def _exponential_tail(values: Sequence[float], n: int, limit: float, confidence: float | None) -> float:
+    """``tail_share`` above the smallest of ``values`` (the largest ``len(values)`` of ``n``, all positive)."""
+    from scipy import stats
+
+    alpha = 1.0 if confidence is None else (1 - confidence) / 2
+    k, u = len(values), values[-1]
+    if limit < u or k < 3:
+        # every kept value past it (the count says it), or too few positive values to read a tail: each of
+        # them may lie past it in the population
+        past = k if confidence is not None or limit < u else sum(1 for v in values if v > limit)
+        if confidence is None:
+            return past / n
+        return 1.0 if past >= n else float(stats.beta.ppf(1 - alpha, past + 1, n - past))
+    m = k - 1
+    s = sum(v - u for v in values[:-1]) / m
+    if s <= 0:
+        return 0.0
+    if confidence is None:
+        return min(1.0, m / n * math.exp(-(limit - u) / s))
+    s_hi = 2 * m * s / float(stats.chi2.ppf(alpha, 2 * m))
+    share = float(stats.beta.ppf(1 - alpha, m + 1, n - m))
+    return min(1.0, share * math.exp(-(limit - u) / s_hi))

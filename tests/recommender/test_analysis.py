@@ -89,19 +89,22 @@ def test_no_knee_while_doublings_still_pay_and_the_top_says_unsaturated() -> Non
 
 
 def test_an_answer_whose_rung_held_more_than_one_percent_is_not_settled_whatever_the_interpolated_p99() -> None:
-    """1 of 46 requests held 0.12 s at the answer's rung, where the hold grows with the prompt (0.1 s limit): more
+    """1 of 46 requests held 0.12 s at c=4 and above, where the hold grows with the prompt (0.1 s limit): more
     than the 1 % a p99 allows, too few to show it is more than chance. Interpolated over 46 requests the p99 reads
     95 ms, under the limit, but by the count (the value at most 1 % exceed: here the largest) it is 120 ms: the
-    check says that figure, and the answer resting on the rung is undecided, not settled."""
+    check says that figure, and the walk stops below the rung, undecided, not settled on it; a rung above that
+    showed none held would have bounded it (the share held does not fall as concurrency grows)."""
     shape = {"stall_prompt_elasticity": 1.0}
     c4 = {**shape, "requests": 46, "pause_excess_tail": Tail.of([0.12] + [0.005] * 45),
           "pause_excess_s": Quantiles(0.005, 0.005, 0.095)}
-    result = analyze_lane("dense", ladder(CURVE, c1=shape, c2=shape, c4=c4, c8=shape, c16=shape), POLICY)
+    result = analyze_lane("dense", ladder(CURVE, c1=shape, c2=shape, c4=c4, c8=c4, c16=c4), POLICY)
     assert (result.recommended_concurrency, result.status, result.binding_constraint) == (
-        4, "undecided", "throughput_plateau")
+        2, "undecided", "decode_starvation")
     check = result.verdicts[2].checks["decode_starvation"]
     assert (check.status, check.measured, check.limit) == ("insufficient_data", 0.12, 0.1)
     assert result.reason is not None and "decode starvation at c=4 is not settled" in result.reason
+    bounded = analyze_lane("dense", ladder(CURVE, c1=shape, c2=shape, c4=c4, c8=shape, c16=shape), POLICY)
+    assert (bounded.recommended_concurrency, bounded.status) == (4, "ok")
     # none held past the limit: settled
     calm = analyze_lane("dense", ladder(CURVE, c1=shape, c2=shape, c4={**c4, **held(0, n=46)}, c8=shape,
                                         c16=shape), POLICY)
@@ -202,3 +205,47 @@ def test_gains_are_listed_per_step() -> None:
     rows = analyze_lane("dense", ladder(CURVE), POLICY).step_models()
     assert [r.gain_per_doubling for r in rows][:3] == [None, pytest.approx(1.0), pytest.approx(1.0)]
     assert "lane" not in TypeAdapter(StepModel).dump_python(rows[0]), "the document's key names the lane"
+
+
+def _spread(n: int, high: float, low: float) -> dict[str, Any]:
+    """A rung of ``n`` requests whose 16 longest pauses run evenly from ``high`` down to ``low`` seconds past their
+    decode step (the rest are shorter): too few requests to show the share past the stall limit either way."""
+    top = [high - (high - low) * i / 15 for i in range(16)]
+    values = top + [low / 2] * (n - 16)
+    ordered = sorted(values)
+    return {"pause_excess_tail": Tail.of(values),
+            "pause_excess_s": Quantiles(ordered[n // 2], ordered[round(0.95 * (n - 1))],
+                                        ordered[round(0.99 * (n - 1))])}
+
+
+PAST = _spread(30, 0.24, 0.09)  # no request past the 250 ms limit, but their tail points past 1 % of them
+WITHIN = _spread(20, 0.10, 0.04)  # their tail points within 1 %, and 20 requests cannot bound it there
+
+
+def test_the_spread_rungs_are_what_they_say() -> None:
+    from satbench.core.statistics import tail_share
+
+    for rung, point_past in ((PAST, True), (WITHIN, False)):
+        tail = rung["pause_excess_tail"]
+        assert tail_share(tail.top, tail.n, 0.25, 0.95) > 0.01  # not bounded within 1 %
+        assert (tail_share(tail.top, tail.n, 0.25) > 0.01) is point_past
+        assert tail.above(0.25)[0] == 0
+
+
+def test_a_rung_whose_pauses_may_break_the_stall_limit_is_not_taken_on_trust() -> None:
+    """Decode starvation neither shown nor bounded within 1 %: where the rung's pauses point past the limit the
+    walk stops below it, undecided; where a higher rung shows its pauses within the limit, that bounds this one
+    too (a higher rung puts more prefills beside each decode); where they point within it the walk goes on, and
+    an answer on such a rung is undecided."""
+    stopped = analyze_lane("dense", ladder(GROWING, c2=PAST, c4=PAST, c8=STALLED), POLICY)
+    assert (stopped.recommended_concurrency, stopped.status, stopped.binding_constraint) == \
+        (1, "undecided", "decode_starvation")
+    assert stopped.verdicts[1].checks["decode_starvation"].status == "insufficient_data"
+    assert "c=2 is not settled" in (stopped.reason or "") and "one doubling low" in (stopped.reason or "")
+    bounded = analyze_lane("dense", ladder(GROWING, c2=PAST), POLICY)  # c=4 and c=8 show 0 of 100 held
+    assert (bounded.recommended_concurrency, bounded.status) == (8, "unsaturated")
+    on_trust = analyze_lane("dense", ladder(GROWING, c8=WITHIN), POLICY)
+    assert (on_trust.recommended_concurrency, on_trust.status) == (8, "undecided")
+    assert "c=8 is not settled" in (on_trust.reason or "") and "one doubling high" in (on_trust.reason or "")
+    flagged = analyze_lane("dense", ladder(GROWING, c2=PAST, c4=STALLED), POLICY)
+    assert (flagged.recommended_concurrency, flagged.status) == (1, "undecided")
