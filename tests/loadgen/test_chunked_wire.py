@@ -42,8 +42,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 # stability checks, which are not what is tested here; the plateau decides, its floor at 25 % a doubling so that
 # 5 s intervals settle it (c=4 to 8 gains under 5 %, +-10 %; 2 to 4 about 70 %). One length keeps the prefills
 # in lockstep too, so held steps are under 5 % of a request's and ITL p95 is the decode step's: where they are
-# more (prefills at every few steps), no framing of several tokens an event shows which step was held.
-POLICY = Policy(min_requests_per_step=2, max_throughput_ci_ratio=5.0, min_gain_per_doubling=0.25)
+# more (prefills at every few steps), no framing of several tokens an event shows which step was held. Decode
+# starvation is not what is tested either: a 64-token prompt prefilled whole holds the other decodes ~73 ms, near
+# the 0.1 s a growing hold may take, and the check takes a rung as free of it only where its pauses show at most
+# 1 % past the limit; 36 requests a 5 s window spread by a loaded machine's jitter do not (c=4 read undecided in
+# two full runs), so the hold is judged against the time objective alone, far above it.
+POLICY = Policy(min_requests_per_step=2, max_throughput_ci_ratio=5.0, min_gain_per_doubling=0.25,
+                min_pause_excess_s=0.25)
 
 
 def weighted_p95(pairs: list[tuple[float, int]]) -> float:
