@@ -37,9 +37,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from satbench.answer.curve import CurvePoint, Knee, kneedle, monotone_fit, saturation_rung
-from satbench.answer.judges import Check, ttft_open
+from satbench.answer.judges import ttft_open
 from satbench.answer.models import CheckModel, FairnessModel, StarvationModel, StepModel, ViolationModel
 from satbench.answer.policy import Policy
+from satbench.answer.starvation_walk import starvation_open, starvation_stops
 from satbench.answer.verdicts import StepVerdict, check_step
 from satbench.core.drift import Drift, answer_recheck, lane_drift
 from satbench.core.figures import MemoryFigures, StepFigures
@@ -49,7 +50,6 @@ from satbench.core.statistics import (
     gain_interval,
     gain_per_doubling,
     indistinguishable,
-    tail_share,
 )
 
 __all__ = ["LaneAnalysis", "Undecided", "analyze_lane", "at_confidence"]
@@ -281,53 +281,6 @@ def _rechecked(lane: str, walked: LaneAnalysis, usable: Sequence[StepFigures], w
     return dataclasses.replace(best, status="undecided", reason=reason, notes=(*best.notes, f"drift: {why}"))
 
 
-def _starvation_check(verdicts: Sequence[StepVerdict], i: int) -> Check | None:
-    """Rung ``i``'s decode-starvation check where it is not settled: ``insufficient_data`` (neither starvation
-    nor at most 1 % of its requests held shown: ``answer.judges.decode_check``) and no higher rung shown within
-    the stall limit either. A higher rung puts more prefills beside each decode (more users, each prefilling in
-    turn), so the share held past the limit does not fall as concurrency grows, and a higher rung shown within
-    it (below any rung shown starved) shows this one within it too. ``None`` where it is settled."""
-    check = verdicts[i].checks.get("decode_starvation")
-    if check is None or check.status != "insufficient_data":
-        return None
-    for verdict in verdicts[i + 1:]:
-        above = verdict.checks.get("decode_starvation")
-        if above is not None and above.status == "flagged":
-            break  # a starved rung above: the ones beyond it cannot speak for this one
-        if above is not None and above.status == "ok" and above.limit is not None:
-            return None
-    return check
-
-
-def _starvation_stops(rungs: _Rungs, i: int) -> str | None:
-    """Why the walk stops below rung ``i``: its decode starvation is not settled (``_starvation_check``) and its
-    requests point past the policy's 1 %, by their count or by the tail of their pauses
-    (``core.statistics.tail_share``). A rung whose holds more likely than not break the stall limit is not taken
-    on trust: the answer is the rung below, ``undecided``. ``None`` where the walk may go on."""
-    check = _starvation_check(rungs.verdicts, i)
-    if check is None:
-        return None
-    step = rungs.ordered[i]
-    tail = step.pause_excess_tail
-    point = 1.0 if check.limit is None or not tail.n else tail_share(tail.top, tail.n, check.limit)
-    if point <= 1 - 0.99 and (check.measured is None or check.limit is None or check.measured <= check.limit):
-        return None
-    return (f"decode starvation at c={step.concurrency} is not settled: {check.detail}; the answer may be one "
-            f"doubling low")
-
-
-def _starvation_open(rungs: _Rungs, concurrency: int) -> str | None:
-    """Why the answer's rung is not shown free of decode starvation (``_starvation_check``), where the walk
-    accepted it on its requests pointing within the stall limit: the answer is then ``undecided``, not settled
-    on a check that could not decide. ``None`` otherwise."""
-    i = next((i for i, v in enumerate(rungs.verdicts) if v.concurrency == concurrency), None)
-    check = None if i is None else _starvation_check(rungs.verdicts, i)
-    if check is None:
-        return None
-    return (f"decode starvation at c={concurrency} is not settled: {check.detail}; the answer may be one "
-            f"doubling high")
-
-
 @dataclass(frozen=True, slots=True)
 class _Rungs:
     """One lane's rungs as the walk reads them: deduplicated, in increasing concurrency and at the policy's
@@ -392,7 +345,7 @@ def _unsettled(rungs: _Rungs, open_doubling: Undecided | None, recommended: Step
     if recommended is None or status not in ("ok", "unsaturated"):
         return status, reason, undecided, said
     late = ttft_open(recommended, policy)
-    for open_why in (_starvation_open(rungs, recommended.concurrency),
+    for open_why in (starvation_open(rungs.verdicts, recommended.concurrency),
                      late and f"the TTFT objective at c={recommended.concurrency} is not settled: {late}; the "
                               f"answer may be one doubling high"):
         if open_why:
@@ -496,7 +449,7 @@ def _walk(lane: str, steps: Sequence[StepFigures], policy: Policy) -> LaneAnalys
             return _plateau_answer(rungs, open_doubling, accepted, step, gain, interval, broken)
         if broken:
             return _answer(rungs, open_doubling, "ok", None, accepted, broken[0], next_rung_constraints=broken)
-        unsettled = _starvation_stops(rungs, i)
+        unsettled = starvation_stops(ordered, verdicts, i)
         if unsettled is not None:
             return _answer(rungs, open_doubling, "undecided", unsettled, accepted, "decode_starvation")
         open_doubling = None if decision == "pays" or interval is None else Undecided(

@@ -232,7 +232,7 @@ SPELLED = {
     "slo_itl": {"answer/checks.py", "answer/judges.py"},
     "slo_e2e": {"answer/checks.py", "answer/judges.py"},
     # the lane's starvation summary (analysis) and the tune's count of held requests (search)
-    "decode_starvation": {"answer/checks.py", "answer/analysis.py", "tune/search.py"},
+    "decode_starvation": {"answer/checks.py", "answer/analysis.py", "answer/starvation_walk.py", "tune/search.py"},
     "prefill_starvation": {"answer/checks.py", "answer/analysis.py"},
     "interference": {"answer/checks.py", "answer/analysis.py"},
     # the curve's answers: the analysis decides them, the report words the plateau's evidence, the tune prunes
