@@ -31,10 +31,12 @@ from testkit.sim import SimulatorProcess
 from testkit.stream_server import StreamServer, StreamServerConfig
 
 RATE = 40.0
+LAG_S = 0.25  # the schedule lag a rung may keep in the one-answer test (a quarter of its TTFT objective)
 
 
-def _walk(url: str, out: Path, rates: list[float], workers: int, window_s: float) -> RunManifest:
-    config = _config(url, rates, workers, window_s)
+def _walk(url: str, out: Path, rates: list[float], workers: int, window_s: float,
+          max_lag_s: float = 0.05) -> RunManifest:
+    config = _config(url, rates, workers, window_s, max_lag_s)
     runner = LadderRunner(config, out, run_id=f"20261206T000000Z-w{workers}")
     try:
         return asyncio.run(runner.run())
@@ -42,14 +44,14 @@ def _walk(url: str, out: Path, rates: list[float], workers: int, window_s: float
         runner.close()
 
 
-def _config(url: str, rates: list[float], workers: int, window_s: float) -> LoadgenConfig:
+def _config(url: str, rates: list[float], workers: int, window_s: float, max_lag_s: float = 0.05) -> LoadgenConfig:
     return LoadgenConfig.model_validate({
         "lanes": [{"name": "dense", "url": url, "api": "llamacpp"}], "ladder": {"concurrency": [2], "extend": False},
         "warmup_s": 0.5, "min_window_s": window_s, "max_window_s": window_s, "min_requests": 2,
         "drain_timeout_s": 5.0, "max_loop_lag_s": 1.0, "progress": False, "metrics_port": None,
         "workload": {"output_tokens": {"value": 16}, "prompt_tokens": {"value": 32}, "seed": 3},
         "arrival": {"process": "poisson", "rates": rates, "search_steps": 0, "warmup_s": 0.5,
-                    "max_window_s": window_s, "workers": workers},
+                    "max_window_s": window_s, "workers": workers, "max_lag_s": max_lag_s},
         "objectives": {"ttft_s": 1.0}})
 
 
@@ -87,17 +89,23 @@ def test_two_hosts_fifty_ms_apart_give_one_consistent_record(tmp_path: Path, mon
 @pytest.mark.slow
 def test_one_lane_answers_the_same_from_one_process_and_from_two(tmp_path: Path) -> None:
     """A rate far below the lane's capacity passes and one far above fails, from one sending process and from
-    two; each rung's attainment intervals overlap (the answer does not depend on who sends)."""
+    two; each rung's attainment intervals overlap (the answer does not depend on who sends).
+
+    What is compared is the verdict on the server, not whether a client keeps its schedule: the high rung is
+    twice the capacity (far above it: its backlog grows by the capacity each second) rather than a rate one
+    process on a loaded machine cannot send, and the schedule lag allowed is 0.25 s, a quarter of the TTFT
+    objective (one process at 3x capacity fell 50 ms behind on a loaded host and its rung, rightly, could not
+    be judged)."""
     verdicts: dict[int, dict[float, tuple[bool | None, tuple[float, float]]]] = {}
     profile = load_profile("dense")  # the lane's capacity as its engine model implies, every slot busy
     capacity = closed_loop_capacity(profile, 32, 16, profile.server.slots).requests_per_s
     with SimulatorProcess("dense") as sim:
-        low, high = round(0.3 * capacity, 1), round(3.0 * capacity, 1)
+        low, high = round(0.3 * capacity, 1), round(2.0 * capacity, 1)
         for workers in (1, 2):
             out = tmp_path / f"w{workers}"
-            manifest = _walk(sim.url, out, [low, high], workers, 5.0)
+            manifest = _walk(sim.url, out, [low, high], workers, 5.0, LAG_S)
             records = list(read_records(out / "records.jsonl", strict=True))
-            config = _config(sim.url, [low, high], workers, 5.0)
+            config = _config(sim.url, [low, high], workers, 5.0, LAG_S)
             for w in manifest.windows("dense"):  # each rung's stated sends are its records' (the second rung too:
                 if w.rate_rps is None:  # its indices start again, the senders' order ids do not)
                     continue
@@ -123,6 +131,7 @@ def _judged(records: list[Any], window: Any, config: LoadgenConfig) -> tuple[boo
     outcome = judge(figures, config.arrival)
     estimate = step_attainment(figures)
     assert estimate is not None, window
+    assert figures.valid, (window.rate_rps, figures.reason)  # a rung that could not be judged says why
     interval = estimate.interval()
     assert interval is not None, window
     return outcome.passed, interval
