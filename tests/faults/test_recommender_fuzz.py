@@ -10,6 +10,7 @@ token every write is a 401; with it the writes reach validation, the bounds and 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import shutil
 import tempfile
 import time
@@ -26,6 +27,9 @@ from satbench.recommender.settings import RecommenderSettings
 from testkit.synthetic import SyntheticLane, simulate_run
 
 _RUNS = Path(tempfile.mkdtemp(prefix="satbench-fuzz-runs-"))
+# made at import: every pytest worker that collects this module makes one, and only the one that runs its
+# tests tears the fixture down, so each process removes its own at exit
+atexit.register(shutil.rmtree, _RUNS, True)
 _MANIFEST, _RECORDS = simulate_run((SyntheticLane("dense", slots=4),), (1, 2, 4, 8), t0=time.time() - 600,
                                    window_s=4.0)
 _MANIFEST.write(_RUNS / _MANIFEST.run_id / "manifest.json")
