@@ -57,8 +57,9 @@ from testkit.accuracy.engine import Served, serve_closed, serve_open
 from testkit.accuracy.space import Condition
 from testkit.accuracy.traffic import TraceRows, long_user, open_arrivals, trace_rows, unit_gaps
 
-__all__ = ["LADDER", "Rules", "RungTruth", "attained", "hold_elasticity", "hold_grows", "stall_limit",
-           "true_attainment", "true_capacity", "true_concurrency", "true_factor", "true_rate", "true_rungs"]
+__all__ = ["LADDER", "Rules", "RungTruth", "attained", "hold_elasticity", "hold_grows", "hold_shape", "shape_margin",
+           "stall_limit", "true_attainment", "true_capacity", "true_concurrency", "true_factor", "true_rate",
+           "true_rungs"]
 
 LADDER = (1, 2, 4, 8, 16, 32, 64)
 MIN_SHAPE_TOKENS = 16  # a smaller prefill is the step's overhead, whatever its shape (the policy's rule)
@@ -112,13 +113,10 @@ class RungTruth:
 
 
 @functools.cache
-def hold_elasticity(cond: Condition) -> float | None:
-    """The elasticity of a prefill's hold in its prompt over the draw's prompts, by construction (module
-    docstring): a step holds every decode for the prompt tokens it prefills at a fixed cost a token, a whole
-    prompt in one step or a chunk a step, so a prompt of ``n`` tokens holds ``ceil(n / chunk)`` steps, each for
-    its chunk's tokens; each held step is one (prompt, hold) pair, as each held gap is for the policy. ``None``
-    where the pairs' prompts are less than twofold apart: the policy's definition shows no shape there (one
-    prompt size), whatever the engine."""
+def hold_shape(cond: Condition) -> tuple[float, float] | None:
+    """The ratio of the longer prompts' median to the shorter ones' over the draw's held steps, and the
+    elasticity of the hold in the prompt between them, by construction (``hold_elasticity``); ``None`` where
+    either half holds fewer than two."""
     rng = random.Random(f"{cond.name}:hold-shape")
     chunk = cond.engine.chunk
     pairs: list[tuple[int, int]] = []
@@ -136,7 +134,35 @@ def hold_elasticity(cond: Condition) -> float | None:
         return None
     (n_lo, x_lo), (n_hi, x_hi) = ((statistics.median(n for n, _ in half), statistics.median(x for _, x in half))
                                   for half in halves)
-    return None if n_hi < 2 * n_lo else math.log(x_hi / x_lo) / math.log(n_hi / n_lo)
+    ratio = n_hi / n_lo
+    return ratio, (math.log(x_hi / x_lo) / math.log(ratio) if ratio > 1 else 0.0)
+
+
+def hold_elasticity(cond: Condition) -> float | None:
+    """The elasticity of a prefill's hold in its prompt over the draw's prompts, by construction (module
+    docstring): a step holds every decode for the prompt tokens it prefills at a fixed cost a token, a whole
+    prompt in one step or a chunk a step, so a prompt of ``n`` tokens holds ``ceil(n / chunk)`` steps, each for
+    its chunk's tokens; each held step is one (prompt, hold) pair, as each held gap is for the policy. ``None``
+    where the pairs' prompts are less than twofold apart: the policy's definition shows no shape there (one
+    prompt size), whatever the engine."""
+    shape = hold_shape(cond)
+    return None if shape is None or shape[0] < 2 else shape[1]
+
+
+def shape_margin(cond: Condition, rules: Rules = Rules()) -> float:
+    """How far the draw lies from the thresholds that decide which stall limit applies: the prompts' ratio
+    against twofold and the elasticity against ``unbounded_elasticity``, each where crossing it changes the
+    limit (a ratio under two shows no shape, and neither does a bounded hold: the pause objective either way);
+    ``inf`` where neither can."""
+    shape = hold_shape(cond)
+    if shape is None:
+        return math.inf
+    ratio, elasticity = shape
+    to_ratio, to_shape = abs(ratio / 2 - 1), abs(elasticity / rules.unbounded_elasticity - 1)
+    grows = elasticity >= rules.unbounded_elasticity
+    if ratio >= 2:
+        return min(to_ratio, to_shape) if grows else to_shape
+    return to_ratio if grows else math.inf
 
 
 def hold_grows(cond: Condition, rules: Rules = Rules()) -> bool:
@@ -238,10 +264,16 @@ def concurrency_margin(rungs: list[RungTruth], cond: Condition, rules: Rules = R
     jumps from one mode to the other as the share of holds crosses 5 %, so a value far from the objective can
     sit a hair from flipping): the TTFT miss share against the 5 % allowed, the share of per-token gaps above
     the ITL objective against 5 %, the share of requests held past the stall limit against 1 %; and the
-    doubling's throughput ratio against 1 + the gain. A truth within a few per cent of a threshold is one no
-    finite window can settle; the datasheet reports the draws far from every threshold beside all of them."""
+    doubling's throughput ratio against 1 + the gain; and where a rung's p99 hold lies between the two stall
+    limits, the thresholds that choose the limit (``shape_margin``: the prompts' ratio against twofold, the
+    hold's elasticity against 0.8). A truth within a few per cent of a threshold is one no finite window can
+    settle; the datasheet reports the draws far from every threshold beside all of them."""
     allowed, itl_allowed, pause_allowed = 1 - rules.ttft_share, 1 - rules.itl_quantile, 1 - rules.pause_quantile
     margin = math.inf
+    # which stall limit applies is itself decided by thresholds (``shape_margin``): they count where a rung's
+    # holds pass one limit and not the other
+    if any(r.concurrency >= 2 and rules.pause_whole_prefill_s < r.pause_p99_s <= rules.pause_s for r in rungs):
+        margin = shape_margin(cond, rules)
     for i, rung in enumerate(rungs):
         distances = [((1 - rung.ttft_share) - allowed) / allowed,
                      (rung.itl_over_share - itl_allowed) / itl_allowed]

@@ -21,7 +21,11 @@ from testkit.accuracy.space import Condition, Lengths, Space, TraceShape, sample
 from testkit.accuracy.traffic import TraceRows, open_arrivals, unit_gaps
 from testkit.accuracy.truth import (
     Rules,
+    RungTruth,
+    concurrency_margin,
     hold_elasticity,
+    hold_shape,
+    shape_margin,
     stall_limit,
     true_capacity,
     true_factor,
@@ -66,6 +70,24 @@ def test_the_holds_shape_is_the_prompts_share_of_a_step_not_the_configuration() 
     # prompts too alike to show a shape, as the policy sees them: the pause objective, whatever the engine
     alike = spread(0, sigma=0.1)
     assert hold_elasticity(alike) is None and stall_limit(alike, rules) == rules.pause_s
+
+
+def test_which_stall_limit_applies_is_a_threshold_the_margin_counts() -> None:
+    """The prompts' twofold ratio and the 0.8 elasticity choose the stall limit, so a draw near either is near a
+    threshold (``truth.shape_margin``), counted where a rung's p99 hold lies between the two limits."""
+    rules = Rules()
+    assert shape_margin(spread(0)) == pytest.approx(0.25)  # grows (elasticity 1, 0.25 past 0.8), ~4x apart
+    near = spread(0, sigma=0.48)  # whole prompts whose halves' medians are a little less than twofold apart
+    shape = hold_shape(near)
+    assert shape is not None and 1.8 < shape[0] < 2.0 and hold_elasticity(near) is None
+    assert shape_margin(near) == pytest.approx(1 - shape[0] / 2)
+    assert shape_margin(spread(16, median=2000.0)) == pytest.approx(1.0)  # bounded: 0 against 0.8
+    assert shape_margin(spread(0, sigma=0.1)) > 0.4  # alike prompts, far from twofold
+    calm = RungTruth(2, 100.0, 1.0, 1.0, 0.01, 0.05, 1.0)  # held 50 ms: within both limits
+    between = dataclasses.replace(calm, pause_p99_s=0.15)  # past 0.1 s, within 0.25 s: the limit decides
+    first = RungTruth(1, 60.0, 0.6, 1.0, 0.01, 0.0, 1.0)
+    assert concurrency_margin([first, calm], near, rules) > 0.5
+    assert concurrency_margin([first, between], near, rules) == pytest.approx(shape_margin(near))
 
 
 def test_one_user_on_one_slot_runs_at_the_step_costs_rate() -> None:
