@@ -211,6 +211,9 @@ class ModelHasher:
         if done is not None:
             return done, None
         with self._lock:
+            done = self._cache.get(kind, key)  # again under the lock: a digest put since the first look is
+            if done is not None:  # not queued again (the hasher puts it and drops the pending job under this lock)
+                return done, None
             if (kind, key) in self._failed:
                 return None, self._failed[(kind, key)]
             if self._closed.is_set():
