@@ -52,7 +52,7 @@ from typing import Any
 
 from satbench.answer.open_loop_models import RateModel, RatePointModel
 from satbench.answer.policy import Policy
-from satbench.core.attainment import rate_verdict, step_attainment, step_growth, step_steady
+from satbench.core.attainment import rate_verdict, step_attainment, step_confidence, step_growth, step_steady
 from satbench.core.figures import StepFigures
 
 __all__ = ["TOLERANCE", "RateAnswer", "RatePoint", "attainment_curve", "crossing", "rate_answer", "rate_interval",
@@ -129,14 +129,15 @@ def rate_passes(step: StepFigures, policy: Policy, capacity_rps: float | None = 
     it)."""
     assert step.rate_rps is not None
     attainment = step_attainment(step)
+    confidence = step_confidence(step, policy.confidence)
     verdict = rate_verdict(step.rate_rps, attainment, step_growth(step), target=policy.attainment_target,
-                           confidence=policy.confidence, capacity_rps=capacity_rps, final=True,
+                           confidence=confidence, capacity_rps=capacity_rps, final=True,
                            steady=step_steady(step)) if step.valid else None
     passed = None if verdict is None or verdict.verdict == "undecided" else verdict.verdict == "pass"
     misses = {k: v for k, v in step.objective_misses.items() if v}
     return RatePoint(rate_rps=step.rate_rps, offered_rps=step.offered_rps, valid=step.valid,
                      sustained=None if verdict is None else verdict.sustained, attainment=step.attainment,
-                     attainment_interval=None if attainment is None else attainment.interval(policy.confidence),
+                     attainment_interval=None if attainment is None else attainment.interval(confidence),
                      goodput_rps=step.goodput_rps, goodput_tok_s=step.goodput_tok_s, passed=passed,
                      missed_most=max(misses, key=lambda k: misses[k]) if misses else None,
                      latency_mean_s=step.latency_intended_s.mean or step.latency_s.mean,

@@ -70,8 +70,8 @@ from satbench.core.figures import StepFigures
 from satbench.core.statistics import MeanEstimate, batch_mean_estimate, t_quantile, wilson_interval
 
 __all__ = ["EARLY_LOOK_CONFIDENCE", "AttainmentEstimate", "RateVerdict", "attainment_estimate", "capacity_bound",
-           "rate_look", "rate_verdict", "score_interval", "step_attainment", "step_growth", "step_steady",
-           "warmup_cut"]
+           "rate_look", "rate_verdict", "score_interval", "step_attainment", "step_confidence", "step_growth",
+           "step_steady", "warmup_cut"]
 
 MAX_BINS = 64
 _NORMAL_DOF = 1e12  # Student's quantile this far out is the normal one
@@ -300,6 +300,17 @@ def step_attainment(step: StepFigures) -> AttainmentEstimate | None:
     if step.judged_requests is None or step.attained_requests is None:
         return None
     return AttainmentEstimate(step.attained_requests, step.judged_requests, step.attainment_se, step.attainment_dof)
+
+
+def step_confidence(step: StepFigures, confidence: float) -> float:
+    """The confidence a finished rung's attainment interval is stated at: ``confidence``, or the early looks'
+    (``EARLY_LOOK_CONFIDENCE``) where a look before the window's limit ended it. A rung stopped at the first of
+    several looks whose interval cleared the target is a group-sequential trial stopped at an interim look, and
+    the interval that holds the truth at the nominal rate there is the repeated confidence interval at that look's
+    boundary (Jennison and Turnbull 1989; *Group Sequential Methods*, 2000, ch. 9), the look's own three
+    standard errors: the datasheet's early-stopped rate rungs held their long-run attainment in 85.3 % of 415 at
+    95 %, 95.4 % at the look's boundary."""
+    return max(confidence, EARLY_LOOK_CONFIDENCE) if step.decided_early else confidence
 
 
 def step_steady(step: StepFigures) -> bool | None:

@@ -258,6 +258,8 @@ class StepFigures:
     attainment_dof: float | None = field(default=None, metadata=figure("value", "1", published=67))
     # an open rung: 1 where its waits settled (core.attainment.warmup_cut), 0 not
     waits_settled: int | None = field(default=None, metadata=figure("count", "count", published=68))
+    # 1: an open-loop rung ended by a look before its window's limit (core.attainment.step_confidence)
+    decided_early: int | None = field(default=None, metadata=figure("count", "count", published=75))
     # 1: a rung re-measured at its lane's end, for the drift check (core.drift)
     drift_reference: int | None = field(default=None, metadata=figure("value", "1"))
     objective_misses: dict[str, int] = field(default_factory=dict, metadata=figure("count", "count", published=74))

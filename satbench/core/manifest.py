@@ -99,6 +99,9 @@ class StepWindow:
     slots: Annotated[int, Field(ge=1)] | None = None  # the runtime's slots (/props total_slots), if it said
     rate_rps: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None  # an open-loop rung's rate
     steady: bool | None = None  # an open-loop rung: its waits settled in the window (core.attainment.warmup_cut)
+    # an open-loop rung ended by a look before its window's limit: its attainment interval is stated at the early
+    # looks' confidence (core.attainment.step_confidence)
+    decided_early: bool | None = None
     # a trace rung (loadgen.trace_step): the speed factor its recorded arrivals were replayed at
     speed_factor: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     # a trace rung: one pass of its scaled window, where its window is whole passes after whole passes of warm-up

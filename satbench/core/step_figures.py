@@ -417,6 +417,7 @@ def _open_loop_figures(tally: _Tally, window: StepWindow, growth: MeanEstimate |
     return {
         "rate_rps": window.rate_rps,
         "waits_settled": None if window.steady is None else int(window.steady),
+        "decided_early": None if window.decided_early is None else int(window.decided_early),
         "drift_reference": 1 if window.drift_reference else None,
         "offered_rps": None if window.rate_rps is None else len(tally.lags) / length,
         "schedule_lag_s": quantiles(tally.lags),

@@ -80,6 +80,7 @@ class OpenStepRun(StepRun):
         self._done: list[tuple[float, float, float, bool]] = []  # (intended, wait, end, attained), seconds
         self._warm_ns = 0
         self.steady: bool | None = None
+        self.decided_early: bool | None = None  # ended by a look before the window's limit (an open rung)
         self.stream = self._stream()
         # its requests' heads name the rate: the same lengths as at any other rate, never the same prompts
         self.workload = UserWorkload(self.config.workload, self.lane.key, 0, 0, self.text,
@@ -155,6 +156,7 @@ class OpenStepRun(StepRun):
                 elapsed = (now - start) / 1e9
                 self.looks.append(f"{elapsed:.0f} s: {verdict.verdict} ({verdict.reason})")
                 if (verdict.verdict != "undecided" and self.decide_early) or now >= cap_end:
+                    self.decided_early = None if self.fixed_window else now < cap_end
                     break
                 look_at = min(cap_end, start + int(1.5 * (now - start)))
             self._show("window", start, now)
@@ -417,9 +419,11 @@ class OpenStepRun(StepRun):
                 sent += f"; the furthest behind, sender {worst[0]}, at lag p99 {worst[1] * 1000:.1f} ms"
             also = "" if window.valid or window.reason is None else f" ({window.reason})"
             return StepWindow(**{**window.to_dict(), "valid": False, "notes": tuple(notes), "steady": self.steady,
+                                 "decided_early": self.decided_early,
                                  "reason": f"client-bound: the client fell behind its schedule: lag p99 "
                                            f"{lag * 1000:.1f} ms > arrival.max_lag_s {limit * 1000:g} ms{sent}{also}"})
-        return StepWindow(**{**window.to_dict(), "notes": tuple(notes), "steady": self.steady})
+        return StepWindow(**{**window.to_dict(), "notes": tuple(notes), "steady": self.steady,
+                             "decided_early": self.decided_early})
 
     def achieved_sends(self) -> tuple[int, float] | None:
         """The sends made inside the window, by their send time, and the window's length (s)."""

@@ -39,7 +39,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from satbench.core.attainment import rate_verdict, step_attainment, step_growth, step_steady
+from satbench.core.attainment import rate_verdict, step_attainment, step_confidence, step_growth, step_steady
 from satbench.core.figures import StepFigures
 from satbench.loadgen.config import ArrivalConfig
 
@@ -63,8 +63,8 @@ def judge(figures: StepFigures, arrival: ArrivalConfig, capacity_rps: float | No
     assert figures.rate_rps is not None
     if not figures.valid:
         return RateOutcome(figures.rate_rps, None)
-    verdict = rate_verdict(figures.rate_rps, step_attainment(figures), step_growth(figures),
-                           target=arrival.target, confidence=confidence, capacity_rps=capacity_rps, final=True,
+    verdict = rate_verdict(figures.rate_rps, step_attainment(figures), step_growth(figures), target=arrival.target,
+                           confidence=step_confidence(figures, confidence), capacity_rps=capacity_rps, final=True,
                            steady=step_steady(figures))
     return RateOutcome(figures.rate_rps, None if verdict.verdict == "undecided" else verdict.verdict == "pass",
                        verdict.decided)

@@ -268,6 +268,7 @@ def _open_rung(cfg: LoadgenConfig, cond: Condition, sends: list[tuple[float, int
             break
         now = min(cap_end, start + 1.5 * (now - start))
     end = cap_end if fixed else now
+    early = None if fixed else now < cap_end
     wstart = start if fixed or verdict.start is None else max(start, verdict.start)
     inside = [r for r in served if wstart <= r.sent <= end]
     follow = cfg.drain_timeout_s if cfg.drain_timeout_s is not None else cfg.request_timeout_s
@@ -278,7 +279,7 @@ def _open_rung(cfg: LoadgenConfig, cond: Condition, sends: list[tuple[float, int
                for r in served if r.sent <= stop]
     window = StepWindow(lane=LANE, concurrency=0, start=wstart, end=end, warmup_start=0.0, drain_end=cut,
                         slots=cond.engine.slots, rate_rps=rate, steady=None if fixed else verdict.steady,
-                        speed_factor=speed_factor, period_s=period)
+                        speed_factor=speed_factor, period_s=period, decided_early=early)
     return compute_step_figures(records, window, batch_s=cfg.batch_s, objectives=_objectives(cfg))
 
 

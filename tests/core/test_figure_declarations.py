@@ -34,13 +34,13 @@ CLIENT_FIGURES = (
     "tpot_s", "queue_s", "jain", "max_min_share", "decode_stall_max_ratio", "decode_stall_max_s",
     "prefill_wait_max_s", "pause_s", "pause_excess_s", "ttft_visible_s", *TAIL_FIGURES, *OPTIONAL_NUMBERS,
     "errors_by_outcome", "throughput_ci_tok_s", "schedule_lag_s", "ttft_intended_s", "latency_intended_s",
-    "objective_misses",
+    "objective_misses", "decided_early",
 )
 COUNTS = ("requests", "errors", "errors_by_outcome", "pause_requests", "prefill_events", "queued_requests",
           "cached_prompt_tokens", "cache_reported_prompt_tokens", "draft_tokens", "draft_accepted_tokens",
           "decode_step_gaps", "censored_requests", "admission_overruns", "users_unserved", "users_starved",
           "reasoning_requests", "event_tokens_estimated", "judged_requests", "attained_requests", "objective_misses",
-          "waits_settled")
+          "waits_settled", "decided_early")
 # the step's own fields, not figures: which lane and rung, its memory (``MemoryFigures``), whether it counts
 NOT_FIGURES = {"lane", "concurrency", "memory_bytes", "energy", "valid", "reason"}
 
@@ -53,7 +53,7 @@ def test_the_derived_lists_equal_the_hand_written_ones() -> None:
     # the optional numbers ``from_dict`` read as they are, and the eight it named one by one
     assert set(figures._AS_READ) == {*OPTIONAL_NUMBERS, "occupancy_ratio", "queue_depth_avg", "jain",
                                      "max_min_share", "decode_stall_max_ratio", "decode_stall_max_s",
-                                     "prefill_wait_max_s", "drift_reference"}
+                                     "prefill_wait_max_s", "drift_reference", "decided_early"}
 
 
 def test_every_field_is_declared_and_every_rank_taken_once() -> None:

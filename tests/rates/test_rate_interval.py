@@ -100,3 +100,29 @@ def test_a_lowest_rung_that_straddled_makes_no_none_answer() -> None:
     assert straddled is not None and straddled.status == "undecided" and "0.5 requests/s" in (straddled.reason or "")
     failed = rate_answer([step(0.5, 150, 199.0), step(1.0, 100, 199.0)], policy)
     assert failed is not None and failed.status == "none"
+
+
+def test_a_rung_an_early_look_ended_states_its_interval_at_that_looks_boundary() -> None:
+    """A rung ended by a look before its window's limit was chosen for clearing the target there: its interval is
+    the repeated confidence interval at the look's three standard errors (``core.attainment.step_confidence``),
+    wider than the 95 % one a rung run to its limit states, in the answer's curve and the search's verdict alike."""
+    from satbench.answer.rate_analysis import rate_passes
+    from satbench.core.attainment import EARLY_LOOK_CONFIDENCE, step_attainment, step_confidence
+    from satbench.core.figures import StepFigures
+
+    def step(early: int | None) -> StepFigures:
+        return StepFigures(lane="x", concurrency=0, window_s=60.0, requests=120, errors=0, throughput_tok_s=1.0,
+                           requests_per_s=2.0, rate_rps=2.0, offered_rps=2.0, judged_requests=120,
+                           attained_requests=118, attainment=118 / 120, attainment_se=0.0, attainment_dof=119.0,
+                           waits_settled=1, decided_early=early)
+
+    policy = Policy()
+    limit, early = step(0), step(1)
+    assert step_confidence(limit, 0.95) == 0.95 and step_confidence(step(None), 0.95) == 0.95
+    assert step_confidence(early, 0.95) == EARLY_LOOK_CONFIDENCE
+    stated, wide = rate_passes(limit, policy).attainment_interval, rate_passes(early, policy).attainment_interval
+    estimate = step_attainment(early)
+    assert estimate is not None and wide == estimate.interval(EARLY_LOOK_CONFIDENCE)
+    assert stated is not None and wide is not None and wide[0] < stated[0]
+    arrival = ArrivalConfig(rates=[2.0])
+    assert judge(early, arrival).passed is True  # 118 of 120 clears 0.9 at the boundary too
