@@ -7,13 +7,15 @@
   where one is installed. Each test reads the run,
   none changes it. A test that uses it is marked ``slow``, and its file is one of ``SHARED_SESSION_FILES``
   (a test elsewhere that asks for it is a usage error naming this list).
-- Parallel runs (``make test``: ``-n 4 --dist loadgroup``; the suite mostly waits on windows and children, so
-  four workers keep two cores busy) send each test file to one worker, whole (its module fixtures start once),
+- Parallel runs (``make test``: ``-n 5 --dist loadgroup``; the suite mostly waits on windows and children, so
+  five workers keep two cores busy) send each test file to one worker, whole (its module fixtures start once),
   and the shared session's files to one worker together, so the session starts once
   (``pytest_xdist_make_scheduler``). The files of ``PER_TEST_FILES`` (long, independent tests: each starts its
   own runtimes) are split, one test per unit. Units are handed out longest first, by the seconds
   ``unit_seconds.json`` recorded (longest-processing-time first: the suite ends when its last long unit does,
-  so a long one handed out last sets the wall time; xdist's own order, by number of tests, put them last).
+  so a long one handed out last sets the wall time; xdist's own order, by number of tests, put them last), but
+  at most ``HEAVY_AT_ONCE`` units of ``HEAVY_UNIT_S`` or more at once while shorter ones remain: those walk live
+  windows on the wall clock, and five of them together on two cores voided their timing-sensitive rungs.
 """
 
 from __future__ import annotations
@@ -68,6 +70,11 @@ def shared_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedS
 # order units are handed out, longest first. pytest-split keeps its ``.test_durations`` the same way.
 UNIT_SECONDS = Path(__file__).parent / "unit_seconds.json"
 UNKNOWN_SLOW_S, UNKNOWN_S = 5.0, 0.05
+# A unit this long (as recorded) walks live windows whose verdicts read the wall clock; at most this many run at
+# once while shorter units wait: five of them started together on two cores (longest first) stretched a shared
+# session's walk to 116 s and voided timing-sensitive rungs (a sender 65 ms behind, users idle 5.3 %), on a
+# loaded CI host and here alike, where each passes alone
+HEAVY_UNIT_S, HEAVY_AT_ONCE = 40.0, 2
 
 # Files whose tests are long and share nothing wider than a test (checked at collection): one test per unit
 PER_TEST_FILES = frozenset({
@@ -148,15 +155,29 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """``--dist loadgroup``: whole files to a worker, and the files of the shared session to one worker
     together (xdist's ``loadfile``, plus one group; xdist's own ``xdist_group`` suffix does not reach the
-    scheduler under pytest 9, whose node ids are no longer the attribute xdist rewrites). Any other
-    ``--dist`` is xdist's own."""
+    scheduler under pytest 9, whose node ids are no longer the attribute xdist rewrites), at most
+    ``HEAVY_AT_ONCE`` heavy units at once. Any other ``--dist`` is xdist's own."""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
+    recorded = json.loads(UNIT_SECONDS.read_text()) if UNIT_SECONDS.exists() else {}
+    heavy = {unit for unit, seconds in recorded.items() if seconds >= HEAVY_UNIT_S}
+
     class FileOrGroup(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return scope(nodeid)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            """The next unit in order, except that a heavy one waits behind the first light one while
+            ``HEAVY_AT_ONCE`` heavy units are assigned and unfinished (none light left: it goes anyway)."""
+            running = sum(1 for work in self.assigned_work.values() for unit, tests in work.items()
+                          if unit in heavy and not all(tests.values()))
+            if running >= HEAVY_AT_ONCE and next(iter(self.workqueue)) in heavy:
+                light = next((unit for unit in self.workqueue if unit not in heavy), None)
+                if light is not None:
+                    self.workqueue.move_to_end(light, last=False)
+            super()._assign_work_unit(node)
 
     config.option.loadscopereorder = False  # the workers' order above, not xdist's by number of tests
     return FileOrGroup(config, log)

@@ -103,6 +103,10 @@ __all__ = ["LaneEndpoint", "SessionResult", "run_folder", "run_session", "taken_
 Say = Callable[[str], None]
 # how long the session's end waits for its Prometheus to send a remote_write store (the fleet's) every sample
 REMOTE_WRITE_WAIT_S = 30.0
+# The session's Prometheus stops right after the answer: its last samples are the ones the dashboards draw the
+# answer from, so waiting for one scrape of the recommender is worth more than two intervals on a loaded host (it
+# returns at that scrape; the bound is reached only where Prometheus is that late or the recommender is gone)
+ANSWER_SCRAPE_WAIT_S = 10.0
 
 
 @dataclass
@@ -443,9 +447,10 @@ def run_session(
             doc = _recommend(manifest, rec_url, prom_url, run_dir, config, say, write_token, prom_auth)
             if doc is not None:
                 write_json_atomic(run_dir / "recommendations.json", doc)
+                answer_wait_s = max(settle_s, ANSWER_SCRAPE_WAIT_S)
                 if prom_binary is not None and not wait_scraped_since(  # our Prometheus keeps the answer too
-                        prom_url, time.time(), (RECOMMENDER_JOB,), timeout_s=settle_s):
-                    say(f"  prometheus: the recommender not scraped after its answer within {settle_s:g} s")
+                        prom_url, time.time(), (RECOMMENDER_JOB,), timeout_s=answer_wait_s):
+                    say(f"  prometheus: the recommender not scraped after its answer within {answer_wait_s:g} s")
             if prom_binary is not None and config.prometheus.remote_write and not wait_remote_written(
                     prom_url, timeout_s=REMOTE_WRITE_WAIT_S):  # the fleet store gets the session's last samples
                 say(f"  prometheus: remote_write had not sent every sample within {REMOTE_WRITE_WAIT_S:g} s")

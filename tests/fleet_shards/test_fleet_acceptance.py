@@ -92,6 +92,10 @@ def _config(urls: dict[str, dict[str, str]], exporters: dict[str, str], agent_ur
            # gave c=1 a throughput interval of +-33 %, so a one-slot lane's flat doubling straddled the gain
            "[loadgen]", "parallel_nodes = 3", "warmup_s = 0.5", "min_window_s = 5", "max_window_s = 5",
            "drain_timeout_s = 1", "min_requests = 2", "max_loop_lag_s = 0.5",
+           # one process walking three nodes on a loaded machine (CI) left its users idle 5.3 % of a c=2 rung
+           # (dispatch p99 102 ms), past the default 5 %, and the step was voided: the shards are the point here,
+           # not the client's pace, as in the suite's shared session
+           "max_idle_share = 0.5",
            "[loadgen.ladder]", "concurrency = [1, 2]", "extend = false",
            "drift_reference = false",  # the walk is the point: no re-measures (they would double it)
            "[policy]", *(f"{k} = {v}" for k, v in POLICY.items()), ""]
@@ -229,7 +233,8 @@ def test_fleet_shards_remeasure_and_compare(stack: Stack) -> None:
         assert rc == 0, out[-3000:]
     assert any("shard 0/3 of run fleet-r1: 1 of 3 nodes, 1 of 3 lanes (a)" in out for _, out in results)
     fleet = _settled(stack, "fleet-r1")
-    assert {k: v["recommended_concurrency"] for k, v in fleet["lanes"].items()} == ANSWERS
+    assert {k: v["recommended_concurrency"] for k, v in fleet["lanes"].items()} == ANSWERS, {
+        k: (v["recommended_concurrency"], v["status"], v["reason"]) for k, v in fleet["lanes"].items()}
     assert fleet["lanes"]["a/dense"]["run_id"] == "fleet-r1"
     folders = sorted(p.name for p in (stack.tmp / "runs").iterdir())
     assert folders == [f"fleet-r1.shard-{i}-of-3" for i in range(3)]

@@ -21,6 +21,7 @@ import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +48,15 @@ class Window:
 
     @classmethod
     def of_run(cls, run_dir: Path) -> Window:
+        """From the first warm-up to 15 s past the later of the walk's end and the answer's: the recommender's
+        series begin when it answers, which a loaded host (a parallel suite) can put well after the walk."""
         manifest = json.loads((run_dir / "manifest.json").read_text())
-        return cls(manifest["steps"][0]["warmup_start"] - 5, manifest["finished_at"] + 15, manifest["run_id"])
+        ended = manifest["finished_at"]
+        doc = run_dir / "recommendations.json"
+        if doc.is_file():
+            stamp = json.loads(doc.read_text())["generated_at"].replace("Z", "+00:00")
+            ended = max(ended, datetime.fromisoformat(stamp).timestamp() + 1)  # stamped to the second
+        return cls(manifest["steps"][0]["warmup_start"] - 5, ended + 15, manifest["run_id"])
 
 
 @dataclass

@@ -130,7 +130,8 @@ def test_every_panel_target_returns_data(relay_session: Replayed, name: str) -> 
     excused = {r.panel for r in results if not saturated and "satbench_saturation_concurrency" in r.query}
     empty = [f"{r.panel} [{r.ref}] {r.query}" for r in results
              if not r.has_data and r.panel not in open_loop and r.panel not in excused]
-    assert not empty, "targets without data:\n" + "\n".join(empty)
+    said = [line for line in relay_session.stdout.splitlines() if "prometheus:" in line]  # the session's doubts
+    assert not empty, "targets without data:\n" + "\n".join(empty + said)
     panels = [p for p in all_panels(DASHBOARDS[name]()) if p["type"] != "row"]
     asked = {r.panel for r in results if not r.panel.startswith("annotation ")}
     assert asked == {p["title"] for p in panels}  # every panel was asked
