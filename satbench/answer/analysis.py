@@ -16,7 +16,9 @@ it is the first candidate (an end rung can be the answer). Each next rung is acc
    recommended rung) the lane's status is ``undecided`` with the interval in ``undecided``: the answer may be
    one doubling high, and longer windows would settle it (the load generator measures longer where it sees
    the straddle: ``loadgen.step``). Without an interval the point gain decides, and a note says so;
-3. it breaks no policy limit, else the first broken limit (in ``VIOLATION_ORDER``) binds.
+3. it breaks no policy limit, else the first broken limit (in ``VIOLATION_ORDER``) binds; a rung whose ITL p95
+   lies above the objective with its interval reaching below it (``answer.judges.itl_past``) is not shown to
+   break it: the walk ends below it, ``undecided`` (at most one doubling low), binding ``slo_itl``.
 
 If every rung is accepted, ``ladder_top`` binds and the lane's status is ``unsaturated`` (``undecided`` where
 the last doubling straddled the gain): the answer is the top rung, a lower bound, and a note names what would
@@ -37,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from satbench.answer.curve import CurvePoint, Knee, kneedle, monotone_fit, saturation_rung
-from satbench.answer.judges import ttft_open
+from satbench.answer.judges import ITL_CONSTRAINT, itl_open, itl_past, ttft_open
 from satbench.answer.models import CheckModel, FairnessModel, StarvationModel, StepModel, ViolationModel
 from satbench.answer.policy import Policy
 from satbench.answer.starvation_walk import starvation_open, starvation_stops
@@ -344,10 +346,12 @@ def _unsettled(rungs: _Rungs, open_doubling: Undecided | None, recommended: Step
             reason = why if reason is None else f"{why}; {reason}"
     if recommended is None or status not in ("ok", "unsaturated"):
         return status, reason, undecided, said
-    late = ttft_open(recommended, policy)
+    late, paced = ttft_open(recommended, policy), itl_open(recommended, policy)
     for open_why in (starvation_open(rungs.verdicts, recommended.concurrency),
                      late and f"the TTFT objective at c={recommended.concurrency} is not settled: {late}; the "
-                              f"answer may be one doubling high"):
+                              f"answer may be one doubling high",
+                     paced and f"the ITL objective at c={recommended.concurrency} is not settled: {paced}; the "
+                               f"answer may be one doubling high"):
         if open_why:
             said.append(open_why)
             status = "undecided"
@@ -431,6 +435,9 @@ def _walk(lane: str, steps: Sequence[StepFigures], policy: Policy) -> LaneAnalys
         return start
     ordered, verdicts = rungs.ordered, rungs.verdicts
     accepted = ordered[0]
+    if itl_past(accepted, policy):  # as a lowest rung that breaks a limit, with its doubt said
+        return _answer(rungs, None, "degraded", f"even the lowest rung c={accepted.concurrency} may break the "
+                       f"ITL objective: {itl_open(accepted, policy)}", None, ITL_CONSTRAINT)
     open_doubling: Undecided | None = None  # the undecided doubling into the rung accepted last, if any
     for i in range(1, len(ordered)):
         step, verdict = ordered[i], verdicts[i]
@@ -449,6 +456,10 @@ def _walk(lane: str, steps: Sequence[StepFigures], policy: Policy) -> LaneAnalys
             return _plateau_answer(rungs, open_doubling, accepted, step, gain, interval, broken)
         if broken:
             return _answer(rungs, open_doubling, "ok", None, accepted, broken[0], next_rung_constraints=broken)
+        if itl_past(step, policy):  # above the objective, not shown so: the walk ends below it, one doubling open
+            return _answer(rungs, open_doubling, "undecided", f"the ITL objective at c={step.concurrency} is not "
+                           f"settled: {itl_open(step, policy)}; the answer may be one doubling low", accepted,
+                           ITL_CONSTRAINT, next_rung_constraints=(ITL_CONSTRAINT,))
         unsettled = starvation_stops(ordered, verdicts, i)
         if unsettled is not None:
             return _answer(rungs, open_doubling, "undecided", unsettled, accepted, "decode_starvation")

@@ -44,9 +44,12 @@ The judgments (definitions of the figures in ``core.step_figures``; the reasons 
 
 SLO objectives on per-request quantiles (TTFT p95, e2e p95) are judged like the pause: broken when
 significantly more requests than the quantile's share exceed the objective (``core.figures.Tail``), or, where
-more requests exceed than the figures keep, by the quantile itself; ITL p95, over thousands of gaps, by its
-value. Where the TTFT deadline grows with the prompt (``slo.ttft_per_1k_prompt_s``), each request is judged
-against its own deadline (``core.objectives``, the one definition goodput, the looks and the rate and trace
+more requests exceed than the figures keep, by the quantile itself; ITL p95 by its interval over the rung's
+gaps, batched over time (they come in clumps: one engine step lengthens every stream's gap at once), broken where
+it lies wholly above the objective, open (``itl_open``: the answer it touches is undecided) where it straddles it,
+and by its value where the figures carry no interval. Where the TTFT deadline grows with the prompt
+(``slo.ttft_per_1k_prompt_s``), each request is judged against its own deadline (``core.objectives``, the one
+definition goodput, the looks and the rate and trace
 answers use) and the count past it against the 5 % a p95 allows, by the same test.
 
 Each check has a status: ``ok``, ``flagged`` (binding: a violation), ``warn`` (reported, not binding),
@@ -62,9 +65,11 @@ from dataclasses import dataclass
 
 from satbench.answer.policy import Policy
 from satbench.core.figures import MemoryFigures, StepFigures, Tail
-from satbench.core.statistics import exceedance_p_value, tail_share
+from satbench.core.statistics import QuantileInterval, exceedance_p_value, tail_share
+from satbench.core.step_figures import ITL_CONFIDENCE
 
 __all__ = [
+    "ITL_CONSTRAINT",
     "Check",
     "LaneBasis",
     "Violation",
@@ -73,7 +78,10 @@ __all__ = [
     "error_limit",
     "fairness_check",
     "interference_check",
+    "itl_interval",
     "itl_limit",
+    "itl_open",
+    "itl_past",
     "memory_check",
     "memory_headroom_ratio",
     "prefill_check",
@@ -441,9 +449,50 @@ def error_limit(step: StepFigures, policy: Policy, lane: LaneBasis) -> Violation
     return _above("errors", step.error_ratio, policy.max_error_ratio, "error ratio")
 
 
+ITL_CONSTRAINT = "slo_itl"  # what the ITL objective binds as (answer.checks), where the walk names it itself
+
+
+def itl_interval(step: StepFigures, policy: Policy) -> tuple[float, float] | None:
+    """The ITL p95's interval at the policy's confidence, rebuilt from the published 95 % one and its dof
+    (``core.statistics.QuantileInterval.at``); ``None`` where the figures carry none (too few gaps, or a source
+    that keeps no gaps: the Prometheus histograms)."""
+    point, low, high, dof = step.itl_s.p95, step.itl_p95_low_s, step.itl_p95_high_s, step.itl_p95_dof
+    if point is None or low is None or high is None or dof is None:
+        return None
+    return QuantileInterval(point, low, high, max(1.0, dof), ITL_CONFIDENCE).at(policy.confidence)
+
+
 def itl_limit(step: StepFigures, policy: Policy, lane: LaneBasis) -> Violation | None:
-    """The ITL objective, by its p95's value over the rung's thousands of gaps (module docstring)."""
-    return _above("slo_itl", step.itl_s.p95, policy.slo.itl_p95_s, "ITL p95 (s)")
+    """The ITL objective, by its p95 over the rung's gaps: broken where the p95's interval lies wholly above the
+    objective (module docstring); a point above it with the interval reaching below is not shown broken
+    (``itl_open`` says so), and figures without an interval are judged by the point."""
+    limit, point = policy.slo.itl_p95_s, step.itl_s.p95
+    interval = itl_interval(step, policy)
+    if interval is None or limit is None or point is None or not point > limit:
+        return _above(ITL_CONSTRAINT, point, limit, "ITL p95 (s)")
+    if interval[0] <= limit:
+        return None
+    return Violation(ITL_CONSTRAINT, float(point), float(limit), f"ITL p95 (s) {point:.4g} > {limit:.4g} (its "
+                     f"{policy.confidence:.0%} interval [{interval[0]:.4g}, {interval[1]:.4g}] lies above it)")
+
+
+def itl_past(step: StepFigures, policy: Policy) -> bool:
+    """The rung's ITL p95 lies above the objective and its interval reaches below it (``itl_open``): not shown
+    broken, so the answer below it is not settled; the rungs above it pace slower still, so the walk ends there
+    (``answer.analysis``: the answer is the rung below, at most one doubling low) rather than going on past it."""
+    limit, point = policy.slo.itl_p95_s, step.itl_s.p95
+    return limit is not None and point is not None and point > limit and itl_open(step, policy) is not None
+
+
+def itl_open(step: StepFigures, policy: Policy) -> str | None:
+    """Why the ITL objective is neither shown met nor shown broken at this rung: its p95's interval straddles the
+    objective. ``None`` where the interval lies on one side, or there is none (the point decides)."""
+    limit, point = policy.slo.itl_p95_s, step.itl_s.p95
+    interval = itl_interval(step, policy)
+    if interval is None or limit is None or point is None or not interval[0] <= limit < interval[1]:
+        return None
+    return (f"ITL p95 {point:.4g} s, its {policy.confidence:.0%} interval [{interval[0]:.4g}, {interval[1]:.4g}] "
+            f"straddles the objective {limit:.4g} s")
 
 
 def tpot_limit(step: StepFigures, policy: Policy, lane: LaneBasis) -> Violation | None:

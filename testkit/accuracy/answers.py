@@ -200,6 +200,8 @@ def concurrency_answer(cond: Condition, rules: Rules) -> ClosedLadder:
         "settled" if analysis.status == "ok" else analysis.status, None, analysis.reason, len(figures),
         sum(f.window_s for f in figures),
         {"binding": analysis.binding_constraint, "gain_intervals": intervals,
+         "itl_intervals": {str(f.concurrency): [f.itl_p95_low_s, f.itl_p95_high_s] for f in figures
+                           if f.itl_p95_low_s is not None and f.itl_p95_high_s is not None},
          "rungs": [f.concurrency for f in figures]}))
 
 

@@ -213,6 +213,10 @@ def _score(name: str, label: str, entries: Sequence[dict[str, Any]]) -> Score:
             for pair, interval in e.get("gain_intervals", {}).items():
                 if pair in e.get("true_gains", {}):
                     cover("gain per doubling interval", _covers(interval, e["true_gains"][pair]))
+            true_itl = {str(r["c"]): r["itl_p95_s"] for r in e.get("truth_rungs", [])}
+            for c, interval in e.get("itl_intervals", {}).items():
+                if c in true_itl:
+                    cover("ITL p95 interval", _covers(interval, true_itl[c]))
     return Score(
         label, len(entries), settled, unsettled, none, none_wrong, _quantile(errors, 0.5), _quantile(errors, 0.9),
         max(errors, default=None), max(rungs_off, default=None) if name == "concurrency" else None,

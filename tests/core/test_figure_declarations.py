@@ -34,7 +34,7 @@ CLIENT_FIGURES = (
     "tpot_s", "queue_s", "jain", "max_min_share", "decode_stall_max_ratio", "decode_stall_max_s",
     "prefill_wait_max_s", "pause_s", "pause_excess_s", "ttft_visible_s", *TAIL_FIGURES, *OPTIONAL_NUMBERS,
     "errors_by_outcome", "throughput_ci_tok_s", "schedule_lag_s", "ttft_intended_s", "latency_intended_s",
-    "objective_misses", "decided_early",
+    "objective_misses", "decided_early", "itl_p95_low_s", "itl_p95_high_s", "itl_p95_dof",
 )
 COUNTS = ("requests", "errors", "errors_by_outcome", "pause_requests", "prefill_events", "queued_requests",
           "cached_prompt_tokens", "cache_reported_prompt_tokens", "draft_tokens", "draft_accepted_tokens",
@@ -53,7 +53,8 @@ def test_the_derived_lists_equal_the_hand_written_ones() -> None:
     # the optional numbers ``from_dict`` read as they are, and the eight it named one by one
     assert set(figures._AS_READ) == {*OPTIONAL_NUMBERS, "occupancy_ratio", "queue_depth_avg", "jain",
                                      "max_min_share", "decode_stall_max_ratio", "decode_stall_max_s",
-                                     "prefill_wait_max_s", "drift_reference", "decided_early"}
+                                     "prefill_wait_max_s", "drift_reference", "decided_early", "itl_p95_low_s",
+                                     "itl_p95_high_s", "itl_p95_dof"}
 
 
 def test_every_field_is_declared_and_every_rank_taken_once() -> None:
