@@ -270,9 +270,11 @@ def test_fleet_shards_remeasure_and_compare(stack: Stack) -> None:
     (stack.tmp / "single.json").write_text(json.dumps(doc))
     # the two walks ran at different moments of a shared machine, where the simulator's ~12 ms TTFT tails move
     # by tens of percent with the load (one run: +45 % on an unchanged node): a lane measured wrongly by one
-    # way of walking would be off by its whole figure, so the regression threshold here is 75 %
+    # way of walking would be off by its whole figure, so the regression threshold here is 75 %; and TTFT by
+    # 150 ms as well: the one process walking three lanes on a loaded two-core machine delayed its own first
+    # reads, 38.8 -> 125 ms at b/dense c=2 (11 of 28 past the shards' p95), with every answer the same
     same = subprocess.run(_cli("compare", str(stack.tmp / "fleet-r1.json"), str(stack.tmp / "single.json"),
-                               "--threshold", "75%"),
+                               "--threshold", "75%", "--floor", "ttft=75%,150ms"),
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     print(same.stdout)
     # the truth is "unchanged": never FAIL. A ~12 ms tail of 11 requests moved +97 % on a loaded machine cannot be
