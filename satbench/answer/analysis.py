@@ -17,7 +17,7 @@ it is the first candidate (an end rung can be the answer). Each next rung is acc
    one doubling high, and longer windows would settle it (the load generator measures longer where it sees
    the straddle: ``loadgen.step``). Without an interval the point gain decides, and a note says so;
 3. it breaks no policy limit, else the first broken limit (in ``VIOLATION_ORDER``) binds; a rung whose ITL p95
-   lies above the objective with its interval reaching below it (``answer.judges.itl_past``) is not shown to
+   lies above the objective with its interval reaching below it (``answer.itl_judge.itl_past``) is not shown to
    break it: the walk ends below it, ``undecided`` (at most one doubling low), binding ``slo_itl``.
 
 If every rung is accepted, ``ladder_top`` binds and the lane's status is ``unsaturated`` (``undecided`` where
@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from satbench.answer.curve import CurvePoint, Knee, kneedle, monotone_fit, saturation_rung
-from satbench.answer.judges import ITL_CONSTRAINT, itl_open, itl_past, ttft_open
+from satbench.answer.itl_judge import ITL_CONSTRAINT, itl_open, itl_past
+from satbench.answer.judges import ttft_open
 from satbench.answer.models import CheckModel, FairnessModel, StarvationModel, StepModel, ViolationModel
 from satbench.answer.policy import Policy
 from satbench.answer.starvation_walk import starvation_open, starvation_stops

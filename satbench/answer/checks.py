@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from satbench.answer.itl_judge import itl_limit
 from satbench.answer.judges import (
     Check,
     LaneBasis,
@@ -35,7 +36,6 @@ from satbench.answer.judges import (
     error_limit,
     fairness_check,
     interference_check,
-    itl_limit,
     memory_check,
     prefill_check,
     tpot_limit,

@@ -46,7 +46,7 @@ SLO objectives on per-request quantiles (TTFT p95, e2e p95) are judged like the 
 significantly more requests than the quantile's share exceed the objective (``core.figures.Tail``), or, where
 more requests exceed than the figures keep, by the quantile itself; ITL p95 by its interval over the rung's
 gaps, batched over time (they come in clumps: one engine step lengthens every stream's gap at once), broken where
-it lies wholly above the objective, open (``itl_open``: the answer it touches is undecided) where it straddles it,
+it lies wholly above the objective, open (the answer it touches undecided) where it straddles it (``answer.itl_judge``),
 and by its value where the figures carry no interval. Where the TTFT deadline grows with the prompt
 (``slo.ttft_per_1k_prompt_s``), each request is judged against its own deadline (``core.objectives``, the one
 definition goodput, the looks and the rate and trace
@@ -65,23 +65,18 @@ from dataclasses import dataclass
 
 from satbench.answer.policy import Policy
 from satbench.core.figures import MemoryFigures, StepFigures, Tail
-from satbench.core.statistics import QuantileInterval, exceedance_p_value, tail_share
-from satbench.core.step_figures import ITL_CONFIDENCE
+from satbench.core.statistics import exceedance_p_value, tail_share
 
 __all__ = [
-    "ITL_CONSTRAINT",
     "Check",
     "LaneBasis",
     "Violation",
+    "above_limit",
     "decode_check",
     "e2e_limit",
     "error_limit",
     "fairness_check",
     "interference_check",
-    "itl_interval",
-    "itl_limit",
-    "itl_open",
-    "itl_past",
     "memory_check",
     "memory_headroom_ratio",
     "prefill_check",
@@ -145,7 +140,7 @@ def memory_headroom_ratio(mem: MemoryFigures) -> float | None:
     return 1.0 - mem.gpu_max / mem.gpu_total
 
 
-def _above(constraint: str, measured: float | None, limit: float | None, what: str) -> Violation | None:
+def above_limit(constraint: str, measured: float | None, limit: float | None, what: str) -> Violation | None:
     if measured is None or limit is None or not measured > limit:
         return None
     return Violation(constraint, float(measured), float(limit), f"{what} {measured:.4g} > {limit:.4g}")
@@ -372,7 +367,7 @@ def _slo(constraint: str, what: str, tail: Tail, point: float | None, limit: flo
     if point is None or limit is None:
         return None
     if not tail.n:
-        return _above(constraint, point, limit, what)
+        return above_limit(constraint, point, limit, what)
     broken, said = _exceeds(tail, point, limit, q, alpha)
     if not broken:
         return None
@@ -446,53 +441,7 @@ def ttft_open(step: StepFigures, policy: Policy) -> str | None:
 
 def error_limit(step: StepFigures, policy: Policy, lane: LaneBasis) -> Violation | None:
     """The share of requests that failed, against ``max_error_ratio``."""
-    return _above("errors", step.error_ratio, policy.max_error_ratio, "error ratio")
-
-
-ITL_CONSTRAINT = "slo_itl"  # what the ITL objective binds as (answer.checks), where the walk names it itself
-
-
-def itl_interval(step: StepFigures, policy: Policy) -> tuple[float, float] | None:
-    """The ITL p95's interval at the policy's confidence, rebuilt from the published 95 % one and its dof
-    (``core.statistics.QuantileInterval.at``); ``None`` where the figures carry none (too few gaps, or a source
-    that keeps no gaps: the Prometheus histograms)."""
-    point, low, high, dof = step.itl_s.p95, step.itl_p95_low_s, step.itl_p95_high_s, step.itl_p95_dof
-    if point is None or low is None or high is None or dof is None:
-        return None
-    return QuantileInterval(point, low, high, max(1.0, dof), ITL_CONFIDENCE).at(policy.confidence)
-
-
-def itl_limit(step: StepFigures, policy: Policy, lane: LaneBasis) -> Violation | None:
-    """The ITL objective, by its p95 over the rung's gaps: broken where the p95's interval lies wholly above the
-    objective (module docstring); a point above it with the interval reaching below is not shown broken
-    (``itl_open`` says so), and figures without an interval are judged by the point."""
-    limit, point = policy.slo.itl_p95_s, step.itl_s.p95
-    interval = itl_interval(step, policy)
-    if interval is None or limit is None or point is None or not point > limit:
-        return _above(ITL_CONSTRAINT, point, limit, "ITL p95 (s)")
-    if interval[0] <= limit:
-        return None
-    return Violation(ITL_CONSTRAINT, float(point), float(limit), f"ITL p95 (s) {point:.4g} > {limit:.4g} (its "
-                     f"{policy.confidence:.0%} interval [{interval[0]:.4g}, {interval[1]:.4g}] lies above it)")
-
-
-def itl_past(step: StepFigures, policy: Policy) -> bool:
-    """The rung's ITL p95 lies above the objective and its interval reaches below it (``itl_open``): not shown
-    broken, so the answer below it is not settled; the rungs above it pace slower still, so the walk ends there
-    (``answer.analysis``: the answer is the rung below, at most one doubling low) rather than going on past it."""
-    limit, point = policy.slo.itl_p95_s, step.itl_s.p95
-    return limit is not None and point is not None and point > limit and itl_open(step, policy) is not None
-
-
-def itl_open(step: StepFigures, policy: Policy) -> str | None:
-    """Why the ITL objective is neither shown met nor shown broken at this rung: its p95's interval straddles the
-    objective. ``None`` where the interval lies on one side, or there is none (the point decides)."""
-    limit, point = policy.slo.itl_p95_s, step.itl_s.p95
-    interval = itl_interval(step, policy)
-    if interval is None or limit is None or point is None or not interval[0] <= limit < interval[1]:
-        return None
-    return (f"ITL p95 {point:.4g} s, its {policy.confidence:.0%} interval [{interval[0]:.4g}, {interval[1]:.4g}] "
-            f"straddles the objective {limit:.4g} s")
+    return above_limit("errors", step.error_ratio, policy.max_error_ratio, "error ratio")
 
 
 def tpot_limit(step: StepFigures, policy: Policy, lane: LaneBasis) -> Violation | None:
@@ -505,7 +454,7 @@ def tpot_limit(step: StepFigures, policy: Policy, lane: LaneBasis) -> Violation 
     limit, point = policy.slo.tpot_p95_s, step.tpot_s.p95
     judged = step.judged_requests
     if limit is None or point is None or not judged:
-        return _above("slo_tpot", point, limit, "TPOT p95 (s)")
+        return above_limit("slo_tpot", point, limit, "TPOT p95 (s)")
     missed = _missed(step, "tpot", judged, 1 - policy.confidence)
     if missed is None:
         return None

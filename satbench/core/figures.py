@@ -268,7 +268,7 @@ class StepFigures:
         default=None, metadata=figure("interval", "tok/s", published=70))
     throughput_se_tok_s: float | None = field(default=None, metadata=figure("rate", "tok/s", published=42))
     throughput_dof: float | None = field(default=None, metadata=figure("value", "1", published=43))
-    # the ITL p95's 95 % interval over time-clustered gaps and its dof (core.statistics.clustered_quantile_interval)
+    # the ITL p95's 95 % interval over time-clustered gaps and its dof (core.itl_interval)
     itl_p95_low_s: float | None = field(default=None, metadata=figure("value", "s", published=76))
     itl_p95_high_s: float | None = field(default=None, metadata=figure("value", "s", published=77))
     itl_p95_dof: float | None = field(default=None, metadata=figure("value", "1", published=78))

@@ -49,16 +49,6 @@
   two independent estimates has, to first order (the delta method on ``log t``), a relative half-width of
   ``sqrt(r1**2 + r2**2)`` where ``r`` is each interval's half-width over its mean; the ratio's interval
   ``R * exp(+-that)`` is carried through the same power as the gain. ``None`` without both intervals.
-- ``clustered_quantile_interval``: the interval of a quantile of values that come in clumps over time, such as
-  a window's per-token gaps: every user decoding in one engine step waits that step's time, so one prefill
-  lengthens a gap in every stream at once, and the thousands of gaps hold as many independent pieces as the
-  window holds such events, not thousands. Woodruff's method (Woodruff 1952; the survey statistician's
-  quantile interval under clustered sampling, Francisco and Fuller 1991): the share of values at or below the
-  point quantile is a ratio estimate whose standard error comes from batch means over ``bins`` equal spans of
-  time (the AR(1) correction of ``batch_mean_estimate`` over them, so clumps longer than a span count too),
-  never below the standard error of independent values; the quantile's interval is the values' quantiles at
-  that share plus and minus its half-width. ``None`` with fewer than five spans' worth of values
-  (``min_per_bin`` a span) or fewer than five spans holding any.
 - ``groups_differ``: do users' samples (say, their requests' waits for admission) come from one
   distribution? The Kruskal-Wallis H test (Kruskal and Wallis 1952; ``scipy.stats.kruskal``): rank-based,
   so it assumes no distribution of waits and is not moved by a few long ones; its p-value is what it
@@ -77,14 +67,11 @@ from functools import lru_cache
 from satbench.core.figures import Quantiles
 
 __all__ = [
-    "QUANTILE_BINS",
     "MeanEstimate",
-    "QuantileInterval",
     "autocorrelated_batch_ci",
     "batch_mean_estimate",
     "batch_means_ci",
     "batch_rates",
-    "clustered_quantile_interval",
     "doubling_decision",
     "exceedance_p_value",
     "exceedances_differ",
@@ -157,62 +144,6 @@ def preload() -> None:
     a blocked second would cost a measurement, before the load generator's first window (``run_ladder``), so
     the first stability check of a window does not stall every user for the import."""
     from scipy import optimize, stats  # noqa: F401
-
-
-QUANTILE_BINS = 20  # spans of a window a quantile's share is batched over (10 to 30 batches: Schmeiser 1982)
-
-
-@dataclass(frozen=True, slots=True)
-class QuantileInterval:
-    """A quantile's point, its interval at ``confidence`` and the degrees of freedom of the share's batch means
-    (``clustered_quantile_interval``); ``at`` rebuilds the interval at another confidence."""
-
-    point: float
-    low: float
-    high: float
-    dof: float
-    confidence: float
-
-    def at(self, confidence: float) -> tuple[float, float]:
-        """The interval at ``confidence``: each side's width scaled by the ratio of the Student quantiles (the
-        values' quantile function taken as straight across the interval, Woodruff's own first-order step)."""
-        if confidence == self.confidence:
-            return self.low, self.high
-        scale = t_quantile(confidence, self.dof) / t_quantile(self.confidence, self.dof)
-        return self.point - (self.point - self.low) * scale, self.point + (self.high - self.point) * scale
-
-
-def clustered_quantile_interval(timed: Sequence[tuple[float, float]], q: float, start: float, end: float,
-                                confidence: float = 0.95, bins: int = QUANTILE_BINS,
-                                min_per_bin: int = 5) -> QuantileInterval | None:
-    """The ``q`` quantile of the values of ``timed`` (each a time and a value) over ``[start, end]`` with its
-    interval from batch means over time (module docstring); ``None`` where there are too few."""
-    mine = [(t, v) for t, v in timed if start <= t <= end and math.isfinite(v)]
-    n = len(mine)
-    if n < bins * min_per_bin or end <= start or not 0 < q < 1:
-        return None
-    ordered = sorted(v for _, v in mine)
-    point = quantile(ordered, q)
-    assert point is not None
-    width = (end - start) / bins
-    counts, below = [0] * bins, [0] * bins
-    for t, v in mine:
-        i = min(bins - 1, int((t - start) / width))
-        counts[i] += 1
-        below[i] += v <= point
-    if sum(1 for c in counts if c) < 5:
-        return None
-    share = sum(below) / n
-    per_bin = n / bins
-    estimate = batch_mean_estimate([(b - share * c) / per_bin for b, c in zip(below, counts, strict=True)])
-    if estimate is None:
-        return None
-    se = max(estimate.se, math.sqrt(q * (1 - q) / n))
-    half = t_quantile(confidence, estimate.dof) * se
-    low = quantile(ordered, max(0.0, q - half))
-    high = quantile(ordered, min(1.0, q + half))
-    assert low is not None and high is not None
-    return QuantileInterval(point, low, high, estimate.dof, confidence)
 
 
 @lru_cache(maxsize=512)

@@ -79,6 +79,7 @@ from satbench.core.attainment import attainment_estimate
 from satbench.core.backlog import backlog_growth as growth_of
 from satbench.core.backlog import pass_growth
 from satbench.core.figures import TAIL_SIZE, StepFigures, Tail
+from satbench.core.itl_interval import itl_interval_figures
 from satbench.core.manifest import StepWindow
 from satbench.core.objectives import Objectives
 from satbench.core.passes import SNAP_S, paired_attainment
@@ -89,14 +90,12 @@ from satbench.core.statistics import (
     MeanEstimate,
     batch_mean_estimate,
     batch_rates,
-    clustered_quantile_interval,
     jain_index,
     max_min_share,
     quantiles,
 )
 
 __all__ = [
-    "ITL_CONFIDENCE",
     "START_BATCHES",
     "censored",
     "compute_step_figures",
@@ -143,7 +142,6 @@ def token_arrivals(record: RequestRecord) -> list[tuple[float, int]]:
 
 
 START_BATCHES = 32
-ITL_CONFIDENCE = 0.95  # the level the ITL p95's interval is published at (the recommender rebuilds its own)
 
 
 def throughput_estimate(arrivals: Sequence[tuple[float, int]], start: float, end: float,
@@ -380,7 +378,7 @@ def _latency_figures(tally: _Tally, window_gaps: Sequence[tuple[float, float]],
         "latency_s": quantiles(tally.e2e),
         "ttft_s": quantiles(tally.ttft),
         "itl_s": quantiles(b - a for a, b in window_gaps),
-        **_itl_interval(window_gaps, tally.start, tally.end),
+        **itl_interval_figures(window_gaps, tally.start, tally.end),
         "tpot_s": quantiles(tally.tpot),
         "queue_s": quantiles(tally.queue),
         "prefill_wait_max_s": max(tally.waits) if tally.waits else None,
@@ -393,17 +391,6 @@ def _latency_figures(tally: _Tally, window_gaps: Sequence[tuple[float, float]],
         "reasoning_requests": tally.reasoning,
         "turn_mean": sum(turns) / len(turns) if turns and max(turns) > 1 else None,
     }
-
-
-def _itl_interval(window_gaps: Sequence[tuple[float, float]], start: float, end: float) -> dict[str, Any]:
-    """The ITL p95's interval at ``ITL_CONFIDENCE``, each gap placed in time at its end: one engine step
-    lengthens the gaps of every stream it holds at once, so they are batched over time, not taken as
-    independent (``core.statistics.clustered_quantile_interval``); the recommender rebuilds it at its own
-    confidence from the dof (``answer.judges.itl_limit``)."""
-    est = clustered_quantile_interval([(b, b - a) for a, b in window_gaps], 0.95, start, end, ITL_CONFIDENCE)
-    if est is None:
-        return {"itl_p95_low_s": None, "itl_p95_high_s": None, "itl_p95_dof": None}
-    return {"itl_p95_low_s": est.low, "itl_p95_high_s": est.high, "itl_p95_dof": est.dof}
 
 
 def _stall_figures(stalls: StallFigures, overlapping: bool, tail_size: int | None) -> dict[str, Any]:

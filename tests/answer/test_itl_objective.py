@@ -1,4 +1,4 @@
-"""The ITL objective judged by its p95's interval (``answer.judges.itl_limit``, ``itl_open``, ``itl_past``).
+"""The ITL objective judged by its p95's interval (``answer.itl_judge.itl_limit``, ``itl_open``, ``itl_past``).
 
 Each case gives the rungs' ITL p95 and its 95 % interval; the truth is which side of the objective the interval
 lies on, read off the case. A rung whose interval lies wholly above the objective breaks it and the answer is the

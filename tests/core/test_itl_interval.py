@@ -1,4 +1,4 @@
-"""The ITL p95's interval over gaps that come in clumps (``core.statistics.clustered_quantile_interval``).
+"""The ITL p95's interval over gaps that come in clumps (``core.itl_interval.clustered_quantile_interval``).
 
 A batched engine runs steps; every stream decoding in a step waits that step's time, so one slow step (a
 prefill beside the decodes) lengthens a gap in every stream at once, and slow steps come in runs (a chunked
@@ -17,7 +17,7 @@ import random
 
 from scipy import optimize, stats
 
-from satbench.core.statistics import QuantileInterval, clustered_quantile_interval
+from satbench.core.itl_interval import QuantileInterval, clustered_quantile_interval
 
 BASE, SIGMA, HOLD = 0.02, 0.15, (0.03, 0.09)  # s: decode step, its noise, a prefill's hold (uniform)
 ENTER, STAY = 0.02, 0.7  # the chain: decode -> prefill, prefill -> prefill
