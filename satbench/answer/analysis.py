@@ -436,9 +436,9 @@ def _walk(lane: str, steps: Sequence[StepFigures], policy: Policy) -> LaneAnalys
         return start
     ordered, verdicts = rungs.ordered, rungs.verdicts
     accepted = ordered[0]
-    if itl_past(accepted, policy):  # as a lowest rung that breaks a limit, with its doubt said
+    if paced := itl_past(accepted, policy):  # as a lowest rung that breaks a limit, with its doubt said
         return _answer(rungs, None, "degraded", f"even the lowest rung c={accepted.concurrency} may break the "
-                       f"ITL objective: {itl_open(accepted, policy)}", None, ITL_CONSTRAINT)
+                       f"ITL objective: {paced}", None, ITL_CONSTRAINT)
     open_doubling: Undecided | None = None  # the undecided doubling into the rung accepted last, if any
     for i in range(1, len(ordered)):
         step, verdict = ordered[i], verdicts[i]
@@ -457,9 +457,9 @@ def _walk(lane: str, steps: Sequence[StepFigures], policy: Policy) -> LaneAnalys
             return _plateau_answer(rungs, open_doubling, accepted, step, gain, interval, broken)
         if broken:
             return _answer(rungs, open_doubling, "ok", None, accepted, broken[0], next_rung_constraints=broken)
-        if itl_past(step, policy):  # above the objective, not shown so: the walk ends below it, one doubling open
+        if paced := itl_past(step, policy):  # above the objective, not shown so: the walk ends below it, one open
             return _answer(rungs, open_doubling, "undecided", f"the ITL objective at c={step.concurrency} is not "
-                           f"settled: {itl_open(step, policy)}; the answer may be one doubling low", accepted,
+                           f"settled: {paced}; the answer may be one doubling low", accepted,
                            ITL_CONSTRAINT, next_rung_constraints=(ITL_CONSTRAINT,))
         unsettled = starvation_stops(ordered, verdicts, i)
         if unsettled is not None:

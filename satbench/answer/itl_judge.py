@@ -41,12 +41,13 @@ def itl_limit(step: StepFigures, policy: Policy, lane: LaneBasis) -> Violation |
                      f"{policy.confidence:.0%} interval [{interval[0]:.4g}, {interval[1]:.4g}] lies above it)")
 
 
-def itl_past(step: StepFigures, policy: Policy) -> bool:
-    """The rung's ITL p95 lies above the objective and its interval reaches below it (``itl_open``): not shown
-    broken, so the answer below it is not settled; the rungs above it pace slower still, so the walk ends there
-    (``answer.analysis``: the answer is the rung below, at most one doubling low) rather than going on past it."""
+def itl_past(step: StepFigures, policy: Policy) -> str | None:
+    """Why the rung's ITL p95 lies above the objective without being shown so (``itl_open``'s words), ``None``
+    where it does not: not shown broken, so the answer below it is not settled; the rungs above it pace slower
+    still, so the walk ends there (``answer.analysis``: the answer is the rung below, at most one doubling low)
+    rather than going on past it."""
     limit, point = policy.slo.itl_p95_s, step.itl_s.p95
-    return limit is not None and point is not None and point > limit and itl_open(step, policy) is not None
+    return itl_open(step, policy) if limit is not None and point is not None and point > limit else None
 
 
 def itl_open(step: StepFigures, policy: Policy) -> str | None:
