@@ -7,15 +7,20 @@
   where one is installed. Each test reads the run,
   none changes it. A test that uses it is marked ``slow``, and its file is one of ``SHARED_SESSION_FILES``
   (a test elsewhere that asks for it is a usage error naming this list).
-- Parallel runs (``make test``: ``-n 5 --dist loadgroup``; the suite mostly waits on windows and children, so
-  five workers keep two cores busy) send each test file to one worker, whole (its module fixtures start once),
-  and the shared session's files to one worker together, so the session starts once
-  (``pytest_xdist_make_scheduler``). The files of ``PER_TEST_FILES`` (long, independent tests: each starts its
-  own runtimes) are split, one test per unit. Units are handed out longest first, by the seconds
-  ``unit_seconds.json`` recorded (longest-processing-time first: the suite ends when its last long unit does,
-  so a long one handed out last sets the wall time; xdist's own order, by number of tests, put them last), but
-  at most ``HEAVY_AT_ONCE`` units of ``HEAVY_UNIT_S`` or more at once while shorter ones remain: those walk live
-  windows on the wall clock, and five of them together on two cores voided their timing-sensitive rungs.
+- Parallel runs (``make test``) come in two phases. First every test but the live ones, five workers
+  (``-n 5 --dist loadgroup``: those tests mostly wait on children and servers, so five keep two cores busy);
+  then the live ones (``LIVE_FILES``, marked ``live`` here), two workers. A live test walks windows on the wall
+  clock and asserts what they measured (a verdict, a knee, a window's length, a scrape's timing): on two cores
+  shared with four other workers the client lagged its own reads and the runtime its own steps, rungs were voided
+  or mis-measured, and a different handful of them failed each run (seven of 2,719 in one CI run). Two at once
+  leave each about a core, and the suite's other tests never run beside them (three at once failed one live test
+  in one full run, three in the next: a session's drain, the fleet comparison, a starvation verdict).
+  Each test file goes to one worker, whole (its module fixtures start once), and the shared session's files to
+  one worker together, so the session starts once (``pytest_xdist_make_scheduler``). The files of
+  ``PER_TEST_FILES`` (long, independent tests: each starts its own runtimes) are split, one test per unit. Units
+  are handed out longest first, by the seconds ``unit_seconds.json`` recorded (longest-processing-time first: the
+  phase ends when its last long unit does, so a long one handed out last sets the wall time; xdist's own order,
+  by number of tests, put them last).
 """
 
 from __future__ import annotations
@@ -74,7 +79,40 @@ UNKNOWN_SLOW_S, UNKNOWN_S = 5.0, 0.05
 # once while shorter units wait: five of them started together on two cores (longest first) stretched a shared
 # session's walk to 116 s and voided timing-sensitive rungs (a sender 65 ms behind, users idle 5.3 %), on a
 # loaded CI host and here alike, where each passes alone
-HEAVY_UNIT_S, HEAVY_AT_ONCE = 40.0, 2
+
+# Files whose tests walk live windows and judge what they measured (the second phase of ``make test``, two
+# workers, nothing else beside them); the shared session's files are live too
+LIVE_FILES = frozenset({
+    "tests/agents/test_agent_walk.py",
+    "tests/exporter/test_simulator.py",
+    "tests/faults/test_drift_live.py",
+    "tests/faults/test_partial_runs.py",
+    "tests/faults/test_runtime_faults.py",
+    "tests/fleet_shards/test_fleet_acceptance.py",
+    "tests/loadgen/test_chunked_wire.py",
+    "tests/loadgen/test_open_loop.py",
+    "tests/loadgen/test_prefill_walk.py",
+    "tests/loadgen/test_runner_policies.py",
+    "tests/loadgen/test_senders.py",
+    "tests/loadgen/test_simulator.py",
+    "tests/loadgen/test_tails_wire.py",
+    "tests/loadgen/test_wire.py",
+    "tests/plan/test_engine_truth.py",
+    "tests/rates/test_session_rates.py",
+    "tests/rates/test_truth.py",
+    "tests/recommender/test_end_to_end.py",
+    "tests/recommender/test_live_verdicts.py",
+    "tests/session/test_first_hour.py",
+    "tests/session/test_fleet.py",
+    "tests/session/test_recorded_traffic.py",
+    "tests/traces/test_session_traffic.py",
+    "tests/traces/test_trace_answer.py",
+    "tests/traces/test_trace_replay.py",
+    "tests/traces/test_trace_window.py",
+    "tests/tune/test_tune_control.py",
+    "tests/tune/test_tune_edges.py",
+    "tests/tune/test_tune_wire.py",
+})
 
 # Files whose tests are long and share nothing wider than a test (checked at collection): one test per unit
 PER_TEST_FILES = frozenset({
@@ -103,6 +141,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # a test of the shared session is slow (it waits for a whole session), and its file is listed
     for item in items:
         path = item.nodeid.split("::", 1)[0]
+        if path in LIVE_FILES or path in SHARED_SESSION_FILES:
+            item.add_marker(pytest.mark.live)
         if "shared_session" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
             if path not in SHARED_SESSION_FILES:
@@ -147,7 +187,13 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if session.config.getoption("record_unit_seconds") and not hasattr(session.config, "workerinput"):
-        kept = {unit: round(s, 1) for unit, s in sorted(_measured.items(), key=lambda kv: -kv[1]) if s >= 1.0}
+        # a run records the units it ran and keeps what an earlier run (the other phase) recorded of the rest
+        root = Path(session.config.rootpath)
+        earlier = json.loads(UNIT_SECONDS.read_text()) if UNIT_SECONDS.exists() else {}
+        merged = {unit: s for unit, s in earlier.items() if unit not in _measured
+                  and (unit == SHARED_GROUP or (root / unit.split("::", 1)[0]).is_file())}
+        merged.update(_measured)
+        kept = {unit: round(s, 1) for unit, s in sorted(merged.items(), key=lambda kv: -kv[1]) if s >= 1.0}
         UNIT_SECONDS.write_text(json.dumps(kept, indent=1) + "\n")
 
 
@@ -155,29 +201,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """``--dist loadgroup``: whole files to a worker, and the files of the shared session to one worker
     together (xdist's ``loadfile``, plus one group; xdist's own ``xdist_group`` suffix does not reach the
-    scheduler under pytest 9, whose node ids are no longer the attribute xdist rewrites), at most
-    ``HEAVY_AT_ONCE`` heavy units at once. Any other ``--dist`` is xdist's own."""
+    scheduler under pytest 9, whose node ids are no longer the attribute xdist rewrites). Any other ``--dist``
+    is xdist's own."""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    recorded = json.loads(UNIT_SECONDS.read_text()) if UNIT_SECONDS.exists() else {}
-    heavy = {unit for unit, seconds in recorded.items() if seconds >= HEAVY_UNIT_S}
-
     class FileOrGroup(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return scope(nodeid)
-
-        def _assign_work_unit(self, node: Any) -> None:
-            """The next unit in order, except that a heavy one waits behind the first light one while
-            ``HEAVY_AT_ONCE`` heavy units are assigned and unfinished (none light left: it goes anyway)."""
-            running = sum(1 for work in self.assigned_work.values() for unit, tests in work.items()
-                          if unit in heavy and not all(tests.values()))
-            if running >= HEAVY_AT_ONCE and next(iter(self.workqueue)) in heavy:
-                light = next((unit for unit in self.workqueue if unit not in heavy), None)
-                if light is not None:
-                    self.workqueue.move_to_end(light, last=False)
-            super()._assign_work_unit(node)
 
     config.option.loadscopereorder = False  # the workers' order above, not xdist's by number of tests
     return FileOrGroup(config, log)

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.conftest import PER_TEST_FILES, SHARED_GROUP, SHARED_SESSION_FILES, UNIT_SECONDS, scope
+from tests.conftest import LIVE_FILES, PER_TEST_FILES, SHARED_GROUP, SHARED_SESSION_FILES, UNIT_SECONDS, scope
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_every_listed_file_exists() -> None:
-    missing = sorted(f for f in SHARED_SESSION_FILES | PER_TEST_FILES if not (ROOT / f).is_file())
+    missing = sorted(f for f in SHARED_SESSION_FILES | PER_TEST_FILES | LIVE_FILES if not (ROOT / f).is_file())
     assert not missing, f"listed in tests/conftest.py but not found: {missing}"
 
 

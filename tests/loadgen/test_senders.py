@@ -74,14 +74,21 @@ def test_two_hosts_fifty_ms_apart_give_one_consistent_record(tmp_path: Path, mon
     indices = sorted(int(r.request_id.rsplit("-", 1)[1]) for r in records)
     assert indices == list(range(len(indices))) and len(indices) >= 100
     arrived = {row["request_id"]: row for row in truth}
+    late: list[tuple[str, float]] = []
     for rec in records:
         assert rec.intended_at is not None
         # no request before its intended time, after the offset correction
         assert rec.sent_at >= rec.intended_at - 0.001, (rec.request_id, rec.sent_at - rec.intended_at)
-        if rec.ok:  # the node's own clock: the request reached it after it was sent, and soon after
+        if rec.ok:  # the node's own clock: the request reached it after it was sent ...
             row = arrived[rec.request_id]
-            assert rec.sent_at - 0.002 <= row["arrival"] <= rec.sent_at + 0.05, (rec.request_id, row["arrival"])
+            assert rec.sent_at - 0.002 <= row["arrival"], (rec.request_id, row["arrival"] - rec.sent_at)
             assert rec.ttft_s is not None and rec.ttft_s >= row["first_token"] - row["arrival"] - 0.005
+            if row["arrival"] > rec.sent_at + 0.025:
+                late.append((rec.request_id, row["arrival"] - rec.sent_at))
+    # ... and soon after: the node stamps an arrival when its loop reads the request, which a loaded host can
+    # put tens of milliseconds late now and then; the second host's 50 ms offset applied the wrong way puts its
+    # requests, half of them, 50 ms late every one
+    assert len(late) <= 0.1 * len(records), late
     assert sum(r.ok for r in records) >= 0.95 * len(records)
     assert window.valid, window.reason
 

@@ -43,7 +43,10 @@ def running(app: Any, config: uvicorn.Config) -> Iterator[str]:
         yield url
     finally:
         server.should_exit = True
-        thread.join(timeout=10)
+        # the lifespan's own shutdown (the analyses' process, where one was given) ends before anything after
+        # this block touches what the app held: a join that gave up first raced it (a pool closed twice)
+        thread.join(timeout=60)
+        assert not thread.is_alive(), "the service did not stop within 60 s"
 
 
 def settings_for(tmp_path: Path, **more: Any) -> RecommenderSettings:
