@@ -212,7 +212,7 @@ class StepRun:
             enough = now >= min_end and self.state.window_ok >= cfg.min_requests
             if rule.ends((now - start) / 1e9, enough, lambda: self._stable(start, batch),
                          lambda: self._decide(start, batch), lambda: self._deciding_worth(start, batch),
-                         lambda: stop_rule.held(self._live_rates(start, batch), self.state.window_ok,
+                         lambda: stop_rule.held(self._held_rates(start, batch), self.state.window_ok,
                                                 cfg.min_requests, cfg.usable_ci_rel)):
                 break
             self._show("window", start, now)
@@ -245,6 +245,11 @@ class StepRun:
         horizon = min([*streaming, now])
         k = (horizon - start_ns) // int(batch_s * 1e9)
         return [self._bins.get(i, 0) / batch_s for i in range(max(0, k))]
+
+    def _held_rates(self, start_ns: int, batch_s: float) -> list[float]:
+        """The complete bins' rates in the batches of the step's own interval (``stop_rule.as_final_batches``)."""
+        elapsed = (time.perf_counter_ns() - start_ns) / 1e9
+        return stop_rule.as_final_batches(self._live_rates(start_ns, batch_s), batch_s, elapsed, self.config.batch_s)
 
     def _stable(self, start_ns: int, batch_s: float) -> bool:
         return stop_rule.stable(self._live_rates(start_ns, batch_s), self.config.ci_rel_bound)

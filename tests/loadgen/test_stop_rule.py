@@ -4,11 +4,14 @@ undecided, where measuring on is not worth it when the rung below alone makes th
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
 
 from satbench.core.figures import StepFigures
+from satbench.core.statistics import autocorrelated_batch_ci, batch_rates, relative_half_width
+from satbench.core.step_figures import START_BATCHES, throughput_estimate
 from satbench.loadgen import stop_rule
 
 GAIN = 0.10  # the policy's gain per doubling
@@ -105,3 +108,51 @@ def test_a_held_rung_goes_on_to_its_own_cap_and_a_deciding_one_stops_at_the_deci
     # a stable, decided window ends at its first look
     assert _ends_at(stop_rule.WindowEnd.of(8.0, 12.0, 24.0, True, 0.25, 120.0), stable_from=0.0,
                     decision="pays", usable_from=0.0) == 8.0
+
+
+def test_a_gain_past_its_cap_on_a_held_rung_is_looked_at_with_the_rungs_looks_not_at_every_tick() -> None:
+    """An undecided gain on a rung held for being unsteady: looked at when the window first may end (20 s), at the
+    decider's cap (24 s), with each of the rung's own looks (40 s) and as the window ends (80 s), never at each
+    quarter-second tick in between (a real lane's notes listed 70 looks of one rung)."""
+    rule = stop_rule.WindowEnd.of(10.0, 20.0, 24.0, True, 0.25, 80.0)
+    looked: list[float] = []
+    t = 0.0
+    while not rule.ends(t, t >= 10.0, lambda: False, lambda t=t: looked.append(t) or "undecided",  # type: ignore[misc]
+                        lambda: True, lambda: "throughput interval 32% of the mean, 25% usable"):
+        t += 0.25
+    assert t == 80.0 and looked == [20.0, 24.0, 40.0, 80.0] and rule.decision == "undecided"
+    # decided, held, usable later: the window ends when it is usable, looked at once more as it ends
+    later = stop_rule.WindowEnd.of(10.0, 20.0, 24.0, True, 0.25, 80.0)
+    seen: list[float] = []
+    t = 0.0
+    while not later.ends(t, t >= 10.0, lambda t=t: t >= 30.0, lambda t=t: seen.append(t) or "plateau",  # type: ignore[misc]
+                         lambda: True, lambda: "throughput interval 32% of the mean, 25% usable"):
+        t += 0.25
+    assert t == 30.0 and seen == [20.0, 24.0, 30.0] and later.decision == "plateau"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_held_look_reads_the_interval_the_steps_figures_will_state(seed: int) -> None:
+    """The look that holds an unusable rung reads the live bins (a ``START_BATCHES``-th of the minimum window
+    each) merged into the final figure's batches: at a window twice the minimum, the interval is the one
+    ``core.step_figures.throughput_estimate`` computes from the same token arrivals, where the bins alone, as
+    many again and narrower in their lag-one correction, read it narrower."""
+    rng = random.Random(seed)
+    min_window, elapsed = 10.0, 20.0
+    bin_s = min_window / START_BATCHES
+    arrivals, t = [], 0.0
+    while t < elapsed:  # bursts of tokens with slow swings: an unsteady lane
+        t += rng.expovariate(40.0 * (1.5 + math.sin(t / 1.7)))
+        arrivals.append((t, rng.choice((1, 1, 2, 8))))
+    fine = batch_rates(arrivals, 0.0, elapsed, bin_s)
+    merged = stop_rule.as_final_batches(fine, bin_s, elapsed, None)
+    final = throughput_estimate(arrivals, 0.0, elapsed)
+    assert final is not None and len(merged) == START_BATCHES
+    mean = sum(merged) / len(merged)
+    look = autocorrelated_batch_ci(merged)
+    assert look is not None and look == pytest.approx(final.interval(0.95), rel=1e-9)
+    as_bins = autocorrelated_batch_ci(fine)
+    assert as_bins is not None and relative_half_width(as_bins, mean) < relative_half_width(look, mean)
+    # a configured batch length is the final's too
+    assert stop_rule.as_final_batches(fine, bin_s, elapsed, 4 * bin_s) == pytest.approx(
+        batch_rates(arrivals, 0.0, elapsed, 4 * bin_s))
