@@ -75,10 +75,6 @@ def shared_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedS
 # order units are handed out, longest first. pytest-split keeps its ``.test_durations`` the same way.
 UNIT_SECONDS = Path(__file__).parent / "unit_seconds.json"
 UNKNOWN_SLOW_S, UNKNOWN_S = 5.0, 0.05
-# A unit this long (as recorded) walks live windows whose verdicts read the wall clock; at most this many run at
-# once while shorter units wait: five of them started together on two cores (longest first) stretched a shared
-# session's walk to 116 s and voided timing-sensitive rungs (a sender 65 ms behind, users idle 5.3 %), on a
-# loaded CI host and here alike, where each passes alone
 
 # Files whose tests walk live windows and judge what they measured (the second phase of ``make test``, two
 # workers, nothing else beside them); the shared session's files are live too
@@ -190,9 +186,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         # a run records the units it ran and keeps what an earlier run (the other phase) recorded of the rest
         root = Path(session.config.rootpath)
         earlier = json.loads(UNIT_SECONDS.read_text()) if UNIT_SECONDS.exists() else {}
-        merged = {unit: s for unit, s in earlier.items() if unit not in _measured
-                  and (unit == SHARED_GROUP or (root / unit.split("::", 1)[0]).is_file())}
-        merged.update(_measured)
+        merged = {unit: s for unit, s in earlier.items()
+                  if unit == SHARED_GROUP or (root / unit.split("::", 1)[0]).is_file()} | _measured
         kept = {unit: round(s, 1) for unit, s in sorted(merged.items(), key=lambda kv: -kv[1]) if s >= 1.0}
         UNIT_SECONDS.write_text(json.dumps(kept, indent=1) + "\n")
 
