@@ -111,19 +111,21 @@ def test_an_answer_whose_rung_held_more_than_one_percent_is_not_settled_whatever
     assert (calm.recommended_concurrency, calm.status) == (4, "ok")
 
 
-@pytest.mark.parametrize(("late", "status"), [(7, "undecided"), (5, "ok"), (15, "ok")])
+@pytest.mark.parametrize(("late", "status"), [(7, "undecided"), (5, "undecided"), (2, "ok"), (15, "ok")])
 def test_an_answer_whose_rung_missed_the_ttft_objective_by_more_than_five_percent_is_not_settled(
         late: int, status: str) -> None:
     """TTFT p95: 7 of 100 requests past the 1 s objective at the answer's rung is more than the 5 % a p95 allows
     but not significantly (p = 0.23): the objective is not broken there, nor shown met, so the answer is
-    undecided. 5 of 100 meet it; 15 of 100 break it significantly, so the walk stops below (c=2, settled)."""
+    undecided. 5 of 100 is what a p95 allows, but 5 of 100 cannot show that no more than 5 % of the rung's
+    requests miss it (the tail's 95 % bound is 9 %): undecided too. 2 of 100 show it (2 %); 15 of 100 break it
+    significantly, so the walk stops below (c=2, settled)."""
     c4 = {"ttft_tail": Tail.of([0.05] * (100 - late) + [1.5] * late),
           "ttft_s": Quantiles(0.05, 1.5 if late > 5 else 0.05, 1.5)}
     result = analyze_lane("dense", ladder(CURVE, c4=c4), POLICY)
     want = 2 if late == 15 else 4
     assert (result.recommended_concurrency, result.status) == (want, status)
     if status == "undecided":
-        assert result.reason is not None and "TTFT objective at c=4 is not settled: 7 of 100" in result.reason
+        assert result.reason is not None and f"TTFT objective at c=4 is not settled: {late} of 100" in result.reason
 
 
 def test_a_plateau_inside_the_noise_is_undecided_and_never_lowers_the_answer() -> None:
