@@ -91,6 +91,7 @@ LIVE_FILES = frozenset({
     "tests/loadgen/test_runner_policies.py",
     "tests/loadgen/test_senders.py",
     "tests/loadgen/test_simulator.py",
+    "tests/loadgen/test_stream_server.py",
     "tests/loadgen/test_tails_wire.py",
     "tests/loadgen/test_wire.py",
     "tests/plan/test_engine_truth.py",

