@@ -270,6 +270,21 @@ def test_no_shape_where_one_cannot_be_shown(
     assert prompt_elasticity(gaps, prefills, U) is None, case
 
 
+def test_prompts_prefilled_together_do_not_make_a_shape_their_sizes_lack() -> None:
+    # prompts of 100 and 150 tokens (not twofold apart: no shape), two of them at times prefilled in one step:
+    # the steps' tokens are 100 and 250, twofold apart, but one prompt size cannot show how a hold grows with it,
+    # and the datasheet's truth reads the shape over the prompts, not the steps (its draw 1:101: 1.7x apart)
+    gaps, prefills = shaped(4, 10, short=100, long=100)
+
+    def beside(tokens: int) -> list[tuple[float, float, int | None]]:
+        """A second prompt of ``tokens`` prefilled in each of the last two gaps' steps."""
+        return [(a + 0.5 * U, b - 0.5 * U, tokens) for a, b in gaps[2:]]
+
+    assert prompt_elasticity(gaps, prefills + beside(150), U) is None
+    # the same steps with the second prompt ten times as long: a shape (the steps' tokens 100 and 1100)
+    assert prompt_elasticity(gaps, prefills + beside(1000), U) is not None
+
+
 def test_sixteen_tokens_count_for_the_shape() -> None:
     # 16 and 160 tokens: the smallest prompt that counts; the hold grows tenfold with it
     gaps, prefills = shaped(4, 40, short=16, long=160)
