@@ -19,7 +19,9 @@ The judgments (definitions of the figures in ``core.step_figures``; the reasons 
   whose pauses do not show at most 1 % held: fewer than 1 % past the limit among 20 requests says little of
   the population, so the share past it is bounded from the tail of the pauses the rung kept
   (``core.statistics.tail_share``'s upper bound, an exponential tail above the largest kept pauses) and
-  must be at most 1 %. The cause is
+  must be at most 1 %: over the rung's held steps where the figures have them (``held_share_bound``: one
+  prefill holds every decode beside it, so requests held in one step are one draw, not several; the steps'
+  chance of a hold past the limit times the held steps a request meets), else over its requests. The cause is
   part of the definition: a pause that no prefill overlapped is no starvation, and a slow step everywhere is
   judged by the ITL objective (``core.stalls``). The shape does not move with the hardware (a faster machine
   shortens the hold and the step in proportion), so the real pair ``-b 2048``/``-b 256`` is told apart on
@@ -170,6 +172,19 @@ def _exceeds(tail: Tail, point: float | None, limit: float, q: float, alpha: flo
     return (not exact and point is not None and point > limit), said
 
 
+def held_share_bound(step: StepFigures, limit: float, confidence: float) -> float:
+    """The share of a rung's requests held past ``limit``, bounded at ``confidence`` (module docstring): from its
+    held steps where the figures have them, each step's chance of a hold past the limit
+    (``core.statistics.tail_share`` over the steps, which are independent where the requests one step holds
+    together are not) times the held steps a request meets (a request is held when one of its steps is: the union
+    bound); from its requests' own pauses where they do not."""
+    steps, per_request = step.pause_step_tail, step.pause_steps_per_request
+    if steps.n and per_request is not None:
+        return min(1.0, per_request * tail_share(steps.top, steps.n, limit, confidence))
+    tail = step.pause_excess_tail
+    return tail_share(tail.top, tail.n, limit, confidence)
+
+
 def decode_check(step: StepFigures, policy: Policy, lane: LaneBasis) -> Check:
     """Decode starvation: prefill-held pauses beyond the stall limit, significantly often (module docstring).
     The lane's ``baseline_step_s`` is the cadence a policy ratio is taken against (a hold is felt the same at
@@ -216,10 +231,13 @@ def decode_check(step: StepFigures, policy: Policy, lane: LaneBasis) -> Check:
         return Check("insufficient_data", p99, limit,
                      f"{said}; {events} prefills beside a decode: too few to show the pauses bounded (policy "
                      f"needs {policy.min_prefill_events})")
-    bound = tail_share(tail.top, tail.n, limit, policy.confidence)
+    bound = held_share_bound(step, limit, policy.confidence)
+    steps = step.pause_step_tail.n
+    whose = "pauses" if not steps or step.pause_steps_per_request is None else \
+        f"{steps} held steps' pauses ({step.pause_steps_per_request:.1f} a request)"
     if bound > 1 - 0.99:
         return Check("insufficient_data", p99, limit,
-                     f"{said}; {count}, but the tail of the pauses allows up to {bound:.1%} held past it "
+                     f"{said}; {count}, but the tail of the {whose} allows up to {bound:.1%} held past it "
                      f"({policy.confidence:.0%} bound): too few requests to show at most 1 % (a longer window "
                      f"would tell)")
     return Check("ok", p99, limit, f"{said}; {count}, over {events} prefills beside a decode; at most "

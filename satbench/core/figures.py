@@ -212,6 +212,8 @@ class StepFigures:
     decode_step_gaps: int | None = field(default=None, metadata=figure("count", "count", published=45))
     pause_excess_s: Quantiles = field(default_factory=Quantiles, metadata=figure("quantile", "s", published=16))
     pause_excess_tail: Tail = field(default_factory=Tail, metadata=figure("tail", "s", published=20))
+    pause_step_tail: Tail = field(default_factory=Tail, metadata=figure("tail", "s", published=79))
+    pause_steps_per_request: float | None = field(default=None, metadata=figure("value", "1", published=80))
     ttft_tail: Tail = field(default_factory=Tail, metadata=figure("tail", "s", published=19))
     latency_tail: Tail = field(default_factory=Tail, metadata=figure("tail", "s", published=18))
     censored_requests: int | None = field(default=None, metadata=figure("count", "count", published=46))

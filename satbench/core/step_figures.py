@@ -409,6 +409,8 @@ def _stall_figures(stalls: StallFigures, overlapping: bool, tail_size: int | Non
         "decode_step_gaps": stalls.decode_step_gaps,
         "pause_excess_s": quantiles(stalls.excesses),
         "pause_excess_tail": Tail.of(stalls.excesses, tail_size),
+        "pause_step_tail": Tail() if stalls.holds is None else Tail.of(stalls.holds, tail_size),
+        "pause_steps_per_request": stalls.holds_per_request,
     }
 
 

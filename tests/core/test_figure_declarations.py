@@ -16,7 +16,7 @@ from satbench.core.figures import FIGURES, MemoryFigures, Quantiles, StepFigures
 
 QUANTILE_FIGURES = ("latency_s", "ttft_s", "itl_s", "tpot_s", "queue_s", "pause_s", "pause_excess_s",
                     "ttft_visible_s", "schedule_lag_s", "ttft_intended_s", "latency_intended_s")
-TAIL_FIGURES = ("latency_tail", "ttft_tail", "pause_excess_tail")
+TAIL_FIGURES = ("latency_tail", "ttft_tail", "pause_excess_tail", "pause_step_tail")
 OPTIONAL_NUMBERS = (
     "pause_requests", "prefill_events", "interference_share", "stall_per_prompt_s", "stall_ms_per_prompt_token",
     "queued_requests", "admission_wait_max_s", "admission_wait_bound_s", "user_wait_p_value", "user_wait_ratio",
@@ -32,9 +32,10 @@ OPTIONAL_NUMBERS = (
 CLIENT_FIGURES = (
     "window_s", "requests", "errors", "throughput_tok_s", "requests_per_s", "latency_s", "ttft_s", "itl_s",
     "tpot_s", "queue_s", "jain", "max_min_share", "decode_stall_max_ratio", "decode_stall_max_s",
-    "prefill_wait_max_s", "pause_s", "pause_excess_s", "ttft_visible_s", *TAIL_FIGURES, *OPTIONAL_NUMBERS,
+    "prefill_wait_max_s", "pause_s", "pause_excess_s", "ttft_visible_s", *TAIL_FIGURES[:3], *OPTIONAL_NUMBERS,
     "errors_by_outcome", "throughput_ci_tok_s", "schedule_lag_s", "ttft_intended_s", "latency_intended_s",
-    "objective_misses", "decided_early", "itl_p95_low_s", "itl_p95_high_s", "itl_p95_dof",
+    "objective_misses", "decided_early", "itl_p95_low_s", "itl_p95_high_s", "itl_p95_dof", "pause_step_tail",
+    "pause_steps_per_request",
 )
 COUNTS = ("requests", "errors", "errors_by_outcome", "pause_requests", "prefill_events", "queued_requests",
           "cached_prompt_tokens", "cache_reported_prompt_tokens", "draft_tokens", "draft_accepted_tokens",
@@ -54,7 +55,7 @@ def test_the_derived_lists_equal_the_hand_written_ones() -> None:
     assert set(figures._AS_READ) == {*OPTIONAL_NUMBERS, "occupancy_ratio", "queue_depth_avg", "jain",
                                      "max_min_share", "decode_stall_max_ratio", "decode_stall_max_s",
                                      "prefill_wait_max_s", "drift_reference", "decided_early", "itl_p95_low_s",
-                                     "itl_p95_high_s", "itl_p95_dof"}
+                                     "itl_p95_high_s", "itl_p95_dof", "pause_steps_per_request"}
 
 
 def test_every_field_is_declared_and_every_rank_taken_once() -> None:

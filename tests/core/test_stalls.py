@@ -23,6 +23,7 @@ from satbench.core.stalls import (
     Decoding,
     Overlap,
     emission_gaps,
+    held_steps,
     jitter_baseline,
     longest_stalled_gap,
     prompt_elasticity,
@@ -283,6 +284,14 @@ def test_prompts_prefilled_together_do_not_make_a_shape_their_sizes_lack() -> No
     assert prompt_elasticity(gaps, prefills + beside(150), U) is None
     # the same steps with the second prompt ten times as long: a shape (the steps' tokens 100 and 1100)
     assert prompt_elasticity(gaps, prefills + beside(1000), U) is not None
+
+
+def test_held_steps_are_the_steps_every_stream_waited_at_once() -> None:
+    # three streams wait one step (their gaps a millisecond apart on the wire), two the next: two held steps, each
+    # its largest excess; a gap that only touches the next one's start is the next step
+    held = [(0.0, 1.0, 0.2), (0.0, 1.0, 0.25), (0.002, 1.001, 0.22), (1.0, 2.0, 0.1), (1.001, 2.0, 0.05)]
+    assert held_steps(held) == [0.25, 0.1]
+    assert held_steps([]) == []
 
 
 def test_sixteen_tokens_count_for_the_shape() -> None:

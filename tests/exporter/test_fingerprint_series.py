@@ -159,8 +159,10 @@ def test_the_model_files_of_a_local_runtime_are_sized_and_hashed(
     lf._cwd = (4242, str(tmp_path))  # the fake runtime process runs in tmp_path
     with LoopbackRuntime(runtime) as loop:
         reading = ProcessReading(4242, 1e8, ("llama-server",), environ=())
+        # a budget that a loaded host's loopback /props meets: the test sizes and hashes files, it times nothing
+        # (at the default, five workers on two cores left the first scrape without /props, and its size blank)
         collector = RuntimeCollector(LlamaCppAdapter(loop.url), process_reader=FakeProcessReader(reading),
-                                     fingerprints=lf)
+                                     fingerprints=lf, budget_s=5.0)
         for server in exporter_for(collector):
             [labels] = info_series(server.url)
             assert labels["model_size"] == str(model.stat().st_size)
