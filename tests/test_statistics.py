@@ -277,3 +277,14 @@ def test_tail_share_edges() -> None:
     # a limit below every kept value: at least 16 of 100 past it
     assert tail_share(tuple(range(20, 4, -1)), 100, 1.0) == pytest.approx(0.16)
     assert tail_share((3.0, 2.0, 1.0), 10, 2.5, 0.95) <= 1.0
+
+
+def test_a_censored_tail_bounds_nothing_past_its_kept_values() -> None:
+    # 16 kept values, every one past the limit, of 686: at least 16 are past it, how many more is not kept, so
+    # no bound (a rung whose every TTFT missed read 5 % from its count); the point stays the floor's share
+    kept = [2.0] * 16
+    assert tail_share(kept, 686, 1.0, 0.95) == 1.0
+    assert tail_share(kept, 686, 1.0) == pytest.approx(16 / 686)
+    # the same 16 values as the whole rung: the count is exact, and 16 of 16 bound it near 1 all the same
+    assert tail_share(kept, 16, 1.0, 0.95) == 1.0
+    assert tail_share([2.0] * 4 + [0.5] * 12, 686, 1.0, 0.95) < 0.05  # the limit inside the kept values: read

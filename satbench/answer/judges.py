@@ -172,17 +172,18 @@ def _exceeds(tail: Tail, point: float | None, limit: float, q: float, alpha: flo
     return (not exact and point is not None and point > limit), said
 
 
-def held_share_bound(step: StepFigures, limit: float, confidence: float) -> float:
-    """The share of a rung's requests held past ``limit``, bounded at ``confidence`` (module docstring): from its
-    held steps where the figures have them, each step's chance of a hold past the limit
-    (``core.statistics.tail_share`` over the steps, which are independent where the requests one step holds
+def held_share_bound(step: StepFigures, limit: float, confidence: float) -> tuple[float, str]:
+    """The share of a rung's requests held past ``limit``, bounded at ``confidence`` (module docstring), and what
+    it was read from: from its held steps where the figures have them, each step's chance of a hold past the
+    limit (``core.statistics.tail_share`` over the steps, which are independent where the requests one step holds
     together are not) times the held steps a request meets (a request is held when one of its steps is: the union
     bound); from its requests' own pauses where they do not."""
     steps, per_request = step.pause_step_tail, step.pause_steps_per_request
     if steps.n and per_request is not None:
-        return min(1.0, per_request * tail_share(steps.top, steps.n, limit, confidence))
+        return (min(1.0, per_request * tail_share(steps.top, steps.n, limit, confidence)),
+                f"{steps.n} held steps' pauses ({per_request:.1f} a request)")
     tail = step.pause_excess_tail
-    return tail_share(tail.top, tail.n, limit, confidence)
+    return tail_share(tail.top, tail.n, limit, confidence), "pauses"
 
 
 def decode_check(step: StepFigures, policy: Policy, lane: LaneBasis) -> Check:
@@ -231,10 +232,7 @@ def decode_check(step: StepFigures, policy: Policy, lane: LaneBasis) -> Check:
         return Check("insufficient_data", p99, limit,
                      f"{said}; {events} prefills beside a decode: too few to show the pauses bounded (policy "
                      f"needs {policy.min_prefill_events})")
-    bound = held_share_bound(step, limit, policy.confidence)
-    steps = step.pause_step_tail.n
-    whose = "pauses" if not steps or step.pause_steps_per_request is None else \
-        f"{steps} held steps' pauses ({step.pause_steps_per_request:.1f} a request)"
+    bound, whose = held_share_bound(step, limit, policy.confidence)
     if bound > 1 - 0.99:
         return Check("insufficient_data", p99, limit,
                      f"{said}; {count}, but the tail of the {whose} allows up to {bound:.1%} held past it "

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from satbench.answer.analysis import analyze_lane
+from satbench.answer.judges import held_share_bound
 from satbench.answer.rate_analysis import rate_answer
 from satbench.answer.trace_analysis import trace_answer
 from satbench.core.arrivals import ArrivalStream, gamma_shape
@@ -40,6 +41,7 @@ from satbench.core.attainment import RateVerdict, capacity_bound, rate_look
 from satbench.core.figures import StepFigures
 from satbench.core.manifest import StepWindow
 from satbench.core.records import RequestRecord
+from satbench.core.statistics import tail_share
 from satbench.core.step_figures import START_BATCHES, compute_step_figures
 from satbench.loadgen import stop_rule
 from satbench.loadgen.config import LoadgenConfig
@@ -54,7 +56,7 @@ from testkit.accuracy.traffic import TraceRows, long_user
 from testkit.accuracy.truth import Rules
 
 __all__ = ["Answer", "ClosedLadder", "closed_rung", "concurrency_answer", "rate_search", "recorded_trace",
-           "session_config", "trace_search"]
+           "session_config", "share_bounds", "trace_search"]
 
 LANE = "x"
 TICK_S = 0.25  # how often the load generator's window loop wakes
@@ -203,6 +205,20 @@ def concurrency_answer(cond: Condition, rules: Rules) -> ClosedLadder:
          "itl_intervals": {str(f.concurrency): [f.itl_p95_low_s, f.itl_p95_high_s] for f in figures
                            if f.itl_p95_low_s is not None and f.itl_p95_high_s is not None},
          "rungs": [f.concurrency for f in figures]}))
+
+
+def share_bounds(figures: list[StepFigures], cond: Condition, stall_limit_s: float, confidence: float = 0.95
+                 ) -> dict[str, dict[str, float]]:
+    """The one-sided bounds the verdicts state of each measured rung, at ``confidence``: the share of requests
+    held past ``stall_limit_s`` (``answer.judges.held_share_bound``, from c=2) and, where the draw has one TTFT
+    objective for every request, the share past it (``core.statistics.tail_share`` over the TTFT tail, as
+    ``answer.judges.ttft_open`` reads it)."""
+    held = {str(f.concurrency): held_share_bound(f, stall_limit_s, confidence)[0] for f in figures
+            if f.concurrency >= 2 and f.pause_excess_tail.n}
+    late = {} if cond.ttft_per_1k_s else {
+        str(f.concurrency): tail_share(f.ttft_tail.top, f.ttft_tail.n, cond.ttft_s, confidence) for f in figures
+        if f.ttft_tail.n}
+    return {"held": held, "ttft": late}
 
 
 def _gain_intervals(analysis: Any) -> dict[tuple[int, int], tuple[float, float]]:

@@ -31,6 +31,7 @@ from testkit.accuracy.traffic import trace_rows
 from testkit.accuracy.truth import (
     Rules,
     concurrency_margin,
+    stall_limit,
     trace_attainment,
     true_attainment,
     true_capacity,
@@ -74,7 +75,10 @@ def measure_draw(cond: Condition, asked: Sequence[str] = ANSWERS, rules: Rules |
                               "margin": concurrency_margin(rungs, cond, rules),
                               "truth_rungs": [{"c": r.concurrency, "tok_s": r.throughput_tok_s,
                                                "ttft_share": r.ttft_share, "itl_p95_s": r.itl_p95_s,
-                                               "pause_p99_s": r.pause_p99_s} for r in rungs],
+                                               "pause_p99_s": r.pause_p99_s,
+                                               "pause_over_share": r.pause_over_share} for r in rungs],
+                              "share_bounds": answers.share_bounds(ladder.figures, cond,
+                                                                   stall_limit(cond, rules)),
                               "seconds": {"truth": time.perf_counter() - t1, "answer": measured_s}}
     if "rate" in asked:
         t1 = time.perf_counter()
@@ -217,6 +221,14 @@ def _score(name: str, label: str, entries: Sequence[dict[str, Any]]) -> Score:
             for c, interval in e.get("itl_intervals", {}).items():
                 if c in true_itl:
                     cover("ITL p95 interval", _covers(interval, true_itl[c]))
+            true_rungs_of = {str(r["c"]): r for r in e.get("truth_rungs", [])}
+            bounds = e.get("share_bounds", {})
+            for c, bound in bounds.get("held", {}).items():  # one-sided: [0, bound]
+                if c in true_rungs_of and "pause_over_share" in true_rungs_of[c]:
+                    cover("held past the stall limit, share bound", true_rungs_of[c]["pause_over_share"] <= bound)
+            for c, bound in bounds.get("ttft", {}).items():
+                if c in true_rungs_of:
+                    cover("past the TTFT objective, share bound", 1 - true_rungs_of[c]["ttft_share"] <= bound)
     return Score(
         label, len(entries), settled, unsettled, none, none_wrong, _quantile(errors, 0.5), _quantile(errors, 0.9),
         max(errors, default=None), max(rungs_off, default=None) if name == "concurrency" else None,
