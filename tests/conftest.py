@@ -87,6 +87,7 @@ LIVE_FILES = frozenset({
     "tests/fleet_shards/test_fleet_acceptance.py",
     "tests/loadgen/test_chunked_wire.py",
     "tests/loadgen/test_open_loop.py",
+    "tests/loadgen/test_pacer.py",
     "tests/loadgen/test_prefill_walk.py",
     "tests/loadgen/test_runner_policies.py",
     "tests/loadgen/test_senders.py",
