@@ -44,7 +44,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--answers", default=",".join(ANSWERS), help="comma-separated: concurrency,rate,trace")
     parser.add_argument("--jobs", type=int, default=1, help="processes")
     parser.add_argument("--out", type=Path, default=Path("runs/accuracy.json"))
+    parser.add_argument("--table", type=Path, default=None, metavar="JSON",
+                        help="print the tables of a file an earlier run wrote (--out), running nothing")
     args = parser.parse_args(argv)
+    if args.table is not None:
+        try:
+            written = json.loads(args.table.read_text(encoding="utf-8"))["draws"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            parser.error(f"--table: cannot read {args.table} as a datasheet file ({type(exc).__name__}: {exc})")
+        ran = [d for d in written if "error" not in d]
+        print(render(table(ran)))
+        print()
+        print(render_buckets(ran))
+        return 0
     asked = tuple(a.strip() for a in args.answers.split(",") if a.strip())
     unknown = sorted(set(asked) - set(ANSWERS))
     if unknown or not asked:

@@ -151,8 +151,9 @@ def _closed_window(cfg: LoadgenConfig, served: list[Served], start: float, refer
                                             max(cfg.max_window_s, cfg.decide_max_window_s))
 
         if rule.ends(now - start, enough, lambda rates=rates: stop_rule.stable(rates, cfg.ci_rel_bound),  # type: ignore[misc]
-                     decide, worth, lambda rates=rates, ok=ok: stop_rule.held(rates, ok, cfg.min_requests,  # type: ignore[misc]
-                                                                       cfg.usable_ci_rel)):
+                     decide, worth, lambda rates=rates, ok=ok, elapsed=now - start: stop_rule.held(  # type: ignore[misc]
+                         stop_rule.as_final_batches(rates, batch, elapsed, cfg.batch_s), ok, cfg.min_requests,
+                         cfg.usable_ci_rel)):
             return now
         now += TICK_S
     return start + rule.cap_s

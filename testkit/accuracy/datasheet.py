@@ -12,7 +12,9 @@ the rate and factor truths (the answers' brackets). It returns plain JSON, the b
   for concurrency also the rungs off (``log2`` of answer over truth);
 - settled answers on target: within +-10 % of the truth (concurrency: on the truth's rung; a truth of none
   answered none counts as on target), and settled answers off by more than 20 % (or a rung);
-- answers not settled (undecided, unsaturated, a lower bound): how many doublings off they are;
+- answers not settled (undecided, unsaturated, a lower bound): how many doublings off they are (concurrency:
+  rungs of the ladder, none the rung below c=1, so c=1 undecided where the truth is none is one rung off, as
+  "the answer may be one doubling high" says of it);
 - each stated interval's coverage of its truth, at the nominal 95 % the project states.
 """
 
@@ -202,7 +204,8 @@ def _score(name: str, label: str, entries: Sequence[dict[str, Any]]) -> Score:
             on_target += ok
             far += bad
         elif value is not None:
-            d = abs(math.log2(value / truth)) if truth > 0 else math.inf
+            below = 0.5 if name == "concurrency" else 0.0  # none: the ladder's rung below c=1
+            d = abs(math.log2(value / (truth or below))) if truth > 0 or below else math.inf
             doublings.append(d)
             within += d <= 1.0 + 1e-9
         if name == "rate":

@@ -7,7 +7,8 @@ satbench's ``Policy``), and a request attains its objectives when its TTFT is wi
 prefill put on its decode within ``pause_s``, all known to the engine exactly.
 
 - Concurrency (``true_concurrency``): the session's ladder (1, 2, 4, ... 64) walked on long closed runs (each
-  rung ``closed_requests`` requests or more, the first tenth of its time left out). A rung holds when at least
+  rung ``closed_requests`` requests, or as many as ``closed_step_budget`` engine steps allow and at least
+  1,600, the first tenth of its time left out). A rung holds when at least
   95 % of its requests meet their own TTFT deadline, the p95 of its inter-token gaps (every decoding request's
   gap is its step's duration) is within ``tpot_s``, and, from c=2, the p99 over requests of their longest hold
   is within the stall limit (``pause_s``; 0.1 s where the hold grows with the prompt, ``hold_grows``). The walk
@@ -75,7 +76,11 @@ class Rules:
     pause_s: float = 0.25
     pause_whole_prefill_s: float = 0.1  # the stall limit where the hold grows with the prompt
     unbounded_elasticity: float = 0.8  # the hold's elasticity in the prompt that makes it grow with it
-    closed_requests: int = 500
+    # a rung's shares near their thresholds (5 % past the TTFT objective, 1 % held past the stall limit) are what
+    # decide it, and 500 requests read a share of 4 % with a standard error of 0.9 points: draw 1:119's c=1 read
+    # 2.4 % past its TTFT objective where 11,000 requests show 4.2 %, and 2 of 40 truths moved a rung at 8x the
+    # requests. 4,000 (0.3 points) cost the datasheet 2.5 s a draw
+    closed_requests: int = 4000
     open_requests: int = 1200
     cycles: int = 5
     # the truths' bisection ends with the crossing between two rates 0.5 % apart and answers their geometric
@@ -83,7 +88,12 @@ class Rules:
     # the brackets the trace answer states (two factors a sixteenth apart) were scored as missing it in 32 of
     # 188 draws by less than that
     precision: float = 0.005
-    step_budget: int = 30_000  # engine steps one long run may take (about 0.15 s), so a one-slot draw stays cheap
+    step_budget: int = 30_000  # engine steps one long open run may take (about 0.15 s), so a one-slot draw stays cheap
+    closed_step_budget: int = 240_000  # the same for one closed rung (``closed_requests``'s eightfold too)
+    # a rung whose deciding share lies within a factor two of its threshold is run this many times longer: near
+    # 5 % a closed loop's TTFT misses come in clumps (waits for a slot), and 4,000 requests read draw 2:17's c=32
+    # at 3.3 % past the objective where 27,000 read 4.4-4.9 %
+    near_factor: int = 4
 
 
 def attained(cond: Condition, r: Served, rules: Rules) -> bool:
@@ -191,12 +201,35 @@ def _weighted_quantile(pairs: list[tuple[float, int]], q: float) -> float:
 
 
 def _closed_rung(cond: Condition, c: int, rules: Rules) -> RungTruth:
+    """One rung's long-run figures: ``closed_requests`` requests (``closed_step_budget`` engine steps at most,
+    1,600 at least), and ``near_factor`` times as many where a share that decides the rung lies within a factor
+    two of its threshold (``_near``): there the truth's own sampling error decides which side it reads."""
     e = cond.engine
     busy = min(c, e.slots)
     out = cond.output.mean()
     per_request = out * e.decode_step_s(busy) + cond.prompt.mean() * e.per_prefill_token_s
-    requests = max(200, min(rules.closed_requests, rules.step_budget // max(1.0, out / busy)))
-    duration = requests * per_request / busy
+    requests = int(max(1600, min(rules.closed_requests, rules.closed_step_budget // max(1.0, out / busy))))
+    rung, duration = _closed_run(cond, c, rules, requests, requests * per_request / busy)
+    if _near(rung, cond, rules):
+        rung, _ = _closed_run(cond, c, rules, requests * rules.near_factor, duration * rules.near_factor)
+    return rung
+
+
+def _near(rung: RungTruth, cond: Condition, rules: Rules) -> bool:
+    """A share over requests that decides the rung within a factor two of its threshold: past the TTFT deadline
+    against 1 - ``ttft_share`` (5 %), held past the stall limit against 1 - ``pause_quantile`` (1 %). The ITL
+    objective's share is over every decoding step's gaps, tens of thousands of steps a run: read closely enough."""
+    def within(share: float, threshold: float) -> bool:
+        return threshold / 2 <= share <= 2 * threshold
+
+    held = rung.concurrency > 1 and within(rung.pause_over_share, 1 - rules.pause_quantile)
+    return held or within(1 - rung.ttft_share, 1 - rules.ttft_share)
+
+
+def _closed_run(cond: Condition, c: int, rules: Rules, requests: int, duration: float) -> tuple[RungTruth, float]:
+    """The closed run of ``_closed_rung`` for about ``requests`` requests over ``duration`` (run longer where
+    fewer ended), and the duration it took."""
+    e = cond.engine
 
     def draw(user: int, rng: object) -> tuple[int, int]:
         return cond.lengths(rng, long_user(cond, user))  # type: ignore[arg-type]
@@ -224,7 +257,8 @@ def _closed_rung(cond: Condition, c: int, rules: Rules) -> RungTruth:
         c, tokens / (t1 - t0), ended / (t1 - t0), within / len(kept) if kept else 0.0,
         _weighted_quantile([(dur, d) for end, dur, d in steps if t0 <= end <= t1], rules.itl_quantile),
         holds[min(len(holds) - 1, math.ceil(rules.pause_quantile * len(holds)) - 1)] if holds else 0.0,
-        sum((r.end or 0.0) - r.sent for r in kept) / len(kept) if kept else math.nan, itl_over, pause_over)
+        sum((r.end or 0.0) - r.sent for r in kept) / len(kept) if kept else math.nan, itl_over,
+        pause_over), duration
 
 
 def true_rungs(cond: Condition, rules: Rules = Rules(), top: int = 64) -> list[RungTruth]:

@@ -202,6 +202,22 @@ def test_a_draw_runs_satbenchs_whole_answer_path_and_is_scored() -> None:
                                                                    for p in points)
 
 
+def test_a_rung_held_for_its_throughput_ends_usable_by_its_own_figures() -> None:
+    """The harness asks the load generator's held look at the batches the step's own figures are computed on
+    (``loadgen.stop_rule.as_final_batches``), as ``loadgen.step`` does: draw 1:34's lowest rung (one user, output
+    lengths of sigma 1.06) read usable from 0.25 s bins at 24 s and its figures then gave 30 % against 25 %
+    allowed, and the lane had no answer. A window that ended before its cap is usable by its figures."""
+    from testkit.accuracy.answers import closed_rung, session_config
+
+    cond = sample(Space(), 1, 34)
+    cfg = session_config(cond, Rules()).loadgen
+    assert cfg.usable_ci_rel is not None and cfg.hold_max_window_s is not None
+    rung = closed_rung(cond, cfg, 1, None, f"{cond.name}:rung:1")
+    low, high = rung.throughput_ci_tok_s or (0.0, math.inf)
+    assert rung.window_s > cfg.max_window_s  # held on: at 12 s it was not usable
+    assert rung.window_s < cfg.hold_max_window_s and (high - low) / 2 <= cfg.usable_ci_rel * rung.throughput_tok_s
+
+
 def _entry(truth: float, answer: float | None, status: str, interval: list[float] | None = None
            ) -> dict[str, object]:
     return {"truth": truth, "answer": answer, "status": status, "interval": interval, "points": [],
@@ -232,6 +248,9 @@ def test_a_concurrency_answer_is_on_target_only_on_the_truths_rung() -> None:
     (row,) = table(draws)
     assert (row.settled_on_target, row.settled_far, row.rungs_off_max) == (1, 1, 1.0)
     assert row.coverage == {"gain per doubling interval": (1, 2)}
+    # undecided: none is the ladder's rung below c=1, so c=1 where the truth is none is one rung off, c=2 two
+    (row,) = table([{"concurrency": _entry(0, 1.0, "undecided")}, {"concurrency": _entry(0, 2.0, "undecided")}])
+    assert row.unsettled_within_doubling == 1 and row.unsettled_doublings_max == pytest.approx(2.0)
 
 
 def test_the_concurrency_margin_is_the_nearest_threshold_of_the_rungs_that_decide_it() -> None:
