@@ -18,7 +18,9 @@ it is the first candidate (an end rung can be the answer). Each next rung is acc
    the straddle: ``loadgen.step``). Without an interval the point gain decides, and a note says so;
 3. it breaks no policy limit, else the first broken limit (in ``VIOLATION_ORDER``) binds; a rung whose ITL p95
    lies above the objective with its interval reaching below it (``answer.itl_judge.itl_past``) is not shown to
-   break it: the walk ends below it, ``undecided`` (at most one doubling low), binding ``slo_itl``.
+   break it: the walk ends below it, ``undecided`` (at most one doubling low), binding ``slo_itl``; the same
+   for a rung where more than 5 % of the requests missed the TTFT objective, too few to show it
+   (``answer.judges.ttft_past``), binding ``slo_ttft``, and for decode starvation (``answer.starvation_walk``).
 
 If every rung is accepted, ``ladder_top`` binds and the lane's status is ``unsaturated`` (``undecided`` where
 the last doubling straddled the gain): the answer is the top rung, a lower bound, and a note names what would
@@ -40,7 +42,7 @@ from typing import Any
 
 from satbench.answer.curve import CurvePoint, Knee, kneedle, monotone_fit, saturation_rung
 from satbench.answer.itl_judge import ITL_CONSTRAINT, itl_open, itl_past
-from satbench.answer.judges import ttft_open
+from satbench.answer.judges import TTFT_CONSTRAINT, ttft_open, ttft_past
 from satbench.answer.models import CheckModel, FairnessModel, StarvationModel, StepModel, ViolationModel
 from satbench.answer.policy import Policy
 from satbench.answer.starvation_walk import starvation_open, starvation_stops
@@ -439,6 +441,9 @@ def _walk(lane: str, steps: Sequence[StepFigures], policy: Policy) -> LaneAnalys
     if paced := itl_past(accepted, policy):  # as a lowest rung that breaks a limit, with its doubt said
         return _answer(rungs, None, "degraded", f"even the lowest rung c={accepted.concurrency} may break the "
                        f"ITL objective: {paced}", None, ITL_CONSTRAINT)
+    if late := ttft_past(accepted, policy):
+        return _answer(rungs, None, "degraded", f"even the lowest rung c={accepted.concurrency} may break the "
+                       f"TTFT objective: {late}", None, TTFT_CONSTRAINT)
     open_doubling: Undecided | None = None  # the undecided doubling into the rung accepted last, if any
     for i in range(1, len(ordered)):
         step, verdict = ordered[i], verdicts[i]
@@ -461,6 +466,10 @@ def _walk(lane: str, steps: Sequence[StepFigures], policy: Policy) -> LaneAnalys
             return _answer(rungs, open_doubling, "undecided", f"the ITL objective at c={step.concurrency} is not "
                            f"settled: {paced}; the answer may be one doubling low", accepted,
                            ITL_CONSTRAINT, next_rung_constraints=(ITL_CONSTRAINT,))
+        if late := ttft_past(step, policy):  # the same for the TTFT objective
+            return _answer(rungs, open_doubling, "undecided", f"the TTFT objective at c={step.concurrency} is not "
+                           f"settled: {late}; the answer may be one doubling low", accepted, TTFT_CONSTRAINT,
+                           next_rung_constraints=(TTFT_CONSTRAINT,))
         unsettled = starvation_stops(ordered, verdicts, i)
         if unsettled is not None:
             return _answer(rungs, open_doubling, "undecided", unsettled, accepted, "decode_starvation")

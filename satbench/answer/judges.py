@@ -70,6 +70,7 @@ from satbench.core.figures import MemoryFigures, StepFigures, Tail
 from satbench.core.statistics import exceedance_p_value, tail_share
 
 __all__ = [
+    "TTFT_CONSTRAINT",
     "Check",
     "LaneBasis",
     "Violation",
@@ -86,7 +87,10 @@ __all__ = [
     "tpot_limit",
     "ttft_limit",
     "ttft_open",
+    "ttft_past",
 ]
+
+TTFT_CONSTRAINT = "slo_ttft"  # what the TTFT objective binds as (answer.checks), where the walk names it itself
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,11 +415,11 @@ def ttft_limit(step: StepFigures, policy: Policy, lane: LaneBasis) -> Violation 
     slo = policy.slo
     base = slo.ttft_p95_s
     if not slo.ttft_per_1k_prompt_s or base is None:
-        return _slo("slo_ttft", "TTFT p95 (s)", step.ttft_tail, step.ttft_s.p95, base, 0.95, alpha)
+        return _slo(TTFT_CONSTRAINT, "TTFT p95 (s)", step.ttft_tail, step.ttft_s.p95, base, 0.95, alpha)
     judged = step.judged_requests
     rule = f"{base:g} s + {slo.ttft_per_1k_prompt_s:g} s per 1,000 prompt tokens"
     if judged is None:
-        found = _slo("slo_ttft", "TTFT p95 (s)", step.ttft_tail, step.ttft_s.p95, base, 0.95, alpha)
+        found = _slo(TTFT_CONSTRAINT, "TTFT p95 (s)", step.ttft_tail, step.ttft_s.p95, base, 0.95, alpha)
         return None if found is None else Violation(
             found.constraint, found.measured, found.limit,
             f"{found.detail}; the figures count no request against its own deadline ({rule}): judged against "
@@ -425,9 +429,26 @@ def ttft_limit(step: StepFigures, policy: Policy, lane: LaneBasis) -> Violation 
         return None
     k, p = missed
     share = k / judged if judged else 0.0
-    return Violation("slo_ttft", share, 0.05,
+    return Violation(TTFT_CONSTRAINT, share, 0.05,
                      f"{k} of {judged} requests past their own TTFT deadline ({rule}): {share:.1%} > the 5 % a "
                      f"p95 allows (p = {p:.2g})", reading="own_deadline")
+
+
+def _ttft_misses(step: StepFigures, policy: Policy) -> tuple[int, int, Tail | None, str] | None:
+    """The rung's requests judged against the TTFT objective as ``ttft_limit`` reads them: ``(n, misses, the
+    tail to bound the share past it from or None, what a miss is)``; ``None`` where there is no objective or no
+    request."""
+    slo = policy.slo
+    if slo.ttft_p95_s is None:
+        return None
+    if slo.ttft_per_1k_prompt_s and step.judged_requests is not None:  # each request its own deadline
+        n = step.judged_requests
+        found: tuple[int, int, Tail | None, str] = (n, min(step.objective_misses.get("ttft", 0), n), None,
+                                                    "past their own TTFT deadline")
+    else:
+        k, _ = step.ttft_tail.above(slo.ttft_p95_s)
+        found = (step.ttft_tail.n, k, step.ttft_tail, f"over the TTFT objective {slo.ttft_p95_s:g} s")
+    return found if found[0] else None
 
 
 def ttft_open(step: StepFigures, policy: Policy) -> str | None:
@@ -439,33 +460,37 @@ def ttft_open(step: StepFigures, policy: Policy) -> str | None:
     a rung at its slots' edge come and go with the answers running, so 2 of 60 past it in one window says little
     of the 11 % a longer run finds (the datasheet's draw 1:69). As decode starvation's ``insufficient_data``, a
     rung the answer rests on is then not settled. ``None`` where the share missing is shown within 5 % or the
-    objective is broken."""
-    slo, alpha = policy.slo, 1 - policy.confidence
-    if slo.ttft_p95_s is None:
+    objective is broken. Deadlines that grow with the prompt: the count alone speaks."""
+    found = _ttft_misses(step, policy)
+    if found is None:
         return None
-    tail: Tail | None = step.ttft_tail
-    if slo.ttft_per_1k_prompt_s and step.judged_requests is not None:  # as ttft_limit reads them
-        n = step.judged_requests
-        k = min(step.objective_misses.get("ttft", 0), n)
-        what = "past their own TTFT deadline"
-        tail = None  # each request has its own deadline: the count alone speaks
-    else:
-        n = step.ttft_tail.n
-        k, _ = step.ttft_tail.above(slo.ttft_p95_s)
-        what = f"over the TTFT objective {slo.ttft_p95_s:g} s"
-    if not n:
-        return None
+    n, k, tail, what = found
     if k <= 0.05 * n:
-        bound = 0.0 if tail is None else tail_share(tail.top, tail.n, slo.ttft_p95_s, policy.confidence)
+        bound = 0.0 if tail is None else tail_share(tail.top, tail.n, policy.slo.ttft_p95_s or 0.0,
+                                                     policy.confidence)
         if bound <= 0.05:
             return None
         return (f"{k} of {n} requests {what}, but the tail of the TTFTs allows up to {bound:.1%} past it "
                 f"({policy.confidence:.0%} bound): too few to show at most the 5 % a p95 allows")
     p = exceedance_p_value(k, n, 0.95)
-    if p < alpha:
+    if p < 1 - policy.confidence:
         return None
     return (f"{k} of {n} requests {what} ({k / n:.1%}, more than the 5 % a p95 allows, p = {p:.2g}): too few to "
             f"show it is more than chance")
+
+
+def ttft_past(step: StepFigures, policy: Policy) -> str | None:
+    """Why the rung's share past the TTFT objective points past the 5 % a p95 allows without being shown so
+    (``ttft_open``'s words), ``None`` where it does not. As the ITL objective's ``itl_past`` and decode
+    starvation's ``starvation_stops``, the point picks the side and the doubt makes the answer undecided: the
+    walk ends below such a rung (the answer at most one doubling low) rather than accepting it on the benefit of
+    the doubt, which had answered a rung the long run breaks with every rung below it in the same doubt (the
+    datasheet's draw 1:171: 2 of 14 then 4 of 34 past the objective, each not significant, answered c=2 where
+    the long run lets 12 % miss it at c=1). ``None`` where it is broken or points within."""
+    found = _ttft_misses(step, policy)
+    if found is None or found[1] <= 0.05 * found[0]:
+        return None
+    return ttft_open(step, policy)
 
 
 def error_limit(step: StepFigures, policy: Policy, lane: LaneBasis) -> Violation | None:
