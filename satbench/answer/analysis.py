@@ -20,7 +20,8 @@ it is the first candidate (an end rung can be the answer). Each next rung is acc
    lies above the objective with its interval reaching below it (``answer.itl_judge.itl_past``) is not shown to
    break it: the walk ends below it, ``undecided`` (at most one doubling low), binding ``slo_itl``; the same
    for a rung where more than 5 % of the requests missed the TTFT objective, too few to show it
-   (``answer.judges.ttft_past``), binding ``slo_ttft``, and for decode starvation (``answer.starvation_walk``).
+   (``answer.objective_judges.ttft_past``), binding ``slo_ttft``, and for decode starvation
+   (``answer.starvation_walk``).
 
 If every rung is accepted, ``ladder_top`` binds and the lane's status is ``unsaturated`` (``undecided`` where
 the last doubling straddled the gain): the answer is the top rung, a lower bound, and a note names what would
@@ -42,8 +43,8 @@ from typing import Any
 
 from satbench.answer.curve import CurvePoint, Knee, kneedle, monotone_fit, saturation_rung
 from satbench.answer.itl_judge import ITL_CONSTRAINT, itl_open, itl_past
-from satbench.answer.judges import TTFT_CONSTRAINT, ttft_open, ttft_past
 from satbench.answer.models import CheckModel, FairnessModel, StarvationModel, StepModel, ViolationModel
+from satbench.answer.objective_judges import TTFT_CONSTRAINT, ttft_open, ttft_past
 from satbench.answer.policy import Policy
 from satbench.answer.starvation_walk import starvation_open, starvation_stops
 from satbench.answer.verdicts import StepVerdict, check_step
@@ -429,6 +430,16 @@ def _unsaturated_answer(rungs: _Rungs, open_doubling: Undecided | None, accepted
                    saturation=None)
 
 
+def _points_past(step: StepFigures, policy: Policy) -> tuple[str, str, str] | None:
+    """The first objective the rung points past without showing it (the ITL p95 by its interval, the TTFT share
+    by its count: ``itl_past``, ``ttft_past``) as (its constraint, its name, why), ``None`` where none does: the
+    walk ends below such a rung (module docstring, 3.)."""
+    for past, constraint, what in ((itl_past, ITL_CONSTRAINT, "ITL"), (ttft_past, TTFT_CONSTRAINT, "TTFT")):
+        if why := past(step, policy):
+            return constraint, what, why
+    return None
+
+
 def _walk(lane: str, steps: Sequence[StepFigures], policy: Policy) -> LaneAnalysis:
     """The walk of the module docstring: each next rung accepted while it is usable, its doubling not shown
     flat and it breaks no limit; the first it does not accept says why the answer stops."""
@@ -438,12 +449,10 @@ def _walk(lane: str, steps: Sequence[StepFigures], policy: Policy) -> LaneAnalys
         return start
     ordered, verdicts = rungs.ordered, rungs.verdicts
     accepted = ordered[0]
-    if paced := itl_past(accepted, policy):  # as a lowest rung that breaks a limit, with its doubt said
+    if past := _points_past(accepted, policy):  # as a lowest rung that breaks a limit, with its doubt said
+        constraint, what, why = past
         return _answer(rungs, None, "degraded", f"even the lowest rung c={accepted.concurrency} may break the "
-                       f"ITL objective: {paced}", None, ITL_CONSTRAINT)
-    if late := ttft_past(accepted, policy):
-        return _answer(rungs, None, "degraded", f"even the lowest rung c={accepted.concurrency} may break the "
-                       f"TTFT objective: {late}", None, TTFT_CONSTRAINT)
+                       f"{what} objective: {why}", None, constraint)
     open_doubling: Undecided | None = None  # the undecided doubling into the rung accepted last, if any
     for i in range(1, len(ordered)):
         step, verdict = ordered[i], verdicts[i]
@@ -462,14 +471,11 @@ def _walk(lane: str, steps: Sequence[StepFigures], policy: Policy) -> LaneAnalys
             return _plateau_answer(rungs, open_doubling, accepted, step, gain, interval, broken)
         if broken:
             return _answer(rungs, open_doubling, "ok", None, accepted, broken[0], next_rung_constraints=broken)
-        if paced := itl_past(step, policy):  # above the objective, not shown so: the walk ends below it, one open
-            return _answer(rungs, open_doubling, "undecided", f"the ITL objective at c={step.concurrency} is not "
-                           f"settled: {paced}; the answer may be one doubling low", accepted,
-                           ITL_CONSTRAINT, next_rung_constraints=(ITL_CONSTRAINT,))
-        if late := ttft_past(step, policy):  # the same for the TTFT objective
-            return _answer(rungs, open_doubling, "undecided", f"the TTFT objective at c={step.concurrency} is not "
-                           f"settled: {late}; the answer may be one doubling low", accepted, TTFT_CONSTRAINT,
-                           next_rung_constraints=(TTFT_CONSTRAINT,))
+        if past := _points_past(step, policy):  # past the objective, not shown so: the walk ends below it, open
+            constraint, what, why = past
+            return _answer(rungs, open_doubling, "undecided", f"the {what} objective at c={step.concurrency} is not "
+                           f"settled: {why}; the answer may be one doubling low", accepted, constraint,
+                           next_rung_constraints=(constraint,))
         unsettled = starvation_stops(ordered, verdicts, i)
         if unsettled is not None:
             return _answer(rungs, open_doubling, "undecided", unsettled, accepted, "decode_starvation")

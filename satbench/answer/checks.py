@@ -32,15 +32,12 @@ from satbench.answer.judges import (
     LaneBasis,
     Violation,
     decode_check,
-    e2e_limit,
-    error_limit,
     fairness_check,
     interference_check,
     memory_check,
     prefill_check,
-    tpot_limit,
-    ttft_limit,
 )
+from satbench.answer.objective_judges import e2e_limit, error_limit, tpot_limit, ttft_limit
 from satbench.answer.policy import Policy
 from satbench.core.figures import StepFigures
 

@@ -44,15 +44,8 @@ The judgments (definitions of the figures in ``core.step_figures``; the reasons 
   llama.cpp allocates its weights and KV cache when it starts, so a flat, full GPU is reported (``warn``),
   never turned into a concurrency limit, and memory that other processes hold is said as such.
 
-SLO objectives on per-request quantiles (TTFT p95, e2e p95) are judged like the pause: broken when
-significantly more requests than the quantile's share exceed the objective (``core.figures.Tail``), or, where
-more requests exceed than the figures keep, by the quantile itself; ITL p95 by its interval over the rung's
-gaps, batched over time (they come in clumps: one engine step lengthens every stream's gap at once), broken where
-it lies wholly above the objective, open (the answer it touches undecided) where it straddles it (``answer.itl_judge``),
-and by its value where the figures carry no interval. Where the TTFT deadline grows with the prompt
-(``slo.ttft_per_1k_prompt_s``), each request is judged against its own deadline (``core.objectives``, the one
-definition goodput, the looks and the rate and trace
-answers use) and the count past it against the 5 % a p95 allows, by the same test.
+The per-request objectives (TTFT, TPOT and e2e p95, the error ratio) are judged in ``answer.objective_judges``,
+the ITL objective in ``answer.itl_judge``, by the same count test (``quantile_exceeds``).
 
 Each check has a status: ``ok``, ``flagged`` (binding: a violation), ``warn`` (reported, not binding),
 ``not_applicable`` (c=1 has no other request; a rung where every user has a slot queues nobody),
@@ -70,27 +63,19 @@ from satbench.core.figures import MemoryFigures, StepFigures, Tail
 from satbench.core.statistics import exceedance_p_value, tail_share
 
 __all__ = [
-    "TTFT_CONSTRAINT",
     "Check",
     "LaneBasis",
     "Violation",
     "above_limit",
     "decode_check",
-    "e2e_limit",
-    "error_limit",
     "fairness_check",
     "interference_check",
     "memory_check",
     "memory_headroom_ratio",
     "prefill_check",
+    "quantile_exceeds",
     "stall_limit",
-    "tpot_limit",
-    "ttft_limit",
-    "ttft_open",
-    "ttft_past",
 ]
-
-TTFT_CONSTRAINT = "slo_ttft"  # what the TTFT objective binds as (answer.checks), where the walk names it itself
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +150,7 @@ def stall_limit(policy: Policy, step_s: float | None, unbounded: bool | None = N
     return min(limits) if limits else None
 
 
-def _exceeds(tail: Tail, point: float | None, limit: float, q: float, alpha: float) -> tuple[bool, str]:
+def quantile_exceeds(tail: Tail, point: float | None, limit: float, q: float, alpha: float) -> tuple[bool, str]:
     """Is the q-quantile objective ``limit`` broken? Significantly more than a ``1 - q`` share of the ``n``
     requests above it, or (more exceed than the tail keeps) the quantile itself above it. Also says the count."""
     k, exact = tail.above(limit)
@@ -216,7 +201,7 @@ def decode_check(step: StepFigures, policy: Policy, lane: LaneBasis) -> Check:
              f"{'a whole-prompt prefill' if unbounded else 'a chunked prefill'})")
     said = (f"pause excess p99 {p99 * 1000:.0f} ms beyond the rung's {step_s * 1000:.1f} ms decode step{where}; "
             f"{grows}; stall limit {limit * 1000:.0f} ms")
-    broken, count = _exceeds(tail, p99, limit, 0.99, 1 - policy.confidence)
+    broken, count = quantile_exceeds(tail, p99, limit, 0.99, 1 - policy.confidence)
     if broken:
         return Check("flagged", p99, limit, f"{said}: {count}, significantly more than 1 % held by another "
                                              f"request's prefill")
@@ -378,146 +363,3 @@ def memory_check(step: StepFigures, policy: Policy, lane: LaneBasis) -> Check:
                      f"its start, not a concurrency limit", reading="headroom")
     return Check("flagged", headroom, floor, f"{said} < {floor:.0%}; the lowest rung left {before:.1%}: this "
                                              f"rung filled it", reading="headroom")
-
-
-def _slo(constraint: str, what: str, tail: Tail, point: float | None, limit: float | None, q: float,
-         alpha: float) -> Violation | None:
-    """A per-request quantile objective (TTFT p95, e2e p95): by the count test where the figures keep a tail,
-    else by the quantile's value (module docstring)."""
-    if point is None or limit is None:
-        return None
-    if not tail.n:
-        return above_limit(constraint, point, limit, what)
-    broken, said = _exceeds(tail, point, limit, q, alpha)
-    if not broken:
-        return None
-    return Violation(constraint, float(point), float(limit), f"{what} {point:.4g} > {limit:.4g}: {said}")
-
-
-def _missed(step: StepFigures, objective: str, judged: int, alpha: float) -> tuple[int, float] | None:
-    """A per-request p95 objective judged by the misses goodput counted (``objective_misses[objective]`` of the
-    ``judged`` requests): ``(misses, p)`` where significantly more than the 5 % a p95 allows missed it (the
-    binomial count test at ``alpha``), else ``None``."""
-    k = min(step.objective_misses.get(objective, 0), judged)
-    p = exceedance_p_value(k, judged, 0.95)
-    return (k, p) if p < alpha else None
-
-
-def ttft_limit(step: StepFigures, policy: Policy, lane: LaneBasis) -> Violation | None:
-    """The TTFT objective (module docstring). One deadline (``slo.ttft_per_1k_prompt_s`` 0): its p95 against
-    ``slo.ttft_p95_s`` (``_slo``). Deadlines that grow with the prompt (``core.objectives.Objectives.
-    ttft_deadline_s``) have no one figure for a p95 to hold: the objective is broken when significantly more
-    than 5 % of the requests (what a p95 allows) were past their own deadline, the count goodput keeps
-    (``objective_misses``). Figures without that count (a source that judged no objectives) are judged
-    against ``slo.ttft_p95_s`` alone, every deadline at its shortest: stricter, said as such. Judged past
-    their own deadlines, the ``reading`` is ``own_deadline``."""
-    alpha = 1 - policy.confidence
-    slo = policy.slo
-    base = slo.ttft_p95_s
-    if not slo.ttft_per_1k_prompt_s or base is None:
-        return _slo(TTFT_CONSTRAINT, "TTFT p95 (s)", step.ttft_tail, step.ttft_s.p95, base, 0.95, alpha)
-    judged = step.judged_requests
-    rule = f"{base:g} s + {slo.ttft_per_1k_prompt_s:g} s per 1,000 prompt tokens"
-    if judged is None:
-        found = _slo(TTFT_CONSTRAINT, "TTFT p95 (s)", step.ttft_tail, step.ttft_s.p95, base, 0.95, alpha)
-        return None if found is None else Violation(
-            found.constraint, found.measured, found.limit,
-            f"{found.detail}; the figures count no request against its own deadline ({rule}): judged against "
-            f"ttft_p95_s alone, every deadline at its shortest")
-    missed = _missed(step, "ttft", judged, alpha)
-    if missed is None:
-        return None
-    k, p = missed
-    share = k / judged if judged else 0.0
-    return Violation(TTFT_CONSTRAINT, share, 0.05,
-                     f"{k} of {judged} requests past their own TTFT deadline ({rule}): {share:.1%} > the 5 % a "
-                     f"p95 allows (p = {p:.2g})", reading="own_deadline")
-
-
-def _ttft_misses(step: StepFigures, policy: Policy) -> tuple[int, int, Tail | None, str] | None:
-    """The rung's requests judged against the TTFT objective as ``ttft_limit`` reads them: ``(n, misses, the
-    tail to bound the share past it from or None, what a miss is)``; ``None`` where there is no objective or no
-    request."""
-    slo = policy.slo
-    if slo.ttft_p95_s is None:
-        return None
-    if slo.ttft_per_1k_prompt_s and step.judged_requests is not None:  # each request its own deadline
-        n = step.judged_requests
-        found: tuple[int, int, Tail | None, str] = (n, min(step.objective_misses.get("ttft", 0), n), None,
-                                                    "past their own TTFT deadline")
-    else:
-        k, _ = step.ttft_tail.above(slo.ttft_p95_s)
-        found = (step.ttft_tail.n, k, step.ttft_tail, f"over the TTFT objective {slo.ttft_p95_s:g} s")
-    return found if found[0] else None
-
-
-def ttft_open(step: StepFigures, policy: Policy) -> str | None:
-    """Why the TTFT objective is not shown met at this rung: more than the 5 % a p95 allows missed it but too
-    few to show it is more than chance (``ttft_limit`` breaks it only where they are significantly more), or
-    fewer missed it but the rung's longest TTFTs reach so near the objective that the share past it may be
-    more than 5 % (``core.statistics.tail_share``'s bound at the policy's confidence, as decode starvation's
-    ``ok`` needs its pauses to show at most 1 %): a TTFT is a wait for a slot, and in a closed loop the waits of
-    a rung at its slots' edge come and go with the answers running, so 2 of 60 past it in one window says little
-    of the 11 % a longer run finds (the datasheet's draw 1:69). As decode starvation's ``insufficient_data``, a
-    rung the answer rests on is then not settled. ``None`` where the share missing is shown within 5 % or the
-    objective is broken. Deadlines that grow with the prompt: the count alone speaks."""
-    found = _ttft_misses(step, policy)
-    if found is None:
-        return None
-    n, k, tail, what = found
-    if k <= 0.05 * n:
-        bound = 0.0 if tail is None else tail_share(tail.top, tail.n, policy.slo.ttft_p95_s or 0.0,
-                                                     policy.confidence)
-        if bound <= 0.05:
-            return None
-        return (f"{k} of {n} requests {what}, but the tail of the TTFTs allows up to {bound:.1%} past it "
-                f"({policy.confidence:.0%} bound): too few to show at most the 5 % a p95 allows")
-    p = exceedance_p_value(k, n, 0.95)
-    if p < 1 - policy.confidence:
-        return None
-    return (f"{k} of {n} requests {what} ({k / n:.1%}, more than the 5 % a p95 allows, p = {p:.2g}): too few to "
-            f"show it is more than chance")
-
-
-def ttft_past(step: StepFigures, policy: Policy) -> str | None:
-    """Why the rung's share past the TTFT objective points past the 5 % a p95 allows without being shown so
-    (``ttft_open``'s words), ``None`` where it does not. As the ITL objective's ``itl_past`` and decode
-    starvation's ``starvation_stops``, the point picks the side and the doubt makes the answer undecided: the
-    walk ends below such a rung (the answer at most one doubling low) rather than accepting it on the benefit of
-    the doubt, which had answered a rung the long run breaks with every rung below it in the same doubt (the
-    datasheet's draw 1:171: 2 of 14 then 4 of 34 past the objective, each not significant, answered c=2 where
-    the long run lets 12 % miss it at c=1). ``None`` where it is broken or points within."""
-    found = _ttft_misses(step, policy)
-    if found is None or found[1] <= 0.05 * found[0]:
-        return None
-    return ttft_open(step, policy)
-
-
-def error_limit(step: StepFigures, policy: Policy, lane: LaneBasis) -> Violation | None:
-    """The share of requests that failed, against ``max_error_ratio``."""
-    return above_limit("errors", step.error_ratio, policy.max_error_ratio, "error ratio")
-
-
-def tpot_limit(step: StepFigures, policy: Policy, lane: LaneBasis) -> Violation | None:
-    """The TPOT objective, a per-request p95 of each request's mean pace after its first token (DistServe's
-    TPOT): broken when significantly more than the 5 % a p95 allows of the rung's judged requests were slower
-    than ``slo.tpot_p95_s``, the count goodput keeps (``objective_misses``, each request held to that deadline:
-    ``policy.objectives_of``); figures without that count (a source that judged no objectives) by the p95's
-    value. Where ITL p95 weighs long answers by their many gaps, this weighs every request once, so a rung whose
-    short answers crawl breaks it while their few gaps hide in the ITL's thousands."""
-    limit, point = policy.slo.tpot_p95_s, step.tpot_s.p95
-    judged = step.judged_requests
-    if limit is None or point is None or not judged:
-        return above_limit("slo_tpot", point, limit, "TPOT p95 (s)")
-    missed = _missed(step, "tpot", judged, 1 - policy.confidence)
-    if missed is None:
-        return None
-    k, p = missed
-    return Violation("slo_tpot", float(point), float(limit),
-                     f"TPOT p95 (s) {point:.4g} > {limit:.4g}: {k} of {judged} requests slower (p = {p:.2g})")
-
-
-def e2e_limit(step: StepFigures, policy: Policy, lane: LaneBasis) -> Violation | None:
-    """The end-to-end latency objective, a per-request p95 (``_slo``)."""
-    return _slo("slo_e2e", "e2e p95 (s)", step.latency_tail, step.latency_s.p95, policy.slo.e2e_p95_s, 0.95,
-                1 - policy.confidence)

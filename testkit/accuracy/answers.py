@@ -34,6 +34,7 @@ from typing import Any
 
 from satbench.answer.analysis import analyze_lane
 from satbench.answer.judges import held_share_bound
+from satbench.answer.objective_judges import late_share_bound
 from satbench.answer.rate_analysis import rate_answer
 from satbench.answer.trace_analysis import trace_answer
 from satbench.core.arrivals import ArrivalStream, gamma_shape
@@ -41,7 +42,6 @@ from satbench.core.attainment import RateVerdict, capacity_bound, rate_look
 from satbench.core.figures import StepFigures
 from satbench.core.manifest import StepWindow
 from satbench.core.records import RequestRecord
-from satbench.core.statistics import tail_share
 from satbench.core.step_figures import START_BATCHES, compute_step_figures
 from satbench.loadgen import stop_rule
 from satbench.loadgen.config import LoadgenConfig
@@ -212,13 +212,11 @@ def share_bounds(figures: list[StepFigures], cond: Condition, stall_limit_s: flo
                  ) -> dict[str, dict[str, float]]:
     """The one-sided bounds the verdicts state of each measured rung, at ``confidence``: the share of requests
     held past ``stall_limit_s`` (``answer.judges.held_share_bound``, from c=2) and, where the draw has one TTFT
-    objective for every request, the share past it (``core.statistics.tail_share`` over the TTFT tail, as
-    ``answer.judges.ttft_open`` reads it)."""
+    objective for every request, the share past it (``answer.objective_judges.late_share_bound``)."""
     held = {str(f.concurrency): held_share_bound(f, stall_limit_s, confidence)[0] for f in figures
             if f.concurrency >= 2 and f.pause_excess_tail.n}
     late = {} if cond.ttft_per_1k_s else {
-        str(f.concurrency): tail_share(f.ttft_tail.top, f.ttft_tail.n, cond.ttft_s, confidence) for f in figures
-        if f.ttft_tail.n}
+        str(f.concurrency): late_share_bound(f.ttft_tail, cond.ttft_s, confidence) for f in figures if f.ttft_tail.n}
     return {"held": held, "ttft": late}
 
 

@@ -204,8 +204,9 @@ def _score(name: str, label: str, entries: Sequence[dict[str, Any]]) -> Score:
             on_target += ok
             far += bad
         elif value is not None:
-            below = 0.5 if name == "concurrency" else 0.0  # none: the ladder's rung below c=1
-            d = abs(math.log2(value / (truth or below))) if truth > 0 or below else math.inf
+            # none is the ladder's rung below c=1 (concurrency); another answer's none is no rung to count from
+            rung = truth if truth > 0 else (0.5 if name == "concurrency" else None)
+            d = math.inf if rung is None else abs(math.log2(value / rung))
             doublings.append(d)
             within += d <= 1.0 + 1e-9
         if name == "rate":

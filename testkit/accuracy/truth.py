@@ -79,7 +79,7 @@ class Rules:
     # a rung's shares near their thresholds (5 % past the TTFT objective, 1 % held past the stall limit) are what
     # decide it, and 500 requests read a share of 4 % with a standard error of 0.9 points: draw 1:119's c=1 read
     # 2.4 % past its TTFT objective where 11,000 requests show 4.2 %, and 2 of 40 truths moved a rung at 8x the
-    # requests. 4,000 (0.3 points) cost the datasheet 2.5 s a draw
+    # requests. 4,000 (0.3 points were they independent; clumped, more: ``near_factor``) cost 2.5 s a draw
     closed_requests: int = 4000
     open_requests: int = 1200
     cycles: int = 5

@@ -228,9 +228,9 @@ def test_a_new_limit_is_one_entry_and_its_judge() -> None:
 # Where the product spells a limit's name as a string: the registry, the judge that builds its violation, and
 # the few places that read one limit's own figures or words. A new list of checks anywhere else fails here.
 SPELLED = {
-    "slo_ttft": {"answer/checks.py", "answer/judges.py"},
+    "slo_ttft": {"answer/checks.py", "answer/objective_judges.py"},
     "slo_itl": {"answer/checks.py", "answer/itl_judge.py"},
-    "slo_e2e": {"answer/checks.py", "answer/judges.py"},
+    "slo_e2e": {"answer/checks.py", "answer/objective_judges.py"},
     # the lane's starvation summary (analysis) and the tune's count of held requests (search)
     "decode_starvation": {"answer/checks.py", "answer/analysis.py", "answer/starvation_walk.py", "tune/search.py"},
     "prefill_starvation": {"answer/checks.py", "answer/analysis.py"},
